@@ -1,0 +1,69 @@
+#include "model.h"
+
+namespace gpt2 {
+
+float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t* tokens,
+                   const int32_t* targets) {
+  const Gpt2Config& cfg = model.config();
+  const ParamTensors& p = model.params;
+  be.encoder_forward(a.encoded, tokens, p.wte, p.wpe);
+  for (int l = 0; l < cfg.L; ++l) {
+    const LayerParams& w = p.layers[static_cast<size_t>(l)];
+    LayerActivations& x = a.layers[static_cast<size_t>(l)];
+    Tensor residual = l == 0 ? a.encoded : a.layers[static_cast<size_t>(l - 1)].residual3;
+    be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b);
+    be.matmul_forward(x.qkv, x.ln1, w.qkv_w, Tensor{});
+    be.attention_forward(x.atty, x.att_lse, x.qkv, cfg.NH);
+    be.matmul_forward(a.proj, x.atty, w.attn_proj_w, w.attn_proj_b);
+    be.residual_forward(x.residual2, residual, a.proj);
+    be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2_w, w.ln2_b);
+    be.matmul_forward(x.fch, x.ln2, w.fc_w, w.fc_b);
+    be.gelu_forward(x.fch_gelu, x.fch);
+    be.matmul_forward(a.proj, x.fch_gelu, w.fc_proj_w, w.fc_proj_b);
+    be.residual_forward(x.residual3, x.residual2, a.proj);
+  }
+  Tensor last = a.layers.back().residual3;
+  be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnf_w, p.lnf_b);
+  be.matmul_forward(a.logits, a.lnf, p.lm_head, Tensor{});
+  if (targets == nullptr) return 0.0f;
+  be.crossentropy_forward(a.losses, a.logits, targets);
+  double sum = 0.0;  // in double: B*T terms of similar size
+  for (float v : a.losses) sum += v;
+  return static_cast<float>(sum / static_cast<double>(a.losses.numel()));
+}
+
+void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* tokens,
+                   const int32_t* targets, float dloss) {
+  const Gpt2Config& cfg = model.config();
+  const ParamTensors& p = model.params;
+  ParamTensors& g = model.grads;
+  Tensor dlogits = a.logits;  // written in place over the logits
+  be.crossentropy_backward(dlogits, a.logits, targets, dloss);
+  be.matmul_backward(a.dln, g.lm_head, Tensor{}, dlogits, a.lnf, p.lm_head);
+  be.zero(a.dresidual);  // every layernorm_backward below accumulates into it
+  Tensor last = a.layers.back().residual3;
+  be.layernorm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dln, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
+  for (int l = cfg.L - 1; l >= 0; --l) {
+    const LayerParams& w = p.layers[static_cast<size_t>(l)];
+    LayerParams& dw = g.layers[static_cast<size_t>(l)];
+    LayerActivations& x = a.layers[static_cast<size_t>(l)];
+    Tensor residual = l == 0 ? a.encoded : a.layers[static_cast<size_t>(l - 1)].residual3;
+    // dresidual holds d(residual3) here; it flows unchanged into residual2 and
+    // into the MLP projection's output (the residual add's backward).
+    be.matmul_backward(a.dfch, dw.fc_proj_w, dw.fc_proj_b, a.dresidual, x.fch_gelu, w.fc_proj_w);
+    be.gelu_backward(a.dfch, a.dfch, x.fch);
+    be.matmul_backward(a.dln, dw.fc_w, dw.fc_b, a.dfch, x.ln2, w.fc_w);
+    be.layernorm_backward(a.dresidual, dw.ln2_w, dw.ln2_b, a.dln, x.residual2, w.ln2_w, x.ln2_mean,
+                          x.ln2_rstd);
+    // dresidual now holds d(residual2).
+    be.matmul_backward(a.datty, dw.attn_proj_w, dw.attn_proj_b, a.dresidual, x.atty, w.attn_proj_w);
+    be.attention_backward(a.dqkv, a.datty, x.atty, x.att_lse, x.qkv, cfg.NH);
+    be.matmul_backward(a.dln, dw.qkv_w, Tensor{}, a.dqkv, x.ln1, w.qkv_w);
+    be.layernorm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean,
+                          x.ln1_rstd);
+    // dresidual now holds d(residual), the block's input.
+  }
+  be.encoder_backward(g.wte, g.wpe, a.dresidual, tokens);
+}
+
+}  // namespace gpt2

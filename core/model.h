@@ -1,0 +1,27 @@
+// GPT-2 forward and backward as flat lists of kernel calls (llm.c style):
+// the backward list is the forward list reversed. No autograd graph; every
+// tensor is a view into the parameter, gradient or activation buffers.
+#pragma once
+
+#include <cstdint>
+
+#include "activations.h"
+#include "backend.h"
+#include "params.h"
+
+namespace gpt2 {
+
+// Runs the model on tokens (B,T). With targets (B,T) it also computes the
+// per-position losses and returns their mean; without (nullptr) it stops at
+// the logits and returns 0. B and T are the arena's.
+float gpt2_forward(Backend& be, const Gpt2& model, Activations& acts, const int32_t* tokens,
+                   const int32_t* targets);
+
+// Accumulates d(loss)/d(parameters) into model.grads, where loss is
+// dloss * (sum of the per-position losses): dloss = 1 / (B*T) gives the
+// gradient of the mean; data-parallel ranks pass 1 / (global B*T). Needs the
+// activations of a forward pass with targets; overwrites the logits.
+void gpt2_backward(Backend& be, Gpt2& model, Activations& acts, const int32_t* tokens,
+                   const int32_t* targets, float dloss);
+
+}  // namespace gpt2

@@ -1,0 +1,137 @@
+// Every backward pass against central finite differences, in double, on the
+// reference kernels: the scalar loss is L = sum(r * out) for a fixed random
+// r (so dout = r), or dloss * sum(losses) for the cross-entropy.
+// Tolerance: with h = 1e-5, the central difference has truncation error
+// ~h^2 |f'''| ~ 1e-10 and rounding error ~1e-16 |L| / h ~ 1e-10 here; a real
+// mistake in a gradient formula is O(1). atol 1e-7, rtol 1e-6 separates them.
+// The optimised backends are held to the reference by kernels_test.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <vector>
+
+#include "reference_kernels.h"
+#include "test_util.h"
+
+namespace gpt2 {
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec random_dvec(size_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
+  auto f = testing::random_vec(n, seed, static_cast<float>(lo), static_cast<float>(hi));
+  return Vec(f.begin(), f.end());
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Checks analytic gradient `grad` of `loss` with respect to `x` (perturbed in place).
+void check_gradient(const char* what, Vec& x, const Vec& grad, const std::function<double()>& loss) {
+  constexpr double h = 1e-5;
+  Vec numeric(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const double up = loss();
+    x[i] = saved - h;
+    const double down = loss();
+    x[i] = saved;
+    numeric[i] = (up - down) / (2 * h);
+  }
+  EXPECT_TRUE(testing::all_close(what, grad, numeric, 1e-7, 1e-6));
+}
+
+constexpr int B = 2, T = 5, C = 12, NH = 3, V = 11, N = B * T;
+
+TEST(GradCheck, Encoder) {
+  auto tok = testing::random_tokens(N, V, 1);
+  tok[3] = tok[1];  // a repeated token: its rows must accumulate
+  Vec wte = random_dvec(V * C, 2), wpe = random_dvec(T * C, 3), r = random_dvec(N * C, 4);
+  Vec out(N * C);
+  auto loss = [&] {
+    ref::encoder_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    return dot(out, r);
+  };
+  Vec dwte(wte.size()), dwpe(wpe.size());
+  ref::encoder_backward(dwte.data(), dwpe.data(), r.data(), tok.data(), B, T, C);
+  check_gradient("encoder dwte", wte, dwte, loss);
+  check_gradient("encoder dwpe", wpe, dwpe, loss);
+}
+
+TEST(GradCheck, LayerNorm) {
+  Vec x = random_dvec(N * C, 11, -2, 3), w = random_dvec(C, 12), b = random_dvec(C, 13);
+  Vec r = random_dvec(N * C, 14);
+  Vec out(N * C), mean(N), rstd(N);
+  auto loss = [&] {
+    ref::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    return dot(out, r);
+  };
+  loss();
+  Vec dx(x.size()), dw(C), db(C);
+  ref::layernorm_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), mean.data(),
+                          rstd.data(), N, C);
+  check_gradient("layernorm dinp", x, dx, loss);
+  check_gradient("layernorm dweight", w, dw, loss);
+  check_gradient("layernorm dbias", b, db, loss);
+}
+
+TEST(GradCheck, Matmul) {
+  const int OC = 7;
+  Vec x = random_dvec(N * C, 21), w = random_dvec(OC * C, 22), bias = random_dvec(OC, 23);
+  Vec r = random_dvec(N * OC, 24), out(N * OC);
+  auto loss = [&] {
+    ref::matmul_forward(out.data(), x.data(), w.data(), bias.data(), N, C, OC);
+    return dot(out, r);
+  };
+  Vec dx(x.size()), dw(w.size()), db(OC);
+  ref::matmul_backward(dx.data(), dw.data(), db.data(), r.data(), x.data(), w.data(), N, C, OC);
+  check_gradient("matmul dinp", x, dx, loss);
+  check_gradient("matmul dweight", w, dw, loss);
+  check_gradient("matmul dbias", bias, db, loss);
+}
+
+TEST(GradCheck, Attention) {
+  Vec qkv = random_dvec(N * 3 * C, 31, -2, 2), r = random_dvec(N * C, 32);
+  Vec out(N * C), lse(B * NH * T);
+  auto loss = [&] {
+    ref::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    return dot(out, r);
+  };
+  Vec dqkv(qkv.size());
+  ref::attention_backward(dqkv.data(), r.data(), qkv.data(), B, T, C, NH);
+  check_gradient("attention dqkv", qkv, dqkv, loss);
+}
+
+TEST(GradCheck, Gelu) {
+  const int n = 200;
+  Vec x = random_dvec(n, 41, -6, 6), r = random_dvec(n, 42), out(n);
+  auto loss = [&] {
+    ref::gelu_forward(out.data(), x.data(), n);
+    return dot(out, r);
+  };
+  Vec dx(n);
+  ref::gelu_backward(dx.data(), r.data(), x.data(), n);
+  check_gradient("gelu dinp", x, dx, loss);
+}
+
+TEST(GradCheck, CrossEntropy) {
+  Vec z = random_dvec(N * V, 51, -4, 4), losses(N);
+  auto tgt = testing::random_tokens(N, V, 52);
+  const double dloss = 1.0 / N;
+  auto loss = [&] {
+    ref::crossentropy_forward(losses.data(), z.data(), tgt.data(), N, V);
+    double s = 0;
+    for (double l : losses) s += l;
+    return dloss * s;
+  };
+  Vec dz(z.size());
+  ref::crossentropy_backward(dz.data(), z.data(), tgt.data(), dloss, N, V);
+  check_gradient("crossentropy dlogits", z, dz, loss);
+}
+
+}  // namespace
+}  // namespace gpt2

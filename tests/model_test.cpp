@@ -1,0 +1,223 @@
+// The model as a whole on the CPU: layout, initialisation, the optimised
+// backend against the reference backend, determinism, optimizer schedules.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "activations.h"
+#include "backend.h"
+#include "flops.h"
+#include "model.h"
+#include "optim.h"
+#include "params.h"
+#include "rng.h"
+#include "test_util.h"
+
+namespace gpt2 {
+namespace {
+
+TEST(Layout, OriginalParameterCount) {
+  const Gpt2Config c = preset("original");
+  const size_t C = 384, V = 172, T = 256, L = 6;
+  // wte + wpe + L * (2 LN (2C each), qkv 3C^2, proj C^2 + C, fc 4C^2 + 4C,
+  // fc_proj 4C^2 + C) + lnf 2C + lm_head VC
+  const size_t expected = V * C + T * C + L * (12 * C * C + 10 * C) + 2 * C + V * C;
+  EXPECT_EQ(param_count(c), expected);
+  EXPECT_EQ(expected, 10871040u);
+}
+
+TEST(Layout, ViewsTileTheBufferInOrder) {
+  Gpt2 model(preset("small"));
+  size_t next = 0;
+  for (const ParamInfo& info : model.infos()) {
+    EXPECT_EQ(info.offset, next) << info.name;
+    EXPECT_EQ(info.view->data, model.param_data() + info.offset) << info.name;
+    next += static_cast<size_t>(info.view->numel());
+  }
+  EXPECT_EQ(next, model.num_params());
+  EXPECT_EQ(model.grads.lm_head.data, model.grad_data() + model.infos().back().offset);
+}
+
+TEST(Config, RejectsBadSizes) {
+  EXPECT_THROW((Gpt2Config{10, 8, 1, 3, 16}.validate()), std::invalid_argument);  // 16 % 3
+  EXPECT_THROW((Gpt2Config{0, 8, 1, 2, 16}.validate()), std::invalid_argument);
+  EXPECT_THROW((Gpt2Config{10, 8, -1, 2, 16}.validate()), std::invalid_argument);
+  EXPECT_THROW(preset("gpt5"), std::invalid_argument);
+  try {
+    Gpt2Config{10, 8, 1, 3, 16}.validate();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("n_head"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Rng, PhiloxKnownAnswers) {
+  // Known-answer vectors of Philox4x32-10 from the Random123 distribution.
+  EXPECT_EQ(philox4x32({0, 0, 0, 0}, {0, 0}),
+            (std::array<uint32_t, 4>{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
+  EXPECT_EQ(philox4x32({~0u, ~0u, ~0u, ~0u}, {~0u, ~0u}),
+            (std::array<uint32_t, 4>{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
+  EXPECT_EQ(philox4x32({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u}),
+            (std::array<uint32_t, 4>{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
+}
+
+TEST(Init, CounterBasedAndDistributedAsSpecified) {
+  Gpt2 a(preset("small")), b(preset("small")), c(preset("small"));
+  a.init_weights(42);
+  b.init_weights(42);
+  c.init_weights(43);
+  EXPECT_EQ(std::memcmp(a.param_data(), b.param_data(), a.num_params() * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(a.param_data(), c.param_data(), a.num_params() * sizeof(float)), 0);
+  // Element i of parameter k is 0.02 * normal(seed, k, i): nothing else.
+  const auto& infos = a.infos();
+  EXPECT_EQ(a.params.lm_head.data[17], 0.02f * normal(42, static_cast<uint32_t>(infos.size() - 1), 17));
+  double sum = 0, sq = 0;
+  const Tensor& fc = a.params.layers[1].fc_w;
+  for (float v : fc) {
+    sum += v;
+    sq += double{v} * v;
+  }
+  const double n = static_cast<double>(fc.numel()), mean = sum / n, sd = std::sqrt(sq / n - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 5 * 0.02 / std::sqrt(n));  // 5 standard errors
+  EXPECT_NEAR(sd, 0.02, 0.02 * 5 / std::sqrt(2 * n));
+  for (float v : a.params.layers[0].ln1_w) EXPECT_EQ(v, 1.0f);
+  for (float v : a.params.layers[0].fc_b) EXPECT_EQ(v, 0.0f);
+}
+
+struct TrainRun {
+  std::vector<float> losses;
+  std::vector<float> params;
+};
+
+// Trains `steps` steps of the small model on fixed random batches.
+TrainRun train(Backend& be, int steps, OptimizerConfig oc = OptimizerConfig::original(), int B = 2, int T = 16) {
+  Gpt2 model(preset("small"));
+  model.init_weights(1234);
+  ActivationArena arena(model.config(), B, T);
+  Optimizer opt(oc, model.num_params());
+  TrainRun r;
+  for (int s = 0; s < steps; ++s) {
+    auto x = testing::random_tokens(static_cast<size_t>(B * T + 1), model.config().V, 100u + static_cast<uint32_t>(s));
+    model.zero_grad();
+    r.losses.push_back(gpt2_forward(be, model, arena.acts(), x.data(), x.data() + 1));
+    gpt2_backward(be, model, arena.acts(), x.data(), x.data() + 1, 1.0f / static_cast<float>(B * T));
+    opt.step(be, model);
+  }
+  r.params.assign(model.param_data(), model.param_data() + model.num_params());
+  return r;
+}
+
+TEST(Model, CpuBackendMatchesReferenceBackend) {
+  auto ref = make_reference_backend();
+  for (int threads : {1, 2}) {
+    auto cpu = make_cpu_backend(threads);
+    const int B = 3, T = 32;
+    Gpt2 m1(preset("small")), m2(preset("small"));
+    m1.init_weights(7);
+    m2.init_weights(7);
+    ActivationArena a1(m1.config(), B, T), a2(m2.config(), B, T);
+    auto x = testing::random_tokens(static_cast<size_t>(B * T + 1), m1.config().V, 9);
+    float l1 = gpt2_forward(*cpu, m1, a1.acts(), x.data(), x.data() + 1);
+    float l2 = gpt2_forward(*ref, m2, a2.acts(), x.data(), x.data() + 1);
+    // Different summation orders (BLAS blocking, vector lanes) through 2
+    // layers: a few hundred ulp at most on O(1) values.
+    EXPECT_NEAR(l1, l2, 1e-5 * std::fabs(l2));
+    EXPECT_TRUE(testing::all_close("logits", a1.acts().logits.data, a2.acts().logits.data,
+                                   static_cast<size_t>(a1.acts().logits.numel()), 1e-5, 1e-4));
+    gpt2_backward(*cpu, m1, a1.acts(), x.data(), x.data() + 1, 1.0f / (B * T));
+    gpt2_backward(*ref, m2, a2.acts(), x.data(), x.data() + 1, 1.0f / (B * T));
+    // Per tensor, against the tensor's largest gradient: tiny elements carry
+    // the absolute rounding of their larger neighbours.
+    for (size_t k = 0; k < m1.infos().size(); ++k) {
+      const ParamInfo& info = m1.infos()[k];
+      const float* g1 = m1.grad_data() + info.offset;
+      const float* g2 = m2.grad_data() + info.offset;
+      const size_t n = static_cast<size_t>(info.view->numel());
+      double scale = 0;
+      for (size_t i = 0; i < n; ++i) scale = std::max(scale, std::fabs(double{g2[i]}));
+      EXPECT_TRUE(testing::all_close(fmt::format("grad {} ({} threads)", info.name, threads), g1, g2, n,
+                                     1e-4 * scale + 1e-12, 1e-4));
+    }
+  }
+}
+
+TEST(Model, TrainingIsBitwiseDeterministic) {
+  for (int threads : {1, 2}) {
+    auto be = make_cpu_backend(threads);
+    TrainRun a = train(*be, 4), b = train(*be, 4);
+    ASSERT_EQ(a.losses.size(), b.losses.size());
+    EXPECT_EQ(std::memcmp(a.losses.data(), b.losses.data(), a.losses.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(a.params.data(), b.params.data(), a.params.size() * sizeof(float)), 0);
+  }
+}
+
+TEST(Model, LearnsAFixedBatch) {
+  // Property: both optimizers drive the loss of one repeated batch well down.
+  auto be = make_cpu_backend(2);
+  for (OptimizerConfig oc : {OptimizerConfig::original(), OptimizerConfig::adamw()}) {
+    oc.lr = 3e-3f;
+    oc.min_lr = 3e-4f;
+    Gpt2 model(preset("small"));
+    model.init_weights(5);
+    const int B = 2, T = 16;
+    ActivationArena arena(model.config(), B, T);
+    Optimizer opt(oc, model.num_params());
+    auto x = testing::random_tokens(B * T + 1, model.config().V, 77);
+    float first = 0, last = 0;
+    for (int s = 0; s < 30; ++s) {
+      model.zero_grad();
+      last = gpt2_forward(*be, model, arena.acts(), x.data(), x.data() + 1);
+      if (s == 0) first = last;
+      gpt2_backward(*be, model, arena.acts(), x.data(), x.data() + 1, 1.0f / (B * T));
+      opt.step(*be, model);
+    }
+    EXPECT_NEAR(first, std::log(64.0f), 0.1f) << "initial loss is about ln V";
+    EXPECT_LT(last, 0.5f * first) << to_string(oc.kind);
+  }
+}
+
+TEST(Optim, OriginalScheduleIsLinearFrom1e4By9e5Over10000Steps) {
+  OptimizerConfig c = OptimizerConfig::original();
+  // The rates are held as floats (1e-4f, 1e-5f): compare in those values.
+  const double lr = double{1e-4f}, min_lr = double{1e-5f};
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), lr);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 5000), lr - 0.5 * (lr - min_lr));
+  EXPECT_DOUBLE_EQ(learning_rate(c, 10000), min_lr);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 20000), min_lr);
+}
+
+TEST(Optim, AdamWWarmsUpThenCosine) {
+  OptimizerConfig c = OptimizerConfig::adamw();  // lr 3e-4, warm-up 10, decay 1000, min 3e-5
+  EXPECT_NEAR(learning_rate(c, 0), 3e-5, 1e-9);
+  EXPECT_NEAR(learning_rate(c, 9), 3e-4, 1e-9);
+  EXPECT_NEAR(learning_rate(c, 10), 3e-4, 1e-9);
+  EXPECT_NEAR(learning_rate(c, 505), 3e-5 + 0.5 * (3e-4 - 3e-5), 1e-9);
+  EXPECT_NEAR(learning_rate(c, 1000), 3e-5, 1e-9);
+}
+
+TEST(Optim, ClipsTheGlobalNorm) {
+  auto be = make_cpu_backend(1);
+  Gpt2 model(preset("small"));
+  model.init_weights(1);
+  for (size_t i = 0; i < model.num_params(); ++i) model.grad_data()[i] = 1.0f;
+  Optimizer opt(OptimizerConfig::original(), model.num_params());
+  StepStats s = opt.step(*be, model);
+  EXPECT_NEAR(s.grad_norm, std::sqrt(static_cast<double>(model.num_params())), 1e-6 * s.grad_norm);
+  EXPECT_NEAR(s.grad_scale, 1.0 / (s.grad_norm + 1e-6), 1e-12);
+  EXPECT_EQ(opt.steps_done(), 1);
+}
+
+TEST(Flops, MatchesTheFormula) {
+  const Gpt2Config c = preset("original");
+  FlopCount f = training_flops(c, 16, 256);
+  const double N = 16 * 256.0, C = 384;
+  const double fwd = 6 * (24 * N * C * C + 2 * 2 * 16 * C * (256.0 * 257 / 2)) + 2 * N * C * 172;
+  EXPECT_DOUBLE_EQ(f.forward, fwd);
+  EXPECT_DOUBLE_EQ(f.total(), 3 * fwd);
+}
+
+}  // namespace
+}  // namespace gpt2
