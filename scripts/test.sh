@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds everything and runs the whole test suite (unit tests, gradient
+# checks, the PyTorch cross-check). Installs what it needs; safe to rerun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --tests
+status=0
+meson test -C build --print-errorlogs "$@" || status=$?
+# One plain summary line from Meson's own log.
+/usr/bin/python3 - <<'PY'
+import json
+counts = {"OK": 0, "FAIL": 0, "SKIP": 0, "TIMEOUT": 0, "ERROR": 0}
+with open("build/meson-logs/testlog.json") as f:
+    for line in f:
+        r = json.loads(line).get("result", "ERROR")
+        counts[r if r in counts else "ERROR"] += 1
+failed = counts["FAIL"] + counts["TIMEOUT"] + counts["ERROR"]
+print(f"{counts['OK']} passed, {failed} failed, {counts['SKIP']} skipped")
+PY
+exit $status

@@ -1,0 +1,162 @@
+// export_reference: runs our engine on a small problem and writes everything
+// the PyTorch cross-check (torch_crosscheck.py) compares: initial weights,
+// the batches, logits, loss and every gradient of the first batch, then the
+// loss of each of `steps` optimizer steps and the final weights.
+// Output: DIR/manifest.json (configuration and a table of arrays) and
+// DIR/data.bin (the arrays, little-endian float32 / int32, back to back).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "activations.h"
+#include "backend.h"
+#include "model.h"
+#include "optim.h"
+#include "params.h"
+
+namespace {
+
+struct Args {
+  std::string preset = "small";
+  int batch = 2;
+  int seq = 0;  // 0: the preset's block size
+  uint64_t seed = 1337;
+  std::string optimizer = "adam_original";
+  int steps = 10;
+  int threads = 2;
+  std::string out;
+};
+
+const char* kUsage =
+    "usage: export_reference --out DIR [--preset small|original] [--batch 2] [--seq T]\n"
+    "                        [--seed 1337] [--optimizer adam_original|adamw] [--steps 10] [--threads 2]\n";
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) throw std::invalid_argument(fmt::format("{} needs a value", k));
+    std::string v = argv[++i];
+    if (k == "--preset") a.preset = v;
+    else if (k == "--batch") a.batch = std::stoi(v);
+    else if (k == "--seq") a.seq = std::stoi(v);
+    else if (k == "--seed") a.seed = std::stoull(v);
+    else if (k == "--optimizer") a.optimizer = v;
+    else if (k == "--steps") a.steps = std::stoi(v);
+    else if (k == "--threads") a.threads = std::stoi(v);
+    else if (k == "--out") a.out = v;
+    else throw std::invalid_argument(fmt::format("unknown option {}", k));
+  }
+  if (a.out.empty()) throw std::invalid_argument("--out DIR is required");
+  if (a.steps < 1) throw std::invalid_argument("--steps must be >= 1");
+  return a;
+}
+
+class Writer {
+ public:
+  explicit Writer(const std::string& path) : f_(std::fopen(path.c_str(), "wb")) {
+    if (!f_) throw std::runtime_error(fmt::format("cannot write {}", path));
+  }
+  ~Writer() { std::fclose(f_); }
+  template <typename X>
+  void add(const std::string& name, const X* data, std::vector<int64_t> shape, const char* dtype) {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    std::fwrite(data, sizeof(X), n, f_);
+    std::string dims;
+    for (int64_t d : shape) dims += fmt::format("{}{}", dims.empty() ? "" : ", ", d);
+    entries_ += fmt::format("{}    {{\"name\": \"{}\", \"dtype\": \"{}\", \"shape\": [{}], \"offset\": {}}}",
+                            entries_.empty() ? "" : ",\n", name, dtype, dims, offset_);
+    offset_ += n * sizeof(X);
+  }
+  const std::string& entries() const { return entries_; }
+
+ private:
+  std::FILE* f_;
+  std::string entries_;
+  size_t offset_ = 0;
+};
+
+int run(const Args& a) {
+  using namespace gpt2;
+  Gpt2Config cfg = preset(a.preset);
+  const int B = a.batch, T = a.seq > 0 ? a.seq : cfg.T;
+  OptimizerConfig oc = a.optimizer == "adamw" ? OptimizerConfig::adamw() : OptimizerConfig::original();
+  oc.kind = parse_optimizer_kind(a.optimizer);
+  if (oc.kind == OptimizerKind::kAdamW) oc.warmup_steps = 3;  // exercise warm-up within 10 steps
+  auto be = make_cpu_backend(a.threads);
+  Gpt2 model(cfg);
+  model.init_weights(a.seed);
+  ActivationArena arena(cfg, B, T);
+  Optimizer opt(oc, model.num_params());
+
+  std::mt19937 gen(static_cast<uint32_t>(a.seed));
+  std::uniform_int_distribution<int32_t> tok(0, cfg.V - 1);
+  std::vector<int32_t> batches(static_cast<size_t>(a.steps) * (B * T + 1));
+  for (int32_t& t : batches) t = tok(gen);
+  // Batch s: inputs batches[s][0 .. B*T), targets shifted by one.
+  auto batch = [&](int s) { return batches.data() + static_cast<size_t>(s) * (B * T + 1); };
+
+  Writer w(a.out + "/data.bin");
+  w.add("batches", batches.data(), {a.steps, B * T + 1}, "int32");
+  for (const ParamInfo& info : model.infos()) {
+    w.add("param." + info.name, info.view->data, info.shape, "float32");
+  }
+  std::vector<float> losses;
+  std::vector<double> norms;
+  for (int s = 0; s < a.steps; ++s) {
+    model.zero_grad();
+    losses.push_back(gpt2_forward(*be, model, arena.acts(), batch(s), batch(s) + 1));
+    if (s == 0) w.add("logits", arena.acts().logits.data, {B, T, cfg.V}, "float32");
+    gpt2_backward(*be, model, arena.acts(), batch(s), batch(s) + 1, 1.0f / static_cast<float>(B * T));
+    if (s == 0) {
+      for (const ParamInfo& info : model.infos()) {
+        w.add("grad." + info.name, model.grad_data() + info.offset, info.shape, "float32");
+      }
+    }
+    norms.push_back(opt.step(*be, model).grad_norm);
+  }
+  w.add("losses", losses.data(), {a.steps}, "float32");
+  std::vector<float> norms_f(norms.begin(), norms.end());
+  w.add("grad_norms", norms_f.data(), {a.steps}, "float32");
+  for (const ParamInfo& info : model.infos()) {
+    w.add("final." + info.name, info.view->data, info.shape, "float32");
+  }
+
+  std::string names;
+  for (const ParamInfo& info : model.infos()) names += fmt::format("{}\"{}\"", names.empty() ? "" : ", ", info.name);
+  std::FILE* m = std::fopen((a.out + "/manifest.json").c_str(), "w");
+  if (!m) throw std::runtime_error(fmt::format("cannot write {}/manifest.json", a.out));
+  fmt::print(m,
+             "{{\n  \"config\": {{\"V\": {}, \"T\": {}, \"L\": {}, \"NH\": {}, \"C\": {}}},\n"
+             "  \"B\": {}, \"seq\": {}, \"steps\": {},\n"
+             "  \"optimizer\": {{\"kind\": \"{}\", \"lr\": {}, \"min_lr\": {}, \"warmup_steps\": {}, "
+             "\"decay_steps\": {}, \"beta1\": {}, \"beta2\": {}, \"eps\": {}, \"weight_decay\": {}, "
+             "\"grad_clip\": {}}},\n"
+             "  \"params\": [{}],\n  \"arrays\": [\n{}\n  ]\n}}\n",
+             cfg.V, cfg.T, cfg.L, cfg.NH, cfg.C, B, T, a.steps, to_string(oc.kind), oc.lr, oc.min_lr,
+             oc.warmup_steps, oc.decay_steps, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.grad_clip,
+             names, w.entries());
+  std::fclose(m);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "export_reference: error: %s\n", e.what());
+    return 2;
+  }
+}

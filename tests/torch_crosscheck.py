@@ -1,0 +1,224 @@
+#!/usr/bin/python3
+"""The whole model against PyTorch.
+
+Runs our engine (export_reference) and an independent PyTorch implementation
+of the same GPT-2 on the same weights and batches, and compares: logits, loss
+and every parameter gradient of the first batch, then the losses of ten
+optimizer steps and the weights they lead to, for both optimizers, for a small
+configuration and for the original one at reduced batch.
+
+PyTorch runs in float64, so the differences measured are our float32 engine's
+rounding alone. Tolerances (why these numbers):
+  * logits, loss: float32 forward through L layers of K-term dot products
+    (K <= 4C) accumulates a relative error of a few 1e-6; we allow 2e-5
+    relative to the largest logit, 1e-5 relative on the loss.
+  * gradients: the backward pass adds a second chain of the same products;
+    per tensor, the largest error must be below 1e-4 of the tensor's largest
+    gradient (elementwise relative error is meaningless for gradients that
+    are nearly zero), and the whole flat gradient within 1e-5 in 2-norm.
+  * ten steps: Adam divides by sqrt(v), so a gradient element that is pure
+    rounding noise moves its weight by a full step (lr = 1e-4) either way;
+    such elements are few and their effect on the loss is second order. We
+    allow 2e-5 relative on each step's loss and 1e-4 absolute on weights (one
+    step's size; 2e-5 was measured here). An error in an optimizer formula
+    shifts every step of every weight and the loss check catches it.
+Exit status: 0 all agree, 1 a mismatch (the worst element is printed),
+77 (skipped) if torch cannot be imported.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:  # pragma: no cover
+    print(f"torch_crosscheck: skipped: {e} (install python3-torch)")
+    sys.exit(77)
+
+torch.set_default_dtype(torch.float64)
+
+
+def load(directory):
+    with open(os.path.join(directory, "manifest.json")) as f:
+        manifest = json.load(f)
+    raw = open(os.path.join(directory, "data.bin"), "rb").read()
+    arrays = {}
+    for a in manifest["arrays"]:
+        dtype = np.float32 if a["dtype"] == "float32" else np.int32
+        count = int(np.prod(a["shape"])) if a["shape"] else 1
+        arr = np.frombuffer(raw, dtype=dtype, count=count, offset=a["offset"]).reshape(a["shape"])
+        arrays[a["name"]] = arr
+    return manifest, arrays
+
+
+def gpt2_forward(p, cfg, tokens):
+    """tokens (B,T) -> logits (B,T,V). p: name -> tensor, names as our layout."""
+    V, L, NH, C = cfg["V"], cfg["L"], cfg["NH"], cfg["C"]
+    B, T = tokens.shape
+    HS = C // NH
+    x = p["wte"][tokens] + p["wpe"][:T]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for l in range(L):
+        w = lambda s: p[f"h.{l}.{s}"]
+        h = F.layer_norm(x, (C,), w("ln1_w"), w("ln1_b"), eps=1e-5)
+        q, k, v = (h @ w("qkv_w").T).split(C, dim=2)
+        q, k, v = (t.view(B, T, NH, HS).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(HS)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ w("attn_proj_w").T + w("attn_proj_b")
+        h = F.layer_norm(x, (C,), w("ln2_w"), w("ln2_b"), eps=1e-5)
+        h = F.gelu(h @ w("fc_w").T + w("fc_b"), approximate="tanh")
+        x = x + h @ w("fc_proj_w").T + w("fc_proj_b")
+    x = F.layer_norm(x, (C,), p["lnf_w"], p["lnf_b"], eps=1e-5)
+    return x @ p["lm_head"].T
+
+
+def lr_at(o, step):
+    if o["kind"] == "adam_original":
+        frac = min(step, o["decay_steps"]) / o["decay_steps"]
+        return o["lr"] - (o["lr"] - o["min_lr"]) * frac
+    if step < o["warmup_steps"]:
+        return o["lr"] * (step + 1) / o["warmup_steps"]
+    if step >= o["decay_steps"]:
+        return o["min_lr"]
+    frac = (step - o["warmup_steps"]) / max(o["decay_steps"] - o["warmup_steps"], 1)
+    return o["min_lr"] + 0.5 * (o["lr"] - o["min_lr"]) * (1 + math.cos(math.pi * frac))
+
+
+class OriginalAdam:
+    """The reproduced project's Adam: eps added to the uncorrected sqrt(v),
+    bias correction folded into the step size; no weight decay."""
+
+    def __init__(self, params, o):
+        self.params, self.o, self.t = params, o, 0
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+
+    @torch.no_grad()
+    def step(self, lr):
+        self.t += 1
+        b1, b2, eps = self.o["beta1"], self.o["beta2"], self.o["eps"]
+        step_size = lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
+        for p, m, v in zip(self.params, self.m, self.v):
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(step_size * m / (v.sqrt() + eps))
+
+
+def worst(name, ours, ref, atol):
+    diff = np.abs(ours.astype(np.float64) - ref)
+    i = int(np.argmax(diff))
+    ok = diff.flat[i] <= atol
+    line = (f"  {'ok  ' if ok else 'FAIL'} {name}: max |diff| {diff.flat[i]:.3e} at {i} "
+            f"(ours {ours.flat[i]:.8g}, torch {ref.flat[i]:.8g}), tolerance {atol:.3e}")
+    return ok, line
+
+
+def check(exporter, preset, batch, optimizer, steps, workdir):
+    out = os.path.join(workdir, f"{preset}-{optimizer}")
+    os.makedirs(out, exist_ok=True)
+    subprocess.run([exporter, "--preset", preset, "--batch", str(batch), "--optimizer", optimizer,
+                    "--steps", str(steps), "--out", out], check=True)
+    manifest, arr = load(out)
+    cfg, o, B, T = manifest["config"], manifest["optimizer"], manifest["B"], manifest["seq"]
+    names = manifest["params"]
+    params = {n: torch.tensor(arr["param." + n].astype(np.float64), requires_grad=True) for n in names}
+    batches = torch.tensor(arr["batches"].astype(np.int64))
+    lines, ok_all = [], True
+
+    def record(result):
+        nonlocal ok_all
+        ok, line = result
+        ok_all &= ok
+        lines.append(line)
+
+    # First batch: logits, loss, gradients.
+    x, y = batches[0, :-1].view(B, T), batches[0, 1:].view(B, T)
+    logits = gpt2_forward(params, cfg, x)
+    loss = F.cross_entropy(logits.view(-1, cfg["V"]), y.reshape(-1))
+    loss.backward()
+    ref_logits = logits.detach().numpy()
+    record(worst("logits", arr["logits"], ref_logits, 2e-5 * max(1.0, np.abs(ref_logits).max())))
+    record(worst("loss", arr["losses"][:1], np.array([loss.item()]), 1e-5 * loss.item()))
+    flat_ours, flat_ref = [], []
+    for n in names:
+        g_ref = params[n].grad.numpy()
+        g_ours = arr["grad." + n]
+        flat_ours.append(g_ours.ravel())
+        flat_ref.append(g_ref.ravel())
+        record(worst(f"grad {n}", g_ours, g_ref, 1e-4 * np.abs(g_ref).max() + 1e-12))
+    flat_ours, flat_ref = np.concatenate(flat_ours), np.concatenate(flat_ref)
+    rel = np.linalg.norm(flat_ours - flat_ref) / np.linalg.norm(flat_ref)
+    ok = rel <= 1e-5
+    ok_all &= ok
+    lines.append(f"  {'ok  ' if ok else 'FAIL'} whole gradient: relative 2-norm error {rel:.3e}, tolerance 1e-5")
+
+    # Ten optimizer steps from the same weights on the same batches.
+    for p in params.values():
+        p.grad = None
+    plist = [params[n] for n in names]
+    if o["kind"] == "adam_original":
+        opt = OriginalAdam(plist, o)
+    else:
+        decay = [p for p in plist if p.dim() >= 2]
+        no_decay = [p for p in plist if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
+    losses = []
+    for s in range(steps):
+        x, y = batches[s, :-1].view(B, T), batches[s, 1:].view(B, T)
+        loss = F.cross_entropy(gpt2_forward(params, cfg, x).view(-1, cfg["V"]), y.reshape(-1))
+        for p in plist:
+            p.grad = None
+        loss.backward()
+        losses.append(loss.item())
+        torch.nn.utils.clip_grad_norm_(plist, o["grad_clip"])
+        lr = lr_at(o, s)
+        if isinstance(opt, OriginalAdam):
+            opt.step(lr)
+        else:
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.step()
+    losses = np.array(losses)
+    record(worst(f"{steps}-step losses", arr["losses"], losses, 2e-5 * losses.max()))
+    final_ours = np.concatenate([arr["final." + n].ravel() for n in names])
+    final_ref = np.concatenate([params[n].detach().numpy().ravel() for n in names])
+    record(worst(f"weights after {steps} steps", final_ours, final_ref, 1e-4))
+    title = (f"{preset} (V{cfg['V']} T{T} L{cfg['L']} NH{cfg['NH']} C{cfg['C']}), B={B}, {optimizer}: "
+             f"losses ours {' '.join(f'{v:.5f}' for v in arr['losses'])}")
+    print(title)
+    # On success, the per-tensor gradient lines are summarised by the worst one.
+    grads = [l for l in lines if " grad " in l]
+    shown = lines if not ok_all else [l for l in lines if " grad " not in l]
+    if ok_all:
+        print(f"  ok   {len(grads)} gradient tensors within tolerance")
+    print("\n".join(shown))
+    return ok_all
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--exporter", required=True, help="path to the export_reference program")
+    ap.add_argument("--steps", type=int, default=10)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    cases = [("small", 4, "adam_original"), ("small", 4, "adamw"),
+             ("original", 2, "adam_original"), ("original", 2, "adamw")]
+    with tempfile.TemporaryDirectory() as work:
+        results = [check(args.exporter, *case, args.steps, work) for case in cases]
+    passed = sum(results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
