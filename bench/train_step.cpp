@@ -18,7 +18,7 @@
 #include "activations.h"
 #include "backend.h"
 #include "flops.h"
-#include "machine.h"
+#include "provenance.h"
 #include "model.h"
 #include "optim.h"
 #include "params.h"
@@ -105,9 +105,9 @@ int run(const Options& o) {
   const Gpt2Config cfg = preset(o.preset);
   const int B = o.batch, T = o.seq > 0 ? o.seq : cfg.T;
   if (T > cfg.T) throw std::invalid_argument(fmt::format("--seq {} exceeds block size {}", T, cfg.T));
-  const bench::MachineInfo mi = bench::machine_info();
+  const MachineInfo mi = machine_info();
   const FlopCount flops = training_flops(cfg, B, T);
-  fmt::print("{}model: {} ({} parameters), B={} T={}, {:.2f} GFLOP per step\n\n", bench::describe(mi),
+  fmt::print("{}model: {} ({} parameters), B={} T={}, {:.2f} GFLOP per step\n\n", describe(mi),
              cfg.describe(), param_count(cfg), B, T, flops.total() / 1e9);
 
   std::mt19937 gen(1);
@@ -119,7 +119,7 @@ int run(const Options& o) {
   fmt::print("{:>7} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9}\n", "threads", "median ms", "min ms",
              "max ms", "tokens/s", "GFLOP/s", "of SGEMM");
   for (int th : o.threads) {
-    const double ceiling = bench::sgemm_ceiling_gflops(th);
+    const double ceiling = sgemm_ceiling_gflops(th);
     auto be = make_cpu_backend(th);
     Gpt2 model(cfg);
     model.init_weights(1);

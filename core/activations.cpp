@@ -49,21 +49,40 @@ void visit(const Gpt2Config& cfg, int B, int T, Activations& a, const Visit& f) 
 size_t padded(size_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
-ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T) {
-  cfg.validate();
-  if (B <= 0 || T <= 0 || T > cfg.T) {
-    throw std::invalid_argument(fmt::format(
-        "activations: need 0 < B and 0 < T <= block_size ({}), got B={} T={}", cfg.T, B, T));
-  }
+namespace {
+size_t arena_floats(const Gpt2Config& cfg, int B, int T) {
+  Activations scratch;
   size_t total = 0;
-  visit(cfg, B, T, acts_, [&](Tensor&, std::initializer_list<int64_t> dims) {
+  visit(cfg, B, T, scratch, [&](Tensor&, std::initializer_list<int64_t> dims) {
     size_t n = 1;
     for (int64_t d : dims) n *= static_cast<size_t>(d);
     total += padded(n);
   });
-  buf_ = Buffer(total);
+  return total;
+}
+}  // namespace
+
+ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T) : cfg_(cfg) {
+  cfg_.validate();
+  if (B <= 0 || T <= 0 || T > cfg.T) {
+    throw std::invalid_argument(fmt::format(
+        "activations: need 0 < B and 0 < T <= block_size ({}), got B={} T={}", cfg.T, B, T));
+  }
+  buf_ = Buffer(arena_floats(cfg_, B, T));
+  carve(B, T);
+}
+
+void ActivationArena::reshape(int B, int T) {
+  if (B <= 0 || T <= 0 || T > cfg_.T || arena_floats(cfg_, B, T) > buf_.size()) {
+    throw std::invalid_argument(fmt::format(
+        "activations: cannot reshape to B={} T={} (arena holds B*T <= {})", B, T, acts_.B * acts_.T));
+  }
+  carve(B, T);
+}
+
+void ActivationArena::carve(int B, int T) {
   size_t offset = 0;
-  visit(cfg, B, T, acts_, [&](Tensor& t, std::initializer_list<int64_t> dims) {
+  visit(cfg_, B, T, acts_, [&](Tensor& t, std::initializer_list<int64_t> dims) {
     t = Tensor(buf_.data() + offset, dims);
     offset += padded(static_cast<size_t>(t.numel()));
   });

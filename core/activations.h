@@ -46,8 +46,13 @@ class ActivationArena {
   ActivationArena& operator=(const ActivationArena&) = delete;
   Activations& acts() { return acts_; }
   size_t bytes() const { return buf_.bytes(); }
+  // Re-carves the same buffer for another (B, T) with B * T no larger than
+  // at construction (generation grows its window one token at a time).
+  void reshape(int B, int T);
 
  private:
+  void carve(int B, int T);
+  Gpt2Config cfg_;
   Buffer buf_;
   Activations acts_;
 };

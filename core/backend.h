@@ -45,6 +45,8 @@ class Backend {
 
   // x = 0.
   virtual void zero(Tensor x) = 0;
+  // dst = src (same number of elements).
+  virtual void copy(Tensor dst, Tensor src) = 0;
 
   // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T).
   virtual void encoder_forward(Tensor out, const int32_t* tokens, Tensor wte, Tensor wpe) = 0;
@@ -72,6 +74,11 @@ class Backend {
   // dqkv (B,T,3C) =, from dout (B,T,C) and the forward's out, lse and qkv.
   virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
                                   int NH) = 0;
+
+  // One query against a key/value cache (generation with a KV cache): the
+  // query is the last row of qkv (1,P,3C), keys and values are its rows
+  // 0..P-1; out (1,1,C). The same arithmetic as row P-1 of attention_forward.
+  virtual void attention_decode(Tensor out, Tensor qkv, int NH) = 0;
 
   // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   virtual void gelu_forward(Tensor out, Tensor inp) = 0;

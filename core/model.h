@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "activations.h"
 #include "backend.h"
@@ -23,5 +24,12 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& acts, const int3
 // activations of a forward pass with targets; overwrites the logits.
 void gpt2_backward(Backend& be, Gpt2& model, Activations& acts, const int32_t* tokens,
                    const int32_t* targets, float dloss);
+
+// One token of generation with a key/value cache: runs `token` at position
+// `pos` on an arena of B = 1, T = 1. qkv_cache[l] (1, T, 3C) holds layer l's
+// q, k, v rows for positions 0 .. pos-1; this call writes row pos and attends
+// over rows 0 .. pos. The logits for the next token are in acts.logits (1,1,V).
+void gpt2_decode(Backend& be, const Gpt2& model, Activations& acts, const std::vector<Tensor>& qkv_cache,
+                 int32_t token, int pos);
 
 }  // namespace gpt2

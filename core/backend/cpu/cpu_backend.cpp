@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <stdexcept>
 #include <vector>
@@ -41,6 +42,10 @@ void CpuBackend::zero(Tensor x) {
   float* d = x.data;
 #pragma omp parallel for simd num_threads(threads_) schedule(static)
   for (int64_t i = 0; i < n; ++i) d[i] = 0.0f;
+}
+
+void CpuBackend::copy(Tensor dst, Tensor src) {
+  std::memcpy(dst.data, src.data, static_cast<size_t>(src.numel()) * sizeof(float));
 }
 
 void CpuBackend::encoder_forward(Tensor out, const int32_t* tokens, Tensor wte, Tensor wpe) {

@@ -17,6 +17,7 @@ class CpuBackend final : public Backend {
   int threads() const { return threads_; }
 
   void zero(Tensor x) override;
+  void copy(Tensor dst, Tensor src) override;
 
   void encoder_forward(Tensor out, const int32_t* tokens, Tensor wte, Tensor wpe) override;
   void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, const int32_t* tokens) override;
@@ -30,6 +31,7 @@ class CpuBackend final : public Backend {
   void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH) override;
   void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
                           int NH) override;
+  void attention_decode(Tensor out, Tensor qkv, int NH) override;
   void gelu_forward(Tensor out, Tensor inp) override;
   void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
   void residual_forward(Tensor out, Tensor a, Tensor b) override;

@@ -16,6 +16,9 @@ class ReferenceBackend final : public Backend {
   void zero(Tensor x) override {
     for (float& f : x) f = 0.0f;
   }
+  void copy(Tensor dst, Tensor src) override {
+    for (int64_t i = 0; i < src.numel(); ++i) dst.data[i] = src.data[i];
+  }
 
   void encoder_forward(Tensor out, const int32_t* tokens, Tensor wte, Tensor wpe) override {
     ref::encoder_forward(out.data, tokens, wte.data, wpe.data, i32(out.dim(0)), i32(out.dim(1)),
@@ -52,6 +55,9 @@ class ReferenceBackend final : public Backend {
                           int NH) override {
     ref::attention_backward(dqkv.data, dout.data, qkv.data, i32(qkv.dim(0)), i32(qkv.dim(1)),
                             i32(qkv.dim(2) / 3), NH);
+  }
+  void attention_decode(Tensor out, Tensor qkv, int NH) override {
+    ref::attention_decode(out.data, qkv.data, i32(qkv.dim(1)), i32(qkv.dim(2) / 3), NH);
   }
   void gelu_forward(Tensor out, Tensor inp) override {
     ref::gelu_forward(out.data, inp.data, inp.numel());

@@ -122,38 +122,52 @@ static Ptr head(Ptr qkv, int part, int b, int t, int h, int T, int C, int HS) {
   return qkv + (static_cast<int64_t>(b) * T + t) * 3 * C + part * C + h * HS;
 }
 
+// Query row t of head h in batch row b: writes the head's HS outputs to o
+// and returns the row's log-sum-exp. p is scratch of at least t+1 values.
+template <typename R>
+static R attention_row(R* o, R* p, const R* qkv, int b, int t, int h, int T, int C, int HS) {
+  const R scale = R(1) / std::sqrt(R(HS));
+  const R* q = head(qkv, 0, b, t, h, T, C, HS);
+  R maxv = -INFINITY;
+  for (int s = 0; s <= t; ++s) {  // causal: keys at or before t
+    const R* k = head(qkv, 1, b, s, h, T, C, HS);
+    R dot = 0;
+    for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
+    p[s] = dot * scale;
+    if (p[s] > maxv) maxv = p[s];
+  }
+  R sum = 0;
+  for (int s = 0; s <= t; ++s) {
+    p[s] = std::exp(p[s] - maxv);  // shifted by the max for stability
+    sum += p[s];
+  }
+  for (int i = 0; i < HS; ++i) o[i] = 0;
+  for (int s = 0; s <= t; ++s) {
+    const R* v = head(qkv, 2, b, s, h, T, C, HS);
+    for (int i = 0; i < HS; ++i) o[i] += p[s] / sum * v[i];
+  }
+  return maxv + std::log(sum);
+}
+
 template <typename R>
 void attention_forward(R* out, R* lse, const R* qkv, int B, int T, int C, int NH) {
   const int HS = C / NH;
-  const R scale = R(1) / std::sqrt(R(HS));
   std::vector<R> p(static_cast<size_t>(T));
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       for (int t = 0; t < T; ++t) {
-        const R* q = head(qkv, 0, b, t, h, T, C, HS);
-        R maxv = -INFINITY;
-        for (int s = 0; s <= t; ++s) {  // causal: keys at or before t
-          const R* k = head(qkv, 1, b, s, h, T, C, HS);
-          R dot = 0;
-          for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
-          p[s] = dot * scale;
-          if (p[s] > maxv) maxv = p[s];
-        }
-        R sum = 0;
-        for (int s = 0; s <= t; ++s) {
-          p[s] = std::exp(p[s] - maxv);  // shifted by the max for stability
-          sum += p[s];
-        }
         R* o = out + (static_cast<int64_t>(b) * T + t) * C + h * HS;
-        for (int i = 0; i < HS; ++i) o[i] = 0;
-        for (int s = 0; s <= t; ++s) {
-          const R* v = head(qkv, 2, b, s, h, T, C, HS);
-          for (int i = 0; i < HS; ++i) o[i] += p[s] / sum * v[i];
-        }
-        lse[(static_cast<int64_t>(b) * NH + h) * T + t] = maxv + std::log(sum);
+        lse[(static_cast<int64_t>(b) * NH + h) * T + t] = attention_row(o, p.data(), qkv, b, t, h, T, C, HS);
       }
     }
   }
+}
+
+template <typename R>
+void attention_decode(R* out, const R* qkv, int P, int C, int NH) {
+  const int HS = C / NH;
+  std::vector<R> p(static_cast<size_t>(P));
+  for (int h = 0; h < NH; ++h) attention_row(out + h * HS, p.data(), qkv, 0, P - 1, h, P, C, HS);
 }
 
 template <typename R>
@@ -294,6 +308,7 @@ double sum_squares(const R* x, int64_t n) {
   template void matmul_backward<R>(R*, R*, R*, const R*, const R*, const R*, int, int, int);        \
   template void attention_forward<R>(R*, R*, const R*, int, int, int, int);                         \
   template void attention_backward<R>(R*, const R*, const R*, int, int, int, int);                  \
+  template void attention_decode<R>(R*, const R*, int, int, int);                                   \
   template void gelu_forward<R>(R*, const R*, int64_t);                                              \
   template void gelu_backward<R>(R*, const R*, const R*, int64_t);                                   \
   template void residual_forward<R>(R*, const R*, const R*, int64_t);                                \

@@ -35,6 +35,10 @@ void attention_forward(R* out, R* lse, const R* qkv, int B, int T, int C, int NH
 template <typename R>
 void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int C, int NH);
 
+// Only the last query row t = P-1 of (1,P,3C): out (C).
+template <typename R>
+void attention_decode(R* out, const R* qkv, int P, int C, int NH);
+
 template <typename R>
 void gelu_forward(R* out, const R* inp, int64_t n);
 template <typename R>

@@ -1,0 +1,18 @@
+// The command line every stage program shares:
+//   <stage> train    [--config FILE] [--out DIR] [--resume CKPT] [--overwrite] [--KEY VALUE ...]
+//   <stage> generate --checkpoint CKPT [--prompt TEXT] [--config FILE] [--KEY VALUE ...]
+// KEY is any configuration key (section.name, see --help). The YAML file is
+// applied first, then the overrides in order. Exit status: 0 success, 2 bad
+// input (usage, configuration, files), 1 failure while running.
+#pragma once
+
+#include "trainer.h"
+
+namespace gpt2 {
+
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+int stage_main(int argc, char** argv, const StageContext& ctx);
+
+}  // namespace gpt2

@@ -1,0 +1,488 @@
+// The data path on small hand-worked examples: word and char tokenizers
+// (splitting, vocabulary order, decode, errors), the sequential and random
+// loaders (window order, wrap-around, rank sharding, resume) and the
+// train/validation split. Expected values are written out literally.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "dataloader.h"
+#include "rng.h"
+#include "tokenizer.h"
+
+namespace gpt2 {
+namespace {
+
+using Ids = std::vector<int32_t>;
+using Vocab = std::vector<std::string>;
+
+// Runs f and returns the message of the E it throws ("" if none, so the
+// EXPECT on the message fails visibly).
+template <typename E, typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------- word tokenizer
+
+TEST(WordTokenizer, LetterDigitRunsAreOneToken) {
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "abc123 def");
+  EXPECT_EQ(tok.vocab(), (Vocab{"abc123", "def", "[EOS]"}));
+  EXPECT_EQ(tok.encode("abc123 def"), (Ids{0, 1}));
+  EXPECT_EQ(tok.size(), 3);
+  EXPECT_EQ(tok.eos_id(), 2);
+}
+
+TEST(WordTokenizer, PunctuationIsOneTokenPerByte) {
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "Hello, world! don't... x");
+  EXPECT_EQ(tok.vocab(), (Vocab{"Hello", ",", "world", "!", "don", "'", "t", ".", "x", "[EOS]"}));
+  EXPECT_EQ(tok.encode("don't"), (Ids{4, 5, 6}));
+  EXPECT_EQ(tok.encode("..."), (Ids{7, 7, 7}));
+  EXPECT_EQ(tok.encode("Hello,world!"), (Ids{0, 1, 2, 3}));
+}
+
+TEST(WordTokenizer, CaseIsKept) {
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "The the THE");
+  EXPECT_EQ(tok.vocab(), (Vocab{"The", "the", "THE", "[EOS]"}));
+  EXPECT_EQ(tok.encode("the The"), (Ids{1, 0}));
+}
+
+TEST(WordTokenizer, WhitespaceIsDropped) {
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "a\tb\nc  \r\n d\v\fe");
+  EXPECT_EQ(tok.vocab(), (Vocab{"a", "b", "c", "d", "e", "[EOS]"}));
+  EXPECT_EQ(tok.encode("\n\n a  b\t"), (Ids{0, 1}));
+  EXPECT_EQ(tok.encode(" \t\n"), Ids{});
+}
+
+TEST(WordTokenizer, VocabularyInFirstOccurrenceOrderEosLast) {
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "b a b c a");
+  EXPECT_EQ(tok.vocab(), (Vocab{"b", "a", "c", "[EOS]"}));
+  EXPECT_EQ(tok.token(3), "[EOS]");
+  Tokenizer empty = Tokenizer::build(TokenizerKind::kWord, "  \n");
+  EXPECT_EQ(empty.vocab(), (Vocab{"[EOS]"}));
+}
+
+TEST(WordTokenizer, TokenizeCorpusAppendsEos) {
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "a b a");
+  EXPECT_EQ(tokenize_corpus(tok, "a b a", "corpus.txt"), (Ids{0, 1, 0, 2}));
+}
+
+TEST(WordTokenizer, NonAsciiBytesAreTokensOfTheirOwn) {
+  // "café" is c a f 0xC3 0xA9 in UTF-8: the ASCII run "caf", then one token per
+  // byte of the two-byte sequence. Decode puts no space before either byte, so
+  // the word comes back whole.
+  const std::string text = "caf\xc3\xa9 au lait";
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, text);
+  EXPECT_EQ(tok.vocab(), (Vocab{"caf", "\xc3", "\xa9", "au", "lait", "[EOS]"}));
+  EXPECT_EQ(tok.encode(text), (Ids{0, 1, 2, 3, 4}));
+  EXPECT_EQ(tok.decode(tok.encode(text)), text);
+}
+
+TEST(WordTokenizer, DecodeJoinsWithSpacesButNoneBeforePunctuation) {
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "Hello , world !");
+  EXPECT_EQ(tok.vocab(), (Vocab{"Hello", ",", "world", "!", "[EOS]"}));
+  EXPECT_EQ(tok.decode(Ids{0, 1, 2, 3}), "Hello, world!");
+  EXPECT_EQ(tok.decode(Ids{1, 0}), ", Hello");  // no space at the start
+  EXPECT_EQ(tok.decode(Ids{0, 4}), "Hello [EOS]");
+  EXPECT_EQ(tok.decode(Ids{}), "");
+}
+
+TEST(WordTokenizer, RoundTripOfASentence) {
+  const std::string text = "the cat sat. the dog, too!";
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, text);
+  EXPECT_EQ(tok.vocab(), (Vocab{"the", "cat", "sat", ".", "dog", ",", "too", "!", "[EOS]"}));
+  const Ids ids = tok.encode(text);
+  EXPECT_EQ(ids, (Ids{0, 1, 2, 3, 0, 4, 5, 6, 7}));
+  EXPECT_EQ(tok.decode(ids), "the cat sat. the dog, too!");
+}
+
+TEST(WordTokenizer, DecodeIsLossyAfterAnApostrophe) {
+  // The reproduced project's join rule only looks at the token being added:
+  // "don't" -> don ' t -> "don' t". Kept as is, for equivalence.
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "don't");
+  EXPECT_EQ(tok.decode(tok.encode("don't")), "don' t");
+}
+
+TEST(WordTokenizer, UnknownTokenNamesSourceLineAndColumn) {
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "the cat");
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { tok.encode("the cat\nthe dog", "prompt.txt"); }),
+            "prompt.txt:2:5: token 'dog' is not in the vocabulary (3 tokens)");
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { tok.encode("cat!"); }),
+            "<text>:1:4: token '!' is not in the vocabulary (3 tokens)");
+}
+
+TEST(WordTokenizer, TokenIdOutOfRange) {
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "a b c d");
+  EXPECT_EQ(error_of<std::out_of_range>([&] { tok.token(5); }),
+            "token id 5 is out of range for a vocabulary of 5 tokens");
+  EXPECT_THROW(tok.token(-1), std::out_of_range);
+  EXPECT_THROW(tok.decode(Ids{0, 7}), std::out_of_range);
+}
+
+// ---------------------------------------------------------------- char tokenizer
+
+TEST(CharTokenizer, EveryByteIsATokenSpacesAndNewlinesIncluded) {
+  const std::string text = "ab a\nb";
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kChar, text);
+  EXPECT_EQ(tok.vocab(), (Vocab{"a", "b", " ", "\n", "[EOS]"}));
+  EXPECT_EQ(tok.encode(text), (Ids{0, 1, 2, 0, 3, 1}));
+  EXPECT_EQ(tok.decode(Ids{1, 2, 2, 0}), "b  a");
+  EXPECT_EQ(tok.decode(tok.encode(text)), text);
+  EXPECT_EQ(tokenize_corpus(tok, "ba", "x"), (Ids{1, 0, 4}));
+}
+
+TEST(CharTokenizer, RoundTripIsExact) {
+  const std::string text = "  Hi,\tthere!\r\n\n don't...  caf\xc3\xa9 ";
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kChar, text);
+  EXPECT_EQ(tok.encode(text).size(), text.size());
+  EXPECT_EQ(tok.decode(tok.encode(text)), text);
+}
+
+TEST(CharTokenizer, UnknownByteIsEscapedInTheMessage) {
+  Tokenizer tok = Tokenizer::build(TokenizerKind::kChar, "ab");
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { tok.encode("ab\nabc", "p"); }),
+            "p:1:3: token '\\n' is not in the vocabulary (3 tokens)");
+  Tokenizer tok2 = Tokenizer::build(TokenizerKind::kChar, "ab\n");
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { tok2.encode("ab\nabc", "p"); }),
+            "p:2:3: token 'c' is not in the vocabulary (4 tokens)");
+}
+
+// ---------------------------------------------------------------- fixed vocabularies
+
+TEST(FromVocab, AcceptsAValidVocabulary) {
+  Tokenizer tok = Tokenizer::from_vocab(TokenizerKind::kWord, {"x", "y", ",", "[EOS]"});
+  EXPECT_EQ(tok.encode("y x, y"), (Ids{1, 0, 2, 1}));
+  EXPECT_EQ(tok.eos_id(), 3);
+  Tokenizer built = Tokenizer::build(TokenizerKind::kWord, "x y,");
+  EXPECT_EQ(built.vocab(), tok.vocab());
+  EXPECT_EQ(built.vocab_hash(), tok.vocab_hash());
+}
+
+TEST(FromVocab, DefaultIsAnEosOnlyWordTokenizer) {
+  Tokenizer tok;
+  EXPECT_EQ(tok.kind(), TokenizerKind::kWord);
+  EXPECT_EQ(tok.vocab(), (Vocab{"[EOS]"}));
+  EXPECT_EQ(tok.eos_id(), 0);
+}
+
+TEST(FromVocab, RejectsBadVocabularies) {
+  EXPECT_EQ(
+      error_of<std::invalid_argument>([] { Tokenizer::from_vocab(TokenizerKind::kWord, {}); }),
+      "tokenizer vocabulary: empty, expected at least '[EOS]'");
+  EXPECT_EQ(error_of<std::invalid_argument>([] {
+              Tokenizer::from_vocab(TokenizerKind::kWord, {"a", "b"});
+            }),
+            "tokenizer vocabulary: last entry must be '[EOS]', got 'b'");
+  EXPECT_EQ(error_of<std::invalid_argument>([] {
+              Tokenizer::from_vocab(TokenizerKind::kWord, {"a", "b", "a", "[EOS]"});
+            }),
+            "tokenizer vocabulary: entry 'a' appears twice (ids 0 and 2)");
+  EXPECT_EQ(error_of<std::invalid_argument>([] {
+              Tokenizer::from_vocab(TokenizerKind::kWord, {"[EOS]", "a", "[EOS]"});
+            }),
+            "tokenizer vocabulary: entry '[EOS]' appears twice (ids 0 and 2)");
+  EXPECT_EQ(error_of<std::invalid_argument>([] {
+              Tokenizer::from_vocab(TokenizerKind::kChar, {"a", "bc", "[EOS]"});
+            }),
+            "tokenizer vocabulary: char entry 1 must be one byte, got 'bc'");
+  EXPECT_EQ(error_of<std::invalid_argument>([] {
+              Tokenizer::from_vocab(TokenizerKind::kWord, {"a", "", "[EOS]"});
+            }),
+            "tokenizer vocabulary: entry 1 is empty");
+}
+
+TEST(FromVocab, UnknownTokenIsAnError) {
+  Tokenizer tok = Tokenizer::from_vocab(TokenizerKind::kWord, {"the", "cat", "[EOS]"});
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { tok.encode("the  cat\n\n  xyz cat", "in.txt"); }),
+            "in.txt:3:3: token 'xyz' is not in the vocabulary (3 tokens)");
+}
+
+TEST(Kinds, ParseAndPrint) {
+  EXPECT_EQ(parse_tokenizer_kind("word"), TokenizerKind::kWord);
+  EXPECT_EQ(parse_tokenizer_kind("char"), TokenizerKind::kChar);
+  EXPECT_EQ(to_string(TokenizerKind::kWord), "word");
+  EXPECT_EQ(to_string(TokenizerKind::kChar), "char");
+  EXPECT_EQ(error_of<std::invalid_argument>([] { parse_tokenizer_kind("bpe"); }),
+            "data.tokenizer: expected 'word' or 'char', got 'bpe'");
+  EXPECT_EQ(parse_loader_kind("sequential"), LoaderKind::kSequential);
+  EXPECT_EQ(parse_loader_kind("random"), LoaderKind::kRandom);
+  EXPECT_EQ(to_string(LoaderKind::kSequential), "sequential");
+  EXPECT_EQ(to_string(LoaderKind::kRandom), "random");
+  EXPECT_EQ(error_of<std::invalid_argument>([] { parse_loader_kind("shuffled"); }),
+            "data.loader: expected 'sequential' or 'random', got 'shuffled'");
+}
+
+TEST(VocabHash, KnownValuesAndSensitivity) {
+  // FNV-1a 64 of "word\0" "\x01\0\0\0" "a" "\x05\0\0\0" "[EOS]", computed
+  // independently (Python, 8 lines); likewise with "char".
+  Tokenizer word = Tokenizer::from_vocab(TokenizerKind::kWord, {"a", "[EOS]"});
+  Tokenizer chr = Tokenizer::from_vocab(TokenizerKind::kChar, {"a", "[EOS]"});
+  EXPECT_EQ(word.vocab_hash(), 0x02ba8583e6ed1f19ull);
+  EXPECT_EQ(chr.vocab_hash(), 0x34242582d3b00199ull);
+  // Order and entry boundaries both matter.
+  const uint64_t ab = Tokenizer::from_vocab(TokenizerKind::kWord, {"a", "b", "[EOS]"}).vocab_hash();
+  const uint64_t ba = Tokenizer::from_vocab(TokenizerKind::kWord, {"b", "a", "[EOS]"}).vocab_hash();
+  const uint64_t joined = Tokenizer::from_vocab(TokenizerKind::kWord, {"ab", "[EOS]"}).vocab_hash();
+  EXPECT_NE(ab, ba);
+  EXPECT_NE(ab, joined);
+}
+
+// ---------------------------------------------------------------- loaders
+
+std::vector<int32_t> iota_tokens(int n) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+struct Batch {
+  Ids inputs, targets;
+};
+
+Batch next_batch(DataLoader& dl) {
+  Batch b{Ids(static_cast<size_t>(dl.rows() * dl.T())),
+          Ids(static_cast<size_t>(dl.rows() * dl.T()))};
+  dl.next(b.inputs.data(), b.targets.data());
+  return b;
+}
+
+TEST(SequentialLoader, WindowOrderAndWrapAround) {
+  // N = 23, B = 2, T = 3: a batch spans B*T = 6 tokens and needs 7 (the last
+  // target). Starts 0, 6, 12; then pos = 18 and 18 + 7 > 23, so back to 0.
+  const Ids tokens = iota_tokens(23);
+  DataLoader dl(tokens, 2, 3, LoaderKind::kSequential, 0);
+  EXPECT_EQ(dl.rows(), 2);
+  EXPECT_EQ(dl.B(), 2);
+  EXPECT_EQ(dl.T(), 3);
+
+  Batch b = next_batch(dl);
+  EXPECT_EQ(b.inputs, (Ids{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(b.targets, (Ids{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(dl.position(), 6);
+  EXPECT_EQ(dl.batches_served(), 1);
+
+  b = next_batch(dl);
+  EXPECT_EQ(b.inputs, (Ids{6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(b.targets, (Ids{7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(dl.position(), 12);
+
+  b = next_batch(dl);
+  EXPECT_EQ(b.inputs, (Ids{12, 13, 14, 15, 16, 17}));
+  EXPECT_EQ(b.targets, (Ids{13, 14, 15, 16, 17, 18}));
+  EXPECT_EQ(dl.position(), 0);  // wrapped
+  EXPECT_EQ(dl.batches_served(), 3);
+
+  b = next_batch(dl);
+  EXPECT_EQ(b.inputs, (Ids{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(b.targets, (Ids{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(dl.position(), 6);
+}
+
+TEST(SequentialLoader, ExactFitUsesTheLastTokenBeforeWrapping) {
+  // N = 13: the batch at 6 needs tokens 6..12, exactly the stream's end.
+  const Ids tokens = iota_tokens(13);
+  DataLoader dl(tokens, 2, 3, LoaderKind::kSequential, 0);
+  next_batch(dl);
+  EXPECT_EQ(dl.position(), 6);
+  Batch b = next_batch(dl);
+  EXPECT_EQ(b.inputs, (Ids{6, 7, 8, 9, 10, 11}));
+  EXPECT_EQ(b.targets, (Ids{7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(dl.position(), 0);
+}
+
+TEST(SequentialLoader, RankShardsAreRowsOfTheSerialBatch) {
+  const Ids tokens = iota_tokens(23);
+  DataLoader rank0(tokens, 2, 3, LoaderKind::kSequential, 0, 0, 1);
+  DataLoader rank1(tokens, 2, 3, LoaderKind::kSequential, 0, 1, 1);
+  DataLoader rest(tokens, 2, 3, LoaderKind::kSequential, 0, 1);  // rows = -1: rows [1, B)
+  EXPECT_EQ(rank1.rows(), 1);
+  EXPECT_EQ(rest.rows(), 1);
+  const std::vector<Ids> row0 = {{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {0, 1, 2}};
+  const std::vector<Ids> row1 = {{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {3, 4, 5}};
+  const std::vector<Ids> row1_targets = {{4, 5, 6}, {10, 11, 12}, {16, 17, 18}, {4, 5, 6}};
+  for (size_t s = 0; s < row0.size(); ++s) {
+    EXPECT_EQ(next_batch(rank0).inputs, row0[s]) << "step " << s;
+    Batch b = next_batch(rank1);
+    EXPECT_EQ(b.inputs, row1[s]) << "step " << s;
+    EXPECT_EQ(b.targets, row1_targets[s]) << "step " << s;
+    EXPECT_EQ(next_batch(rest).inputs, row1[s]) << "step " << s;
+  }
+}
+
+TEST(SequentialLoader, RestoreReproducesTheContinuation) {
+  const Ids tokens = iota_tokens(23);
+  DataLoader first(tokens, 2, 3, LoaderKind::kSequential, 0);
+  next_batch(first);
+  next_batch(first);
+  EXPECT_EQ(first.position(), 12);
+  EXPECT_EQ(first.batches_served(), 2);
+
+  DataLoader resumed(tokens, 2, 3, LoaderKind::kSequential, 0);
+  resumed.restore(12, 2);
+  EXPECT_EQ(resumed.position(), 12);
+  EXPECT_EQ(resumed.batches_served(), 2);
+  Batch b = next_batch(resumed);
+  EXPECT_EQ(b.inputs, (Ids{12, 13, 14, 15, 16, 17}));
+  EXPECT_EQ(b.targets, (Ids{13, 14, 15, 16, 17, 18}));
+  EXPECT_EQ(next_batch(resumed).inputs, (Ids{0, 1, 2, 3, 4, 5}));
+
+  // Valid batch starts are [0, 23 - 7] = [0, 16].
+  resumed.restore(16, 0);
+  EXPECT_EQ(next_batch(resumed).targets, (Ids{17, 18, 19, 20, 21, 22}));
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { resumed.restore(17, 3); }),
+            "data loader: position must be in [0, 16] for 23 tokens and a 2 x 3 batch, got 17");
+  EXPECT_THROW(resumed.restore(-1, 0), std::invalid_argument);
+  EXPECT_THROW(resumed.restore(0, -1), std::invalid_argument);
+}
+
+TEST(SequentialLoader, ConstructorErrors) {
+  const Ids tokens = iota_tokens(23);
+  const Ids six = iota_tokens(6);
+  EXPECT_EQ(
+      error_of<std::invalid_argument>([&] { DataLoader(six, 2, 3, LoaderKind::kSequential, 0); }),
+      "corpus too short: 6 tokens, but one batch of 2 x 3 needs 7");
+  EXPECT_NO_THROW(DataLoader(iota_tokens(7), 2, 3, LoaderKind::kSequential, 0));
+  EXPECT_EQ(error_of<std::invalid_argument>(
+                [&] { DataLoader(tokens, 0, 3, LoaderKind::kSequential, 0); }),
+            "data loader: B (batch rows) must be positive, got 0");
+  EXPECT_EQ(error_of<std::invalid_argument>(
+                [&] { DataLoader(tokens, 2, -1, LoaderKind::kSequential, 0); }),
+            "data loader: T (sequence length) must be positive, got -1");
+  EXPECT_EQ(error_of<std::invalid_argument>(
+                [&] { DataLoader(tokens, 2, 3, LoaderKind::kSequential, 0, 2, 1); }),
+            "data loader: row_begin must be in [0, 2), got 2");
+  EXPECT_EQ(error_of<std::invalid_argument>(
+                [&] { DataLoader(tokens, 2, 3, LoaderKind::kSequential, 0, 1, 2); }),
+            "data loader: rows must be in [1, 1] for row_begin 1 of B = 2, got 2");
+  EXPECT_THROW(DataLoader(tokens, 2, 3, LoaderKind::kSequential, 0, 0, 0), std::invalid_argument);
+  EXPECT_THROW(DataLoader(tokens, 2, 3, LoaderKind::kSequential, 0, -1, 1), std::invalid_argument);
+}
+
+// Checks that every row of b is a window tokens[start, start+T) of the stream
+// 0..n-1 with start in [0, n-T-1], and its targets the same window shifted by
+// one; returns the starts.
+Ids check_windows(const Batch& b, int rows, int T, int n) {
+  Ids starts;
+  for (int r = 0; r < rows; ++r) {
+    const int32_t start = b.inputs[static_cast<size_t>(r * T)];
+    EXPECT_GE(start, 0);
+    EXPECT_LE(start, n - T - 1);
+    for (int t = 0; t < T; ++t) {
+      EXPECT_EQ(b.inputs[static_cast<size_t>(r * T + t)], start + t) << "row " << r << " t " << t;
+      EXPECT_EQ(b.targets[static_cast<size_t>(r * T + t)], start + t + 1)
+          << "row " << r << " t " << t;
+    }
+    starts.push_back(start);
+  }
+  return starts;
+}
+
+TEST(RandomLoader, DeterministicBySeedAndWithinBounds) {
+  const int n = 100, B = 4, T = 5, steps = 10;
+  const Ids tokens = iota_tokens(n);
+  DataLoader a(tokens, B, T, LoaderKind::kRandom, 7);
+  DataLoader same(tokens, B, T, LoaderKind::kRandom, 7);
+  DataLoader other(tokens, B, T, LoaderKind::kRandom, 8);
+  Ids starts_a, starts_other;
+  for (int s = 0; s < steps; ++s) {
+    Batch ba = next_batch(a);
+    Batch bs = next_batch(same);
+    EXPECT_EQ(ba.inputs, bs.inputs) << "step " << s;
+    EXPECT_EQ(ba.targets, bs.targets) << "step " << s;
+    for (int32_t x : check_windows(ba, B, T, n)) starts_a.push_back(x);
+    for (int32_t x : check_windows(next_batch(other), B, T, n)) starts_other.push_back(x);
+  }
+  EXPECT_NE(starts_a, starts_other);
+  // 40 draws from 95 starts are not all the same one.
+  EXPECT_NE(std::count(starts_a.begin(), starts_a.end(), starts_a[0]), steps * B);
+  EXPECT_EQ(a.position(), 0);
+  EXPECT_EQ(a.batches_served(), steps);
+}
+
+TEST(RandomLoader, StartFollowsTheDocumentedFormula) {
+  // Row b of step s starts at floor(uniform01(seed, kDataStream, s*B + b) * (n - T)).
+  const int n = 100, B = 4, T = 5;
+  const Ids tokens = iota_tokens(n);
+  DataLoader dl(tokens, B, T, LoaderKind::kRandom, 7);
+  next_batch(dl);
+  Batch b = next_batch(dl);  // step 1
+  const auto expected =
+      static_cast<int32_t>(std::floor(uniform01(7, kDataStream, 1 * 4 + 2) * 95.0));
+  EXPECT_EQ(b.inputs[2 * T], expected);
+}
+
+TEST(RandomLoader, ShortestStreamAlwaysStartsAtZero) {
+  // n = T + 1: the only window is [0, T) with targets [1, T].
+  const Ids tokens = iota_tokens(4);
+  DataLoader dl(tokens, 3, 3, LoaderKind::kRandom, 1);
+  for (int s = 0; s < 3; ++s) {
+    Batch b = next_batch(dl);
+    EXPECT_EQ(b.inputs, (Ids{0, 1, 2, 0, 1, 2, 0, 1, 2}));
+    EXPECT_EQ(b.targets, (Ids{1, 2, 3, 1, 2, 3, 1, 2, 3}));
+  }
+  EXPECT_EQ(error_of<std::invalid_argument>(
+                [] { DataLoader(iota_tokens(3), 1, 3, LoaderKind::kRandom, 1); }),
+            "corpus too short: 3 tokens, but one random window of T = 3 needs 4");
+}
+
+TEST(RandomLoader, RestoreAndShardsReproduceTheSerialSequence) {
+  const int n = 100, B = 4, T = 5;
+  const Ids tokens = iota_tokens(n);
+  DataLoader serial(tokens, B, T, LoaderKind::kRandom, 3);
+  std::vector<Batch> seen;
+  for (int s = 0; s < 6; ++s) seen.push_back(next_batch(serial));
+
+  DataLoader resumed(tokens, B, T, LoaderKind::kRandom, 3);
+  resumed.restore(0, 4);
+  EXPECT_EQ(next_batch(resumed).inputs, seen[4].inputs);
+  EXPECT_EQ(next_batch(resumed).targets, seen[5].targets);
+
+  // Rows [2, 4) of each global batch.
+  DataLoader shard(tokens, B, T, LoaderKind::kRandom, 3, 2, 2);
+  for (int s = 0; s < 6; ++s) {
+    const Ids& all = seen[static_cast<size_t>(s)].inputs;
+    EXPECT_EQ(next_batch(shard).inputs, Ids(all.begin() + 2 * T, all.end())) << "step " << s;
+  }
+}
+
+// ---------------------------------------------------------------- split
+
+TEST(Split, LastFractionIsValidation) {
+  const Ids tokens = iota_tokens(10);
+  Split none = split_tokens(tokens, 0.0);
+  EXPECT_EQ(Ids(none.train.begin(), none.train.end()), tokens);
+  EXPECT_TRUE(none.val.empty());
+
+  // floor(10 * 0.25) = 2 validation tokens.
+  Split quarter = split_tokens(tokens, 0.25);
+  EXPECT_EQ(Ids(quarter.train.begin(), quarter.train.end()), (Ids{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(Ids(quarter.val.begin(), quarter.val.end()), (Ids{8, 9}));
+
+  // floor(3 * 0.25) = 0.
+  Split small = split_tokens(std::span<const int32_t>(tokens).first(3), 0.25);
+  EXPECT_EQ(small.train.size(), 3u);
+  EXPECT_TRUE(small.val.empty());
+}
+
+TEST(Split, RejectsFractionsOutsideZeroOne) {
+  const Ids tokens = iota_tokens(10);
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { split_tokens(tokens, 1.0); }),
+            "data.val_fraction: must be in [0, 1), got 1");
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { split_tokens(tokens, -0.25); }),
+            "data.val_fraction: must be in [0, 1), got -0.25");
+  EXPECT_THROW(split_tokens(tokens, std::numeric_limits<double>::quiet_NaN()),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace gpt2

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Bad input to a stage program: each case must end with a non-zero exit and
+exactly one line on stderr, "<stage>: error: ...", that names the key, file or
+value at fault; and no existing file may be damaged (a finished run used as
+--out with --overwrite, and the checkpoints the cases read, are compared byte
+for byte before and after).
+
+usage: stage_cli_test.py --stage PATH_TO_STAGE_PROGRAM
+Prints one line per case and "N passed, N failed"; exit 0 only if all pass.
+"""
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+
+WORDS = "the cat sat on a mat . dog ran to river , and saw bird ! it was happy day".split()
+
+
+def corpus(n_words):
+    return " ".join(WORDS[(i * 7 + i // 5) % len(WORDS)] for i in range(n_words)) + "\n"
+
+
+def digest_tree(path):
+    out = {}
+    for root, _, files in os.walk(path):
+        for f in files:
+            p = os.path.join(root, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, path)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--stage", required=True)
+    args = ap.parse_args()
+    stage = os.path.abspath(args.stage)
+    name = os.path.basename(stage)
+    work = tempfile.mkdtemp(prefix="stage_cli_test_")
+    w = lambda *p: os.path.join(work, *p)
+
+    with open(w("corpus.txt"), "w") as f:
+        f.write(corpus(3000))
+    with open(w("empty.txt"), "w") as f:
+        f.write("  \n\n")
+    with open(w("short.txt"), "w") as f:
+        f.write(corpus(20))
+    with open(w("other.txt"), "w") as f:
+        f.write(corpus(3000) + " zebra\n")
+    small = ["--data.corpus", w("corpus.txt"), "--model.block_size", "16", "--model.n_layer", "1",
+             "--model.n_head", "2", "--model.n_embd", "16", "--train.batch_size", "2", "--train.seq_len", "16",
+             "--train.steps", "2", "--train.threads", "1", "--train.peak_gflops", "10",
+             "--generate.prompt_tokens", "8", "--generate.max_new_tokens", "4"]
+
+    # A finished run, and the files the cases must not damage.
+    done = subprocess.run([stage, "train", "--out", w("finished")] + small, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"setup: the reference run failed:\n{done.stderr}")
+        return 1
+    ckpt = w("finished", "checkpoint.bin")
+    raw = open(ckpt, "rb").read()
+    for fname, data in [("truncated.bin", raw[: len(raw) // 2]),
+                        ("corrupted.bin", raw[:200] + bytes([raw[200] ^ 0x10]) + raw[201:]),
+                        ("version.bin", raw[:8] + bytes([7]) + raw[9:])]:
+        with open(w(fname), "wb") as f:
+            f.write(data)
+    with open(w("bad_key.yaml"), "w") as f:
+        f.write("train:\n  batch_size: 2\n  stepz: 3\n")
+    with open(w("bad_syntax.yaml"), "w") as f:
+        f.write("train:\n  steps: [1, 2\n")
+    with open(w("bad_type.yaml"), "w") as f:
+        f.write("train:\n  steps: many\n")
+    with open(w("a_file"), "w") as f:
+        f.write("x")
+    protected = {"finished": digest_tree(w("finished"))}
+
+    train = [stage, "train", "--out", w("finished"), "--overwrite"] + small
+    cases = [
+        ("missing corpus", train + ["--data.corpus", w("nope.txt")], ["data.corpus", "nope.txt", "no such file"]),
+        ("empty corpus", train + ["--data.corpus", w("empty.txt")], ["data.corpus", "empty"]),
+        ("corpus shorter than one batch", train + ["--data.corpus", w("short.txt")], ["too short"]),
+        ("unknown key in YAML", train + ["--config", w("bad_key.yaml")],
+         ["bad_key.yaml:3", "unknown key 'train.stepz'", "did you mean 'train.steps'"]),
+        ("unknown key on the command line", train + ["--train.bach_size", "4"],
+         ["command line", "train.bach_size", "did you mean 'train.batch_size'"]),
+        ("YAML syntax error", train + ["--config", w("bad_syntax.yaml")], ["bad_syntax.yaml:", "syntax error"]),
+        ("wrong type in YAML", train + ["--config", w("bad_type.yaml")],
+         ["bad_type.yaml:2", "train.steps", "expected an integer", "many"]),
+        ("wrong type on the command line", train + ["--train.seq_len", "1.5"], ["train.seq_len", "integer"]),
+        ("zero batch", train + ["--train.batch_size", "0"], ["train.batch_size", "positive"]),
+        ("negative layers", train + ["--model.n_layer", "-1"], ["model.n_layer", "positive"]),
+        ("zero steps", train + ["--train.steps", "0"], ["train.steps", "positive"]),
+        ("n_embd not divisible by n_head", train + ["--model.n_head", "3"], ["n_embd", "n_head"]),
+        ("seq_len above block_size", train + ["--train.seq_len", "32"], ["train.seq_len", "block_size"]),
+        ("vocab_size below the vocabulary", train + ["--model.vocab_size", "5"], ["vocab_size", "5"]),
+        ("output directory not writable", [stage, "train", "--out", w("a_file", "sub")] + small[0:] ,
+         ["--out", "a_file"]),
+        ("output holds a finished run", [stage, "train", "--out", w("finished")] + small,
+         ["already holds a finished run", "--overwrite"]),
+        ("truncated checkpoint", [stage, "generate", "--checkpoint", w("truncated.bin"), "--prompt", "the cat"],
+         ["truncated.bin", "truncated"]),
+        ("corrupted checkpoint", [stage, "generate", "--checkpoint", w("corrupted.bin"), "--prompt", "the cat"],
+         ["corrupted.bin", "checksum"]),
+        ("wrong-version checkpoint", [stage, "generate", "--checkpoint", w("version.bin"), "--prompt", "the cat"],
+         ["version.bin", "version 7"]),
+        ("prompt outside the checkpoint's vocabulary",
+         [stage, "generate", "--checkpoint", ckpt, "--prompt", "the zebra"], ["zebra", "not in the vocabulary"]),
+        ("resume on a corpus with another vocabulary",
+         [stage, "train", "--out", w("resumed"), "--resume", ckpt] + small + ["--train.steps", "4",
+                                                                             "--data.corpus", w("other.txt")],
+         ["zebra", "not in the vocabulary"]),
+        ("resume with another model size",
+         [stage, "train", "--out", w("resumed2"), "--resume", ckpt] + small + ["--train.steps", "4",
+                                                                              "--model.n_embd", "32"],
+         ["checkpoint has model.n_embd = 16", "32"]),
+        ("unknown command", [stage, "fly"], ["unknown command 'fly'"]),
+        ("generate without a checkpoint", [stage, "generate", "--prompt", "the cat"], ["--checkpoint"]),
+    ]
+    passed = failed = 0
+    for title, cmd, needles in cases:
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=work, timeout=120)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        problems = []
+        if r.returncode == 0:
+            problems.append("exit status 0")
+        if len(lines) != 1 or not lines[0].startswith(f"{name}: error: "):
+            problems.append(f"stderr is not one '{name}: error:' line: {r.stderr!r}")
+        for n in needles:
+            if n not in r.stderr:
+                problems.append(f"message lacks {n!r}")
+        for d, before in protected.items():
+            if digest_tree(w(d)) != before:
+                problems.append(f"{d}/ was modified")
+        if problems:
+            failed += 1
+            print(f"FAIL {title}: " + "; ".join(problems) + f"\n     message: {r.stderr.strip()}")
+        else:
+            passed += 1
+            print(f"ok   {title}: exit {r.returncode}: {lines[0]}")
+    # The good checkpoint still generates.
+    g = subprocess.run([stage, "generate", "--checkpoint", ckpt, "--prompt", "the cat sat"], capture_output=True,
+                       text=True)
+    if g.returncode == 0 and g.stdout.strip():
+        passed += 1
+        print(f"ok   the original checkpoint still generates: {g.stdout.strip()!r}")
+    else:
+        failed += 1
+        print(f"FAIL the original checkpoint no longer generates: {g.stderr}")
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+// The serial stage's machinery below the command line: checkpoints (round
+// trip, and every way a file can be bad), exact resume, generation (KV cache
+// against recomputation, seeded sampling) and the one-token attention kernel.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "activations.h"
+#include "backend.h"
+#include "checkpoint.h"
+#include "generate.h"
+#include "model.h"
+#include "optim.h"
+#include "params.h"
+#include "run_config.h"
+#include "test_util.h"
+#include "tokenizer.h"
+#include "trainer.h"
+
+namespace gpt2 {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / fmt::format("gpt2_train_test_{}_{}", name, ::getpid());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A small corpus with a few dozen distinct words, enough for batches of 4 x 16.
+std::string small_corpus() {
+  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", ".", "dog", "ran", "to", "river", ",", "and",
+                         "saw", "bird", "!", "it", "was", "happy", "day"};
+  std::string s;
+  uint32_t x = 7;
+  for (int i = 0; i < 3000; ++i) {
+    x = x * 1103515245u + 12345u;
+    s += words[(x >> 16) % 20];
+    s += (i % 17 == 16) ? "\n" : " ";
+  }
+  return s;
+}
+
+RunConfig small_run(const fs::path& corpus) {
+  RunConfig c;
+  c.corpus = corpus.string();
+  c.block_size = 32;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  c.batch_size = 4;
+  c.seq_len = 16;
+  c.steps = 8;
+  c.threads = 2;
+  c.prompt_tokens = 20;
+  c.max_new_tokens = 10;
+  c.peak_gflops = 100;  // skip the start-up SGEMM measurement
+  c.lr = 1e-3;
+  return c;
+}
+
+std::vector<double> losses_of(const fs::path& metrics) {
+  std::ifstream f(metrics);
+  std::vector<double> out;
+  for (std::string l; std::getline(f, l);) {
+    if (l.find("\"event\": \"step\"") == std::string::npos) continue;
+    out.push_back(std::stod(l.substr(l.find("\"loss\": ") + 8)));
+  }
+  return out;
+}
+
+const StageContext kSerial{"test", [](int t) { return make_cpu_backend(t); }};
+
+TEST(Checkpoint, RoundTripGivesSameLossAndTokens) {
+  fs::path dir = temp_dir("roundtrip");
+  auto be = make_cpu_backend(2);
+  Gpt2 model(preset("small"));
+  model.init_weights(11);
+  std::vector<std::string> vocab;
+  for (int i = 0; i < 63; ++i) vocab.push_back(fmt::format("w{}", i));
+  vocab.push_back(kEosToken);
+  Tokenizer tok = Tokenizer::from_vocab(TokenizerKind::kWord, vocab);
+  const std::string path = (dir / "m.bin").string();
+  save_checkpoint(path, model, tok);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+  Checkpoint ck = load_checkpoint(path);
+  EXPECT_EQ(ck.config, model.config());
+  EXPECT_EQ(ck.tokenizer.vocab(), vocab);
+  EXPECT_FALSE(ck.training.has_value());
+  Gpt2 loaded(ck.config);
+  load_params(ck, loaded);
+  EXPECT_EQ(std::memcmp(loaded.param_data(), model.param_data(), model.num_params() * sizeof(float)), 0);
+
+  auto x = testing::random_tokens(2 * 32 + 1, 64, 3);
+  ActivationArena a1(model.config(), 2, 32), a2(model.config(), 2, 32);
+  EXPECT_EQ(gpt2_forward(*be, model, a1.acts(), x.data(), x.data() + 1),
+            gpt2_forward(*be, loaded, a2.acts(), x.data(), x.data() + 1));
+  GenerateOptions g;
+  g.max_new_tokens = 12;
+  EXPECT_EQ(generate(*be, model, {x.data(), 10}, g, 63).tokens, generate(*be, loaded, {x.data(), 10}, g, 63).tokens);
+}
+
+class BadCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = temp_dir("bad");
+    Gpt2 model(preset("small"));
+    model.init_weights(1);
+    std::vector<std::string> vocab = {"a", "b", kEosToken};
+    good = (dir / "good.bin").string();
+    save_checkpoint(good, model, Tokenizer::from_vocab(TokenizerKind::kWord, vocab));
+    std::ifstream f(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  std::string write(const std::string& name, const std::string& content) {
+    std::string p = (dir / name).string();
+    std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
+  // Loading `path` throws, and the message contains `needle`.
+  void expect_error(const std::string& path, const std::string& needle) {
+    try {
+      load_checkpoint(path);
+      ADD_FAILURE() << path << " loaded without error";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << "names the file: " << e.what();
+    }
+  }
+  fs::path dir;
+  std::string good, bytes;
+};
+
+TEST_F(BadCheckpoint, Truncated) {
+  expect_error(write("trunc.bin", bytes.substr(0, bytes.size() / 2)), "truncated");
+  expect_error(write("trunc2.bin", bytes.substr(0, 30)), "truncated");
+}
+
+TEST_F(BadCheckpoint, Corrupted) {
+  std::string b = bytes;
+  b[b.size() / 2] ^= 0x40;  // one flipped bit among the parameters
+  expect_error(write("flip.bin", b), "checksum");
+}
+
+TEST_F(BadCheckpoint, WrongVersion) {
+  std::string b = bytes;
+  b[8] = 9;  // version field follows the 8-byte magic
+  expect_error(write("v9.bin", b), "version 9");
+}
+
+TEST_F(BadCheckpoint, NotACheckpoint) {
+  expect_error(write("text.bin", "hello world, not a checkpoint"), "not a checkpoint");
+  expect_error((dir / "missing.bin").string(), "cannot open");
+}
+
+TEST_F(BadCheckpoint, WrongConfigIsNamed) {
+  Checkpoint ck = load_checkpoint(good);
+  Gpt2Config other = ck.config;
+  other.C = 128;
+  try {
+    expect_same_config(ck, other, good);
+    ADD_FAILURE() << "no error for a different n_embd";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("n_embd"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Resume, StopAndResumeGivesTheUninterruptedCurve) {
+  fs::path dir = temp_dir("resume");
+  std::ofstream(dir / "corpus.txt") << small_corpus();
+  for (const char* loader : {"sequential", "random"}) {
+    RunConfig c = small_run(dir / "corpus.txt");
+    c.loader = loader;
+    run_train({c, (dir / fmt::format("straight-{}", loader)).string(), "", false, ""}, kSerial);
+
+    RunConfig first = c;
+    first.steps = 3;  // "interrupted" after 3 steps: its checkpoint holds steps 0..2
+    const fs::path part = dir / fmt::format("parts-{}", loader);
+    run_train({first, part.string(), "", false, ""}, kSerial);
+    fs::rename(part / "metrics.jsonl", part / "metrics.jsonl.partial");  // as if it had died
+    run_train({c, part.string(), (part / "checkpoint.bin").string(), false, ""}, kSerial);
+
+    auto straight = losses_of(dir / fmt::format("straight-{}", loader) / "metrics.jsonl");
+    auto resumed = losses_of(part / "metrics.jsonl");
+    ASSERT_EQ(straight.size(), 8u);
+    EXPECT_EQ(resumed, straight) << loader << ": the resumed run's curve (steps 0-2 kept, 3-7 new)";
+    Checkpoint a = load_checkpoint((dir / fmt::format("straight-{}", loader) / "checkpoint.bin").string());
+    Checkpoint b = load_checkpoint((part / "checkpoint.bin").string());
+    EXPECT_EQ(a.params, b.params) << loader << ": final weights bit-identical";
+  }
+}
+
+TEST(Resume, RefusesAFinishedRunAndAMismatchedCheckpoint) {
+  fs::path dir = temp_dir("refuse");
+  std::ofstream(dir / "corpus.txt") << small_corpus();
+  RunConfig c = small_run(dir / "corpus.txt");
+  c.steps = 2;
+  run_train({c, (dir / "run").string(), "", false, ""}, kSerial);
+  const auto before = fs::last_write_time(dir / "run" / "metrics.jsonl");
+  EXPECT_THROW(run_train({c, (dir / "run").string(), "", false, ""}, kSerial), std::invalid_argument);
+  EXPECT_EQ(fs::last_write_time(dir / "run" / "metrics.jsonl"), before) << "the finished run is untouched";
+  RunConfig other = c;
+  other.steps = 4;
+  other.n_embd = 64;
+  EXPECT_THROW(run_train({other, (dir / "run2").string(), (dir / "run" / "checkpoint.bin").string(), false, ""},
+                         kSerial),
+               std::invalid_argument);
+}
+
+TEST(Generate, KvCacheGivesTheRecomputedTokens) {
+  auto be = make_cpu_backend(2);
+  Gpt2 model(preset("small"));  // T 32: prompts of 10 grow into the cache, 40 slide
+  model.init_weights(21);
+  // Train a little so the distribution is peaked, not uniform noise.
+  ActivationArena arena(model.config(), 4, 32);
+  Optimizer opt(OptimizerConfig::original(), model.num_params());
+  auto data = testing::random_tokens(4 * 32 + 1, 64, 5);
+  for (int s = 0; s < 20; ++s) {
+    model.zero_grad();
+    gpt2_forward(*be, model, arena.acts(), data.data(), data.data() + 1);
+    gpt2_backward(*be, model, arena.acts(), data.data(), data.data() + 1, 1.0f / 128);
+    opt.step(*be, model);
+  }
+  for (size_t prompt_len : {1u, 10u, 31u, 40u}) {
+    GenerateOptions g;
+    g.max_new_tokens = 25;
+    const std::span<const int32_t> prompt(data.data(), prompt_len);
+    auto recompute = generate(*be, model, prompt, g, -1);
+    g.kv_cache = true;
+    auto cached = generate(*be, model, prompt, g, -1);
+    EXPECT_EQ(cached.tokens, recompute.tokens) << "prompt of " << prompt_len;
+    EXPECT_EQ(recompute.tokens.size(), 25u);
+    g.temperature = 0.8f;
+    g.top_k = 10;
+    g.seed = 99;
+    auto s1 = generate(*be, model, prompt, g, -1);
+    g.kv_cache = false;
+    EXPECT_EQ(generate(*be, model, prompt, g, -1).tokens, s1.tokens) << "sampling: cache == recompute";
+  }
+}
+
+TEST(Generate, SamplingIsReproducibleBySeed) {
+  auto be = make_cpu_backend(1);
+  Gpt2 model(preset("small"));
+  model.init_weights(3);
+  auto prompt = testing::random_tokens(8, 64, 1);
+  GenerateOptions g;
+  g.max_new_tokens = 30;
+  g.temperature = 1.0f;
+  g.seed = 5;
+  auto a = generate(*be, model, prompt, g, -1), b = generate(*be, model, prompt, g, -1);
+  g.seed = 6;
+  auto c = generate(*be, model, prompt, g, -1);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_NE(a.tokens, c.tokens);
+}
+
+TEST(Generate, StopsAtEos) {
+  auto be = make_cpu_backend(1);
+  Gpt2 model(preset("small"));
+  model.init_weights(3);
+  auto prompt = testing::random_tokens(8, 64, 1);
+  GenerateOptions g;
+  g.max_new_tokens = 5;
+  auto free_run = generate(*be, model, prompt, g, -1);
+  auto stopped = generate(*be, model, prompt, g, free_run.tokens[2]);  // pretend the 3rd token is [EOS]
+  EXPECT_TRUE(stopped.stopped_at_eos);
+  EXPECT_EQ(stopped.tokens, std::vector<int32_t>(free_run.tokens.begin(), free_run.tokens.begin() + 2));
+}
+
+TEST(PickToken, GreedyTopKAndTemperature) {
+  std::vector<float> z = {1.0f, 3.0f, 3.0f, -2.0f, 0.5f};
+  EXPECT_EQ(pick_token(z, 0.0f, 0, 0.3), 1) << "argmax, first of ties";
+  // top_k = 1 always picks the best whatever u is.
+  EXPECT_EQ(pick_token(z, 1.0f, 1, 0.999), 1);
+  // top_k = 2 over {1, 2} with equal weights: u < 0.5 -> 1, else 2.
+  EXPECT_EQ(pick_token(z, 1.0f, 2, 0.49), 1);
+  EXPECT_EQ(pick_token(z, 1.0f, 2, 0.51), 2);
+}
+
+TEST(AttentionDecode, MatchesTheLastRowOfTheFullForward) {
+  const int T = 13, C = 24, NH = 3;
+  auto qkv = testing::random_vec(static_cast<size_t>(T * 3 * C), 4, -2.0f, 2.0f);
+  std::vector<float> full(static_cast<size_t>(T * C)), lse(static_cast<size_t>(NH * T));
+  auto ref = make_reference_backend();
+  ref->attention_forward(Tensor(full.data(), {1, T, C}), Tensor(lse.data(), {1, NH, T}),
+                         Tensor(qkv.data(), {1, T, 3 * C}), NH);
+  for (auto& be : {make_reference_backend(), make_cpu_backend(2)}) {
+    std::vector<float> out(static_cast<size_t>(C));
+    be->attention_decode(Tensor(out.data(), {1, 1, C}), Tensor(qkv.data(), {1, T, 3 * C}), NH);
+    // Same formula; the CPU kernel uses fast_exp (2 ulp) and vector sums.
+    EXPECT_TRUE(testing::all_close(be->name() + " decode", out.data(), full.data() + (T - 1) * C,
+                                   static_cast<size_t>(C), 1e-5, 1e-5));
+  }
+}
+
+}  // namespace
+}  // namespace gpt2
