@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
+#include <thread>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -15,7 +17,8 @@ namespace {
 
 std::string usage(const std::string& stage) {
   return fmt::format(
-      "usage: {0} train    [--config FILE] [--out DIR] [--resume CKPT] [--overwrite] [--KEY VALUE ...]\n"
+      "usage: {0} train    [--config FILE] [--out DIR] [--resume CKPT] [--overwrite] [--hostfile FILE]\n"
+      "                [--KEY VALUE ...]\n"
       "       {0} generate --checkpoint CKPT [--prompt TEXT] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} [train|generate] --help\n",
       stage);
@@ -31,7 +34,8 @@ std::string help(const std::string& stage, const std::string& command) {
         "  --config FILE              YAML file of sections: model, data, train, optimizer, generate\n"
         "  --out DIR                  output directory [default: runs/{}-<UTC time>]\n"
         "  --resume CKPT              continue from a training checkpoint (same curve as uninterrupted)\n"
-        "  --overwrite                allow DIR to hold a finished run (replaced only on success)\n",
+        "  --overwrite                allow DIR to hold a finished run (replaced only on success)\n"
+        "  --hostfile FILE            MPI: fail unless the job's ranks fit this MPICH hostfile\n",
         stage);
   }
   if (command != "train") {
@@ -55,25 +59,23 @@ std::string default_out_dir(const std::string& stage) {
 
 int run(int argc, char** argv, const StageContext& ctx) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) {
-    fmt::print(stderr, "{}", usage(ctx.stage));
-    return kExitUsage;
-  }
+  if (args.empty()) throw std::invalid_argument("no command given (expected train or generate; see --help)");
+  const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    fmt::print("{}", help(ctx.stage, ""));
+    if (root) fmt::print("{}", help(ctx.stage, ""));
     return 0;
   }
   const std::string command = args[0];
   if (command != "train" && command != "generate") {
     throw std::invalid_argument(fmt::format("unknown command '{}' (expected train or generate)", command));
   }
-  std::string config_file, out_dir, resume, checkpoint, prompt;
+  std::string config_file, out_dir, resume, checkpoint, prompt, hostfile;
   bool overwrite = false;
   std::vector<std::pair<std::string, std::string>> overrides;
   for (size_t i = 1; i < args.size(); ++i) {
     std::string a = args[i];
     if (a == "--help" || a == "-h") {
-      fmt::print("{}", help(ctx.stage, command));
+      if (root) fmt::print("{}", help(ctx.stage, command));
       return 0;
     }
     if (a.rfind("--", 0) != 0) throw std::invalid_argument(fmt::format("unexpected argument '{}'", a));
@@ -90,6 +92,7 @@ int run(int argc, char** argv, const StageContext& ctx) {
     if (key == "config") config_file = value;
     else if (key == "out" && command == "train") out_dir = value;
     else if (key == "resume" && command == "train") resume = value;
+    else if (key == "hostfile" && command == "train") hostfile = value;
     else if (flag && command == "train") overwrite = true;
     else if (key == "checkpoint" && command == "generate") checkpoint = value;
     else if (key == "prompt" && command == "generate") prompt = value;
@@ -102,9 +105,10 @@ int run(int argc, char** argv, const StageContext& ctx) {
   for (const auto& [key, value] : overrides) set_field(cfg, key, value, "command line");
 
   if (command == "train") {
-    TrainRequest req{cfg, out_dir.empty() ? default_out_dir(ctx.stage) : out_dir, resume, overwrite, config_file};
+    TrainRequest req{cfg, out_dir.empty() ? default_out_dir(ctx.stage) : out_dir, resume, overwrite, config_file,
+                     hostfile};
     run_train(req, ctx);
-    fmt::print(stderr, "[{}] results in {}\n", ctx.stage, req.out_dir);
+    if (root) fmt::print(stderr, "[{}] results in {}\n", ctx.stage, req.out_dir);
   } else {
     run_generate(GenerateRequest{cfg, checkpoint, prompt}, ctx);
   }
@@ -113,15 +117,31 @@ int run(int argc, char** argv, const StageContext& ctx) {
 
 }  // namespace
 
+namespace {
+// Reports an error once and ends the job. With several ranks, an error every
+// rank meets (bad configuration) is printed by rank 0 alone: the other ranks
+// wait a moment for rank 0's abort to end them. An error only one rank meets
+// is printed by that rank, which then ends every rank.
+int fail(const StageContext& ctx, const char* what, int code) {
+  Communicator* comm = ctx.comm;
+  if (comm && comm->size() > 1 && comm->rank() != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  fmt::print(stderr, "{}: error: {}{}\n", ctx.stage,
+             comm && comm->size() > 1 ? fmt::format("rank {}: ", comm->rank()) : "", what);
+  std::fflush(stderr);
+  if (comm && comm->size() > 1) comm->abort(code);
+  return code;
+}
+}  // namespace
+
 int stage_main(int argc, char** argv, const StageContext& ctx) {
   try {
     return run(argc, argv, ctx);
   } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "{}: error: {}\n", ctx.stage, e.what());
-    return kExitUsage;
+    return fail(ctx, e.what(), kExitUsage);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "{}: error: {}\n", ctx.stage, e.what());
-    return kExitFailure;
+    return fail(ctx, e.what(), kExitFailure);
   }
 }
 

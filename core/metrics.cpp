@@ -49,8 +49,9 @@ void MetricsWriter::line(const std::string& json) {
 void MetricsWriter::step(const StepRecord& r) {
   line(fmt::format(
       "{{\"event\": \"step\", \"step\": {}, \"loss\": {:.7g}, \"lr\": {:.7g}, \"grad_norm\": {:.7g}, "
-      "\"step_ms\": {:.3f}, \"tokens_per_s\": {:.1f}, \"flops_per_s\": {:.4g}, \"mfu\": {:.4f}}}",
-      r.step, r.loss, r.lr, r.grad_norm, r.step_ms, r.tokens_per_s, r.flops_per_s, r.mfu));
+      "\"step_ms\": {:.3f}, \"tokens_per_s\": {:.1f}, \"flops_per_s\": {:.4g}, \"mfu\": {:.4f}, "
+      "\"comm_ms\": {:.3f}, \"comm_bytes\": {}}}",
+      r.step, r.loss, r.lr, r.grad_norm, r.step_ms, r.tokens_per_s, r.flops_per_s, r.mfu, r.comm_ms, r.comm_bytes));
 }
 
 void MetricsWriter::eval(int64_t step, double val_loss) {

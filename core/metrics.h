@@ -1,6 +1,6 @@
 // The metrics stream (DESIGN.md contract 2): one JSON object per line,
 //   {"event": "step", "step": s, "loss": .., "lr": .., "grad_norm": .., "step_ms": ..,
-//    "tokens_per_s": .., "flops_per_s": .., "mfu": ..}
+//    "tokens_per_s": .., "flops_per_s": .., "mfu": .., "comm_ms": .., "comm_bytes": ..}
 //   {"event": "eval", "step": s, "val_loss": ..}
 //   {"event": "summary", "status": "ok", "train_s": .., "inference_s": .., "final_loss": ..,
 //    "peak_rss_mb": .., ..., "provenance": {...}}
@@ -19,6 +19,8 @@ namespace gpt2 {
 struct StepRecord {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0, step_ms = 0, tokens_per_s = 0, flops_per_s = 0, mfu = 0;
+  double comm_ms = 0;     // time in gradient and loss collectives (0 for one process)
+  size_t comm_bytes = 0;  // gradient bytes allreduced per rank
 };
 
 class MetricsWriter {

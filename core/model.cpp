@@ -48,16 +48,21 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
 }
 
 void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* tokens,
-                   const int32_t* targets, float dloss) {
+                   const int32_t* targets, float dloss, GradReadyHook* hook) {
   const Gpt2Config& cfg = model.config();
   const ParamTensors& p = model.params;
   ParamTensors& g = model.grads;
+  // Offset of a gradient view in the flat buffer: what `hook` is told.
+  auto done_from = [&](const Tensor& first) {
+    if (hook) hook->ready(static_cast<size_t>(first.data - model.grad_data()));
+  };
   Tensor dlogits = a.logits;  // written in place over the logits
   be.crossentropy_backward(dlogits, a.logits, targets, dloss);
   be.matmul_backward(a.dln, g.lm_head, Tensor{}, dlogits, a.lnf, p.lm_head);
   be.zero(a.dresidual);  // every layernorm_backward below accumulates into it
   Tensor last = a.layers.back().residual3;
   be.layernorm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dln, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
+  done_from(g.lnf_w);
   for (int l = cfg.L - 1; l >= 0; --l) {
     const LayerParams& w = p.layers[static_cast<size_t>(l)];
     LayerParams& dw = g.layers[static_cast<size_t>(l)];
@@ -77,8 +82,10 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     be.layernorm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean,
                           x.ln1_rstd);
     // dresidual now holds d(residual), the block's input.
+    done_from(dw.ln1_w);
   }
   be.encoder_backward(g.wte, g.wpe, a.dresidual, tokens);
+  done_from(g.wte);
 }
 
 void gpt2_decode(Backend& be, const Gpt2& model, Activations& a, const std::vector<Tensor>& qkv_cache,

@@ -8,6 +8,7 @@
 
 #include "activations.h"
 #include "backend.h"
+#include "comm.h"
 #include "params.h"
 
 namespace gpt2 {
@@ -22,8 +23,10 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& acts, const int3
 // dloss * (sum of the per-position losses): dloss = 1 / (B*T) gives the
 // gradient of the mean; data-parallel ranks pass 1 / (global B*T). Needs the
 // activations of a forward pass with targets; overwrites the logits.
+// `hook` (optional) hears each time a suffix of the gradient buffer is final:
+// after the head, after each block (from the last), after the embeddings.
 void gpt2_backward(Backend& be, Gpt2& model, Activations& acts, const int32_t* tokens,
-                   const int32_t* targets, float dloss);
+                   const int32_t* targets, float dloss, GradReadyHook* hook = nullptr);
 
 // One token of generation with a key/value cache: runs `token` at position
 // `pos` on an arena of B = 1, T = 1. qkv_cache[l] (1, T, 3C) holds layer l's

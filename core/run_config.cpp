@@ -113,6 +113,9 @@ std::vector<FieldInfo> fields(RunConfig& c) {
   f.add("train.eval_batches", c.eval_batches, "batches per validation evaluation");
   f.add("train.checkpoint_every", c.checkpoint_every, "training checkpoint every N steps; 0 = at the end only");
   f.add("train.peak_gflops", c.peak_gflops, "peak GFLOP/s for MFU; 0 = measure an SGEMM at start-up");
+  f.add("train.grad_bucket_mb", c.grad_bucket_mb,
+        "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one "
+        "allreduce after backward");
   f.add("optimizer.kind", c.optimizer, "adam_original (the reproduced project's Adam) or adamw");
   f.add("optimizer.lr", c.lr, "peak learning rate");
   f.add("optimizer.min_lr", c.min_lr, "final learning rate of the decay");
@@ -129,6 +132,8 @@ std::vector<FieldInfo> fields(RunConfig& c) {
   f.add("generate.top_k", c.top_k, "sample among the k most likely tokens; 0 = all");
   f.add("generate.kv_cache", c.kv_cache, "use a key/value cache (same tokens as full recomputation)");
   f.add("generate.seed", c.sample_seed, "seed of the sampling draws");
+  f.add("debug.fail_rank", c.fail_rank, "test-only: this rank throws at step debug.fail_step; -1 = never");
+  f.add("debug.fail_step", c.fail_step, "test-only: the step at which debug.fail_rank throws");
   return f.take();
 }
 
@@ -249,6 +254,7 @@ void validate(const RunConfig& c) {
   }
   if (c.checkpoint_every < 0) fail("train.checkpoint_every", fmt::format("must be >= 0, got {}", c.checkpoint_every));
   if (c.peak_gflops < 0) fail("train.peak_gflops", fmt::format("must be >= 0, got {}", c.peak_gflops));
+  if (c.grad_bucket_mb < 0) fail("train.grad_bucket_mb", fmt::format("must be >= 0, got {}", c.grad_bucket_mb));
   c.optimizer_config().validate();
   positive("generate.prompt_tokens", c.prompt_tokens);
   if (c.max_new_tokens < 0) fail("generate.max_new_tokens", fmt::format("must be >= 0, got {}", c.max_new_tokens));

@@ -40,6 +40,7 @@ struct RunConfig {
   int eval_batches = 4;
   int checkpoint_every = 0;    // training checkpoint every N steps; 0: at the end only
   double peak_gflops = 0.0;    // MFU denominator; 0: measure SGEMM at start-up
+  double grad_bucket_mb = 0.0; // data parallel: allreduce buckets overlapping backward; 0: one allreduce
   // optimizer
   std::string optimizer = "adam_original";
   double lr = 1e-4;
@@ -58,6 +59,9 @@ struct RunConfig {
   int top_k = 0;
   bool kv_cache = false;
   uint64_t sample_seed = 0;
+  // debug (test-only): make rank fail_rank throw at step fail_step
+  int fail_rank = -1;
+  int fail_step = -1;
 
   Gpt2Config model_config(int tokenizer_vocab) const;  // resolves vocab_size 0
   OptimizerConfig optimizer_config() const;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -13,9 +14,11 @@
 
 #include "activations.h"
 #include "checkpoint.h"
+#include "comm.h"
 #include "dataloader.h"
 #include "flops.h"
 #include "generate.h"
+#include "hostfile.h"
 #include "metrics.h"
 #include "model.h"
 #include "optim.h"
@@ -110,16 +113,47 @@ GenerateOptions generate_options(const RunConfig& c) {
   return g;
 }
 
-// Mean loss over `batches` batches of a validation loader (restarted each time).
-double evaluate(Backend& be, const Gpt2& model, ActivationArena& arena, std::span<const int32_t> val,
-                const RunConfig& c, std::vector<int32_t>& x, std::vector<int32_t>& y) {
-  DataLoader loader(val, c.batch_size, c.seq_len, LoaderKind::kSequential, c.seed);
-  double sum = 0;
-  for (int i = 0; i < c.eval_batches; ++i) {
-    loader.next(x.data(), y.data());
-    sum += gpt2_forward(be, model, arena.acts(), x.data(), y.data());
+}  // namespace
+
+namespace {
+
+// The corpus as every rank needs it. Rank 0 reads and tokenizes it (with the
+// checkpoint's vocabulary when resuming) and broadcasts the result, so only
+// rank 0 needs the file.
+struct Corpus {
+  Tokenizer tok;
+  std::vector<int32_t> tokens;
+};
+
+Corpus load_corpus(const RunConfig& c, const Checkpoint* ckpt, const std::string& resume, Communicator& comm) {
+  Corpus out;
+  const TokenizerKind kind = parse_tokenizer_kind(c.tokenizer);
+  if (comm.rank() == 0) {
+    const std::string text = read_corpus(c.corpus);
+    if (ckpt && ckpt->tokenizer.kind() != kind) {
+      throw std::invalid_argument(fmt::format("{}: checkpoint tokenizer is '{}', but data.tokenizer says '{}'", resume,
+                                              to_string(ckpt->tokenizer.kind()), c.tokenizer));
+    }
+    out.tok = ckpt ? ckpt->tokenizer : Tokenizer::build(kind, text);
+    out.tokens = tokenize_corpus(out.tok, text, c.corpus);
   }
-  return sum / c.eval_batches;
+  if (comm.size() > 1) {
+    std::vector<std::string> vocab = out.tok.vocab();
+    broadcast_strings(comm, vocab, 0);
+    broadcast_ints(comm, out.tokens, 0);
+    out.tok = Tokenizer::from_vocab(kind, std::move(vocab));
+  }
+  return out;
+}
+
+// Rank 0's checkpoint state (weights, Adam moments, counters) to every rank.
+void broadcast_state(Communicator& comm, Gpt2& model, Optimizer& opt, std::array<int64_t, 3>& counters) {
+  const size_t bytes = model.num_params() * sizeof(float);
+  comm.broadcast(model.param_data(), bytes, 0);
+  comm.broadcast(opt.m_data(), bytes, 0);
+  comm.broadcast(opt.v_data(), bytes, 0);
+  comm.broadcast(counters.data(), sizeof counters, 0);
+  opt.set_steps_done(counters[0]);
 }
 
 }  // namespace
@@ -127,30 +161,36 @@ double evaluate(Backend& be, const Gpt2& model, ActivationArena& arena, std::spa
 void run_train(const TrainRequest& req, const StageContext& ctx) {
   const RunConfig& c = req.config;
   validate(c);
+  std::unique_ptr<Communicator> local;
+  Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
+  const int rank = comm.rank(), world = comm.size();
+  const bool root = rank == 0;
   const int threads = resolve_threads(c.threads);
+  if (c.batch_size % world != 0) {
+    throw std::invalid_argument(
+        fmt::format("train.batch_size {} is not divisible by the {} ranks", c.batch_size, world));
+  }
+  const int rows = c.batch_size / world;  // this rank's rows of every global batch
+  if (!req.hostfile.empty()) check_placement(read_hostfile(req.hostfile), req.hostfile, comm);
 
-  // Data: the corpus, its tokenizer (the checkpoint's when resuming), the splits.
-  const std::string text = read_corpus(c.corpus);
+  // Data: rank 0 reads the corpus (and the checkpoint); every rank gets tokens.
   std::optional<Checkpoint> ckpt;
-  if (!req.resume.empty()) {
+  if (root && !req.resume.empty()) {
     ckpt = load_checkpoint(req.resume);
     if (!ckpt->training) {
       throw std::invalid_argument(fmt::format("--resume: '{}' is a model checkpoint without training state",
                                               req.resume));
     }
   }
-  const TokenizerKind kind = parse_tokenizer_kind(c.tokenizer);
-  if (ckpt && ckpt->tokenizer.kind() != kind) {
-    throw std::invalid_argument(fmt::format("{}: checkpoint tokenizer is '{}', but data.tokenizer says '{}'",
-                                            req.resume, to_string(ckpt->tokenizer.kind()), c.tokenizer));
-  }
-  const Tokenizer tok = ckpt ? ckpt->tokenizer : Tokenizer::build(kind, text);
-  const std::vector<int32_t> tokens = tokenize_corpus(tok, text, c.corpus);
+  const Corpus corpus = load_corpus(c, ckpt ? &*ckpt : nullptr, req.resume, comm);
+  const Tokenizer& tok = corpus.tok;
+  const std::vector<int32_t>& tokens = corpus.tokens;
   const Gpt2Config mc = c.model_config(tok.size());
   const Split split = split_tokens(tokens, c.val_fraction);
   std::optional<DataLoader> train_loader;
   try {
-    train_loader.emplace(split.train, c.batch_size, c.seq_len, parse_loader_kind(c.loader), c.seed);
+    train_loader.emplace(split.train, c.batch_size, c.seq_len, parse_loader_kind(c.loader), c.seed,
+                         rank * rows, rows);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(fmt::format("data.corpus '{}': {}", c.corpus, e.what()));
   }
@@ -164,86 +204,141 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     }
   }
 
-  // Model and optimizer: fresh, or restored from the checkpoint.
+  // Model and optimizer: fresh (every rank computes the same Philox weights),
+  // or rank 0's checkpoint broadcast to every rank.
   auto be = ctx.make_backend(threads);
   Gpt2 model(mc);
   Optimizer opt(c.optimizer_config(), model.num_params());
-  if (ckpt) {
-    expect_same_config(*ckpt, mc, req.resume);
-    expect_same_optimizer(ckpt->training->optimizer, opt.config(), req.resume);
-    if (ckpt->training->steps_done >= c.steps) {
-      throw std::invalid_argument(fmt::format("{}: checkpoint is already at step {}, train.steps is {}",
-                                              req.resume, ckpt->training->steps_done, c.steps));
+  std::array<int64_t, 3> counters{0, 0, 0};  // steps done, loader position, loader batches served
+  if (!req.resume.empty()) {
+    if (root) {
+      expect_same_config(*ckpt, mc, req.resume);
+      expect_same_optimizer(ckpt->training->optimizer, opt.config(), req.resume);
+      if (ckpt->training->steps_done >= c.steps) {
+        throw std::invalid_argument(fmt::format("{}: checkpoint is already at step {}, train.steps is {}",
+                                                req.resume, ckpt->training->steps_done, c.steps));
+      }
+      load_params(*ckpt, model);
+      std::copy(ckpt->training->m.begin(), ckpt->training->m.end(), opt.m_data());
+      std::copy(ckpt->training->v.begin(), ckpt->training->v.end(), opt.v_data());
+      counters = {ckpt->training->steps_done, ckpt->training->loader_position, ckpt->training->loader_batches};
+      ckpt.reset();
     }
-    load_params(*ckpt, model);
-    std::copy(ckpt->training->m.begin(), ckpt->training->m.end(), opt.m_data());
-    std::copy(ckpt->training->v.begin(), ckpt->training->v.end(), opt.v_data());
-    opt.set_steps_done(ckpt->training->steps_done);
-    loader.restore(ckpt->training->loader_position, ckpt->training->loader_batches);
+    broadcast_state(comm, model, opt, counters);
+    opt.set_steps_done(counters[0]);
+    loader.restore(counters[1], counters[2]);
   } else {
     model.init_weights(c.seed);
   }
+  if (!comm.all_equal(fnv1a64(model.param_data(), model.num_params() * sizeof(float)))) {
+    throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
+  }
   const int64_t first_step = opt.steps_done();
-  ckpt.reset();
 
-  // Outputs: checked before any work is done.
+  // Outputs (rank 0): checked before any work is done.
   const fs::path out = req.out_dir;
-  prepare_out_dir(out, req.overwrite, !req.resume.empty());
-  RunConfig resolved = c;
-  resolved.vocab_size = mc.V;
-  write_atomically(out / "config.yaml", to_yaml(resolved));
-  MetricsWriter metrics((out / "metrics.jsonl").string(), req.resume.empty() ? -1 : first_step);
+  std::optional<MetricsWriter> metrics;
   const std::string ckpt_path = (out / "checkpoint.bin").string();
+  if (root) {
+    prepare_out_dir(out, req.overwrite, !req.resume.empty());
+    RunConfig resolved = c;
+    resolved.vocab_size = mc.V;
+    write_atomically(out / "config.yaml", to_yaml(resolved));
+    metrics.emplace((out / "metrics.jsonl").string(), req.resume.empty() ? -1 : first_step);
+  }
 
+  // The MFU denominator: the SGEMM ceiling of all the job's threads, measured
+  // by rank 0 while the others wait idle (one machine; give train.peak_gflops
+  // for several).
+  double peak = c.peak_gflops;
+  if (peak <= 0) {
+    if (root) peak = sgemm_ceiling_gflops(threads * world, 1024, 3);
+    comm.broadcast(&peak, sizeof peak, 0);
+  }
   const MachineInfo machine = machine_info();
   const BuildInfo build = build_info();
-  const double peak = c.peak_gflops > 0 ? c.peak_gflops : sgemm_ceiling_gflops(threads, 1024, 3);
   const FlopCount flops = training_flops(mc, c.batch_size, c.seq_len);
-  fmt::print(stderr, "[{}] model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}\n", ctx.stage,
-             mc.describe(), model.num_params(), tokens.size(), split.train.size(), split.val.size(), tok.size());
-  fmt::print(stderr, "[{}] {} backend, {} threads, batch {} x {}, {} steps from step {}, MFU peak {:.1f} GFLOP/s{}\n",
-             ctx.stage, be->name(), threads, c.batch_size, c.seq_len, c.steps, first_step, peak,
-             c.peak_gflops > 0 ? "" : " (measured SGEMM)");
+  if (root) {
+    fmt::print(stderr, "[{}] model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}\n", ctx.stage,
+               mc.describe(), model.num_params(), tokens.size(), split.train.size(), split.val.size(), tok.size());
+    fmt::print(stderr,
+               "[{}] {} backend, {} ranks x {} threads, batch {} x {} ({} rows per rank), {} steps from step {}, "
+               "MFU peak {:.1f} GFLOP/s{}\n",
+               ctx.stage, be->name(), world, threads, c.batch_size, c.seq_len, rows, c.steps, first_step, peak,
+               c.peak_gflops > 0 ? "" : " (measured SGEMM)");
+  }
 
-  ActivationArena arena(mc, c.batch_size, c.seq_len);
-  const int BT = c.batch_size * c.seq_len;
-  std::vector<int32_t> x(static_cast<size_t>(BT)), y(static_cast<size_t>(BT));
+  ActivationArena arena(mc, rows, c.seq_len);
+  const int BT = c.batch_size * c.seq_len;  // global tokens per step
+  const float dloss = 1.0f / static_cast<float>(BT);
+  std::vector<int32_t> x(static_cast<size_t>(rows) * c.seq_len), y(x.size());
+  GradientSync sync(comm, model.grad_data(), model.num_params(),
+                    static_cast<size_t>(c.grad_bucket_mb * (1 << 20) / sizeof(float)));
   auto save = [&] {
+    if (!root) return;
     TrainingState st;
     st.loader_position = loader.position();
     st.loader_batches = loader.batches_served();
     st.seed = c.seed;
     save_checkpoint(ckpt_path, model, tok, &opt, &st);
   };
+  // Mean over ranks of a per-rank mean over its rows: the global mean.
+  auto global_mean = [&](double local) { return comm.allreduce_sum(local * rows / c.batch_size); };
 
-  double train_s = 0, last_loss = 0;
+  double train_s = 0, comm_s = 0, last_loss = 0;
   const auto wall0 = Clock::now();
   for (int64_t s = first_step; s < c.steps; ++s) {
     const auto t0 = Clock::now();
+    if (rank == c.fail_rank && s == c.fail_step) {
+      throw std::runtime_error(fmt::format("rank {}: injected failure at step {} (debug.fail_rank)", rank, s));
+    }
     loader.next(x.data(), y.data());
     model.zero_grad();
-    const float loss = gpt2_forward(*be, model, arena.acts(), x.data(), y.data());
+    const double local_loss = gpt2_forward(*be, model, arena.acts(), x.data(), y.data());
+    sync.start_grad_sync();
+    gpt2_backward(*be, model, arena.acts(), x.data(), y.data(), dloss, &sync);
+    sync.finish_grad_sync();
+    const auto tc = Clock::now();
+    const double loss = global_mean(local_loss);
+    const double step_comm = sync.seconds() + std::chrono::duration<double>(Clock::now() - tc).count();
     if (!std::isfinite(loss)) {
       throw std::runtime_error(fmt::format("step {}: the loss is {} (training diverged)", s, loss));
     }
-    gpt2_backward(*be, model, arena.acts(), x.data(), y.data(), 1.0f / static_cast<float>(BT));
     const StepStats st = opt.step(*be, model);
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     train_s += dt;
+    comm_s += step_comm;
     last_loss = loss;
-    StepRecord r{s, loss, st.lr, st.grad_norm, dt * 1e3, BT / dt, flops.total() / dt, flops.total() / dt / (peak * 1e9)};
-    metrics.step(r);
-    fmt::print(stderr, "step {:>4}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | {:.0f} ms | {:.0f} tok/s | MFU {:.1f}%\n",
-               s, c.steps, loss, st.lr, st.grad_norm, r.step_ms, r.tokens_per_s, 100 * r.mfu);
+    if (root) {
+      StepRecord r{s, loss, st.lr, st.grad_norm, dt * 1e3, BT / dt, flops.total() / dt,
+                   flops.total() / dt / (peak * 1e9), step_comm * 1e3, world > 1 ? sync.bytes() : 0};
+      metrics->step(r);
+      fmt::print(stderr,
+                 "step {:>4}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | {:.0f} ms{} | {:.0f} tok/s | MFU {:.1f}%\n",
+                 s, c.steps, loss, st.lr, st.grad_norm, r.step_ms,
+                 world > 1 ? fmt::format(" (comm {:.0f} ms)", r.comm_ms) : "", r.tokens_per_s, 100 * r.mfu);
+    }
     if (eval_on && ((s + 1) % c.eval_every == 0 || s + 1 == c.steps)) {
-      const double vl = evaluate(*be, model, arena, split.val, c, x, y);
-      metrics.eval(s, vl);
-      fmt::print(stderr, "step {:>4}/{} | val loss {:.6f}\n", s, c.steps, vl);
+      DataLoader val(split.val, c.batch_size, c.seq_len, LoaderKind::kSequential, c.seed, rank * rows, rows);
+      double sum = 0;
+      for (int i = 0; i < c.eval_batches; ++i) {
+        val.next(x.data(), y.data());
+        sum += gpt2_forward(*be, model, arena.acts(), x.data(), y.data());
+      }
+      const double vl = global_mean(sum / c.eval_batches);
+      if (root) {
+        metrics->eval(s, vl);
+        fmt::print(stderr, "step {:>4}/{} | val loss {:.6f}\n", s, c.steps, vl);
+      }
     }
     if (c.checkpoint_every > 0 && (s + 1) % c.checkpoint_every == 0) save();
   }
   const double wall_s = std::chrono::duration<double>(Clock::now() - wall0).count();
   save();
+  if (!root) {
+    comm.barrier();  // idle (no spinning) while rank 0 generates
+    return;
+  }
 
   // Inference as in the original: greedy continuation of the first corpus tokens.
   const size_t np = std::min<size_t>(static_cast<size_t>(c.prompt_tokens), tokens.size());
@@ -251,27 +346,34 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   const Generation gen = generate(*be, model, {tokens.data(), np}, generate_options(c), tok.eos_id());
   const double inference_s = std::chrono::duration<double>(Clock::now() - g0).count();
   const std::string generated = tok.decode(gen.tokens);
-  fmt::print(stderr, "[{}] trained {} steps in {:.2f} s ({:.2f} s wall); generated {} tokens in {:.3f} s\n", ctx.stage,
-             c.steps - first_step, train_s, wall_s, gen.tokens.size(), inference_s);
+  fmt::print(stderr, "[{}] trained {} steps in {:.2f} s ({:.2f} s wall, {:.2f} s communicating); generated {} tokens "
+             "in {:.3f} s\n", ctx.stage, c.steps - first_step, train_s, wall_s, comm_s, gen.tokens.size(), inference_s);
   fmt::print("{}\n", generated);
 
   const std::string extra = fmt::format(
-      "\"stage\": {}, \"backend\": {}, \"threads\": {}, \"ranks\": 1, \"seed\": {}, \"config_file\": {}, "
-      "\"peak_gflops\": {:.2f}, \"peak_source\": {}",
-      json_string(ctx.stage), json_string(be->name()), threads, c.seed, json_string(req.config_file), peak,
-      json_string(c.peak_gflops > 0 ? "train.peak_gflops" : "measured SGEMM"));
-  metrics.finish(fmt::format(
-      "\"status\": \"ok\", \"steps\": {}, \"first_step\": {}, \"train_s\": {:.6f}, \"train_wall_s\": {:.6f}, "
-      "\"inference_s\": {:.6f}, \"final_loss\": {:.7g}, \"tokens_per_s\": {:.1f}, \"peak_rss_mb\": {:.1f}, "
-      "\"generated_tokens\": {}, \"generated_text\": {}, \"checkpoint\": {}, \"provenance\": {}",
-      c.steps, first_step, train_s, wall_s, inference_s, last_loss,
+      "\"stage\": {}, \"backend\": {}, \"communicator\": {}, \"threads\": {}, \"ranks\": {}, \"hostfile\": {}, "
+      "\"seed\": {}, \"config_file\": {}, \"peak_gflops\": {:.2f}, \"peak_source\": {}",
+      json_string(ctx.stage), json_string(be->name()), json_string(comm.name()), threads, world,
+      json_string(req.hostfile), c.seed,
+      json_string(req.config_file), peak, json_string(c.peak_gflops > 0 ? "train.peak_gflops" : "measured SGEMM"));
+  metrics->finish(fmt::format(
+      "\"status\": \"ok\", \"steps\": {}, \"first_step\": {}, \"ranks\": {}, \"train_s\": {:.6f}, "
+      "\"train_wall_s\": {:.6f}, \"comm_s\": {:.6f}, \"inference_s\": {:.6f}, \"final_loss\": {:.7g}, "
+      "\"tokens_per_s\": {:.1f}, \"peak_rss_mb\": {:.1f}, \"generated_tokens\": {}, \"generated_text\": {}, "
+      "\"checkpoint\": {}, \"provenance\": {}",
+      c.steps, first_step, world, train_s, wall_s, comm_s, inference_s, last_loss,
       train_s > 0 ? (c.steps - first_step) * BT / train_s : 0.0, peak_rss_mb(), gen.tokens.size(),
       json_string(generated), json_string(ckpt_path), provenance_json(machine, build, extra)));
+  comm.barrier();
 }
 
 void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   const RunConfig& c = req.config;
   validate(c);
+  if (ctx.comm && ctx.comm->rank() != 0) {  // generation runs on rank 0; the others wait idle
+    ctx.comm->barrier();
+    return;
+  }
   if (req.checkpoint.empty()) throw std::invalid_argument("--checkpoint: a checkpoint file is required");
   const Checkpoint ck = load_checkpoint(req.checkpoint);
   std::vector<int32_t> prompt;
@@ -292,6 +394,8 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   fmt::print(stderr, "[{}] prompt of {} tokens; generated {} tokens in {:.3f} s{}\n", ctx.stage, prompt.size(),
              gen.tokens.size(), s, gen.stopped_at_eos ? " (stopped at [EOS])" : "");
   fmt::print("{}\n", ck.tokenizer.decode(gen.tokens));
+  std::fflush(stdout);
+  if (ctx.comm) ctx.comm->barrier();
 }
 
 }  // namespace gpt2

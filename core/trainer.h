@@ -9,13 +9,15 @@
 #include <string>
 
 #include "backend.h"
+#include "comm.h"
 #include "run_config.h"
 
 namespace gpt2 {
 
 struct StageContext {
-  std::string stage;  // "serial", ...
+  std::string stage;  // "serial", "mpi", ...
   std::function<std::unique_ptr<Backend>(int threads)> make_backend;
+  Communicator* comm = nullptr;  // nullptr: one process (a local communicator)
 };
 
 struct TrainRequest {
@@ -24,6 +26,7 @@ struct TrainRequest {
   std::string resume;       // training checkpoint to continue from, or ""
   bool overwrite = false;   // allow an out_dir that already holds a finished run
   std::string config_file;  // for the record
+  std::string hostfile;     // MPI: check the job's placement against it, or ""
 };
 
 struct GenerateRequest {

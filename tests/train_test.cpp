@@ -181,14 +181,14 @@ TEST(Resume, StopAndResumeGivesTheUninterruptedCurve) {
   for (const char* loader : {"sequential", "random"}) {
     RunConfig c = small_run(dir / "corpus.txt");
     c.loader = loader;
-    run_train({c, (dir / fmt::format("straight-{}", loader)).string(), "", false, ""}, kSerial);
+    run_train({c, (dir / fmt::format("straight-{}", loader)).string(), "", false, "", ""}, kSerial);
 
     RunConfig first = c;
     first.steps = 3;  // "interrupted" after 3 steps: its checkpoint holds steps 0..2
     const fs::path part = dir / fmt::format("parts-{}", loader);
-    run_train({first, part.string(), "", false, ""}, kSerial);
+    run_train({first, part.string(), "", false, "", ""}, kSerial);
     fs::rename(part / "metrics.jsonl", part / "metrics.jsonl.partial");  // as if it had died
-    run_train({c, part.string(), (part / "checkpoint.bin").string(), false, ""}, kSerial);
+    run_train({c, part.string(), (part / "checkpoint.bin").string(), false, "", ""}, kSerial);
 
     auto straight = losses_of(dir / fmt::format("straight-{}", loader) / "metrics.jsonl");
     auto resumed = losses_of(part / "metrics.jsonl");
@@ -205,14 +205,14 @@ TEST(Resume, RefusesAFinishedRunAndAMismatchedCheckpoint) {
   std::ofstream(dir / "corpus.txt") << small_corpus();
   RunConfig c = small_run(dir / "corpus.txt");
   c.steps = 2;
-  run_train({c, (dir / "run").string(), "", false, ""}, kSerial);
+  run_train({c, (dir / "run").string(), "", false, "", ""}, kSerial);
   const auto before = fs::last_write_time(dir / "run" / "metrics.jsonl");
-  EXPECT_THROW(run_train({c, (dir / "run").string(), "", false, ""}, kSerial), std::invalid_argument);
+  EXPECT_THROW(run_train({c, (dir / "run").string(), "", false, "", ""}, kSerial), std::invalid_argument);
   EXPECT_EQ(fs::last_write_time(dir / "run" / "metrics.jsonl"), before) << "the finished run is untouched";
   RunConfig other = c;
   other.steps = 4;
   other.n_embd = 64;
-  EXPECT_THROW(run_train({other, (dir / "run2").string(), (dir / "run" / "checkpoint.bin").string(), false, ""},
+  EXPECT_THROW(run_train({other, (dir / "run2").string(), (dir / "run" / "checkpoint.bin").string(), false, "", ""},
                          kSerial),
                std::invalid_argument);
 }

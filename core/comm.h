@@ -1,0 +1,76 @@
+// Communicator: the collectives data parallelism needs, chosen once at
+// start-up: `local` (one process; every collective is the identity) or
+// `mpi` (core/comm/mpi, MPICH). Data parallelism is one sum-allreduce of the
+// flat gradient buffer per step, optionally in buckets started while the
+// backward pass is still running (GradientSync below).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gpt2 {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Copies `bytes` from `root` to every rank.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // In place: data = sum over ranks of data.
+  virtual void allreduce_sum(float* data, size_t count) = 0;
+  virtual double allreduce_sum(double x) = 0;
+  // True on every rank iff every rank passed the same value.
+  virtual bool all_equal(uint64_t x) = 0;
+  // Waits for every rank without spinning a core (sleeps between polls).
+  virtual void barrier() = 0;
+  // Ends every rank of the job with `code`; does not return.
+  [[noreturn]] virtual void abort(int code) = 0;
+  // Non-blocking sum-allreduce of a range; completed by wait_all().
+  virtual void start_allreduce_sum(float* data, size_t count) = 0;
+  // Lets started operations advance (MPICH progresses only inside MPI calls).
+  virtual void progress() = 0;
+  virtual void wait_all() = 0;
+};
+
+std::unique_ptr<Communicator> make_local_communicator();
+
+// Broadcast helpers for variable-size data (sizes first).
+void broadcast_strings(Communicator& comm, std::vector<std::string>& v, int root);
+void broadcast_ints(Communicator& comm, std::vector<int32_t>& v, int root);
+
+// Called by the backward pass whenever a suffix of the gradient buffer is
+// final: grads[offset, end) will not change again this step.
+class GradReadyHook {
+ public:
+  virtual ~GradReadyHook() = default;
+  virtual void ready(size_t offset) = 0;
+};
+
+// Sums the flat gradient buffer over ranks, in place, without packing copies.
+// bucket_floats == 0: one blocking allreduce in finish_grad_sync().
+// bucket_floats > 0: as backward finishes each suffix, complete buckets of at
+// least that many floats are started non-blocking, overlapping the rest of
+// the backward pass; finish_grad_sync() starts the remainder and waits.
+class GradientSync final : public GradReadyHook {
+ public:
+  GradientSync(Communicator& comm, float* grads, size_t count, size_t bucket_floats);
+  void start_grad_sync();   // before backward: nothing is in flight
+  void ready(size_t offset) override;
+  void finish_grad_sync();  // after backward: grads hold the sum over ranks
+  double seconds() const { return seconds_; }  // time inside communication calls this step
+  size_t bytes() const { return count_ * sizeof(float); }
+
+ private:
+  Communicator& comm_;
+  float* grads_;
+  size_t count_, bucket_;
+  size_t pending_end_ = 0;  // grads[pending_end_, count_) are already started
+  double seconds_ = 0;
+};
+
+}  // namespace gpt2

@@ -1,0 +1,13 @@
+// Stage 1: MPI data parallelism on the CPU. Launched as `mpiexec -n R mpi
+// train ...`: every rank runs the CPU backend on its B/R rows of each global
+// batch and the gradients are summed by one allreduce (MPICH) per step.
+// Everything else is the core's.
+#include "backend.h"
+#include "cli.h"
+#include "mpi_comm.h"
+
+int main(int argc, char** argv) {
+  auto comm = gpt2::make_mpi_communicator(&argc, &argv);
+  gpt2::StageContext ctx{"mpi", [](int threads) { return gpt2::make_cpu_backend(threads); }, comm.get()};
+  return gpt2::stage_main(argc, argv, ctx);
+}

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""The MPI stage under mpiexec: equivalence with the serial stage, and faults.
+
+  * R = 2 and R = 4 ranks (4 oversubscribes 2 cores) train the same
+    configuration and seed as the serial stage for 12 steps, with one blocking
+    allreduce and with bucketed allreduce overlapping backward. Every step's
+    loss must agree within 1e-5 relative and every final weight within 1e-5
+    absolute: the ranks see exactly the serial batch and the gradient sum is
+    the serial sum in another order, so only float rounding may differ (~1e-7).
+  * A rank that fails mid-run (debug.fail_rank) ends the whole job with a
+    non-zero exit within 30 s, the message printed once, and no checkpoint
+    and no finished metrics stream left behind.
+  * A batch not divisible by R, a missing corpus on rank 0 and a hostfile that
+    does not match the job's placement are clear one-time errors.
+
+usage: mpi_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
+Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
+"""
+import argparse
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def read_params(path):
+    """The parameter block of a checkpoint (core/checkpoint.h, version 1)."""
+    b = open(path, "rb").read()
+    assert b[:8] == b"GPT2CKPT", path
+    pos = 8 + 4 + 4 + 5 * 4 + 1
+    (count,) = struct.unpack_from("<I", b, pos)
+    pos += 4
+    for _ in range(count):
+        (n,) = struct.unpack_from("<I", b, pos)
+        pos += 4 + n
+    (n,) = struct.unpack_from("<Q", b, pos)
+    pos += 8
+    return struct.unpack_from(f"<{n}f", b, pos)
+
+
+def losses(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r["loss"] for r in map(json.loads, f) if r["event"] == "step"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for k in ("serial", "mpi", "mpiexec", "corpus"):
+        ap.add_argument("--" + k, required=True)
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="mpi_test_")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    common = ["--data.corpus", os.path.abspath(a.corpus), "--model.block_size", "64", "--model.n_layer", "2",
+              "--model.n_head", "4", "--model.n_embd", "64", "--train.batch_size", "8", "--train.seq_len", "64",
+              "--train.steps", "12", "--train.threads", "1", "--train.peak_gflops", "50",
+              "--optimizer.lr", "1e-3", "--generate.prompt_tokens", "16", "--generate.max_new_tokens", "4"]
+    results = []
+
+    def check(title, ok, detail=""):
+        results.append(ok)
+        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}")
+
+    def mpirun(n, args, timeout=300, extra=()):
+        start = time.time()
+        r = subprocess.run([a.mpiexec, *extra, "-n", str(n), a.mpi, *args], capture_output=True, text=True,
+                           env=env, timeout=timeout)
+        return r, time.time() - start
+
+    serial_dir = os.path.join(work, "serial")
+    r = subprocess.run([a.serial, "train", "--out", serial_dir] + common, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        print(f"FAIL the serial reference run: {r.stderr}")
+        print("0 passed, 1 failed")
+        return 1
+    ref_losses, ref_params = losses(serial_dir), read_params(os.path.join(serial_dir, "checkpoint.bin"))
+
+    for n in (2, 4):
+        for bucket in ("0", "0.05"):
+            d = os.path.join(work, f"mpi{n}-{bucket}")
+            r, _ = mpirun(n, ["train", "--out", d, "--train.grad_bucket_mb", bucket] + common)
+            if r.returncode != 0:
+                check(f"R={n} bucket {bucket} MiB runs", False, r.stderr[-2000:])
+                continue
+            got = losses(d)
+            rel = max(abs(x - y) / abs(y) for x, y in zip(got, ref_losses))
+            check(f"R={n} bucket {bucket} MiB: {len(got)}-step loss curve equals serial",
+                  len(got) == len(ref_losses) and rel <= 1e-5, f"max relative difference {rel:.2e}, tolerance 1e-5")
+            p = read_params(os.path.join(d, "checkpoint.bin"))
+            diff = max(abs(x - y) for x, y in zip(p, ref_params))
+            check(f"R={n} bucket {bucket} MiB: final weights equal serial", len(p) == len(ref_params) and diff <= 1e-5,
+                  f"max |difference| {diff:.2e} over {len(p)} weights, tolerance 1e-5")
+            with open(os.path.join(d, "metrics.jsonl")) as f:
+                rec = [json.loads(l) for l in f]
+            step = next(x for x in rec if x["event"] == "step")
+            summ = rec[-1]
+            check(f"R={n}: metrics record ranks, communication time and bytes",
+                  summ.get("ranks") == n and step.get("comm_bytes", 0) > 0 and "comm_ms" in step
+                  and summ["provenance"].get("ranks") == n)
+
+    # A rank failing mid-run ends the job promptly.
+    d = os.path.join(work, "fail")
+    r, secs = mpirun(2, ["train", "--out", d, "--debug.fail_rank", "1", "--debug.fail_step", "5",
+                         "--train.checkpoint_every", "100"] + common, timeout=60)
+    count = r.stderr.count("injected failure")
+    left = sorted(os.listdir(d)) if os.path.isdir(d) else []
+    check("a rank failing at step 5 ends the job", r.returncode != 0 and secs < 30 and count == 1
+          and "metrics.jsonl" not in left and not any(f.startswith("checkpoint") for f in left),
+          f"exit {r.returncode} after {secs:.1f} s, message printed {count} time(s), left {left}")
+
+    # Input errors: each reported once, non-zero exit.
+    def one_error(title, n, args, needle, extra=()):
+        r, secs = mpirun(n, args, timeout=60, extra=extra)
+        lines = [l for l in r.stderr.splitlines() if "error:" in l]
+        check(title, r.returncode != 0 and len(lines) == 1 and needle in r.stderr and secs < 30,
+              f"exit {r.returncode} after {secs:.1f} s: {lines}")
+
+    one_error("batch 8 on 3 ranks", 3, ["train", "--out", os.path.join(work, "x3")] + common,
+              "not divisible by the 3 ranks")
+    one_error("missing corpus on rank 0", 2,
+              ["train", "--out", os.path.join(work, "x4")] + common + ["--data.corpus", os.path.join(work, "nope")],
+              "no such file")
+    hostfile = os.path.join(work, "hosts")
+    with open(hostfile, "w") as f:
+        f.write("# one slot only, but the job has two ranks here\nlocalhost:1\n")
+    one_error("hostfile with fewer slots than ranks", 2,
+              ["train", "--hostfile", hostfile, "--out", os.path.join(work, "x5")] + common, "hostfile")
+    passed = sum(results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
