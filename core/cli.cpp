@@ -130,7 +130,12 @@ int fail(const StageContext& ctx, const char* what, int code) {
   fmt::print(stderr, "{}: error: {}{}\n", ctx.stage,
              comm && comm->size() > 1 ? fmt::format("rank {}: ", comm->rank()) : "", what);
   std::fflush(stderr);
-  if (comm && comm->size() > 1) comm->abort(code);
+  if (comm && comm->size() > 1) {
+    // Give mpiexec's proxy time to forward the message before the abort
+    // tears the job down (seen here: without the pause it was sometimes lost).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    comm->abort(code);
+  }
   return code;
 }
 }  // namespace
