@@ -3,7 +3,8 @@
 //   <stage> generate --checkpoint CKPT [--prompt TEXT] [--config FILE] [--KEY VALUE ...]
 // KEY is any configuration key (section.name, see --help). The YAML file is
 // applied first, then the overrides in order. Exit status: 0 success, 2 bad
-// input (usage, configuration, files), 1 failure while running.
+// input (usage, configuration, files), 1 failure while running, 3 the stage
+// cannot run on this machine.
 #pragma once
 
 #include "trainer.h"
@@ -12,6 +13,9 @@ namespace gpt2 {
 
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+// This machine cannot run the stage (e.g. no CUDA device): the harness
+// records the run as skipped, not failed.
+inline constexpr int kExitUnavailable = 3;
 
 int stage_main(int argc, char** argv, const StageContext& ctx);
 

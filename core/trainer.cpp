@@ -14,6 +14,7 @@
 
 #include "activations.h"
 #include "checkpoint.h"
+#include "files.h"
 #include "comm.h"
 #include "dataloader.h"
 #include "flops.h"
@@ -51,16 +52,6 @@ namespace {
 
 int resolve_threads(int threads) {
   return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
-
-void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << text;
-    if (!f.flush()) throw std::runtime_error(fmt::format("{}: write failed", tmp.string()));
-  }
-  fs::rename(tmp, path);
 }
 
 // Creates out_dir and checks that it is writable and holds no finished run.
@@ -243,7 +234,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     prepare_out_dir(out, req.overwrite, !req.resume.empty());
     RunConfig resolved = c;
     resolved.vocab_size = mc.V;
-    write_atomically(out / "config.yaml", to_yaml(resolved));
+    write_file_atomically(out / "config.yaml", to_yaml(resolved));
     metrics.emplace((out / "metrics.jsonl").string(), req.resume.empty() ? -1 : first_step);
   }
 
@@ -275,7 +266,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   GradientSync sync(comm, model.grad_data(), model.num_params(),
                     static_cast<size_t>(c.grad_bucket_mb * (1 << 20) / sizeof(float)));
   auto save = [&] {
-    if (!root) return;
+    if (!root || !c.save_checkpoint) return;
     TrainingState st;
     st.loader_position = loader.position();
     st.loader_batches = loader.batches_served();
@@ -363,7 +354,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
       "\"checkpoint\": {}, \"provenance\": {}",
       c.steps, first_step, world, train_s, wall_s, comm_s, inference_s, last_loss,
       train_s > 0 ? (c.steps - first_step) * BT / train_s : 0.0, peak_rss_mb(), gen.tokens.size(),
-      json_string(generated), json_string(ckpt_path), provenance_json(machine, build, extra)));
+      json_string(generated), json_string(c.save_checkpoint ? ckpt_path : ""), provenance_json(machine, build, extra)));
   comm.barrier();
 }
 

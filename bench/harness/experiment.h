@@ -1,0 +1,65 @@
+// Experiment files (experiments/*.yaml): what to run, expanded into runs.
+//
+//   name: table1                      # default: the file's stem
+//   description: ...                  # one paragraph, shown in the reports
+//   base: original.yaml               # stage configuration (relative to this file)
+//   config: {train.steps: 50}         # overrides for every run (section.key: value)
+//   reports: [table1]                 # table1 | table2 | scaling
+//   repetitions: 3                    # runs of each configuration
+//   seeds: [1337]                     # train.seed values (a matrix axis)
+//   timeout_s: 3600                   # per run
+//   checkpoints: false                # keep each run's training checkpoint
+//   runs:
+//     - stage: serial                 # serial | mpi | cuda | mpi_cuda
+//       threads: [1, 2]               # lists expand into a matrix
+//     - stage: mpi
+//       ranks: [1, 2, 4]
+//       threads: 1
+//       hostfile: ../hostfiles/localhost
+//       config: {train.grad_bucket_mb: 4}
+//
+// Every run is resolved to a full stage configuration (core/run_config.h)
+// and validated before anything runs; errors name the file, line and key,
+// with a "did you mean" hint for unknown keys.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "run_config.h"
+
+namespace gpt2::harness {
+
+struct RunSpec {
+  std::string stage;
+  int ranks = 1;
+  int threads = 1;
+  int repetition = 0;
+  uint64_t seed = 0;
+  std::string hostfile;    // absolute path or ""
+  RunConfig config;        // resolved: base + experiment config + run config + threads + seed
+  std::string id;          // stage-rR-tT-repK-<hash of the resolved run and the build>
+};
+
+struct Experiment {
+  std::string name;
+  std::string description;
+  std::filesystem::path file;
+  std::vector<std::string> reports;
+  int repetitions = 1;
+  double timeout_s = 3600;
+  bool checkpoints = false;
+  std::vector<RunSpec> runs;
+};
+
+inline const std::vector<std::string> kStages = {"serial", "mpi", "cuda", "mpi_cuda"};
+
+// Parses, expands and validates; throws std::invalid_argument naming
+// file:line and the key. `build_id` (the build's git description) enters
+// every run id, so a new build does not reuse an old build's results.
+Experiment load_experiment(const std::filesystem::path& file, const std::string& build_id);
+
+}  // namespace gpt2::harness

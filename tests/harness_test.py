@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""The harness end to end, through the real stage programs (experiments/smoke.yaml):
+CSV columns and loss rows, skip reasons, reuse, resume after an interruption,
+a failing run that leaves earlier results intact, and bad experiment files
+that fail with one clear error before anything runs.
+
+usage: harness_test.py --harness PATH --repo PATH
+Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
+"""
+import argparse
+import csv
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,seed,status,reason,training_s,inference_s,"
+                "tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,git_commit,git_dirty,build_type,compiler,cpu,"
+                "cores,blas_core,host,date").split(",")
+LOSS_COLUMNS = "experiment,run_id,stage,ranks,threads,repetition,epoch,loss".split(",")
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        r = list(csv.reader(f))
+    return r[0], [dict(zip(r[0], x)) for x in r[1:]]
+
+
+def digest(path):
+    out = {}
+    for root, _, files in os.walk(path):
+        for f in files:
+            p = os.path.join(root, f)
+            out[os.path.relpath(p, path)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--harness", required=True)
+    ap.add_argument("--repo", required=True)
+    a = ap.parse_args()
+    a.repo = os.path.abspath(a.repo)
+    work = tempfile.mkdtemp(prefix="harness_test_")
+    exps = os.path.join(work, "experiments")
+    os.makedirs(exps)
+    shutil.copy(os.path.join(a.repo, "experiments", "smoke.yaml"), exps)
+    with open(os.path.join(a.repo, "experiments", "original.yaml")) as f:
+        base = f.read().replace("../data/tiny_tales.txt", os.path.join(a.repo, "data", "tiny_tales.txt"))
+    with open(os.path.join(exps, "original.yaml"), "w") as f:
+        f.write(base)
+    results, reports = os.path.join(work, "results"), os.path.join(work, "reports")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    checks = []
+
+    def check(title, ok, detail=""):
+        checks.append(ok)
+        shown = detail if not ok or len(detail) < 160 else ""  # long details only for failures
+        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + shown if shown else ''}", flush=True)
+
+    def harness(*args, exp="smoke.yaml", timeout=300):
+        return subprocess.run([a.harness, *args, os.path.join(exps, exp), "--results", results, "--reports", reports],
+                              capture_output=True, text=True, env=env, timeout=timeout)
+
+    # 1. A full run of the smoke experiment.
+    r = harness("run")
+    check("smoke runs", r.returncode == 0, r.stderr[-1500:] if r.returncode else "")
+    header, runs = rows(os.path.join(results, "smoke", "runs.csv"))
+    check("runs.csv has the documented columns", header == RUNS_COLUMNS, str(header))
+    by_stage = {(x["stage"], x["ranks"]): x for x in runs}
+    ok_runs = [x for x in runs if x["status"] == "ok"]
+    check("serial and mpi at 1 and 2 ranks completed",
+          {(x["stage"], x["ranks"]) for x in ok_runs} == {("serial", "1"), ("mpi", "1"), ("mpi", "2")},
+          str([(x["stage"], x["ranks"], x["status"], x["reason"]) for x in runs]))
+    check("completed runs carry numbers and provenance",
+          all(float(x["training_s"]) > 0 and float(x["final_loss"]) > 0 and x["steps"] == "3" and x["cpu"]
+              and x["git_commit"] for x in ok_runs))
+    for st in (("cuda", "1"), ("mpi_cuda", "2")):
+        x = by_stage.get(st, {})
+        check(f"{st[0]} is skipped with its reason", x.get("status") == "skipped" and "not built" in x.get("reason", "")
+              and x.get("training_s") == "", f"{x.get('status')}: {x.get('reason')}")
+    lheader, loss = rows(os.path.join(results, "smoke", "loss.csv"))
+    check("loss.csv: documented columns, 3 epochs per completed run", lheader == LOSS_COLUMNS and len(loss) == 9
+          and sorted({x["epoch"] for x in loss}) == ["0", "1", "2"], f"{len(loss)} rows")
+    serial_loss = [x["loss"] for x in loss if x["stage"] == "serial"]
+    mpi2_loss = [x["loss"] for x in loss if x["stage"] == "mpi" and x["ranks"] == "2"]
+    check("mpi at 2 ranks logs the serial losses", len(serial_loss) == 3 and all(
+        abs(float(p) - float(q)) <= 1e-5 * float(q) for p, q in zip(mpi2_loss, serial_loss)), f"{serial_loss} {mpi2_loss}")
+    for name in ("runs.md", "table1.md", "table1.csv", "table2.md", "table2.csv", "scaling.md"):
+        check(f"reports/smoke/{name} written", os.path.isfile(os.path.join(reports, "smoke", name)))
+    t1 = open(os.path.join(reports, "smoke", "table1.md")).read()
+    check("table1.md names the machine and the skipped stages' reason", "not built" in t1 and "Measured on" in t1)
+
+    # 2. Rerunning reuses completed runs.
+    before = digest(os.path.join(results, "smoke"))
+    r = harness("run")
+    check("a rerun reuses the completed runs", r.returncode == 0 and r.stderr.count("reused") == 3
+          and digest(os.path.join(results, "smoke")) == before, r.stderr[-800:])
+    # 3. report rebuilds from stored results.
+    os.remove(os.path.join(reports, "smoke", "table1.md"))
+    r = harness("report")
+    check("report rebuilds the reports without running", r.returncode == 0 and "running" not in r.stderr
+          and os.path.isfile(os.path.join(reports, "smoke", "table1.md")), r.stderr[-500:])
+
+    # 4. Interrupt a forced rerun after its first run finished; the next run resumes.
+    serial_dir = next(os.path.join(results, "smoke", x["run_id"]) for x in runs if x["stage"] == "serial")
+    status = os.path.join(serial_dir, "status.json")
+    t_start = time.time()
+    p = subprocess.Popen([a.harness, "run", os.path.join(exps, "smoke.yaml"), "--results", results, "--reports",
+                          reports, "--force"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (os.path.exists(status) and os.path.getmtime(status) >= t_start):
+        time.sleep(0.02)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    r = harness("run")
+    _, runs2 = rows(os.path.join(results, "smoke", "runs.csv"))
+    check("after an interruption, the next run reuses what finished and completes the rest",
+          r.returncode == 0 and "reused" in r.stderr and sum(x["status"] == "ok" for x in runs2) == 3, r.stderr[-800:])
+
+    # 5. A failing run leaves the earlier results intact.
+    with open(os.path.join(exps, "smoke.yaml")) as f:
+        smoke = f.read()
+    with open(os.path.join(exps, "smoke.yaml"), "w") as f:
+        f.write(smoke + "  - stage: serial\n    threads: 1\n    config: {debug.fail_rank: 0, debug.fail_step: 1}\n")
+    before = digest(os.path.join(results, "smoke"))
+    r = harness("run")
+    _, runs3 = rows(os.path.join(results, "smoke", "runs.csv"))
+    failed = [x for x in runs3 if x["status"] == "failed"]
+    after = digest(os.path.join(results, "smoke"))
+    intact = all(after.get(k) == v for k, v in before.items() if not k.endswith(".csv"))
+    check("a failing run is recorded as failed with its error, exit 1",
+          r.returncode == 1 and len(failed) == 1 and "injected failure" in failed[0]["reason"], str(failed))
+    check("... and every earlier result is intact", intact and sum(x["status"] == "ok" for x in runs3) == 3)
+
+    # 6. Bad experiment files: one clear error each, before anything runs.
+    bad = {
+        "syntax.yaml": ("runs: [\n", "syntax error"),
+        "unknown.yaml": ("base: original.yaml\nrepetitons: 2\nruns:\n  - stage: serial\n",
+                         "did you mean 'repetitions'"),
+        "badtype.yaml": ("base: original.yaml\nrepetitions: two\nruns:\n  - stage: serial\n", "repetitions"),
+        "nocorpus.yaml": ("base: original.yaml\nconfig: {data.corpus: nope.txt}\nruns:\n  - stage: serial\n",
+                          "nope.txt"),
+        "zero.yaml": ("base: original.yaml\nconfig: {train.steps: 0}\nruns:\n  - stage: serial\n", "train.steps"),
+        "ranks.yaml": ("base: original.yaml\nruns:\n  - stage: mpi\n    ranks: [2, 3]\n", "not divisible by 3"),
+        "stage.yaml": ("base: original.yaml\nruns:\n  - stage: mpii\n", "did you mean 'mpi'"),
+    }
+    for name, (text, needle) in bad.items():
+        with open(os.path.join(exps, name), "w") as f:
+            f.write(text)
+        r = harness("run", exp=name)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        stem = name[:-5]
+        check(f"bad experiment {name}", r.returncode == 2 and len(lines) == 1 and needle in r.stderr
+              and name in r.stderr and not os.path.exists(os.path.join(results, stem)), r.stderr.strip())
+
+    r = subprocess.run([a.harness, "list", "--experiments", exps], capture_output=True, text=True)
+    check("list names the experiments and why stages are unavailable",
+          r.returncode == 0 and "smoke" in r.stdout and "cuda" in r.stdout and "not built" in r.stdout, r.stdout)
+    passed = sum(checks)
+    print(f"{passed} passed, {len(checks) - passed} failed")
+    return 0 if all(checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
