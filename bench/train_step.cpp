@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "activations.h"
+#include "checkpoint.h"
+#include "tokenizer.h"
 #include "backend.h"
 #include "flops.h"
 #include "provenance.h"
@@ -33,6 +35,7 @@ struct Options {
   int steps = 5;
   int warmup = 1;
   std::string json;
+  std::string save_init;
 };
 
 const char* kHelp = R"(train_step: benchmark one GPT-2 training step (forward, backward, Adam) on the CPU.
@@ -45,6 +48,8 @@ usage: train_step [options]
   --steps N         timed steps per thread count; median taken  (default 5)
   --warmup N        untimed steps first                         (default 1)
   --json PATH       also write the results as JSON to PATH
+  --save-init PATH  write the initial weights (seed 1) as a checkpoint, for the
+                    PyTorch peer (bench/peers/peer_bench.py), and exit
   --help            this text
 
 The SGEMM ceiling is a 2048^3 SGEMM with OpenBLAS's own threads, median of 5.
@@ -88,6 +93,8 @@ Options parse(int argc, char** argv) {
       o.warmup = std::stoi(v);
     } else if (k == "--json") {
       o.json = v;
+    } else if (k == "--save-init") {
+      o.save_init = v;
     } else {
       throw std::invalid_argument(fmt::format("unknown option '{}' (see --help)", k));
     }
@@ -105,6 +112,15 @@ int run(const Options& o) {
   const Gpt2Config cfg = preset(o.preset);
   const int B = o.batch, T = o.seq > 0 ? o.seq : cfg.T;
   if (T > cfg.T) throw std::invalid_argument(fmt::format("--seq {} exceeds block size {}", T, cfg.T));
+  if (!o.save_init.empty()) {
+    Gpt2 model(cfg);
+    model.init_weights(1);
+    std::vector<std::string> vocab;  // placeholder entries: the peer needs only the weights
+    for (int i = 0; i + 1 < cfg.V; ++i) vocab.push_back(fmt::format("t{}", i));
+    vocab.push_back(kEosToken);
+    save_checkpoint(o.save_init, model, Tokenizer::from_vocab(TokenizerKind::kWord, vocab));
+    return 0;
+  }
   const MachineInfo mi = machine_info();
   const FlopCount flops = training_flops(cfg, B, T);
   fmt::print("{}model: {} ({} parameters), B={} T={}, {:.2f} GFLOP per step\n\n", describe(mi),

@@ -41,6 +41,10 @@ except ImportError as e:  # pragma: no cover
     print(f"torch_crosscheck: skipped: {e} (install python3-torch)")
     sys.exit(77)
 
+# The PyTorch model and optimizers, shared with the peer benchmark.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
+from torch_gpt2 import OriginalAdam, gpt2_forward, lr_at  # noqa: E402
+
 torch.set_default_dtype(torch.float64)
 
 
@@ -55,61 +59,6 @@ def load(directory):
         arr = np.frombuffer(raw, dtype=dtype, count=count, offset=a["offset"]).reshape(a["shape"])
         arrays[a["name"]] = arr
     return manifest, arrays
-
-
-def gpt2_forward(p, cfg, tokens):
-    """tokens (B,T) -> logits (B,T,V). p: name -> tensor, names as our layout."""
-    V, L, NH, C = cfg["V"], cfg["L"], cfg["NH"], cfg["C"]
-    B, T = tokens.shape
-    HS = C // NH
-    x = p["wte"][tokens] + p["wpe"][:T]
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-    for l in range(L):
-        w = lambda s: p[f"h.{l}.{s}"]
-        h = F.layer_norm(x, (C,), w("ln1_w"), w("ln1_b"), eps=1e-5)
-        q, k, v = (h @ w("qkv_w").T).split(C, dim=2)
-        q, k, v = (t.view(B, T, NH, HS).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(HS)
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ w("attn_proj_w").T + w("attn_proj_b")
-        h = F.layer_norm(x, (C,), w("ln2_w"), w("ln2_b"), eps=1e-5)
-        h = F.gelu(h @ w("fc_w").T + w("fc_b"), approximate="tanh")
-        x = x + h @ w("fc_proj_w").T + w("fc_proj_b")
-    x = F.layer_norm(x, (C,), p["lnf_w"], p["lnf_b"], eps=1e-5)
-    return x @ p["lm_head"].T
-
-
-def lr_at(o, step):
-    if o["kind"] == "adam_original":
-        frac = min(step, o["decay_steps"]) / o["decay_steps"]
-        return o["lr"] - (o["lr"] - o["min_lr"]) * frac
-    if step < o["warmup_steps"]:
-        return o["lr"] * (step + 1) / o["warmup_steps"]
-    if step >= o["decay_steps"]:
-        return o["min_lr"]
-    frac = (step - o["warmup_steps"]) / max(o["decay_steps"] - o["warmup_steps"], 1)
-    return o["min_lr"] + 0.5 * (o["lr"] - o["min_lr"]) * (1 + math.cos(math.pi * frac))
-
-
-class OriginalAdam:
-    """The reproduced project's Adam: eps added to the uncorrected sqrt(v),
-    bias correction folded into the step size; no weight decay."""
-
-    def __init__(self, params, o):
-        self.params, self.o, self.t = params, o, 0
-        self.m = [torch.zeros_like(p) for p in params]
-        self.v = [torch.zeros_like(p) for p in params]
-
-    @torch.no_grad()
-    def step(self, lr):
-        self.t += 1
-        b1, b2, eps = self.o["beta1"], self.o["beta2"], self.o["eps"]
-        step_size = lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
-        for p, m, v in zip(self.params, self.m, self.v):
-            m.mul_(b1).add_(p.grad, alpha=1 - b1)
-            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-            p.sub_(step_size * m / (v.sqrt() + eps))
 
 
 def worst(name, ours, ref, atol):

@@ -41,6 +41,7 @@ std::string find_on_path(const std::string& name) {
 struct Status {
   std::string status, reason;
   double seconds = 0;
+  std::string date;  // UTC time of the attempt
 };
 
 std::optional<Status> read_status(const fs::path& dir) {
@@ -48,15 +49,17 @@ std::optional<Status> read_status(const fs::path& dir) {
   if (!fs::exists(p)) return std::nullopt;
   try {
     YAML::Node n = YAML::LoadFile(p.string());
-    return Status{n["status"].as<std::string>(), n["reason"].as<std::string>(""), n["seconds"].as<double>(0)};
+    return Status{n["status"].as<std::string>(), n["reason"].as<std::string>(""), n["seconds"].as<double>(0),
+                  n["date"].as<std::string>("")};
   } catch (const std::exception&) {
     return std::nullopt;  // unreadable: the run is not done
   }
 }
 
 void write_status(const fs::path& dir, const Status& s) {
-  write_file_atomically(dir / "status.json", fmt::format("{{\"status\": {}, \"reason\": {}, \"seconds\": {:.3f}}}\n",
-                                                         json_string(s.status), json_string(s.reason), s.seconds));
+  write_file_atomically(dir / "status.json",
+                        fmt::format("{{\"status\": {}, \"reason\": {}, \"seconds\": {:.3f}, \"date\": {}}}\n",
+                                    json_string(s.status), json_string(s.reason), s.seconds, json_string(s.date)));
 }
 
 // The last line of the log that carries an error message, or "".
@@ -110,7 +113,7 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, double tim
 Status run_one(const Experiment& ex, const RunSpec& r, const fs::path& dir, const Availability& av) {
   fs::remove_all(dir);  // a fresh attempt: nothing stale from an interrupted one
   fs::create_directories(dir);
-  if (!av.available) return Status{"skipped", av.reason, 0};
+  if (!av.available) return Status{"skipped", av.reason, 0, ""};
   RunConfig cfg = r.config;
   cfg.save_checkpoint = ex.checkpoints;
   write_file_atomically(dir / "run.yaml", to_yaml(cfg));
@@ -125,11 +128,11 @@ Status run_one(const Experiment& ex, const RunSpec& r, const fs::path& dir, cons
   const auto t0 = Clock::now();
   const int rc = launch(argv, dir / "log.txt", ex.timeout_s);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (rc == 0 && fs::exists(dir / "metrics.jsonl")) return Status{"ok", "", secs};
-  if (rc == -1) return Status{"failed", fmt::format("timed out after {:.0f} s (timeout_s)", ex.timeout_s), secs};
+  if (rc == 0 && fs::exists(dir / "metrics.jsonl")) return Status{"ok", "", secs, ""};
+  if (rc == -1) return Status{"failed", fmt::format("timed out after {:.0f} s (timeout_s)", ex.timeout_s), secs, ""};
   std::string why = error_from_log(dir / "log.txt");
   if (why.empty()) why = rc == 0 ? "the program exited 0 but wrote no metrics stream" : fmt::format("exit status {}", rc);
-  return Status{rc == kExitUnavailable ? "skipped" : "failed", why, secs};
+  return Status{rc == kExitUnavailable ? "skipped" : "failed", why, secs, ""};
 }
 
 }  // namespace
@@ -169,10 +172,11 @@ void write_results_csv(const Experiment& ex, const fs::path& results_dir) {
     if (!st) continue;  // not run yet
     std::vector<std::string> row = {ex.name, r.id, r.stage, std::to_string(r.ranks), std::to_string(r.threads),
                                     std::to_string(r.repetition), std::to_string(r.seed), st->status, st->reason};
-    // Provenance: the run's own when it completed, else this machine's.
+    // Provenance: the run's own when it completed, else this machine's and
+    // the time of the attempt.
     std::vector<std::string> prov = {build.git_commit, build.git_dirty ? "true" : "false", build.build_type,
                                      build.compiler, here.cpu_model, std::to_string(here.logical_cores),
-                                     here.blas_core, here.hostname, here.date_utc};
+                                     here.blas_core, here.hostname, st->date};
     std::vector<std::string> nums(7);
     if (st->status == "ok") {
       std::ifstream f(dir / "metrics.jsonl");
@@ -214,7 +218,8 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
     }
     fmt::print(stderr, "[{}/{}] {}: running ({} steps, timeout {:.0f} s)...\n", index, ex.runs.size(), r.id,
                r.config.steps, ex.timeout_s);
-    const Status st = run_one(ex, r, dir, stage_availability(r.stage, opt.stages_dir));
+    Status st = run_one(ex, r, dir, stage_availability(r.stage, opt.stages_dir));
+    st.date = machine_info().date_utc;
     write_status(dir, st);
     write_results_csv(ex, opt.results_dir);  // after every run: an interruption loses nothing recorded
     if (st.status == "failed") ++failed;

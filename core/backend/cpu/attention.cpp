@@ -1,10 +1,14 @@
-// Causal multi-head attention on the CPU, fused: scores, mask, softmax and
-// the weighted sum of values are done one query row at a time, so the (T,T)
-// attention matrix is never stored. Forward keeps only the log-sum-exp of
-// each row; backward rebuilds each probability as exp(score - lse).
+// Causal multi-head attention on the CPU, fused and tiled: for each (b, h)
+// and block of kBlock query rows, the scores, mask, softmax and weighted sum
+// of values are computed in a (kBlock, T) tile with single-threaded SGEMMs,
+// so the (T,T) attention matrix is never stored. Forward keeps only the
+// log-sum-exp of each row; backward rebuilds the probabilities from it.
 // Work is split over (b, h) pairs: their outputs and gradients are disjoint.
+// attention_decode (one query against a KV cache) works row-wise.
+#include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cpu_backend.h"
@@ -13,6 +17,9 @@
 namespace gpt2::cpu {
 
 namespace {
+// Query rows per block: the (kBlock, T) score tile of one thread stays in L2.
+constexpr int64_t kBlock = 64;
+
 inline float dot(const float* a, const float* b, int64_t n) {
   float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
@@ -35,7 +42,7 @@ float attention_row(float* o, float* p, const float* base, int64_t t, int64_t C3
   float maxv = -INFINITY;
   for (int64_t s = 0; s <= t; ++s) {  // causal: keys at or before t
     p[s] = dot(q, base + s * C3 + C, HS) * scale;
-    maxv = std::fmax(maxv, p[s]);
+    maxv = p[s] > maxv ? p[s] : maxv;
   }
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -51,16 +58,45 @@ float attention_row(float* o, float* p, const float* base, int64_t t, int64_t C3
 }  // namespace
 
 void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH) {
+  // Per (b, h), in blocks of kBlock query rows [r0, r1): the block sees keys
+  // [0, r1) only, so the scores S = scale Q K^T and the output O = P V are
+  // GEMMs on the causal lower part (62.5% of the square at T = 256).
   const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), C = C3 / 3, HS = C / NH;
-  float* rows = scratch(static_cast<size_t>(threads_ * T));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float* scratch_all = scratch(static_cast<size_t>(threads_ * kBlock * T));
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
     const int64_t b = bh / NH, h = bh % NH;
-    float* p = rows + omp_get_thread_num() * T;
-    const float* base = qkv.data + b * T * C3 + h * HS;  // q of (b, t=0, h)
-    for (int64_t t = 0; t < T; ++t) {
-      float* o = out.data + (b * T + t) * C + h * HS;
-      lse.data[bh * T + t] = attention_row(o, p, base, t, C3, C, HS);
+    float* S = scratch_all + omp_get_thread_num() * kBlock * T;  // (kBlock, T)
+    const float* Q = qkv.data + b * T * C3 + h * HS;  // rows C3 apart; K at +C, V at +2C
+    float* O = out.data + b * T * C + h * HS;        // rows C apart
+    for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
+      const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
+      // S (m, n) = scale * Q[r0:r1] K[0:n]^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                  static_cast<int>(HS), scale, Q + r0 * C3, static_cast<int>(C3), Q + C, static_cast<int>(C3), 0.0f,
+                  S, static_cast<int>(n));
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t t = r0 + i;  // keys 0..t are visible
+        float* row = S + i * n;
+        float maxv = -INFINITY;
+        for (int64_t s = 0; s <= t; ++s) maxv = row[s] > maxv ? row[s] : maxv;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t s = 0; s <= t; ++s) {
+          row[s] = fast_exp(row[s] - maxv);  // shifted by the row max for stability
+          sum += row[s];
+        }
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int64_t s = 0; s <= t; ++s) row[s] *= inv;
+        for (int64_t s = t + 1; s < n; ++s) row[s] = 0.0f;  // masked
+        lse.data[bh * T + t] = maxv + std::log(sum);
+      }
+      // O[r0:r1] (m, HS) = P (m, n) V[0:n] (n, HS)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(HS),
+                  static_cast<int>(n), 1.0f, S, static_cast<int>(n), Q + 2 * C, static_cast<int>(C3), 0.0f,
+                  O + r0 * C, static_cast<int>(C));
     }
   }
 }
@@ -76,38 +112,53 @@ void CpuBackend::attention_decode(Tensor out, Tensor qkv, int NH) {
 
 void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
                                     int NH) {
-  // Row t: P_s = exp(scale q.k_s - lse_t), dP_s = dO_t . v_s,
-  // D_t = sum_s P_s dP_s = dO_t . O_t, dS_s = P_s (dP_s - D_t) * scale;
-  // dq_t += dS_s k_s, dk_s += dS_s q_t, dv_s += P_s dO_t.
+  // Per (b, h) and block of query rows [r0, r1) over keys [0, r1):
+  //   P = exp(scale Q K^T - lse) (masked),  dP = dO V^T,
+  //   D_t = sum_s P_ts dP_ts = dO_t . O_t,  dS = P * (dP - D) * scale,
+  //   dQ = dS K,  dK += dS^T Q,  dV += P^T dO      (FlashAttention-2's backward)
   const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), C = C3 / 3, HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float* scratch_all = scratch(static_cast<size_t>(threads_ * 2 * kBlock * T));
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
     const int64_t b = bh / NH, h = bh % NH;
-    const float* base = qkv.data + b * T * C3 + h * HS;
-    float* dbase = dqkv.data + b * T * C3 + h * HS;
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t part = 0; part < 3; ++part) {
-        float* d = dbase + t * C3 + part * C;
-        for (int64_t i = 0; i < HS; ++i) d[i] = 0.0f;
-      }
+    float* P = scratch_all + omp_get_thread_num() * 2 * kBlock * T;  // (kBlock, T)
+    float* dP = P + kBlock * T;                                       // (kBlock, T)
+    const float* Q = qkv.data + b * T * C3 + h * HS;
+    const float* dO = dout.data + b * T * C + h * HS;
+    const float* O = out.data + b * T * C + h * HS;
+    float* dQ = dqkv.data + b * T * C3 + h * HS;  // dK at +C, dV at +2C
+    for (int64_t t = 0; t < T; ++t) {  // dK and dV accumulate over row blocks
+      for (int64_t i = 0; i < HS; ++i) dQ[t * C3 + C + i] = dQ[t * C3 + 2 * C + i] = 0.0f;
     }
-    for (int64_t t = 0; t < T; ++t) {
-      const float* q = base + t * C3;
-      const float* dO = dout.data + (b * T + t) * C + h * HS;
-      const float* O = out.data + (b * T + t) * C + h * HS;
-      const float D = dot(dO, O, HS);
-      const float row_lse = lse.data[bh * T + t];
-      float* dq = dbase + t * C3;
-      for (int64_t s = 0; s <= t; ++s) {
-        const float* k = base + s * C3 + C;
-        const float* v = base + s * C3 + 2 * C;
-        const float P = fast_exp(dot(q, k, HS) * scale - row_lse);
-        const float dS = P * (dot(dO, v, HS) - D) * scale;
-        axpy(dq, dS, k, HS);
-        axpy(dbase + s * C3 + C, dS, q, HS);
-        axpy(dbase + s * C3 + 2 * C, P, dO, HS);
+    for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
+      const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
+      const int im = static_cast<int>(m), in = static_cast<int>(n), ihs = static_cast<int>(HS);
+      const int ic3 = static_cast<int>(C3), ic = static_cast<int>(C);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, scale, Q + r0 * C3, ic3, Q + C, ic3, 0.0f, P,
+                  in);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, 1.0f, dO + r0 * C, ic, Q + 2 * C, ic3, 0.0f,
+                  dP, in);
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t t = r0 + i;
+        float* p = P + i * n;
+        float* dp = dP + i * n;
+        const float row_lse = lse.data[bh * T + t];
+        const float D = dot(dO + t * C, O + t * C, HS);
+#pragma omp simd
+        for (int64_t s = 0; s <= t; ++s) {
+          p[s] = fast_exp(p[s] - row_lse);
+          dp[s] = p[s] * (dp[s] - D) * scale;  // dS
+        }
+        for (int64_t s = t + 1; s < n; ++s) p[s] = dp[s] = 0.0f;  // masked
       }
+      // dQ[r0:r1] = dS K[0:n];  dK[0:n] += dS^T Q[r0:r1];  dV[0:n] += P^T dO[r0:r1]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, ihs, in, 1.0f, dP, in, Q + C, ic3, 0.0f,
+                  dQ + r0 * C3, ic3);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, dP, in, Q + r0 * C3, ic3, 1.0f,
+                  dQ + C, ic3);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, P, in, dO + r0 * C, ic, 1.0f,
+                  dQ + 2 * C, ic3);
     }
   }
 }

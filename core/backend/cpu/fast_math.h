@@ -13,11 +13,16 @@
 
 namespace gpt2::cpu {
 
-// exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2; exp(r) by the
+// exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln2 / 2 (+ rounding); exp(r) by the
 // Cephes degree-6 minimax polynomial; ln 2 split in two for an exact n * ln 2.
 inline float fast_exp(float x) {
-  x = std::fmin(std::fmax(x, -87.3f), 88.7f);
-  float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  // Plain comparisons, not std::fmin/fmax: those are libm calls here and
+  // stop the loop from vectorising.
+  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+  // Round to nearest by adding and removing 1.5 * 2^23 (exact for |v| < 2^22;
+  // std::floor would not vectorise without -ffast-math).
+  constexpr float kRound = 12582912.0f;
+  float n = (x * 1.44269504088896341f + kRound) - kRound;
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;

@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""GPT-2 in PyTorch, exactly our model: the peer we measure against and the
+reference the tests check against.
+
+The model is written with torch.nn.functional on a dict of named tensors
+(names as our parameter layout, core/params.cpp); the original project's Adam
+is written out with torch's foreach kernels (PyTorch has no such variant).
+As a program it is the peer side of bench/peers/peer_bench.py: it loads our
+initial weights from a checkpoint written by `train_step --save-init` and
+times training steps (forward, backward, clipping, Adam) with the same
+configuration and thread count.
+
+usage: torch_gpt2.py --init CKPT --threads N [--batch 16] [--seq 256] [--steps 5] [--warmup 1] [--json OUT]
+Run it with Debian's /usr/bin/python3 (python3-torch) and OPENBLAS_NUM_THREADS=N.
+"""
+import argparse
+import json
+import math
+import statistics
+import struct
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def gpt2_forward(p, cfg, tokens):
+    """tokens (B,T) -> logits (B,T,V). p: name -> tensor, names as our layout."""
+    L, NH, C = cfg["L"], cfg["NH"], cfg["C"]
+    B, T = tokens.shape
+    HS = C // NH
+    x = p["wte"][tokens] + p["wpe"][:T]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for l in range(L):
+        w = lambda s: p[f"h.{l}.{s}"]
+        h = F.layer_norm(x, (C,), w("ln1_w"), w("ln1_b"), eps=1e-5)
+        q, k, v = (h @ w("qkv_w").T).split(C, dim=2)
+        q, k, v = (t.view(B, T, NH, HS).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(HS)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ w("attn_proj_w").T + w("attn_proj_b")
+        h = F.layer_norm(x, (C,), w("ln2_w"), w("ln2_b"), eps=1e-5)
+        h = F.gelu(h @ w("fc_w").T + w("fc_b"), approximate="tanh")
+        x = x + h @ w("fc_proj_w").T + w("fc_proj_b")
+    x = F.layer_norm(x, (C,), p["lnf_w"], p["lnf_b"], eps=1e-5)
+    return x @ p["lm_head"].T
+
+
+def lr_at(o, step):
+    """Our schedules (core/optim.cpp): linear for adam_original, warm-up + cosine for adamw."""
+    if o["kind"] == "adam_original":
+        frac = min(step, o["decay_steps"]) / o["decay_steps"]
+        return o["lr"] - (o["lr"] - o["min_lr"]) * frac
+    if step < o["warmup_steps"]:
+        return o["lr"] * (step + 1) / o["warmup_steps"]
+    if step >= o["decay_steps"]:
+        return o["min_lr"]
+    frac = (step - o["warmup_steps"]) / max(o["decay_steps"] - o["warmup_steps"], 1)
+    return o["min_lr"] + 0.5 * (o["lr"] - o["min_lr"]) * (1 + math.cos(math.pi * frac))
+
+
+class OriginalAdam:
+    """The reproduced project's Adam: eps added to the uncorrected sqrt(v),
+    bias correction folded into the step size; no weight decay."""
+
+    def __init__(self, params, o):
+        self.params, self.o, self.t = params, o, 0
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+
+    @torch.no_grad()
+    def step(self, lr):
+        self.t += 1
+        b1, b2, eps = self.o["beta1"], self.o["beta2"], self.o["eps"]
+        step_size = lr * math.sqrt(1 - b2 ** self.t) / (1 - b1 ** self.t)
+        grads = [p.grad for p in self.params]
+        torch._foreach_mul_(self.m, b1)
+        torch._foreach_add_(self.m, grads, alpha=1 - b1)
+        torch._foreach_mul_(self.v, b2)
+        torch._foreach_addcmul_(self.v, grads, grads, value=1 - b2)
+        denom = torch._foreach_sqrt(self.v)
+        torch._foreach_add_(denom, eps)
+        torch._foreach_addcdiv_(self.params, self.m, denom, value=-step_size)
+
+
+ORIGINAL_ADAM = {"kind": "adam_original", "lr": 1e-4, "min_lr": 1e-5, "warmup_steps": 0, "decay_steps": 10000,
+                 "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0}
+
+
+def load_checkpoint(path):
+    """(config, {name: float32 tensor}) from one of our checkpoints (core/checkpoint.h)."""
+    b = open(path, "rb").read()
+    if b[:8] != b"GPT2CKPT":
+        raise SystemExit(f"{path}: not a checkpoint")
+    V, T, L, NH, C = struct.unpack_from("<5i", b, 16)
+    pos = 16 + 20 + 1
+    (count,) = struct.unpack_from("<I", b, pos)
+    pos += 4
+    for _ in range(count):
+        (n,) = struct.unpack_from("<I", b, pos)
+        pos += 4 + n
+    (n,) = struct.unpack_from("<Q", b, pos)
+    flat = torch.frombuffer(bytearray(b[pos + 8: pos + 8 + 4 * n]), dtype=torch.float32)
+    cfg = {"V": V, "T": T, "L": L, "NH": NH, "C": C}
+    params, off = {}, 0
+    for name, shape in layout(cfg):
+        k = math.prod(shape)
+        params[name] = flat[off: off + k].view(*shape).clone()
+        off += k
+    return cfg, params
+
+
+def layout(cfg):
+    """Names and shapes in our buffer order (core/params.cpp)."""
+    V, T, L, C = cfg["V"], cfg["T"], cfg["L"], cfg["C"]
+    out = [("wte", (V, C)), ("wpe", (T, C))]
+    for l in range(L):
+        out += [(f"h.{l}.ln1_w", (C,)), (f"h.{l}.ln1_b", (C,)), (f"h.{l}.qkv_w", (3 * C, C)),
+                (f"h.{l}.attn_proj_w", (C, C)), (f"h.{l}.attn_proj_b", (C,)), (f"h.{l}.ln2_w", (C,)),
+                (f"h.{l}.ln2_b", (C,)), (f"h.{l}.fc_w", (4 * C, C)), (f"h.{l}.fc_b", (4 * C,)),
+                (f"h.{l}.fc_proj_w", (C, 4 * C)), (f"h.{l}.fc_proj_b", (C,))]
+    return out + [("lnf_w", (C,)), ("lnf_b", (C,)), ("lm_head", (V, C))]
+
+
+def bench(a):
+    torch.set_num_threads(a.threads)
+    cfg, params = load_checkpoint(a.init)
+    for p in params.values():
+        p.requires_grad_(True)
+    plist = list(params.values())
+    opt = OriginalAdam(plist, ORIGINAL_ADAM)
+    g = torch.Generator().manual_seed(1)
+    data = torch.randint(0, cfg["V"], (a.batch * a.seq + 1,), generator=g)
+    x, y = data[:-1].view(a.batch, a.seq), data[1:].view(a.batch, a.seq)
+    times = []
+    for s in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(gpt2_forward(params, cfg, x).view(-1, cfg["V"]), y.reshape(-1))
+        for p in plist:
+            p.grad = None
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(plist, ORIGINAL_ADAM["grad_clip"])
+        opt.step(lr_at(ORIGINAL_ADAM, s))
+        dt = time.perf_counter() - t0
+        if s >= a.warmup:
+            times.append(dt * 1e3)
+    med = statistics.median(times)
+    result = {"threads": a.threads, "median_ms": med, "min_ms": min(times), "max_ms": max(times),
+              "tokens_per_s": a.batch * a.seq / (med / 1e3), "torch": torch.__version__,
+              "torch_threads": torch.get_num_threads(), "parallel_info": torch.__config__.parallel_info()}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f)
+    print(f"peer (PyTorch {torch.__version__}), {a.threads} threads: median {med:.1f} ms/step")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--init", required=True, help="checkpoint with our initial weights (train_step --save-init)")
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--json")
+    sys.exit(bench(ap.parse_args()))
