@@ -34,7 +34,8 @@ std::string help(const std::string& stage, const std::string& command) {
         "  --config FILE              YAML file of sections: model, data, train, optimizer, generate\n"
         "  --out DIR                  output directory [default: runs/{}-<UTC time>]\n"
         "  --resume CKPT              continue from a training checkpoint (same curve as uninterrupted)\n"
-        "  --overwrite                allow DIR to hold a finished run (replaced only on success)\n"
+        "  --overwrite                allow DIR to hold a finished run (its files are replaced as the\n"
+        "                             new run writes them; its metrics stream only when the new one ends)\n"
         "  --hostfile FILE            MPI: fail unless the job's ranks fit this MPICH hostfile\n",
         stage);
   }

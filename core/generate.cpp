@@ -90,7 +90,10 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
       }
     }
     const double u = uniform01(opt.seed, kSamplingStream, static_cast<uint64_t>(i));
-    const int32_t next = pick_token({logits, static_cast<size_t>(cfg.V)}, opt.temperature, opt.top_k, u);
+    // Rows of wte/lm_head beyond the tokenizer's vocabulary (model.vocab_size
+    // larger than it) are never produced: they decode to nothing.
+    const int limit = opt.vocab_limit > 0 ? std::min(opt.vocab_limit, cfg.V) : cfg.V;
+    const int32_t next = pick_token({logits, static_cast<size_t>(limit)}, opt.temperature, opt.top_k, u);
     if (next == eos_id) {
       out.stopped_at_eos = true;
       break;

@@ -21,6 +21,7 @@ struct GenerateOptions {
   float temperature = 0.0f;  // 0: greedy (argmax); > 0: sample softmax(logits / temperature)
   int top_k = 0;             // sample among the k most likely tokens only; 0: all
   uint64_t seed = 0;         // sampling draws are Philox(seed, step): reproducible
+  int vocab_limit = 0;       // only ids below this are produced (the tokenizer's size); 0: all V
 };
 
 struct Generation {

@@ -205,6 +205,10 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     if (root) {
       expect_same_config(*ckpt, mc, req.resume);
       expect_same_optimizer(ckpt->training->optimizer, opt.config(), req.resume);
+      if (ckpt->training->seed != c.seed) {
+        throw std::invalid_argument(fmt::format("{}: checkpoint was trained with train.seed = {}, but the "
+                                                "configuration says {}", req.resume, ckpt->training->seed, c.seed));
+      }
       if (ckpt->training->steps_done >= c.steps) {
         throw std::invalid_argument(fmt::format("{}: checkpoint is already at step {}, train.steps is {}",
                                                 req.resume, ckpt->training->steps_done, c.steps));
@@ -334,7 +338,9 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   // Inference as in the original: greedy continuation of the first corpus tokens.
   const size_t np = std::min<size_t>(static_cast<size_t>(c.prompt_tokens), tokens.size());
   const auto g0 = Clock::now();
-  const Generation gen = generate(*be, model, {tokens.data(), np}, generate_options(c), tok.eos_id());
+  GenerateOptions gopt = generate_options(c);
+  gopt.vocab_limit = tok.size();
+  const Generation gen = generate(*be, model, {tokens.data(), np}, gopt, tok.eos_id());
   const double inference_s = std::chrono::duration<double>(Clock::now() - g0).count();
   const std::string generated = tok.decode(gen.tokens);
   fmt::print(stderr, "[{}] trained {} steps in {:.2f} s ({:.2f} s wall, {:.2f} s communicating); generated {} tokens "
@@ -380,7 +386,9 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   Gpt2 model(ck.config);
   load_params(ck, model);
   const auto g0 = Clock::now();
-  const Generation gen = generate(*be, model, prompt, generate_options(c), ck.tokenizer.eos_id());
+  GenerateOptions gopt = generate_options(c);
+  gopt.vocab_limit = ck.tokenizer.size();
+  const Generation gen = generate(*be, model, prompt, gopt, ck.tokenizer.eos_id());
   const double s = std::chrono::duration<double>(Clock::now() - g0).count();
   fmt::print(stderr, "[{}] prompt of {} tokens; generated {} tokens in {:.3f} s{}\n", ctx.stage, prompt.size(),
              gen.tokens.size(), s, gen.stopped_at_eos ? " (stopped at [EOS])" : "");

@@ -130,17 +130,34 @@ def main():
         smoke = f.read()
     with open(os.path.join(exps, "smoke.yaml"), "w") as f:
         f.write(smoke + "  - stage: serial\n    threads: 1\n    config: {debug.fail_rank: 0, debug.fail_step: 1}\n")
-    before = digest(os.path.join(results, "smoke"))
+    _, runs_before = rows(os.path.join(results, "smoke", "runs.csv"))
+    done_dirs = [os.path.join(results, "smoke", x["run_id"]) for x in runs_before if x["status"] == "ok"]
+    before = [digest(d) for d in done_dirs]
     r = harness("run")
     _, runs3 = rows(os.path.join(results, "smoke", "runs.csv"))
     failed = [x for x in runs3 if x["status"] == "failed"]
-    after = digest(os.path.join(results, "smoke"))
-    intact = all(after.get(k) == v for k, v in before.items() if not k.endswith(".csv"))
+    intact = [digest(d) for d in done_dirs] == before
     check("a failing run is recorded as failed with its error, exit 1",
           r.returncode == 1 and len(failed) == 1 and "injected failure" in failed[0]["reason"], str(failed))
     check("... and every earlier result is intact", intact and sum(x["status"] == "ok" for x in runs3) == 3)
+    # 6. A forced rerun that does not complete (here the stage programs are
+    # missing: every attempt is skipped) keeps the completed runs.
+    serial_ok = next(x for x in runs3 if x["stage"] == "serial" and x["status"] == "ok")
+    keep = digest(os.path.join(results, "smoke", serial_ok["run_id"]))
+    empty_build = os.path.join(work, "empty-build")
+    os.makedirs(os.path.join(empty_build, "stages"))
+    with open(os.path.join(exps, "smoke.yaml"), "w") as f:
+        f.write(smoke)
+    r = harness("run", "--force", "--build", empty_build)
+    _, runs4 = rows(os.path.join(results, "smoke", "runs.csv"))
+    serial4 = next(x for x in runs4 if x["run_id"] == serial_ok["run_id"])
+    conditions = {"still ok": serial4["status"] == "ok",
+                  "files kept": digest(os.path.join(results, "smoke", serial_ok["run_id"])) == keep,
+                  "attempt kept": os.path.isdir(os.path.join(results, "smoke", serial_ok["run_id"] + ".last-attempt"))}
+    check("a forced rerun that does not complete keeps the earlier completed run", all(conditions.values()),
+          f"{conditions}: {r.stderr[-600:]}")
 
-    # 6. Bad experiment files: one clear error each, before anything runs.
+    # 7. Bad experiment files: one clear error each, before anything runs.
     bad = {
         "syntax.yaml": ("runs: [\n", "syntax error"),
         "unknown.yaml": ("base: original.yaml\nrepetitons: 2\nruns:\n  - stage: serial\n",

@@ -242,7 +242,9 @@ TEST_P(KernelTest, AdamAndNorm) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, KernelTest,
-    ::testing::Combine(::testing::Values(Shape{2, 7, 48, 3, 37}, Shape{3, 64, 128, 2, 172}),
+    ::testing::Combine(::testing::Values(Shape{2, 7, 48, 3, 37}, Shape{3, 64, 128, 2, 172},
+                                         Shape{2, 150, 96, 3, 37},   // several 64-row attention tiles
+                                         Shape{1, 5, 64, 2, 37}),    // few rows: the GEMV path
                        ::testing::Values(1, 2)));
 
 }  // namespace

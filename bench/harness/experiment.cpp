@@ -61,6 +61,27 @@ class Reader {
     }
     return out;
   }
+  // A seed or a list of seeds (train.seed is 64-bit).
+  std::vector<uint64_t> seeds(const YAML::Node& n) const {
+    std::vector<uint64_t> out;
+    auto one = [&](const YAML::Node& x) {
+      const std::string s = scalar(x, "seeds");
+      try {
+        size_t used = 0;
+        const uint64_t v = std::stoull(s, &used);
+        if (used == s.size() && s[0] != '-') return v;
+      } catch (const std::exception&) {
+      }
+      fail(x, fmt::format("seeds: expected a non-negative integer, got '{}'", s));
+    };
+    if (n.IsSequence()) {
+      for (const auto& x : n) out.push_back(one(x));
+      if (out.empty()) fail(n, "seeds: the list is empty");
+    } else {
+      out.push_back(one(n));
+    }
+    return out;
+  }
   // section.key: value overrides, validated against the stage's key list.
   void apply_config(const YAML::Node& n, RunConfig& c, const std::string& where) const {
     if (!n.IsMap()) fail(n, fmt::format("{}: expected a mapping of section.key: value", where));
@@ -130,8 +151,8 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id) {
     }
   }
   if (root["repetitions"]) ex.repetitions = rd.integer(root["repetitions"], "repetitions", 1);
-  std::vector<int> seeds = {static_cast<int>(common.seed)};
-  if (root["seeds"]) seeds = rd.axis(root["seeds"], "seeds", 0);
+  std::vector<uint64_t> seeds = {common.seed};
+  if (root["seeds"]) seeds = rd.seeds(root["seeds"]);
   if (root["timeout_s"]) {
     const std::string s = rd.scalar(root["timeout_s"], "timeout_s");
     char* end = nullptr;
@@ -177,14 +198,14 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id) {
                                                               per_run.batch_size, r));
       }
       for (int t : threads) {
-        for (int seed : seeds) {
+        for (uint64_t seed : seeds) {
           for (int rep = 0; rep < ex.repetitions; ++rep) {
             RunSpec s;
             s.stage = stage;
             s.ranks = r;
             s.threads = t;
             s.repetition = rep;
-            s.seed = static_cast<uint64_t>(seed);
+            s.seed = seed;
             s.hostfile = hostfile;
             s.config = per_run;
             s.config.threads = t;

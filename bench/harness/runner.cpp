@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -72,15 +73,28 @@ std::string error_from_log(const fs::path& log) {
   return last;
 }
 
+// The process group of the run in flight, for the signal handler: a harness
+// interrupted by Ctrl-C or SIGTERM ends its run (mpiexec and every rank) too.
+volatile sig_atomic_t g_child_group = 0;
+
+extern "C" void forward_and_exit(int sig) {
+  if (g_child_group > 0) kill(-g_child_group, SIGTERM);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 // Runs argv with stdout and stderr to `log`, in its own process group so a
 // timeout ends mpiexec and every rank. Returns the exit status, or -1 on timeout.
 int launch(const std::vector<std::string>& argv, const fs::path& log, double timeout_s) {
+  signal(SIGINT, forward_and_exit);
+  signal(SIGTERM, forward_and_exit);
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot write the run's log", log.string()));
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // the harness killed outright (SIGKILL): end the run too
     dup2(fd, 1);
     dup2(fd, 2);
     std::vector<char*> args;
@@ -92,6 +106,7 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, double tim
   }
   ::close(fd);
   setpgid(pid, pid);
+  g_child_group = pid;
   const auto t0 = Clock::now();
   int status = 0;
   for (;;) {
@@ -99,19 +114,24 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, double tim
     if (r == pid) break;
     if (std::chrono::duration<double>(Clock::now() - t0).count() > timeout_s) {
       kill(-pid, SIGTERM);
-      std::this_thread::sleep_for(std::chrono::seconds(3));
+      for (int i = 0; i < 30 && waitpid(pid, &status, WNOHANG) == 0; ++i) {  // up to 3 s to end cleanly
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
+      g_child_group = 0;
       return -1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  g_child_group = 0;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
+// Runs into `dir` (a fresh attempt directory).
 Status run_one(const Experiment& ex, const RunSpec& r, const fs::path& dir, const Availability& av) {
-  fs::remove_all(dir);  // a fresh attempt: nothing stale from an interrupted one
+  fs::remove_all(dir);  // nothing stale from an interrupted attempt
   fs::create_directories(dir);
   if (!av.available) return Status{"skipped", av.reason, 0, ""};
   RunConfig cfg = r.config;
@@ -218,9 +238,23 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
     }
     fmt::print(stderr, "[{}/{}] {}: running ({} steps, timeout {:.0f} s)...\n", index, ex.runs.size(), r.id,
                r.config.steps, ex.timeout_s);
-    Status st = run_one(ex, r, dir, stage_availability(r.stage, opt.stages_dir));
+    // The attempt runs beside the run's directory; a rerun (--force) that does
+    // not complete keeps the earlier completed run.
+    const fs::path attempt = dir.string() + ".attempt";
+    Status st = run_one(ex, r, attempt, stage_availability(r.stage, opt.stages_dir));
     st.date = machine_info().date_utc;
-    write_status(dir, st);
+    write_status(attempt, st);
+    if (st.status != "ok" && prev && prev->status == "ok") {
+      const fs::path kept = dir.string() + ".last-attempt";
+      fs::remove_all(kept);
+      fs::rename(attempt, kept);
+      fmt::print(stderr, "[{}/{}] {}: this attempt {} ({}); the earlier completed run is kept, the attempt is in {}\n",
+                 index, ex.runs.size(), r.id, st.status, st.reason, kept.string());
+      if (st.status == "failed") ++failed;
+      continue;
+    }
+    fs::remove_all(dir);
+    fs::rename(attempt, dir);
     write_results_csv(ex, opt.results_dir);  // after every run: an interruption loses nothing recorded
     if (st.status == "failed") ++failed;
     fmt::print(stderr, "[{}/{}] {}: {}{} ({:.1f} s)\n", index, ex.runs.size(), r.id, st.status,

@@ -6,8 +6,10 @@
 // status.json (ok | failed | skipped, and why), written last and atomically:
 // a run counts as done only once status.json says ok. Re-running an
 // experiment reuses done runs unless --force, so an interrupted experiment
-// resumes where it stopped. Each run writes only inside its own directory, so
-// a failing run leaves every other result intact.
+// resumes where it stopped. Each attempt writes into "<run-id>.attempt/"; a
+// forced rerun of a completed run that does not complete is kept as
+// "<run-id>.last-attempt/" and the completed run stays: a failing run leaves
+// every result intact.
 #pragma once
 
 #include <filesystem>

@@ -7,6 +7,7 @@ Prints per thread count the median over all rounds' timed steps of each, and
 the ratio of tokens/s.
 
 usage: bench/peers/peer_bench.py [--build build] [--threads 1,2] [--rounds 3] [--steps 3] [--json OUT]
+                                 [--report DIR]   (writes DIR/peer.md and DIR/peer.json)
 
 Both sides run single-pool: ours uses OpenMP with OpenBLAS single-threaded
 inside it; the peer gets torch.set_num_threads(N) and OPENBLAS_NUM_THREADS=N
@@ -33,6 +34,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--report", help="directory for peer.md and peer.json")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="peer_bench_")
     train_step = os.path.join(a.build, "bench", "train_step")
@@ -71,7 +73,48 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
+    if a.report:
+        write_report(a, results, info)
     return 0
+
+
+def write_report(a, results, info):
+    os.makedirs(a.report, exist_ok=True)
+    with open(os.path.join(a.report, "peer.json"), "w") as f:
+        json.dump({"machine": info, "results": results}, f, indent=1)
+    coretype = os.environ.get("OPENBLAS_CORETYPE", "(unset)")
+    lines = [
+        "# Training step: ours against PyTorch, side by side",
+        "",
+        "The original configuration (L6 NH6 C384, T 256, batch 16: 4,096 tokens and 277.1 GFLOP per step): forward, "
+        "backward, clipping and the original Adam, from the same initial weights, with the same thread count and "
+        "BLAS kernels, ours and PyTorch alternating round by round.",
+        "",
+        f"Measured on {info.get('cpu')} ({info.get('cores')} cores), OpenBLAS kernel `{info.get('blas_core')}` "
+        f"(OPENBLAS_CORETYPE={coretype}), {info.get('date')}.",
+        "",
+        "Reproduce with:",
+        "",
+        "```sh",
+        f"env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 bench/peers/peer_bench.py --threads {a.threads} "
+        f"--rounds {a.rounds} --steps {a.steps} --report {a.report}",
+        "```",
+        "",
+        "| threads | ours ms/step (median) | PyTorch ms/step (median) | ours tokens/s | PyTorch tokens/s | ours / PyTorch |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(f"| {r['threads']} | {r['ours_ms']:.0f} | {r['peer_ms']:.0f} | {r['ours_tokens_per_s']:.0f} | "
+                     f"{r['peer_tokens_per_s']:.0f} | {r['ratio']:.2f}x |")
+    lines += ["", "Per-round medians (ms), ours / PyTorch:", ""]
+    for r in results:
+        lines.append(f"- {r['threads']} thread(s): {', '.join(f'{x:.0f}' for x in r['ours_rounds_ms'])} / "
+                     f"{', '.join(f'{x:.0f}' for x in r['peer_rounds_ms'])}")
+    lines += ["", "PyTorch is Debian's 1.13 (`python3-torch`, on OpenBLAS) running `bench/peers/torch_gpt2.py`, "
+              "the same model the PyTorch cross-check tests against, with `torch.set_num_threads(N)` and "
+              "`OPENBLAS_NUM_THREADS=N` so its two thread pools do not fight over the cores.", ""]
+    with open(os.path.join(a.report, "peer.md"), "w") as f:
+        f.write("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -54,8 +54,6 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   void broadcast(void* data, size_t bytes, int root) override {
-    // In chunks: MPI counts are int.
-    constexpr size_t kChunk = size_t{1} << 30;
     auto* p = static_cast<char*>(data);
     for (size_t off = 0; off < bytes; off += kChunk) {
       const int n = static_cast<int>(std::min(kChunk, bytes - off));
@@ -65,7 +63,10 @@ class MpiCommunicator final : public Communicator {
     }
   }
   void allreduce_sum(float* data, size_t count) override {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    for (size_t off = 0; off < count; off += kChunk) {  // MPI counts are int
+      const int n = static_cast<int>(std::min(kChunk, count - off));
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+    }
   }
   double allreduce_sum(double x) override {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
@@ -86,9 +87,11 @@ class MpiCommunicator final : public Communicator {
     std::_Exit(code);
   }
   void start_allreduce_sum(float* data, size_t count) override {
-    requests_.emplace_back();
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                             &requests_.back()));
+    for (size_t off = 0; off < count; off += kChunk) {
+      requests_.emplace_back();
+      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kChunk, count - off)), MPI_FLOAT,
+                               MPI_SUM, MPI_COMM_WORLD, &requests_.back()));
+    }
   }
   void progress() override {
     if (requests_.empty()) return;
@@ -101,6 +104,7 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  static constexpr size_t kChunk = size_t{1} << 30;  // elements per MPI call: counts are int
   int rank_ = 0, size_ = 1;
   std::vector<MPI_Request> requests_;
 };

@@ -39,9 +39,11 @@ void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, T
   const int64_t N = inp.rows(), C = inp.cols();
   const float* w = weight.data;
   float* partials = scratch(static_cast<size_t>(threads_ * 2 * C));
+  int64_t ran = 1;  // threads the runtime granted (possibly fewer than asked)
 #pragma omp parallel num_threads(threads_)
   {
     const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    if (tid == 0) ran = nt;
     float* dw = partials + tid * 2 * C;
     float* db = dw + C;
     for (int64_t c = 0; c < 2 * C; ++c) dw[c] = 0.0f;
@@ -67,7 +69,7 @@ void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, T
       }
     }
   }
-  for (int64_t t = 0; t < threads_; ++t) {
+  for (int64_t t = 0; t < ran; ++t) {  // only the slots that were written
     const float* dw = partials + t * 2 * C;
     for (int64_t c = 0; c < C; ++c) {
       dweight.data[c] += dw[c];

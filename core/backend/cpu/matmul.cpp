@@ -16,11 +16,30 @@ namespace gpt2::cpu {
 namespace {
 // [begin, end) of part `i` of `n` items split in `parts` near-equal slabs.
 inline int slab(int n, int parts, int i) { return static_cast<int>(int64_t{n} * i / parts); }
+// Below this many rows the forward matmul is a few GEMVs split by output column.
+constexpr int kFewRows = 8;
 }  // namespace
 
 void CpuBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   const int N = static_cast<int>(inp.rows()), C = static_cast<int>(inp.cols());
   const int OC = static_cast<int>(weight.dim(0));
+  if (N < kFewRows) {
+    // Few rows (generation's one-token decode): the work is reading the
+    // weight matrix once, so threads split its rows (the output columns)
+    // and each streams its slab through GEMV.
+#pragma omp parallel num_threads(threads_)
+    {
+      const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+      const int j0 = slab(OC, nt, tid), outs = slab(OC, nt, tid + 1) - j0;
+      for (int i = 0; outs > 0 && i < N; ++i) {
+        float* o = out.data + static_cast<int64_t>(i) * OC + j0;
+        for (int j = 0; j < outs; ++j) o[j] = bias.empty() ? 0.0f : bias.data[j0 + j];
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, outs, C, 1.0f, weight.data + static_cast<int64_t>(j0) * C, C,
+                    inp.data + static_cast<int64_t>(i) * C, 1, 1.0f, o, 1);
+      }
+    }
+    return;
+  }
 #pragma omp parallel num_threads(threads_)
   {
     const int nt = omp_get_num_threads(), tid = omp_get_thread_num();

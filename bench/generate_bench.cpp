@@ -1,0 +1,143 @@
+// generate_bench: the speed of generation on the CPU backend.
+//   * the original's setting: a 256-token prompt (a full window) and 30
+//     greedy tokens, by recomputation and with the KV cache (which must
+//     re-prefill every token there: the window slides);
+//   * a short prompt (--short, default 64) that leaves room in the window,
+//     where the KV cache decodes one token at a time;
+//   * each decode step against the time to read the parameters once at the
+//     memory bandwidth measured in the same run (a decode step reads every
+//     weight once: that is its lower bound).
+// Medians over --reps repetitions. A benchmark, not a test.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "buffer.h"
+#include "generate.h"
+#include "params.h"
+#include "provenance.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// GB/s of reading a buffer much larger than the caches (sum of its floats).
+double read_bandwidth_gbs(size_t bytes, int reps) {
+  gpt2::Buffer buf(bytes / sizeof(float));
+  for (size_t i = 0; i < buf.size(); ++i) buf.data()[i] = static_cast<float>(i & 7);
+  std::vector<double> rates;
+  volatile float sink = 0;
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = Clock::now();
+    float acc = 0;
+    const float* p = buf.data();
+#pragma omp parallel for simd reduction(+ : acc)
+    for (size_t i = 0; i < buf.size(); ++i) acc += p[i];
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    sink = sink + acc;
+    if (r > 0) rates.push_back(static_cast<double>(bytes) / s / 1e9);
+  }
+  return median(rates);
+}
+
+int run(int argc, char** argv) {
+  int threads = 2, reps = 3, short_prompt = 64, new_tokens = 30;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      fmt::print(
+          "generate_bench: generation speed of the original configuration on the CPU backend.\n"
+          "usage: generate_bench [--threads 2] [--reps 3] [--short 64] [--tokens 30]\n");
+      return 0;
+    }
+    if (i + 1 >= argc) throw std::invalid_argument(fmt::format("{}: missing value", k));
+    const int v = std::stoi(argv[++i]);
+    if (v <= 0) throw std::invalid_argument(fmt::format("{}: expected a positive integer", k));
+    if (k == "--threads") threads = v;
+    else if (k == "--reps") reps = v;
+    else if (k == "--short") short_prompt = v;
+    else if (k == "--tokens") new_tokens = v;
+    else throw std::invalid_argument(fmt::format("unknown option '{}' (see --help)", k));
+  }
+  using namespace gpt2;
+  const Gpt2Config cfg = preset("original");
+  if (short_prompt + new_tokens > cfg.T) throw std::invalid_argument("--short + --tokens must fit in the block (256)");
+  auto be = make_cpu_backend(threads);
+  Gpt2 model(cfg);
+  model.init_weights(1);
+  std::mt19937 gen(3);
+  std::uniform_int_distribution<int32_t> tok(0, cfg.V - 1);
+  std::vector<int32_t> prompt(static_cast<size_t>(cfg.T));
+  for (int32_t& t : prompt) t = tok(gen);
+  fmt::print("{}model: {}, {} threads, {} new tokens, median of {}\n\n", describe(machine_info()), cfg.describe(),
+             threads, new_tokens, reps);
+
+  auto time_it = [&](size_t prompt_len, bool kv) {
+    GenerateOptions g;
+    g.max_new_tokens = new_tokens;
+    g.kv_cache = kv;
+    std::vector<double> s;
+    for (int r = 0; r < reps + 1; ++r) {
+      const auto t0 = Clock::now();
+      const Generation out = generate(*be, model, {prompt.data(), prompt_len}, g, -1);
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (out.tokens.size() != static_cast<size_t>(new_tokens)) throw std::runtime_error("generation stopped early");
+      if (r > 0) s.push_back(dt);
+    }
+    return median(s);
+  };
+  const double full_re = time_it(cfg.T, false), full_kv = time_it(cfg.T, true);
+  const double short_re = time_it(static_cast<size_t>(short_prompt), false);
+  const double short_kv = time_it(static_cast<size_t>(short_prompt), true);
+  // One decode step: the cache path's time beyond its prefill, per token.
+  GenerateOptions one;
+  one.max_new_tokens = 1;
+  one.kv_cache = true;
+  std::vector<double> pre;
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = Clock::now();
+    generate(*be, model, {prompt.data(), static_cast<size_t>(short_prompt)}, one, -1);
+    if (r > 0) pre.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  const double decode_step = (short_kv - median(pre)) / (new_tokens - 1);
+  const double bw = read_bandwidth_gbs(size_t{512} << 20, reps);
+  const double param_bytes = static_cast<double>(model.num_params()) * sizeof(float);
+  const double read_time = param_bytes / (bw * 1e9);
+
+  fmt::print("{:<58} {:>10}\n", "case", "seconds");
+  fmt::print("{:<58} {:>10.3f}\n", fmt::format("{}-token prompt + {} tokens, recompute", cfg.T, new_tokens), full_re);
+  fmt::print("{:<58} {:>10.3f}\n", fmt::format("{}-token prompt + {} tokens, KV cache (slides: re-prefills)", cfg.T,
+                                               new_tokens), full_kv);
+  fmt::print("{:<58} {:>10.3f}\n", fmt::format("{}-token prompt + {} tokens, recompute", short_prompt, new_tokens),
+             short_re);
+  fmt::print("{:<58} {:>10.3f}   ({:.1f}x faster)\n",
+             fmt::format("{}-token prompt + {} tokens, KV cache", short_prompt, new_tokens), short_kv,
+             short_re / short_kv);
+  fmt::print("\none decode step: {:.2f} ms; reading the {:.1f} MB of parameters once at the measured {:.1f} GB/s: "
+             "{:.2f} ms; ratio {:.2f}\n",
+             decode_step * 1e3, param_bytes / 1e6, bw, read_time * 1e3, decode_step / read_time);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "generate_bench: error: {}\n", e.what());
+    return 2;
+  }
+}
