@@ -68,15 +68,6 @@ class In {
 
 }  // namespace
 
-uint64_t fnv1a64(const void* data, size_t n, uint64_t h) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer& tokenizer,
                      const Optimizer* optimizer, const TrainingState* training) {
   const Gpt2Config& c = model.config();

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "config.h"
+#include "hash.h"
 #include "optim.h"
 #include "params.h"
 #include "tokenizer.h"
@@ -62,8 +63,5 @@ void expect_same_config(const Checkpoint& ckpt, const Gpt2Config& expected, cons
 
 // Copies the checkpoint's parameters into a model of the same configuration.
 void load_params(const Checkpoint& ckpt, Gpt2& model);
-
-// FNV-1a 64 of a byte range, continuing from `h`.
-uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ull);
 
 }  // namespace gpt2

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "hash.h"
+
 namespace gpt2 {
 namespace {
 
@@ -73,15 +75,7 @@ bool is_punctuation(const std::string& tok) {
   return tok.size() == 1 && !is_alnum(static_cast<unsigned char>(tok[0]));
 }
 
-constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-constexpr uint64_t kFnvPrime = 0x100000001b3ull;
-
-void fnv1a(uint64_t& h, std::string_view bytes) {
-  for (char ch : bytes) {
-    h ^= static_cast<unsigned char>(ch);
-    h *= kFnvPrime;
-  }
-}
+void fnv1a(uint64_t& h, std::string_view bytes) { h = fnv1a64(bytes.data(), bytes.size(), h); }
 
 }  // namespace
 
@@ -196,7 +190,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
 }
 
 uint64_t Tokenizer::vocab_hash() const {
-  uint64_t h = kFnvOffset;
+  uint64_t h = kFnvOffsetBasis;
   fnv1a(h, to_string(kind_));
   fnv1a(h, std::string_view("\0", 1));
   for (const std::string& tok : vocab_) {
