@@ -20,26 +20,14 @@ import argparse
 import json
 import os
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
-
-def read_params(path):
-    """The parameter block of a checkpoint (core/checkpoint.h, version 1)."""
-    b = open(path, "rb").read()
-    assert b[:8] == b"GPT2CKPT", path
-    pos = 8 + 4 + 4 + 5 * 4 + 1
-    (count,) = struct.unpack_from("<I", b, pos)
-    pos += 4
-    for _ in range(count):
-        (n,) = struct.unpack_from("<I", b, pos)
-        pos += 4 + n
-    (n,) = struct.unpack_from("<Q", b, pos)
-    pos += 8
-    return struct.unpack_from(f"<{n}f", b, pos)
+# Our checkpoint format, read with the standard library (shared with the PyTorch peer).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
+from checkpoint_file import read_params  # noqa: E402
 
 
 def losses(run_dir):

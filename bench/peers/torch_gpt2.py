@@ -17,12 +17,13 @@ import argparse
 import json
 import math
 import statistics
-import struct
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+from checkpoint_file import read_checkpoint
 
 
 def gpt2_forward(p, cfg, tokens):
@@ -91,19 +92,8 @@ ORIGINAL_ADAM = {"kind": "adam_original", "lr": 1e-4, "min_lr": 1e-5, "warmup_st
 
 def load_checkpoint(path):
     """(config, {name: float32 tensor}) from one of our checkpoints (core/checkpoint.h)."""
-    b = open(path, "rb").read()
-    if b[:8] != b"GPT2CKPT":
-        raise SystemExit(f"{path}: not a checkpoint")
-    V, T, L, NH, C = struct.unpack_from("<5i", b, 16)
-    pos = 16 + 20 + 1
-    (count,) = struct.unpack_from("<I", b, pos)
-    pos += 4
-    for _ in range(count):
-        (n,) = struct.unpack_from("<I", b, pos)
-        pos += 4 + n
-    (n,) = struct.unpack_from("<Q", b, pos)
-    flat = torch.frombuffer(bytearray(b[pos + 8: pos + 8 + 4 * n]), dtype=torch.float32)
-    cfg = {"V": V, "T": T, "L": L, "NH": NH, "C": C}
+    cfg, raw = read_checkpoint(path)
+    flat = torch.frombuffer(bytearray(raw), dtype=torch.float32)
     params, off = {}, 0
     for name, shape in layout(cfg):
         k = math.prod(shape)
