@@ -62,13 +62,13 @@ size_t arena_floats(const Gpt2Config& cfg, int B, int T) {
 }
 }  // namespace
 
-ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T) : cfg_(cfg) {
+ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory) : cfg_(cfg) {
   cfg_.validate();
   if (B <= 0 || T <= 0 || T > cfg.T) {
     throw std::invalid_argument(fmt::format(
         "activations: need 0 < B and 0 < T <= block_size ({}), got B={} T={}", cfg.T, B, T));
   }
-  buf_ = Buffer(arena_floats(cfg_, B, T));
+  buf_ = Buffer(arena_floats(cfg_, B, T), memory);
   carve(B, T);
 }
 

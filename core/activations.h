@@ -41,7 +41,7 @@ struct Activations {
 
 class ActivationArena {
  public:
-  ActivationArena(const Gpt2Config& cfg, int B, int T);
+  ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory = host_memory());
   ActivationArena(const ActivationArena&) = delete;
   ActivationArena& operator=(const ActivationArena&) = delete;
   Activations& acts() { return acts_; }

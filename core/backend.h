@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "buffer.h"
 #include "tensor.h"
 
 namespace gpt2 {
@@ -41,7 +42,15 @@ struct AdamCoefficients {
 class Backend {
  public:
   virtual ~Backend() = default;
+  // What ran, for the record: "cpu", "reference", "cuda (NVIDIA H100 ..., sm_90)".
   virtual std::string name() const = 0;
+  // Where this backend's tensors must live: the model, the optimizer and the
+  // activations allocate their Buffers here. Token and target arrays are
+  // always passed as HOST pointers; a device backend copies them itself.
+  virtual Memory& memory() { return host_memory(); }
+  // The FP32 matrix-product ceiling (GFLOP/s) of `ranks` such backends with
+  // `threads` CPU threads each, measured: the MFU denominator.
+  virtual double ceiling_gflops(int ranks, int threads);
 
   // x = 0.
   virtual void zero(Tensor x) = 0;
@@ -100,7 +109,12 @@ class Backend {
                            const AdamCoefficients& k) = 0;
   // Sum of squares of x, accumulated in double.
   virtual double sum_squares(Tensor x) = 0;
+  // Sum of x, accumulated in double (the mean loss).
+  virtual double sum(Tensor x) = 0;
 };
+
+// Sum of a host tensor in element order, in double (the CPU backends' sum).
+double sum_in_order(Tensor x);
 
 // The naive reference kernels (backend/reference): loops that follow the
 // formulas, single-threaded; the test oracle and the benchmark baseline.

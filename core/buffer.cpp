@@ -4,26 +4,54 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <new>
+#include <stdexcept>
 
 namespace gpt2 {
 
-void Buffer::Free::operator()(float* p) const { std::free(p); }
-
-Buffer::Buffer(size_t count) : size_(count) {
-  if (count == 0) return;
-  constexpr size_t kAlign = 64;  // one cache line; also the AVX-512 vector width
-  size_t bytes = (count * sizeof(float) + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, bytes);
-  if (p == nullptr) {
-    throw std::runtime_error(fmt::format("out of memory allocating {} MiB", bytes >> 20));
+namespace {
+class HostMemory final : public Memory {
+ public:
+  std::string name() const override { return "host"; }
+  bool is_host() const override { return true; }
+  void* allocate(size_t bytes) override {
+    constexpr size_t kAlign = 64;
+    void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    if (p == nullptr) throw std::runtime_error(fmt::format("out of host memory allocating {} MiB", bytes >> 20));
+    std::memset(p, 0, bytes);
+    return p;
   }
-  data_.reset(static_cast<float*>(p));
-  zero();
+  void release(void* p) override { std::free(p); }
+  void zero(void* p, size_t bytes) override { std::memset(p, 0, bytes); }
+  void upload(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+};
+}  // namespace
+
+Memory& host_memory() {
+  static HostMemory host;
+  return host;
+}
+
+Buffer::Buffer(size_t count, Memory& memory) : size_(count), memory_(&memory) {
+  if (count == 0) return;
+  data_ = std::unique_ptr<float, Free>(static_cast<float*>(memory.allocate(count * sizeof(float))), Free{&memory});
 }
 
 void Buffer::zero() {
-  if (size_ != 0) std::memset(data_.get(), 0, size_ * sizeof(float));
+  if (size_ != 0) memory_->zero(data_.get(), bytes());
+}
+
+void Buffer::upload(std::span<const float> host) {
+  if (host.size() != size_) {
+    throw std::invalid_argument(fmt::format("Buffer::upload: {} floats for a buffer of {}", host.size(), size_));
+  }
+  if (size_ != 0) memory_->upload(data_.get(), host.data(), bytes());
+}
+
+std::vector<float> Buffer::download() const {
+  std::vector<float> out(size_);
+  if (size_ != 0) memory_->download(out.data(), data_.get(), bytes());
+  return out;
 }
 
 }  // namespace gpt2

@@ -87,7 +87,7 @@ void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer
   }
   const uint64_t n = model.num_params();
   out.put<uint64_t>(n);
-  out.floats(model.param_data(), n);
+  out.floats(model.params_to_host().data(), n);
   if (training) {
     const OptimizerConfig& o = optimizer->config();
     out.put<uint32_t>(static_cast<uint32_t>(o.kind));
@@ -100,8 +100,8 @@ void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer
     out.put<int64_t>(training->loader_position);
     out.put<int64_t>(training->loader_batches);
     out.put<uint64_t>(training->seed);
-    out.floats(optimizer->m_data(), n);
-    out.floats(optimizer->v_data(), n);
+    out.floats(optimizer->m_to_host().data(), n);
+    out.floats(optimizer->v_to_host().data(), n);
   }
   out.put<uint64_t>(fnv1a64(out.data().data(), out.data().size()));
 
@@ -221,7 +221,7 @@ void load_params(const Checkpoint& ck, Gpt2& model) {
   if (!(ck.config == model.config()) || ck.params.size() != model.num_params()) {
     throw std::invalid_argument("load_params: checkpoint and model configurations differ");
   }
-  std::memcpy(model.param_data(), ck.params.data(), ck.params.size() * sizeof(float));
+  model.params_from_host(ck.params);
 }
 
 }  // namespace gpt2

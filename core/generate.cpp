@@ -55,22 +55,24 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
   }
   std::vector<int32_t> seq(prompt.begin(), prompt.end());
   Generation out;
-  ActivationArena full(cfg, 1, cfg.T);
+  Memory& mem = be.memory();
+  ActivationArena full(cfg, 1, cfg.T, mem);
   // KV cache: per layer (1, T, 3C) rows of q, k, v; and a one-token arena.
-  Buffer cache_buf(opt.kv_cache ? static_cast<size_t>(cfg.L) * cfg.T * 3 * cfg.C : 0);
+  Buffer cache_buf(opt.kv_cache ? static_cast<size_t>(cfg.L) * cfg.T * 3 * cfg.C : 0, mem);
   std::vector<Tensor> caches;
   for (int l = 0; opt.kv_cache && l < cfg.L; ++l) {
     caches.emplace_back(cache_buf.data() + static_cast<size_t>(l) * cfg.T * 3 * cfg.C,
                         std::initializer_list<int64_t>{1, cfg.T, 3 * cfg.C});
   }
   std::optional<ActivationArena> one;
-  if (opt.kv_cache) one.emplace(cfg, 1, 1);
+  if (opt.kv_cache) one.emplace(cfg, 1, 1, mem);
+  std::vector<float> host_logits(static_cast<size_t>(cfg.V));  // the sampled row, on the host
   int cached = 0;  // positions held in the cache for the current window start
 
   for (int i = 0; i < opt.max_new_tokens; ++i) {
     const int n = static_cast<int>(seq.size());
     const int w = std::min(n, cfg.T);  // window: the last w tokens, at positions 0 .. w-1
-    const float* logits = nullptr;
+    const float* logits = nullptr;  // in the backend's memory
     if (opt.kv_cache && cached > 0 && cached == w - 1) {
       // The window grew by one and did not slide: one decode step.
       gpt2_decode(be, model, one->acts(), caches, seq.back(), w - 1);
@@ -89,11 +91,12 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
         cached = w;
       }
     }
+    mem.download(host_logits.data(), logits, host_logits.size() * sizeof(float));
     const double u = uniform01(opt.seed, kSamplingStream, static_cast<uint64_t>(i));
     // Rows of wte/lm_head beyond the tokenizer's vocabulary (model.vocab_size
     // larger than it) are never produced: they decode to nothing.
     const int limit = opt.vocab_limit > 0 ? std::min(opt.vocab_limit, cfg.V) : cfg.V;
-    const int32_t next = pick_token({logits, static_cast<size_t>(limit)}, opt.temperature, opt.top_k, u);
+    const int32_t next = pick_token({host_logits.data(), static_cast<size_t>(limit)}, opt.temperature, opt.top_k, u);
     if (next == eos_id) {
       out.stopped_at_eos = true;
       break;

@@ -42,9 +42,7 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
   head_forward(be, p, a);
   if (targets == nullptr) return 0.0f;
   be.crossentropy_forward(a.losses, a.logits, targets);
-  double sum = 0.0;  // in double: B*T terms of similar size
-  for (float v : a.losses) sum += v;
-  return static_cast<float>(sum / static_cast<double>(a.losses.numel()));
+  return static_cast<float>(be.sum(a.losses) / static_cast<double>(a.losses.numel()));
 }
 
 void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* tokens,

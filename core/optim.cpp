@@ -62,8 +62,8 @@ double learning_rate(const OptimizerConfig& c, int64_t step) {
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(std::numbers::pi * frac));
 }
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, size_t num_params)
-    : cfg_(cfg), m_(num_params), v_(num_params) {
+Optimizer::Optimizer(const OptimizerConfig& cfg, size_t num_params, Memory& memory)
+    : cfg_(cfg), m_(num_params, memory), v_(num_params, memory) {
   cfg_.validate();
 }
 

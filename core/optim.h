@@ -60,13 +60,19 @@ struct StepStats {
 // step count; applies one update per call to step().
 class Optimizer {
  public:
-  Optimizer(const OptimizerConfig& cfg, size_t num_params);
+  // The moments live in `memory`, beside the model's parameters.
+  Optimizer(const OptimizerConfig& cfg, size_t num_params, Memory& memory = host_memory());
   // Clips and applies the gradients in model.grads; advances the step count.
   StepStats step(Backend& be, Gpt2& model);
   int64_t steps_done() const { return step_; }
   const OptimizerConfig& config() const { return cfg_; }
-  float* m_data() const { return m_.data(); }
-  float* v_data() const { return v_.data(); }
+  // The moments to / from the host (checkpoints).
+  std::vector<float> m_to_host() const { return m_.download(); }
+  std::vector<float> v_to_host() const { return v_.download(); }
+  void moments_from_host(std::span<const float> m, std::span<const float> v) {
+    m_.upload(m);
+    v_.upload(v);
+  }
   void set_steps_done(int64_t s) { step_ = s; }
 
  private:

@@ -70,35 +70,36 @@ ParamTensors bind_params(const Gpt2Config& cfg, float* base) {
   return p;
 }
 
-Gpt2::Gpt2(const Gpt2Config& cfg) : cfg_(cfg) {
+Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory) : cfg_(cfg) {
   cfg_.validate();
   size_t n = param_count(cfg_);
-  params_buf_ = Buffer(n);
-  grads_buf_ = Buffer(n);
+  params_buf_ = Buffer(n, memory);
+  grads_buf_ = Buffer(n, memory);
   grads = bind_params(cfg_, grads_buf_.data());
   infos_ = layout(cfg_, params);
   bind(infos_, params_buf_.data());
 }
 
 void Gpt2::init_weights(uint64_t seed) {
+  // Filled on the host, then copied to the model's memory in one piece.
+  std::vector<float> host(num_params());
   for (size_t k = 0; k < infos_.size(); ++k) {
     const ParamInfo& info = infos_[k];
-    Tensor& t = *info.view;
-    const int64_t n = t.numel();
+    float* t = host.data() + info.offset;
+    const int64_t n = info.view->numel();
     switch (info.init) {
       case ParamInit::kNormal:
-        for (int64_t i = 0; i < n; ++i) {
-          t.data[i] = 0.02f * normal(seed, static_cast<uint32_t>(k), static_cast<uint64_t>(i));
-        }
+        for (int64_t i = 0; i < n; ++i) t[i] = 0.02f * normal(seed, static_cast<uint32_t>(k), static_cast<uint64_t>(i));
         break;
       case ParamInit::kZero:
-        for (int64_t i = 0; i < n; ++i) t.data[i] = 0.0f;
+        for (int64_t i = 0; i < n; ++i) t[i] = 0.0f;
         break;
       case ParamInit::kOne:
-        for (int64_t i = 0; i < n; ++i) t.data[i] = 1.0f;
+        for (int64_t i = 0; i < n; ++i) t[i] = 1.0f;
         break;
     }
   }
+  params_from_host(host);
 }
 
 }  // namespace gpt2

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,10 +57,11 @@ size_t param_count(const Gpt2Config& cfg);
 // Binds every view of a ParamTensors to consecutive slices of `base`.
 ParamTensors bind_params(const Gpt2Config& cfg, float* base);
 
-// Parameters, their gradients: two flat buffers with identical layout.
+// Parameters, their gradients: two flat buffers with identical layout, in the
+// memory of the backend that computes with them (the host by default).
 class Gpt2 {
  public:
-  explicit Gpt2(const Gpt2Config& cfg);
+  explicit Gpt2(const Gpt2Config& cfg, Memory& memory = host_memory());
   Gpt2(const Gpt2&) = delete;
   Gpt2& operator=(const Gpt2&) = delete;
 
@@ -68,6 +70,10 @@ class Gpt2 {
   // biases 0, LayerNorm gains 1: bit-identical on every rank and device.
   void init_weights(uint64_t seed);
   void zero_grad() { grads_buf_.zero(); }
+  // The whole parameter buffer to / from the host (checkpoints, checksums).
+  std::vector<float> params_to_host() const { return params_buf_.download(); }
+  void params_from_host(std::span<const float> host) { params_buf_.upload(host); }
+  Memory& memory() const { return params_buf_.memory(); }
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
   size_t num_params() const { return params_buf_.size(); }

@@ -137,14 +137,19 @@ Corpus load_corpus(const RunConfig& c, const Checkpoint* ckpt, const std::string
   return out;
 }
 
-// Rank 0's checkpoint state (weights, Adam moments, counters) to every rank.
-void broadcast_state(Communicator& comm, Gpt2& model, Optimizer& opt, std::array<int64_t, 3>& counters) {
-  const size_t bytes = model.num_params() * sizeof(float);
-  comm.broadcast(model.param_data(), bytes, 0);
-  comm.broadcast(opt.m_data(), bytes, 0);
-  comm.broadcast(opt.v_data(), bytes, 0);
-  comm.broadcast(counters.data(), sizeof counters, 0);
-  opt.set_steps_done(counters[0]);
+// Rank 0's checkpoint state (weights, Adam moments, counters) to every rank,
+// through host copies (the model may live in device memory).
+struct HostState {
+  std::vector<float> params, m, v;
+  std::array<int64_t, 3> counters{0, 0, 0};  // steps done, loader position, loader batches served
+};
+
+void broadcast_state(Communicator& comm, HostState& st, size_t n) {
+  for (std::vector<float>* v : {&st.params, &st.m, &st.v}) {
+    v->resize(n);
+    comm.broadcast(v->data(), n * sizeof(float), 0);
+  }
+  comm.broadcast(st.counters.data(), sizeof st.counters, 0);
 }
 
 }  // namespace
@@ -198,10 +203,11 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   // Model and optimizer: fresh (every rank computes the same Philox weights),
   // or rank 0's checkpoint broadcast to every rank.
   auto be = ctx.make_backend(threads);
-  Gpt2 model(mc);
-  Optimizer opt(c.optimizer_config(), model.num_params());
+  Gpt2 model(mc, be->memory());
+  Optimizer opt(c.optimizer_config(), model.num_params(), be->memory());
   std::array<int64_t, 3> counters{0, 0, 0};  // steps done, loader position, loader batches served
   if (!req.resume.empty()) {
+    HostState st;
     if (root) {
       expect_same_config(*ckpt, mc, req.resume);
       expect_same_optimizer(ckpt->training->optimizer, opt.config(), req.resume);
@@ -213,20 +219,26 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
         throw std::invalid_argument(fmt::format("{}: checkpoint is already at step {}, train.steps is {}",
                                                 req.resume, ckpt->training->steps_done, c.steps));
       }
-      load_params(*ckpt, model);
-      std::copy(ckpt->training->m.begin(), ckpt->training->m.end(), opt.m_data());
-      std::copy(ckpt->training->v.begin(), ckpt->training->v.end(), opt.v_data());
-      counters = {ckpt->training->steps_done, ckpt->training->loader_position, ckpt->training->loader_batches};
+      st.params = std::move(ckpt->params);
+      st.m = std::move(ckpt->training->m);
+      st.v = std::move(ckpt->training->v);
+      st.counters = {ckpt->training->steps_done, ckpt->training->loader_position, ckpt->training->loader_batches};
       ckpt.reset();
     }
-    broadcast_state(comm, model, opt, counters);
+    broadcast_state(comm, st, model.num_params());
+    model.params_from_host(st.params);
+    opt.moments_from_host(st.m, st.v);
+    counters = st.counters;
     opt.set_steps_done(counters[0]);
     loader.restore(counters[1], counters[2]);
   } else {
     model.init_weights(c.seed);
   }
-  if (!comm.all_equal(fnv1a64(model.param_data(), model.num_params() * sizeof(float)))) {
-    throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
+  {
+    const std::vector<float> w = model.params_to_host();
+    if (!comm.all_equal(fnv1a64(w.data(), w.size() * sizeof(float)))) {
+      throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
+    }
   }
   const int64_t first_step = opt.steps_done();
 
@@ -247,7 +259,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   // for several).
   double peak = c.peak_gflops;
   if (peak <= 0) {
-    if (root) peak = sgemm_ceiling_gflops(threads * world, 1024, 3);
+    if (root) peak = be->ceiling_gflops(world, threads);
     comm.broadcast(&peak, sizeof peak, 0);
   }
   const MachineInfo machine = machine_info();
@@ -263,7 +275,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
                c.peak_gflops > 0 ? "" : " (measured SGEMM)");
   }
 
-  ActivationArena arena(mc, rows, c.seq_len);
+  ActivationArena arena(mc, rows, c.seq_len, be->memory());
   const int BT = c.batch_size * c.seq_len;  // global tokens per step
   const float dloss = 1.0f / static_cast<float>(BT);
   std::vector<int32_t> x(static_cast<size_t>(rows) * c.seq_len), y(x.size());
@@ -383,7 +395,7 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   }
   if (prompt.empty()) throw std::invalid_argument("--prompt: the prompt has no tokens");
   auto be = ctx.make_backend(resolve_threads(c.threads));
-  Gpt2 model(ck.config);
+  Gpt2 model(ck.config, be->memory());
   load_params(ck, model);
   const auto g0 = Clock::now();
   GenerateOptions gopt = generate_options(c);

@@ -238,6 +238,10 @@ TEST_P(KernelTest, AdamAndNorm) {
   EXPECT_TRUE(all_close("adam param", p1, p2, 1e-3 * 8 * kU, 2 * kU));
   double s1 = cpu->sum_squares(view(g, {n})), s2 = ref->sum_squares(view(g, {n}));
   EXPECT_NEAR(s1, s2, 1e-12 * n) << "sum_squares accumulates in double on both sides";
+  double exact = 0;
+  for (int64_t i = 0; i < n; ++i) exact += static_cast<double>(g[static_cast<size_t>(i)]);
+  EXPECT_EQ(cpu->sum(view(g, {n})), exact) << "sum adds in element order, in double";
+  EXPECT_EQ(ref->sum(view(g, {n})), exact);
 }
 
 INSTANTIATE_TEST_SUITE_P(

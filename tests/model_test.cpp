@@ -262,6 +262,7 @@ class CountingBackend final : public Backend {
     in_.adam_update(p, g, m, v, k);
   }
   double sum_squares(Tensor x) override { return in_.sum_squares(x); }
+  double sum(Tensor x) override { return in_.sum(x); }
 
  private:
   Backend& in_;

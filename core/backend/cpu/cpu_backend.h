@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
                              float dloss) override;
   void adam_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamCoefficients& k) override;
   double sum_squares(Tensor x) override;
+  double sum(Tensor x) override { return sum_in_order(x); }
 
  private:
   // Scratch of at least n floats, reused across calls. It grows (allocates)

@@ -81,6 +81,7 @@ class ReferenceBackend final : public Backend {
                      k.step_size, k.v_scale, k.decay_factor, k.grad_scale);
   }
   double sum_squares(Tensor x) override { return ref::sum_squares(x.data, x.numel()); }
+  double sum(Tensor x) override { return sum_in_order(x); }
 };
 
 }  // namespace
