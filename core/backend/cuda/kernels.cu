@@ -230,6 +230,16 @@ struct QkvLayout {
   }
 };
 
+// A warp's work item split into batch row b, head h and row (fastest).
+struct HeadRow {
+  int b, h, row;
+  int64_t bh;  // b * NH + h
+};
+__device__ HeadRow split_item(int64_t item, int rows, int NH) {
+  const int64_t bh = item / rows;
+  return {static_cast<int>(bh / NH), static_cast<int>(bh % NH), static_cast<int>(item % rows), bh};
+}
+
 // a (in shared memory, float4) . b (global row of HS floats), through Dot4.
 template <int HS>
 __device__ float dot_row(const float4* a, const float* b) {
@@ -259,8 +269,8 @@ __device__ void load_row(float4* dst, const float* src, int lane) {
 // (weights broadcast by shuffle) to its own kDims = HS/32 output channels
 // (lane, lane+32, ...). No (T,T) scores anywhere, so no limit on T.
 template <int kDims>
-__global__ void __launch_bounds__(dm::kAttnWarps * kWarpSize)
-    attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int first_row,
+// No __launch_bounds__: with it ptxas caps these at 64 registers and spills.
+__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int first_row,
                              float scale) {
   constexpr int HS = kDims * kWarpSize;
   __shared__ float4 q_smem[dm::kAttnWarps][HS / 4];
@@ -268,9 +278,8 @@ __global__ void __launch_bounds__(dm::kAttnWarps * kWarpSize)
   const int R = T - first_row;
   const int64_t item = blockIdx.x * static_cast<int64_t>(dm::kAttnWarps) + warp;
   if (item >= static_cast<int64_t>(B) * NH * R) return;  // whole warp
-  const int r = R - 1 - static_cast<int>(item % R);  // longest rows are scheduled first
-  const int64_t bh = item / R;
-  const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+  const auto [b, h, r_fwd, bh] = split_item(item, R, NH);
+  const int r = R - 1 - r_fwd;  // longest rows are scheduled first
   const int t = first_row + r;
   const QkvLayout L{qkv, 3 * static_cast<int64_t>(C), T};
 
@@ -308,8 +317,7 @@ __global__ void __launch_bounds__(dm::kAttnWarps * kWarpSize)
 // to scratch (B,NH,T) for pass 2; dq_t = scale * sum_{s<=t} dS_ts k_s with
 // P_ts = exp(scale q_t.k_s - lse_t) rebuilt from the forward's lse.
 template <int kDims>
-__global__ void __launch_bounds__(dm::kAttnWarps * kWarpSize)
-    attention_backward_dq_kernel(float* dqkv, float* d_rows, const float* dout, const float* out,
+__global__ void attention_backward_dq_kernel(float* dqkv, float* d_rows, const float* dout, const float* out,
                                  const float* lse, const float* qkv, int B, int T, int C, int NH, float scale) {
   constexpr int HS = kDims * kWarpSize;
   __shared__ float4 q_smem[dm::kAttnWarps][HS / 4];
@@ -317,9 +325,8 @@ __global__ void __launch_bounds__(dm::kAttnWarps * kWarpSize)
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int64_t item = blockIdx.x * static_cast<int64_t>(dm::kAttnWarps) + warp;
   if (item >= static_cast<int64_t>(B) * NH * T) return;
-  const int t = T - 1 - static_cast<int>(item % T);
-  const int64_t bh = item / T;
-  const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+  const auto [b, h, t_fwd, bh] = split_item(item, T, NH);
+  const int t = T - 1 - t_fwd;  // longest rows are scheduled first
   const QkvLayout L{qkv, 3 * static_cast<int64_t>(C), T};
   const int64_t out_off = (static_cast<int64_t>(b) * T + t) * C + h * HS;
 
@@ -360,8 +367,7 @@ __global__ void __launch_bounds__(dm::kAttnWarps * kWarpSize)
 // rows i >= j in chunks of 32 (lane l takes query i0 + l):
 //   dv_j = sum_i P_ij dO_i,   dk_j = scale * sum_i dS_ij q_i.
 template <int kDims>
-__global__ void __launch_bounds__(dm::kAttnWarps * kWarpSize)
-    attention_backward_dkv_kernel(float* dqkv, const float* d_rows, const float* dout, const float* lse,
+__global__ void attention_backward_dkv_kernel(float* dqkv, const float* d_rows, const float* dout, const float* lse,
                                   const float* qkv, int B, int T, int C, int NH, float scale) {
   constexpr int HS = kDims * kWarpSize;
   __shared__ float4 k_smem[dm::kAttnWarps][HS / 4];
@@ -369,9 +375,7 @@ __global__ void __launch_bounds__(dm::kAttnWarps * kWarpSize)
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int64_t item = blockIdx.x * static_cast<int64_t>(dm::kAttnWarps) + warp;
   if (item >= static_cast<int64_t>(B) * NH * T) return;
-  const int j = static_cast<int>(item % T);  // small j = longest loop, scheduled first
-  const int64_t bh = item / T;
-  const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+  const auto [b, h, j, bh] = split_item(item, T, NH);  // small j = longest loop, scheduled first
   const QkvLayout L{qkv, 3 * static_cast<int64_t>(C), T};
 
   load_row<HS>(k_smem[warp], L.at(1, b, j, C, h, HS), lane);
