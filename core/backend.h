@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "buffer.h"
@@ -37,6 +38,13 @@ struct AdamCoefficients {
   float v_scale = 1.0f;
   float decay_factor = 1.0f;
   float grad_scale = 1.0f;
+};
+
+// Thrown when a backend cannot run on this machine (no CUDA device): the
+// stage exits with kExitUnavailable and the harness records "skipped".
+class BackendUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 class Backend {

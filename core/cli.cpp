@@ -24,8 +24,10 @@ std::string usage(const std::string& stage) {
       stage);
 }
 
-std::string help(const std::string& stage, const std::string& command) {
+std::string help(const StageContext& ctx, const std::string& command) {
+  const std::string& stage = ctx.stage;
   std::string h = fmt::format("{}: the {} stage of the GPT-2 engine.\n\n{}", stage, stage, usage(stage));
+  if (!ctx.help_note.empty()) h += "\n" + ctx.help_note;
   if (command != "generate") {
     h += fmt::format(
         "\ntrain: trains from a YAML configuration (and overrides), writes DIR/config.yaml,\n"
@@ -63,7 +65,7 @@ int run(int argc, char** argv, const StageContext& ctx) {
   if (args.empty()) throw std::invalid_argument("no command given (expected train or generate; see --help)");
   const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    if (root) fmt::print("{}", help(ctx.stage, ""));
+    if (root) fmt::print("{}", help(ctx, ""));
     return 0;
   }
   const std::string command = args[0];
@@ -76,7 +78,7 @@ int run(int argc, char** argv, const StageContext& ctx) {
   for (size_t i = 1; i < args.size(); ++i) {
     std::string a = args[i];
     if (a == "--help" || a == "-h") {
-      if (root) fmt::print("{}", help(ctx.stage, command));
+      if (root) fmt::print("{}", help(ctx, command));
       return 0;
     }
     if (a.rfind("--", 0) != 0) throw std::invalid_argument(fmt::format("unexpected argument '{}'", a));
@@ -141,9 +143,13 @@ int fail(const StageContext& ctx, const char* what, int code) {
 }
 }  // namespace
 
+int stage_main_error(const StageContext& ctx, const char* what, int code) { return fail(ctx, what, code); }
+
 int stage_main(int argc, char** argv, const StageContext& ctx) {
   try {
     return run(argc, argv, ctx);
+  } catch (const BackendUnavailable& e) {
+    return fail(ctx, e.what(), kExitUnavailable);
   } catch (const std::invalid_argument& e) {
     return fail(ctx, e.what(), kExitUsage);
   } catch (const std::exception& e) {

@@ -18,5 +18,8 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitUnavailable = 3;
 
 int stage_main(int argc, char** argv, const StageContext& ctx);
+// Reports an error the way stage_main does (once per job; every rank ends)
+// and returns `code`: for a stage's own start-up checks.
+int stage_main_error(const StageContext& ctx, const char* what, int code);
 
 }  // namespace gpt2

@@ -19,6 +19,10 @@ class Communicator {
   virtual std::string name() const = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // This rank's index among the ranks of its machine, and their number
+  // (how the CUDA stages pick a GPU).
+  virtual int local_rank() const { return 0; }
+  virtual int local_size() const { return 1; }
   // Copies `bytes` from `root` to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // In place: data = sum over ranks of data.

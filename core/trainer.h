@@ -18,6 +18,7 @@ struct StageContext {
   std::string stage;  // "serial", "mpi", ...
   std::function<std::unique_ptr<Backend>(int threads)> make_backend;
   Communicator* comm = nullptr;  // nullptr: one process (a local communicator)
+  std::string help_note;         // stage-specific lines for --help (environment, exit codes)
 };
 
 struct TrainRequest {

@@ -78,7 +78,7 @@ std::vector<double> losses_of(const fs::path& metrics) {
   return out;
 }
 
-const StageContext kSerial{"test", [](int t) { return make_cpu_backend(t); }};
+const StageContext kSerial{"test", [](int t) { return make_cpu_backend(t); }, nullptr, ""};
 
 TEST(Checkpoint, RoundTripGivesSameLossAndTokens) {
   fs::path dir = temp_dir("roundtrip");

@@ -45,6 +45,11 @@ class MpiCommunicator final : public Communicator {
     MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    MPI_Comm node;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
+    MPI_CHECK(MPI_Comm_size(node, &local_size_));
+    MPI_CHECK(MPI_Comm_free(&node));
     requests_.reserve(256);  // buckets in flight: no allocation inside a step
   }
   ~MpiCommunicator() override { MPI_Finalize(); }
@@ -52,6 +57,8 @@ class MpiCommunicator final : public Communicator {
   std::string name() const override { return "mpi"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
 
   void broadcast(void* data, size_t bytes, int root) override {
     auto* p = static_cast<char*>(data);
@@ -105,7 +112,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   static constexpr size_t kChunk = size_t{1} << 30;  // elements per MPI call: counts are int
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<MPI_Request> requests_;
 };
 

@@ -1,0 +1,13 @@
+// Stage 2: CUDA. One process on one GPU (the first; CUDA_VISIBLE_DEVICES
+// picks another). The same command line, configuration and outputs as every
+// stage; without a CUDA device it says so and exits with status 3, which the
+// harness records as skipped. Everything else is the core's.
+#include "cli.h"
+#include "cuda_backend.h"
+
+int main(int argc, char** argv) {
+  gpt2::StageContext ctx{"cuda", [](int /*threads*/) { return gpt2::make_cuda_backend(); }, nullptr,
+                         "Runs on the first CUDA device (set CUDA_VISIBLE_DEVICES to choose); train.threads is\n"
+                         "not used. Without a CUDA device it prints \"no CUDA device\" and exits with status 3.\n"};
+  return gpt2::stage_main(argc, argv, ctx);
+}

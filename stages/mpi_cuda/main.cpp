@@ -1,0 +1,38 @@
+// Stage 3: MPI+CUDA data parallelism. Launched as `mpiexec -n R mpi_cuda
+// train ...`: rank r binds GPU (local rank % GPUs on its machine), computes
+// its B/R rows of each global batch, and the gradients are summed on the GPUs
+// by NCCL (unique id broadcast over MPI), or staged through the host and MPI
+// where ranks share a GPU. GPT2_CUDA_ALLREDUCE=auto|nccl|host overrides the
+// choice. Everything else is the core's; without a CUDA device every rank
+// exits with status 3 (skipped).
+#include <cstdlib>
+
+#include "cli.h"
+#include "cuda_backend.h"
+#include "cuda_comm.h"
+#include "mpi_comm.h"
+
+int main(int argc, char** argv) {
+  auto mpi = gpt2::make_mpi_communicator(&argc, &argv);
+  const char* env = std::getenv("GPT2_CUDA_ALLREDUCE");
+  gpt2::DeviceAllreduce mode = gpt2::DeviceAllreduce::kAuto;
+  try {
+    mode = gpt2::parse_device_allreduce(env ? env : "", "GPT2_CUDA_ALLREDUCE");
+  } catch (const std::invalid_argument& e) {
+    gpt2::StageContext bad{"mpi_cuda", nullptr, mpi.get(), ""};
+    return gpt2::stage_main_error(bad, e.what(), gpt2::kExitUsage);
+  }
+  auto comm = gpt2::make_cuda_mpi_communicator(*mpi, mode);
+  gpt2::StageContext ctx{"mpi_cuda",
+                         [&](int /*threads*/) {
+                           auto be = gpt2::make_cuda_backend({.device_hint = comm->local_rank()});
+                           comm->bind(*be);
+                           return be;
+                         },
+                         comm.get(),
+                         "Rank r uses GPU (local rank % GPUs). Gradients are summed by NCCL where each rank of a\n"
+                         "machine has its own GPU, else staged through host memory and MPI; the environment\n"
+                         "variable GPT2_CUDA_ALLREDUCE=auto|nccl|host overrides the choice. Without a CUDA\n"
+                         "device every rank exits with status 3.\n"};
+  return gpt2::stage_main(argc, argv, ctx);
+}
