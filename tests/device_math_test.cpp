@@ -20,6 +20,7 @@
 #include "device_math.h"
 #include "reference_kernels.h"
 #include "test_util.h"
+#include "token_buckets.h"
 
 namespace gpt2::cuda {
 namespace {
@@ -97,22 +98,12 @@ TEST(DeviceMath, EncoderForwardAndBackwardMatchReferenceExactly) {
     dwpe[i] = acc;
   }
   // wte: the buckets the host builds (positions stably sorted by token).
-  std::vector<int32_t> order(N);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return tokens[a] < tokens[b]; });
-  std::vector<int32_t> bucket_token, starts;
-  for (int k = 0; k < N; ++k) {
-    if (k == 0 || tokens[order[k]] != tokens[order[k - 1]]) {
-      bucket_token.push_back(tokens[order[k]]);
-      starts.push_back(k);
-    }
-  }
-  starts.push_back(N);
-  for (size_t bucket = 0; bucket < bucket_token.size(); ++bucket) {
+  const TokenBuckets tb = make_token_buckets(tokens.data(), N);
+  for (int bucket = 0; bucket < tb.num_buckets(); ++bucket) {
     for (int c = 0; c < C; ++c) {
-      float acc = dwte[bucket_token[bucket] * C + c];
-      for (int k = starts[bucket]; k < starts[bucket + 1]; ++k) acc += dout[order[k] * C + c];
-      dwte[bucket_token[bucket] * C + c] = acc;
+      float acc = dwte[tb.bucket_token[bucket] * C + c];
+      for (int k = tb.starts[bucket]; k < tb.starts[bucket + 1]; ++k) acc += dout[tb.order[k] * C + c];
+      dwte[tb.bucket_token[bucket] * C + c] = acc;
     }
   }
   // Same additions in the same order as the reference: bitwise equal.
