@@ -1,0 +1,196 @@
+// The GPU suite's backend and model tests: the CUDA backend against the CPU
+// backend through the Backend interface (the cuBLAS products and the host
+// staging of tokens included), then the whole model: loss, every parameter
+// gradient, three optimizer steps, run-to-run determinism and generation.
+// Exits 77 (meson: skipped) where there is no CUDA device.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "cuda_backend.h"
+#include "generate.h"
+#include "model.h"
+#include "optim.h"
+#include "test_util.h"
+
+namespace gpt2 {
+namespace {
+
+using testing::all_close;
+using testing::random_tokens;
+using testing::random_vec;
+
+// A host vector in a backend's memory, and back.
+struct On {
+  Backend& be;
+  Buffer buf;
+  On(Backend& b, const std::vector<float>& host) : be(b), buf(host.size(), b.memory()) { buf.upload(host); }
+  Tensor t(std::initializer_list<int64_t> dims) const { return Tensor(buf.data(), dims); }
+  std::vector<float> host() const { return buf.download(); }
+};
+
+// The backend under test and the one it is held to.
+class Pair {
+ public:
+  Pair() : cuda_(make_cuda_backend()), cpu_(make_cpu_backend(1)) {}
+  Backend& cuda() { return *cuda_; }
+  Backend& cpu() { return *cpu_; }
+
+ private:
+  std::unique_ptr<Backend> cuda_, cpu_;
+};
+
+TEST(CudaBackend, MatmulForwardAndBothBackwardProducts) {
+  Pair p;
+  const int N = 4 * 64, C = 384, OC = 1152;
+  const auto inp = random_vec(size_t{N} * C, 1), w = random_vec(size_t{OC} * C, 2), b = random_vec(OC, 3);
+  const auto dout = random_vec(size_t{N} * OC, 4), dw0 = random_vec(size_t{OC} * C, 5), db0 = random_vec(OC, 6);
+  std::vector<std::vector<float>> got;
+  for (Backend* be : {&p.cuda(), &p.cpu()}) {
+    On i(*be, inp), W(*be, w), B(*be, b), d(*be, dout), dw(*be, dw0), db(*be, db0);
+    On out(*be, std::vector<float>(size_t{N} * OC, NAN)), dinp(*be, std::vector<float>(size_t{N} * C, NAN));
+    be->matmul_forward(out.t({N, OC}), i.t({N, C}), W.t({OC, C}), B.t({OC}));
+    be->matmul_backward(dinp.t({N, C}), dw.t({OC, C}), db.t({OC}), d.t({N, OC}), i.t({N, C}), W.t({OC, C}));
+    for (const On* o : {&out, &dinp, &dw, &db}) got.push_back(o->host());
+  }
+  // FP32 products of length C or N: rounding of O(sqrt(K)) ulp of the sums.
+  const char* names[] = {"out", "dinp", "dweight (+=)", "dbias (+=)"};
+  for (size_t k = 0; k < 4; ++k) EXPECT_TRUE(all_close(names[k], got[k], got[k + 4], 2e-4, 1e-4));
+}
+
+TEST(CudaBackend, HostTokensAndTargetsAreStaged) {
+  Pair p;
+  const int B = 3, T = 40, C = 64, V = 50;
+  const auto tokens = random_tokens(size_t{B} * T, V, 7), targets = random_tokens(size_t{B} * T, V, 8);
+  const auto wte = random_vec(size_t{V} * C, 9), wpe = random_vec(size_t{T} * C, 10);
+  const auto logits0 = random_vec(size_t{B} * T * V, 11, -4.0f, 4.0f);
+  std::vector<std::vector<float>> got;
+  for (Backend* be : {&p.cuda(), &p.cpu()}) {
+    On te(*be, wte), pe(*be, wpe), out(*be, std::vector<float>(size_t{B} * T * C));
+    On dte(*be, std::vector<float>(wte.size(), 0.5f)), dpe(*be, std::vector<float>(wpe.size(), 0.25f));
+    On logits(*be, logits0), losses(*be, std::vector<float>(size_t{B} * T));
+    be->encoder_forward(out.t({B, T, C}), tokens.data(), te.t({V, C}), pe.t({T, C}));
+    be->encoder_backward(dte.t({V, C}), dpe.t({T, C}), out.t({B, T, C}), tokens.data());
+    be->crossentropy_forward(losses.t({B, T}), logits.t({B * T, V}), targets.data());
+    be->crossentropy_backward(logits.t({B * T, V}), logits.t({B * T, V}), targets.data(), 0.125f);
+    for (const On* o : {&out, &dte, &dpe, &losses, &logits}) got.push_back(o->host());
+    got.push_back({static_cast<float>(be->sum(losses.t({B * T}))),
+                   static_cast<float>(be->sum_squares(logits.t({B * T * V})))});
+  }
+  const char* names[] = {"encoded", "dwte", "dwpe", "losses", "dlogits", "sum, sum_squares"};
+  for (size_t k = 0; k < 6; ++k) EXPECT_TRUE(all_close(names[k], got[k], got[k + 6], 1e-5, 1e-5));
+}
+
+// A configuration the CUDA kernels take (head size a multiple of 32) that
+// still runs in a moment on the CPU.
+Gpt2Config test_config() {
+  Gpt2Config c;
+  c.V = 96;
+  c.T = 64;
+  c.L = 2;
+  c.NH = 2;
+  c.C = 64;
+  return c;
+}
+
+struct TrainResult {
+  std::vector<float> losses, params;
+  std::vector<std::vector<float>> grads;  // per tensor, after the first backward
+  std::vector<int32_t> greedy, greedy_kv;
+};
+
+TrainResult train(Backend& be, const Gpt2Config& cfg, int B, int T, int steps) {
+  Gpt2 model(cfg, be.memory());
+  model.init_weights(42);
+  Optimizer opt(OptimizerConfig::adamw(), model.num_params(), be.memory());
+  ActivationArena arena(cfg, B, T, be.memory());
+  TrainResult r;
+  for (int s = 0; s < steps; ++s) {
+    auto x = random_tokens(static_cast<size_t>(B * T + 1), cfg.V, 300u + static_cast<uint32_t>(s));
+    model.zero_grad();
+    r.losses.push_back(gpt2_forward(be, model, arena.acts(), x.data(), x.data() + 1));
+    gpt2_backward(be, model, arena.acts(), x.data(), x.data() + 1, 1.0f / static_cast<float>(B * T));
+    if (s == 0) {
+      std::vector<float> all(model.num_params());
+      be.memory().download(all.data(), model.grad_data(), all.size() * sizeof(float));
+      for (const ParamInfo& info : model.infos()) {
+        r.grads.emplace_back(all.begin() + static_cast<ptrdiff_t>(info.offset),
+                             all.begin() + static_cast<ptrdiff_t>(info.offset + static_cast<size_t>(info.view->numel())));
+      }
+    }
+    opt.step(be, model);
+  }
+  r.params = model.params_to_host();
+  const std::vector<int32_t> prompt = random_tokens(20, cfg.V, 5);
+  GenerateOptions g;
+  g.max_new_tokens = 12;
+  g.kv_cache = false;
+  r.greedy = generate(be, model, prompt, g, -1).tokens;
+  g.kv_cache = true;
+  r.greedy_kv = generate(be, model, prompt, g, -1).tokens;
+  return r;
+}
+
+TEST(CudaModel, LossGradientsAndStepsMatchTheCpuBackend) {
+  Pair p;
+  const Gpt2Config cfg = test_config();
+  const TrainResult gpu = train(p.cuda(), cfg, 4, 64, 3), cpu = train(p.cpu(), cfg, 4, 64, 3);
+  // Loss: reduction orders differ; through two layers a few ulp of O(1).
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+  for (size_t s = 0; s < gpu.losses.size(); ++s) {
+    EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 2e-5 * std::fabs(cpu.losses[s])) << "step " << s;
+  }
+  // Gradients per tensor, against the tensor's largest (as model_test does).
+  Gpt2 names(cfg);
+  for (size_t k = 0; k < gpu.grads.size(); ++k) {
+    double scale = 0;
+    for (float v : cpu.grads[k]) scale = std::max(scale, std::fabs(double{v}));
+    EXPECT_TRUE(all_close(fmt::format("grad {}", names.infos()[k].name), gpu.grads[k], cpu.grads[k],
+                          2e-4 * scale + 1e-12, 2e-4));
+  }
+  // After three AdamW steps (lr 3e-4 warm-up): parameters move by < 1e-3,
+  // so their differences stay near the rounding of the update.
+  EXPECT_TRUE(all_close("params after 3 steps", gpu.params, cpu.params, 2e-5, 1e-4));
+  EXPECT_EQ(gpu.greedy, cpu.greedy) << "greedy generation, full recompute";
+  EXPECT_EQ(gpu.greedy_kv, gpu.greedy) << "KV-cache decoding gives the same tokens";
+}
+
+TEST(CudaModel, OriginalConfigurationLossAndGradients) {
+  Pair p;
+  Gpt2Config cfg;  // the original's: V172 T256 L6 NH6 C384
+  const TrainResult gpu = train(p.cuda(), cfg, 2, 256, 1), cpu = train(p.cpu(), cfg, 2, 256, 1);
+  EXPECT_NEAR(gpu.losses[0], cpu.losses[0], 2e-5 * std::fabs(cpu.losses[0]));
+  Gpt2 names(cfg);
+  for (size_t k = 0; k < gpu.grads.size(); ++k) {
+    double scale = 0;
+    for (float v : cpu.grads[k]) scale = std::max(scale, std::fabs(double{v}));
+    EXPECT_TRUE(all_close(fmt::format("grad {}", names.infos()[k].name), gpu.grads[k], cpu.grads[k],
+                          5e-4 * scale + 1e-12, 5e-4));
+  }
+}
+
+TEST(CudaModel, TrainingIsBitwiseDeterministic) {
+  auto be = make_cuda_backend();
+  const Gpt2Config cfg = test_config();
+  const TrainResult a = train(*be, cfg, 4, 64, 3), b = train(*be, cfg, 4, 64, 3);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.params, b.params);
+}
+
+}  // namespace
+}  // namespace gpt2
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (gpt2::cuda_device_count(&why) == 0) {
+    std::printf("SKIP: no CUDA device (%s)\n", why.c_str());
+    return 77;  // meson test: skipped
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
