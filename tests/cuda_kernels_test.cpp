@@ -7,7 +7,8 @@
 // itself is also tested without a GPU in device_math_test.cpp.
 // Build (by hand until meson has a CUDA option):
 //   nvcc -std=c++20 -O3 -arch=sm_90 -I core -I core/backend/cuda -I core/backend/reference -I tests
-//     tests/cuda_kernels_test.cpp core/backend/cuda/kernels.cu core/backend/reference/reference_kernels.cpp
+//     tests/cuda_kernels_test.cpp core/backend/cuda/kernels.cu core/backend/cuda/attention.cu
+//     core/backend/reference/reference_kernels.cpp
 //     -lgtest -lgtest_main -o cuda_kernels_test
 #include <gtest/gtest.h>
 

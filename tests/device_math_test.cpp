@@ -1,14 +1,15 @@
 // Host tests of the CUDA kernels' arithmetic (core/backend/cuda/device_math.h).
-// CUDA code cannot run on the build machines, so each kernel of kernels.cu is
-// rebuilt here on the host: the same device_math.h functions, the same launch
-// constants, and the same ownership and summation order (lanes of a warp,
-// the xor butterfly, row chunks of the column sums, blocks of the reduction).
-// Each host path is then held to the naive reference kernels on random
-// inputs. Where the kernel adds in the reference's order the comparison is
-// exact; elsewhere the tolerance is stated next to it. What this does not
-// check: memory indexing of kernels.cu itself, FMA contraction on the device
-// (rounding-level differences) and the CUDA math library's expf/tanhf/logf
-// (a few ulp); those are left to the run on a GPU.
+// CUDA code cannot run on the build machines, so each kernel of kernels.cu
+// and attention.cu is rebuilt here on the host: the same device_math.h
+// functions, the same launch constants, and the same ownership and summation
+// order (lanes of a warp, the xor butterfly, row chunks of the column sums,
+// blocks of the reduction, tiles of attention). Each host path is then held
+// to the naive reference kernels on random inputs. Where the kernel adds in
+// the reference's order the comparison is exact; elsewhere the tolerance is
+// stated next to it. What this does not check: the kernels' memory indexing,
+// FMA contraction on the device (rounding-level differences) and the CUDA
+// math library's expf/tanhf/logf (a few ulp); cuda_kernels_test.cpp checks
+// those on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -252,8 +253,10 @@ float dot_row_host(const float* a, const float* b, int HS) {
   return acc.total();
 }
 
-// attention_forward_kernel: warp per (b, h, t), online softmax over chunks of
-// 32 keys; lane l scores key s0 + l and owns output channels l, l+32, ...
+// attention_forward_kernel (attention.cu): warp per (b, h, t), online softmax
+// over tiles of 32 keys; lane l scores key s0 + l and owns output channels
+// l, l+32, ... (Which shared-memory tile a row comes from does not change
+// the arithmetic; where the tiles start does, for dk/dv below.)
 void attention_forward_host(float* out, float* lse, const float* qkv, const Shape& s, int first_row) {
   const int HS = s.C / s.NH, dims = HS / kWarpSize, R = s.T - first_row;
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
@@ -294,7 +297,7 @@ void attention_forward_host(float* out, float* lse, const float* qkv, const Shap
   }
 }
 
-// attention_backward_dq_kernel then attention_backward_dkv_kernel.
+// attention_backward_dq_kernel then attention_backward_dkv_kernel (attention.cu).
 void attention_backward_host(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv,
                              const Shape& s) {
   const int HS = s.C / s.NH, T = s.T, C = s.C;
@@ -339,18 +342,21 @@ void attention_backward_host(float* dqkv, const float* dout, const float* out, c
         const float* k_j = qkv_row(qkv, 1, b, j, h, s);
         const float* v_j = qkv_row(qkv, 2, b, j, h, s);
         std::vector<float> acc_k(static_cast<size_t>(HS), 0.0f), acc_v(static_cast<size_t>(HS), 0.0f);
-        for (int i0 = j; i0 < T; i0 += kWarpSize) {
+        // Query tiles start at the block's first key row (blocks of kAttnWarps rows).
+        const int j0 = j / dm::kAttnWarps * dm::kAttnWarps;
+        for (int i0 = j0; i0 < T; i0 += kWarpSize) {
+          if (i0 + kWarpSize <= j) continue;
           float p[kWarpSize], ds[kWarpSize];
           for (int lane = 0; lane < kWarpSize; ++lane) {
             const int i = i0 + lane;
             p[lane] = ds[lane] = 0.0f;
-            if (i < T) {
+            if (i >= j && i < T) {
               p[lane] = expf(scale * dot_row_host(k_j, qkv_row(qkv, 0, b, i, h, s), HS) - lse[bh * T + i]);
               const float dp = dot_row_host(v_j, dout_row(b, i, h), HS);
               ds[lane] = dm::attention_dscore(p[lane], dp, d_rows[bh * T + i], scale);
             }
           }
-          for (int k = 0; k < std::min(kWarpSize, T - i0); ++k) {
+          for (int k = std::max(0, j - i0); k < std::min(kWarpSize, T - i0); ++k) {
             const float* q = qkv_row(qkv, 0, b, i0 + k, h, s);
             const float* dO = dout_row(b, i0 + k, h);
             for (int i = 0; i < HS; ++i) {

@@ -36,7 +36,7 @@ constexpr int kWarpSize = 32;
 
 // Launch constants the host emulation must share with kernels.cu.
 constexpr int kRowWarps = 8;              // rows (one per warp) per block: layernorm, crossentropy
-constexpr int kAttnWarps = 4;             // query/key rows (one per warp) per attention block
+constexpr int kAttnWarps = 8;             // query/key rows (one per warp) per attention block
 constexpr int kColumnTileRows = 8;        // threadIdx.y extent of the column-sum tiles
 constexpr int kColumnChunkRows = 256;     // rows summed by one column-sum block before the final pass
 constexpr int kReduceThreads = 256;       // threads per reduce_sum block (both stages)

@@ -1,34 +1,29 @@
-// CUDA kernels of the GPT-2 backend (all but the GEMMs) and their launchers
-// declared in kernels.h. The arithmetic is in device_math.h; this file holds
-// the parallel structure: which thread owns which element and in what order
-// partial results are combined. That order is fixed (no floating-point
-// atomics), so the same inputs give bitwise the same outputs on every run.
+// CUDA kernels of the GPT-2 backend and their launchers declared in
+// kernels.h, all but the GEMMs (cuBLAS) and attention (attention.cu). The
+// arithmetic is in device_math.h; this file holds the parallel structure:
+// which thread owns which element and in what order partial results are
+// combined. That order is fixed (no floating-point atomics), so the same
+// inputs give bitwise the same outputs on every run.
 // Letters: B batch, T time, C channels, NH heads, HS = C / NH, V vocab,
 // N = B * T rows, OC output channels.
 #include "kernels.h"
 
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include "device_math.h"
+#include "kernel_common.cuh"
 
 namespace gpt2::cuda {
 namespace {
 
+using detail::check_launch;
+using detail::warp_reduce;
+using detail::warp_reduce_sum;
 using dm::kWarpSize;
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kElementwiseThreads = 256;
 // Grid-stride loops: enough blocks to fill an H100 several times over,
 // without launching one thread per element of a 100M-element tensor.
 constexpr int64_t kMaxElementwiseBlocks = 4096;
-
-void check_launch(const char* kernel) {
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("CUDA kernel ") + kernel + " failed to launch: " + cudaGetErrorString(err));
-  }
-}
 
 int elementwise_blocks(int64_t work_items) {
   int64_t blocks = (work_items + kElementwiseThreads - 1) / kElementwiseThreads;
@@ -36,16 +31,6 @@ int elementwise_blocks(int64_t work_items) {
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-template <typename Op>
-__device__ float warp_reduce(float v, Op op) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(kFullMask, v, offset));
-  return v;
-}
-__device__ double warp_reduce_sum(double v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
 
 // ---------------------------------------------------------------- encoder
 
@@ -217,203 +202,6 @@ __global__ void add_bias_kernel(float* out, const float* bias, int64_t total, in
   }
 }
 
-// ---------------------------------------------------------------- attention
-
-// Rows of qkv (B,T,3C) seen by one warp: q, k, v of head h start at part * C
-// + h * HS within a position's 3C floats.
-struct QkvLayout {
-  const float* qkv;
-  int64_t row3;  // 3C
-  int T;
-  GPT2_HD const float* at(int part, int b, int t, int C, int h, int HS) const {
-    return qkv + (static_cast<int64_t>(b) * T + t) * row3 + part * C + h * HS;
-  }
-};
-
-// A warp's work item split into batch row b, head h and row (fastest).
-struct HeadRow {
-  int b, h, row;
-  int64_t bh;  // b * NH + h
-};
-__device__ HeadRow split_item(int64_t item, int rows, int NH) {
-  const int64_t bh = item / rows;
-  return {static_cast<int>(bh / NH), static_cast<int>(bh % NH), static_cast<int>(item % rows), bh};
-}
-
-// a (in shared memory, float4) . b (global row of HS floats), through Dot4.
-template <int HS>
-__device__ float dot_row(const float4* a, const float* b) {
-  const float4* b4 = reinterpret_cast<const float4*>(b);
-  dm::Dot4 acc;
-#pragma unroll 8
-  for (int i = 0; i < HS / 4; ++i) {
-    const float4 x = a[i];
-    const float4 y = __ldg(b4 + i);
-    acc.add(x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w);
-  }
-  return acc.total();
-}
-
-// Copies one HS-row into this warp's shared float4 slot.
-template <int HS>
-__device__ void load_row(float4* dst, const float* src, int lane) {
-  const float4* s4 = reinterpret_cast<const float4*>(src);
-  for (int i = lane; i < HS / 4; i += kWarpSize) dst[i] = s4[i];
-  __syncwarp();
-}
-
-// Forward: one warp per (b, h, query row t), flash-style over chunks of 32
-// keys: lane l scores key s0 + l (full HS dot product, q from shared
-// memory), the warp merges the chunk into the running (max, sum) with an
-// online softmax, then every lane adds the chunk's 32 weighted value rows
-// (weights broadcast by shuffle) to its own kDims = HS/32 output channels
-// (lane, lane+32, ...). No (T,T) scores anywhere, so no limit on T.
-template <int kDims>
-// No __launch_bounds__: with it ptxas caps these at 64 registers and spills.
-__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int first_row,
-                             float scale) {
-  constexpr int HS = kDims * kWarpSize;
-  __shared__ float4 q_smem[dm::kAttnWarps][HS / 4];
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int R = T - first_row;
-  const int64_t item = blockIdx.x * static_cast<int64_t>(dm::kAttnWarps) + warp;
-  if (item >= static_cast<int64_t>(B) * NH * R) return;  // whole warp
-  const auto [b, h, r_fwd, bh] = split_item(item, R, NH);
-  const int r = R - 1 - r_fwd;  // longest rows are scheduled first
-  const int t = first_row + r;
-  const QkvLayout L{qkv, 3 * static_cast<int64_t>(C), T};
-
-  load_row<HS>(q_smem[warp], L.at(0, b, t, C, h, HS), lane);
-  float m = -INFINITY, l = 0.0f;
-  float acc[kDims];
-#pragma unroll
-  for (int j = 0; j < kDims; ++j) acc[j] = 0.0f;
-
-  for (int s0 = 0; s0 <= t; s0 += kWarpSize) {
-    const int s = s0 + lane;
-    const float score = s <= t ? scale * dot_row<HS>(q_smem[warp], L.at(1, b, s, C, h, HS)) : -INFINITY;
-    const float m_new = fmaxf(m, warp_reduce(score, dm::MaxOp{}));
-    const float corr = dm::softmax_rescale(m, m_new);
-    const float p = s <= t ? expf(score - m_new) : 0.0f;
-    l = l * corr + warp_reduce(p, dm::SumOp{});
-#pragma unroll
-    for (int j = 0; j < kDims; ++j) acc[j] *= corr;
-    const int count = min(kWarpSize, t - s0 + 1);
-    for (int k = 0; k < count; ++k) {
-      const float w = __shfl_sync(kFullMask, p, k);
-      const float* v = L.at(2, b, s0 + k, C, h, HS);
-#pragma unroll
-      for (int j = 0; j < kDims; ++j) acc[j] += w * v[lane + j * kWarpSize];
-    }
-    m = m_new;
-  }
-  float* o = out + (static_cast<int64_t>(b) * R + r) * C + h * HS;
-#pragma unroll
-  for (int j = 0; j < kDims; ++j) o[lane + j * kWarpSize] = acc[j] / l;
-  if (lse != nullptr && lane == 0) lse[bh * R + r] = dm::softmax_lse(m, l);
-}
-
-// Backward, pass 1: one warp per (b, h, query row t). D_t = dO_t . O_t goes
-// to scratch (B,NH,T) for pass 2; dq_t = scale * sum_{s<=t} dS_ts k_s with
-// P_ts = exp(scale q_t.k_s - lse_t) rebuilt from the forward's lse.
-template <int kDims>
-__global__ void attention_backward_dq_kernel(float* dqkv, float* d_rows, const float* dout, const float* out,
-                                 const float* lse, const float* qkv, int B, int T, int C, int NH, float scale) {
-  constexpr int HS = kDims * kWarpSize;
-  __shared__ float4 q_smem[dm::kAttnWarps][HS / 4];
-  __shared__ float4 do_smem[dm::kAttnWarps][HS / 4];
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int64_t item = blockIdx.x * static_cast<int64_t>(dm::kAttnWarps) + warp;
-  if (item >= static_cast<int64_t>(B) * NH * T) return;
-  const auto [b, h, t_fwd, bh] = split_item(item, T, NH);
-  const int t = T - 1 - t_fwd;  // longest rows are scheduled first
-  const QkvLayout L{qkv, 3 * static_cast<int64_t>(C), T};
-  const int64_t out_off = (static_cast<int64_t>(b) * T + t) * C + h * HS;
-
-  load_row<HS>(q_smem[warp], L.at(0, b, t, C, h, HS), lane);
-  load_row<HS>(do_smem[warp], dout + out_off, lane);
-  float d_part = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kDims; ++j) d_part += dout[out_off + lane + j * kWarpSize] * out[out_off + lane + j * kWarpSize];
-  const float D = warp_reduce(d_part, dm::SumOp{});
-  const float row_lse = lse[bh * T + t];
-  if (lane == 0) d_rows[bh * T + t] = D;
-
-  float acc[kDims];
-#pragma unroll
-  for (int j = 0; j < kDims; ++j) acc[j] = 0.0f;
-  for (int s0 = 0; s0 <= t; s0 += kWarpSize) {
-    const int s = s0 + lane;
-    float ds = 0.0f;
-    if (s <= t) {
-      const float p = expf(scale * dot_row<HS>(q_smem[warp], L.at(1, b, s, C, h, HS)) - row_lse);
-      const float dp = dot_row<HS>(do_smem[warp], L.at(2, b, s, C, h, HS));
-      ds = dm::attention_dscore(p, dp, D, scale);
-    }
-    const int count = min(kWarpSize, t - s0 + 1);
-    for (int k = 0; k < count; ++k) {
-      const float w = __shfl_sync(kFullMask, ds, k);
-      const float* key = L.at(1, b, s0 + k, C, h, HS);
-#pragma unroll
-      for (int j = 0; j < kDims; ++j) acc[j] += w * key[lane + j * kWarpSize];
-    }
-  }
-  float* dq = dqkv + (static_cast<int64_t>(b) * T + t) * 3 * C + h * HS;
-#pragma unroll
-  for (int j = 0; j < kDims; ++j) dq[lane + j * kWarpSize] = acc[j];
-}
-
-// Backward, pass 2: one warp per (b, h, key row j), looping over the query
-// rows i >= j in chunks of 32 (lane l takes query i0 + l):
-//   dv_j = sum_i P_ij dO_i,   dk_j = scale * sum_i dS_ij q_i.
-template <int kDims>
-__global__ void attention_backward_dkv_kernel(float* dqkv, const float* d_rows, const float* dout, const float* lse,
-                                  const float* qkv, int B, int T, int C, int NH, float scale) {
-  constexpr int HS = kDims * kWarpSize;
-  __shared__ float4 k_smem[dm::kAttnWarps][HS / 4];
-  __shared__ float4 v_smem[dm::kAttnWarps][HS / 4];
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int64_t item = blockIdx.x * static_cast<int64_t>(dm::kAttnWarps) + warp;
-  if (item >= static_cast<int64_t>(B) * NH * T) return;
-  const auto [b, h, j, bh] = split_item(item, T, NH);  // small j = longest loop, scheduled first
-  const QkvLayout L{qkv, 3 * static_cast<int64_t>(C), T};
-
-  load_row<HS>(k_smem[warp], L.at(1, b, j, C, h, HS), lane);
-  load_row<HS>(v_smem[warp], L.at(2, b, j, C, h, HS), lane);
-  float acc_k[kDims], acc_v[kDims];
-#pragma unroll
-  for (int d = 0; d < kDims; ++d) acc_k[d] = acc_v[d] = 0.0f;
-  const int64_t dout_row0 = static_cast<int64_t>(b) * T * C + h * HS;
-  for (int i0 = j; i0 < T; i0 += kWarpSize) {
-    const int i = i0 + lane;
-    float p = 0.0f, ds = 0.0f;
-    if (i < T) {
-      p = expf(scale * dot_row<HS>(k_smem[warp], L.at(0, b, i, C, h, HS)) - lse[bh * T + i]);
-      const float dp = dot_row<HS>(v_smem[warp], dout + dout_row0 + static_cast<int64_t>(i) * C);
-      ds = dm::attention_dscore(p, dp, d_rows[bh * T + i], scale);
-    }
-    const int count = min(kWarpSize, T - i0);
-    for (int k = 0; k < count; ++k) {
-      const float pw = __shfl_sync(kFullMask, p, k);
-      const float dsw = __shfl_sync(kFullMask, ds, k);
-      const float* q = L.at(0, b, i0 + k, C, h, HS);
-      const float* dO = dout + dout_row0 + static_cast<int64_t>(i0 + k) * C;
-#pragma unroll
-      for (int d = 0; d < kDims; ++d) {
-        acc_v[d] += pw * dO[lane + d * kWarpSize];
-        acc_k[d] += dsw * q[lane + d * kWarpSize];
-      }
-    }
-  }
-  float* dk = dqkv + (static_cast<int64_t>(b) * T + j) * 3 * C + C + h * HS;
-  float* dv = dk + C;
-#pragma unroll
-  for (int d = 0; d < kDims; ++d) {
-    dk[lane + d * kWarpSize] = acc_k[d];
-    dv[lane + d * kWarpSize] = acc_v[d];
-  }
-}
-
 // ---------------------------------------------------------------- elementwise
 
 struct GeluForwardOp {
@@ -546,28 +334,6 @@ __global__ void __launch_bounds__(dm::kReduceThreads) reduce_final_kernel(double
 }
 static_assert(dm::kReduceBlocks == dm::kReduceThreads, "reduce_final_kernel maps one thread per partial");
 
-// ---------------------------------------------------------------- validation
-
-// Attention geometry the kernels support; thrown at the front door.
-int attention_head_size(const char* op, int C, int NH) {
-  if (NH <= 0 || C % NH != 0) {
-    throw std::invalid_argument(std::string(op) + ": C = " + std::to_string(C) + " is not a multiple of NH = " +
-                                std::to_string(NH));
-  }
-  const int HS = C / NH;
-  if (HS % kWarpSize != 0 || HS > 4 * kWarpSize) {
-    throw std::invalid_argument(std::string(op) + ": head size HS = " + std::to_string(HS) +
-                                " unsupported (need a multiple of 32, at most 128)");
-  }
-  return HS;
-}
-
-int attention_blocks(const char* op, int64_t rows) {
-  const int64_t blocks = (rows + dm::kAttnWarps - 1) / dm::kAttnWarps;
-  if (blocks > 0x7fffffff) throw std::invalid_argument(std::string(op) + ": too many rows for one grid");
-  return static_cast<int>(blocks);
-}
-
 }  // namespace
 
 // ============================================================== launchers
@@ -655,73 +421,6 @@ void bias_backward(float* dbias, float* scratch, const float* dout, int N, int O
   column_finalize_kernel<<<(OC + kElementwiseThreads - 1) / kElementwiseThreads, kElementwiseThreads, 0, stream>>>(
       dbias, scratch, chunks, OC);
   check_launch("bias_backward_finalize");
-}
-
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int first_row,
-                       cudaStream_t stream) {
-  const int HS = attention_head_size("attention_forward", C, NH);
-  if (first_row < 0 || first_row >= T) {
-    throw std::invalid_argument("attention_forward: first_row = " + std::to_string(first_row) +
-                                " outside [0, T = " + std::to_string(T) + ")");
-  }
-  if (B <= 0) return;
-  const int blocks = attention_blocks("attention_forward", static_cast<int64_t>(B) * NH * (T - first_row));
-  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-  const int threads = dm::kAttnWarps * kWarpSize;
-  switch (HS / kWarpSize) {
-    case 1:
-      attention_forward_kernel<1><<<blocks, threads, 0, stream>>>(out, lse, qkv, B, T, C, NH, first_row, scale);
-      break;
-    case 2:
-      attention_forward_kernel<2><<<blocks, threads, 0, stream>>>(out, lse, qkv, B, T, C, NH, first_row, scale);
-      break;
-    case 3:
-      attention_forward_kernel<3><<<blocks, threads, 0, stream>>>(out, lse, qkv, B, T, C, NH, first_row, scale);
-      break;
-    default:
-      attention_forward_kernel<4><<<blocks, threads, 0, stream>>>(out, lse, qkv, B, T, C, NH, first_row, scale);
-      break;
-  }
-  check_launch("attention_forward");
-}
-
-size_t attention_backward_scratch_floats(int B, int T, int NH) {
-  return static_cast<size_t>(B) * static_cast<size_t>(NH) * static_cast<size_t>(T);
-}
-
-template <int kDims>
-static void launch_attention_backward(float* dqkv, float* scratch, const float* dout, const float* out,
-                                      const float* lse, const float* qkv, int B, int T, int C, int NH, float scale,
-                                      int blocks, cudaStream_t stream) {
-  const int threads = dm::kAttnWarps * kWarpSize;
-  attention_backward_dq_kernel<kDims>
-      <<<blocks, threads, 0, stream>>>(dqkv, scratch, dout, out, lse, qkv, B, T, C, NH, scale);
-  check_launch("attention_backward_dq");
-  attention_backward_dkv_kernel<kDims>
-      <<<blocks, threads, 0, stream>>>(dqkv, scratch, dout, lse, qkv, B, T, C, NH, scale);
-  check_launch("attention_backward_dkv");
-}
-
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out, const float* lse,
-                        const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
-  const int HS = attention_head_size("attention_backward", C, NH);
-  if (B <= 0 || T <= 0) return;
-  const int blocks = attention_blocks("attention_backward", static_cast<int64_t>(B) * NH * T);
-  const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-  switch (HS / kWarpSize) {
-    case 1:
-      launch_attention_backward<1>(dqkv, scratch, dout, out, lse, qkv, B, T, C, NH, scale, blocks, stream);
-      break;
-    case 2:
-      launch_attention_backward<2>(dqkv, scratch, dout, out, lse, qkv, B, T, C, NH, scale, blocks, stream);
-      break;
-    case 3:
-      launch_attention_backward<3>(dqkv, scratch, dout, out, lse, qkv, B, T, C, NH, scale, blocks, stream);
-      break;
-    default:
-      launch_attention_backward<4>(dqkv, scratch, dout, out, lse, qkv, B, T, C, NH, scale, blocks, stream);
-      break;
-  }
 }
 
 void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t stream) {
