@@ -1,6 +1,7 @@
 // Launchers of the CUDA backend's own kernels (everything but the GEMMs,
 // which go through cuBLAS in cuda_backend.cpp). Plain C++ declarations, so
-// host code compiled by g++ can call them; the definitions are in kernels.cu.
+// host code compiled by g++ can call them; the definitions are in kernels.cu
+// and (attention) attention.cu.
 //
 // Every pointer is DEVICE memory. Every launcher only enqueues work on
 // `stream` and returns: no synchronisation, no allocation. Shapes and
