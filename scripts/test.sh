@@ -12,8 +12,12 @@ import json
 counts = {"OK": 0, "FAIL": 0, "SKIP": 0, "TIMEOUT": 0, "ERROR": 0}
 with open("build/meson-logs/testlog.json") as f:
     for line in f:
-        r = json.loads(line).get("result", "ERROR")
+        t = json.loads(line)
+        r = t.get("result", "ERROR")
         counts[r if r in counts else "ERROR"] += 1
+        if r == "SKIP":  # the test's own reason, e.g. the GPU suite without a GPU
+            why = [l for l in t.get("stdout", "").splitlines() if l.startswith("SKIP")]
+            print(f"skipped {t.get('name')}: {why[-1] if why else 'no reason given'}")
 failed = counts["FAIL"] + counts["TIMEOUT"] + counts["ERROR"]
 print(f"{counts['OK']} passed, {failed} failed, {counts['SKIP']} skipped")
 PY

@@ -491,7 +491,7 @@ INSTANTIATE_TEST_SUITE_P(Vocab, CrossEntropyTest, ::testing::Values(50, 31, 1000
 
 // ------------------------------------------------------------ adam
 
-TEST(DeviceMath, AdamMatchesReferenceExactly) {
+TEST(DeviceMath, AdamMatchesReferenceWithinRounding) {
   const int64_t n = 777;
   auto param = random_vec(n, 90), m = random_vec(n, 91, -0.01f, 0.01f), v = random_vec(n, 92, 0.0f, 1e-4f);
   auto ref_param = param, ref_m = m, ref_v = v;
@@ -506,10 +506,13 @@ TEST(DeviceMath, AdamMatchesReferenceExactly) {
     ref::adam_update(ref_param.data(), grad.data(), ref_m.data(), ref_v.data(), n, k.beta1, k.beta2, k.eps,
                      k.step_size, k.v_scale, k.decay_factor, k.grad_scale);
   }
-  // Same operations in the same order, each rounded: bitwise equal.
-  EXPECT_TRUE(all_close("adam param", param, ref_param, 0, 0));
-  EXPECT_TRUE(all_close("adam m", m, ref_m, 0, 0));
-  EXPECT_TRUE(all_close("adam v", v, ref_v, 0, 0));
+  // Same operations in the same order. The kernel rounds each one; the host
+  // compiler may fuse a multiply-add (-march=native on an FMA machine), so
+  // allow two units in the last place of the terms (m and the parameter
+  // may cancel), far below any real mistake.
+  EXPECT_TRUE(all_close("adam param", param, ref_param, 2.4e-7, 2.4e-7));
+  EXPECT_TRUE(all_close("adam m", m, ref_m, 5e-8, 2.4e-7));
+  EXPECT_TRUE(all_close("adam v", v, ref_v, 1e-30, 2.4e-7));
 }
 
 // ------------------------------------------------------------ reduce

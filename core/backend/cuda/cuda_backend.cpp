@@ -11,6 +11,7 @@
 
 #include "cuda_check.h"
 #include "kernels.h"
+#include "token_buckets.h"
 
 namespace gpt2 {
 
@@ -150,24 +151,14 @@ class CudaBackend final : public Backend {
     const int N = B * T;
     cuda::encoder_backward_wpe(dwpe.data, dout.data, B, T, C, stream_);
     // Group the positions by token on the host (a stable counting sort) so
-    // that each row of dwte is summed by one thread block, in order.
-    count_.assign(static_cast<size_t>(V) + 1, 0);
-    for (int n = 0; n < N; ++n) ++count_[static_cast<size_t>(tokens[n]) + 1];
-    for (int v = 0; v < V; ++v) count_[static_cast<size_t>(v) + 1] += count_[static_cast<size_t>(v)];
-    int nb = 0;
-    for (int v = 0; v < V; ++v) nb += count_[static_cast<size_t>(v) + 1] > count_[static_cast<size_t>(v)];
-    packed_.resize(static_cast<size_t>(2 * nb + 1 + N));
-    int32_t* bucket_token = packed_.data();
-    int32_t* starts = bucket_token + nb;
-    int32_t* order = starts + nb + 1;
-    int b = 0;
-    for (int v = 0; v < V; ++v) {
-      if (count_[static_cast<size_t>(v) + 1] == count_[static_cast<size_t>(v)]) continue;
-      bucket_token[b] = v;
-      starts[b++] = count_[static_cast<size_t>(v)];
+    // that each row of dwte is summed by one thread block, in order; the
+    // three arrays travel in one copy.
+    cuda::make_token_buckets(tokens, N, V, groups_);
+    const int nb = groups_.num_buckets();
+    packed_.clear();
+    for (const std::vector<int32_t>* v : {&groups_.bucket_token, &groups_.starts, &groups_.order}) {
+      packed_.insert(packed_.end(), v->begin(), v->end());
     }
-    starts[nb] = N;
-    for (int n = 0; n < N; ++n) order[count_[static_cast<size_t>(tokens[n])]++] = n;
     const int32_t* d = stage(*buckets_, packed_.data(), packed_.size());
     cuda::encoder_backward_wte(dwte.data, dout.data, d, d + nb, d + 2 * nb + 1, nb, C, stream_);
   }
@@ -277,7 +268,8 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<CudaMemory> memory_;
   std::optional<Scratch> ln_scratch_, bias_scratch_, att_scratch_, reduce_scratch_, tokens_, targets_, buckets_;
-  std::vector<int32_t> count_, packed_;  // host side of encoder_backward's grouping
+  cuda::TokenBuckets groups_;    // host side of encoder_backward's grouping
+  std::vector<int32_t> packed_;  // its arrays, end to end
 };
 
 CudaBackend& as_cuda(Backend& be) {
