@@ -20,7 +20,7 @@ import time
 
 RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,seed,status,reason,training_s,inference_s,"
                 "tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,git_commit,git_dirty,build_type,compiler,cpu,"
-                "cores,blas_core,host,date").split(",")
+                "cores,blas_core,backend,host,date").split(",")
 LOSS_COLUMNS = "experiment,run_id,stage,ranks,threads,repetition,epoch,loss".split(",")
 
 

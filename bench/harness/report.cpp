@@ -41,7 +41,7 @@ struct Run {
   std::string run_id, stage, status, reason;
   int ranks = 0, threads = 0, repetition = 0;
   std::optional<double> training_s, inference_s, tokens_per_s, final_loss, comm_s;
-  std::string git_commit, git_dirty_text, build_type, compiler, cpu, cores, blas_core, host, date;
+  std::string git_commit, git_dirty_text, build_type, compiler, cpu, cores, blas_core, backend, host, date;
   bool git_dirty = false;
   bool ok() const { return status == "ok"; }
 };
@@ -95,9 +95,12 @@ std::vector<Run> load_runs(const fs::path& path) {
     return v;
   };
   const std::vector<size_t> ti = indices(texts), ii = indices(ints), ni = indices(numbers);
+  // Optional: results written before the CUDA stages existed have no backend.
+  const auto backend_col = std::find(t[0].begin(), t[0].end(), "backend");
   std::vector<Run> runs;
   for (size_t k = 1; k < t.size(); ++k) {
     Run r;
+    if (backend_col != t[0].end()) r.backend = t[k][static_cast<size_t>(backend_col - t[0].begin())];
     for (size_t j = 0; j < ti.size(); ++j) r.*texts[j].second = t[k][ti[j]];
     for (size_t j = 0; j < ii.size(); ++j) r.*ints[j].second = parse_int(t[k][ii[j]], path, k, ints[j].first);
     for (size_t j = 0; j < ni.size(); ++j) {
@@ -385,8 +388,10 @@ std::string provenance_text(const std::vector<Run>& runs) {
   for (const Run& r : runs) {
     if (!r.ok()) continue;
     const std::string id =
-        fmt::format("{} ({} cores, BLAS kernel {}), host {}, {{dates}}, commit {}{}; {} build, {}", or_unknown(r.cpu),
-                    or_unknown(r.cores), or_unknown(r.blas_core), or_unknown(r.host), or_unknown(r.git_commit),
+        fmt::format("{} ({} cores, BLAS kernel {}){}, host {}, {{dates}}, commit {}{}; {} build, {}", or_unknown(r.cpu),
+                    or_unknown(r.cores), or_unknown(r.blas_core),
+                    r.backend.starts_with("cuda") ? fmt::format(", backend {}", r.backend) : "",
+                    or_unknown(r.host), or_unknown(r.git_commit),
                     r.git_dirty ? " (dirty)" : "", or_unknown(r.build_type), or_unknown(r.compiler));
     auto it = std::find_if(machines.begin(), machines.end(), [&](const auto& p) { return p.first == id; });
     if (it == machines.end()) {

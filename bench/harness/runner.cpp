@@ -184,7 +184,7 @@ void write_results_csv(const Experiment& ex, const fs::path& results_dir) {
   std::string runs = csv_row({"experiment", "run_id", "stage", "ranks", "threads", "repetition", "seed", "status",
                               "reason", "training_s", "inference_s", "tokens_per_s", "final_loss", "steps", "comm_s",
                               "peak_rss_mb", "git_commit", "git_dirty", "build_type", "compiler", "cpu", "cores",
-                              "blas_core", "host", "date"});
+                              "blas_core", "backend", "host", "date"});
   std::string loss = csv_row({"experiment", "run_id", "stage", "ranks", "threads", "repetition", "epoch", "loss"});
   for (const RunSpec& r : ex.runs) {
     const fs::path dir = results_dir / r.id;
@@ -196,7 +196,7 @@ void write_results_csv(const Experiment& ex, const fs::path& results_dir) {
     // the time of the attempt.
     std::vector<std::string> prov = {build.git_commit, build.git_dirty ? "true" : "false", build.build_type,
                                      build.compiler, here.cpu_model, std::to_string(here.logical_cores),
-                                     here.blas_core, here.hostname, st->date};
+                                     here.blas_core, "", here.hostname, st->date};
     std::vector<std::string> nums(7);
     if (st->status == "ok") {
       std::ifstream f(dir / "metrics.jsonl");
@@ -213,7 +213,8 @@ void write_results_csv(const Experiment& ex, const fs::path& results_dir) {
           const YAML::Node p = n["provenance"];
           prov = {p["git_commit"].as<std::string>(), p["git_dirty"].as<std::string>(), p["build_type"].as<std::string>(),
                   p["compiler"].as<std::string>(), p["cpu"].as<std::string>(), p["cores"].as<std::string>(),
-                  p["blas_core"].as<std::string>(), p["host"].as<std::string>(), p["date"].as<std::string>()};
+                  p["blas_core"].as<std::string>(), p["backend"].as<std::string>(""), p["host"].as<std::string>(),
+                  p["date"].as<std::string>()};
         }
       }
     }
