@@ -59,6 +59,10 @@ class Backend {
   // The FP32 matrix-product ceiling (GFLOP/s) of `ranks` such backends with
   // `threads` CPU threads each, measured: the MFU denominator.
   virtual double ceiling_gflops(int ranks, int threads);
+  // Returns when every kernel issued so far has finished (a device backend
+  // runs them asynchronously; host backends are always finished): what a
+  // timer needs before it stops.
+  virtual void synchronize() {}
 
   // x = 0.
   virtual void zero(Tensor x) = 0;

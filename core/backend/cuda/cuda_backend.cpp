@@ -106,6 +106,7 @@ class CudaBackend final : public Backend {
     return fmt::format("cuda ({}, sm_{}{}{})", prop_.name, prop_.major, prop_.minor, tf32_ ? ", TF32" : "");
   }
   Memory& memory() override { return *memory_; }
+  void synchronize() override { GPT2_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
 
