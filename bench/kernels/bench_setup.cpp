@@ -1,0 +1,179 @@
+#include "bench_setup.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "buffer.h"
+#include "provenance.h"
+
+namespace gpt2::bench {
+
+const std::vector<BenchShape>& bench_shapes() {
+  // Gpt2Config fields: V, T, L, NH, C.
+  static const std::vector<BenchShape> shapes = {
+      {"tiny", Gpt2Config{37, 16, 1, 2, 32}, 2},
+      {"original", preset("original"), 16},
+      {"larger", Gpt2Config{8192, 512, 12, 12, 768}, 8},
+  };
+  return shapes;
+}
+
+const BenchShape& bench_shape(const std::string& name) {
+  for (const BenchShape& s : bench_shapes()) {
+    if (s.name == name) return s;
+  }
+  throw std::invalid_argument(fmt::format("unknown shape '{}' (expected tiny, original or larger)", name));
+}
+
+std::string Variant::label() const { return fmt::format("{}/t{}", backend, threads); }
+
+const std::vector<Variant>& bench_variants() {
+  // {backend, threads, factory}. The naive reference is single-threaded by
+  // definition. A new backend (e.g. "cuda" with make_cuda_backend) is one more
+  // line here; the reference check and the counters apply to it unchanged.
+  static const std::vector<Variant> variants = {
+      {"naive", 1, [](int) { return make_reference_backend(); }},
+      {"cpu", 1, [](int t) { return make_cpu_backend(t); }},
+      {"cpu", 2, [](int t) { return make_cpu_backend(t); }},
+  };
+  return variants;
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// GB/s of copying `bytes` from one buffer to another on `threads` threads,
+// counting the bytes read and the bytes written (STREAM's convention).
+double copy_gbs(size_t bytes, int threads, int reps) {
+  Buffer src(bytes / sizeof(float)), dst(bytes / sizeof(float));
+  std::fill(src.data(), src.data() + src.size(), 1.0f);
+  const int64_t n = static_cast<int64_t>(src.size());
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {  // the first is warm-up (and faults the pages in)
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      const int id = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t lo = n * id / nt, hi = n * (id + 1) / nt;
+      std::memcpy(dst.data() + lo, src.data() + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) rates.push_back(2.0 * static_cast<double>(bytes) / s / 1e9);
+  }
+  return median(rates);
+}
+
+const char* g_help = "";
+void print_help() {
+  std::fputs(g_help, stdout);
+  std::fputs("\nGoogle Benchmark's flags:\n", stdout);
+  benchmark::PrintDefaultHelp();
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string env_or_unset(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "(unset)";
+}
+
+}  // namespace
+
+Ceilings measure_ceilings(bool quick) {
+  Ceilings c;
+  const size_t copy_bytes = quick ? (size_t{8} << 20) : (size_t{512} << 20);
+  for (int t = 1; t <= 2; ++t) {
+    c.sgemm_gflops[t - 1] = sgemm_ceiling_gflops(t, quick ? 256 : 2048, quick ? 1 : 5);
+    c.copy_gbs[t - 1] = copy_gbs(copy_bytes, t, quick ? 1 : 5);
+  }
+  return c;
+}
+
+BenchOptions init_benchmarks(int* argc, char** argv, const char* help) {
+  g_help = help;
+  benchmark::Initialize(argc, argv, print_help);
+  BenchOptions o;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string a = argv[i];
+    const size_t eq = a.find('=');
+    const std::string key = a.substr(0, eq), value = eq == std::string::npos ? "" : a.substr(eq + 1);
+    if (key == "--quick" && eq == std::string::npos) {
+      o.quick = true;
+      o.shapes = {"tiny"};
+    } else if (key == "--shapes" && !value.empty()) {
+      o.shapes = split(value);
+      for (const std::string& s : o.shapes) bench_shape(s);  // validates
+    } else if (key == "--corrupt" && !value.empty()) {
+      o.corrupt = value;
+    } else {
+      throw std::invalid_argument(
+          fmt::format("unknown or malformed flag '{}' (see --help; values are given as --flag=value)", a));
+    }
+  }
+  return o;
+}
+
+void add_context(const Ceilings& c, const BenchOptions& o) {
+  const MachineInfo m = machine_info();
+  const BuildInfo b = build_info();
+  benchmark::AddCustomContext("cpu_model", m.cpu_model);
+  benchmark::AddCustomContext("logical_cores", std::to_string(m.logical_cores));
+  benchmark::AddCustomContext("blas_core", m.blas_core);
+  benchmark::AddCustomContext("blas_config", m.blas_config);
+  benchmark::AddCustomContext("env_OPENBLAS_CORETYPE", env_or_unset("OPENBLAS_CORETYPE"));
+  benchmark::AddCustomContext("env_OPENBLAS_L2_SIZE", env_or_unset("OPENBLAS_L2_SIZE"));
+  benchmark::AddCustomContext("git_commit", b.git_commit);
+  benchmark::AddCustomContext("compiler", b.compiler);
+  benchmark::AddCustomContext("openblas_version", b.openblas_version);
+  for (int t = 1; t <= 2; ++t) {
+    benchmark::AddCustomContext(fmt::format("ceiling_sgemm_gflops_t{}", t), fmt::format("{:.2f}", c.gflops(t)));
+    benchmark::AddCustomContext(fmt::format("ceiling_copy_gbs_t{}", t), fmt::format("{:.2f}", c.gbs(t)));
+  }
+  benchmark::AddCustomContext("ceiling_quick", o.quick ? "true" : "false");
+  for (const std::string& name : o.shapes) {
+    const BenchShape& s = bench_shape(name);
+    benchmark::AddCustomContext("shape_" + name, fmt::format("B {} {}", s.B, s.cfg.describe()));
+  }
+}
+
+void set_counters(benchmark::State& st, const KernelCost& cost, const Ceilings& c, int threads) {
+  using benchmark::Counter;
+  const double roof_s = std::max(cost.flop / (c.gflops(threads) * 1e9), cost.bytes / (c.gbs(threads) * 1e9));
+  st.counters["flop_rate"] = Counter(cost.flop, Counter::kIsIterationInvariantRate);
+  st.counters["byte_rate"] = Counter(cost.bytes, Counter::kIsIterationInvariantRate);
+  st.counters["roofline"] = Counter(roof_s, Counter::kIsIterationInvariantRate);
+  st.counters["flop"] = Counter(cost.flop);
+  st.counters["bytes"] = Counter(cost.bytes);
+  st.counters["kernel_threads"] = Counter(threads);
+}
+
+int bench_main(const char* program, int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 2;
+  }
+}
+
+}  // namespace gpt2::bench
