@@ -99,12 +99,22 @@ std::string env_or_unset(const char* name) {
 
 }  // namespace
 
+namespace {
+
+struct CeilingSizes {
+  int sgemm_n, reps;
+  size_t copy_mib;
+};
+CeilingSizes ceiling_sizes(bool quick) { return quick ? CeilingSizes{256, 1, 8} : CeilingSizes{2048, 5, 512}; }
+
+}  // namespace
+
 Ceilings measure_ceilings(bool quick) {
   Ceilings c;
-  const size_t copy_bytes = quick ? (size_t{8} << 20) : (size_t{512} << 20);
+  const CeilingSizes z = ceiling_sizes(quick);
   for (int t = 1; t <= 2; ++t) {
-    c.sgemm_gflops[t - 1] = sgemm_ceiling_gflops(t, quick ? 256 : 2048, quick ? 1 : 5);
-    c.copy_gbs[t - 1] = copy_gbs(copy_bytes, t, quick ? 1 : 5);
+    c.sgemm_gflops[t - 1] = sgemm_ceiling_gflops(t, z.sgemm_n, z.reps);
+    c.copy_gbs[t - 1] = copy_gbs(z.copy_mib << 20, t, z.reps);
   }
   return c;
 }
@@ -144,12 +154,17 @@ void add_context(const Ceilings& c, const BenchOptions& o) {
   benchmark::AddCustomContext("env_OPENBLAS_L2_SIZE", env_or_unset("OPENBLAS_L2_SIZE"));
   benchmark::AddCustomContext("git_commit", b.git_commit);
   benchmark::AddCustomContext("compiler", b.compiler);
+  benchmark::AddCustomContext("build_type", b.build_type);
   benchmark::AddCustomContext("openblas_version", b.openblas_version);
   for (int t = 1; t <= 2; ++t) {
     benchmark::AddCustomContext(fmt::format("ceiling_sgemm_gflops_t{}", t), fmt::format("{:.2f}", c.gflops(t)));
     benchmark::AddCustomContext(fmt::format("ceiling_copy_gbs_t{}", t), fmt::format("{:.2f}", c.gbs(t)));
   }
-  benchmark::AddCustomContext("ceiling_quick", o.quick ? "true" : "false");
+  const CeilingSizes z = ceiling_sizes(o.quick);
+  benchmark::AddCustomContext(
+      "ceiling_method", fmt::format("median of {} runs of a {}^3 SGEMM with OpenBLAS's own threads; median of {} copies "
+                                    "of {} MiB, bytes read + written{}",
+                                    z.reps, z.sgemm_n, z.reps, z.copy_mib, o.quick ? " (--quick: not meaningful)" : ""));
   for (const std::string& name : o.shapes) {
     const BenchShape& s = bench_shape(name);
     benchmark::AddCustomContext("shape_" + name, fmt::format("B {} {}", s.B, s.cfg.describe()));
