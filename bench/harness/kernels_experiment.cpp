@@ -62,7 +62,10 @@ Status run_program(const KernelsExperiment& ex, const KernelProgram& p, const fs
   const int rc = launch(argv, dir / "log.txt", ex.timeout_s);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (rc == -1) return Status{"failed", fmt::format("timed out after {:.0f} s (timeout_s)", ex.timeout_s), secs, ""};
-  if (rc != 0) return Status{"failed", fmt::format("exit status {} (see log.txt)", rc), secs, ""};
+  if (rc != 0) {
+    const std::string why = error_from_log(dir / "log.txt");
+    return Status{"failed", why.empty() ? fmt::format("exit status {} (see log.txt)", rc) : why, secs, ""};
+  }
   if (!fs::exists(dir / "benchmark.json")) return Status{"failed", "the program wrote no benchmark.json", secs, ""};
   return Status{"ok", "", secs, ""};
 }

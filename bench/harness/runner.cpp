@@ -55,9 +55,6 @@ void write_status(const fs::path& dir, const Status& s) {
                                     json_string(s.status), json_string(s.reason), s.seconds, json_string(s.date)));
 }
 
-namespace {
-
-// The last line of the log that carries an error message, or "".
 std::string error_from_log(const fs::path& log) {
   std::ifstream f(log);
   std::string last;
@@ -66,6 +63,8 @@ std::string error_from_log(const fs::path& log) {
   }
   return last;
 }
+
+namespace {
 
 // The process group of the run in flight, for the signal handler: a harness
 // interrupted by Ctrl-C or SIGTERM ends its run (mpiexec and every rank) too.

@@ -63,6 +63,9 @@ bool commit_attempt(const std::filesystem::path& dir, Status st, const std::opti
 // timeout ends mpiexec and every rank. Returns the exit status, or -1 on timeout.
 int launch(const std::vector<std::string>& argv, const std::filesystem::path& log, double timeout_s);
 
+// The last line of a program's log that carries an error message, or "".
+std::string error_from_log(const std::filesystem::path& log);
+
 // The full path of an executable `name` on PATH, or "".
 std::string find_on_path(const std::string& name);
 
