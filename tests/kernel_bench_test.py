@@ -47,7 +47,7 @@ def base_name(b):
 def test_kernel_bench(exe, tmp):
     d = run_json([exe], tmp, "kernels")
     ctx = d["context"]
-    for key in ["ceiling_sgemm_gflops_t1", "ceiling_sgemm_gflops_t2", "ceiling_copy_gbs_t1", "ceiling_copy_gbs_t2",
+    for key in ["ceiling_sgemm_gflops_t1", "ceiling_sgemm_gflops_t2", "ceiling_bandwidth_gbs_t1", "ceiling_bandwidth_gbs_t2",
                 "blas_core", "env_OPENBLAS_CORETYPE", "cpu_model"]:
         check(key in ctx, f"kernel_bench: context lacks {key}")
     names = set()

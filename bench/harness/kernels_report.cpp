@@ -129,7 +129,7 @@ int shape_rank(const std::string& s) {
 
 // The roofline chart: every timed benchmark as a point (x = FLOP/byte,
 // y = GFLOP/s), one series per variant, under the ceilings min(SGEMM peak,
-// FLOP/byte x copy bandwidth) at 1 and 2 threads.
+// FLOP/byte x memory bandwidth) at 1 and 2 threads.
 std::string roofline_chart(const fs::path& dir, const std::vector<const KernelResult*>& rows, const ProgramResult& ref,
                            std::vector<fs::path>& written) {
   std::map<std::string, std::vector<const KernelResult*>> by_variant;
@@ -149,25 +149,22 @@ std::string roofline_chart(const fs::path& dir, const std::vector<const KernelRe
     ++index;
   }
   if (index == 0) return "(no roofline: no benchmark was timed)\n";
-  // Labels for the two-thread CPU points only, so the chart stays readable.
-  auto labelled = by_variant.find("cpu/t2");
-  if (labelled != by_variant.end()) {
-    const int li = static_cast<int>(std::distance(by_variant.begin(), labelled));
-    plot += fmt::format(", \\\n     \"roofline.dat\" index {} using 1:2:3 with labels font \",7\" offset 0.5,0.5 left notitle", li);
-  }
+  // No point labels (they overlap); roofline.dat names every point's kernel and shape.
   const std::string commands = fmt::format(
       "set logscale xy\n"
       "set xlabel \"arithmetic intensity (FLOP per minimum byte)\"\n"
       "set ylabel \"GFLOP/s\"\n"
-      "set key left top\n"
+      "set key right bottom box opaque\n"
+      "set xrange [0.03:1000]\n"
+      "set yrange [0.05:1000]\n"
       "set samples 400\n"
       "peak1 = {0}; peak2 = {1}; bw1 = {2}; bw2 = {3}\n"
       "roof(x, p, b) = x * b < p ? x * b : p\n"
       "plot roof(x, peak1, bw1) with lines lw 2 dt 2 lc rgb \"gray40\" title sprintf(\"ceiling, 1 thread (%.0f GFLOP/s, %.1f GB/s)\", peak1, bw1), \\\n"
       "     roof(x, peak2, bw2) with lines lw 2 lc rgb \"black\" title sprintf(\"ceiling, 2 threads (%.0f GFLOP/s, %.1f GB/s)\", peak2, bw2), \\\n"
       "     {4}\n",
-      ctx(ref, "ceiling_sgemm_gflops_t1"), ctx(ref, "ceiling_sgemm_gflops_t2"), ctx(ref, "ceiling_copy_gbs_t1"),
-      ctx(ref, "ceiling_copy_gbs_t2"), plot);
+      ctx(ref, "ceiling_sgemm_gflops_t1"), ctx(ref, "ceiling_sgemm_gflops_t2"), ctx(ref, "ceiling_bandwidth_gbs_t1"),
+      ctx(ref, "ceiling_bandwidth_gbs_t2"), plot);
   return draw_chart(dir, "roofline", "Kernels on the roofline of this machine", data, commands, written);
 }
 
@@ -208,6 +205,11 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
       for (const auto& kv : root["context"]) {
         if (kv.second.IsScalar()) pr.context[kv.first.as<std::string>()] = kv.second.as<std::string>();
       }
+      if (root["context"]["load_avg"] && root["context"]["load_avg"].IsSequence()) {  // 1, 5 and 15 minutes
+        std::string load;
+        for (const auto& x : root["context"]["load_avg"]) load += (load.empty() ? "" : ", ") + fmt::format("{:.2f}", x.as<double>());
+        pr.context["load_avg"] = load;
+      }
       pr.results = read_benchmark_json(json, p.program);
     }
     programs.push_back(std::move(pr));
@@ -240,11 +242,16 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
     md += fmt::format("* Environment: OPENBLAS_CORETYPE {}, OPENBLAS_L2_SIZE {}\n\n", ctx(m, "env_OPENBLAS_CORETYPE"),
                       ctx(m, "env_OPENBLAS_L2_SIZE"));
     md += fmt::format("Ceilings, measured at the start of each program ({}):\n\n", ctx(m, "ceiling_method"));
-    md += "| program | SGEMM GFLOP/s, 1 thread | 2 threads | copy GB/s, 1 thread | 2 threads |\n|---|---:|---:|---:|---:|\n";
+    md += "| program | threads | SGEMM GFLOP/s | memcpy GB/s | triad GB/s | bandwidth ceiling GB/s | load average at start |\n"
+          "|---|---:|---:|---:|---:|---:|---|\n";
     for (const ProgramResult& p : programs) {
       if (p.context.empty()) continue;
-      md += fmt::format("| {} | {} | {} | {} | {} |\n", p.program->program, ctx(p, "ceiling_sgemm_gflops_t1"),
-                        ctx(p, "ceiling_sgemm_gflops_t2"), ctx(p, "ceiling_copy_gbs_t1"), ctx(p, "ceiling_copy_gbs_t2"));
+      for (int t = 1; t <= 2; ++t) {
+        md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", p.program->program, t,
+                          ctx(p, fmt::format("ceiling_sgemm_gflops_t{}", t)), ctx(p, fmt::format("memcpy_gbs_t{}", t)),
+                          ctx(p, fmt::format("triad_gbs_t{}", t)), ctx(p, fmt::format("ceiling_bandwidth_gbs_t{}", t)),
+                          t == 1 ? ctx(p, "load_avg") : "");
+      }
     }
     md += "\n";
   }
@@ -270,7 +277,7 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
                              "roofline_percent", "speedup_over_naive", "samples", "error"});
   md += "## Kernels\n\nTime: median wall-clock time per call. GFLOP/s and GB/s: the kernel's FLOPs and minimum "
         "bytes (bench/kernels/kernel_costs.cpp) over that time. Roofline: the time the call would take at the "
-        "machine's ceiling for the variant's threads, max(FLOP / SGEMM peak, bytes / copy bandwidth), as a "
+        "machine's ceiling for the variant's threads, max(FLOP / SGEMM peak, bytes / bandwidth ceiling), as a "
         "percentage of the time it took. Speed-up: the naive reference's time at the same shape over this "
         "one's.\n\n";
   for (const std::string& k : kernels) {

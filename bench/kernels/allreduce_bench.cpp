@@ -41,7 +41,7 @@ Two variants: one blocking allreduce of the whole buffer (train.grad_bucket_mb
 overlapped schedule, here with nothing to overlap). Time per iteration is the
 slowest rank's. Counters as kernel_bench's: bytes are the 2 (R-1)/R of the
 buffer a ring allreduce sends (and receives) per rank, flop the (R-1)/R of it
-each rank adds; kernel_threads is the number of ranks, whose copy-bandwidth
+each rank adds; kernel_threads is the number of ranks, whose memory-bandwidth
 ceiling the roofline uses. Only rank 0 prints and writes --benchmark_out.
 )";
 

@@ -55,7 +55,7 @@ double median(std::vector<double> v) {
 
 // GB/s of copying `bytes` from one buffer to another on `threads` threads,
 // counting the bytes read and the bytes written (STREAM's convention).
-double copy_gbs(size_t bytes, int threads, int reps) {
+double memcpy_rate(size_t bytes, int threads, int reps) {
   Buffer src(bytes / sizeof(float)), dst(bytes / sizeof(float));
   std::fill(src.data(), src.data() + src.size(), 1.0f);
   const int64_t n = static_cast<int64_t>(src.size());
@@ -70,6 +70,26 @@ double copy_gbs(size_t bytes, int threads, int reps) {
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r > 0) rates.push_back(2.0 * static_cast<double>(bytes) / s / 1e9);
+  }
+  return median(rates);
+}
+
+// GB/s of STREAM's triad a = b + s * c on `threads` threads, counting the two
+// arrays read and the one written (12 bytes per element).
+double triad_rate(size_t bytes_per_array, int threads, int reps) {
+  Buffer a(bytes_per_array / sizeof(float)), b(a.size()), c(a.size());
+  std::fill(b.data(), b.data() + b.size(), 1.0f);
+  std::fill(c.data(), c.data() + c.size(), 2.0f);
+  const int64_t n = static_cast<int64_t>(a.size());
+  float* pa = a.data();
+  const float *pb = b.data(), *pc = c.data();
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for simd num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + 0.5f * pc[i];
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) rates.push_back(3.0 * static_cast<double>(bytes_per_array) / s / 1e9);
   }
   return median(rates);
 }
@@ -114,7 +134,9 @@ Ceilings measure_ceilings(bool quick) {
   const CeilingSizes z = ceiling_sizes(quick);
   for (int t = 1; t <= 2; ++t) {
     c.sgemm_gflops[t - 1] = sgemm_ceiling_gflops(t, z.sgemm_n, z.reps);
-    c.copy_gbs[t - 1] = copy_gbs(z.copy_mib << 20, t, z.reps);
+    c.memcpy_gbs[t - 1] = memcpy_rate(z.copy_mib << 20, t, z.reps);
+    c.triad_gbs[t - 1] = triad_rate((z.copy_mib << 20) / 2, t, z.reps);
+    c.bandwidth_gbs[t - 1] = std::max(c.memcpy_gbs[t - 1], c.triad_gbs[t - 1]);
   }
   return c;
 }
@@ -158,13 +180,17 @@ void add_context(const Ceilings& c, const BenchOptions& o) {
   benchmark::AddCustomContext("openblas_version", b.openblas_version);
   for (int t = 1; t <= 2; ++t) {
     benchmark::AddCustomContext(fmt::format("ceiling_sgemm_gflops_t{}", t), fmt::format("{:.2f}", c.gflops(t)));
-    benchmark::AddCustomContext(fmt::format("ceiling_copy_gbs_t{}", t), fmt::format("{:.2f}", c.gbs(t)));
+    benchmark::AddCustomContext(fmt::format("ceiling_bandwidth_gbs_t{}", t), fmt::format("{:.2f}", c.gbs(t)));
+    benchmark::AddCustomContext(fmt::format("memcpy_gbs_t{}", t), fmt::format("{:.2f}", c.memcpy_gbs[t - 1]));
+    benchmark::AddCustomContext(fmt::format("triad_gbs_t{}", t), fmt::format("{:.2f}", c.triad_gbs[t - 1]));
   }
   const CeilingSizes z = ceiling_sizes(o.quick);
   benchmark::AddCustomContext(
-      "ceiling_method", fmt::format("median of {} runs of a {}^3 SGEMM with OpenBLAS's own threads; median of {} copies "
-                                    "of {} MiB, bytes read + written{}",
-                                    z.reps, z.sgemm_n, z.reps, z.copy_mib, o.quick ? " (--quick: not meaningful)" : ""));
+      "ceiling_method",
+      fmt::format("compute: median of {} runs of a {}^3 SGEMM with OpenBLAS's own threads; bandwidth: the better of "
+                  "the medians of {} memcpy of {} MiB and {} STREAM triads over 3 x {} MiB, bytes read + written{}",
+                  z.reps, z.sgemm_n, z.reps, z.copy_mib, z.reps, z.copy_mib / 2,
+                  o.quick ? " (--quick: not meaningful)" : ""));
   for (const std::string& name : o.shapes) {
     const BenchShape& s = bench_shape(name);
     benchmark::AddCustomContext("shape_" + name, fmt::format("B {} {}", s.B, s.cfg.describe()));

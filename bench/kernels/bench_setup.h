@@ -8,7 +8,7 @@
 //   byte_rate    bytes/s = kernel_cost().bytes per call / seconds per call
 //   roofline     the fraction of the roofline ceiling reached: the time the
 //                call would take at the machine's ceiling, max(flop / SGEMM
-//                peak, bytes / copy bandwidth) at the variant's thread count,
+//                peak, bytes / memory bandwidth) at the variant's thread count,
 //                over the time it took
 //   flop, bytes  per call (not rates), so reports can place the kernel on a
 //                roofline; kernel_threads: the variant's threads
@@ -54,13 +54,16 @@ struct Variant {
 const std::vector<Variant>& bench_variants();
 
 // The machine's ceilings at 1 and 2 threads: the median GFLOP/s of a large
-// SGEMM with OpenBLAS's own threads (core/provenance.h) and the median GB/s of
-// a large copy (bytes read + bytes written, over a buffer far beyond the caches).
+// SGEMM with OpenBLAS's own threads (core/provenance.h), and the memory
+// bandwidth: the better of the median GB/s of a large memcpy and of a STREAM
+// triad (bytes read + bytes written, over buffers far beyond the caches;
+// memcpy alone understates what kernels with several streams reach here).
 struct Ceilings {
   double sgemm_gflops[2] = {0, 0};
-  double copy_gbs[2] = {0, 0};
+  double bandwidth_gbs[2] = {0, 0};  // the bandwidth ceiling: max(memcpy, triad)
+  double memcpy_gbs[2] = {0, 0}, triad_gbs[2] = {0, 0};
   double gflops(int threads) const { return sgemm_gflops[threads >= 2 ? 1 : 0]; }
-  double gbs(int threads) const { return copy_gbs[threads >= 2 ? 1 : 0]; }
+  double gbs(int threads) const { return bandwidth_gbs[threads >= 2 ? 1 : 0]; }
 };
 // quick: small sizes (for the smoke test; the figures are then meaningless).
 Ceilings measure_ceilings(bool quick);
