@@ -83,6 +83,11 @@ def kernels_checks(a, exps, results, reports, env, check):
     statuses = {d.rsplit("-", 1)[0]: json.load(open(os.path.join(res, d, "status.json"))) for d in dirs}
     check("each program has a result directory named program-hash", sorted(statuses) ==
           ["allreduce_bench", "kernel_bench", "no_such_bench"], str(dirs))
+    with open(os.path.join(res, "programs.csv"), newline="") as f:
+        index = {x["program"]: x for x in csv.DictReader(f)}
+    check("programs.csv indexes the run: program, id, status", sorted(index) == sorted(statuses)
+          and all(index[p]["status"] == statuses[p]["status"] and index[p]["id"].startswith(p + "-") for p in index),
+          str(index))
     check("a missing program is skipped with its reason", statuses.get("no_such_bench", {}).get("status") == "skipped"
           and "not built" in statuses["no_such_bench"].get("reason", ""), str(statuses.get("no_such_bench")))
     kb = next(d for d in dirs if d.startswith("kernel_bench-"))

@@ -9,6 +9,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "csv.h"
+#include "files.h"
 #include "hash.h"
 #include "runner.h"
 #include "yaml_reader.h"
@@ -162,6 +164,13 @@ int run_kernels_experiment(const KernelsExperiment& ex, const fs::path& results_
     }
     if (st.status == "failed") ++failed;
   }
+  std::string table = csv_row({"program", "id", "status", "reason", "seconds", "date"});
+  for (const KernelProgram& p : ex.programs) {
+    const std::optional<Status> st = read_status(results_dir / p.id);
+    table += csv_row({p.program, p.id, st ? st->status : "not run", st ? st->reason : "",
+                      st ? fmt::format("{:.1f}", st->seconds) : "", st ? st->date : ""});
+  }
+  write_file_atomically(results_dir / kKernelsIndex, table);
   return failed;
 }
 

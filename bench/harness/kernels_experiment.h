@@ -19,7 +19,8 @@
 // Results: results/<name>/<program>-<hash>/ with benchmark.json, log.txt and
 // status.json (ok | failed | skipped), the hash covering the program, its
 // arguments and the build, so a new build or new arguments never reuse old
-// numbers. A program that is not built (no Google Benchmark, no MPI) or needs
+// numbers; results/<name>/programs.csv indexes the last run (program, id,
+// status, reason, seconds, date) and is what the report reads. A program that is not built (no Google Benchmark, no MPI) or needs
 // mpiexec where there is none is recorded as skipped with the reason.
 #pragma once
 
@@ -46,6 +47,8 @@ struct KernelsExperiment {
   std::vector<std::string> unset_env;
   std::vector<KernelProgram> programs;
 };
+
+inline constexpr const char* kKernelsIndex = "programs.csv";
 
 // True if the experiment file says `kind: kernels`; false for `kind: stages`
 // or no kind. Throws std::invalid_argument for an unreadable file or another kind.

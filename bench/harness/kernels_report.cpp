@@ -100,7 +100,7 @@ YAML::Node load_json(const fs::path& file) {
 }
 
 struct ProgramResult {
-  const KernelProgram* program;
+  std::string program;
   std::optional<Status> status;
   std::map<std::string, std::string> context;  // scalar entries of the JSON's context
   std::vector<KernelResult> results;
@@ -154,7 +154,7 @@ std::string roofline_chart(const fs::path& dir, const std::vector<const KernelRe
       "set logscale xy\n"
       "set xlabel \"arithmetic intensity (FLOP per minimum byte)\"\n"
       "set ylabel \"GFLOP/s\"\n"
-      "set key right bottom box opaque\n"
+      "set key left top box opaque\n"
       "set xrange [0.03:1000]\n"
       "set yrange [0.05:1000]\n"
       "set samples 400\n"
@@ -196,11 +196,17 @@ std::vector<KernelResult> read_benchmark_json(const fs::path& file, const std::s
 
 std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs::path& results_dir,
                                            const fs::path& reports_dir, const std::string& reproduce_command) {
+  // The programs of the last run, from its index (not from ids derived from
+  // this build: a report must not depend on which build reads the results).
+  const fs::path index = results_dir / kKernelsIndex;
+  const CsvTable t = read_csv(index);
+  const size_t c_program = column(t, "program", index), c_id = column(t, "id", index);
   std::vector<ProgramResult> programs;
-  for (const KernelProgram& p : ex.programs) {
-    ProgramResult pr{&p, read_status(results_dir / p.id), {}, {}};
+  for (size_t row = 1; row < t.size(); ++row) {
+    const std::string program = t[row][c_program], id = t[row][c_id];
+    ProgramResult pr{program, read_status(results_dir / id), {}, {}};
     if (pr.status && pr.status->status == "ok") {
-      const fs::path json = results_dir / p.id / "benchmark.json";
+      const fs::path json = results_dir / id / "benchmark.json";
       const YAML::Node root = load_json(json);
       for (const auto& kv : root["context"]) {
         if (kv.second.IsScalar()) pr.context[kv.first.as<std::string>()] = kv.second.as<std::string>();
@@ -210,7 +216,7 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
         for (const auto& x : root["context"]["load_avg"]) load += (load.empty() ? "" : ", ") + fmt::format("{:.2f}", x.as<double>());
         pr.context["load_avg"] = load;
       }
-      pr.results = read_benchmark_json(json, p.program);
+      pr.results = read_benchmark_json(json, program);
     }
     programs.push_back(std::move(pr));
   }
@@ -247,7 +253,7 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
     for (const ProgramResult& p : programs) {
       if (p.context.empty()) continue;
       for (int t = 1; t <= 2; ++t) {
-        md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", p.program->program, t,
+        md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", p.program, t,
                           ctx(p, fmt::format("ceiling_sgemm_gflops_t{}", t)), ctx(p, fmt::format("memcpy_gbs_t{}", t)),
                           ctx(p, fmt::format("triad_gbs_t{}", t)), ctx(p, fmt::format("ceiling_bandwidth_gbs_t{}", t)),
                           t == 1 ? ctx(p, "load_avg") : "");
@@ -257,7 +263,7 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
   }
   md += "## Programs\n\n| program | status | reason | seconds |\n|---|---|---|---:|\n";
   for (const ProgramResult& p : programs) {
-    md += fmt::format("| {} | {} | {} | {} |\n", p.program->program, p.status ? p.status->status : "not run",
+    md += fmt::format("| {} | {} | {} | {} |\n", p.program, p.status ? p.status->status : "not run",
                       p.status ? p.status->reason : "", p.status ? fixed(p.status->seconds, 1) : "");
   }
   md += "\n";

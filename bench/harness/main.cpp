@@ -123,7 +123,7 @@ int run_kernels(const Args& a, const fs::path& file, const fs::path& build, cons
   int failed = 0;
   if (a.command == "run") {
     failed = run_kernels_experiment(ex, results / ex.name, build / "bench", a.force);
-  } else if (!fs::exists(results / ex.name)) {
+  } else if (!fs::exists(results / ex.name / kKernelsIndex)) {
     throw std::invalid_argument(fmt::format("no results for '{}' in {} (run it first)", ex.name, results.string()));
   }
   std::error_code ec;
