@@ -259,6 +259,19 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
                           t == 1 ? ctx(p, "load_avg") : "");
       }
     }
+    // Two threads on two cores should come close to twice one thread's SGEMM;
+    // much less means the other core was taken by another process meanwhile.
+    for (const ProgramResult& p : programs) {
+      const auto t1 = p.context.find("ceiling_sgemm_gflops_t1"), t2 = p.context.find("ceiling_sgemm_gflops_t2");
+      if (t1 == p.context.end() || t2 == p.context.end()) continue;
+      const double ratio = std::stod(t2->second) / std::stod(t1->second);
+      if (ratio < 1.5) {
+        md += fmt::format("\n**{}: its 2-thread SGEMM ceiling is only {:.2f}x its 1-thread one**: another process held "
+                          "a core while it was measured. Its 2-thread figures include waiting for a core, and their "
+                          "percentages of that ceiling are overstated where the core was free later.\n",
+                          p.program, ratio);
+      }
+    }
     md += "\n";
   }
   md += "## Programs\n\n| program | status | reason | seconds |\n|---|---|---|---:|\n";
