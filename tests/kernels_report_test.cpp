@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "kernels_report.h"
@@ -105,6 +106,64 @@ TEST(KernelsReport, RejectsMalformedFiles) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("flop_rate"), std::string::npos) << e.what();
   }
+}
+
+// One benchmark entry of Google Benchmark's JSON (a single run).
+std::string entry(const std::string& name, double time_ns, double flop, double bytes, int threads) {
+  const double s = time_ns / 1e9;
+  return "{\"name\": \"" + name + "\", \"run_name\": \"" + name + "\", \"run_type\": \"iteration\", " +
+         "\"real_time\": " + std::to_string(time_ns) + ", \"time_unit\": \"ns\", \"flop_rate\": " +
+         std::to_string(flop / s) + ", \"byte_rate\": " + std::to_string(bytes / s) +
+         ", \"roofline\": 0.5, \"flop\": " + std::to_string(flop) + ", \"bytes\": " + std::to_string(bytes) +
+         ", \"kernel_threads\": " + std::to_string(threads) + "}";
+}
+
+void put(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+// Two programs whose start-up ceilings differ (kernel_bench's 2-thread SGEMM
+// was measured while another process held a core): the report's ceiling is
+// the best of each, and percentages are computed against it:
+// matmul cpu/t2 takes 10 ms for 1.2 GFLOP and 1 MB; at 160 GFLOP/s and
+// 40 GB/s the floor is max(7.5 ms, 0.025 ms), so 75%; the naive run's
+// 1000 ms makes the speed-up 100.0x.
+TEST(KernelsReport, ReportUsesTheBestCeilingAndTheIndex) {
+  const fs::path root = fs::temp_directory_path() / "kernels_report_test_run";
+  fs::remove_all(root);
+  const fs::path results = root / "results", reports = root / "reports";
+  put(results / "programs.csv",
+      "program,id,status,reason,seconds,date\nkernel_bench,kernel_bench-1,ok,,1.0,d\n"
+      "allreduce_bench,allreduce_bench-1,ok,,1.0,d\nmissing_bench,missing_bench-1,skipped,not built: no MPI,0.0,d\n");
+  const std::string ok = R"({"status": "ok", "reason": "", "seconds": 1.0, "date": "d"})";
+  put(results / "kernel_bench-1" / "status.json", ok);
+  put(results / "allreduce_bench-1" / "status.json", ok);
+  put(results / "missing_bench-1" / "status.json", R"({"status": "skipped", "reason": "not built: no MPI", "seconds": 0, "date": "d"})");
+  put(results / "kernel_bench-1" / "benchmark.json",
+      std::string(R"({"context": {"cpu_model": "Test CPU", "logical_cores": "2", "blas_core": "Zen",
+        "ceiling_sgemm_gflops_t1": "80", "ceiling_sgemm_gflops_t2": "100",
+        "ceiling_bandwidth_gbs_t1": "20", "ceiling_bandwidth_gbs_t2": "40"}, "benchmarks": [)") +
+          entry("matmul_forward.fc/original/naive/t1/iterations:1/repeats:1/real_time", 1e9, 1.2e9, 1e6, 1) + ", " +
+          entry("matmul_forward.fc/original/cpu/t2/real_time", 1e7, 1.2e9, 1e6, 2) + "]}");
+  put(results / "allreduce_bench-1" / "benchmark.json",
+      std::string(R"({"context": {"ceiling_sgemm_gflops_t1": "70", "ceiling_sgemm_gflops_t2": "160",
+        "ceiling_bandwidth_gbs_t1": "18", "ceiling_bandwidth_gbs_t2": "30"}, "benchmarks": [)") +
+          entry("allreduce/original/mpi/r2/manual_time", 2e7, 1e6, 8e6, 2) + "]}");
+  KernelsExperiment ex;
+  ex.name = "kx";
+  const auto files = write_kernels_report(ex, results, reports, "build/bench/harness run kx.yaml");
+  ASSERT_TRUE(fs::exists(reports / "kernels.md"));
+  std::ifstream f(reports / "kernels.md");
+  const std::string md((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("| **this report's ceiling** (the best above) | 2 | **160.00** | | | **40.00** | |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| original | cpu/t2 | 10.0 (1 run) | 120 | 0.100 | 1200 | 75% | 100.0x |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| original | naive/t1 | 1000 (1 run) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("its 2-thread SGEMM ceiling is only 1.25x its 1-thread one"), std::string::npos) << md;
+  EXPECT_NE(md.find("| missing_bench | skipped | not built: no MPI |"), std::string::npos) << md;
+  EXPECT_NE(md.find("### allreduce"), std::string::npos) << md;
+  fs::remove_all(root);
 }
 
 }  // namespace
