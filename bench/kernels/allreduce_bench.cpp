@@ -31,7 +31,7 @@ const char* kHelp = R"(allreduce_bench: the gradient allreduce (GradientSync ove
 
 usage: mpiexec -n 2 allreduce_bench [our flags] [Google Benchmark flags]
   --shapes=LIST   whose flat gradient buffer: tiny, original, larger
-                  (default original,larger: 10.9 M and 92.2 M floats)
+                  (default original,larger: 10.9 M and 98.0 M floats)
   --quick         the tiny shape and quick, meaningless ceilings: for tests
   --corrupt=allreduce  perturb the result before its check, to see the check fail
   --help          this text and Google Benchmark's flags
