@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The harness end to end, through the real stage programs (experiments/smoke.yaml):
 CSV columns and loss rows, skip reasons, reuse, resume after an interruption,
-a failing run that leaves earlier results intact, and bad experiment files
-that fail with one clear error before anything runs.
+a failing run that leaves earlier results intact, bad experiment files
+that fail with one clear error before anything runs, and a kernels
+experiment (the kernel benchmark programs, their JSON and kernels.md).
 
 usage: harness_test.py --harness PATH --repo PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
@@ -10,6 +11,7 @@ Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 import argparse
 import csv
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -37,6 +39,99 @@ def digest(path):
             p = os.path.join(root, f)
             out[os.path.relpath(p, path)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
     return out
+
+
+def check_bad_files(bad, title, exps, results, harness, check):
+    """Each bad file {name: (text, expected words)} fails alone: exit 2, one
+    line naming the file and the problem, and nothing written to results."""
+    for name, (text, needle) in bad.items():
+        with open(os.path.join(exps, name), "w") as f:
+            f.write(text)
+        r = harness("run", exp=name)
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        check(f"{title} {name}", r.returncode == 2 and len(lines) == 1 and needle in r.stderr
+              and name in r.stderr and not os.path.exists(os.path.join(results, name[:-5])), r.stderr.strip())
+
+
+KERNELS_SMOKE = """kind: kernels
+description: The kernel benchmarks for one tiny iteration.
+repetitions: 2
+min_time: 0
+benchmarks:
+  - program: kernel_bench
+    args: [--quick]
+    filter: "gelu_forward|matmul_forward.fc/"
+  - program: allreduce_bench
+    args: [--quick]
+    ranks: 2
+  - program: no_such_bench
+"""
+
+
+def kernels_checks(a, exps, results, reports, env, check):
+    with open(os.path.join(exps, "kernels_smoke.yaml"), "w") as f:
+        f.write(KERNELS_SMOKE)
+
+    def harness(*args, exp="kernels_smoke.yaml"):
+        return subprocess.run([a.harness, *args, os.path.join(exps, exp), "--results", results, "--reports", reports],
+                              capture_output=True, text=True, env=env, timeout=300)
+
+    r = harness("run")
+    check("kernels_smoke runs", r.returncode == 0, r.stderr[-1500:])
+    res = os.path.join(results, "kernels_smoke")
+    dirs = sorted(d for d in os.listdir(res) if os.path.isdir(os.path.join(res, d)))
+    statuses = {d.rsplit("-", 1)[0]: json.load(open(os.path.join(res, d, "status.json"))) for d in dirs}
+    check("each program has a result directory named program-hash", sorted(statuses) ==
+          ["allreduce_bench", "kernel_bench", "no_such_bench"], str(dirs))
+    with open(os.path.join(res, "programs.csv"), newline="") as f:
+        index = {x["program"]: x for x in csv.DictReader(f)}
+    check("programs.csv indexes the run: program, id, status", sorted(index) == sorted(statuses)
+          and all(index[p]["status"] == statuses[p]["status"] and index[p]["id"].startswith(p + "-") for p in index),
+          str(index))
+    check("a missing program is skipped with its reason", statuses.get("no_such_bench", {}).get("status") == "skipped"
+          and "not built" in statuses["no_such_bench"].get("reason", ""), str(statuses.get("no_such_bench")))
+    kb = next(d for d in dirs if d.startswith("kernel_bench-"))
+    data = json.load(open(os.path.join(res, kb, "benchmark.json")))
+    medians = [b for b in data["benchmarks"] if b.get("aggregate_name") == "median"]
+    check("kernel_bench wrote Google Benchmark JSON with medians and the ceilings in its context",
+          statuses["kernel_bench"]["status"] == "ok" and len(medians) == 6
+          and "ceiling_sgemm_gflops_t2" in data["context"] and "blas_core" in data["context"], str(len(medians)))
+    md_path = os.path.join(reports, "kernels_smoke", "kernels.md")
+    md = open(md_path).read() if os.path.exists(md_path) else ""
+    check("kernels.md: machine, ceilings, a table per kernel, the skip reason",
+          "## Machine" in md and data["context"]["blas_core"] in md and "### matmul_forward.fc" in md
+          and "### gelu_forward" in md and "### allreduce" in md and "no_such_bench | skipped" in md
+          and "| tiny | cpu/t2 |" in md, md[:3000])
+    with open(os.path.join(reports, "kernels_smoke", "kernels.csv"), newline="") as f:
+        table = list(csv.DictReader(f))
+    gelu = {x["variant"]: x for x in table if x["kernel"] == "gelu_forward"}
+    check("kernels.csv: one row per benchmark, speed-up over naive of 1 for naive itself",
+          len(table) == 2 * 3 + 2 and set(gelu) == {"naive/t1", "cpu/t1", "cpu/t2"}
+          and abs(float(gelu["naive/t1"]["speedup_over_naive"]) - 1) < 1e-9
+          and all(float(x["time_ms"]) > 0 and float(x["gflops"]) > 0 for x in table), str(table[:3]))
+    check("the roofline chart's data and script are written",
+          all(os.path.isfile(os.path.join(reports, "kernels_smoke", "roofline" + e)) for e in (".dat", ".gp")))
+    r = harness("run")
+    check("a rerun of the kernels experiment reuses the completed programs", r.returncode == 0
+          and r.stderr.count("reused") == 2, r.stderr[-600:])
+    os.remove(md_path)
+    r = harness("report")
+    check("report rebuilds kernels.md without running", r.returncode == 0 and "running" not in r.stderr
+          and os.path.isfile(md_path), r.stderr[-500:])
+
+    bad = {
+        "k_unknown.yaml": ("kind: kernels\nrepetiton: 2\nbenchmarks:\n  - program: kernel_bench\n",
+                           "did you mean 'repetitions'"),
+        "k_kind.yaml": ("kind: kernel\nbenchmarks:\n  - program: kernel_bench\n", "unknown kind 'kernel'"),
+        "k_out.yaml": ("kind: kernels\nbenchmarks:\n  - program: kernel_bench\n    args: [--benchmark_out=x.json]\n",
+                       "set by the harness"),
+        "k_empty.yaml": ("kind: kernels\nbenchmarks: []\n", "non-empty list"),
+        "k_time.yaml": ("kind: kernels\nmin_time: -1\nbenchmarks:\n  - program: kernel_bench\n", "min_time"),
+        "k_prog.yaml": ("kind: kernels\nbenchmarks:\n  - progam: kernel_bench\n", "did you mean 'program'"),
+    }
+    check_bad_files(bad, "bad kernels experiment", exps, results, harness, check)
+    for name in bad:
+        os.remove(os.path.join(exps, name))
 
 
 def main():
@@ -172,19 +267,17 @@ def main():
         "ranks.yaml": ("base: original.yaml\nruns:\n  - stage: mpi\n    ranks: [2, 3]\n", "not divisible by 3"),
         "stage.yaml": ("base: original.yaml\nruns:\n  - stage: mpii\n", "did you mean 'mpi'"),
     }
-    for name, (text, needle) in bad.items():
-        with open(os.path.join(exps, name), "w") as f:
-            f.write(text)
-        r = harness("run", exp=name)
-        lines = [l for l in r.stderr.splitlines() if l.strip()]
-        stem = name[:-5]
-        check(f"bad experiment {name}", r.returncode == 2 and len(lines) == 1 and needle in r.stderr
-              and name in r.stderr and not os.path.exists(os.path.join(results, stem)), r.stderr.strip())
+    check_bad_files(bad, "bad experiment", exps, results, harness, check)
+
+    # 8. A kernels experiment: the benchmark programs through Google Benchmark's JSON.
+    kernels_checks(a, exps, results, reports, env, check)
 
     r = subprocess.run([a.harness, "list", "--experiments", exps], capture_output=True, text=True)
     check("list names the experiments and why stages are unavailable",
           r.returncode == 0 and "smoke" in r.stdout and "cuda" in r.stdout
           and ("not built" in r.stdout or os.path.exists(os.path.join(os.path.dirname(a.harness), "..", "stages", "cuda"))),
+          r.stdout)
+    check("list names the kernels experiment", "kernels_smoke" in r.stdout and "benchmark programs" in r.stdout,
           r.stdout)
     passed = sum(checks)
     print(f"{passed} passed, {len(checks) - passed} failed")

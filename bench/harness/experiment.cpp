@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "checkpoint.h"
+#include "yaml_reader.h"
 
 namespace gpt2::harness {
 
@@ -15,93 +16,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"name", "description", "base", "config", "reports", "repetitions",
+const std::vector<std::string> kTopKeys = {"kind", "name", "description", "base", "config", "reports", "repetitions",
                                            "seeds", "timeout_s", "checkpoints", "runs"};
 const std::vector<std::string> kRunKeys = {"stage", "ranks", "threads", "hostfile", "config"};
 const std::vector<std::string> kReports = {"table1", "table2", "scaling"};
-
-class Reader {
- public:
-  explicit Reader(fs::path file) : file_(std::move(file)) {}
-  std::string at(const YAML::Node& n) const { return fmt::format("{}:{}", file_.string(), n.Mark().line + 1); }
-  [[noreturn]] void fail(const YAML::Node& n, const std::string& what) const {
-    throw std::invalid_argument(fmt::format("{}: {}", at(n), what));
-  }
-  void known_keys(const YAML::Node& map, const std::vector<std::string>& keys, const std::string& where) const {
-    for (const auto& kv : map) {
-      const std::string k = kv.first.as<std::string>();
-      if (std::find(keys.begin(), keys.end(), k) != keys.end()) continue;
-      const std::string hint = closest_key(k, keys);
-      fail(kv.first, fmt::format("unknown key '{}' in {}{}", k, where,
-                                 hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
-    }
-  }
-  std::string scalar(const YAML::Node& n, const std::string& key) const {
-    if (!n.IsScalar()) fail(n, fmt::format("{}: expected a single value", key));
-    return n.as<std::string>();
-  }
-  int integer(const YAML::Node& n, const std::string& key, int min) const {
-    const std::string s = scalar(n, key);
-    try {
-      size_t used = 0;
-      const long v = std::stol(s, &used);
-      if (used == s.size() && v >= min && v <= 1 << 30) return static_cast<int>(v);
-    } catch (const std::exception&) {
-    }
-    fail(n, fmt::format("{}: expected an integer >= {}, got '{}'", key, min, s));
-  }
-  // An integer or a list of integers: one matrix axis.
-  std::vector<int> axis(const YAML::Node& n, const std::string& key, int min) const {
-    std::vector<int> out;
-    if (n.IsSequence()) {
-      for (const auto& x : n) out.push_back(integer(x, key, min));
-      if (out.empty()) fail(n, fmt::format("{}: the list is empty", key));
-    } else {
-      out.push_back(integer(n, key, min));
-    }
-    return out;
-  }
-  // A seed or a list of seeds (train.seed is 64-bit).
-  std::vector<uint64_t> seeds(const YAML::Node& n) const {
-    std::vector<uint64_t> out;
-    auto one = [&](const YAML::Node& x) {
-      const std::string s = scalar(x, "seeds");
-      try {
-        size_t used = 0;
-        const uint64_t v = std::stoull(s, &used);
-        if (used == s.size() && s[0] != '-') return v;
-      } catch (const std::exception&) {
-      }
-      fail(x, fmt::format("seeds: expected a non-negative integer, got '{}'", s));
-    };
-    if (n.IsSequence()) {
-      for (const auto& x : n) out.push_back(one(x));
-      if (out.empty()) fail(n, "seeds: the list is empty");
-    } else {
-      out.push_back(one(n));
-    }
-    return out;
-  }
-  // section.key: value overrides, validated against the stage's key list.
-  void apply_config(const YAML::Node& n, RunConfig& c, const std::string& where) const {
-    if (!n.IsMap()) fail(n, fmt::format("{}: expected a mapping of section.key: value", where));
-    for (const auto& kv : n) {
-      const std::string key = kv.first.as<std::string>();
-      std::string value = scalar(kv.second, key);
-      if (key == "data.corpus" && fs::path(value).is_relative()) {
-        value = (file_.parent_path() / value).lexically_normal().string();
-      }
-      set_field(c, key, value, at(kv.first));
-    }
-  }
-  fs::path path(const YAML::Node& n, const std::string& key) const {
-    fs::path p = scalar(n, key);
-    return p.is_relative() ? (file_.parent_path() / p).lexically_normal() : p;
-  }
-
- private:
-  fs::path file_;
-};
 
 std::string run_id(const RunSpec& r, const std::string& build_id) {
   const std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", r.stage, r.ranks, r.threads, r.repetition, r.hostfile,
@@ -127,12 +45,12 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id) {
     throw std::invalid_argument(fmt::format("{}: expected a mapping with at least 'base' and 'runs'", file.string()));
   }
   rd.known_keys(root, kTopKeys, "the experiment");
+  if (root["kind"] && rd.scalar(root["kind"], "kind") != "stages") {
+    rd.fail(root["kind"], "kind: this file is not a stage experiment (load it as a kernels experiment)");
+  }
   Experiment ex;
   ex.file = file;
-  ex.name = root["name"] ? rd.scalar(root["name"], "name") : file.stem().string();
-  if (ex.name.empty() || ex.name.find_first_of("/\\ ") != std::string::npos) {
-    rd.fail(root["name"], fmt::format("name: '{}' must be a plain word (it names a directory)", ex.name));
-  }
+  ex.name = rd.experiment_name(root);
   if (root["description"]) ex.description = rd.scalar(root["description"], "description");
 
   RunConfig common;
@@ -153,12 +71,7 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id) {
   if (root["repetitions"]) ex.repetitions = rd.integer(root["repetitions"], "repetitions", 1);
   std::vector<uint64_t> seeds = {common.seed};
   if (root["seeds"]) seeds = rd.seeds(root["seeds"]);
-  if (root["timeout_s"]) {
-    const std::string s = rd.scalar(root["timeout_s"], "timeout_s");
-    char* end = nullptr;
-    ex.timeout_s = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end != '\0' || !(ex.timeout_s > 0)) rd.fail(root["timeout_s"], fmt::format("timeout_s: expected seconds > 0, got '{}'", s));
-  }
+  if (root["timeout_s"]) ex.timeout_s = rd.seconds(root["timeout_s"], "timeout_s");
   if (root["checkpoints"]) {
     const std::string s = rd.scalar(root["checkpoints"], "checkpoints");
     if (s != "true" && s != "false") rd.fail(root["checkpoints"], fmt::format("checkpoints: expected true or false, got '{}'", s));

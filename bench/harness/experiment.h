@@ -1,4 +1,6 @@
 // Experiment files (experiments/*.yaml): what to run, expanded into runs.
+// This is the stage experiment (`kind: stages`, the default); `kind: kernels`
+// runs the kernel microbenchmarks instead (kernels_experiment.h).
 //
 //   name: table1                      # default: the file's stem
 //   description: ...                  # one paragraph, shown in the reports

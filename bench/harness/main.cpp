@@ -1,5 +1,6 @@
 // harness: runs YAML experiments over the stage programs and turns their
-// metrics streams into tidy CSV results and Markdown reports.
+// metrics streams into tidy CSV results and Markdown reports; experiments of
+// `kind: kernels` run the kernel microbenchmarks (bench/kernels) instead.
 //   harness run EXPERIMENT.yaml [--force] [--results DIR] [--reports DIR] [--build DIR]
 //   harness report EXPERIMENT   [--results DIR] [--reports DIR]
 //   harness list                [--experiments DIR] [--build DIR]
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "experiment.h"
+#include "kernels_experiment.h"
+#include "kernels_report.h"
 #include "provenance.h"
 #include "report.h"
 #include "runner.h"
@@ -36,6 +39,11 @@ usage:
   harness list [--experiments DIR] [--build DIR]
       The experiments, and which stages this machine can run (and why not).
   harness [COMMAND] --help
+
+An experiment with `kind: kernels` (e.g. experiments/kernels.yaml) runs the
+kernel microbenchmark programs of <build>/bench instead of the stages, into
+DIR/<experiment>/<program>-<hash>/benchmark.json, and reports them as
+<reports>/<experiment>/kernels.md with a roofline chart.
 
 defaults: --results <repo>/results, --reports <repo>/reports, --experiments
 <repo>/experiments, --build: the build this harness belongs to; <repo> is the
@@ -108,6 +116,26 @@ ReportSpec report_spec(const Experiment& ex, const fs::path& results, const fs::
   return s;
 }
 
+// `harness run|report` of a kernels experiment.
+int run_kernels(const Args& a, const fs::path& file, const fs::path& build, const std::string& build_id,
+                const fs::path& results, const fs::path& reports, const fs::path& repo) {
+  const KernelsExperiment ex = load_kernels_experiment(file, build_id);
+  int failed = 0;
+  if (a.command == "run") {
+    failed = run_kernels_experiment(ex, results / ex.name, build / "bench", a.force);
+  } else if (!fs::exists(results / ex.name / kKernelsIndex)) {
+    throw std::invalid_argument(fmt::format("no results for '{}' in {} (run it first)", ex.name, results.string()));
+  }
+  std::error_code ec;
+  const fs::path rel = fs::relative(ex.file, repo, ec);
+  const std::string cmd = fmt::format("build/bench/harness run {}", ec ? ex.file.string() : rel.string());
+  for (const fs::path& f : write_kernels_report(ex, results / ex.name, reports / ex.name, cmd)) {
+    if (f.extension() == ".md") fmt::print("report: {}\n", f.string());
+  }
+  fmt::print(stderr, "results: {}\n", (results / ex.name).string());
+  return failed > 0 ? 1 : 0;
+}
+
 int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
   if (a.command.empty() || a.command == "help") {
@@ -127,6 +155,12 @@ int run(int argc, char** argv) {
     std::sort(files.begin(), files.end());
     for (const fs::path& f : files) {
       try {
+        if (is_kernels_experiment(f)) {
+          const KernelsExperiment kx = load_kernels_experiment(f, build_id);
+          const std::string d = kx.description.substr(0, kx.description.find('.') + 1);
+          fmt::print("  {:<10} {:>3} benchmark programs  {}\n", kx.name, kx.programs.size(), d);
+          continue;
+        }
         const Experiment ex = load_experiment(f, build_id);
         if (ex.runs.empty()) continue;
         const std::string d = ex.description.substr(0, ex.description.find('.') + 1);
@@ -154,6 +188,7 @@ int run(int argc, char** argv) {
   const fs::path repo = file.parent_path().parent_path();
   const fs::path results = opt_path(a, "results", repo / "results");
   const fs::path reports = opt_path(a, "reports", repo / "reports");
+  if (is_kernels_experiment(file)) return run_kernels(a, file, build, build_id, results, reports, repo);
   const Experiment ex = load_experiment(file, build_id);  // validates every run before any runs
   int failed = 0;
   if (a.command == "run") {

@@ -27,8 +27,6 @@ namespace gpt2::harness {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
 std::string find_on_path(const std::string& name) {
   const char* path = std::getenv("PATH");
   std::stringstream ss(path ? path : "");
@@ -38,12 +36,6 @@ std::string find_on_path(const std::string& name) {
   }
   return "";
 }
-
-struct Status {
-  std::string status, reason;
-  double seconds = 0;
-  std::string date;  // UTC time of the attempt
-};
 
 std::optional<Status> read_status(const fs::path& dir) {
   const fs::path p = dir / "status.json";
@@ -63,7 +55,6 @@ void write_status(const fs::path& dir, const Status& s) {
                                     json_string(s.status), json_string(s.reason), s.seconds, json_string(s.date)));
 }
 
-// The last line of the log that carries an error message, or "".
 std::string error_from_log(const fs::path& log) {
   std::ifstream f(log);
   std::string last;
@@ -72,6 +63,8 @@ std::string error_from_log(const fs::path& log) {
   }
   return last;
 }
+
+namespace {
 
 // The process group of the run in flight, for the signal handler: a harness
 // interrupted by Ctrl-C or SIGTERM ends its run (mpiexec and every rank) too.
@@ -83,8 +76,8 @@ extern "C" void forward_and_exit(int sig) {
   raise(sig);
 }
 
-// Runs argv with stdout and stderr to `log`, in its own process group so a
-// timeout ends mpiexec and every rank. Returns the exit status, or -1 on timeout.
+}  // namespace
+
 int launch(const std::vector<std::string>& argv, const fs::path& log, double timeout_s) {
   signal(SIGINT, forward_and_exit);
   signal(SIGTERM, forward_and_exit);
@@ -128,6 +121,8 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, double tim
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
+
+namespace {
 
 // Runs into `dir` (a fresh attempt directory).
 Status run_one(const Experiment& ex, const RunSpec& r, const fs::path& dir, const Availability& av) {
@@ -226,6 +221,23 @@ void write_results_csv(const Experiment& ex, const fs::path& results_dir) {
   write_file_atomically(results_dir / "loss.csv", loss);
 }
 
+fs::path attempt_dir(const fs::path& dir) { return dir.string() + ".attempt"; }
+
+bool commit_attempt(const fs::path& dir, Status st, const std::optional<Status>& prev) {
+  const fs::path attempt = attempt_dir(dir);
+  st.date = machine_info().date_utc;
+  write_status(attempt, st);
+  if (st.status != "ok" && prev && prev->status == "ok") {
+    const fs::path kept = dir.string() + ".last-attempt";
+    fs::remove_all(kept);
+    fs::rename(attempt, kept);
+    return false;
+  }
+  fs::remove_all(dir);
+  fs::rename(attempt, dir);
+  return true;
+}
+
 int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
   fs::create_directories(opt.results_dir);
   int failed = 0, index = 0;
@@ -241,21 +253,13 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
                r.config.steps, ex.timeout_s);
     // The attempt runs beside the run's directory; a rerun (--force) that does
     // not complete keeps the earlier completed run.
-    const fs::path attempt = dir.string() + ".attempt";
-    Status st = run_one(ex, r, attempt, stage_availability(r.stage, opt.stages_dir));
-    st.date = machine_info().date_utc;
-    write_status(attempt, st);
-    if (st.status != "ok" && prev && prev->status == "ok") {
-      const fs::path kept = dir.string() + ".last-attempt";
-      fs::remove_all(kept);
-      fs::rename(attempt, kept);
+    const Status st = run_one(ex, r, attempt_dir(dir), stage_availability(r.stage, opt.stages_dir));
+    if (!commit_attempt(dir, st, prev)) {
       fmt::print(stderr, "[{}/{}] {}: this attempt {} ({}); the earlier completed run is kept, the attempt is in {}\n",
-                 index, ex.runs.size(), r.id, st.status, st.reason, kept.string());
+                 index, ex.runs.size(), r.id, st.status, st.reason, dir.string() + ".last-attempt");
       if (st.status == "failed") ++failed;
       continue;
     }
-    fs::remove_all(dir);
-    fs::rename(attempt, dir);
     write_results_csv(ex, opt.results_dir);  // after every run: an interruption loses nothing recorded
     if (st.status == "failed") ++failed;
     fmt::print(stderr, "[{}/{}] {}: {}{} ({:.1f} s)\n", index, ex.runs.size(), r.id, st.status,

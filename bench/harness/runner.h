@@ -13,7 +13,9 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "experiment.h"
 
@@ -38,6 +40,34 @@ struct RunnerOptions {
 // Runs (or reuses) every run, then writes runs.csv and loss.csv.
 // Returns the number of runs that failed.
 int run_experiment(const Experiment& ex, const RunnerOptions& opt);
+
+// A run's status.json: ok | failed | skipped, why, how long, when (UTC).
+struct Status {
+  std::string status, reason;
+  double seconds = 0;
+  std::string date;
+};
+// nullopt when there is none or it cannot be read (the run is not done).
+std::optional<Status> read_status(const std::filesystem::path& dir);
+void write_status(const std::filesystem::path& dir, const Status& s);
+
+// The attempt directory beside a run's directory: "<dir>.attempt".
+std::filesystem::path attempt_dir(const std::filesystem::path& dir);
+// Records `st` (dated now) in the attempt directory and moves it into place as
+// `dir`; but if the attempt did not complete and `prev` (the run's earlier
+// status) is ok, the earlier run stays and the attempt becomes
+// "<dir>.last-attempt": then returns false.
+bool commit_attempt(const std::filesystem::path& dir, Status st, const std::optional<Status>& prev);
+
+// Runs argv with stdout and stderr to `log`, in its own process group so a
+// timeout ends mpiexec and every rank. Returns the exit status, or -1 on timeout.
+int launch(const std::vector<std::string>& argv, const std::filesystem::path& log, double timeout_s);
+
+// The last line of a program's log that carries an error message, or "".
+std::string error_from_log(const std::filesystem::path& log);
+
+// The full path of an executable `name` on PATH, or "".
+std::string find_on_path(const std::string& name);
 
 // Rebuilds results/<experiment>/runs.csv and loss.csv from the run directories.
 void write_results_csv(const Experiment& ex, const std::filesystem::path& results_dir);

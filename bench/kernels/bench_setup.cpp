@@ -1,0 +1,220 @@
+#include "bench_setup.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "buffer.h"
+#include "provenance.h"
+
+namespace gpt2::bench {
+
+const std::vector<BenchShape>& bench_shapes() {
+  // Gpt2Config fields: V, T, L, NH, C.
+  static const std::vector<BenchShape> shapes = {
+      {"tiny", Gpt2Config{37, 16, 1, 2, 32}, 2},
+      {"original", preset("original"), 16},
+      {"larger", Gpt2Config{8192, 512, 12, 12, 768}, 8},
+  };
+  return shapes;
+}
+
+const BenchShape& bench_shape(const std::string& name) {
+  for (const BenchShape& s : bench_shapes()) {
+    if (s.name == name) return s;
+  }
+  throw std::invalid_argument(fmt::format("unknown shape '{}' (expected tiny, original or larger)", name));
+}
+
+std::string Variant::label() const { return fmt::format("{}/t{}", backend, threads); }
+
+const std::vector<Variant>& bench_variants() {
+  // {backend, threads, factory}. The naive reference is single-threaded by
+  // definition. A new backend (e.g. "cuda" with make_cuda_backend) is one more
+  // line here; the reference check and the counters apply to it unchanged.
+  static const std::vector<Variant> variants = {
+      {"naive", 1, [](int) { return make_reference_backend(); }},
+      {"cpu", 1, [](int t) { return make_cpu_backend(t); }},
+      {"cpu", 2, [](int t) { return make_cpu_backend(t); }},
+  };
+  return variants;
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// GB/s of copying `bytes` from one buffer to another on `threads` threads,
+// counting the bytes read and the bytes written (STREAM's convention).
+double memcpy_rate(size_t bytes, int threads, int reps) {
+  Buffer src(bytes / sizeof(float)), dst(bytes / sizeof(float));
+  std::fill(src.data(), src.data() + src.size(), 1.0f);
+  const int64_t n = static_cast<int64_t>(src.size());
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {  // the first is warm-up (and faults the pages in)
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      const int id = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t lo = n * id / nt, hi = n * (id + 1) / nt;
+      std::memcpy(dst.data() + lo, src.data() + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) rates.push_back(2.0 * static_cast<double>(bytes) / s / 1e9);
+  }
+  return median(rates);
+}
+
+// GB/s of STREAM's triad a = b + s * c on `threads` threads, counting the two
+// arrays read and the one written (12 bytes per element).
+double triad_rate(size_t bytes_per_array, int threads, int reps) {
+  Buffer a(bytes_per_array / sizeof(float)), b(a.size()), c(a.size());
+  std::fill(b.data(), b.data() + b.size(), 1.0f);
+  std::fill(c.data(), c.data() + c.size(), 2.0f);
+  const int64_t n = static_cast<int64_t>(a.size());
+  float* pa = a.data();
+  const float *pb = b.data(), *pc = c.data();
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for simd num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + 0.5f * pc[i];
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) rates.push_back(3.0 * static_cast<double>(bytes_per_array) / s / 1e9);
+  }
+  return median(rates);
+}
+
+const char* g_help = "";
+void print_help() {
+  std::fputs(g_help, stdout);
+  std::fputs("\nGoogle Benchmark's flags:\n", stdout);
+  benchmark::PrintDefaultHelp();
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string env_or_unset(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "(unset)";
+}
+
+}  // namespace
+
+namespace {
+
+struct CeilingSizes {
+  int sgemm_n, reps;
+  size_t copy_mib;
+};
+CeilingSizes ceiling_sizes(bool quick) { return quick ? CeilingSizes{256, 1, 8} : CeilingSizes{2048, 5, 512}; }
+
+}  // namespace
+
+Ceilings measure_ceilings(bool quick) {
+  Ceilings c;
+  const CeilingSizes z = ceiling_sizes(quick);
+  for (int t = 1; t <= 2; ++t) {
+    c.sgemm_gflops[t - 1] = sgemm_ceiling_gflops(t, z.sgemm_n, z.reps);
+    c.memcpy_gbs[t - 1] = memcpy_rate(z.copy_mib << 20, t, z.reps);
+    c.triad_gbs[t - 1] = triad_rate((z.copy_mib << 20) / 2, t, z.reps);
+    c.bandwidth_gbs[t - 1] = std::max(c.memcpy_gbs[t - 1], c.triad_gbs[t - 1]);
+  }
+  return c;
+}
+
+BenchOptions init_benchmarks(int* argc, char** argv, const char* help) {
+  g_help = help;
+  benchmark::Initialize(argc, argv, print_help);
+  BenchOptions o;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string a = argv[i];
+    const size_t eq = a.find('=');
+    const std::string key = a.substr(0, eq), value = eq == std::string::npos ? "" : a.substr(eq + 1);
+    if (key == "--quick" && eq == std::string::npos) {
+      o.quick = true;
+      o.shapes = {"tiny"};
+    } else if (key == "--shapes" && !value.empty()) {
+      o.shapes = split(value);
+      for (const std::string& s : o.shapes) bench_shape(s);  // validates
+    } else if (key == "--corrupt" && !value.empty()) {
+      o.corrupt = value;
+    } else {
+      throw std::invalid_argument(
+          fmt::format("unknown or malformed flag '{}' (see --help; values are given as --flag=value)", a));
+    }
+  }
+  return o;
+}
+
+void add_context(const Ceilings& c, const BenchOptions& o) {
+  const MachineInfo m = machine_info();
+  const BuildInfo b = build_info();
+  benchmark::AddCustomContext("cpu_model", m.cpu_model);
+  benchmark::AddCustomContext("logical_cores", std::to_string(m.logical_cores));
+  benchmark::AddCustomContext("blas_core", m.blas_core);
+  benchmark::AddCustomContext("blas_config", m.blas_config);
+  benchmark::AddCustomContext("env_OPENBLAS_CORETYPE", env_or_unset("OPENBLAS_CORETYPE"));
+  benchmark::AddCustomContext("env_OPENBLAS_L2_SIZE", env_or_unset("OPENBLAS_L2_SIZE"));
+  benchmark::AddCustomContext("git_commit", b.git_commit);
+  benchmark::AddCustomContext("compiler", b.compiler);
+  benchmark::AddCustomContext("build_type", b.build_type);
+  benchmark::AddCustomContext("openblas_version", b.openblas_version);
+  for (int t = 1; t <= 2; ++t) {
+    benchmark::AddCustomContext(fmt::format("ceiling_sgemm_gflops_t{}", t), fmt::format("{:.2f}", c.gflops(t)));
+    benchmark::AddCustomContext(fmt::format("ceiling_bandwidth_gbs_t{}", t), fmt::format("{:.2f}", c.gbs(t)));
+    benchmark::AddCustomContext(fmt::format("memcpy_gbs_t{}", t), fmt::format("{:.2f}", c.memcpy_gbs[t - 1]));
+    benchmark::AddCustomContext(fmt::format("triad_gbs_t{}", t), fmt::format("{:.2f}", c.triad_gbs[t - 1]));
+  }
+  const CeilingSizes z = ceiling_sizes(o.quick);
+  benchmark::AddCustomContext(
+      "ceiling_method",
+      fmt::format("compute: median of {} runs of a {}^3 SGEMM with OpenBLAS's own threads; bandwidth: the better of "
+                  "the medians of {} memcpy of {} MiB and {} STREAM triads over 3 x {} MiB, bytes read + written{}",
+                  z.reps, z.sgemm_n, z.reps, z.copy_mib, z.reps, z.copy_mib / 2,
+                  o.quick ? " (--quick: not meaningful)" : ""));
+  for (const std::string& name : o.shapes) {
+    const BenchShape& s = bench_shape(name);
+    benchmark::AddCustomContext("shape_" + name, fmt::format("B {} {}", s.B, s.cfg.describe()));
+  }
+}
+
+void set_counters(benchmark::State& st, const KernelCost& cost, const Ceilings& c, int threads) {
+  using benchmark::Counter;
+  const double roof_s = std::max(cost.flop / (c.gflops(threads) * 1e9), cost.bytes / (c.gbs(threads) * 1e9));
+  st.counters["flop_rate"] = Counter(cost.flop, Counter::kIsIterationInvariantRate);
+  st.counters["byte_rate"] = Counter(cost.bytes, Counter::kIsIterationInvariantRate);
+  st.counters["roofline"] = Counter(roof_s, Counter::kIsIterationInvariantRate);
+  st.counters["flop"] = Counter(cost.flop);
+  st.counters["bytes"] = Counter(cost.bytes);
+  st.counters["kernel_threads"] = Counter(threads);
+}
+
+int bench_main(const char* program, int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 2;
+  }
+}
+
+}  // namespace gpt2::bench

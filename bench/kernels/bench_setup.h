@@ -1,0 +1,94 @@
+// What the kernel benchmark programs share: the shapes, the variants (one
+// entry per backend and thread count), the machine's ceilings measured at
+// start-up, the counters every benchmark sets, and the programs' own flags.
+//
+// Counters, the same set on every benchmark of a binary (Google Benchmark
+// 1.7.1's CSV reporter needs that):
+//   flop_rate    FLOP/s  = kernel_cost().flop  per call / seconds per call
+//   byte_rate    bytes/s = kernel_cost().bytes per call / seconds per call
+//   roofline     the fraction of the roofline ceiling reached: the time the
+//                call would take at the machine's ceiling, max(flop / SGEMM
+//                peak, bytes / memory bandwidth) at the variant's thread count,
+//                over the time it took
+//   flop, bytes  per call (not rates), so reports can place the kernel on a
+//                roofline; kernel_threads: the variant's threads
+// Rates divide by wall-clock time (every benchmark uses UseRealTime() or
+// manual time): with OpenMP the main thread's CPU time is not the kernel's time.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "config.h"
+#include "kernel_costs.h"
+
+namespace gpt2::bench {
+
+// A benchmark shape: the model configuration and the batch.
+struct BenchShape {
+  std::string name;
+  Gpt2Config cfg;
+  int B = 0;
+  int N() const { return B * cfg.T; }
+};
+
+// tiny (smoke tests; figures meaningless), original (the reproduced project's
+// configuration at batch 16), larger (GPT-2-small widths at T 512, batch 8).
+const std::vector<BenchShape>& bench_shapes();
+const BenchShape& bench_shape(const std::string& name);  // throws naming the known ones
+
+// One backend at one thread count. Adding a backend is one entry in
+// bench_variants() (bench_setup.cpp).
+struct Variant {
+  std::string backend;  // "naive" (the reference backend), "cpu", ...
+  int threads = 1;
+  std::function<std::unique_ptr<Backend>(int threads)> make;
+  bool is_reference() const { return backend == "naive"; }
+  std::string label() const;  // "naive/t1", "cpu/t2"
+};
+const std::vector<Variant>& bench_variants();
+
+// The machine's ceilings at 1 and 2 threads: the median GFLOP/s of a large
+// SGEMM with OpenBLAS's own threads (core/provenance.h), and the memory
+// bandwidth: the better of the median GB/s of a large memcpy and of a STREAM
+// triad (bytes read + bytes written, over buffers far beyond the caches;
+// memcpy alone understates what kernels with several streams reach here).
+struct Ceilings {
+  double sgemm_gflops[2] = {0, 0};
+  double bandwidth_gbs[2] = {0, 0};  // the bandwidth ceiling: max(memcpy, triad)
+  double memcpy_gbs[2] = {0, 0}, triad_gbs[2] = {0, 0};
+  double gflops(int threads) const { return sgemm_gflops[threads >= 2 ? 1 : 0]; }
+  double gbs(int threads) const { return bandwidth_gbs[threads >= 2 ? 1 : 0]; }
+};
+// quick: small sizes (for the smoke test; the figures are then meaningless).
+Ceilings measure_ceilings(bool quick);
+
+// The flags of our programs, beside Google Benchmark's own.
+struct BenchOptions {
+  std::vector<std::string> shapes = {"original", "larger"};
+  bool quick = false;    // --quick: the tiny shape and quick ceilings, for tests
+  std::string corrupt;   // --corrupt=KERNEL: perturb that kernel's result before the check (tests the check)
+};
+
+// Calls benchmark::Initialize (its --help prints `help` and Google
+// Benchmark's flags), then parses our flags from what is left; throws
+// std::invalid_argument for an unknown flag or a bad value.
+BenchOptions init_benchmarks(int* argc, char** argv, const char* help);
+
+// Records the ceilings, the BLAS kernel and the environment that steers it,
+// the CPU, the build and the shapes in the JSON's "context".
+void add_context(const Ceilings& c, const BenchOptions& o);
+
+// Sets the counters above on `st` for one call costing `cost` on `threads`.
+void set_counters(benchmark::State& st, const KernelCost& cost, const Ceilings& c, int threads);
+
+// main() of a benchmark program: runs `run` and turns an exception into
+// "<program>: error: ..." on stderr and exit status 2.
+int bench_main(const char* program, int (*run)(int, char**), int argc, char** argv);
+
+}  // namespace gpt2::bench

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The kernel benchmark programs run for one tiny iteration each, so they
+cannot silently rot: every kernel of the contract is benchmarked on every
+variant, every reference check passes (no "error_occurred" in the JSON), the
+counters and the ceilings are there, and a corrupted kernel is reported as an
+error rather than timed. Asserts properties of the output, never a time.
+
+usage: kernel_bench_test.py --kernel-bench PATH [--allreduce-bench PATH --mpiexec PATH]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+KERNELS = ["encoder_forward", "encoder_backward", "layernorm_forward", "layernorm_backward",
+           "matmul_forward", "matmul_backward", "attention_forward", "attention_backward",
+           "gelu_forward", "gelu_backward", "residual_forward", "crossentropy_forward",
+           "crossentropy_backward", "adam_update", "sum_squares"]
+VARIANTS = ["naive/t1", "cpu/t1", "cpu/t2"]
+COUNTERS = ["flop_rate", "byte_rate", "roofline", "flop", "bytes", "kernel_threads"]
+QUICK = ["--quick", "--benchmark_min_time=0", "--benchmark_repetitions=1", "--benchmark_out_format=json"]
+
+failures = []
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+        print("FAIL:", msg)
+
+
+def run_json(cmd, tmp, name):
+    out = os.path.join(tmp, name + ".json")
+    p = subprocess.run(cmd + QUICK + ["--benchmark_out=" + out], capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, f"{' '.join(cmd)} exited {p.returncode}: {p.stderr[-2000:]}")
+    with open(out) as f:
+        return json.load(f)  # a truncated file (a crash mid-run) fails here
+
+
+def base_name(b):
+    parts = b["run_name"].split("/")
+    return "/".join(p for p in parts if p not in ("real_time", "manual_time") and ":" not in p)
+
+
+def test_kernel_bench(exe, tmp):
+    d = run_json([exe], tmp, "kernels")
+    ctx = d["context"]
+    for key in ["ceiling_sgemm_gflops_t1", "ceiling_sgemm_gflops_t2", "ceiling_bandwidth_gbs_t1", "ceiling_bandwidth_gbs_t2",
+                "blas_core", "env_OPENBLAS_CORETYPE", "cpu_model"]:
+        check(key in ctx, f"kernel_bench: context lacks {key}")
+    names = set()
+    for b in d["benchmarks"]:
+        names.add(base_name(b))
+        check(not b.get("error_occurred"), f"{b['name']}: {b.get('error_message')}")
+        for c in COUNTERS:
+            check(c in b, f"{b['name']}: no counter {c}")
+        check(b.get("flop", 0) > 0 or b.get("bytes", 0) > 0, f"{b['name']}: zero cost")
+        check(b.get("byte_rate", 0) > 0, f"{b['name']}: byte_rate not positive")
+    for k in KERNELS:
+        for v in VARIANTS:
+            found = [n for n in names if n.split("/")[0].split(".")[0] == k and n.endswith("/tiny/" + v)]
+            check(found, f"kernel_bench: no benchmark of {k} on {v}")
+    layers = {n.split("/")[0] for n in names if n.startswith("matmul_")}
+    for layer in ["qkv", "fc", "fcproj", "lm_head"]:
+        for k in ["matmul_forward", "matmul_backward"]:
+            check(f"{k}.{layer}" in layers, f"kernel_bench: no {k}.{layer}")
+
+    # A wrong kernel is an error, not a time: only its checked variants fail.
+    bad = run_json([exe, "--corrupt=gelu_backward"], tmp, "corrupt")
+    errors = {base_name(b) for b in bad["benchmarks"] if b.get("error_occurred")}
+    check(errors == {"gelu_backward/tiny/cpu/t1", "gelu_backward/tiny/cpu/t2"},
+          f"--corrupt=gelu_backward: expected the two cpu variants to fail their check, got {sorted(errors)}")
+    for b in bad["benchmarks"]:
+        if b.get("error_occurred"):
+            check("differs from the naive reference" in b.get("error_message", ""),
+                  f"{b['name']}: error message does not say what differs: {b.get('error_message')}")
+
+    # Front door: --help works, a bad flag is a one-line error and exit status 2.
+    h = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    check(h.returncode == 0 and "--shapes" in h.stdout and "--benchmark_filter" in h.stdout,
+          "kernel_bench --help: expected our flags and Google Benchmark's")
+    e = subprocess.run([exe, "--shapes=huge"], capture_output=True, text=True, timeout=60)
+    check(e.returncode == 2 and "unknown shape 'huge'" in e.stderr, f"kernel_bench --shapes=huge: {e.stderr}")
+
+
+def test_allreduce_bench(exe, mpiexec, tmp):
+    d = run_json([mpiexec, "-n", "2", exe], tmp, "allreduce")
+    check(d["context"].get("mpi_ranks") == "2", "allreduce_bench: context lacks mpi_ranks 2")
+    names = {base_name(b) for b in d["benchmarks"]}
+    check(names == {"allreduce/tiny/mpi/r2", "allreduce.bucket4mb/tiny/mpi/r2"}, f"allreduce_bench: got {names}")
+    for b in d["benchmarks"]:
+        check(not b.get("error_occurred"), f"{b['name']}: {b.get('error_message')}")
+        for c in COUNTERS:
+            check(c in b, f"{b['name']}: no counter {c}")
+    bad = run_json([mpiexec, "-n", "2", exe, "--corrupt=allreduce"], tmp, "allreduce_corrupt")
+    check(all(b.get("error_occurred") for b in bad["benchmarks"]) and bad["benchmarks"],
+          "allreduce_bench --corrupt=allreduce: expected every benchmark to report the wrong sum")
+    one = subprocess.run([exe, "--quick"], capture_output=True, text=True, timeout=60)
+    check(one.returncode == 2 and "2 or more ranks" in one.stderr, f"allreduce_bench on 1 rank: {one.stderr}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernel-bench", required=True)
+    ap.add_argument("--allreduce-bench")
+    ap.add_argument("--mpiexec")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        test_kernel_bench(a.kernel_bench, tmp)
+        if a.allreduce_bench and a.mpiexec:
+            test_allreduce_bench(a.allreduce_bench, a.mpiexec, tmp)
+        else:
+            print("allreduce_bench: not built (no MPI): skipped")
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
