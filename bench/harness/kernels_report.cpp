@@ -346,7 +346,11 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
         csv += csv_row({k, r->shape, r->variant, "", "", "", "", "", "", "", r->error});
         continue;
       }
-      const std::string speedup = naive ? fmt::format("{:.1f}x", *naive / r->time_ms) : "naive not timed";
+      const bool has_naive = std::any_of(rows.begin(), rows.end(),
+                                         [](const KernelResult* o) { return o->variant.rfind("naive/", 0) == 0; });
+      const std::string speedup = naive      ? fmt::format("{:.1f}x", *naive / r->time_ms)
+                                  : has_naive ? "naive not timed"
+                                              : "no naive variant";
       const std::string note = r->samples <= 1 ? " (1 run)" : "";
       const double ai = r->bytes > 0 ? r->flop / r->bytes : 0;
       md += fmt::format("| {} | {} | {}{} | {} | {} | {} | {:.0f}% | {} |\n", r->shape, r->variant, sig3(r->time_ms), note,

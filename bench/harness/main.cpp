@@ -50,6 +50,12 @@ defaults: --results <repo>/results, --reports <repo>/reports, --experiments
 parent of the experiment file's directory (or of this build).
 )";
 
+// Up to the first ". " (a period inside a name such as backend.h does not end it).
+std::string first_sentence(const std::string& text) {
+  const size_t end = text.find(". ");
+  return end == std::string::npos ? text : text.substr(0, end + 1);
+}
+
 fs::path self_dir() { return fs::canonical("/proc/self/exe").parent_path(); }
 // build/bench/harness -> build; the repository root is recorded at configure time.
 fs::path default_build() { return self_dir().parent_path(); }
@@ -157,13 +163,13 @@ int run(int argc, char** argv) {
       try {
         if (is_kernels_experiment(f)) {
           const KernelsExperiment kx = load_kernels_experiment(f, build_id);
-          const std::string d = kx.description.substr(0, kx.description.find('.') + 1);
+          const std::string d = first_sentence(kx.description);
           fmt::print("  {:<10} {:>3} benchmark programs  {}\n", kx.name, kx.programs.size(), d);
           continue;
         }
         const Experiment ex = load_experiment(f, build_id);
         if (ex.runs.empty()) continue;
-        const std::string d = ex.description.substr(0, ex.description.find('.') + 1);
+        const std::string d = first_sentence(ex.description);
         fmt::print("  {:<10} {:>3} runs  {}\n", ex.name, ex.runs.size(), d);
       } catch (const std::invalid_argument& e) {
         // Stage configurations (no 'runs') live here too; list only experiments.

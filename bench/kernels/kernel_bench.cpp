@@ -9,6 +9,7 @@
 // matmul_forward.fc/original/cpu/t2 (Google Benchmark appends /real_time).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <stdexcept>
@@ -102,11 +103,10 @@ void register_all(Context& ctx) {
 int run(int argc, char** argv) {
   static Context ctx;
   ctx.options = init_benchmarks(&argc, argv, kHelp);
-  for (const KernelSpec& spec : kernel_specs()) {
-    if (ctx.options.corrupt == spec.kernel) break;
-    if (&spec == &kernel_specs().back() && !ctx.options.corrupt.empty()) {
-      throw std::invalid_argument(fmt::format("--corrupt: no kernel '{}'", ctx.options.corrupt));
-    }
+  const std::string& corrupt = ctx.options.corrupt;
+  if (!corrupt.empty() && std::none_of(kernel_specs().begin(), kernel_specs().end(),
+                                       [&](const KernelSpec& k) { return k.kernel == corrupt; })) {
+    throw std::invalid_argument(fmt::format("--corrupt: no kernel '{}' (e.g. gelu_forward)", corrupt));
   }
   ctx.ceilings = measure_ceilings(ctx.options.quick);
   add_context(ctx.ceilings, ctx.options);
