@@ -12,7 +12,7 @@ set key left top box opaque
 set xrange [0.03:1000]
 set yrange [0.05:1000]
 set samples 400
-peak1 = 91.24; peak2 = 151.49; bw1 = 26.65; bw2 = 38.17
+peak1 = 76.1; peak2 = 154.84; bw1 = 24.16; bw2 = 35.54
 roof(x, p, b) = x * b < p ? x * b : p
 plot roof(x, peak1, bw1) with lines lw 2 dt 2 lc rgb "gray40" title sprintf("ceiling, 1 thread (%.0f GFLOP/s, %.1f GB/s)", peak1, bw1), \
      roof(x, peak2, bw2) with lines lw 2 lc rgb "black" title sprintf("ceiling, 2 threads (%.0f GFLOP/s, %.1f GB/s)", peak2, bw2), \
