@@ -113,6 +113,9 @@ std::vector<FieldInfo> fields(RunConfig& c) {
   f.add("train.eval_batches", c.eval_batches, "batches per validation evaluation");
   f.add("train.checkpoint_every", c.checkpoint_every, "training checkpoint every N steps; 0 = at the end only");
   f.add("train.save_checkpoint", c.save_checkpoint, "write training checkpoints (false: none, e.g. for benchmarks)");
+  f.add("train.tf32", c.tf32,
+        "CUDA stages: let cuBLAS use TF32 tensor cores for the matrix products (faster, ~1e-3 relative "
+        "error; changes results); ignored on the CPU");
   f.add("train.peak_gflops", c.peak_gflops, "peak GFLOP/s for MFU; 0 = measure an SGEMM at start-up");
   f.add("train.grad_bucket_mb", c.grad_bucket_mb,
         "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one "

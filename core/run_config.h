@@ -40,6 +40,7 @@ struct RunConfig {
   int eval_batches = 4;
   int checkpoint_every = 0;    // training checkpoint every N steps; 0: at the end only
   bool save_checkpoint = true; // false: write no checkpoint at all (benchmark runs)
+  bool tf32 = false;           // CUDA stages: cuBLAS may use TF32 tensor cores
   double peak_gflops = 0.0;    // MFU denominator; 0: measure SGEMM at start-up
   double grad_bucket_mb = 0.0; // data parallel: allreduce buckets overlapping backward; 0: one allreduce
   // optimizer

@@ -202,7 +202,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
 
   // Model and optimizer: fresh (every rank computes the same Philox weights),
   // or rank 0's checkpoint broadcast to every rank.
-  auto be = ctx.make_backend(threads);
+  auto be = ctx.make_backend({threads, c.tf32});
   Gpt2 model(mc, be->memory());
   Optimizer opt(c.optimizer_config(), model.num_params(), be->memory());
   std::array<int64_t, 3> counters{0, 0, 0};  // steps done, loader position, loader batches served
@@ -394,7 +394,7 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
     prompt.resize(std::min<size_t>(prompt.size(), static_cast<size_t>(c.prompt_tokens)));
   }
   if (prompt.empty()) throw std::invalid_argument("--prompt: the prompt has no tokens");
-  auto be = ctx.make_backend(resolve_threads(c.threads));
+  auto be = ctx.make_backend({resolve_threads(c.threads), c.tf32});
   Gpt2 model(ck.config, be->memory());
   load_params(ck, model);
   const auto g0 = Clock::now();

@@ -14,9 +14,15 @@
 
 namespace gpt2 {
 
+// What the trainer asks of a stage's backend, from the configuration.
+struct BackendOptions {
+  int threads = 1;    // CPU threads (train.threads, 0 resolved to every core)
+  bool tf32 = false;  // train.tf32 (CUDA)
+};
+
 struct StageContext {
   std::string stage;  // "serial", "mpi", ...
-  std::function<std::unique_ptr<Backend>(int threads)> make_backend;
+  std::function<std::unique_ptr<Backend>(const BackendOptions&)> make_backend;
   Communicator* comm = nullptr;  // nullptr: one process (a local communicator)
   std::string help_note;         // stage-specific lines for --help (environment, exit codes)
 };

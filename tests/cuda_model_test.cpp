@@ -174,6 +174,17 @@ TEST(CudaModel, OriginalConfigurationLossAndGradients) {
   }
 }
 
+TEST(CudaModel, Tf32IsOptInAndCloseToFp32) {
+  auto fp32 = make_cuda_backend(), tf32 = make_cuda_backend({.tf32 = true});
+  EXPECT_EQ(fp32->name().find("TF32"), std::string::npos) << fp32->name();
+  EXPECT_NE(tf32->name().find("TF32"), std::string::npos) << tf32->name();
+  Gpt2Config cfg;  // the original's widths: products long enough for TF32's 10-bit mantissa to show
+  const TrainResult a = train(*fp32, cfg, 2, 256, 1), b = train(*tf32, cfg, 2, 256, 1);
+  // TF32 rounds the products' inputs to 11 significant bits (~5e-4 relative).
+  EXPECT_NEAR(b.losses[0], a.losses[0], 5e-3 * std::fabs(a.losses[0]));
+  EXPECT_NE(b.losses[0], a.losses[0]) << "TF32 requested but the loss is bitwise the FP32 one";
+}
+
 TEST(CudaModel, TrainingIsBitwiseDeterministic) {
   auto be = make_cuda_backend();
   const Gpt2Config cfg = test_config();

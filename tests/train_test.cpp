@@ -78,7 +78,7 @@ std::vector<double> losses_of(const fs::path& metrics) {
   return out;
 }
 
-const StageContext kSerial{"test", [](int t) { return make_cpu_backend(t); }, nullptr, ""};
+const StageContext kSerial{"test", [](const BackendOptions& o) { return make_cpu_backend(o.threads); }, nullptr, ""};
 
 TEST(Checkpoint, RoundTripGivesSameLossAndTokens) {
   fs::path dir = temp_dir("roundtrip");

@@ -6,8 +6,9 @@
 #include "cuda_backend.h"
 
 int main(int argc, char** argv) {
-  gpt2::StageContext ctx{"cuda", [](int /*threads*/) { return gpt2::make_cuda_backend(); }, nullptr,
+  gpt2::StageContext ctx{"cuda", [](const gpt2::BackendOptions& o) { return gpt2::make_cuda_backend({.tf32 = o.tf32}); }, nullptr,
                          "Runs on the first CUDA device (set CUDA_VISIBLE_DEVICES to choose); train.threads is\n"
-                         "not used. Without a CUDA device it prints \"no CUDA device\" and exits with status 3.\n"};
+                         "not used; matrix products are FP32 unless train.tf32 is true. Without a CUDA device it\n"
+                         "prints \"no CUDA device\" and exits with status 3.\n"};
   return gpt2::stage_main(argc, argv, ctx);
 }

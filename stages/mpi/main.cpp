@@ -8,6 +8,6 @@
 
 int main(int argc, char** argv) {
   auto comm = gpt2::make_mpi_communicator(&argc, &argv);
-  gpt2::StageContext ctx{"mpi", [](int threads) { return gpt2::make_cpu_backend(threads); }, comm.get(), ""};
+  gpt2::StageContext ctx{"mpi", [](const gpt2::BackendOptions& o) { return gpt2::make_cpu_backend(o.threads); }, comm.get(), ""};
   return gpt2::stage_main(argc, argv, ctx);
 }

@@ -24,8 +24,8 @@ int main(int argc, char** argv) {
   }
   auto comm = gpt2::make_cuda_mpi_communicator(*mpi, mode);
   gpt2::StageContext ctx{"mpi_cuda",
-                         [&](int /*threads*/) {
-                           auto be = gpt2::make_cuda_backend({.device_hint = comm->local_rank()});
+                         [&](const gpt2::BackendOptions& o) {
+                           auto be = gpt2::make_cuda_backend({.device_hint = comm->local_rank(), .tf32 = o.tf32});
                            comm->bind(*be);
                            return be;
                          },

@@ -4,6 +4,6 @@
 #include "cli.h"
 
 int main(int argc, char** argv) {
-  gpt2::StageContext ctx{"serial", [](int threads) { return gpt2::make_cpu_backend(threads); }, nullptr, ""};
+  gpt2::StageContext ctx{"serial", [](const gpt2::BackendOptions& o) { return gpt2::make_cpu_backend(o.threads); }, nullptr, ""};
   return gpt2::stage_main(argc, argv, ctx);
 }
