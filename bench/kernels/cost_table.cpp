@@ -1,0 +1,133 @@
+// Prints the training step as kernel calls with what each costs (FLOPs and
+// minimum bytes from kernel_costs.h, the one definition) and the time a
+// machine with the given ceilings needs at best for it: the roofline bound
+// max(FLOPs / peak, bytes / bandwidth). For comparing a first run on new
+// hardware (a GPU) with what the hardware allows.
+//   cost_table [--preset original] [--batch 16] [--peak-gflops 67000] [--bandwidth-gbs 3000]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "kernel_costs.h"
+#include "params.h"
+
+namespace {
+
+constexpr const char* kHelp = R"(cost_table: the training step's kernels, their FLOPs and minimum bytes
+(bench/kernels/kernel_costs.cpp) and the roofline bound of each on a machine
+with the given ceilings. Prints a Markdown table.
+
+  --preset NAME          model configuration: original | small [original]
+  --batch B              batch rows (sequence length = the preset's block size) [16]
+  --peak-gflops X        compute ceiling, GFLOP/s [67000: H100 SXM FP32, NVIDIA's data sheet]
+  --bandwidth-gbs X      memory ceiling, GB/s [3000: the device copy seen on an H100 here]
+  --help
+)";
+
+struct Row {
+  std::string name;
+  int calls;
+  gpt2::bench::KernelCost cost;
+};
+
+double positive(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || *end != '\0' || !(x > 0)) {
+    throw std::invalid_argument(fmt::format("{}: expected a positive number, got '{}'", flag, v));
+  }
+  return x;
+}
+
+int run(int argc, char** argv) {
+  std::string preset = "original";
+  double batch = 16, peak = 67000, bandwidth = 3000;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      fmt::print("{}", kHelp);
+      return 0;
+    }
+    if (i + 1 >= argc) throw std::invalid_argument(fmt::format("{}: missing value (see --help)", a));
+    const std::string v = argv[++i];
+    if (a == "--preset") preset = v;
+    else if (a == "--batch") batch = positive(a, v);
+    else if (a == "--peak-gflops") peak = positive(a, v);
+    else if (a == "--bandwidth-gbs") bandwidth = positive(a, v);
+    else throw std::invalid_argument(fmt::format("unknown option '{}' (see --help)", a));
+  }
+  const gpt2::Gpt2Config cfg = gpt2::preset(preset);
+  gpt2::bench::CostShape s;
+  s.B = static_cast<int64_t>(batch);
+  s.T = cfg.T;
+  s.C = cfg.C;
+  s.NH = cfg.NH;
+  s.V = cfg.V;
+  s.P = static_cast<int64_t>(gpt2::param_count(cfg));
+  const int L = cfg.L;
+  auto at = [&](int64_t in, int64_t out) {
+    gpt2::bench::CostShape m = s;
+    m.C = in;
+    m.OC = out;
+    return m;
+  };
+  using gpt2::bench::kernel_cost;
+  const int64_t C = cfg.C;
+  const std::vector<std::pair<std::string, gpt2::bench::CostShape>> matmuls = {
+      {"qkv", at(C, 3 * C)}, {"attn_proj", at(C, C)}, {"fc", at(C, 4 * C)}, {"fc_proj", at(4 * C, C)},
+      {"lm_head", at(C, cfg.V)}};
+  std::vector<Row> rows;
+  rows.push_back({"encoder_forward", 1, kernel_cost("encoder_forward", s)});
+  rows.push_back({"layernorm_forward", 2 * L + 1, kernel_cost("layernorm_forward", s)});
+  for (const auto& [name, m] : matmuls) {
+    rows.push_back({fmt::format("matmul_forward {} ({} -> {})", name, m.C, m.OC), name == "lm_head" ? 1 : L,
+                    kernel_cost("matmul_forward", m)});
+  }
+  rows.push_back({"attention_forward", L, kernel_cost("attention_forward", s)});
+  rows.push_back({"gelu_forward", L, kernel_cost("gelu_forward", s)});
+  rows.push_back({"residual_forward", 2 * L, kernel_cost("residual_forward", s)});
+  rows.push_back({"crossentropy_forward", 1, kernel_cost("crossentropy_forward", s)});
+  rows.push_back({"crossentropy_backward", 1, kernel_cost("crossentropy_backward", s)});
+  for (const auto& [name, m] : matmuls) {
+    rows.push_back({fmt::format("matmul_backward {}", name), name == "lm_head" ? 1 : L,
+                    kernel_cost("matmul_backward", m)});
+  }
+  rows.push_back({"attention_backward", L, kernel_cost("attention_backward", s)});
+  rows.push_back({"gelu_backward", L, kernel_cost("gelu_backward", s)});
+  rows.push_back({"layernorm_backward", 2 * L + 1, kernel_cost("layernorm_backward", s)});
+  rows.push_back({"encoder_backward", 1, kernel_cost("encoder_backward", s)});
+  rows.push_back({"gradient norm (sum_squares)", 1, kernel_cost("sum_squares", s)});
+  rows.push_back({"adam_update (all tensors)", 1, kernel_cost("adam_update", s)});
+
+  fmt::print("{} (B {}, T {}, C {}, NH {}, V {}, L {}; {} parameters); ceilings {:.0f} GFLOP/s, {:.0f} GB/s\n\n",
+             preset, s.B, s.T, s.C, s.NH, s.V, L, s.P, peak, bandwidth);
+  fmt::print("| Kernel (calls per step) | MFLOP per call | MB per call | FLOP/byte | Bound per step, µs |\n");
+  fmt::print("|---|---:|---:|---:|---:|\n");
+  double flop = 0, bytes = 0, bound = 0;
+  for (const Row& r : rows) {
+    const double t = r.calls * std::max(r.cost.flop / (peak * 1e9), r.cost.bytes / (bandwidth * 1e9));
+    flop += r.calls * r.cost.flop;
+    bytes += r.calls * r.cost.bytes;
+    bound += t;
+    fmt::print("| {} ({}) | {:.1f} | {:.2f} | {:.1f} | {:.1f} |\n", r.name, r.calls, r.cost.flop / 1e6,
+               r.cost.bytes / 1e6, r.cost.intensity(), t * 1e6);
+  }
+  fmt::print("| **step** | {:.0f} | {:.0f} | | **{:.0f}** |\n", flop / 1e6, bytes / 1e6, bound * 1e6);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "cost_table: error: {}\n", e.what());
+    return 2;
+  }
+}
