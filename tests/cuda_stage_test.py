@@ -6,9 +6,11 @@
   * cuda vs serial: the same configuration and seed for 8 steps; every step's
     loss within 2e-4 relative and every final weight within 2e-4 absolute
     (different reduction orders in FP32, compounded over 8 updates).
-  * mpi_cuda with R = 2 against cuda (R = 1): the ranks see exactly the
-    serial batch, so the same tolerances hold; with the host-staged allreduce
-    always, and with NCCL where the machine has a GPU per rank.
+  * mpi_cuda against cuda: R = 1 through NCCL (a one-rank NCCL allreduce,
+    so the NCCL path runs on a one-GPU machine), and R = 2 with one allreduce
+    and with buckets, host-staged always and through NCCL where the machine
+    has a GPU per rank. The ranks see exactly the serial batch, so the same
+    tolerances hold.
   * Checkpoints are interchangeable: a cuda checkpoint generates the same
     greedy text on the serial stage and vice versa, and a cuda run resumed
     from its own checkpoint continues the loss curve of the uninterrupted run.
@@ -105,22 +107,27 @@ def main():
           (r.stderr + r2.stderr)[-1000:] if not ok else f"{cont} vs {got}")
 
     if a.mpi_cuda and a.mpiexec:
-        for mode in ("host", "nccl"):
-            d = os.path.join(work, f"mpi_cuda-{mode}")
-            r = run([a.mpiexec, "-n", "2", a.mpi_cuda, "train", "--out", d] + common, {"GPT2_CUDA_ALLREDUCE": mode})
-            if mode == "nccl" and r.returncode != 0 and ("Duplicate GPU" in r.stderr or "invalid usage" in r.stderr):
+        # (ranks, allreduce, bucket MiB): one rank through NCCL runs the NCCL
+        # path on a single GPU; two ranks need a GPU each for NCCL.
+        for n, mode, bucket in ((1, "nccl", "0"), (2, "host", "0"), (2, "host", "0.05"), (2, "nccl", "0"),
+                                (2, "nccl", "0.05")):
+            d = os.path.join(work, f"mpi_cuda-{n}-{mode}-{bucket}")
+            r = run([a.mpiexec, "-n", str(n), a.mpi_cuda, "train", "--out", d, "--train.grad_bucket_mb", bucket] + common,
+                    {"GPT2_CUDA_ALLREDUCE": mode})
+            mode = f"{mode}, bucket {bucket} MiB"
+            if n > 1 and "nccl" in mode and r.returncode != 0 and ("Duplicate GPU" in r.stderr or "invalid usage" in r.stderr):
                 print("skip R=2 with NCCL: one GPU for two ranks (NCCL needs a GPU per rank)")
                 continue
             if r.returncode != 0:
-                check(f"mpi_cuda R=2 ({mode}) runs", False, r.stderr[-2000:])
+                check(f"mpi_cuda R={n} ({mode}) runs", False, r.stderr[-2000:])
                 continue
             m = losses(d)
             rel = max_rel(m, got)
-            check(f"mpi_cuda R=2 ({mode}): loss curve equals cuda", len(m) == len(got) and rel <= 2e-4,
+            check(f"mpi_cuda R={n} ({mode}): loss curve equals cuda", len(m) == len(got) and rel <= 2e-4,
                   f"max relative difference {rel:.2e}, tolerance 2e-4")
             pm = read_params(os.path.join(d, "checkpoint.bin"))
             worst = max(abs(x - y) for x, y in zip(pm, pc))
-            check(f"mpi_cuda R=2 ({mode}): final weights equal cuda", worst <= 2e-4, f"max |diff| {worst:.2e}")
+            check(f"mpi_cuda R={n} ({mode}): final weights equal cuda", worst <= 2e-4, f"max |diff| {worst:.2e}")
 
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")

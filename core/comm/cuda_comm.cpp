@@ -61,7 +61,11 @@ class Impl final : public CudaMpiCommunicator {
 
   void allreduce_sum(float* data, size_t count) override {
     if (!bound_) throw std::logic_error("CudaMpiCommunicator: allreduce of device memory before bind()");
-    if (mpi_.size() == 1 || count == 0) return;
+    if (count == 0) return;
+    // One rank: nothing to sum, except that NCCL asked for by name still runs
+    // (a one-rank NCCL allreduce is a copy): the path can be exercised on a
+    // machine with a single GPU.
+    if (mpi_.size() == 1 && mode_ != DeviceAllreduce::kNccl) return;
     if (mode_ == DeviceAllreduce::kNccl) {
       if (nccl_ == nullptr) {
         // Set up at the first gradient allreduce, which every rank reaches
