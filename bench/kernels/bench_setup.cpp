@@ -36,14 +36,15 @@ const BenchShape& bench_shape(const std::string& name) {
 std::string Variant::label() const { return fmt::format("{}/t{}", backend, threads); }
 
 const std::vector<Variant>& bench_variants() {
-  // {backend, threads, factory}. The naive reference is single-threaded by
-  // definition. A new host backend is one more line here; the reference check
-  // and the counters apply to it unchanged. A device backend needs its own
-  // ceilings and a program that links it: see cuda_program.cpp.
+  // {backend, threads, factory, roof (set by the program), unsupported
+  // (none)}. The naive reference is single-threaded by definition. A new host
+  // backend is one more line here; the reference check and the counters apply
+  // to it unchanged. A device backend needs its own ceilings and a program
+  // that links it: see cuda_program.cpp.
   static const std::vector<Variant> variants = {
-      {"naive", 1, [](int) { return make_reference_backend(); }},
-      {"cpu", 1, [](int t) { return make_cpu_backend(t); }},
-      {"cpu", 2, [](int t) { return make_cpu_backend(t); }},
+      {"naive", 1, [](int) { return make_reference_backend(); }, {}, {}},
+      {"cpu", 1, [](int t) { return make_cpu_backend(t); }, {}, {}},
+      {"cpu", 2, [](int t) { return make_cpu_backend(t); }, {}, {}},
   };
   return variants;
 }

@@ -56,6 +56,10 @@ struct Variant {
   int threads = 1;
   std::function<std::unique_ptr<Backend>(int threads)> make;
   Roof roof;  // the ceilings its roofline counter uses, set once measured
+  // Why the backend cannot run `kernel` at `shape` (its front door would
+  // throw), or ""; such benchmarks are not registered and the JSON's context
+  // says why. Unset: every kernel at every shape.
+  std::function<std::string(const std::string& kernel, const BenchShape& shape)> unsupported;
   bool is_reference() const { return backend == "naive"; }
   std::string label() const;  // "naive/t1", "cpu/t2", "cuda/t1"
 };

@@ -104,6 +104,11 @@ void register_all(Context& ctx) {
       for (const Variant& v : ctx.variants) {
         if (v.is_reference() && slow_reference && shape.name == "larger") continue;
         const std::string name = fmt::format("{}/{}/{}", spec.name(), shape.name, v.label());
+        const std::string why_not = v.unsupported ? v.unsupported(spec.kernel, shape) : "";
+        if (!why_not.empty()) {
+          benchmark::AddCustomContext("not_benchmarked " + name, why_not);
+          continue;
+        }
         auto* b = benchmark::RegisterBenchmark(name.c_str(), [&ctx, &spec, &shape, &v, name](benchmark::State& st) {
           run_case(st, ctx, spec, shape, v, name);
         });
