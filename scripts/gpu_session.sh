@@ -29,6 +29,8 @@ if [ "$what" = table ] || [ "$what" = all ]; then
   tar czf "$OUT/table1_cuda.tgz" results/table1_cuda reports 2>/dev/null
 fi
 if [ "$what" = kernels ]; then
+  [ -x build-gpu/bench/kernel_bench_cuda ] ||
+    echo "kernel_bench_cuda was not built: Google Benchmark (libbenchmark-dev) was not found at configure time"
   build-gpu/bench/harness run experiments/kernels_cuda.yaml >"$OUT/kernels.log" 2>&1 || rc=1
   tail -25 "$OUT/kernels.log"
   tar czf "$OUT/kernels_cuda.tgz" results/kernels_cuda reports/kernels_cuda 2>/dev/null
