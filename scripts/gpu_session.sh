@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What we run on a machine with a GPU (none is available to CI): build with
-# CUDA, run the GPU suite, then the CUDA rows of Table 1 through the harness.
+# CUDA, run the GPU suite, then the CUDA rows of Table 1 through the harness
+# (table), and the CUDA kernel microbenchmarks (kernels; not part of all).
 # Everything it writes goes under $OUT (default: gpu-session/).
-#   usage: bash scripts/gpu_session.sh [suite|table|all]
+#   usage: bash scripts/gpu_session.sh [suite|table|kernels|all]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-session}
@@ -26,5 +27,12 @@ if [ "$what" = table ] || [ "$what" = all ]; then
   build-gpu/bench/harness run experiments/table1_cuda.yaml >"$OUT/table.log" 2>&1 || rc=1
   tail -25 "$OUT/table.log"
   tar czf "$OUT/table1_cuda.tgz" results/table1_cuda reports 2>/dev/null
+fi
+if [ "$what" = kernels ]; then
+  [ -x build-gpu/bench/kernel_bench_cuda ] ||
+    echo "kernel_bench_cuda was not built: Google Benchmark (libbenchmark-dev) was not found at configure time"
+  build-gpu/bench/harness run experiments/kernels_cuda.yaml >"$OUT/kernels.log" 2>&1 || rc=1
+  tail -25 "$OUT/kernels.log"
+  tar czf "$OUT/kernels_cuda.tgz" results/kernels_cuda reports/kernels_cuda 2>/dev/null
 fi
 exit $rc

@@ -67,6 +67,18 @@ benchmarks:
   - program: no_such_bench
 """
 
+# kernel_bench_cuda: "ok" on a GPU machine; elsewhere it exits with status 3
+# ("no CUDA device") or is not built (no CUDA toolkit), and either way the
+# harness records it as skipped with that reason, not as failed.
+KERNELS_CUDA_SMOKE = """kind: kernels
+repetitions: 1
+min_time: 0
+benchmarks:
+  - program: kernel_bench_cuda
+    args: [--quick]
+    filter: "gelu_forward/"
+"""
+
 
 def kernels_checks(a, exps, results, reports, env, check):
     with open(os.path.join(exps, "kernels_smoke.yaml"), "w") as f:
@@ -132,6 +144,19 @@ def kernels_checks(a, exps, results, reports, env, check):
     check_bad_files(bad, "bad kernels experiment", exps, results, harness, check)
     for name in bad:
         os.remove(os.path.join(exps, name))
+
+    with open(os.path.join(exps, "kernels_cuda_smoke.yaml"), "w") as f:
+        f.write(KERNELS_CUDA_SMOKE)
+    r = harness("run", exp="kernels_cuda_smoke.yaml")
+    res = os.path.join(results, "kernels_cuda_smoke")
+    st = [json.load(open(os.path.join(res, d, "status.json"))) for d in os.listdir(res)
+          if os.path.isdir(os.path.join(res, d))] if os.path.isdir(res) else []
+    check("kernel_bench_cuda: ok on a GPU, else skipped with its reason (exit 3: no CUDA device; or not built)",
+          r.returncode == 0 and len(st) == 1
+          and (st[0]["status"] == "ok" or (st[0]["status"] == "skipped" and (
+              "kernel_bench_cuda: no CUDA device" in st[0]["reason"] or "not built" in st[0]["reason"]))),
+          f"{st} {r.stderr[-600:]}")
+    os.remove(os.path.join(exps, "kernels_cuda_smoke.yaml"))
 
 
 def main():

@@ -6,9 +6,11 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <set>
 #include <stdexcept>
 
+#include "cli.h"
 #include "csv.h"
 #include "files.h"
 #include "hash.h"
@@ -51,6 +53,17 @@ std::string unavailable_reason(const KernelProgram& p, const fs::path& program) 
   return "";
 }
 
+// The last non-empty line of a log: what a program that cannot run here
+// (e.g. "kernel_bench_cuda: no CUDA device (...)") said last.
+std::string last_line_of(const fs::path& log) {
+  std::ifstream f(log);
+  std::string last;
+  for (std::string l; std::getline(f, l);) {
+    if (!l.empty()) last = l;
+  }
+  return last;
+}
+
 Status run_program(const KernelsExperiment& ex, const KernelProgram& p, const fs::path& program, const fs::path& dir) {
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -64,6 +77,10 @@ Status run_program(const KernelsExperiment& ex, const KernelProgram& p, const fs
   const int rc = launch(argv, dir / "log.txt", ex.timeout_s);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (rc == -1) return Status{"failed", fmt::format("timed out after {:.0f} s (timeout_s)", ex.timeout_s), secs, ""};
+  if (rc == kExitUnavailable) {  // this machine lacks what it needs (a GPU): as the stages runner does
+    const std::string why = last_line_of(dir / "log.txt");
+    return Status{"skipped", why.empty() ? "the program cannot run on this machine (exit status 3)" : why, secs, ""};
+  }
   if (rc != 0) {
     const std::string why = error_from_log(dir / "log.txt");
     return Status{"failed", why.empty() ? fmt::format("exit status {} (see log.txt)", rc) : why, secs, ""};

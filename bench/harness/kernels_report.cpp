@@ -121,14 +121,18 @@ std::string ctx(const ProgramResult& p, const std::string& key) {
   return it == p.context.end() ? "?" : it->second;
 }
 
-// The report's ceilings: per thread count (1, 2), the best of the programs'.
+// The report's ceilings: per thread count (1, 2), the best of the programs';
+// and the GPU's (kernel_bench_cuda), which the CUDA rows are held to.
 struct ReportCeilings {
   double gflops[2] = {0, 0}, gbs[2] = {0, 0};
+  double gpu_gflops = 0, gpu_gbs = 0;
   bool found() const { return gflops[0] > 0 && gbs[0] > 0; }
   // The fraction of the roofline reached by one call of r.
   double fraction(const KernelResult& r) const {
     const int i = r.threads >= 2 ? 1 : 0;
-    const double floor_s = std::max(r.flop / (gflops[i] * 1e9), r.bytes / (gbs[i] * 1e9));
+    const bool gpu = r.variant.rfind("cuda/", 0) == 0 && gpu_gflops > 0;
+    const double peak = gpu ? gpu_gflops : gflops[i], bw = gpu ? gpu_gbs : gbs[i];
+    const double floor_s = std::max(r.flop / (peak * 1e9), r.bytes / (bw * 1e9));
     return r.time_ms > 0 ? floor_s / (r.time_ms / 1e3) : 0;
   }
 };
@@ -142,6 +146,9 @@ ReportCeilings best_ceilings(const std::vector<ProgramResult>& programs) {
       if (g != p.context.end()) c.gflops[t - 1] = std::max(c.gflops[t - 1], std::stod(g->second));
       if (b != p.context.end()) c.gbs[t - 1] = std::max(c.gbs[t - 1], std::stod(b->second));
     }
+    const auto g = p.context.find("ceiling_gpu_sgemm_gflops"), b = p.context.find("ceiling_gpu_copy_gbs");
+    if (g != p.context.end()) c.gpu_gflops = std::max(c.gpu_gflops, std::stod(g->second));
+    if (b != p.context.end()) c.gpu_gbs = std::max(c.gpu_gbs, std::stod(b->second));
   }
   return c;
 }
@@ -271,8 +278,14 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
                       ctx(m, "build_type"), ctx(m, "git_commit"), ctx(m, "library_build_type"));
     md += fmt::format("* BLAS: OpenBLAS {} with kernel **{}** (`openblas_get_corename()`); config `{}`\n",
                       ctx(m, "openblas_version"), ctx(m, "blas_core"), ctx(m, "blas_config"));
-    md += fmt::format("* Environment: OPENBLAS_CORETYPE {}, OPENBLAS_L2_SIZE {}\n\n", ctx(m, "env_OPENBLAS_CORETYPE"),
+    md += fmt::format("* Environment: OPENBLAS_CORETYPE {}, OPENBLAS_L2_SIZE {}\n", ctx(m, "env_OPENBLAS_CORETYPE"),
                       ctx(m, "env_OPENBLAS_L2_SIZE"));
+    if (ceilings.gpu_gflops > 0) {
+      md += fmt::format("* GPU: {}; its ceilings, which the CUDA rows' roofline uses: SGEMM **{:.2f}** GFLOP/s, device "
+                        "copy **{:.2f}** GB/s ({}). The roofline chart draws the host's ceilings only.\n",
+                        ctx(m, "gpu"), ceilings.gpu_gflops, ceilings.gpu_gbs, ctx(m, "ceiling_gpu_method"));
+    }
+    md += "\n";
     md += fmt::format("Ceilings, measured at the start of each program ({}):\n\n", ctx(m, "ceiling_method"));
     md += "| program | threads | SGEMM GFLOP/s | memcpy GB/s | triad GB/s | bandwidth ceiling GB/s | load average at start |\n"
           "|---|---:|---:|---:|---:|---:|---|\n";
@@ -327,7 +340,8 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
                              "roofline_percent", "speedup_over_naive", "samples", "error"});
   md += "## Kernels\n\nTime: median wall-clock time per call. GFLOP/s and GB/s: the kernel's FLOPs and minimum "
         "bytes (bench/kernels/kernel_costs.cpp) over that time. Roofline: the time the call would take at the "
-        "ceiling of this report for the variant's threads, max(FLOP / SGEMM peak, bytes / bandwidth ceiling), as a "
+        "ceiling of this report for the variant's threads (a CUDA row: the GPU's), max(FLOP / SGEMM peak, bytes / "
+        "bandwidth ceiling), as a "
         "percentage of the time it took. Speed-up: the naive reference's time at the same shape over this "
         "one's.\n\n";
   for (const std::string& k : kernels) {

@@ -118,7 +118,7 @@ void run_allreduce(benchmark::State& st, Communicator& comm, const BenchShape& s
   CostShape c;
   c.P = static_cast<int64_t>(n);
   c.ranks = comm.size();
-  set_counters(st, kernel_cost("allreduce", c), ceil, comm.size());
+  set_counters(st, kernel_cost("allreduce", c), ceil.roof(comm.size()), comm.size());
 }
 
 int run(int argc, char** argv) {

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "buffer.h"
+#include "cli.h"
 #include "provenance.h"
 
 namespace gpt2::bench {
@@ -35,13 +36,15 @@ const BenchShape& bench_shape(const std::string& name) {
 std::string Variant::label() const { return fmt::format("{}/t{}", backend, threads); }
 
 const std::vector<Variant>& bench_variants() {
-  // {backend, threads, factory}. The naive reference is single-threaded by
-  // definition. A new backend (e.g. "cuda" with make_cuda_backend) is one more
-  // line here; the reference check and the counters apply to it unchanged.
+  // {backend, threads, factory, roof (set by the program), unsupported
+  // (none)}. The naive reference is single-threaded by definition. A new host
+  // backend is one more line here; the reference check and the counters apply
+  // to it unchanged. A device backend needs its own ceilings and a program
+  // that links it: see cuda_program.cpp.
   static const std::vector<Variant> variants = {
-      {"naive", 1, [](int) { return make_reference_backend(); }},
-      {"cpu", 1, [](int t) { return make_cpu_backend(t); }},
-      {"cpu", 2, [](int t) { return make_cpu_backend(t); }},
+      {"naive", 1, [](int) { return make_reference_backend(); }, {}, {}},
+      {"cpu", 1, [](int t) { return make_cpu_backend(t); }, {}, {}},
+      {"cpu", 2, [](int t) { return make_cpu_backend(t); }, {}, {}},
   };
   return variants;
 }
@@ -197,9 +200,9 @@ void add_context(const Ceilings& c, const BenchOptions& o) {
   }
 }
 
-void set_counters(benchmark::State& st, const KernelCost& cost, const Ceilings& c, int threads) {
+void set_counters(benchmark::State& st, const KernelCost& cost, const Roof& roof, int threads) {
   using benchmark::Counter;
-  const double roof_s = std::max(cost.flop / (c.gflops(threads) * 1e9), cost.bytes / (c.gbs(threads) * 1e9));
+  const double roof_s = std::max(cost.flop / (roof.gflops * 1e9), cost.bytes / (roof.gbs * 1e9));
   st.counters["flop_rate"] = Counter(cost.flop, Counter::kIsIterationInvariantRate);
   st.counters["byte_rate"] = Counter(cost.bytes, Counter::kIsIterationInvariantRate);
   st.counters["roofline"] = Counter(roof_s, Counter::kIsIterationInvariantRate);
@@ -211,6 +214,9 @@ void set_counters(benchmark::State& st, const KernelCost& cost, const Ceilings& 
 int bench_main(const char* program, int (*run)(int, char**), int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const BackendUnavailable& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return kExitUnavailable;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", program, e.what());
     return 2;

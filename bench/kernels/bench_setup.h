@@ -8,7 +8,8 @@
 //   byte_rate    bytes/s = kernel_cost().bytes per call / seconds per call
 //   roofline     the fraction of the roofline ceiling reached: the time the
 //                call would take at the machine's ceiling, max(flop / SGEMM
-//                peak, bytes / memory bandwidth) at the variant's thread count,
+//                peak, bytes / memory bandwidth) at the variant's thread count
+//                (a GPU variant: the GPU's SGEMM and device copy ceilings),
 //                over the time it took
 //   flop, bytes  per call (not rates), so reports can place the kernel on a
 //                roofline; kernel_threads: the variant's threads
@@ -42,15 +43,28 @@ struct BenchShape {
 const std::vector<BenchShape>& bench_shapes();
 const BenchShape& bench_shape(const std::string& name);  // throws naming the known ones
 
-// One backend at one thread count. Adding a backend is one entry in
-// bench_variants() (bench_setup.cpp).
+// A roofline's two ceilings: FP32 matrix products and memory bandwidth.
+struct Roof {
+  double gflops = 0, gbs = 0;
+};
+
+// One backend at one thread count. Adding a CPU backend is one entry in
+// bench_variants() (bench_setup.cpp); the CUDA variant is added by
+// kernel_bench_cuda only (bench/kernels/cuda_program.cpp).
 struct Variant {
-  std::string backend;  // "naive" (the reference backend), "cpu", ...
+  std::string backend;  // "naive" (the reference backend), "cpu", "cuda"
   int threads = 1;
   std::function<std::unique_ptr<Backend>(int threads)> make;
+  Roof roof;  // the ceilings its roofline counter uses, set once measured
+  // Why the backend cannot run `kernel` at `shape` (its front door would
+  // throw), or ""; such benchmarks are not registered and the JSON's context
+  // says why. Unset: every kernel at every shape.
+  std::function<std::string(const std::string& kernel, const BenchShape& shape)> unsupported;
   bool is_reference() const { return backend == "naive"; }
-  std::string label() const;  // "naive/t1", "cpu/t2"
+  std::string label() const;  // "naive/t1", "cpu/t2", "cuda/t1"
 };
+// The host's variants: the naive reference and the CPU backend at 1 and 2
+// threads (their roofs unset).
 const std::vector<Variant>& bench_variants();
 
 // The machine's ceilings at 1 and 2 threads: the median GFLOP/s of a large
@@ -64,6 +78,7 @@ struct Ceilings {
   double memcpy_gbs[2] = {0, 0}, triad_gbs[2] = {0, 0};
   double gflops(int threads) const { return sgemm_gflops[threads >= 2 ? 1 : 0]; }
   double gbs(int threads) const { return bandwidth_gbs[threads >= 2 ? 1 : 0]; }
+  Roof roof(int threads) const { return {gflops(threads), gbs(threads)}; }
 };
 // quick: small sizes (for the smoke test; the figures are then meaningless).
 Ceilings measure_ceilings(bool quick);
@@ -84,11 +99,14 @@ BenchOptions init_benchmarks(int* argc, char** argv, const char* help);
 // the CPU, the build and the shapes in the JSON's "context".
 void add_context(const Ceilings& c, const BenchOptions& o);
 
-// Sets the counters above on `st` for one call costing `cost` on `threads`.
-void set_counters(benchmark::State& st, const KernelCost& cost, const Ceilings& c, int threads);
+// Sets the counters above on `st` for one call costing `cost` on `threads`
+// under the ceilings `roof`.
+void set_counters(benchmark::State& st, const KernelCost& cost, const Roof& roof, int threads);
 
 // main() of a benchmark program: runs `run` and turns an exception into
-// "<program>: error: ..." on stderr and exit status 2.
+// "<program>: error: ..." on stderr and exit status 2, or BackendUnavailable
+// into "<program>: no CUDA device (...)" and status 3 (kExitUnavailable,
+// which the harness records as skipped).
 int bench_main(const char* program, int (*run)(int, char**), int argc, char** argv);
 
 }  // namespace gpt2::bench
