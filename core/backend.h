@@ -56,9 +56,11 @@ class Backend {
   // activations allocate their Buffers here. Token and target arrays are
   // always passed as HOST pointers; a device backend copies them itself.
   virtual Memory& memory() { return host_memory(); }
-  // The FP32 matrix-product ceiling (GFLOP/s) of `ranks` such backends with
-  // `threads` CPU threads each, measured: the MFU denominator.
-  virtual double ceiling_gflops(int ranks, int threads);
+  // The FP32 matrix-product ceiling (GFLOP/s) of a job of `ranks` such
+  // backends, `ranks_per_machine` of them on each machine, with `threads`
+  // CPU threads each, measured: the MFU denominator. (A device backend
+  // counts the devices the ranks actually use: ranks may share a GPU.)
+  virtual double ceiling_gflops(int ranks, int ranks_per_machine, int threads);
   // Returns when every kernel issued so far has finished (a device backend
   // runs them asynchronously; host backends are always finished): what a
   // timer needs before it stops.

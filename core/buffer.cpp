@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 namespace gpt2 {
 
@@ -35,6 +36,16 @@ Memory& host_memory() {
 Buffer::Buffer(size_t count, Memory& memory) : size_(count), memory_(&memory) {
   if (count == 0) return;
   data_ = std::unique_ptr<float, Free>(static_cast<float*>(memory.allocate(count * sizeof(float))), Free{&memory});
+}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : data_(std::move(other.data_)), size_(std::exchange(other.size_, 0)), memory_(other.memory_) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  data_ = std::move(other.data_);
+  size_ = std::exchange(other.size_, 0);
+  memory_ = other.memory_;
+  return *this;
 }
 
 void Buffer::zero() {

@@ -36,6 +36,9 @@ class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(size_t count, Memory& memory = host_memory());
+  // Moving leaves an empty buffer behind (size 0), never a size without data.
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
   float* data() const { return data_.get(); }
   size_t size() const { return size_; }
   size_t bytes() const { return size_ * sizeof(float); }

@@ -25,7 +25,8 @@ class Communicator {
   virtual int local_size() const { return 1; }
   // Copies `bytes` from `root` to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
-  // In place: data = sum over ranks of data.
+  // In place: data = sum over ranks of data. `data` is in the memory of the
+  // rank's backend (the gradient buffer): device memory in the MPI+CUDA stage.
   virtual void allreduce_sum(float* data, size_t count) = 0;
   virtual double allreduce_sum(double x) = 0;
   // True on every rank iff every rank passed the same value.

@@ -97,13 +97,16 @@ void check_placement(const std::vector<HostEntry>& hosts, const std::string& pat
   const std::set<std::string> my_addrs = addresses(me);
   // counts[i]: ranks on the machine of entry i (the first entry naming it);
   // counts.back(): ranks on no listed machine.
+  // Host values, so the scalar collective: the float allreduce works on the
+  // backend's memory (a GPU's in the MPI+CUDA stage).
   std::vector<float> counts(hosts.size() + 1, 0.0f);
   size_t mine = hosts.size();
   for (size_t i = 0; i < hosts.size() && mine == hosts.size(); ++i) {
     if (names_this_machine(hosts[i].host, me, my_addrs)) mine = i;
   }
-  counts[mine] = 1.0f;
-  comm.allreduce_sum(counts.data(), counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) {
+    counts[i] = static_cast<float>(comm.allreduce_sum(i == mine ? 1.0 : 0.0));
+  }
   if (counts.back() > 0) {
     throw std::invalid_argument(fmt::format("hostfile '{}': {} rank(s) run on machines it does not list (e.g. '{}')",
                                             path, static_cast<int>(counts.back()), me));

@@ -259,7 +259,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   // for several).
   double peak = c.peak_gflops;
   if (peak <= 0) {
-    if (root) peak = be->ceiling_gflops(world, threads);
+    if (root) peak = be->ceiling_gflops(world, comm.local_size(), threads);
     comm.broadcast(&peak, sizeof peak, 0);
   }
   const MachineInfo machine = machine_info();
@@ -312,6 +312,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
       throw std::runtime_error(fmt::format("step {}: the loss is {} (training diverged)", s, loss));
     }
     const StepStats st = opt.step(*be, model);
+    be->synchronize();  // a device backend's update is still running: count it in this step
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     train_s += dt;
     comm_s += step_comm;

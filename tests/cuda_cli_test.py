@@ -9,7 +9,7 @@
   * A bad GPT2_CUDA_ALLREDUCE value is a usage error (exit 2) naming the
     variable and the values it takes, on any machine.
 
-usage: cuda_cli_test.py --cuda PATH --config PATH [--mpi-cuda PATH --mpiexec PATH]
+usage: cuda_cli_test.py --cuda PATH --config PATH [--mpi-cuda PATH --mpiexec PATH [--hostfile PATH]]
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
 import argparse
@@ -25,6 +25,7 @@ def main():
     ap.add_argument("--config", required=True)
     ap.add_argument("--mpi-cuda")
     ap.add_argument("--mpiexec")
+    ap.add_argument("--hostfile")
     a = ap.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     work = tempfile.mkdtemp(prefix="cuda_cli_test_")
@@ -67,6 +68,13 @@ def main():
                      os.path.join(work, "mpi")])
             check("mpi_cuda without a device: exit 3, 'no CUDA device' printed once",
                   r.returncode == 3 and r.stderr.count("no CUDA device (") == 1, r.stderr.strip()[-800:])
+            if a.hostfile:
+                # The placement check runs before the device is opened: it must
+                # pass (it sums host counts, not device memory) and reach it.
+                r = run([a.mpiexec, "-n", "2", a.mpi_cuda, "train", "--config", a.config, "--train.steps", "1",
+                         "--hostfile", a.hostfile, "--out", os.path.join(work, "mpi-hostfile")])
+                check("mpi_cuda --hostfile (this machine) passes the placement check, then exit 3 for the device",
+                      r.returncode == 3 and r.stderr.count("no CUDA device (") == 1, r.stderr.strip()[-800:])
 
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")

@@ -72,7 +72,7 @@ std::vector<Variant> setup(const BenchOptions& options) {
   const std::unique_ptr<Backend> gpu = make_cuda_backend();
   const size_t copy_mib = options.quick ? 64 : 1024;
   const int reps = options.quick ? 1 : 5;
-  const Roof gpu_roof{gpu->ceiling_gflops(1, 1), device_copy_gbs(*gpu, copy_mib << 20, reps)};
+  const Roof gpu_roof{gpu->ceiling_gflops(1, 1, 1), device_copy_gbs(*gpu, copy_mib << 20, reps)};
   const Ceilings host = measure_ceilings(options.quick);
   add_context(host, options);
   benchmark::AddCustomContext("gpu", gpu->name());

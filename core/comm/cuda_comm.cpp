@@ -33,7 +33,7 @@ class Impl final : public CudaMpiCommunicator {
   }
 
   std::string name() const override {
-    if (!bound_) return mpi_.name();
+    if (!resolved_) return mpi_.name();
     return mode_ == DeviceAllreduce::kNccl ? "mpi+nccl" : "mpi (host-staged)";
   }
   int rank() const override { return mpi_.rank(); }
@@ -52,34 +52,24 @@ class Impl final : public CudaMpiCommunicator {
   void bind(Backend& be) override {
     stream_ = static_cast<cudaStream_t>(cuda_stream_of(be));
     memory_ = &be.memory();
-    if (mode_ == DeviceAllreduce::kAuto) {
-      // NCCL needs a device per rank; ranks sharing a GPU stage through the host.
-      mode_ = mpi_.local_size() <= cuda_device_count() ? DeviceAllreduce::kNccl : DeviceAllreduce::kHostStaged;
-    }
     bound_ = true;
   }
 
   void allreduce_sum(float* data, size_t count) override {
-    if (!bound_) throw std::logic_error("CudaMpiCommunicator: allreduce of device memory before bind()");
     if (count == 0) return;
-    // One rank: nothing to sum, except that NCCL asked for by name still runs
-    // (a one-rank NCCL allreduce is a copy): the path can be exercised on a
-    // machine with a single GPU.
-    if (mpi_.size() == 1 && mode_ != DeviceAllreduce::kNccl) return;
+    if (!on_device(data)) {  // host values (none in training today): plain MPI
+      mpi_.allreduce_sum(data, count);
+      return;
+    }
+    if (!bound_) throw std::logic_error("CudaMpiCommunicator: allreduce of device memory before bind()");
+    if (!resolved_) resolve();
     if (mode_ == DeviceAllreduce::kNccl) {
-      if (nccl_ == nullptr) {
-        // Set up at the first gradient allreduce, which every rank reaches
-        // together (generation, where rank 0 alone has a backend, has none).
-        ncclUniqueId id{};
-        if (mpi_.rank() == 0) GPT2_NCCL_CHECK(ncclGetUniqueId(&id));
-        mpi_.broadcast(&id, sizeof id, 0);
-        GPT2_NCCL_CHECK(ncclCommInitRank(&nccl_, mpi_.size(), id, mpi_.rank()));
-      }
       // Ordered on the backend's stream after the kernels that produced the
       // gradients and before the optimizer's: no host synchronisation.
       GPT2_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat, ncclSum, nccl_, stream_));
       return;
     }
+    if (mpi_.size() == 1) return;
     staging_.resize(count);  // grows once, to the largest bucket
     memory_->download(staging_.data(), data, count * sizeof(float));
     mpi_.allreduce_sum(staging_.data(), count);
@@ -92,9 +82,48 @@ class Impl final : public CudaMpiCommunicator {
   void wait_all() override {}
 
  private:
+  static bool on_device(const void* p) {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      cudaGetLastError();  // clear it: not a pointer CUDA knows
+      return false;
+    }
+    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+  }
+
+  // At the first allreduce of device memory, which every rank reaches
+  // together (generation, where rank 0 alone has a backend, has none): the
+  // ranks agree on one path, since mixing NCCL and MPI collectives would
+  // hang. NCCL needs a GPU per rank; ranks sharing GPUs stage through the
+  // host. A one-rank job uses NCCL only when asked for by name (a one-rank
+  // NCCL allreduce is a copy: a way to run the NCCL path on one GPU).
+  void resolve() {
+    const bool shared = mpi_.local_size() > cuda_device_count();
+    bool host = mode_ == DeviceAllreduce::kHostStaged || (mode_ == DeviceAllreduce::kAuto && shared);
+    if (mpi_.size() == 1 && mode_ != DeviceAllreduce::kNccl) host = true;
+    const double votes = mpi_.allreduce_sum(host ? 1.0 : 0.0);
+    if (votes > 0 && mode_ == DeviceAllreduce::kNccl) {
+      throw std::invalid_argument(fmt::format(
+          "GPT2_CUDA_ALLREDUCE=nccl, but {} rank(s) stage gradients through the host: every rank must use the same "
+          "path", votes));
+    }
+    if (votes > 0 && mpi_.rank() == 0 && mpi_.size() > 1 && mode_ == DeviceAllreduce::kAuto) {
+      fmt::print(stderr, "[mpi_cuda] gradients are summed through host memory and MPI: {} ranks on a machine with "
+                 "{} GPU(s) share devices, and NCCL needs one per rank\n", mpi_.local_size(), cuda_device_count());
+    }
+    mode_ = votes > 0 ? DeviceAllreduce::kHostStaged : DeviceAllreduce::kNccl;
+    if (mode_ == DeviceAllreduce::kNccl) {
+      ncclUniqueId id{};
+      if (mpi_.rank() == 0) GPT2_NCCL_CHECK(ncclGetUniqueId(&id));
+      mpi_.broadcast(&id, sizeof id, 0);
+      GPT2_NCCL_CHECK(ncclCommInitRank(&nccl_, mpi_.size(), id, mpi_.rank()));
+    }
+    resolved_ = true;
+  }
+
   Communicator& mpi_;
   DeviceAllreduce mode_;
-  bool bound_ = false;
+  bool bound_ = false, resolved_ = false;
   cudaStream_t stream_ = nullptr;
   Memory* memory_ = nullptr;
   ncclComm_t nccl_ = nullptr;

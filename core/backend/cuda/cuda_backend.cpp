@@ -66,6 +66,7 @@ class Scratch {
     if (need > bytes_) {
       if (p_) memory_.release(p_);  // cudaFree waits for the kernels still using it
       p_ = nullptr;
+      bytes_ = 0;  // consistent if the allocation below throws
       p_ = memory_.allocate(need);
       bytes_ = need;
     }
@@ -110,7 +111,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
 
-  double ceiling_gflops(int ranks, int /*threads*/) override {
+  double ceiling_gflops(int ranks, int ranks_per_machine, int /*threads*/) override {
     // A large FP32 product on this GPU, best of five after a warm-up.
     constexpr int n = 4096;
     Buffer a(static_cast<size_t>(n) * n, *memory_), b(a.size(), *memory_), c(a.size(), *memory_);
@@ -131,7 +132,13 @@ class CudaBackend final : public Backend {
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    return ranks * 2.0 * n * n * static_cast<double>(n) / (best_ms * 1e-3) / 1e9;
+    // The GPUs in use: on each machine, min(its ranks, its GPUs) (ranks bind
+    // local rank % GPUs, so ranks beyond the GPU count share them).
+    const int machines = std::max(1, ranks / std::max(1, ranks_per_machine));
+    int devices = 0;
+    GPT2_CUDA_CHECK(cudaGetDeviceCount(&devices));
+    const int gpus = machines * std::min(std::max(1, ranks_per_machine), devices);
+    return gpus * 2.0 * n * n * static_cast<double>(n) / (best_ms * 1e-3) / 1e9;
   }
 
   void zero(Tensor x) override { memory_->zero(x.data, static_cast<size_t>(x.numel()) * sizeof(float)); }
