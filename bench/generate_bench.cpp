@@ -20,6 +20,7 @@
 
 #include "backend.h"
 #include "buffer.h"
+#include "cli.h"
 #include "generate.h"
 #include "params.h"
 #include "provenance.h"
@@ -133,11 +134,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "generate_bench: error: {}\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return gpt2::tool_main("generate_bench", run, argc, argv); }

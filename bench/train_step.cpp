@@ -16,14 +16,15 @@
 #include <vector>
 
 #include "activations.h"
-#include "checkpoint.h"
-#include "tokenizer.h"
 #include "backend.h"
+#include "checkpoint.h"
+#include "cli.h"
 #include "flops.h"
-#include "provenance.h"
 #include "model.h"
 #include "optim.h"
 #include "params.h"
+#include "provenance.h"
+#include "tokenizer.h"
 
 namespace {
 
@@ -183,10 +184,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse(argc, argv));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_step: error: %s\n", e.what());
-    return 2;
-  }
+  return gpt2::tool_main("train_step", [](int c, char** v) { return run(parse(c, v)); }, argc, argv);
 }

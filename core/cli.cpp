@@ -143,6 +143,18 @@ int fail(const StageContext& ctx, const char* what, int code) {
 }
 }  // namespace
 
+int tool_main(const char* program, int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const BackendUnavailable& e) {
+    fmt::print(stderr, "{}: {}\n", program, e.what());
+    return kExitUnavailable;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}: error: {}\n", program, e.what());
+    return kExitUsage;
+  }
+}
+
 int stage_main_error(const StageContext& ctx, const char* what, int code) { return fail(ctx, what, code); }
 
 int stage_main(int argc, char** argv, const StageContext& ctx) {

@@ -18,6 +18,11 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitUnavailable = 3;
 
 int stage_main(int argc, char** argv, const StageContext& ctx);
+
+// main() of a tool (the benchmark programs): runs `run`; a BackendUnavailable
+// becomes "<program>: <what>" and kExitUnavailable, any other exception
+// "<program>: error: <what>" and kExitUsage.
+int tool_main(const char* program, int (*run)(int, char**), int argc, char** argv);
 // Reports an error the way stage_main does (once per job; every rank ends)
 // and returns `code`: for a stage's own start-up checks.
 int stage_main_error(const StageContext& ctx, const char* what, int code);

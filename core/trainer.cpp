@@ -205,7 +205,6 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   auto be = ctx.make_backend({threads, c.tf32});
   Gpt2 model(mc, be->memory());
   Optimizer opt(c.optimizer_config(), model.num_params(), be->memory());
-  std::array<int64_t, 3> counters{0, 0, 0};  // steps done, loader position, loader batches served
   if (!req.resume.empty()) {
     HostState st;
     if (root) {
@@ -228,9 +227,8 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     broadcast_state(comm, st, model.num_params());
     model.params_from_host(st.params);
     opt.moments_from_host(st.m, st.v);
-    counters = st.counters;
-    opt.set_steps_done(counters[0]);
-    loader.restore(counters[1], counters[2]);
+    opt.set_steps_done(st.counters[0]);
+    loader.restore(st.counters[1], st.counters[2]);
   } else {
     model.init_weights(c.seed);
   }

@@ -20,6 +20,7 @@
 
 #include "bench_setup.h"
 #include "buffer.h"
+#include "cli.h"
 #include "comm.h"
 #include "mpi_comm.h"
 #include "params.h"
@@ -172,4 +173,4 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace gpt2::bench
 
-int main(int argc, char** argv) { return gpt2::bench::bench_main("allreduce_bench", gpt2::bench::run, argc, argv); }
+int main(int argc, char** argv) { return gpt2::tool_main("allreduce_bench", gpt2::bench::run, argc, argv); }

@@ -211,16 +211,5 @@ void set_counters(benchmark::State& st, const KernelCost& cost, const Roof& roof
   st.counters["kernel_threads"] = Counter(threads);
 }
 
-int bench_main(const char* program, int (*run)(int, char**), int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const BackendUnavailable& e) {
-    std::fprintf(stderr, "%s: %s\n", program, e.what());
-    return kExitUnavailable;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program, e.what());
-    return 2;
-  }
-}
 
 }  // namespace gpt2::bench

@@ -103,10 +103,9 @@ void add_context(const Ceilings& c, const BenchOptions& o);
 // under the ceilings `roof`.
 void set_counters(benchmark::State& st, const KernelCost& cost, const Roof& roof, int threads);
 
-// main() of a benchmark program: runs `run` and turns an exception into
-// "<program>: error: ..." on stderr and exit status 2, or BackendUnavailable
-// into "<program>: no CUDA device (...)" and status 3 (kExitUnavailable,
-// which the harness records as skipped).
-int bench_main(const char* program, int (*run)(int, char**), int argc, char** argv);
+// A benchmark program's main() is gpt2::tool_main (core/cli.h): an exception
+// becomes "<program>: error: ..." and status 2, BackendUnavailable
+// "<program>: no CUDA device (...)" and status 3 (kExitUnavailable, which the
+// harness records as skipped).
 
 }  // namespace gpt2::bench

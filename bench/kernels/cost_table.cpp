@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "config.h"
 #include "kernel_costs.h"
 #include "params.h"
@@ -53,13 +54,15 @@ int run(int argc, char** argv) {
       fmt::print("{}", kHelp);
       return 0;
     }
+    if (a != "--preset" && a != "--batch" && a != "--peak-gflops" && a != "--bandwidth-gbs") {
+      throw std::invalid_argument(fmt::format("unknown option '{}' (see --help)", a));
+    }
     if (i + 1 >= argc) throw std::invalid_argument(fmt::format("{}: missing value (see --help)", a));
     const std::string v = argv[++i];
     if (a == "--preset") preset = v;
     else if (a == "--batch") batch = positive(a, v);
     else if (a == "--peak-gflops") peak = positive(a, v);
-    else if (a == "--bandwidth-gbs") bandwidth = positive(a, v);
-    else throw std::invalid_argument(fmt::format("unknown option '{}' (see --help)", a));
+    else bandwidth = positive(a, v);
   }
   const gpt2::Gpt2Config cfg = gpt2::preset(preset);
   gpt2::bench::CostShape s;
@@ -123,11 +126,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "cost_table: error: {}\n", e.what());
-    return 2;
-  }
-}
+int main(int argc, char** argv) { return gpt2::tool_main("cost_table", run, argc, argv); }

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "bench_setup.h"
+#include "cli.h"
 #include "kernel_cases.h"
 #include "kernel_program.h"
 
@@ -145,5 +146,5 @@ int run(int argc, char** argv) {
 }  // namespace gpt2::bench
 
 int main(int argc, char** argv) {
-  return gpt2::bench::bench_main(gpt2::bench::kernel_program().name, gpt2::bench::run, argc, argv);
+  return gpt2::tool_main(gpt2::bench::kernel_program().name, gpt2::bench::run, argc, argv);
 }

@@ -100,6 +100,19 @@ __device__ float dot_smem(const float4* a, const float* b) {
 template <int HS>
 constexpr int kPadded = HS + 4;
 
+// acc[j] += sum over k < count of w_k * rows[k * stride + lane + 32 j], where
+// w_k is lane k's `w`, broadcast by shuffle: the weighted sum of a tile's rows
+// (P V in the forward pass, dS K for dq), added in row order.
+template <int kDims>
+__device__ void add_weighted_rows(float (&acc)[kDims], float w, const float* rows, int stride, int count, int lane) {
+  for (int k = 0; k < count; ++k) {
+    const float wk = __shfl_sync(kFullMask, w, k);
+    const float* row = rows + k * stride;
+#pragma unroll
+    for (int j = 0; j < kDims; ++j) acc[j] += wk * row[lane + j * kWarpSize];
+  }
+}
+
 // Forward: warp = query row t; tiles of 32 keys. Lane l scores key s0 + l,
 // the warp merges the tile into the running (max, sum) (online softmax) and
 // adds the weighted value rows to its channels.
@@ -140,13 +153,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
     l = l * corr + warp_reduce(p, dm::SumOp{});
 #pragma unroll
     for (int j = 0; j < kDims; ++j) acc[j] *= corr;
-    const int count = min(kTile, t - s0 + 1);
-    for (int k = 0; k < count; ++k) {
-      const float w = __shfl_sync(kFullMask, p, k);
-      const float* v = v_tile + k * HS;
-#pragma unroll
-      for (int j = 0; j < kDims; ++j) acc[j] += w * v[lane + j * kWarpSize];
-    }
+    add_weighted_rows(acc, p, v_tile, HS, min(kTile, t - s0 + 1), lane);
     m = m_new;
   }
   if (!active) return;
@@ -202,13 +209,7 @@ __global__ void attention_backward_dq_kernel(float* dqkv, float* d_rows, const f
       const float dp = dot_smem<HS>(do_smem[warp], v_tile + lane * kStride);
       ds = dm::attention_dscore(p, dp, D, scale);
     }
-    const int count = min(kTile, t - s0 + 1);
-    for (int k = 0; k < count; ++k) {
-      const float w = __shfl_sync(kFullMask, ds, k);
-      const float* key = k_tile + k * kStride;
-#pragma unroll
-      for (int j = 0; j < kDims; ++j) acc[j] += w * key[lane + j * kWarpSize];
-    }
+    add_weighted_rows(acc, ds, k_tile, kStride, min(kTile, t - s0 + 1), lane);
   }
   if (!active) return;
   float* dq = dqkv + (static_cast<int64_t>(blk.b) * T + t) * 3 * C + blk.h * HS;
