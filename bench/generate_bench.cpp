@@ -18,21 +18,18 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
-#include "buffer.h"
-#include "cli.h"
-#include "generate.h"
-#include "params.h"
-#include "provenance.h"
+#include "kernels/backend.h"
+#include "kernels/buffer.h"
+#include "app/cli.h"
+#include "model/generate.h"
+#include "model/params.h"
+#include "kernels/cpu/blas.h"
+#include "util/provenance.h"
+#include "util/stats.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // GB/s of reading a buffer much larger than the caches (sum of its floats).
 double read_bandwidth_gbs(size_t bytes, int reps) {
@@ -50,7 +47,7 @@ double read_bandwidth_gbs(size_t bytes, int reps) {
     sink = sink + acc;
     if (r > 0) rates.push_back(static_cast<double>(bytes) / s / 1e9);
   }
-  return median(rates);
+  return gpt2::median(rates);
 }
 
 int run(int argc, char** argv) {
@@ -82,11 +79,11 @@ int run(int argc, char** argv) {
   std::uniform_int_distribution<int32_t> tok(0, cfg.V - 1);
   std::vector<int32_t> prompt(static_cast<size_t>(cfg.T));
   for (int32_t& t : prompt) t = tok(gen);
-  fmt::print("{}model: {}, {} threads, {} new tokens, median of {}\n\n", describe(machine_info()), cfg.describe(),
-             threads, new_tokens, reps);
+  fmt::print("{}BLAS: OpenBLAS kernel '{}'\nmodel: {}, {} threads, {} new tokens, median of {}\n\n",
+             describe(machine_info()), cpu::blas_core(), cfg.describe(), threads, new_tokens, reps);
 
   auto time_it = [&](size_t prompt_len, bool kv) {
-    GenerateOptions g;
+    GenerateConfig g;
     g.max_new_tokens = new_tokens;
     g.kv_cache = kv;
     std::vector<double> s;
@@ -97,13 +94,13 @@ int run(int argc, char** argv) {
       if (out.tokens.size() != static_cast<size_t>(new_tokens)) throw std::runtime_error("generation stopped early");
       if (r > 0) s.push_back(dt);
     }
-    return median(s);
+    return gpt2::median(s);
   };
   const double full_re = time_it(cfg.T, false), full_kv = time_it(cfg.T, true);
   const double short_re = time_it(static_cast<size_t>(short_prompt), false);
   const double short_kv = time_it(static_cast<size_t>(short_prompt), true);
   // One decode step: the cache path's time beyond its prefill, per token.
-  GenerateOptions one;
+  GenerateConfig one;
   one.max_new_tokens = 1;
   one.kv_cache = true;
   std::vector<double> pre;
@@ -112,7 +109,7 @@ int run(int argc, char** argv) {
     generate(*be, model, {prompt.data(), static_cast<size_t>(short_prompt)}, one, -1);
     if (r > 0) pre.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  const double decode_step = (short_kv - median(pre)) / (new_tokens - 1);
+  const double decode_step = (short_kv - gpt2::median(pre)) / (new_tokens - 1);
   const double bw = read_bandwidth_gbs(size_t{512} << 20, reps);
   const double param_bytes = static_cast<double>(model.num_params()) * sizeof(float);
   const double read_time = param_bytes / (bw * 1e9);

@@ -1,30 +1,34 @@
 // train_step: the training-step benchmark. Trains the original configuration
-// (or another preset) for a few steps on random tokens and reports, per
-// thread count, the median step time, tokens/s, achieved GFLOP/s (flops.h)
-// and that rate as a fraction of the SGEMM ceiling measured in the same run.
+// (or another preset) for a few steps on random tokens with the one training
+// step of the engine (train/train_step.h) and reports, per thread count, the
+// median step time, tokens/s, achieved GFLOP/s (model/flops.h) and that rate
+// as a fraction of the SGEMM ceiling measured in the same run.
 // A benchmark, not a test: nothing here asserts a time.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "activations.h"
-#include "backend.h"
-#include "checkpoint.h"
-#include "cli.h"
-#include "flops.h"
-#include "model.h"
-#include "optim.h"
-#include "params.h"
-#include "provenance.h"
-#include "tokenizer.h"
+#include "app/cli.h"
+#include "dist/comm.h"
+#include "dist/gradient_sync.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/blas.h"
+#include "model/activations.h"
+#include "model/flops.h"
+#include "model/optim.h"
+#include "model/params.h"
+#include "model/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/train_step.h"
+#include "util/files.h"
+#include "util/provenance.h"
+#include "util/stats.h"
 
 namespace {
 
@@ -37,79 +41,48 @@ struct Options {
   int warmup = 1;
   std::string json;
   std::string save_init;
+
+  gpt2::Fields fields() {
+    gpt2::Fields f;
+    f.add("preset", preset, "model preset: original | small");
+    f.add("batch", batch, "batch rows per step");
+    f.add("seq", seq, "sequence length, <= block size; 0 = the block size");
+    f.add("threads", threads, "comma-separated thread counts to measure");
+    f.add("steps", steps, "timed steps per thread count; the median is reported");
+    f.add("warmup", warmup, "untimed steps first");
+    f.add("json", json, "also write the results as JSON to this path", "path");
+    f.add("save-init", save_init,
+          "write the initial weights (seed 1) as a checkpoint, for the PyTorch peer (bench/peers), and exit", "path");
+    return f;
+  }
 };
 
-const char* kHelp = R"(train_step: benchmark one GPT-2 training step (forward, backward, Adam) on the CPU.
+const char* kHelp =
+    "train_step: benchmark one GPT-2 training step (forward, backward, Adam) on the CPU.\n\n"
+    "usage: train_step [--OPTION VALUE ...]\n";
+const char* kHelpTail =
+    "\nThe SGEMM ceiling is a 2048^3 SGEMM with OpenBLAS's own threads, median of 5.\n"
+    "For the machine's full speed unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE in\n"
+    "this one command; the report names the BLAS kernel that ran.\n";
 
-usage: train_step [options]
-  --preset NAME     model preset: original | small              (default original)
-  --batch B         batch rows per step                         (default 16)
-  --seq T           sequence length, <= block size              (default: block size)
-  --threads LIST    comma-separated thread counts to measure    (default 1,2)
-  --steps N         timed steps per thread count; median taken  (default 5)
-  --warmup N        untimed steps first                         (default 1)
-  --json PATH       also write the results as JSON to PATH
-  --save-init PATH  write the initial weights (seed 1) as a checkpoint, for the
-                    PyTorch peer (bench/peers/peer_bench.py), and exit
-  --help            this text
-
-The SGEMM ceiling is a 2048^3 SGEMM with OpenBLAS's own threads, median of 5.
-For the machine's full speed unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE in
-this one command; the report names the BLAS kernel that ran.
-)";
-
-int positive_int(const std::string& flag, const std::string& v) {
-  try {
-    size_t used = 0;
-    int x = std::stoi(v, &used);
-    if (used == v.size() && x > 0) return x;
-  } catch (const std::exception&) {
-  }
-  throw std::invalid_argument(fmt::format("{}: expected a positive integer, got '{}'", flag, v));
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    if (k == "--help" || k == "-h") {
-      std::fputs(kHelp, stdout);
-      std::exit(0);
-    }
-    if (i + 1 >= argc) throw std::invalid_argument(fmt::format("{}: missing value", k));
-    std::string v = argv[++i];
-    if (k == "--preset") {
-      o.preset = v;
-    } else if (k == "--batch") {
-      o.batch = positive_int(k, v);
-    } else if (k == "--seq") {
-      o.seq = positive_int(k, v);
-    } else if (k == "--threads") {
-      o.threads.clear();
-      std::stringstream ss(v);
-      for (std::string part; std::getline(ss, part, ',');) o.threads.push_back(positive_int(k, part));
-    } else if (k == "--steps") {
-      o.steps = positive_int(k, v);
-    } else if (k == "--warmup") {
-      o.warmup = std::stoi(v);
-    } else if (k == "--json") {
-      o.json = v;
-    } else if (k == "--save-init") {
-      o.save_init = v;
-    } else {
-      throw std::invalid_argument(fmt::format("unknown option '{}' (see --help)", k));
-    }
-  }
-  return o;
-}
-
-struct Result {
-  int threads;
-  double median_ms, min_ms, max_ms, tokens_per_s, gflops, ceiling_gflops;
-};
-
-int run(const Options& o) {
+int run(int argc, char** argv) {
   using namespace gpt2;
+  Options o;
+  const Fields fields = o.fields();
+  const std::string defaults = fields.help();
+  const CommandLine cl = parse_command_line({argv + 1, argv + argc}, fields);
+  if (cl.help) {
+    fmt::print("{}{}{}", kHelp, defaults, kHelpTail);
+    return 0;
+  }
+  if (!cl.positional.empty()) throw std::invalid_argument(fmt::format("unexpected argument '{}'", cl.positional[0]));
+  apply_settings(fields, cl);
+  if (o.batch <= 0 || o.steps <= 0 || o.seq < 0 || o.warmup < 0) {
+    throw std::invalid_argument("--batch and --steps must be positive, --seq and --warmup >= 0");
+  }
+  for (int t : o.threads) {
+    if (t <= 0) throw std::invalid_argument(fmt::format("--threads: expected positive thread counts, got {}", t));
+  }
   const Gpt2Config cfg = preset(o.preset);
   const int B = o.batch, T = o.seq > 0 ? o.seq : cfg.T;
   if (T > cfg.T) throw std::invalid_argument(fmt::format("--seq {} exceeds block size {}", T, cfg.T));
@@ -123,66 +96,66 @@ int run(const Options& o) {
     return 0;
   }
   const MachineInfo mi = machine_info();
+  const std::string blas = cpu::blas_core();
   const FlopCount flops = training_flops(cfg, B, T);
-  fmt::print("{}model: {} ({} parameters), B={} T={}, {:.2f} GFLOP per step\n\n", describe(mi),
-             cfg.describe(), param_count(cfg), B, T, flops.total() / 1e9);
+  fmt::print("{}BLAS: OpenBLAS kernel '{}' (OPENBLAS_CORETYPE={})\nmodel: {} ({} parameters), B={} T={}, {:.2f} "
+             "GFLOP per step\n\n",
+             describe(mi), blas, mi.openblas_coretype_env, cfg.describe(), param_count(cfg), B, T,
+             flops.total() / 1e9);
 
   std::mt19937 gen(1);
   std::uniform_int_distribution<int32_t> tok(0, cfg.V - 1);
   std::vector<int32_t> data(static_cast<size_t>(B * T + 1));
   for (int32_t& t : data) t = tok(gen);
 
-  std::vector<Result> results;
-  fmt::print("{:>7} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9}\n", "threads", "median ms", "min ms",
-             "max ms", "tokens/s", "GFLOP/s", "of SGEMM");
+  Json results = Json::array();
+  fmt::print("{:>7} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9}\n", "threads", "median ms", "min ms", "max ms",
+             "tokens/s", "GFLOP/s", "of SGEMM");
   for (int th : o.threads) {
-    const double ceiling = sgemm_ceiling_gflops(th);
+    const double ceiling = cpu::sgemm_ceiling_gflops(th);
     auto be = make_cpu_backend(th);
+    auto comm = make_local_communicator();
     Gpt2 model(cfg);
     model.init_weights(1);
     ActivationArena arena(cfg, B, T);
     Optimizer opt(OptimizerConfig::original(), model.num_params());
+    GradientSync sync(*comm, model.grad_data(), model.num_params(), 0);
+    const StepContext step{*be, model, opt, arena.acts(), sync, *comm, B};
     std::vector<double> ms;
     for (int s = 0; s < o.warmup + o.steps; ++s) {
-      auto t0 = std::chrono::steady_clock::now();
-      model.zero_grad();
-      gpt2_forward(*be, model, arena.acts(), data.data(), data.data() + 1);
-      gpt2_backward(*be, model, arena.acts(), data.data(), data.data() + 1, 1.0f / (B * T));
-      opt.step(*be, model);
-      double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const auto t0 = std::chrono::steady_clock::now();
+      train_step(step, data.data(), data.data() + 1);
+      const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (s >= o.warmup) ms.push_back(dt);
     }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
-    Result r{th, med, ms.front(), ms.back(), B * T / (med / 1e3), flops.total() / (med / 1e3) / 1e9, ceiling};
-    results.push_back(r);
+    const Summary st = *summarize(ms);
+    const double tokens_per_s = B * T / (st.median / 1e3), gflops = flops.total() / (st.median / 1e3) / 1e9;
     fmt::print("{:>7} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.0f} {:>12.1f} {:>8.1f}%   (SGEMM ceiling {:.1f} GFLOP/s)\n",
-               th, r.median_ms, r.min_ms, r.max_ms, r.tokens_per_s, r.gflops, 100 * r.gflops / ceiling,
-               ceiling);
+               th, st.median, st.min, st.max, tokens_per_s, gflops, 100 * gflops / ceiling, ceiling);
+    results.push_back(Json{{"threads", th},
+                           {"median_ms", round_fixed(st.median, 3)},
+                           {"min_ms", round_fixed(st.min, 3)},
+                           {"max_ms", round_fixed(st.max, 3)},
+                           {"tokens_per_s", round_fixed(tokens_per_s, 1)},
+                           {"gflops", round_fixed(gflops, 2)},
+                           {"sgemm_ceiling_gflops", round_fixed(ceiling, 2)}});
   }
   if (!o.json.empty()) {
-    std::ofstream f(o.json);
-    if (!f) throw std::runtime_error(fmt::format("--json: cannot write '{}'", o.json));
-    f << fmt::format(
-        "{{\n  \"cpu\": \"{}\", \"cores\": {}, \"blas_core\": \"{}\", \"openblas_coretype\": \"{}\",\n"
-        "  \"date\": \"{}\", \"model\": \"{}\", \"B\": {}, \"T\": {}, \"flops_per_step\": {},\n  \"results\": [\n",
-        mi.cpu_model, mi.logical_cores, mi.blas_core, mi.openblas_coretype_env, mi.date_utc, o.preset, B, T,
-        flops.total());
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Result& r = results[i];
-      f << fmt::format(
-          "    {{\"threads\": {}, \"median_ms\": {:.3f}, \"min_ms\": {:.3f}, \"max_ms\": {:.3f}, "
-          "\"tokens_per_s\": {:.1f}, \"gflops\": {:.2f}, \"sgemm_ceiling_gflops\": {:.2f}}}{}\n",
-          r.threads, r.median_ms, r.min_ms, r.max_ms, r.tokens_per_s, r.gflops, r.ceiling_gflops,
-          i + 1 < results.size() ? "," : "");
-    }
-    f << "  ]\n}\n";
+    const Json out{{"cpu", mi.cpu_model},
+                   {"cores", mi.logical_cores},
+                   {"blas_core", blas},
+                   {"openblas_coretype", mi.openblas_coretype_env},
+                   {"date", mi.date_utc},
+                   {"model", o.preset},
+                   {"B", B},
+                   {"T", T},
+                   {"flops_per_step", flops.total()},
+                   {"results", results}};
+    write_file_atomically(o.json, out.dump(2) + "\n");
   }
   return 0;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  return gpt2::tool_main("train_step", [](int c, char** v) { return run(parse(c, v)); }, argc, argv);
-}
+int main(int argc, char** argv) { return gpt2::tool_main("train_step", run, argc, argv); }

@@ -7,11 +7,11 @@
 #include <cstdlib>
 #include <new>
 
-#include "activations.h"
-#include "backend.h"
-#include "model.h"
-#include "optim.h"
-#include "params.h"
+#include "model/activations.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "model/params.h"
 #include "test_util.h"
 
 extern "C" void* __libc_malloc(size_t);

@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels.h"
-#include "reference_kernels.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/reference/reference_kernels.h"
 #include "test_util.h"
-#include "token_buckets.h"
+#include "kernels/cuda/token_buckets.h"
 
 namespace gpt2::cuda {
 namespace {

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
-#include "cuda_backend.h"
-#include "generate.h"
-#include "model.h"
-#include "optim.h"
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "model/generate.h"
+#include "model/model.h"
+#include "model/optim.h"
 #include "test_util.h"
 
 namespace gpt2 {
@@ -149,7 +149,7 @@ TrainResult train(Backend& be, const Gpt2Config& cfg, int B, int T, int steps) {
   // 58 + 12 tokens: with T = 64 the window slides for the last 6 (a full
   // recompute then, as the KV cache cannot help a sliding window).
   const std::vector<int32_t> prompt = random_tokens(58, cfg.V, 5);
-  GenerateOptions g;
+  GenerateConfig g;
   g.max_new_tokens = 12;
   g.kv_cache = false;
   r.greedy = generate(be, model, prompt, g, -1).tokens;

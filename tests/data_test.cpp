@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "dataloader.h"
-#include "rng.h"
-#include "tokenizer.h"
+#include "model/dataloader.h"
+#include "model/rng.h"
+#include "model/tokenizer.h"
 
 namespace gpt2 {
 namespace {

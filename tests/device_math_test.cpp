@@ -18,10 +18,10 @@
 #include <numeric>
 #include <vector>
 
-#include "device_math.h"
-#include "reference_kernels.h"
+#include "kernels/cuda/device_math.h"
+#include "kernels/reference/reference_kernels.h"
 #include "test_util.h"
-#include "token_buckets.h"
+#include "kernels/cuda/token_buckets.h"
 
 namespace gpt2::cuda {
 namespace {

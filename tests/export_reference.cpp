@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "activations.h"
-#include "backend.h"
-#include "model.h"
-#include "optim.h"
-#include "params.h"
+#include "model/activations.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "model/params.h"
 
 namespace {
 

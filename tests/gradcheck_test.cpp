@@ -10,7 +10,7 @@
 #include <functional>
 #include <vector>
 
-#include "reference_kernels.h"
+#include "kernels/reference/reference_kernels.h"
 #include "test_util.h"
 
 namespace gpt2 {

@@ -15,8 +15,8 @@
 #include <memory>
 #include <vector>
 
-#include "backend.h"
-#include "reference_kernels.h"
+#include "kernels/backend.h"
+#include "kernels/reference/reference_kernels.h"
 #include "test_util.h"
 
 namespace gpt2 {

@@ -8,13 +8,13 @@
 #include <cstring>
 #include <vector>
 
-#include "activations.h"
-#include "backend.h"
-#include "flops.h"
-#include "model.h"
-#include "optim.h"
-#include "params.h"
-#include "rng.h"
+#include "model/activations.h"
+#include "kernels/backend.h"
+#include "model/flops.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "model/params.h"
+#include "model/rng.h"
 #include "test_util.h"
 
 namespace gpt2 {

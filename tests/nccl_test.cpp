@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda_backend.h"
-#include "cuda_comm.h"
-#include "mpi_comm.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "dist/nccl/cuda_comm.h"
+#include "dist/mpi/mpi_comm.h"
 
 int main(int argc, char** argv) {
   auto mpi = gpt2::make_mpi_communicator(&argc, &argv);

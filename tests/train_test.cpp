@@ -12,17 +12,24 @@
 #include <sstream>
 #include <vector>
 
-#include "activations.h"
-#include "backend.h"
-#include "checkpoint.h"
-#include "generate.h"
-#include "model.h"
-#include "optim.h"
-#include "params.h"
-#include "run_config.h"
+#include "dist/comm.h"
+#include "dist/gradient_sync.h"
+#include "kernels/backend.h"
+#include "model/activations.h"
+#include "model/generate.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "model/params.h"
+#include "model/tokenizer.h"
 #include "test_util.h"
-#include "tokenizer.h"
-#include "trainer.h"
+#include "train/checkpoint.h"
+#include "train/run_config.h"
+#include "train/train_step.h"
+#include "train/trainer.h"
+#include "app/config_file.h"
+#include "util/hash.h"
+#include "util/json.h"
+#include "util/records.h"
 
 namespace gpt2 {
 namespace {
@@ -52,33 +59,29 @@ std::string small_corpus() {
 
 RunConfig small_run(const fs::path& corpus) {
   RunConfig c;
-  c.corpus = corpus.string();
-  c.block_size = 32;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
-  c.batch_size = 4;
-  c.seq_len = 16;
-  c.steps = 8;
-  c.threads = 2;
-  c.prompt_tokens = 20;
-  c.max_new_tokens = 10;
-  c.peak_gflops = 100;  // skip the start-up SGEMM measurement
-  c.lr = 1e-3;
+  c.data.corpus = corpus.string();
+  c.model.T = 32;
+  c.model.L = 2;
+  c.model.NH = 2;
+  c.model.C = 32;
+  c.train.batch_size = 4;
+  c.train.seq_len = 16;
+  c.train.steps = 8;
+  c.train.threads = 2;
+  c.generate.prompt_tokens = 20;
+  c.generate.max_new_tokens = 10;
+  c.train.peak_gflops = 100;  // skip the start-up SGEMM measurement
+  c.optimizer.lr = 1e-3f;
   return c;
 }
 
 std::vector<double> losses_of(const fs::path& metrics) {
-  std::ifstream f(metrics);
   std::vector<double> out;
-  for (std::string l; std::getline(f, l);) {
-    if (l.find("\"event\": \"step\"") == std::string::npos) continue;
-    out.push_back(std::stod(l.substr(l.find("\"loss\": ") + 8)));
-  }
+  for (const StepRecord& r : read_metrics_stream(metrics).steps) out.push_back(r.loss);
   return out;
 }
 
-const StageContext kSerial{"test", [](const BackendOptions& o) { return make_cpu_backend(o.threads); }, nullptr, ""};
+const StageContext kSerial{"test", cpu_backend_kind(), nullptr};
 
 TEST(Checkpoint, RoundTripGivesSameLossAndTokens) {
   fs::path dir = temp_dir("roundtrip");
@@ -105,7 +108,7 @@ TEST(Checkpoint, RoundTripGivesSameLossAndTokens) {
   ActivationArena a1(model.config(), 2, 32), a2(model.config(), 2, 32);
   EXPECT_EQ(gpt2_forward(*be, model, a1.acts(), x.data(), x.data() + 1),
             gpt2_forward(*be, loaded, a2.acts(), x.data(), x.data() + 1));
-  GenerateOptions g;
+  GenerateConfig g;
   g.max_new_tokens = 12;
   EXPECT_EQ(generate(*be, model, {x.data(), 10}, g, 63).tokens, generate(*be, loaded, {x.data(), 10}, g, 63).tokens);
 }
@@ -180,11 +183,11 @@ TEST(Resume, StopAndResumeGivesTheUninterruptedCurve) {
   std::ofstream(dir / "corpus.txt") << small_corpus();
   for (const char* loader : {"sequential", "random"}) {
     RunConfig c = small_run(dir / "corpus.txt");
-    c.loader = loader;
+    from_string(loader, c.data.loader);
     run_train({c, (dir / fmt::format("straight-{}", loader)).string(), "", false, "", ""}, kSerial);
 
     RunConfig first = c;
-    first.steps = 3;  // "interrupted" after 3 steps: its checkpoint holds steps 0..2
+    first.train.steps = 3;  // "interrupted" after 3 steps: its checkpoint holds steps 0..2
     const fs::path part = dir / fmt::format("parts-{}", loader);
     run_train({first, part.string(), "", false, "", ""}, kSerial);
     fs::rename(part / "metrics.jsonl", part / "metrics.jsonl.partial");  // as if it had died
@@ -204,17 +207,71 @@ TEST(Resume, RefusesAFinishedRunAndAMismatchedCheckpoint) {
   fs::path dir = temp_dir("refuse");
   std::ofstream(dir / "corpus.txt") << small_corpus();
   RunConfig c = small_run(dir / "corpus.txt");
-  c.steps = 2;
+  c.train.steps = 2;
   run_train({c, (dir / "run").string(), "", false, "", ""}, kSerial);
   const auto before = fs::last_write_time(dir / "run" / "metrics.jsonl");
   EXPECT_THROW(run_train({c, (dir / "run").string(), "", false, "", ""}, kSerial), std::invalid_argument);
   EXPECT_EQ(fs::last_write_time(dir / "run" / "metrics.jsonl"), before) << "the finished run is untouched";
   RunConfig other = c;
-  other.steps = 4;
-  other.n_embd = 64;
+  other.train.steps = 4;
+  other.model.C = 64;
   EXPECT_THROW(run_train({other, (dir / "run2").string(), (dir / "run" / "checkpoint.bin").string(), false, "", ""},
                          kSerial),
                std::invalid_argument);
+}
+
+// A version-1 checkpoint written by the serial stage before format 2 (at
+// 043f213, tests/data/v1_checkpoint): it loads, its values come back under
+// the version-2 names, and resuming from it continues the curve that build
+// produced, to the last bit of the weights.
+TEST(Resume, AVersion1CheckpointStillLoadsAndResumes) {
+  const fs::path data = fs::path(GPT2_TEST_DATA) / "v1_checkpoint";
+  const Checkpoint ck = load_checkpoint((data / "checkpoint.bin").string());
+  EXPECT_EQ(ck.version, 1u);
+  ASSERT_TRUE(ck.training.has_value());
+  EXPECT_EQ(ck.training->steps_done, 3);
+  ASSERT_NE(ck.find("model.n_embd"), nullptr);
+  EXPECT_EQ(*ck.find("model.n_embd"), "16");
+  EXPECT_EQ(*ck.find("optimizer.kind"), "adam_original");
+  EXPECT_EQ(*ck.find("train.seed"), "7");
+
+  std::ifstream f(data / "expected.json");
+  const Json expected = Json::parse(f);
+  RunConfig c;
+  load_yaml(c, (data / "config.yaml").string());
+  c.train.peak_gflops = 100;  // skip the start-up SGEMM measurement
+  const fs::path out = temp_dir("v1");
+  run_train({c, (out / "run").string(), (data / "checkpoint.bin").string(), false, "", ""}, kSerial);
+  const MetricsStream m = read_metrics_stream(out / "run" / "metrics.jsonl");
+  ASSERT_EQ(m.steps.size(), 3u);
+  for (const StepRecord& r : m.steps) {
+    EXPECT_EQ(r.loss, expected["resumed_losses"][std::to_string(r.step)].get<double>()) << "step " << r.step;
+    EXPECT_EQ(r.grad_norm, expected["resumed_grad_norms"][std::to_string(r.step)].get<double>()) << "step " << r.step;
+  }
+  const Checkpoint resumed = load_checkpoint((out / "run" / "checkpoint.bin").string());
+  EXPECT_EQ(resumed.version, kCheckpointVersion);
+  EXPECT_EQ(fmt::format("{:016x}", fnv1a64(resumed.params.data(), resumed.params.size() * sizeof(float))),
+            expected["final_params_fnv1a64"].get<std::string>())
+      << "the weights after resuming differ from those the version-1 build produced";
+}
+
+TEST(Checkpoint, Version2HeaderNamesEverySetting) {
+  fs::path dir = temp_dir("v2header");
+  std::ofstream(dir / "corpus.txt") << small_corpus();
+  RunConfig c = small_run(dir / "corpus.txt");
+  c.train.steps = 2;
+  run_train({c, (dir / "run").string(), "", false, "", ""}, kSerial);
+  const Checkpoint ck = load_checkpoint((dir / "run" / "checkpoint.bin").string());
+  for (const char* key : {"model.vocab_size", "model.block_size", "model.n_layer", "model.n_head", "model.n_embd",
+                          "data.tokenizer", "optimizer.kind", "optimizer.lr", "optimizer.grad_clip", "train.seed",
+                          "state.steps_done", "state.loader_position", "state.loader_batches", "train.batch_size",
+                          "train.seq_len", "data.loader", "data.corpus_hash"}) {
+    EXPECT_NE(ck.find(key), nullptr) << key;
+  }
+  EXPECT_EQ(*ck.find("optimizer.lr"), "0.001");
+  EXPECT_EQ(*ck.find("model.n_embd"), "32");
+  EXPECT_EQ(ck.training->optimizer, c.optimizer);
+  EXPECT_EQ(ck.training->steps_done, 2);
 }
 
 TEST(Generate, KvCacheGivesTheRecomputedTokens) {
@@ -224,15 +281,13 @@ TEST(Generate, KvCacheGivesTheRecomputedTokens) {
   // Train a little so the distribution is peaked, not uniform noise.
   ActivationArena arena(model.config(), 4, 32);
   Optimizer opt(OptimizerConfig::original(), model.num_params());
+  auto comm = make_local_communicator();
+  GradientSync sync(*comm, model.grad_data(), model.num_params(), 0);
+  const StepContext step{*be, model, opt, arena.acts(), sync, *comm, 4};
   auto data = testing::random_tokens(4 * 32 + 1, 64, 5);
-  for (int s = 0; s < 20; ++s) {
-    model.zero_grad();
-    gpt2_forward(*be, model, arena.acts(), data.data(), data.data() + 1);
-    gpt2_backward(*be, model, arena.acts(), data.data(), data.data() + 1, 1.0f / 128);
-    opt.step(*be, model);
-  }
+  for (int s = 0; s < 20; ++s) train_step(step, data.data(), data.data() + 1);
   for (size_t prompt_len : {1u, 10u, 31u, 40u}) {
-    GenerateOptions g;
+    GenerateConfig g;
     g.max_new_tokens = 25;
     const std::span<const int32_t> prompt(data.data(), prompt_len);
     auto recompute = generate(*be, model, prompt, g, -1);
@@ -254,7 +309,7 @@ TEST(Generate, SamplingIsReproducibleBySeed) {
   Gpt2 model(preset("small"));
   model.init_weights(3);
   auto prompt = testing::random_tokens(8, 64, 1);
-  GenerateOptions g;
+  GenerateConfig g;
   g.max_new_tokens = 30;
   g.temperature = 1.0f;
   g.seed = 5;
@@ -270,7 +325,7 @@ TEST(Generate, StopsAtEos) {
   Gpt2 model(preset("small"));
   model.init_weights(3);
   auto prompt = testing::random_tokens(8, 64, 1);
-  GenerateOptions g;
+  GenerateConfig g;
   g.max_new_tokens = 5;
   auto free_run = generate(*be, model, prompt, g, -1);
   auto stopped = generate(*be, model, prompt, g, free_run.tokens[2]);  // pretend the 3rd token is [EOS]

@@ -13,7 +13,7 @@
 #include <optional>
 #include <set>
 
-#include "files.h"
+#include "util/files.h"
 
 namespace gpt2::harness {
 

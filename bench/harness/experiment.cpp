@@ -7,7 +7,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "checkpoint.h"
+#include "app/config_file.h"
+#include "util/hash.h"
 #include "yaml_reader.h"
 
 namespace gpt2::harness {
@@ -69,7 +70,7 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id) {
     }
   }
   if (root["repetitions"]) ex.repetitions = rd.integer(root["repetitions"], "repetitions", 1);
-  std::vector<uint64_t> seeds = {common.seed};
+  std::vector<uint64_t> seeds = {common.train.seed};
   if (root["seeds"]) seeds = rd.seeds(root["seeds"]);
   if (root["timeout_s"]) ex.timeout_s = rd.seconds(root["timeout_s"], "timeout_s");
   if (root["checkpoints"]) {
@@ -96,7 +97,7 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id) {
     const bool parallel = stage == "mpi" || stage == "mpi_cuda";
     std::vector<int> ranks = run["ranks"] ? rd.axis(run["ranks"], "ranks", 1) : std::vector<int>{1};
     if (!parallel && (ranks.size() != 1 || ranks[0] != 1)) rd.fail(run["ranks"], fmt::format("ranks: the {} stage runs one process", stage));
-    std::vector<int> threads = run["threads"] ? rd.axis(run["threads"], "threads", 0) : std::vector<int>{common.threads};
+    std::vector<int> threads = run["threads"] ? rd.axis(run["threads"], "threads", 0) : std::vector<int>{common.train.threads};
     RunConfig per_run = common;
     if (run["config"]) rd.apply_config(run["config"], per_run, "the run's config");
     std::string hostfile;
@@ -106,9 +107,9 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id) {
       if (!fs::is_regular_file(hostfile)) rd.fail(run["hostfile"], fmt::format("hostfile: no such file '{}'", hostfile));
     }
     for (int r : ranks) {
-      if (per_run.batch_size % r != 0) {
+      if (per_run.train.batch_size % r != 0) {
         rd.fail(run["ranks"] ? run["ranks"] : run, fmt::format("ranks: train.batch_size {} is not divisible by {} ranks",
-                                                              per_run.batch_size, r));
+                                                              per_run.train.batch_size, r));
       }
       for (int t : threads) {
         for (uint64_t seed : seeds) {
@@ -121,15 +122,15 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id) {
             s.seed = seed;
             s.hostfile = hostfile;
             s.config = per_run;
-            s.config.threads = t;
-            s.config.seed = s.seed;
+            s.config.train.threads = t;
+            s.config.train.seed = s.seed;
             try {
               validate(s.config);
             } catch (const std::invalid_argument& e) {
               rd.fail(run, fmt::format("this run's configuration is invalid: {}", e.what()));
             }
-            if (!fs::is_regular_file(s.config.corpus)) {
-              rd.fail(run, fmt::format("data.corpus: no such file '{}'", s.config.corpus));
+            if (!fs::is_regular_file(s.config.data.corpus)) {
+              rd.fail(run, fmt::format("data.corpus: no such file '{}'", s.config.data.corpus));
             }
             s.id = run_id(s, build_id);
             if (!ids.insert(s.id).second) rd.fail(run, fmt::format("this run repeats an earlier run ({})", s.id));

@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "run_config.h"
+#include "train/run_config.h"
 
 namespace gpt2::harness {
 

@@ -10,10 +10,10 @@
 #include <set>
 #include <stdexcept>
 
-#include "cli.h"
+#include "app/cli.h"
 #include "csv.h"
-#include "files.h"
-#include "hash.h"
+#include "util/files.h"
+#include "util/hash.h"
 #include "runner.h"
 #include "yaml_reader.h"
 

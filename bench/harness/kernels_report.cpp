@@ -11,7 +11,7 @@
 
 #include "chart.h"
 #include "csv.h"
-#include "files.h"
+#include "util/files.h"
 #include "runner.h"
 
 namespace gpt2::harness {

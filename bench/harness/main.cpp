@@ -16,7 +16,7 @@
 #include "experiment.h"
 #include "kernels_experiment.h"
 #include "kernels_report.h"
-#include "provenance.h"
+#include "util/provenance.h"
 #include "report.h"
 #include "runner.h"
 

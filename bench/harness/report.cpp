@@ -18,7 +18,7 @@
 
 #include "chart.h"
 #include "csv.h"
-#include "files.h"
+#include "util/files.h"
 
 namespace gpt2::harness {
 

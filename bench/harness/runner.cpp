@@ -17,10 +17,11 @@
 #include <thread>
 #include <vector>
 
-#include "cli.h"
+#include "app/cli.h"
 #include "csv.h"
-#include "files.h"
-#include "provenance.h"
+#include "util/files.h"
+#include "util/json.h"
+#include "util/provenance.h"
 
 namespace gpt2::harness {
 
@@ -51,8 +52,8 @@ std::optional<Status> read_status(const fs::path& dir) {
 
 void write_status(const fs::path& dir, const Status& s) {
   write_file_atomically(dir / "status.json",
-                        fmt::format("{{\"status\": {}, \"reason\": {}, \"seconds\": {:.3f}, \"date\": {}}}\n",
-                                    json_string(s.status), json_string(s.reason), s.seconds, json_string(s.date)));
+                        Json{{"status", s.status}, {"reason", s.reason}, {"seconds", round_fixed(s.seconds, 3)}, {"date", s.date}}.dump() +
+                            "\n");
 }
 
 std::string error_from_log(const fs::path& log) {
@@ -130,7 +131,7 @@ Status run_one(const Experiment& ex, const RunSpec& r, const fs::path& dir, cons
   fs::create_directories(dir);
   if (!av.available) return Status{"skipped", av.reason, 0, ""};
   RunConfig cfg = r.config;
-  cfg.save_checkpoint = ex.checkpoints;
+  cfg.train.save_checkpoint = ex.checkpoints;
   write_file_atomically(dir / "run.yaml", to_yaml(cfg));
   std::vector<std::string> argv;
   if (r.stage == "mpi" || r.stage == "mpi_cuda") {
@@ -191,7 +192,7 @@ void write_results_csv(const Experiment& ex, const fs::path& results_dir) {
     // the time of the attempt.
     std::vector<std::string> prov = {build.git_commit, build.git_dirty ? "true" : "false", build.build_type,
                                      build.compiler, here.cpu_model, std::to_string(here.logical_cores),
-                                     here.blas_core, "", here.hostname, st->date};
+                                     "", "", here.hostname, st->date};
     std::vector<std::string> nums(7);
     if (st->status == "ok") {
       std::ifstream f(dir / "metrics.jsonl");
@@ -250,7 +251,7 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
       continue;
     }
     fmt::print(stderr, "[{}/{}] {}: running ({} steps, timeout {:.0f} s)...\n", index, ex.runs.size(), r.id,
-               r.config.steps, ex.timeout_s);
+               r.config.train.steps, ex.timeout_s);
     // The attempt runs beside the run's directory; a rerun (--force) that does
     // not complete keeps the earlier completed run.
     const Status st = run_one(ex, r, attempt_dir(dir), stage_availability(r.stage, opt.stages_dir));

@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "run_config.h"
+#include "train/run_config.h"
+#include "util/fields.h"
 
 namespace gpt2::harness {
 
@@ -118,7 +119,7 @@ class Reader {
       if (key == "data.corpus" && fs::path(value).is_relative()) {
         value = (file_.parent_path() / value).lexically_normal().string();
       }
-      set_field(c, key, value, at(kv.first));
+      run_fields(c).set(key, value, at(kv.first));
     }
   }
   fs::path path(const YAML::Node& n, const std::string& key) const {

@@ -19,11 +19,12 @@
 #include <vector>
 
 #include "bench_setup.h"
-#include "buffer.h"
-#include "cli.h"
-#include "comm.h"
-#include "mpi_comm.h"
-#include "params.h"
+#include "kernels/buffer.h"
+#include "app/cli.h"
+#include "dist/comm.h"
+#include "dist/gradient_sync.h"
+#include "dist/mpi/mpi_comm.h"
+#include "model/params.h"
 
 namespace gpt2::bench {
 namespace {

@@ -10,9 +10,11 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "buffer.h"
-#include "cli.h"
-#include "provenance.h"
+#include "kernels/buffer.h"
+#include "app/cli.h"
+#include "kernels/cpu/blas.h"
+#include "util/provenance.h"
+#include "util/stats.h"
 
 namespace gpt2::bench {
 
@@ -50,11 +52,6 @@ const std::vector<Variant>& bench_variants() {
 }
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // GB/s of copying `bytes` from one buffer to another on `threads` threads,
 // counting the bytes read and the bytes written (STREAM's convention).
@@ -136,7 +133,7 @@ Ceilings measure_ceilings(bool quick) {
   Ceilings c;
   const CeilingSizes z = ceiling_sizes(quick);
   for (int t = 1; t <= 2; ++t) {
-    c.sgemm_gflops[t - 1] = sgemm_ceiling_gflops(t, z.sgemm_n, z.reps);
+    c.sgemm_gflops[t - 1] = cpu::sgemm_ceiling_gflops(t, z.sgemm_n, z.reps);
     c.memcpy_gbs[t - 1] = memcpy_rate(z.copy_mib << 20, t, z.reps);
     c.triad_gbs[t - 1] = triad_rate((z.copy_mib << 20) / 2, t, z.reps);
     c.bandwidth_gbs[t - 1] = std::max(c.memcpy_gbs[t - 1], c.triad_gbs[t - 1]);
@@ -173,8 +170,8 @@ void add_context(const Ceilings& c, const BenchOptions& o) {
   const BuildInfo b = build_info();
   benchmark::AddCustomContext("cpu_model", m.cpu_model);
   benchmark::AddCustomContext("logical_cores", std::to_string(m.logical_cores));
-  benchmark::AddCustomContext("blas_core", m.blas_core);
-  benchmark::AddCustomContext("blas_config", m.blas_config);
+  benchmark::AddCustomContext("blas_core", cpu::blas_core());
+  benchmark::AddCustomContext("blas_config", cpu::blas_config());
   benchmark::AddCustomContext("env_OPENBLAS_CORETYPE", env_or_unset("OPENBLAS_CORETYPE"));
   benchmark::AddCustomContext("env_OPENBLAS_L2_SIZE", env_or_unset("OPENBLAS_L2_SIZE"));
   benchmark::AddCustomContext("git_commit", b.git_commit);

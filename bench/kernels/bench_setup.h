@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
-#include "config.h"
+#include "kernels/backend.h"
+#include "model/config.h"
 #include "kernel_costs.h"
 
 namespace gpt2::bench {

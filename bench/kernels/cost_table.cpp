@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "cli.h"
-#include "config.h"
+#include "app/cli.h"
+#include "model/config.h"
 #include "kernel_costs.h"
-#include "params.h"
+#include "model/params.h"
 
 namespace {
 

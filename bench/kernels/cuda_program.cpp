@@ -9,8 +9,9 @@
 #include <chrono>
 #include <vector>
 
-#include "buffer.h"
-#include "cuda_backend.h"
+#include "kernels/buffer.h"
+#include "util/stats.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernel_program.h"
 
 namespace gpt2::bench {
@@ -31,11 +32,6 @@ See docs/kernels_cuda.md. Example:
   kernel_bench_cuda --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
                     --benchmark_out=kernels_cuda.json --benchmark_out_format=json
 )help";
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // GB/s of Backend::copy between two buffers of `bytes` in the backend's
 // memory, bytes read + written (STREAM's convention): the median of `reps`
@@ -72,7 +68,7 @@ std::vector<Variant> setup(const BenchOptions& options) {
   const std::unique_ptr<Backend> gpu = make_cuda_backend();
   const size_t copy_mib = options.quick ? 64 : 1024;
   const int reps = options.quick ? 1 : 5;
-  const Roof gpu_roof{gpu->ceiling_gflops(1, 1, 1), device_copy_gbs(*gpu, copy_mib << 20, reps)};
+  const Roof gpu_roof{cuda_ceiling_gflops(*gpu, 1, 1), device_copy_gbs(*gpu, copy_mib << 20, reps)};
   const Ceilings host = measure_ceilings(options.quick);
   add_context(host, options);
   benchmark::AddCustomContext("gpu", gpu->name());
@@ -80,7 +76,7 @@ std::vector<Variant> setup(const BenchOptions& options) {
   benchmark::AddCustomContext("ceiling_gpu_copy_gbs", fmt::format("{:.2f}", gpu_roof.gbs));
   benchmark::AddCustomContext(
       "ceiling_gpu_method",
-      fmt::format("compute: the CUDA backend's ceiling_gflops (the best of 5 runs of a 4096^3 cuBLAS SGEMM, FP32); bandwidth: the median "
+      fmt::format("compute: cuda_ceiling_gflops (the best of 5 runs of a 4096^3 cuBLAS SGEMM, FP32); bandwidth: the median "
                   "of {} device copies of {} MiB (Backend::copy), bytes read + written{}",
                   reps, copy_mib, options.quick ? " (--quick: not meaningful)" : ""));
   Variant naive = bench_variants().front();  // the reference, single-threaded

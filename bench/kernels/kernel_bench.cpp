@@ -24,7 +24,7 @@
 #include <string>
 
 #include "bench_setup.h"
-#include "cli.h"
+#include "app/cli.h"
 #include "kernel_cases.h"
 #include "kernel_program.h"
 

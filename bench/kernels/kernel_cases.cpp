@@ -6,8 +6,8 @@
 #include <cmath>
 #include <limits>
 
-#include "buffer.h"
-#include "params.h"
+#include "kernels/buffer.h"
+#include "model/params.h"
 
 namespace gpt2::bench {
 

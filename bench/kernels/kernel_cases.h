@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
+#include "kernels/backend.h"
 #include "bench_setup.h"
 #include "kernel_costs.h"
 

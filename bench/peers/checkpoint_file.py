@@ -1,27 +1,100 @@
-"""Reads our checkpoint format (core/checkpoint.h, version 1) with the Python
-standard library alone: the model configuration and the parameter block.
-Shared by the PyTorch peer (bench/peers/torch_gpt2.py) and the MPI tests."""
+"""Reads our checkpoint format (core/train/checkpoint.h, versions 1 and 2)
+with the Python standard library alone: the header's key/value pairs, the
+vocabulary, the parameters and, for a training checkpoint, the Adam moments.
+Shared by the PyTorch peer (bench/peers/torch_gpt2.py) and the tests.
+
+Version 2 names every setting in its header ("model.n_embd" = "384"), so this
+reader parses names, not offsets; version 1 kept the model sizes at fixed
+offsets, which are read here once and returned under the same names."""
 import struct
+
+MAGIC = b"GPT2CKPT"
+
+
+class Checkpoint:
+    """version, header (dict of str), vocab (list of bytes), and the float32
+    arrays as raw little-endian bytes: params, m and v (None for a model
+    checkpoint)."""
+
+    def __init__(self):
+        self.version = 0
+        self.header = {}
+        self.vocab = []
+        self.params = b""
+        self.m = None
+        self.v = None
+
+    def config(self):
+        """The model sizes as {"V", "T", "L", "NH", "C"}."""
+        names = {"V": "vocab_size", "T": "block_size", "L": "n_layer", "NH": "n_head", "C": "n_embd"}
+        return {k: int(self.header["model." + v]) for k, v in names.items()}
+
+
+class _Reader:
+    def __init__(self, b, pos, end, path):
+        self.b, self.pos, self.end, self.path = b, pos, end, path
+
+    def take(self, fmt):
+        n = struct.calcsize(fmt)
+        if self.pos + n > self.end:
+            raise ValueError(f"{self.path}: truncated checkpoint")
+        out = struct.unpack_from(fmt, self.b, self.pos)
+        self.pos += n
+        return out if len(out) > 1 else out[0]
+
+    def raw(self, n):
+        if self.pos + n > self.end:
+            raise ValueError(f"{self.path}: truncated checkpoint")
+        out = self.b[self.pos: self.pos + n]
+        self.pos += n
+        return out
+
+    def text(self):
+        return self.raw(self.take("<I"))
+
+
+def load(path):
+    with open(path, "rb") as f:
+        b = f.read()
+    if b[:8] != MAGIC:
+        raise ValueError(f"{path}: not a checkpoint (no GPT2CKPT magic)")
+    version, flags = struct.unpack_from("<II", b, 8)
+    ck = Checkpoint()
+    ck.version = version
+    end = len(b) - 8  # the checksum
+    if version == 1:
+        r = _Reader(b, 16, end, path)
+        sizes = r.take("<5i")
+        ck.header = dict(zip(["model.vocab_size", "model.block_size", "model.n_layer", "model.n_head",
+                              "model.n_embd"], map(str, sizes)))
+        ck.header["data.tokenizer"] = ["word", "char"][r.take("<B")]
+    elif version == 2:
+        (size,) = struct.unpack_from("<Q", b, 16)
+        if len(b) != size:
+            raise ValueError(f"{path}: truncated or corrupted checkpoint: {len(b)} bytes, it records {size}")
+        r = _Reader(b, 24, end, path)
+        for _ in range(r.take("<I")):
+            key = r.text().decode()
+            ck.header[key] = r.text().decode()
+    else:
+        raise ValueError(f"{path}: checkpoint format version {version}, this reader knows 1 and 2")
+    ck.vocab = [r.text() for _ in range(r.take("<I"))]
+    n = r.take("<Q")
+    ck.params = r.raw(4 * n)
+    if flags & 1:
+        if version == 1:  # the training state's fixed fields: kind, 2 f32, 2 i64, 5 f32, 3 i64, u64
+            r.raw(4 + 8 + 16 + 20 + 24 + 8)
+        ck.m = r.raw(4 * n)
+        ck.v = r.raw(4 * n)
+    if r.pos != end:
+        raise ValueError(f"{path}: corrupted checkpoint: {end - r.pos} unexpected bytes")
+    return ck
 
 
 def read_checkpoint(path):
     """({"V", "T", "L", "NH", "C"}, raw little-endian float32 bytes of the parameters)."""
-    with open(path, "rb") as f:
-        b = f.read()
-    if b[:8] != b"GPT2CKPT":
-        raise ValueError(f"{path}: not a checkpoint (no GPT2CKPT magic)")
-    V, T, L, NH, C = struct.unpack_from("<5i", b, 16)  # after magic, version, flags
-    pos = 16 + 20 + 1  # the sizes, then the tokenizer kind byte
-    (count,) = struct.unpack_from("<I", b, pos)
-    pos += 4
-    for _ in range(count):  # vocabulary entries: u32 length + bytes
-        (n,) = struct.unpack_from("<I", b, pos)
-        pos += 4 + n
-    (n,) = struct.unpack_from("<Q", b, pos)
-    pos += 8
-    if len(b) < pos + 4 * n:
-        raise ValueError(f"{path}: truncated checkpoint")
-    return {"V": V, "T": T, "L": L, "NH": NH, "C": C}, b[pos: pos + 4 * n]
+    ck = load(path)
+    return ck.config(), ck.params
 
 
 def read_params(path):

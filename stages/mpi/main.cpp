@@ -2,12 +2,10 @@
 // train ...`: every rank runs the CPU backend on its B/R rows of each global
 // batch and the gradients are summed by one allreduce (MPICH) per step.
 // Everything else is the core's.
-#include "backend.h"
-#include "cli.h"
-#include "mpi_comm.h"
+#include "app/cli.h"
+#include "dist/mpi/mpi_comm.h"
 
 int main(int argc, char** argv) {
   auto comm = gpt2::make_mpi_communicator(&argc, &argv);
-  gpt2::StageContext ctx{"mpi", [](const gpt2::BackendOptions& o) { return gpt2::make_cpu_backend(o.threads); }, comm.get(), ""};
-  return gpt2::stage_main(argc, argv, ctx);
+  return gpt2::stage_main(argc, argv, {"mpi", gpt2::cpu_backend_kind(), comm.get()});
 }

@@ -7,10 +7,10 @@
 // exits with status 3 (skipped).
 #include <cstdlib>
 
-#include "cli.h"
-#include "cuda_backend.h"
-#include "cuda_comm.h"
-#include "mpi_comm.h"
+#include "app/cli.h"
+#include "dist/mpi/mpi_comm.h"
+#include "dist/nccl/cuda_comm.h"
+#include "kernels/cuda/cuda_backend.h"
 
 int main(int argc, char** argv) {
   auto mpi = gpt2::make_mpi_communicator(&argc, &argv);
@@ -19,20 +19,20 @@ int main(int argc, char** argv) {
   try {
     mode = gpt2::parse_device_allreduce(env ? env : "", "GPT2_CUDA_ALLREDUCE");
   } catch (const std::invalid_argument& e) {
-    gpt2::StageContext bad{"mpi_cuda", nullptr, mpi.get(), ""};
-    return gpt2::stage_main_error(bad, e.what(), gpt2::kExitUsage);
+    return gpt2::stage_main_error({"mpi_cuda", {}, mpi.get()}, e.what(), gpt2::kExitUsage);
   }
   auto comm = gpt2::make_cuda_mpi_communicator(*mpi, mode);
-  gpt2::StageContext ctx{"mpi_cuda",
-                         [&](const gpt2::BackendOptions& o) {
-                           auto be = gpt2::make_cuda_backend({.device_hint = comm->local_rank(), .tf32 = o.tf32});
-                           comm->bind(*be);
-                           return be;
-                         },
-                         comm.get(),
-                         "Rank r uses GPU (local rank % GPUs). Gradients are summed by NCCL where each rank of a\n"
-                         "machine has its own GPU, else staged through host memory and MPI; the environment\n"
-                         "variable GPT2_CUDA_ALLREDUCE=auto|nccl|host overrides the choice. Without a CUDA\n"
-                         "device every rank exits with status 3.\n"};
-  return gpt2::stage_main(argc, argv, ctx);
+  gpt2::BackendKind kind = gpt2::cuda_backend_kind();
+  kind.make = [&comm, make = kind.make](const gpt2::BackendOptions& o) {
+    gpt2::BackendOptions bound = o;
+    bound.device_hint = comm->local_rank();
+    auto be = make(bound);
+    comm->bind(*be);
+    return be;
+  };
+  return gpt2::stage_main(argc, argv, {"mpi_cuda", kind, comm.get()},
+                          "Rank r uses GPU (local rank % GPUs). Gradients are summed by NCCL where each rank of a\n"
+                          "machine has its own GPU, else staged through host memory and MPI; the environment\n"
+                          "variable GPT2_CUDA_ALLREDUCE=auto|nccl|host overrides the choice. Without a CUDA\n"
+                          "device every rank exits with status 3.\n");
 }

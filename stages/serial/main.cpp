@@ -1,9 +1,7 @@
 // Stage 0: serial. One process on the CPU backend (threads from
 // train.threads; 1 = truly serial). Everything else is the core's.
-#include "backend.h"
-#include "cli.h"
+#include "app/cli.h"
 
 int main(int argc, char** argv) {
-  gpt2::StageContext ctx{"serial", [](const gpt2::BackendOptions& o) { return gpt2::make_cpu_backend(o.threads); }, nullptr, ""};
-  return gpt2::stage_main(argc, argv, ctx);
+  return gpt2::stage_main(argc, argv, {"serial", gpt2::cpu_backend_kind(), nullptr});
 }

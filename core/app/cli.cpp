@@ -1,0 +1,182 @@
+#include "app/cli.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/config_file.h"
+
+namespace gpt2 {
+
+namespace {
+
+// The options of each command beside the configuration keys: (name, value
+// placeholder or "" for a flag, help).
+struct Option {
+  const char* name;
+  const char* value;
+  const char* help;
+};
+
+const std::vector<Option>& options(const std::string& command) {
+  static const std::vector<Option> train = {
+      {"config", "FILE", "YAML file of sections: model, data, train, optimizer, generate"},
+      {"out", "DIR", "output directory [default: runs/<stage>-<UTC time>]"},
+      {"resume", "CKPT", "continue from a training checkpoint (same curve as uninterrupted)"},
+      {"overwrite", "", "allow DIR to hold a finished run (its files are replaced as the new run writes them; its "
+                        "metrics stream only when the new one ends)"},
+      {"hostfile", "FILE", "MPI: fail unless the job's ranks fit this MPICH hostfile"}};
+  static const std::vector<Option> generate = {
+      {"checkpoint", "CKPT", "a checkpoint written by train (any stage)"},
+      {"prompt", "TEXT", "prompt text [default: the first generate.prompt_tokens tokens of data.corpus]"},
+      {"config", "FILE", "YAML file (for generate.*, train.threads and data.corpus)"}};
+  static const std::vector<Option> config = {{"config", "FILE", "YAML file of sections to resolve"}};
+  return command == "train" ? train : command == "generate" ? generate : config;
+}
+
+const char* summary(const std::string& command) {
+  if (command == "train") {
+    return "trains from a YAML configuration (and overrides), writes DIR/config.yaml,\n"
+           "DIR/metrics.jsonl (JSON lines, renamed into place when the run completes) and\n"
+           "DIR/checkpoint.bin, then generates from the first corpus tokens and prints the text.";
+  }
+  if (command == "generate") return "continues a prompt with a trained checkpoint and prints the new text.";
+  return "prints the resolved configuration (every key, as YAML) after the file and the overrides,\n"
+         "or the first error in it: what a run would be given, without running it.";
+}
+
+std::string usage(const std::string& stage) {
+  return fmt::format(
+      "usage: {0} train    [--config FILE] [--out DIR] [--resume CKPT] [--overwrite] [--hostfile FILE]\n"
+      "                [--KEY VALUE ...]\n"
+      "       {0} generate --checkpoint CKPT [--prompt TEXT] [--config FILE] [--KEY VALUE ...]\n"
+      "       {0} config   [--config FILE] [--KEY VALUE ...]\n"
+      "       {0} [train|generate|config] --help\n",
+      stage);
+}
+
+std::string help(const std::string& stage, const std::string& note, const std::string& command) {
+  std::string h = fmt::format("{}: the {} stage of the GPT-2 engine.\n\n{}", stage, stage, usage(stage));
+  if (!note.empty()) h += "\n" + note;
+  for (const char* cmd : {"train", "generate", "config"}) {
+    if (!command.empty() && command != cmd) continue;
+    h += fmt::format("\n{}: {}\n", cmd, summary(cmd));
+    for (const Option& o : options(cmd)) {
+      h += fmt::format("  --{:<24} {}\n", fmt::format("{} {}", o.name, o.value), o.help);
+    }
+  }
+  RunConfig defaults;
+  h += "\nconfiguration keys (--KEY VALUE or --KEY=VALUE) [type: default]:\n";
+  h += command == "generate" ? run_fields(defaults).help({"data", "train", "generate"})
+                             : run_fields(defaults).help({"model", "data", "train", "optimizer", "generate"});
+  return h;
+}
+
+std::string default_out_dir(const std::string& stage) {
+  std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&now));
+  return fmt::format("runs/{}-{}", stage, buf);
+}
+
+int run(int argc, char** argv, const StageContext& ctx, const std::string& note) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) throw std::invalid_argument("no command given (expected train, generate or config; see --help)");
+  const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    if (root) fmt::print("{}", help(ctx.stage, note, ""));
+    return 0;
+  }
+  const std::string command = args[0];
+  if (command != "train" && command != "generate" && command != "config") {
+    throw std::invalid_argument(fmt::format("unknown command '{}' (expected train, generate or config)", command));
+  }
+  std::vector<std::string> keys, flags;
+  for (const Option& o : options(command)) (*o.value ? keys : flags).push_back(o.name);
+  RunConfig cfg;
+  const Fields fields = run_fields(cfg);
+  const CommandLine cl = parse_command_line({args.begin() + 1, args.end()}, fields, keys, flags);
+  if (cl.help) {
+    if (root) fmt::print("{}", help(ctx.stage, note, command));
+    return 0;
+  }
+  if (!cl.positional.empty()) throw std::invalid_argument(fmt::format("unexpected argument '{}'", cl.positional[0]));
+  auto get = [&](const char* key) {
+    const std::string* v = cl.find(key);
+    return v ? *v : std::string();
+  };
+  const std::string config_file = get("config");
+  if (!config_file.empty()) load_yaml(cfg, config_file);
+  for (const auto& [key, value] : cl.settings) fields.set(key, value, "command line");
+
+  if (command == "config") {
+    validate(cfg);
+    if (root) fmt::print("{}", to_yaml(cfg));
+  } else if (command == "train") {
+    const std::string out = get("out").empty() ? default_out_dir(ctx.stage) : get("out");
+    const TrainRequest req{cfg, out, get("resume"), cl.find("overwrite") != nullptr, config_file, get("hostfile")};
+    run_train(req, ctx);
+    if (root) fmt::print(stderr, "[{}] results in {}\n", ctx.stage, req.out_dir);
+  } else {
+    run_generate(GenerateRequest{cfg, get("checkpoint"), get("prompt")}, ctx);
+  }
+  return 0;
+}
+
+// Reports an error once and ends the job. With several ranks, an error every
+// rank meets (bad configuration) is printed by rank 0 alone: the other ranks
+// wait a moment for rank 0's abort to end them. An error only one rank meets
+// is printed by that rank, which then ends every rank.
+int fail(const StageContext& ctx, const char* what, int code) {
+  Communicator* comm = ctx.comm;
+  if (comm && comm->size() > 1 && comm->rank() != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  fmt::print(stderr, "{}: error: {}{}\n", ctx.stage,
+             comm && comm->size() > 1 ? fmt::format("rank {}: ", comm->rank()) : "", what);
+  std::fflush(stderr);
+  if (comm && comm->size() > 1) {
+    // Give mpiexec's proxy time to forward the message before the abort
+    // tears the job down (seen here: without the pause it was sometimes lost).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    comm->abort(code);
+  }
+  return code;
+}
+
+}  // namespace
+
+int tool_main(const char* program, int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const BackendUnavailable& e) {
+    fmt::print(stderr, "{}: {}\n", program, e.what());
+    return kExitUnavailable;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}: error: {}\n", program, e.what());
+    return kExitUsage;
+  }
+}
+
+int stage_main_error(const StageContext& ctx, const char* what, int code) { return fail(ctx, what, code); }
+
+int stage_main(int argc, char** argv, const StageContext& ctx, const std::string& help_note) {
+  try {
+    return run(argc, argv, ctx, help_note);
+  } catch (const BackendUnavailable& e) {
+    return fail(ctx, e.what(), kExitUnavailable);
+  } catch (const std::invalid_argument& e) {
+    return fail(ctx, e.what(), kExitUsage);
+  } catch (const std::exception& e) {
+    return fail(ctx, e.what(), kExitFailure);
+  }
+}
+
+}  // namespace gpt2

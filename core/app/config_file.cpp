@@ -1,0 +1,57 @@
+#include "app/config_file.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <stdexcept>
+
+namespace gpt2 {
+
+void load_yaml(RunConfig& c, const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw std::invalid_argument(fmt::format("{}: cannot read the configuration file", path));
+  } catch (const YAML::ParserException& e) {
+    throw std::invalid_argument(
+        fmt::format("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  if (root.IsNull()) return;  // an empty file sets nothing
+  const Fields fields = run_fields(c);
+  const std::vector<std::string> sections = fields.sections();
+  if (!root.IsMap()) {
+    throw std::invalid_argument(fmt::format("{}:{}: expected a mapping of sections (model, data, train, "
+                                            "optimizer, generate)", path, root.Mark().line + 1));
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  for (const auto& sec : root) {
+    const std::string name = sec.first.as<std::string>();
+    const std::string at = fmt::format("{}:{}", path, sec.first.Mark().line + 1);
+    if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
+      const std::string hint = closest_key(name, sections);
+      throw std::invalid_argument(fmt::format("{}: unknown section '{}'{}", at, name,
+                                              hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+    }
+    if (sec.second.IsNull()) continue;
+    if (!sec.second.IsMap()) {
+      throw std::invalid_argument(fmt::format("{}: section '{}' must be a mapping of keys", at, name));
+    }
+    for (const auto& kv : sec.second) {
+      const std::string key = name + "." + kv.first.as<std::string>();
+      const std::string where = fmt::format("{}:{}", path, kv.first.Mark().line + 1);
+      if (!kv.second.IsScalar()) {
+        throw std::invalid_argument(fmt::format("{}: {}: expected a single value", where, key));
+      }
+      const std::string value = kv.second.as<std::string>();
+      fields.set(key, value, where);
+      if (key == "data.corpus" && !value.empty() && std::filesystem::path(value).is_relative() && !dir.empty()) {
+        c.data.corpus = (std::filesystem::path(dir) / value).lexically_normal().string();
+      }
+    }
+  }
+}
+
+}  // namespace gpt2

@@ -1,0 +1,166 @@
+// Backend: the kernel contract every backend implements (forward/backward
+// pairs, the optimizer update and the gradient norm). The model calls only
+// this interface; the build and the stage program choose the implementation
+// once, at start-up.
+//
+// Argument order everywhere: outputs, inputs, weights; sizes come from the
+// views. Shapes use the letters of config.h; N = B * T rows.
+// Accumulation rules (the backward pass relies on them):
+//   * parameter gradients (dweight, dbias, dwte, dwpe) are ACCUMULATED (+=),
+//     so zero_grad once per step and gradient accumulation both work;
+//   * layernorm_backward ACCUMULATES into dinp: the residual stream's gradient
+//     lives in one buffer and each block adds its share;
+//   * every other activation gradient is OVERWRITTEN (=).
+// Backends assume valid shapes: the model builds them; tests construct them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/buffer.h"
+#include "kernels/tensor.h"
+
+namespace gpt2 {
+
+// One Adam/AdamW update, already reduced to per-element coefficients by the
+// optimizer (optim.h), so that both variants share one kernel:
+//   g  = grad * grad_scale                     (global-norm clipping)
+//   m  = beta1 * m + (1 - beta1) * g
+//   v  = beta2 * v + (1 - beta2) * g^2
+//   p  = p * decay_factor - step_size * m / (sqrt(v) * v_scale + eps)
+struct AdamCoefficients {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float step_size = 0.0f;
+  float v_scale = 1.0f;
+  float decay_factor = 1.0f;
+  float grad_scale = 1.0f;
+};
+
+// Thrown when a backend cannot run on this machine (no CUDA device): the
+// stage exits with kExitUnavailable and the harness records "skipped".
+class BackendUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // What ran, for the record: "cpu", "reference", "cuda (NVIDIA H100 ..., sm_90)".
+  virtual std::string name() const = 0;
+  // Where this backend's tensors must live: the model, the optimizer and the
+  // activations allocate their Buffers here. Token and target arrays are
+  // always passed as HOST pointers; a device backend copies them itself.
+  virtual Memory& memory() { return host_memory(); }
+  // Returns when every kernel issued so far has finished (a device backend
+  // runs them asynchronously; host backends are always finished): what a
+  // timer needs before it stops.
+  virtual void synchronize() {}
+
+  // x = 0.
+  virtual void zero(Tensor x) = 0;
+  // dst = src (same number of elements).
+  virtual void copy(Tensor dst, Tensor src) = 0;
+
+  // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T).
+  virtual void encoder_forward(Tensor out, const int32_t* tokens, Tensor wte, Tensor wpe) = 0;
+  // dwte (V,C) +=, dwpe (T',C) += from dout (B,T,C).
+  virtual void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, const int32_t* tokens) = 0;
+
+  // Per row of inp (N,C): out = (x - mean) * rstd * weight + bias, eps 1e-5.
+  // mean, rstd (N) are kept for the backward pass.
+  virtual void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                                 Tensor bias) = 0;
+  virtual void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                                  Tensor weight, Tensor mean, Tensor rstd) = 0;
+
+  // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be empty.
+  virtual void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) = 0;
+  // dinp (N,C) =; dweight (OC,C) +=; dbias (OC) += (may be empty).
+  virtual void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                               Tensor weight) = 0;
+
+  // Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v, each (NH,HS)
+  // per position; out (B,T,C); lse (B,NH,T) is the log-sum-exp of each
+  // softmax row (scaled scores), kept so backward can rebuild probabilities
+  // without storing the (T,T) matrix.
+  virtual void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH) = 0;
+  // dqkv (B,T,3C) =, from dout (B,T,C) and the forward's out, lse and qkv.
+  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
+                                  int NH) = 0;
+
+  // One query against a key/value cache (generation with a KV cache): the
+  // query is the last row of qkv (1,P,3C), keys and values are its rows
+  // 0..P-1; out (1,1,C). The same arithmetic as row P-1 of attention_forward.
+  virtual void attention_decode(Tensor out, Tensor qkv, int NH) = 0;
+
+  // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  virtual void gelu_forward(Tensor out, Tensor inp) = 0;
+  // dinp = dout * gelu'(inp); dinp may alias dout.
+  virtual void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
+
+  // out = a + b (same shapes). Its backward is the identity into both
+  // branches, which the model gets by accumulating into one dresidual buffer.
+  virtual void residual_forward(Tensor out, Tensor a, Tensor b) = 0;
+
+  // losses (N) = -log softmax(logits (N,V))[target]; targets (N).
+  virtual void crossentropy_forward(Tensor losses, Tensor logits, const int32_t* targets) = 0;
+  // dlogits (N,V) = dloss * (softmax(logits) - onehot(target)); may alias logits.
+  virtual void crossentropy_backward(Tensor dlogits, Tensor logits, const int32_t* targets,
+                                     float dloss) = 0;
+
+  // In-place update of one parameter tensor and its moments (see above).
+  virtual void adam_update(Tensor param, Tensor grad, Tensor m, Tensor v,
+                           const AdamCoefficients& k) = 0;
+  // Sum of squares of x, accumulated in double.
+  virtual double sum_squares(Tensor x) = 0;
+  // Sum of x, accumulated in double (the mean loss).
+  virtual double sum(Tensor x) = 0;
+};
+
+// Sum of a host tensor in element order, in double (the CPU backends' sum).
+double sum_in_order(Tensor x);
+
+// What a stage asks of its backend, from the configuration.
+struct BackendOptions {
+  int threads = 1;      // CPU threads (train.threads, 0 resolved to every core)
+  bool tf32 = false;    // train.tf32: CUDA matrix products on TF32 tensor cores
+  int device_hint = 0;  // CUDA: the GPU is device_hint % device count (a rank's local rank)
+};
+
+// A kind of backend as a stage program chooses it, once: how to make one,
+// and how to measure the FP32 matrix-product ceiling (GFLOP/s) of a job of
+// `ranks` such backends, `ranks_per_machine` of them on each machine, with
+// `threads` CPU threads each (the MFU denominator; a device backend counts
+// the devices the ranks actually use). Measuring the machine is kept off the
+// kernel contract above.
+struct BackendKind {
+  std::string name;  // "cpu", "cuda"
+  std::function<std::unique_ptr<Backend>(const BackendOptions&)> make;
+  std::function<double(Backend& be, int ranks, int ranks_per_machine, int threads)> ceiling_gflops;
+};
+
+// The CPU backend's kind: make_cpu_backend, and OpenBLAS's own threaded SGEMM
+// on ranks x threads threads as the ceiling (kernels/cpu/blas.h).
+BackendKind cpu_backend_kind();
+
+// The kernel libraries linked into every program, for provenance: the
+// OpenBLAS kernel chosen at run time and its build configuration, as
+// ("blas_core", ...), ("blas_config", ...).
+std::vector<std::pair<std::string, std::string>> kernel_library_info();
+
+// The naive reference kernels (backend/reference): loops that follow the
+// formulas, single-threaded; the test oracle and the benchmark baseline.
+std::unique_ptr<Backend> make_reference_backend();
+// The optimised CPU kernels (backend/cpu): BLAS GEMMs, OpenMP threads.
+// threads = 1 runs truly serially (no worker threads are used).
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+}  // namespace gpt2

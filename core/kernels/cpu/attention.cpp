@@ -1,0 +1,166 @@
+// Causal multi-head attention on the CPU, fused and tiled: for each (b, h)
+// and block of kBlock query rows, the scores, mask, softmax and weighted sum
+// of values are computed in a (kBlock, T) tile with single-threaded SGEMMs,
+// so the (T,T) attention matrix is never stored. Forward keeps only the
+// log-sum-exp of each row; backward rebuilds the probabilities from it.
+// Work is split over (b, h) pairs: their outputs and gradients are disjoint.
+// attention_decode (one query against a KV cache) works row-wise.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/fast_math.h"
+
+namespace gpt2::cpu {
+
+namespace {
+// Query rows per block: the (kBlock, T) score tile of one thread stays in L2.
+constexpr int64_t kBlock = 64;
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+inline void axpy(float* y, float alpha, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+
+// Query row t of one head: base points at q of (t=0) for this (b, h), rows
+// C3 floats apart with k at +C and v at +2C. Writes the head's HS outputs to
+// o and returns the row's log-sum-exp. p: scratch of at least t+1 floats.
+float attention_row(float* o, float* p, const float* base, int64_t t, int64_t C3, int64_t C,
+                    int64_t HS) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  const float* q = base + t * C3;
+  float maxv = -INFINITY;
+  for (int64_t s = 0; s <= t; ++s) {  // causal: keys at or before t
+    p[s] = dot(q, base + s * C3 + C, HS) * scale;
+    maxv = p[s] > maxv ? p[s] : maxv;
+  }
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t s = 0; s <= t; ++s) {
+    p[s] = fast_exp(p[s] - maxv);  // shifted by the row max for stability
+    sum += p[s];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < HS; ++i) o[i] = 0.0f;
+  for (int64_t s = 0; s <= t; ++s) axpy(o, p[s] * inv, base + s * C3 + 2 * C, HS);
+  return maxv + std::log(sum);
+}
+}  // namespace
+
+void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH) {
+  // Per (b, h), in blocks of kBlock query rows [r0, r1): the block sees keys
+  // [0, r1) only, so the scores S = scale Q K^T and the output O = P V are
+  // GEMMs on the causal lower part (62.5% of the square at T = 256).
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), C = C3 / 3, HS = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float* scratch_all = scratch(static_cast<size_t>(threads_ * kBlock * T));
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (int64_t bh = 0; bh < B * NH; ++bh) {
+    const int64_t b = bh / NH, h = bh % NH;
+    float* S = scratch_all + omp_get_thread_num() * kBlock * T;  // (kBlock, T)
+    const float* Q = qkv.data + b * T * C3 + h * HS;  // rows C3 apart; K at +C, V at +2C
+    float* O = out.data + b * T * C + h * HS;        // rows C apart
+    for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
+      const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
+      // S (m, n) = scale * Q[r0:r1] K[0:n]^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                  static_cast<int>(HS), scale, Q + r0 * C3, static_cast<int>(C3), Q + C, static_cast<int>(C3), 0.0f,
+                  S, static_cast<int>(n));
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t t = r0 + i;  // keys 0..t are visible
+        float* row = S + i * n;
+        float maxv = -INFINITY;
+        for (int64_t s = 0; s <= t; ++s) maxv = row[s] > maxv ? row[s] : maxv;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t s = 0; s <= t; ++s) {
+          row[s] = fast_exp(row[s] - maxv);  // shifted by the row max for stability
+          sum += row[s];
+        }
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int64_t s = 0; s <= t; ++s) row[s] *= inv;
+        for (int64_t s = t + 1; s < n; ++s) row[s] = 0.0f;  // masked
+        lse.data[bh * T + t] = maxv + std::log(sum);
+      }
+      // O[r0:r1] (m, HS) = P (m, n) V[0:n] (n, HS)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(HS),
+                  static_cast<int>(n), 1.0f, S, static_cast<int>(n), Q + 2 * C, static_cast<int>(C3), 0.0f,
+                  O + r0 * C, static_cast<int>(C));
+    }
+  }
+}
+
+void CpuBackend::attention_decode(Tensor out, Tensor qkv, int NH) {
+  const int64_t P = qkv.dim(1), C3 = qkv.dim(2), C = C3 / 3, HS = C / NH;
+  float* rows = scratch(static_cast<size_t>(threads_ * P));
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (int64_t h = 0; h < NH; ++h) {
+    attention_row(out.data + h * HS, rows + omp_get_thread_num() * P, qkv.data + h * HS, P - 1, C3, C, HS);
+  }
+}
+
+void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
+                                    int NH) {
+  // Per (b, h) and block of query rows [r0, r1) over keys [0, r1):
+  //   P = exp(scale Q K^T - lse) (masked),  dP = dO V^T,
+  //   D_t = sum_s P_ts dP_ts = dO_t . O_t,  dS = P * (dP - D) * scale,
+  //   dQ = dS K,  dK += dS^T Q,  dV += P^T dO      (FlashAttention-2's backward)
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), C = C3 / 3, HS = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float* scratch_all = scratch(static_cast<size_t>(threads_ * 2 * kBlock * T));
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (int64_t bh = 0; bh < B * NH; ++bh) {
+    const int64_t b = bh / NH, h = bh % NH;
+    float* P = scratch_all + omp_get_thread_num() * 2 * kBlock * T;  // (kBlock, T)
+    float* dP = P + kBlock * T;                                       // (kBlock, T)
+    const float* Q = qkv.data + b * T * C3 + h * HS;
+    const float* dO = dout.data + b * T * C + h * HS;
+    const float* O = out.data + b * T * C + h * HS;
+    float* dQ = dqkv.data + b * T * C3 + h * HS;  // dK at +C, dV at +2C
+    for (int64_t t = 0; t < T; ++t) {  // dK and dV accumulate over row blocks
+      for (int64_t i = 0; i < HS; ++i) dQ[t * C3 + C + i] = dQ[t * C3 + 2 * C + i] = 0.0f;
+    }
+    for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
+      const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
+      const int im = static_cast<int>(m), in = static_cast<int>(n), ihs = static_cast<int>(HS);
+      const int ic3 = static_cast<int>(C3), ic = static_cast<int>(C);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, scale, Q + r0 * C3, ic3, Q + C, ic3, 0.0f, P,
+                  in);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, 1.0f, dO + r0 * C, ic, Q + 2 * C, ic3, 0.0f,
+                  dP, in);
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t t = r0 + i;
+        float* p = P + i * n;
+        float* dp = dP + i * n;
+        const float row_lse = lse.data[bh * T + t];
+        const float D = dot(dO + t * C, O + t * C, HS);
+#pragma omp simd
+        for (int64_t s = 0; s <= t; ++s) {
+          p[s] = fast_exp(p[s] - row_lse);
+          dp[s] = p[s] * (dp[s] - D) * scale;  // dS
+        }
+        for (int64_t s = t + 1; s < n; ++s) p[s] = dp[s] = 0.0f;  // masked
+      }
+      // dQ[r0:r1] = dS K[0:n];  dK[0:n] += dS^T Q[r0:r1];  dV[0:n] += P^T dO[r0:r1]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, ihs, in, 1.0f, dP, in, Q + C, ic3, 0.0f,
+                  dQ + r0 * C3, ic3);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, dP, in, Q + r0 * C3, ic3, 1.0f,
+                  dQ + C, ic3);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, P, in, dO + r0 * C, ic, 1.0f,
+                  dQ + 2 * C, ic3);
+    }
+  }
+}
+
+}  // namespace gpt2::cpu

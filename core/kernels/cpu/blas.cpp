@@ -1,0 +1,46 @@
+#include "kernels/cpu/blas.h"
+
+#include <cblas.h>
+
+#include <chrono>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "util/stats.h"
+
+namespace gpt2 {
+
+namespace cpu {
+
+std::string blas_core() { return openblas_get_corename(); }
+std::string blas_config() { return openblas_get_config(); }
+
+double sgemm_ceiling_gflops(int threads, int n, int reps) {
+  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+  openblas_set_num_threads(threads);
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {  // the first run is warm-up
+    auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
+                c.data(), n);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) rates.push_back(2.0 * n * n * double(n) / s / 1e9);
+  }
+  openblas_set_num_threads(1);
+  return median(rates);
+}
+
+}  // namespace cpu
+
+BackendKind cpu_backend_kind() {
+  return BackendKind{"cpu", [](const BackendOptions& o) { return make_cpu_backend(o.threads); },
+                     [](Backend&, int ranks, int /*ranks_per_machine*/, int threads) {
+                       return cpu::sgemm_ceiling_gflops(ranks * threads, 1024, 3);
+                     }};
+}
+
+std::vector<std::pair<std::string, std::string>> kernel_library_info() {
+  return {{"blas_core", cpu::blas_core()}, {"blas_config", cpu::blas_config()}};
+}
+
+}  // namespace gpt2

@@ -1,0 +1,160 @@
+// CpuBackend: construction, thread set-up, and the element-wise kernels
+// (embedding, GELU, residual, Adam, sum of squares). The heavier kernels are
+// in layernorm.cpp, matmul.cpp, attention.cpp and crossentropy.cpp.
+#include "kernels/cpu/cpu_backend.h"
+
+#include <cblas.h>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/cpu/fast_math.h"
+
+namespace gpt2 {
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<cpu::CpuBackend>(threads);
+}
+
+namespace cpu {
+
+CpuBackend::CpuBackend(int threads) : threads_(threads) {
+  if (threads < 1) throw std::invalid_argument(fmt::format("threads must be >= 1, got {}", threads));
+  // One thread pool: OpenBLAS runs single-threaded inside our OpenMP
+  // regions, which split each GEMM (matmul.cpp).
+  openblas_set_num_threads(1);
+  omp_set_num_threads(threads);
+}
+
+float* CpuBackend::scratch(size_t n) {
+  if (scratch_.size() < n) scratch_ = Buffer(n);
+  return scratch_.data();
+}
+
+void CpuBackend::zero(Tensor x) {
+  const int64_t n = x.numel();
+  float* d = x.data;
+#pragma omp parallel for simd num_threads(threads_) schedule(static)
+  for (int64_t i = 0; i < n; ++i) d[i] = 0.0f;
+}
+
+void CpuBackend::copy(Tensor dst, Tensor src) {
+  std::memcpy(dst.data, src.data, static_cast<size_t>(src.numel()) * sizeof(float));
+}
+
+void CpuBackend::encoder_forward(Tensor out, const int32_t* tokens, Tensor wte, Tensor wpe) {
+  const int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    float* o = out.data + bt * C;
+    const float* te = wte.data + static_cast<int64_t>(tokens[bt]) * C;
+    const float* pe = wpe.data + (bt % T) * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] = te[c] + pe[c];
+  }
+}
+
+void CpuBackend::encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, const int32_t* tokens) {
+  // Threads own disjoint column ranges, so repeated tokens never race and the
+  // summation order over positions is fixed.
+  const int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
+#pragma omp parallel num_threads(threads_)
+  {
+    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const int64_t c0 = C * tid / nt, c1 = C * (tid + 1) / nt;
+    for (int64_t bt = 0; bt < B * T; ++bt) {
+      const float* d = dout.data + bt * C;
+      float* dte = dwte.data + static_cast<int64_t>(tokens[bt]) * C;
+      float* dpe = dwpe.data + (bt % T) * C;
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) {
+        dte[c] += d[c];
+        dpe[c] += d[c];
+      }
+    }
+  }
+}
+
+namespace {
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluA = 0.044715f;
+}  // namespace
+
+void CpuBackend::gelu_forward(Tensor out, Tensor inp) {
+  const int64_t n = inp.numel();
+  const float* x = inp.data;
+  float* y = out.data;
+#pragma omp parallel for simd num_threads(threads_) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float u = kGeluK * (x[i] + kGeluA * x[i] * x[i] * x[i]);
+    y[i] = 0.5f * x[i] * (1.0f + fast_tanh(u));
+  }
+}
+
+void CpuBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {
+  const int64_t n = inp.numel();
+  const float* x = inp.data;
+  const float* dy = dout.data;
+  float* dx = dinp.data;
+#pragma omp parallel for simd num_threads(threads_) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float u = kGeluK * (x[i] + kGeluA * x[i] * x[i] * x[i]);
+    float th = fast_tanh(u);
+    float du = kGeluK * (1.0f + 3.0f * kGeluA * x[i] * x[i]);
+    float grad = 0.5f * (1.0f + th) + 0.5f * x[i] * (1.0f - th * th) * du;
+    dx[i] = grad * dy[i];
+  }
+}
+
+void CpuBackend::residual_forward(Tensor out, Tensor a, Tensor b) {
+  const int64_t n = a.numel();
+  float* o = out.data;
+  const float* x = a.data;
+  const float* y = b.data;
+#pragma omp parallel for simd num_threads(threads_) schedule(static)
+  for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+}
+
+void CpuBackend::adam_update(Tensor param, Tensor grad, Tensor m, Tensor v,
+                             const AdamCoefficients& k) {
+  const int64_t n = param.numel();
+  float* p = param.data;
+  const float* g = grad.data;
+  float* mm = m.data;
+  float* vv = v.data;
+#pragma omp parallel for simd num_threads(threads_) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = g[i] * k.grad_scale;
+    mm[i] = k.beta1 * mm[i] + (1.0f - k.beta1) * gi;
+    vv[i] = k.beta2 * vv[i] + (1.0f - k.beta2) * gi * gi;
+    p[i] = p[i] * k.decay_factor - k.step_size * mm[i] / (std::sqrt(vv[i]) * k.v_scale + k.eps);
+  }
+}
+
+double CpuBackend::sum_squares(Tensor x) {
+  const int64_t n = x.numel();
+  const float* d = x.data;
+  double partial[256] = {};  // one slot per thread, summed in thread order
+  const int nt = std::min(threads_, 256);
+#pragma omp parallel num_threads(nt)
+  {
+    const int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t i0 = n * t / T, i1 = n * (t + 1) / T;
+    double acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = i0; i < i1; ++i) acc += static_cast<double>(d[i]) * d[i];
+    partial[t] = acc;
+  }
+  double total = 0;
+  for (int t = 0; t < nt; ++t) total += partial[t];
+  return total;
+}
+
+}  // namespace cpu
+}  // namespace gpt2

@@ -1,0 +1,81 @@
+// LayerNorm on the CPU (eps 1e-5, biased variance as in PyTorch). Rows are
+// independent; the weight and bias gradients sum over rows, so each thread
+// keeps partial sums in scratch and they are added in thread order.
+#include <omp.h>
+
+#include <cmath>
+
+#include "kernels/cpu/cpu_backend.h"
+
+namespace gpt2::cpu {
+
+void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                                   Tensor bias) {
+  const int64_t N = inp.rows(), C = inp.cols();
+  const float* w = weight.data;
+  const float* bi = bias.data;
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = inp.data + i * C;
+    float* o = out.data + i * C;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < C; ++c) sum += x[c];
+    const float m = sum / static_cast<float>(C);
+    float sq = 0.0f;  // two-pass variance: no cancellation for large means
+#pragma omp simd reduction(+ : sq)
+    for (int64_t c = 0; c < C; ++c) sq += (x[c] - m) * (x[c] - m);
+    const float s = 1.0f / std::sqrt(sq / static_cast<float>(C) + 1e-5f);
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + bi[c];
+    mean.data[i] = m;
+    rstd.data[i] = s;
+  }
+}
+
+void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
+                                    Tensor inp, Tensor weight, Tensor mean, Tensor rstd) {
+  // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight.
+  const int64_t N = inp.rows(), C = inp.cols();
+  const float* w = weight.data;
+  float* partials = scratch(static_cast<size_t>(threads_ * 2 * C));
+  int64_t ran = 1;  // threads the runtime granted (possibly fewer than asked)
+#pragma omp parallel num_threads(threads_)
+  {
+    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    if (tid == 0) ran = nt;
+    float* dw = partials + tid * 2 * C;
+    float* db = dw + C;
+    for (int64_t c = 0; c < 2 * C; ++c) dw[c] = 0.0f;
+    for (int64_t i = N * tid / nt; i < N * (tid + 1) / nt; ++i) {
+      const float* x = inp.data + i * C;
+      const float* d = dout.data + i * C;
+      float* dx = dinp.data + i * C;
+      const float m = mean.data[i], s = rstd.data[i];
+      float g_sum = 0.0f, gx_sum = 0.0f;
+#pragma omp simd reduction(+ : g_sum, gx_sum)
+      for (int64_t c = 0; c < C; ++c) {
+        float g = d[c] * w[c];
+        g_sum += g;
+        gx_sum += g * (x[c] - m) * s;
+      }
+      const float g_mean = g_sum / static_cast<float>(C), gx_mean = gx_sum / static_cast<float>(C);
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) {
+        float xhat = (x[c] - m) * s;
+        db[c] += d[c];
+        dw[c] += xhat * d[c];
+        dx[c] += s * (d[c] * w[c] - g_mean - xhat * gx_mean);
+      }
+    }
+  }
+  for (int64_t t = 0; t < ran; ++t) {  // only the slots that were written
+    const float* dw = partials + t * 2 * C;
+    for (int64_t c = 0; c < C; ++c) {
+      dweight.data[c] += dw[c];
+      dbias.data[c] += dw[C + c];
+    }
+  }
+}
+
+}  // namespace gpt2::cpu

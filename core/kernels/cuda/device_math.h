@@ -1,0 +1,166 @@
+// Per-element and per-row arithmetic of the CUDA kernels (kernels.cu), as
+// inline functions that compile both for the device (nvcc) and for the host
+// (g++), so tests/device_math_test.cpp can rebuild each kernel on the host
+// with the same formulas, the same operation order and the same launch
+// constants, and hold it to the reference kernels. Not a kernel library:
+// no CUDA headers, no memory access patterns, no threads.
+//
+// Summation order matters for determinism and for the host emulation, so it
+// is part of the contract written here:
+//   * a warp reduction is the xor butterfly with offsets 16, 8, 4, 2, 1
+//     (warp_butterfly below emulates it on 32 host values); every lane ends
+//     with the same value because IEEE addition and fmaxf are commutative;
+//   * a lane's partial over a row takes the elements lane, lane+32, ... in
+//     ascending order;
+//   * dot products of attention rows go through Dot4 (four running sums,
+//     one per float4 component, combined (x+y)+(z+w)).
+// The device may fuse a*b+c into one FMA (nvcc's default), the host does
+// not, so host and device agree to rounding, not bitwise; adam_element avoids
+// fusion on purpose (see there).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/backend.h"  // AdamCoefficients
+
+#if defined(__CUDACC__)
+#define GPT2_HD __host__ __device__
+#else
+#define GPT2_HD
+#endif
+
+namespace gpt2::cuda::dm {
+
+constexpr int kWarpSize = 32;
+
+// Launch constants the host emulation must share with kernels.cu.
+constexpr int kRowWarps = 8;              // rows (one per warp) per block: layernorm, crossentropy
+constexpr int kAttnWarps = 8;             // query/key rows (one per warp) per attention block
+constexpr int kColumnTileRows = 8;        // threadIdx.y extent of the column-sum tiles
+constexpr int kColumnChunkRows = 256;     // rows summed by one column-sum block before the final pass
+constexpr int kReduceThreads = 256;       // threads per reduce_sum block (both stages)
+constexpr int kReduceBlocks = 256;        // stage-1 blocks = partials the stage-2 block combines
+
+// Number of partial column sums per column (row chunks) for N rows.
+constexpr int column_chunks(int N) { return (N + kColumnChunkRows - 1) / kColumnChunkRows; }
+
+struct SumOp {
+  GPT2_HD float operator()(float a, float b) const { return a + b; }
+  GPT2_HD double operator()(double a, double b) const { return a + b; }
+};
+struct MaxOp {
+  GPT2_HD float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Host emulation of the device's xor-butterfly warp reduction: after each
+// round lane l holds op(lane[l], lane[l ^ offset]), exactly what
+// v = op(v, __shfl_xor_sync(mask, v, offset)) computes on the device.
+template <typename T, typename Op>
+inline T warp_butterfly(T (&lane)[kWarpSize], Op op) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    T next[kWarpSize];
+    for (int l = 0; l < kWarpSize; ++l) next[l] = op(lane[l], lane[l ^ offset]);
+    for (int l = 0; l < kWarpSize; ++l) lane[l] = next[l];
+  }
+  return lane[0];
+}
+
+// Dot product of two rows read as float4: four independent running sums
+// (instruction-level parallelism on the device), combined at the end.
+struct Dot4 {
+  float x = 0.0f, y = 0.0f, z = 0.0f, w = 0.0f;
+  GPT2_HD void add(float ax, float ay, float az, float aw, float bx, float by, float bz, float bw) {
+    x += ax * bx;
+    y += ay * by;
+    z += az * bz;
+    w += aw * bw;
+  }
+  GPT2_HD float total() const { return (x + y) + (z + w); }
+};
+
+// ---- GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) ----
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+GPT2_HD inline float gelu_forward(float x) {
+  float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+
+// d gelu / dx = 0.5 (1 + th) + 0.5 x (1 - th^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+GPT2_HD inline float gelu_grad(float x) {
+  float th = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+  float sech2 = 1.0f - th * th;
+  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+}
+
+// ---- LayerNorm (two-pass mean and biased variance, as the reference) ----
+constexpr float kLayerNormEps = 1e-5f;
+
+GPT2_HD inline float layernorm_rstd(float sum_sq_dev, int C) {
+  float var = sum_sq_dev / static_cast<float>(C);
+  return 1.0f / sqrtf(var + kLayerNormEps);
+}
+GPT2_HD inline float layernorm_out(float x, float mean, float rstd, float weight, float bias) {
+  return (x - mean) * rstd * weight + bias;
+}
+// dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dout * weight.
+GPT2_HD inline float layernorm_dinp(float g, float xhat, float rstd, float g_mean, float gx_mean) {
+  return rstd * (g - g_mean - xhat * gx_mean);
+}
+
+// ---- Cross-entropy from the row's max and sum of exp(z - max) ----
+GPT2_HD inline float crossentropy_loss(float z_target, float maxv, float sumexp) {
+  return maxv + logf(sumexp) - z_target;
+}
+GPT2_HD inline float crossentropy_grad(float z, float maxv, float sumexp, bool is_target, float dloss) {
+  float p = expf(z - maxv) / sumexp;
+  return dloss * (p - (is_target ? 1.0f : 0.0f));
+}
+
+// ---- Attention: online softmax over chunks of 32 keys ----
+// Running state (m, l): max and sum of exp(score - m). Merging a chunk with
+// max cm and exp-sum cl taken against m_new = max(m, cm):
+//   l' = l * exp(m - m_new) + cl.  The first chunk has m = -inf, scale 0.
+GPT2_HD inline float softmax_rescale(float m_old, float m_new) { return expf(m_old - m_new); }
+GPT2_HD inline float softmax_lse(float m, float l) { return m + logf(l); }
+// dS_ij * scale with dS = P (dP - D), D_i = dO_i . O_i (= sum_j P_ij dP_ij).
+GPT2_HD inline float attention_dscore(float p, float dp, float D, float scale) { return p * (dp - D) * scale; }
+
+// ---- Adam / AdamW, in the reference's operation order ----
+// Products and sums are rounded one by one (no FMA) so that the device
+// update is bitwise the reference's: optimizer state drifts otherwise.
+GPT2_HD inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+GPT2_HD inline float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+GPT2_HD inline float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+// g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g g;
+// p = p * decay - step * m / (sqrt(v) * v_scale + eps).
+GPT2_HD inline void adam_element(float& param, float& m, float& v, float grad, const AdamCoefficients& k) {
+  float g = mul_rn(grad, k.grad_scale);
+  m = add_rn(mul_rn(k.beta1, m), mul_rn(sub_rn(1.0f, k.beta1), g));
+  v = add_rn(mul_rn(k.beta2, v), mul_rn(mul_rn(sub_rn(1.0f, k.beta2), g), g));
+  float denom = add_rn(mul_rn(sqrtf(v), k.v_scale), k.eps);
+  param = sub_rn(mul_rn(param, k.decay_factor), mul_rn(k.step_size, m) / denom);
+}
+
+}  // namespace gpt2::cuda::dm

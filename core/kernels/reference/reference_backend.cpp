@@ -1,0 +1,91 @@
+// The reference backend: the Backend interface over the naive float kernels
+// of reference_kernels.h. Whole-model runs on it are the slow oracle that the
+// optimised backends are compared with.
+#include "kernels/backend.h"
+#include "kernels/reference/reference_kernels.h"
+
+namespace gpt2 {
+namespace {
+
+int i32(int64_t n) { return static_cast<int>(n); }
+
+class ReferenceBackend final : public Backend {
+ public:
+  std::string name() const override { return "reference"; }
+
+  void zero(Tensor x) override {
+    for (float& f : x) f = 0.0f;
+  }
+  void copy(Tensor dst, Tensor src) override {
+    for (int64_t i = 0; i < src.numel(); ++i) dst.data[i] = src.data[i];
+  }
+
+  void encoder_forward(Tensor out, const int32_t* tokens, Tensor wte, Tensor wpe) override {
+    ref::encoder_forward(out.data, tokens, wte.data, wpe.data, i32(out.dim(0)), i32(out.dim(1)),
+                         i32(out.dim(2)));
+  }
+  void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, const int32_t* tokens) override {
+    ref::encoder_backward(dwte.data, dwpe.data, dout.data, tokens, i32(dout.dim(0)), i32(dout.dim(1)),
+                          i32(dout.dim(2)));
+  }
+  void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
+                         Tensor bias) override {
+    ref::layernorm_forward(out.data, mean.data, rstd.data, inp.data, weight.data, bias.data,
+                           i32(inp.rows()), i32(inp.cols()));
+  }
+  void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                          Tensor weight, Tensor mean, Tensor rstd) override {
+    ref::layernorm_backward(dinp.data, dweight.data, dbias.data, dout.data, inp.data, weight.data,
+                            mean.data, rstd.data, i32(inp.rows()), i32(inp.cols()));
+  }
+  void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override {
+    ref::matmul_forward(out.data, inp.data, weight.data, bias.data, i32(inp.rows()), i32(inp.cols()),
+                        i32(weight.dim(0)));
+  }
+  void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                       Tensor weight) override {
+    ref::matmul_backward(dinp.data, dweight.data, dbias.data, dout.data, inp.data, weight.data,
+                         i32(inp.rows()), i32(inp.cols()), i32(weight.dim(0)));
+  }
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH) override {
+    ref::attention_forward(out.data, lse.data, qkv.data, i32(qkv.dim(0)), i32(qkv.dim(1)),
+                           i32(qkv.dim(2) / 3), NH);
+  }
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor /*out*/, Tensor /*lse*/, Tensor qkv,
+                          int NH) override {
+    ref::attention_backward(dqkv.data, dout.data, qkv.data, i32(qkv.dim(0)), i32(qkv.dim(1)),
+                            i32(qkv.dim(2) / 3), NH);
+  }
+  void attention_decode(Tensor out, Tensor qkv, int NH) override {
+    ref::attention_decode(out.data, qkv.data, i32(qkv.dim(1)), i32(qkv.dim(2) / 3), NH);
+  }
+  void gelu_forward(Tensor out, Tensor inp) override {
+    ref::gelu_forward(out.data, inp.data, inp.numel());
+  }
+  void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
+    ref::gelu_backward(dinp.data, dout.data, inp.data, inp.numel());
+  }
+  void residual_forward(Tensor out, Tensor a, Tensor b) override {
+    ref::residual_forward(out.data, a.data, b.data, a.numel());
+  }
+  void crossentropy_forward(Tensor losses, Tensor logits, const int32_t* targets) override {
+    ref::crossentropy_forward(losses.data, logits.data, targets, i32(logits.rows()), i32(logits.cols()));
+  }
+  void crossentropy_backward(Tensor dlogits, Tensor logits, const int32_t* targets,
+                             float dloss) override {
+    ref::crossentropy_backward(dlogits.data, logits.data, targets, dloss, i32(logits.rows()),
+                               i32(logits.cols()));
+  }
+  void adam_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamCoefficients& k) override {
+    ref::adam_update(param.data, grad.data, m.data, v.data, param.numel(), k.beta1, k.beta2, k.eps,
+                     k.step_size, k.v_scale, k.decay_factor, k.grad_scale);
+  }
+  double sum_squares(Tensor x) override { return ref::sum_squares(x.data, x.numel()); }
+  double sum(Tensor x) override { return sum_in_order(x); }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<ReferenceBackend>(); }
+
+}  // namespace gpt2

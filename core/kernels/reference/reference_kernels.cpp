@@ -1,0 +1,323 @@
+#include "kernels/reference/reference_kernels.h"
+
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+namespace gpt2::ref {
+
+template <typename R>
+void encoder_forward(R* out, const int32_t* tokens, const R* wte, const R* wpe, int B, int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      R* o = out + (static_cast<int64_t>(b) * T + t) * C;
+      const R* te = wte + static_cast<int64_t>(tokens[b * T + t]) * C;
+      const R* pe = wpe + static_cast<int64_t>(t) * C;
+      for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
+    }
+  }
+}
+
+template <typename R>
+void encoder_backward(R* dwte, R* dwpe, const R* dout, const int32_t* tokens, int B, int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const R* d = dout + (static_cast<int64_t>(b) * T + t) * C;
+      R* dte = dwte + static_cast<int64_t>(tokens[b * T + t]) * C;
+      R* dpe = dwpe + static_cast<int64_t>(t) * C;
+      for (int c = 0; c < C; ++c) {
+        dte[c] += d[c];
+        dpe[c] += d[c];
+      }
+    }
+  }
+}
+
+template <typename R>
+void layernorm_forward(R* out, R* mean, R* rstd, const R* inp, const R* weight, const R* bias, int N,
+                       int C) {
+  const R eps = R(1e-5);
+  for (int i = 0; i < N; ++i) {
+    const R* x = inp + static_cast<int64_t>(i) * C;
+    R m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= C;
+    R var = 0;
+    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    var /= C;  // biased variance, as PyTorch's LayerNorm
+    R s = R(1) / std::sqrt(var + eps);
+    R* o = out + static_cast<int64_t>(i) * C;
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[i] = m;
+    rstd[i] = s;
+  }
+}
+
+template <typename R>
+void layernorm_backward(R* dinp, R* dweight, R* dbias, const R* dout, const R* inp, const R* weight,
+                        const R* mean, const R* rstd, int N, int C) {
+  // With xhat = (x - mean) * rstd and g = dout * weight:
+  //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+  for (int i = 0; i < N; ++i) {
+    const R* x = inp + static_cast<int64_t>(i) * C;
+    const R* d = dout + static_cast<int64_t>(i) * C;
+    R* dx = dinp + static_cast<int64_t>(i) * C;
+    R g_mean = 0, gx_mean = 0;
+    for (int c = 0; c < C; ++c) {
+      R xhat = (x[c] - mean[i]) * rstd[i];
+      R g = d[c] * weight[c];
+      g_mean += g;
+      gx_mean += g * xhat;
+    }
+    g_mean /= C;
+    gx_mean /= C;
+    for (int c = 0; c < C; ++c) {
+      R xhat = (x[c] - mean[i]) * rstd[i];
+      R g = d[c] * weight[c];
+      dbias[c] += d[c];
+      dweight[c] += xhat * d[c];
+      dx[c] += rstd[i] * (g - g_mean - xhat * gx_mean);
+    }
+  }
+}
+
+template <typename R>
+void matmul_forward(R* out, const R* inp, const R* weight, const R* bias, int N, int C, int OC) {
+  for (int i = 0; i < N; ++i) {
+    for (int o = 0; o < OC; ++o) {
+      R acc = bias ? bias[o] : R(0);
+      for (int c = 0; c < C; ++c) acc += inp[static_cast<int64_t>(i) * C + c] * weight[static_cast<int64_t>(o) * C + c];
+      out[static_cast<int64_t>(i) * OC + o] = acc;
+    }
+  }
+}
+
+template <typename R>
+void matmul_backward(R* dinp, R* dweight, R* dbias, const R* dout, const R* inp, const R* weight,
+                     int N, int C, int OC) {
+  for (int i = 0; i < N; ++i) {
+    for (int c = 0; c < C; ++c) {
+      R acc = 0;
+      for (int o = 0; o < OC; ++o) acc += dout[static_cast<int64_t>(i) * OC + o] * weight[static_cast<int64_t>(o) * C + c];
+      dinp[static_cast<int64_t>(i) * C + c] = acc;
+    }
+  }
+  for (int o = 0; o < OC; ++o) {
+    for (int c = 0; c < C; ++c) {
+      R acc = 0;
+      for (int i = 0; i < N; ++i) acc += dout[static_cast<int64_t>(i) * OC + o] * inp[static_cast<int64_t>(i) * C + c];
+      dweight[static_cast<int64_t>(o) * C + c] += acc;
+    }
+    if (dbias) {
+      R acc = 0;
+      for (int i = 0; i < N; ++i) acc += dout[static_cast<int64_t>(i) * OC + o];
+      dbias[o] += acc;
+    }
+  }
+}
+
+// Pointer to head h of q (part 0), k (1) or v (2) at (b, t) in qkv (B,T,3C).
+template <typename Ptr>
+static Ptr head(Ptr qkv, int part, int b, int t, int h, int T, int C, int HS) {
+  return qkv + (static_cast<int64_t>(b) * T + t) * 3 * C + part * C + h * HS;
+}
+
+// Query row t of head h in batch row b: writes the head's HS outputs to o
+// and returns the row's log-sum-exp. p is scratch of at least t+1 values.
+template <typename R>
+static R attention_row(R* o, R* p, const R* qkv, int b, int t, int h, int T, int C, int HS) {
+  const R scale = R(1) / std::sqrt(R(HS));
+  const R* q = head(qkv, 0, b, t, h, T, C, HS);
+  R maxv = -INFINITY;
+  for (int s = 0; s <= t; ++s) {  // causal: keys at or before t
+    const R* k = head(qkv, 1, b, s, h, T, C, HS);
+    R dot = 0;
+    for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
+    p[s] = dot * scale;
+    if (p[s] > maxv) maxv = p[s];
+  }
+  R sum = 0;
+  for (int s = 0; s <= t; ++s) {
+    p[s] = std::exp(p[s] - maxv);  // shifted by the max for stability
+    sum += p[s];
+  }
+  for (int i = 0; i < HS; ++i) o[i] = 0;
+  for (int s = 0; s <= t; ++s) {
+    const R* v = head(qkv, 2, b, s, h, T, C, HS);
+    for (int i = 0; i < HS; ++i) o[i] += p[s] / sum * v[i];
+  }
+  return maxv + std::log(sum);
+}
+
+template <typename R>
+void attention_forward(R* out, R* lse, const R* qkv, int B, int T, int C, int NH) {
+  const int HS = C / NH;
+  std::vector<R> p(static_cast<size_t>(T));
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        R* o = out + (static_cast<int64_t>(b) * T + t) * C + h * HS;
+        lse[(static_cast<int64_t>(b) * NH + h) * T + t] = attention_row(o, p.data(), qkv, b, t, h, T, C, HS);
+      }
+    }
+  }
+}
+
+template <typename R>
+void attention_decode(R* out, const R* qkv, int P, int C, int NH) {
+  const int HS = C / NH;
+  std::vector<R> p(static_cast<size_t>(P));
+  for (int h = 0; h < NH; ++h) attention_row(out + h * HS, p.data(), qkv, 0, P - 1, h, P, C, HS);
+}
+
+template <typename R>
+void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int C, int NH) {
+  // Per (b, h): P = softmax(scale * Q K^T) (causal), O = P V. Then
+  //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)),
+  //   dQ = scale * dS K,  dK = scale * dS^T Q.
+  const int HS = C / NH;
+  const R scale = R(1) / std::sqrt(R(HS));
+  std::vector<R> P(static_cast<size_t>(T) * T), dP(static_cast<size_t>(T) * T);
+  for (int64_t i = 0; i < static_cast<int64_t>(B) * T * 3 * C; ++i) dqkv[i] = 0;
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        const R* q = head(qkv, 0, b, t, h, T, C, HS);
+        R maxv = -INFINITY;
+        for (int s = 0; s <= t; ++s) {
+          const R* k = head(qkv, 1, b, s, h, T, C, HS);
+          R dot = 0;
+          for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
+          P[t * T + s] = dot * scale;
+          if (P[t * T + s] > maxv) maxv = P[t * T + s];
+        }
+        R sum = 0;
+        for (int s = 0; s <= t; ++s) sum += (P[t * T + s] = std::exp(P[t * T + s] - maxv));
+        for (int s = 0; s <= t; ++s) P[t * T + s] /= sum;
+      }
+      for (int t = 0; t < T; ++t) {
+        const R* dO = dout + (static_cast<int64_t>(b) * T + t) * C + h * HS;
+        R rowsum = 0;
+        for (int s = 0; s <= t; ++s) {
+          const R* v = head(qkv, 2, b, s, h, T, C, HS);
+          R dot = 0;
+          for (int i = 0; i < HS; ++i) dot += dO[i] * v[i];
+          dP[t * T + s] = dot;
+          rowsum += dot * P[t * T + s];
+          R* dv = head(dqkv, 2, b, s, h, T, C, HS);
+          for (int i = 0; i < HS; ++i) dv[i] += P[t * T + s] * dO[i];
+        }
+        R* dq = head(dqkv, 0, b, t, h, T, C, HS);
+        const R* q = head(qkv, 0, b, t, h, T, C, HS);
+        for (int s = 0; s <= t; ++s) {
+          R ds = P[t * T + s] * (dP[t * T + s] - rowsum) * scale;
+          const R* k = head(qkv, 1, b, s, h, T, C, HS);
+          R* dk = head(dqkv, 1, b, s, h, T, C, HS);
+          for (int i = 0; i < HS; ++i) {
+            dq[i] += ds * k[i];
+            dk[i] += ds * q[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename R>
+static R gelu_inner(R x) {
+  const R k = std::sqrt(R(2) / std::numbers::pi_v<R>);
+  return k * (x + R(0.044715) * x * x * x);
+}
+
+template <typename R>
+void gelu_forward(R* out, const R* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = R(0.5) * inp[i] * (R(1) + std::tanh(gelu_inner(inp[i])));
+}
+
+template <typename R>
+void gelu_backward(R* dinp, const R* dout, const R* inp, int64_t n) {
+  const R k = std::sqrt(R(2) / std::numbers::pi_v<R>);
+  for (int64_t i = 0; i < n; ++i) {
+    R x = inp[i];
+    R th = std::tanh(gelu_inner(x));
+    R sech2 = R(1) - th * th;
+    R grad = R(0.5) * (R(1) + th) + R(0.5) * x * sech2 * k * (R(1) + R(3) * R(0.044715) * x * x);
+    dinp[i] = grad * dout[i];
+  }
+}
+
+template <typename R>
+void residual_forward(R* out, const R* a, const R* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <typename R>
+void crossentropy_forward(R* losses, const R* logits, const int32_t* targets, int N, int V) {
+  for (int i = 0; i < N; ++i) {
+    const R* z = logits + static_cast<int64_t>(i) * V;
+    R maxv = z[0];
+    for (int j = 1; j < V; ++j) maxv = std::max(maxv, z[j]);
+    R sum = 0;
+    for (int j = 0; j < V; ++j) sum += std::exp(z[j] - maxv);
+    losses[i] = maxv + std::log(sum) - z[targets[i]];
+  }
+}
+
+template <typename R>
+void crossentropy_backward(R* dlogits, const R* logits, const int32_t* targets, R dloss, int N, int V) {
+  for (int i = 0; i < N; ++i) {
+    const R* z = logits + static_cast<int64_t>(i) * V;
+    R* dz = dlogits + static_cast<int64_t>(i) * V;
+    R maxv = z[0];
+    for (int j = 1; j < V; ++j) maxv = std::max(maxv, z[j]);
+    R sum = 0;
+    for (int j = 0; j < V; ++j) sum += std::exp(z[j] - maxv);
+    const int target = targets[i];
+    for (int j = 0; j < V; ++j) {
+      R p = std::exp(z[j] - maxv) / sum;
+      dz[j] = dloss * (p - (j == target ? R(1) : R(0)));
+    }
+  }
+}
+
+template <typename R>
+void adam_update(R* param, const R* grad, R* m, R* v, int64_t n, R beta1, R beta2, R eps, R step_size,
+                 R v_scale, R decay_factor, R grad_scale) {
+  for (int64_t i = 0; i < n; ++i) {
+    R g = grad[i] * grad_scale;
+    m[i] = beta1 * m[i] + (R(1) - beta1) * g;
+    v[i] = beta2 * v[i] + (R(1) - beta2) * g * g;
+    param[i] = param[i] * decay_factor - step_size * m[i] / (std::sqrt(v[i]) * v_scale + eps);
+  }
+}
+
+template <typename R>
+double sum_squares(const R* x, int64_t n) {
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return acc;
+}
+
+#define GPT2_REF_INSTANTIATE(R)                                                                      \
+  template void encoder_forward<R>(R*, const int32_t*, const R*, const R*, int, int, int);          \
+  template void encoder_backward<R>(R*, R*, const R*, const int32_t*, int, int, int);               \
+  template void layernorm_forward<R>(R*, R*, R*, const R*, const R*, const R*, int, int);           \
+  template void layernorm_backward<R>(R*, R*, R*, const R*, const R*, const R*, const R*, const R*, \
+                                      int, int);                                                     \
+  template void matmul_forward<R>(R*, const R*, const R*, const R*, int, int, int);                 \
+  template void matmul_backward<R>(R*, R*, R*, const R*, const R*, const R*, int, int, int);        \
+  template void attention_forward<R>(R*, R*, const R*, int, int, int, int);                         \
+  template void attention_backward<R>(R*, const R*, const R*, int, int, int, int);                  \
+  template void attention_decode<R>(R*, const R*, int, int, int);                                   \
+  template void gelu_forward<R>(R*, const R*, int64_t);                                              \
+  template void gelu_backward<R>(R*, const R*, const R*, int64_t);                                   \
+  template void residual_forward<R>(R*, const R*, const R*, int64_t);                                \
+  template void crossentropy_forward<R>(R*, const R*, const int32_t*, int, int);                     \
+  template void crossentropy_backward<R>(R*, const R*, const int32_t*, R, int, int);                 \
+  template void adam_update<R>(R*, const R*, R*, R*, int64_t, R, R, R, R, R, R, R);                 \
+  template double sum_squares<R>(const R*, int64_t);
+
+GPT2_REF_INSTANTIATE(float)
+GPT2_REF_INSTANTIATE(double)
+
+}  // namespace gpt2::ref

@@ -1,0 +1,48 @@
+// GPT-2 forward and backward as flat lists of kernel calls (llm.c style):
+// the backward list is the forward list reversed. No autograd graph; every
+// tensor is a view into the parameter, gradient or activation buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/activations.h"
+#include "kernels/backend.h"
+#include "model/params.h"
+
+namespace gpt2 {
+
+// Told by the backward pass whenever a suffix of the gradient buffer is
+// final: grads[offset, end) will not change again this step. Data
+// parallelism starts the allreduce of finished buckets from here
+// (dist/gradient_sync.h) while the rest of the backward pass runs.
+class GradReadyHook {
+ public:
+  virtual ~GradReadyHook() = default;
+  virtual void ready(size_t offset) = 0;
+};
+
+// Runs the model on tokens (B,T). With targets (B,T) it also computes the
+// per-position losses and returns their mean; without (nullptr) it stops at
+// the logits and returns 0. B and T are the arena's.
+float gpt2_forward(Backend& be, const Gpt2& model, Activations& acts, const int32_t* tokens,
+                   const int32_t* targets);
+
+// Accumulates d(loss)/d(parameters) into model.grads, where loss is
+// dloss * (sum of the per-position losses): dloss = 1 / (B*T) gives the
+// gradient of the mean; data-parallel ranks pass 1 / (global B*T). Needs the
+// activations of a forward pass with targets; overwrites the logits.
+// `hook` (optional) hears each time a suffix of the gradient buffer is final:
+// after the head, after each block (from the last), after the embeddings.
+void gpt2_backward(Backend& be, Gpt2& model, Activations& acts, const int32_t* tokens,
+                   const int32_t* targets, float dloss, GradReadyHook* hook = nullptr);
+
+// One token of generation with a key/value cache: runs `token` at position
+// `pos` on an arena of B = 1, T = 1. qkv_cache[l] (1, T, 3C) holds layer l's
+// q, k, v rows for positions 0 .. pos-1; this call writes row pos and attends
+// over rows 0 .. pos. The logits for the next token are in acts.logits (1,1,V).
+void gpt2_decode(Backend& be, const Gpt2& model, Activations& acts, const std::vector<Tensor>& qkv_cache,
+                 int32_t token, int pos);
+
+}  // namespace gpt2

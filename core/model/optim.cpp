@@ -1,0 +1,107 @@
+#include "model/optim.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+namespace gpt2 {
+
+OptimizerConfig OptimizerConfig::original() { return OptimizerConfig{}; }
+
+OptimizerConfig OptimizerConfig::adamw() {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kAdamW;
+  c.lr = 3e-4f;
+  c.min_lr = 3e-5f;
+  c.warmup_steps = 10;
+  c.decay_steps = 1000;
+  c.weight_decay = 0.1f;
+  return c;
+}
+
+void OptimizerConfig::validate() const {
+  auto fail = [](const char* key, const std::string& what) {
+    throw std::invalid_argument(fmt::format("optimizer.{}: {}", key, what));
+  };
+  if (!(lr > 0)) fail("lr", fmt::format("must be positive, got {}", lr));
+  if (!(min_lr >= 0 && min_lr <= lr)) fail("min_lr", fmt::format("must be in [0, lr], got {}", min_lr));
+  if (decay_steps <= 0) fail("decay_steps", fmt::format("must be positive, got {}", decay_steps));
+  if (warmup_steps < 0) fail("warmup_steps", fmt::format("must be >= 0, got {}", warmup_steps));
+  if (!(beta1 >= 0 && beta1 < 1)) fail("beta1", fmt::format("must be in [0, 1), got {}", beta1));
+  if (!(beta2 >= 0 && beta2 < 1)) fail("beta2", fmt::format("must be in [0, 1), got {}", beta2));
+  if (!(eps > 0)) fail("eps", fmt::format("must be positive, got {}", eps));
+  if (!(weight_decay >= 0)) fail("weight_decay", fmt::format("must be >= 0, got {}", weight_decay));
+}
+
+OptimizerKind parse_optimizer_kind(const std::string& name) {
+  if (name == "adam_original") return OptimizerKind::kOriginalAdam;
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  throw std::invalid_argument(
+      fmt::format("optimizer.kind: expected 'adam_original' or 'adamw', got '{}'", name));
+}
+
+std::string to_string(OptimizerKind kind) {
+  return kind == OptimizerKind::kOriginalAdam ? "adam_original" : "adamw";
+}
+
+double learning_rate(const OptimizerConfig& c, int64_t step) {
+  const double lr = c.lr, min_lr = c.min_lr;
+  if (c.kind == OptimizerKind::kOriginalAdam) {
+    double frac = static_cast<double>(std::min(step, c.decay_steps)) / static_cast<double>(c.decay_steps);
+    return lr - (lr - min_lr) * frac;
+  }
+  if (step < c.warmup_steps) {
+    return lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  }
+  if (step >= c.decay_steps) return min_lr;
+  double span = static_cast<double>(std::max<int64_t>(c.decay_steps - c.warmup_steps, 1));
+  double frac = static_cast<double>(step - c.warmup_steps) / span;
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(std::numbers::pi * frac));
+}
+
+Optimizer::Optimizer(const OptimizerConfig& cfg, size_t num_params, Memory& memory)
+    : cfg_(cfg), m_(num_params, memory), v_(num_params, memory) {
+  cfg_.validate();
+}
+
+StepStats Optimizer::step(Backend& be, Gpt2& model) {
+  StepStats s;
+  const size_t n = model.num_params();
+  s.lr = learning_rate(cfg_, step_);
+  s.grad_norm = std::sqrt(be.sum_squares(Tensor(model.grad_data(), {static_cast<int64_t>(n)})));
+  if (cfg_.grad_clip > 0) s.grad_scale = std::min(1.0, cfg_.grad_clip / (s.grad_norm + 1e-6));
+
+  const double t = static_cast<double>(step_ + 1);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(cfg_.beta1), t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(cfg_.beta2), t);
+  AdamCoefficients k;
+  k.beta1 = cfg_.beta1;
+  k.beta2 = cfg_.beta2;
+  k.eps = cfg_.eps;
+  k.grad_scale = static_cast<float>(s.grad_scale);
+  if (cfg_.kind == OptimizerKind::kOriginalAdam) {
+    k.step_size = static_cast<float>(s.lr * std::sqrt(bc2) / bc1);
+    k.v_scale = 1.0f;
+  } else {
+    k.step_size = static_cast<float>(s.lr / bc1);
+    k.v_scale = static_cast<float>(1.0 / std::sqrt(bc2));
+  }
+  const float decay = static_cast<float>(1.0 - s.lr * cfg_.weight_decay);
+  for (const ParamInfo& info : model.infos()) {
+    const Tensor& p = *info.view;
+    auto at = [&](float* base) {
+      Tensor view = p;
+      view.data = base + info.offset;
+      return view;
+    };
+    k.decay_factor = info.decay ? decay : 1.0f;
+    be.adam_update(p, at(model.grad_data()), at(m_.data()), at(v_.data()), k);
+  }
+  ++step_;
+  return s;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,85 @@
+// Checkpoints: one binary format for every stage and layout (model
+// checkpoints for generation; training checkpoints that also resume a run
+// exactly).
+//
+// Version 2 (little-endian):
+//   "GPT2CKPT"  magic, 8 bytes
+//   u32 version (2), u32 flags (bit 0: training state present)
+//   u64 size of the whole file in bytes, checksum included
+//   u32 count, count x (u32 length, key bytes, u32 length, value bytes)
+//       the header: the resolved configuration as text key/value pairs,
+//       named as in the configuration ("model.n_embd" = "384",
+//       "optimizer.lr" = "0.0001", "data.tokenizer" = "word"), then the
+//       training state ("state.steps_done", "state.loader_position",
+//       "state.loader_batches") and what resume depends on ("train.seed",
+//       "train.batch_size", "data.loader", ...). Readers find values by name.
+//   u32 count, count x (u32 length, bytes)      the tokenizer's vocabulary
+//   u64 n, n x f32                              parameters, in layout order
+//   [training state: n x f32 Adam m, n x f32 Adam v]
+//   u64 FNV-1a 64 checksum of every byte before it
+// Version 1 (the first format: the model sizes and optimizer settings at
+// fixed offsets) still loads; its values come back under the same names.
+// Written to "<path>.tmp" and renamed over <path>, so a crash never leaves a
+// half-written checkpoint under the real name.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+#include "model/optim.h"
+#include "model/params.h"
+#include "model/tokenizer.h"
+
+namespace gpt2 {
+
+inline constexpr uint32_t kCheckpointVersion = 2;
+
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+struct TrainingState {
+  OptimizerConfig optimizer;
+  int64_t steps_done = 0;
+  int64_t loader_position = 0;
+  int64_t loader_batches = 0;
+  uint64_t seed = 0;
+  std::vector<float> m, v;  // Adam moments, parameter layout
+};
+
+struct Checkpoint {
+  uint32_t version = kCheckpointVersion;
+  Gpt2Config config;
+  Tokenizer tokenizer;
+  std::vector<float> params;
+  std::optional<TrainingState> training;
+  KeyValues header;  // every header entry, by name (for a version-1 file, those it had)
+  // The header value of `key`, or nullptr.
+  const std::string* find(const std::string& key) const;
+};
+
+// Writes a checkpoint atomically. `optimizer` and `training` are optional
+// together: with them, the checkpoint can resume training (training->m and
+// ->v are ignored: the optimizer's moments are written). `extra` entries
+// (what the run's resume depends on, e.g. "train.batch_size") are added to
+// the header.
+void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer& tokenizer,
+                     const Optimizer* optimizer = nullptr, const TrainingState* training = nullptr,
+                     const KeyValues& extra = {});
+
+// Reads and verifies a checkpoint of version 1 or 2. Throws
+// std::runtime_error naming the file and the problem: not a checkpoint,
+// unsupported version, truncated, checksum mismatch (corrupted), a missing or
+// malformed header entry, inconsistent sizes.
+Checkpoint load_checkpoint(const std::string& path);
+
+// Throws std::invalid_argument naming the first field where the checkpoint's
+// model configuration differs from `expected`.
+void expect_same_config(const Checkpoint& ckpt, const Gpt2Config& expected, const std::string& path);
+
+// Copies the checkpoint's parameters into a model of the same configuration.
+void load_params(const Checkpoint& ckpt, Gpt2& model);
+
+}  // namespace gpt2

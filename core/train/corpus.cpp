@@ -1,0 +1,46 @@
+#include "train/corpus.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace gpt2 {
+
+namespace fs = std::filesystem;
+
+std::string read_corpus(const std::string& path) {
+  if (path.empty()) throw std::invalid_argument("data.corpus: no corpus file given");
+  std::ifstream f(path, std::ios::binary);
+  if (!f || fs::is_directory(path)) {
+    throw std::invalid_argument(fmt::format("data.corpus: cannot read '{}': {}", path,
+                                            fs::exists(path) ? "not a readable file" : "no such file"));
+  }
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string text = ss.str();
+  if (text.find_first_not_of(" \t\r\n\v\f") == std::string::npos) {
+    throw std::invalid_argument(fmt::format("data.corpus: '{}' is empty", path));
+  }
+  return text;
+}
+
+Corpus load_corpus(const std::string& path, TokenizerKind kind, const Tokenizer* vocabulary, Communicator& comm) {
+  Corpus out;
+  if (comm.rank() == 0) {
+    const std::string text = read_corpus(path);
+    out.tok = vocabulary ? *vocabulary : Tokenizer::build(kind, text);
+    out.tokens = tokenize_corpus(out.tok, text, path);
+  }
+  if (comm.size() > 1) {
+    std::vector<std::string> vocab = out.tok.vocab();
+    broadcast_strings(comm, vocab, 0);
+    broadcast_ints(comm, out.tokens, 0);
+    out.tok = Tokenizer::from_vocab(kind, std::move(vocab));
+  }
+  return out;
+}
+
+}  // namespace gpt2

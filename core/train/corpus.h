@@ -1,0 +1,29 @@
+// The training text as every rank needs it: rank 0 reads and tokenizes the
+// corpus (with a given vocabulary when resuming) and broadcasts the result,
+// so only rank 0 needs the file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "model/tokenizer.h"
+
+namespace gpt2 {
+
+// Reads a whole text file; errors name data.corpus and the path (missing,
+// unreadable, empty).
+std::string read_corpus(const std::string& path);
+
+struct Corpus {
+  Tokenizer tok;
+  std::vector<int32_t> tokens;  // encode(text) then [EOS]
+};
+
+// Rank 0 reads `path` and tokenizes it with `vocabulary` (a checkpoint's) or,
+// when that is null, with a vocabulary built from the text; every rank gets
+// the tokenizer and the token stream.
+Corpus load_corpus(const std::string& path, TokenizerKind kind, const Tokenizer* vocabulary, Communicator& comm);
+
+}  // namespace gpt2

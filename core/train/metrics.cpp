@@ -1,0 +1,67 @@
+#include "train/metrics.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <vector>
+
+namespace gpt2 {
+
+MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_steps_before)
+    : path_(path), partial_(path + ".partial") {
+  std::vector<std::string> kept;
+  if (keep_steps_before >= 0) {
+    std::ifstream old(partial_);
+    for (std::string l; std::getline(old, l);) {
+      Json j;
+      try {
+        j = Json::parse(l);
+      } catch (const Json::exception&) {
+        continue;  // a line cut short by the interruption
+      }
+      const RecordKind kind = record_kind(j);
+      if ((kind == RecordKind::kStep || kind == RecordKind::kEval) && j["step"].is_number_integer() &&
+          j["step"].get<int64_t>() < keep_steps_before) {
+        kept.push_back(l);
+      }
+    }
+  }
+  f_ = std::fopen(partial_.c_str(), "w");
+  if (!f_) throw std::runtime_error(fmt::format("{}: cannot write metrics: {}", partial_, std::strerror(errno)));
+  for (const std::string& l : kept) line(l);
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsWriter::line(const std::string& json) {
+  if (std::fputs(json.c_str(), f_) < 0 || std::fputc('\n', f_) < 0 || std::fflush(f_) != 0) {
+    throw std::runtime_error(fmt::format("{}: writing metrics failed: {}", partial_, std::strerror(errno)));
+  }
+}
+
+void MetricsWriter::step(const StepRecord& r) { line(to_json(r).dump()); }
+
+void MetricsWriter::eval(const EvalRecord& r) { line(to_json(r).dump()); }
+
+void MetricsWriter::finish(const RunSummary& summary) {
+  line(to_json(summary).dump());
+  std::fclose(f_);
+  f_ = nullptr;
+  if (std::rename(partial_.c_str(), path_.c_str()) != 0) {
+    throw std::runtime_error(fmt::format("{}: cannot rename metrics into place: {}", path_, std::strerror(errno)));
+  }
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+}  // namespace gpt2

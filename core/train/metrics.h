@@ -1,0 +1,39 @@
+// The metrics stream's writer (the records are util/records.h). Lines go to
+// "<path>.partial" as they happen (flushed each line) and the file is renamed
+// to <path> only when the run finishes: a stream under its real name is
+// always a complete run.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "util/records.h"
+
+namespace gpt2 {
+
+class MetricsWriter {
+ public:
+  // keep_steps_before >= 0: an interrupted run's "<path>.partial" is kept up
+  // to (not including) that step, so a resumed run extends the same curve.
+  explicit MetricsWriter(const std::string& path, int64_t keep_steps_before = -1);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  void step(const StepRecord& r);
+  void eval(const EvalRecord& r);
+  // Writes the summary and renames the stream to its final name.
+  void finish(const RunSummary& summary);
+  const std::string& path() const { return path_; }
+
+ private:
+  void line(const std::string& json);
+  std::string path_, partial_;
+  std::FILE* f_ = nullptr;
+};
+
+// Peak resident memory of this process in MiB (getrusage).
+double peak_rss_mb();
+
+}  // namespace gpt2

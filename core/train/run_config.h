@@ -1,0 +1,90 @@
+// RunConfig: every setting of a training or generation run, as sections that
+// each list their fields once (util/fields.h): model (model/config.h), data
+// (model/data_config.h), train (below), optimizer (model/optim.h), generate
+// (model/generate.h) and debug. The trainer consumes it; the application
+// layer reads it from YAML files and the command line (app/config_file.h).
+// A new section (parallelism, say) is one member here, one line in
+// run_fields() and its checks in validate().
+//
+// A field's key is "section.name" (train.steps): in YAML `name` under the
+// mapping `section`, on the command line `--section.name V`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+#include "model/data_config.h"
+#include "model/generate.h"
+#include "model/optim.h"
+#include "util/fields.h"
+
+namespace gpt2 {
+
+struct TrainConfig {
+  int batch_size = 16;          // global batch rows
+  int seq_len = 256;
+  int steps = 50;               // optimizer steps (the original's "epochs")
+  uint64_t seed = 1337;         // initial weights (Philox) and random windows
+  int threads = 0;              // 0: every core
+  int eval_every = 0;           // validation loss every N steps; 0: never
+  int eval_batches = 4;
+  int checkpoint_every = 0;     // training checkpoint every N steps; 0: at the end only
+  bool save_checkpoint = true;  // false: write no checkpoint at all (benchmark runs)
+  bool tf32 = false;            // CUDA stages: cuBLAS may use TF32 tensor cores
+  double peak_gflops = 0.0;     // MFU denominator; 0: measure SGEMM at start-up
+  double grad_bucket_mb = 0.0;  // data parallel: allreduce buckets overlapping backward; 0: one allreduce
+
+  template <typename F>
+  void visit_fields(F&& f) {
+    f("batch_size", batch_size, "global batch rows per step");
+    f("seq_len", seq_len, "tokens per row, <= model.block_size");
+    f("steps", steps, "optimizer steps (the original's 'epochs': one global batch each)");
+    f("seed", seed, "seed of the weights (Philox) and of random windows");
+    f("threads", threads, "CPU threads; 0 = every core");
+    f("eval_every", eval_every, "validation loss every N steps; 0 = never");
+    f("eval_batches", eval_batches, "batches per validation evaluation");
+    f("checkpoint_every", checkpoint_every, "training checkpoint every N steps; 0 = at the end only");
+    f("save_checkpoint", save_checkpoint, "write training checkpoints (false: none, e.g. for benchmarks)");
+    f("tf32", tf32,
+      "CUDA stages: let cuBLAS use TF32 tensor cores for the matrix products (faster, ~1e-3 relative error; "
+      "changes results); ignored on the CPU");
+    f("peak_gflops", peak_gflops, "peak GFLOP/s for MFU; 0 = measure an SGEMM at start-up");
+    f("grad_bucket_mb", grad_bucket_mb,
+      "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one allreduce "
+      "after backward");
+  }
+};
+
+// Test-only switches.
+struct DebugConfig {
+  int fail_rank = -1;  // this rank throws at step fail_step
+  int fail_step = -1;
+
+  template <typename F>
+  void visit_fields(F&& f) {
+    f("fail_rank", fail_rank, "test-only: this rank throws at step debug.fail_step; -1 = never");
+    f("fail_step", fail_step, "test-only: the step at which debug.fail_rank throws");
+  }
+};
+
+struct RunConfig {
+  Gpt2Config model{0, 256, 6, 6, 384};  // the original's sizes; vocab_size 0 = the tokenizer's
+  DataConfig data;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  GenerateConfig generate;
+  DebugConfig debug;
+};
+
+// The fields of `c`, bound to it, by section, in documentation order.
+Fields run_fields(RunConfig& c);
+
+// Range and consistency checks of every section and across sections, after
+// all sources are applied; throws std::invalid_argument naming the key.
+void validate(const RunConfig& c);
+
+// The configuration as YAML, every field by section (config.yaml, run.yaml).
+std::string to_yaml(RunConfig c);
+
+}  // namespace gpt2

@@ -1,0 +1,153 @@
+#include "train/run_state.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <stdexcept>
+
+#include "train/checkpoint.h"
+#include "train/corpus.h"
+#include "util/hash.h"
+
+namespace gpt2 {
+
+namespace {
+
+// The checks of a training checkpoint that need nothing but the configuration.
+void check_training_checkpoint(const Checkpoint& ck, const RunConfig& c, const std::string& path) {
+  if (!ck.training) {
+    throw std::invalid_argument(fmt::format("--resume: '{}' is a model checkpoint without training state", path));
+  }
+  if (ck.tokenizer.kind() != c.data.tokenizer) {
+    throw std::invalid_argument(fmt::format("{}: checkpoint tokenizer is '{}', but data.tokenizer says '{}'", path,
+                                            to_string(ck.tokenizer.kind()), to_string(c.data.tokenizer)));
+  }
+}
+
+// The checks against the resolved model and the run's optimizer, seed and length.
+void check_training_state(const Checkpoint& ck, const Gpt2Config& model, const RunConfig& c,
+                          const std::string& path) {
+  expect_same_config(ck, model, path);
+  Fields have, want;
+  OptimizerConfig ck_opt = ck.training->optimizer, run_opt = c.optimizer;
+  have.add_section("optimizer", ck_opt);
+  want.add_section("optimizer", run_opt);
+  const auto a = have.values(), b = want.values();
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].second != b[i].second) {
+      throw std::invalid_argument(fmt::format("{}: checkpoint has {} = {}, but the configuration says {}", path,
+                                              a[i].first, a[i].second, b[i].second));
+    }
+  }
+  if (ck.training->seed != c.train.seed) {
+    throw std::invalid_argument(fmt::format("{}: checkpoint was trained with train.seed = {}, but the "
+                                            "configuration says {}", path, ck.training->seed, c.train.seed));
+  }
+  if (ck.training->steps_done >= c.train.steps) {
+    throw std::invalid_argument(fmt::format("{}: checkpoint is already at step {}, train.steps is {}", path,
+                                            ck.training->steps_done, c.train.steps));
+  }
+}
+
+// Rank 0's checkpoint state (weights, Adam moments, counters) to every rank,
+// through host copies (the model may live in device memory).
+struct HostState {
+  std::vector<float> params, m, v;
+  std::array<int64_t, 3> counters{0, 0, 0};  // steps done, loader position, loader batches served
+};
+
+void broadcast_state(Communicator& comm, HostState& st, size_t n) {
+  for (std::vector<float>* v : {&st.params, &st.m, &st.v}) {
+    v->resize(n);
+    comm.broadcast(v->data(), n * sizeof(float), 0);
+  }
+  comm.broadcast(st.counters.data(), sizeof st.counters, 0);
+}
+
+}  // namespace
+
+std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
+                                         const BackendOptions& options, Communicator& comm) {
+  auto st = std::make_unique<RunState>();
+  const int world = comm.size(), rank = comm.rank();
+  if (c.train.batch_size % world != 0) {
+    throw std::invalid_argument(
+        fmt::format("train.batch_size {} is not divisible by the {} ranks", c.train.batch_size, world));
+  }
+  st->rows = c.train.batch_size / world;
+
+  // Data: rank 0 reads the checkpoint and the corpus; every rank gets tokens.
+  std::optional<Checkpoint> ckpt;
+  if (rank == 0 && !resume.empty()) {
+    ckpt = load_checkpoint(resume);
+    check_training_checkpoint(*ckpt, c, resume);
+  }
+  Corpus corpus = load_corpus(c.data.corpus, c.data.tokenizer, ckpt ? &ckpt->tokenizer : nullptr, comm);
+  st->tok = std::move(corpus.tok);
+  st->tokens = std::move(corpus.tokens);
+  st->model_config = resolve_vocab(c.model, st->tok.size());
+  st->split = split_tokens(st->tokens, c.data.val_fraction);
+  try {
+    st->loader.emplace(st->split.train, c.train.batch_size, c.train.seq_len, c.data.loader, c.train.seed,
+                       rank * st->rows, st->rows);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("data.corpus '{}': {}", c.data.corpus, e.what()));
+  }
+  st->eval_on = c.train.eval_every > 0 && !st->split.val.empty();
+  if (st->eval_on) {  // the validation split must hold one batch: fail now, not at the first evaluation
+    try {
+      DataLoader probe(st->split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("data.val_fraction: the validation split is too small: {}", e.what()));
+    }
+  }
+
+  // Model and optimizer in the backend's memory.
+  st->backend = kind.make(options);
+  Memory& mem = st->backend->memory();
+  st->model = std::make_unique<Gpt2>(st->model_config, mem);
+  st->opt = std::make_unique<Optimizer>(c.optimizer, st->model->num_params(), mem);
+  if (!resume.empty()) {
+    HostState hs;
+    if (rank == 0) {
+      check_training_state(*ckpt, st->model_config, c, resume);
+      hs.params = std::move(ckpt->params);
+      hs.m = std::move(ckpt->training->m);
+      hs.v = std::move(ckpt->training->v);
+      hs.counters = {ckpt->training->steps_done, ckpt->training->loader_position, ckpt->training->loader_batches};
+      ckpt.reset();
+    }
+    broadcast_state(comm, hs, st->model->num_params());
+    st->model->params_from_host(hs.params);
+    st->opt->moments_from_host(hs.m, hs.v);
+    st->opt->set_steps_done(hs.counters[0]);
+    st->loader->restore(hs.counters[1], hs.counters[2]);
+  } else {
+    st->model->init_weights(c.train.seed);
+  }
+  const std::vector<float> w = st->model->params_to_host();
+  if (!comm.all_equal(fnv1a64(w.data(), w.size() * sizeof(float)))) {
+    throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
+  }
+  st->first_step = st->opt->steps_done();
+  return st;
+}
+
+void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c) {
+  TrainingState ts;
+  ts.loader_position = st.loader->position();
+  ts.loader_batches = st.loader->batches_served();
+  ts.seed = c.train.seed;
+  // What a resumed run must match to continue the same curve (checked from
+  // the next version of the resume checks on; recorded from format 2).
+  const KeyValues extra = {{"train.batch_size", std::to_string(c.train.batch_size)},
+                           {"train.seq_len", std::to_string(c.train.seq_len)},
+                           {"data.loader", to_string(c.data.loader)},
+                           {"data.val_fraction", fmt::format("{}", c.data.val_fraction)},
+                           {"data.corpus_tokens", std::to_string(st.tokens.size())},
+                           {"data.corpus_hash", fmt::format("{:016x}", fnv1a64(st.tokens.data(),
+                                                                              st.tokens.size() * sizeof(int32_t)))}};
+  save_checkpoint(path, *st.model, st.tok, st.opt.get(), &ts, extra);
+}
+
+}  // namespace gpt2

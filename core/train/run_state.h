@@ -1,0 +1,57 @@
+// RunState: what one rank trains with (tokens, backend, model, optimizer,
+// data loader, the step to start from), made by init_or_resume: fresh weights,
+// or a training checkpoint read by rank 0 and broadcast to every rank. Every
+// check of a checkpoint against the configuration lives in init_or_resume.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "kernels/backend.h"
+#include "model/config.h"
+#include "model/dataloader.h"
+#include "model/optim.h"
+#include "model/params.h"
+#include "model/tokenizer.h"
+#include "train/run_config.h"
+
+namespace gpt2 {
+
+struct RunState {
+  RunState() = default;
+  RunState(const RunState&) = delete;  // split and loader view `tokens`
+  RunState& operator=(const RunState&) = delete;
+
+  int rows = 0;                 // this rank's rows of every global batch
+  Tokenizer tok;
+  std::vector<int32_t> tokens;  // the whole corpus stream, on every rank
+  Split split;                  // views into tokens
+  Gpt2Config model_config;      // resolved: vocab_size set
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Gpt2> model;  // in the backend's memory
+  std::unique_ptr<Optimizer> opt;
+  std::optional<DataLoader> loader;  // this rank's rows of the training split
+  bool eval_on = false;              // train.eval_every > 0 and a validation split
+  int64_t first_step = 0;            // > 0 when resumed
+};
+
+// Collective. Divides the batch over the ranks, reads the corpus (rank 0;
+// with the checkpoint's vocabulary when resuming), resolves the model's
+// vocabulary, makes the data loader and the backend (`kind` with
+// `options`), then the model and optimizer in its memory: fresh weights
+// (every rank computes the same Philox values) or the checkpoint `resume`
+// (rank 0 reads it, checks it against `c` and broadcasts it). Ends by
+// checking that every rank holds bit-identical weights. Throws
+// std::invalid_argument for bad input (naming the key, file or value).
+std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
+                                         const BackendOptions& options, Communicator& comm);
+
+// Writes a training checkpoint of `st` (rank 0 calls it) with what resume
+// checks recorded in its header.
+void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c);
+
+}  // namespace gpt2

@@ -1,0 +1,71 @@
+// One training step, the one definition the stages, bench/train_step and the
+// tests all call (Megatron's forward_backward_func, reduced to what data
+// parallelism needs):
+//   zero the gradients
+//   forward on this rank's rows of the global batch
+//   start the gradient sync (dist/gradient_sync.h)
+//   backward, whose finished gradient buckets start their allreduce
+//   finish the gradient sync: every rank holds the sum over ranks
+//   the loss: the mean over the global batch (one scalar allreduce)
+//   the optimizer update (clipping and Adam), unless the loss is not finite
+// With one process the communicator and the sync are no-ops.
+#pragma once
+
+#include <cstdint>
+
+#include "dist/comm.h"
+#include "dist/gradient_sync.h"
+#include "kernels/backend.h"
+#include "model/activations.h"
+#include "model/optim.h"
+#include "model/params.h"
+
+namespace gpt2 {
+
+// What a step works on; all owned elsewhere, bound once per run.
+struct StepContext {
+  Backend& be;
+  Gpt2& model;
+  Optimizer& opt;
+  Activations& acts;   // (rows, T) of this rank
+  GradientSync& sync;  // over `comm`
+  Communicator& comm;
+  int batch_size;      // global rows per step (rows * ranks)
+};
+
+struct StepResult {
+  double loss = 0;    // mean over the global batch, before the update
+  StepStats update;   // learning rate, gradient norm, clip factor
+  double comm_s = 0;  // seconds inside the gradient and loss collectives
+};
+
+// Trains one step on `inputs` and `targets` (host arrays of acts.B rows of
+// acts.T tokens: this rank's rows). Throws std::runtime_error naming the
+// step when the loss is not finite (the update is then not applied).
+StepResult train_step(const StepContext& s, const int32_t* inputs, const int32_t* targets);
+
+// The mean loss of `batches` batches from `next` (each fills inputs and
+// targets), forward only, over the global batch: the validation loss.
+template <typename NextBatch>
+double evaluate(const StepContext& s, int batches, int32_t* inputs, int32_t* targets, NextBatch&& next);
+
+// The global mean of a per-rank mean over `rows` of `batch_size` rows.
+double global_mean(Communicator& comm, double local_mean, int rows, int batch_size);
+
+}  // namespace gpt2
+
+#include "model/model.h"
+
+namespace gpt2 {
+
+template <typename NextBatch>
+double evaluate(const StepContext& s, int batches, int32_t* inputs, int32_t* targets, NextBatch&& next) {
+  double sum = 0;
+  for (int i = 0; i < batches; ++i) {
+    next(inputs, targets);
+    sum += gpt2_forward(s.be, s.model, s.acts, inputs, targets);
+  }
+  return global_mean(s.comm, sum / batches, s.acts.B, s.batch_size);
+}
+
+}  // namespace gpt2

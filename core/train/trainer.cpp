@@ -1,0 +1,189 @@
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "dist/gradient_sync.h"
+#include "dist/hostfile.h"
+#include "model/activations.h"
+#include "model/flops.h"
+#include "model/generate.h"
+#include "train/checkpoint.h"
+#include "train/corpus.h"
+#include "train/run_logger.h"
+#include "train/run_state.h"
+#include "train/train_step.h"
+#include "util/provenance.h"
+
+namespace gpt2 {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The MFU denominator: the configured peak, or the matrix-product ceiling of
+// all the job's backends, measured by rank 0 while the others wait idle (on
+// one machine; give train.peak_gflops for several).
+double mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Communicator& comm, int threads) {
+  double peak = c.train.peak_gflops;
+  if (peak <= 0) {
+    if (comm.rank() == 0) peak = ctx.backend.ceiling_gflops(*st.backend, comm.size(), comm.local_size(), threads);
+    comm.broadcast(&peak, sizeof peak, 0);
+  }
+  return peak;
+}
+
+// The summary's provenance: build and machine, the kernel libraries, and how this run was laid out.
+Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunState& st, Communicator& comm,
+                    int threads, double peak) {
+  const RunConfig& c = req.config;
+  Json p = provenance_json(machine_info(), build_info());
+  for (const auto& [k, v] : kernel_library_info()) p[k] = v;
+  p["stage"] = ctx.stage;
+  p["backend"] = st.backend->name();
+  p["communicator"] = comm.name();
+  p["threads"] = threads;
+  p["ranks"] = comm.size();
+  p["hostfile"] = req.hostfile;
+  p["seed"] = c.train.seed;
+  p["config_file"] = req.config_file;
+  p["peak_gflops"] = round_fixed(peak, 2);
+  p["peak_source"] = c.train.peak_gflops > 0 ? "train.peak_gflops" : "measured SGEMM";
+  return p;
+}
+
+}  // namespace
+
+int resolve_threads(int threads) {
+  return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+void run_train(const TrainRequest& req, const StageContext& ctx) {
+  const RunConfig& c = req.config;
+  validate(c);
+  std::unique_ptr<Communicator> local;
+  Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
+  const bool root = comm.rank() == 0;
+  const int threads = resolve_threads(c.train.threads);
+  if (!req.hostfile.empty()) check_placement(read_hostfile(req.hostfile), req.hostfile, comm);
+  const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, {threads, c.train.tf32, 0}, comm);
+  Backend& be = *st->backend;
+  RunLogger log(ctx.stage, root);
+  RunConfig resolved = c;
+  resolved.model = st->model_config;
+  log.open(req.out_dir, req.overwrite, !req.resume.empty(), to_yaml(resolved), st->first_step);
+  const double peak = mfu_peak(c, ctx, *st, comm, threads);
+  log.note(fmt::format("model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}",
+                       st->model_config.describe(), st->model->num_params(), st->tokens.size(), st->split.train.size(),
+                       st->split.val.size(), st->tok.size()));
+  log.note(fmt::format("{} backend, {} ranks x {} threads, batch {} x {} ({} rows per rank), {} steps from step {}, "
+                       "MFU peak {:.1f} GFLOP/s{}", be.name(), comm.size(), threads, c.train.batch_size,
+                       c.train.seq_len, st->rows, c.train.steps, st->first_step, peak,
+                       c.train.peak_gflops > 0 ? "" : " (measured SGEMM)"));
+
+  ActivationArena arena(st->model_config, st->rows, c.train.seq_len, be.memory());
+  GradientSync sync(comm, st->model->grad_data(), st->model->num_params(),
+                    static_cast<size_t>(c.train.grad_bucket_mb * (1 << 20) / sizeof(float)));
+  const StepContext step{be, *st->model, *st->opt, arena.acts(), sync, comm, c.train.batch_size};
+  std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
+  const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
+  const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
+  const std::string ckpt_path = (fs::path(req.out_dir) / "checkpoint.bin").string();
+  auto save = [&] {
+    if (root && c.train.save_checkpoint) save_training_checkpoint(ckpt_path, *st, c);
+  };
+
+  RunSummary sum;
+  const auto wall0 = Clock::now();
+  for (int64_t s = st->first_step; s < c.train.steps; ++s) {
+    const auto t0 = Clock::now();
+    if (comm.rank() == c.debug.fail_rank && s == c.debug.fail_step) {
+      throw std::runtime_error(fmt::format("rank {}: injected failure at step {} (debug.fail_rank)", comm.rank(), s));
+    }
+    st->loader->next(x.data(), y.data());
+    const StepResult r = train_step(step, x.data(), y.data());
+    be.synchronize();  // a device backend's update is still running: count it in this step
+    const double dt = seconds_since(t0);
+    sum.train_s += dt;
+    sum.comm_s += r.comm_s;
+    sum.final_loss = r.loss;
+    log.step({s, r.loss, r.update.lr, r.update.grad_norm, dt * 1e3, tokens_per_step / dt, flops / dt,
+              flops / dt / (peak * 1e9), r.comm_s * 1e3, comm.size() > 1 ? sync.bytes() : 0},
+             c.train.steps, comm.size() > 1);
+    if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
+      DataLoader val(st->split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed,
+                     comm.rank() * st->rows, st->rows);
+      const double vl = evaluate(step, c.train.eval_batches, x.data(), y.data(),
+                                 [&](int32_t* in, int32_t* out) { val.next(in, out); });
+      log.eval({s, vl}, c.train.steps);
+    }
+    if (c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0) save();
+  }
+  sum.train_wall_s = seconds_since(wall0);
+  save();
+  if (!root) {
+    comm.barrier();  // idle (no spinning) while rank 0 generates
+    return;
+  }
+
+  // Inference as in the original: greedy continuation of the first corpus tokens.
+  const size_t np = std::min<size_t>(static_cast<size_t>(c.generate.prompt_tokens), st->tokens.size());
+  const auto g0 = Clock::now();
+  GenerateConfig gen_cfg = c.generate;
+  gen_cfg.vocab_limit = st->tok.size();
+  const Generation gen = generate(be, *st->model, {st->tokens.data(), np}, gen_cfg, st->tok.eos_id());
+  sum.inference_s = seconds_since(g0);
+  sum.steps = c.train.steps;
+  sum.first_step = st->first_step;
+  sum.ranks = comm.size();
+  sum.tokens_per_s = sum.train_s > 0 ? (c.train.steps - st->first_step) * tokens_per_step / sum.train_s : 0.0;
+  sum.peak_rss_mb = peak_rss_mb();
+  sum.generated_tokens = static_cast<int64_t>(gen.tokens.size());
+  sum.generated_text = st->tok.decode(gen.tokens);
+  sum.checkpoint = c.train.save_checkpoint ? ckpt_path : "";
+  sum.provenance = run_provenance(req, ctx, *st, comm, threads, peak);
+  log.finish(sum);
+  comm.barrier();
+}
+
+void run_generate(const GenerateRequest& req, const StageContext& ctx) {
+  const RunConfig& c = req.config;
+  validate(c);
+  if (ctx.comm && ctx.comm->rank() != 0) {  // generation runs on rank 0; the others wait idle
+    ctx.comm->barrier();
+    return;
+  }
+  if (req.checkpoint.empty()) throw std::invalid_argument("--checkpoint: a checkpoint file is required");
+  const Checkpoint ck = load_checkpoint(req.checkpoint);
+  std::vector<int32_t> prompt;
+  if (!req.prompt.empty()) {
+    prompt = ck.tokenizer.encode(req.prompt, "--prompt");
+  } else {
+    const std::string text = read_corpus(c.data.corpus);
+    prompt = tokenize_corpus(ck.tokenizer, text, c.data.corpus);
+    prompt.resize(std::min<size_t>(prompt.size(), static_cast<size_t>(c.generate.prompt_tokens)));
+  }
+  if (prompt.empty()) throw std::invalid_argument("--prompt: the prompt has no tokens");
+  auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, 0});
+  Gpt2 model(ck.config, be->memory());
+  load_params(ck, model);
+  const auto g0 = Clock::now();
+  GenerateConfig gen_cfg = c.generate;
+  gen_cfg.vocab_limit = ck.tokenizer.size();
+  const Generation gen = generate(*be, model, prompt, gen_cfg, ck.tokenizer.eos_id());
+  const double s = seconds_since(g0);
+  fmt::print(stderr, "[{}] prompt of {} tokens; generated {} tokens in {:.3f} s{}\n", ctx.stage, prompt.size(),
+             gen.tokens.size(), s, gen.stopped_at_eos ? " (stopped at [EOS])" : "");
+  fmt::print("{}\n", ck.tokenizer.decode(gen.tokens));
+  std::fflush(stdout);
+  if (ctx.comm) ctx.comm->barrier();
+}
+
+}  // namespace gpt2

@@ -1,0 +1,45 @@
+// The stage programs' two entry points, shared by every stage: train (with
+// evaluation, checkpoints, the metrics stream and a final generation) and
+// generate (from a checkpoint). A stage supplies its backend kind and its
+// communicator; everything else is here, once.
+#pragma once
+
+#include <string>
+
+#include "dist/comm.h"
+#include "kernels/backend.h"
+#include "train/run_config.h"
+
+namespace gpt2 {
+
+struct StageContext {
+  std::string stage;             // "serial", "mpi", ...
+  BackendKind backend;           // how to make this stage's backend and measure its ceiling
+  Communicator* comm = nullptr;  // nullptr: one process (a local communicator)
+};
+
+struct TrainRequest {
+  RunConfig config;
+  std::string out_dir;      // results of this run: config.yaml, metrics.jsonl, checkpoint.bin
+  std::string resume;       // training checkpoint to continue from, or ""
+  bool overwrite = false;   // allow an out_dir that already holds a finished run
+  std::string config_file;  // for the record
+  std::string hostfile;     // MPI: check the job's placement against it, or ""
+};
+
+struct GenerateRequest {
+  RunConfig config;         // generate.* and train.threads; data.corpus for a corpus prompt
+  std::string checkpoint;
+  std::string prompt;       // text; if empty, the first generate.prompt_tokens corpus tokens
+};
+
+// Both throw std::invalid_argument for bad input (configuration, files) and
+// std::runtime_error for failures while running; nothing already written is
+// lost: results appear under their final names only when complete.
+void run_train(const TrainRequest& req, const StageContext& ctx);
+void run_generate(const GenerateRequest& req, const StageContext& ctx);
+
+// train.threads resolved: 0 is every core.
+int resolve_threads(int threads);
+
+}  // namespace gpt2

@@ -1,0 +1,280 @@
+#include "util/fields.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+namespace gpt2 {
+
+namespace {
+
+template <typename X>
+X parse_number(const std::string& key, const std::string& text, const char* expected) {
+  X v{};
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  if (!text.empty() && text[0] == '+') ++first;  // from_chars takes no '+'
+  auto [end, ec] = std::from_chars(first, last, v);
+  if (text.empty() || ec != std::errc() || end != last) {
+    throw std::invalid_argument(fmt::format("{}: expected {}, got '{}'", key, expected, text));
+  }
+  return v;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string section_of(const std::string& key) {
+  const size_t dot = key.find('.');
+  return dot == std::string::npos ? "" : key.substr(0, dot);
+}
+
+std::string name_of(const std::string& key) { return key.substr(key.find('.') + 1); }
+
+// A YAML double-quoted scalar (JSON's escapes are valid YAML).
+std::string yaml_quoted(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) out += fmt::format("\\x{:02x}", c);
+        else out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+bool parse_bool(const std::string& key, const std::string& text) {
+  if (text == "true") return true;
+  if (text == "false") return false;
+  throw std::invalid_argument(fmt::format("{}: expected true or false, got '{}'", key, text));
+}
+
+int64_t parse_int64(const std::string& key, const std::string& text) {
+  return parse_number<int64_t>(key, text, "an integer");
+}
+
+uint64_t parse_uint64(const std::string& key, const std::string& text) {
+  if (!text.empty() && text[0] == '-') {
+    throw std::invalid_argument(fmt::format("{}: expected a non-negative integer, got '{}'", key, text));
+  }
+  return parse_number<uint64_t>(key, text, "a non-negative integer");
+}
+
+double parse_double(const std::string& key, const std::string& text) {
+  const double v = parse_number<double>(key, text, "a number");
+  if (!std::isfinite(v)) throw std::invalid_argument(fmt::format("{}: expected a number, got '{}'", key, text));
+  return v;
+}
+
+float parse_float(const std::string& key, const std::string& text) {
+  const float v = parse_number<float>(key, text, "a number");
+  if (!std::isfinite(v)) throw std::invalid_argument(fmt::format("{}: expected a number, got '{}'", key, text));
+  return v;
+}
+
+std::vector<int> parse_int_list(const std::string& key, const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  for (std::string part; std::getline(ss, part, ',');) {
+    out.push_back(static_cast<int>(parse_number<int>(key, part, "a comma-separated list of integers")));
+  }
+  if (out.empty()) throw std::invalid_argument(fmt::format("{}: expected a comma-separated list of integers", key));
+  return out;
+}
+
+std::string format_float(float x) { return fmt::format("{}", x); }
+std::string format_double(double x) { return fmt::format("{}", x); }
+
+std::string format_int_list(const std::vector<int>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+  return out;
+}
+
+const Field* Fields::find(const std::string& key) const {
+  for (const Field& f : list_) {
+    if (f.key == key) return &f;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> Fields::keys() const {
+  std::vector<std::string> out;
+  for (const Field& f : list_) out.push_back(f.key);
+  return out;
+}
+
+std::vector<std::string> Fields::sections() const {
+  std::vector<std::string> out;
+  for (const Field& f : list_) {
+    const std::string s = section_of(f.key);
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  }
+  return out;
+}
+
+bool Fields::is_flag(const std::string& key) const {
+  const Field* f = find(key);
+  return f && f->type == "bool";
+}
+
+void Fields::set(const std::string& key, const std::string& text, const std::string& where) const {
+  if (const Field* f = find(key)) {
+    try {
+      f->set(text);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("{}: {}", where, e.what()));
+    }
+    return;
+  }
+  const std::string hint = closest_key(key, keys());
+  throw std::invalid_argument(fmt::format("{}: unknown key '{}'{}", where, key,
+                                          hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+}
+
+std::string Fields::help(const std::vector<std::string>& sections) const {
+  std::string out;
+  for (const Field& f : list_) {
+    if (!sections.empty() && std::find(sections.begin(), sections.end(), section_of(f.key)) == sections.end()) {
+      continue;
+    }
+    std::string def = f.get();
+    if (def.empty()) def = "(none)";
+    out += fmt::format("  --{:<24} {} [{}: {}]\n", f.key + (f.type == "bool" && section_of(f.key).empty() ? "" : " V"),
+                       f.help, f.type, def);
+  }
+  return out;
+}
+
+std::string Fields::to_yaml() const {
+  std::string out, section;
+  for (const Field& f : list_) {
+    if (section_of(f.key) != section) {
+      section = section_of(f.key);
+      out += section + ":\n";
+    }
+    std::string v = f.get();
+    if (f.type == "string" || f.type == "path") v = yaml_quoted(v);
+    out += fmt::format("{}{}: {}\n", section.empty() ? "" : "  ", name_of(f.key), v);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> Fields::values() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Field& f : list_) out.emplace_back(f.key, f.get());
+  return out;
+}
+
+std::string closest_key(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_d = std::max<size_t>(3, key.size() / 3) + 1;
+  for (const std::string& k : known) {
+    size_t d = edit_distance(key, k);
+    const std::string name = name_of(k);
+    if (key == name || name_of(key) == name) d = std::min<size_t>(d, 1);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  }
+  return best;
+}
+
+CommandLine parse_command_line(const std::vector<std::string>& args, const Fields& fields,
+                               const std::vector<std::string>& extra_keys,
+                               const std::vector<std::string>& extra_flags) {
+  CommandLine cl;
+  auto listed = [](const std::vector<std::string>& v, const std::string& k) {
+    return std::find(v.begin(), v.end(), k) != v.end();
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      cl.help = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) {
+      cl.positional.push_back(a);
+      continue;
+    }
+    std::string key = a.substr(2), value;
+    const size_t eq = key.find('=');
+    const bool has_value = eq != std::string::npos;
+    if (has_value) {
+      value = key.substr(eq + 1);
+      key = key.substr(0, eq);
+    }
+    if (listed(extra_flags, key)) {
+      if (has_value) throw std::invalid_argument(fmt::format("--{} takes no value", key));
+      cl.other.emplace_back(key, "");
+      continue;
+    }
+    const bool known = listed(extra_keys, key) || fields.find(key) != nullptr;
+    if (!known && key.find('.') != std::string::npos) {  // a configuration key (section.name)
+      const std::string hint = closest_key(key, fields.keys());
+      throw std::invalid_argument(fmt::format("command line: unknown key '{}'{}", key,
+                                              hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+    }
+    if (!known) {
+      std::vector<std::string> all = fields.keys();
+      all.insert(all.end(), extra_keys.begin(), extra_keys.end());
+      all.insert(all.end(), extra_flags.begin(), extra_flags.end());
+      const std::string hint = closest_key(key, all);
+      throw std::invalid_argument(fmt::format("unknown option '--{}'{}", key,
+                                              hint.empty() ? "" : fmt::format(" (did you mean '--{}'?)", hint)));
+    }
+    if (!has_value) {
+      // A bare bool option of a tool is "true"; a configuration key (section.name) always takes a value.
+      if (fields.is_flag(key) && section_of(key).empty()) {
+        value = "true";
+      } else {
+        if (i + 1 >= args.size()) throw std::invalid_argument(fmt::format("--{}: missing value", key));
+        value = args[++i];
+      }
+    }
+    if (listed(extra_keys, key)) {
+      cl.other.emplace_back(key, value);
+    } else {
+      cl.settings.emplace_back(key, value);
+    }
+  }
+  return cl;
+}
+
+const std::string* CommandLine::find(const std::string& key) const {
+  const std::string* found = nullptr;
+  for (const auto& [k, v] : other) {
+    if (k == key) found = &v;  // the last one given wins
+  }
+  return found;
+}
+
+void apply_settings(const Fields& fields, const CommandLine& cl) {
+  for (const auto& [key, value] : cl.settings) fields.set(key, value, "--" + key);
+}
+
+}  // namespace gpt2

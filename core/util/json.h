@@ -1,0 +1,25 @@
+// JSON for the whole code base, through one library (nlohmann/json, Debian's
+// nlohmann-json3-dev): records, reports, benchmark outputs. Objects keep the
+// order their keys were written in, so files stay readable and diffable.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace gpt2 {
+
+using Json = nlohmann::ordered_json;
+
+// x rounded to `digits` significant decimal digits (as printf's %.{digits}g),
+// so that a value written to JSON carries the precision it is meaningful to,
+// not the 17 digits of its binary double.
+double round_sig(double x, int digits);
+// x rounded to `decimals` digits after the point (as printf's %.{decimals}f).
+double round_fixed(double x, int decimals);
+
+// Parses one JSON text; throws std::runtime_error naming `where` (a file and
+// line, say) and the parser's message.
+Json parse_json(const std::string& text, const std::string& where);
+
+}  // namespace gpt2

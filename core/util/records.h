@@ -1,0 +1,77 @@
+// The metrics stream's records (DESIGN.md contract 2): one JSON object per
+// line of a run's metrics.jsonl,
+//   {"event":"step","step":s,"loss":..,"lr":..,"grad_norm":..,"step_ms":..,"tokens_per_s":..,
+//    "flops_per_s":..,"mfu":..,"comm_ms":..,"comm_bytes":..}
+//   {"event":"eval","step":s,"val_loss":..}
+//   {"event":"summary","status":"ok","steps":..,"train_s":..,"inference_s":..,"final_loss":..,
+//    ...,"provenance":{...}}
+// One schema, written by the stage programs (train/run_logger.h) and read by
+// the harness, through the code below and nothing else. Step s counts from 0;
+// its loss is the loss before update s (the original's "epoch s"). Values are
+// written at the precision they mean (7 significant digits for a loss, 1 us
+// for a time), not as 17-digit doubles.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "util/json.h"
+
+namespace gpt2 {
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0;
+  double step_ms = 0, tokens_per_s = 0, flops_per_s = 0, mfu = 0;
+  double comm_ms = 0;       // time in gradient and loss collectives (0 for one process)
+  uint64_t comm_bytes = 0;  // gradient bytes allreduced per rank
+};
+
+struct EvalRecord {
+  int64_t step = 0;
+  double val_loss = 0;
+};
+
+struct RunSummary {
+  std::string status = "ok";
+  int64_t steps = 0;       // train.steps: the run ends at this step
+  int64_t first_step = 0;  // > 0: resumed from a checkpoint at this step
+  int ranks = 1;
+  double train_s = 0;       // sum of the step times
+  double train_wall_s = 0;  // wall clock of the loop, evaluation and checkpoints included
+  double comm_s = 0;
+  double inference_s = 0;
+  double final_loss = 0;
+  double tokens_per_s = 0;
+  double peak_rss_mb = 0;
+  int64_t generated_tokens = 0;
+  std::string generated_text;
+  std::string checkpoint;  // path, or "" when none was written
+  Json provenance = Json::object();
+};
+
+Json to_json(const StepRecord& r);
+Json to_json(const EvalRecord& r);
+Json to_json(const RunSummary& r);
+
+// The record of one line, by its "event"; `where` names file and line in errors.
+enum class RecordKind { kStep, kEval, kSummary, kOther };
+RecordKind record_kind(const Json& line);
+StepRecord step_record(const Json& line, const std::string& where);
+EvalRecord eval_record(const Json& line, const std::string& where);
+RunSummary run_summary(const Json& line, const std::string& where);
+
+struct MetricsStream {
+  std::vector<StepRecord> steps;
+  std::vector<EvalRecord> evals;
+  std::optional<RunSummary> summary;
+};
+
+// Reads a whole metrics.jsonl. Throws std::runtime_error "<path>:<line>: ..."
+// for a line that is not JSON or a record missing a field.
+MetricsStream read_metrics_stream(const std::filesystem::path& path);
+
+}  // namespace gpt2

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The layers of the engine (docs/architecture.md) include only downwards.
+
+    util (beside the stack: any layer may include it; it includes none)
+    kernels < model < dist < train < app
+
+Every #include "layer/..." in core/<layer>/ must name its own layer, a lower
+one or util. The model layer holds no YAML, files, MPI or clocks; the
+kernels layer no YAML, files or MPI (it times only its SGEMM ceiling, off
+the Backend interface); util no BLAS, OpenMP or MPI. A violation prints
+file:line and the rule, and the test fails.
+
+usage: layering_test.py --repo ROOT
+"""
+import argparse
+import os
+import re
+import sys
+
+ORDER = ["kernels", "model", "dist", "train", "app"]
+# System headers a layer must not include: (pattern, what it stands for).
+FORBIDDEN = {
+    "util": [(r"<cblas\.h>|<omp\.h>|<mpi\.h>|<cuda", "BLAS, OpenMP, MPI or CUDA")],
+    "kernels": [(r"<yaml-cpp/|<mpi\.h>|<nccl\.h>", "YAML or MPI"), (r"<fstream>|<filesystem>", "files")],
+    "model": [(r"<yaml-cpp/|<mpi\.h>|<nccl\.h>|<cblas\.h>|<omp\.h>", "YAML, MPI or BLAS"),
+              (r"<chrono>|<fstream>|<filesystem>|<cstdio>|<thread>", "clocks or files")],
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+
+
+def layer_of(rel):
+    """core/<layer>/... -> layer."""
+    parts = rel.split(os.sep)
+    return parts[1] if len(parts) > 2 and parts[0] == "core" else None
+
+
+def allowed(src, dst):
+    if dst == "util":
+        return True
+    if src == "util":
+        return False
+    return ORDER.index(dst) <= ORDER.index(src)
+
+
+def check_file(path, rel, src_layer, problems, harness=False):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            m = INCLUDE.match(line)
+            if not m:
+                continue
+            kind, name = m.groups()
+            if kind == '"':
+                head = name.split("/")[0]
+                if head in ORDER or head == "util":
+                    if harness and head != "util":
+                        problems.append(f"{rel}:{n}: the harness includes {name}: it may include only util/")
+                    elif not harness and not allowed(src_layer, head):
+                        problems.append(f"{rel}:{n}: layer '{src_layer}' includes {name} from the higher layer '{head}'")
+            else:
+                for pattern, what in FORBIDDEN.get(src_layer, []):
+                    if re.search(pattern, "<" + name + ">"):
+                        problems.append(f"{rel}:{n}: layer '{src_layer}' includes <{name}> ({what} do not belong there)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repo", required=True)
+    a = ap.parse_args()
+    problems, checked = [], 0
+    for top in ["core"]:
+        for root, _, files in os.walk(os.path.join(a.repo, top)):
+            for f in files:
+                if not f.endswith((".h", ".cpp", ".cu", ".cuh", ".in")):
+                    continue
+                path = os.path.join(root, f)
+                rel = os.path.relpath(path, a.repo)
+                layer = layer_of(rel)
+                if top == "core" and layer not in ORDER + ["util"]:
+                    problems.append(f"{rel}: not in a layer folder (core/<{'|'.join(['util'] + ORDER)}>/)")
+                    continue
+                check_file(path, rel, layer, problems, harness=top != "core")
+                checked += 1
+    for p in problems:
+        print(p)
+    print(f"{checked} files checked, {len(problems)} violations")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
