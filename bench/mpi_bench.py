@@ -32,7 +32,7 @@ def main():
     for n in map(int, a.ranks.split(",")):
         for bucket in a.buckets.split(",") if n > 1 else ["0"]:
             out = os.path.join(work, f"r{n}-b{bucket}")
-            cmd = ["mpiexec", "-n", str(n), mpi, "train", "--config", os.path.join(root, "experiments/original.yaml"),
+            cmd = ["mpiexec", "-n", str(n), mpi, "train", "--config", os.path.join(root, "configs/original.yaml"),
                    "--out", out, "--train.steps", str(a.steps + 1), "--train.threads", "1",
                    "--train.grad_bucket_mb", bucket, "--generate.max_new_tokens", "0"]
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)

@@ -169,9 +169,10 @@ def main():
     exps = os.path.join(work, "experiments")
     os.makedirs(exps)
     shutil.copy(os.path.join(a.repo, "experiments", "smoke.yaml"), exps)
-    with open(os.path.join(a.repo, "experiments", "original.yaml")) as f:
+    with open(os.path.join(a.repo, "configs", "original.yaml")) as f:
         base = f.read().replace("../data/tiny_tales.txt", os.path.join(a.repo, "data", "tiny_tales.txt"))
-    with open(os.path.join(exps, "original.yaml"), "w") as f:
+    os.makedirs(os.path.join(work, "configs"))
+    with open(os.path.join(work, "configs", "original.yaml"), "w") as f:
         f.write(base)
     results, reports = os.path.join(work, "results"), os.path.join(work, "reports")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
@@ -283,14 +284,14 @@ def main():
     # 7. Bad experiment files: one clear error each, before anything runs.
     bad = {
         "syntax.yaml": ("runs: [\n", "syntax error"),
-        "unknown.yaml": ("base: original.yaml\nrepetitons: 2\nruns:\n  - stage: serial\n",
+        "unknown.yaml": ("base: ../configs/original.yaml\nrepetitons: 2\nruns:\n  - stage: serial\n",
                          "did you mean 'repetitions'"),
-        "badtype.yaml": ("base: original.yaml\nrepetitions: two\nruns:\n  - stage: serial\n", "repetitions"),
-        "nocorpus.yaml": ("base: original.yaml\nconfig: {data.corpus: nope.txt}\nruns:\n  - stage: serial\n",
+        "badtype.yaml": ("base: ../configs/original.yaml\nrepetitions: two\nruns:\n  - stage: serial\n", "repetitions"),
+        "nocorpus.yaml": ("base: ../configs/original.yaml\nconfig: {data.corpus: nope.txt}\nruns:\n  - stage: serial\n",
                           "nope.txt"),
-        "zero.yaml": ("base: original.yaml\nconfig: {train.steps: 0}\nruns:\n  - stage: serial\n", "train.steps"),
-        "ranks.yaml": ("base: original.yaml\nruns:\n  - stage: mpi\n    ranks: [2, 3]\n", "not divisible by 3"),
-        "stage.yaml": ("base: original.yaml\nruns:\n  - stage: mpii\n", "did you mean 'mpi'"),
+        "zero.yaml": ("base: ../configs/original.yaml\nconfig: {train.steps: 0}\nruns:\n  - stage: serial\n", "train.steps"),
+        "ranks.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: mpi\n    ranks: [2, 3]\n", "not divisible by 3"),
+        "stage.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: mpii\n", "did you mean 'mpi'"),
     }
     check_bad_files(bad, "bad experiment", exps, results, harness, check)
 
