@@ -25,6 +25,7 @@
 #include "model/params.h"
 #include "kernels/cpu/blas.h"
 #include "util/provenance.h"
+#include "util/fields.h"
 #include "util/stats.h"
 
 namespace {
@@ -52,22 +53,22 @@ double read_bandwidth_gbs(size_t bytes, int reps) {
 
 int run(int argc, char** argv) {
   int threads = 2, reps = 3, short_prompt = 64, new_tokens = 30;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--help" || k == "-h") {
-      fmt::print(
-          "generate_bench: generation speed of the original configuration on the CPU backend.\n"
-          "usage: generate_bench [--threads 2] [--reps 3] [--short 64] [--tokens 30]\n");
-      return 0;
-    }
-    if (i + 1 >= argc) throw std::invalid_argument(fmt::format("{}: missing value", k));
-    const int v = std::stoi(argv[++i]);
-    if (v <= 0) throw std::invalid_argument(fmt::format("{}: expected a positive integer", k));
-    if (k == "--threads") threads = v;
-    else if (k == "--reps") reps = v;
-    else if (k == "--short") short_prompt = v;
-    else if (k == "--tokens") new_tokens = v;
-    else throw std::invalid_argument(fmt::format("unknown option '{}' (see --help)", k));
+  gpt2::Fields fields;
+  fields.add("threads", threads, "CPU threads");
+  fields.add("reps", reps, "timed repetitions of each case; the median is reported");
+  fields.add("short", short_prompt, "the short prompt's length, leaving room in the window for the KV cache");
+  fields.add("tokens", new_tokens, "tokens generated per case");
+  const std::string defaults = fields.help();
+  const gpt2::CommandLine cl = gpt2::parse_command_line({argv + 1, argv + argc}, fields);
+  if (cl.help) {
+    fmt::print("generate_bench: generation speed of the original configuration on the CPU backend.\n\n"
+               "usage: generate_bench [--OPTION VALUE ...]\n{}", defaults);
+    return 0;
+  }
+  if (!cl.positional.empty()) throw std::invalid_argument(fmt::format("unexpected argument '{}'", cl.positional[0]));
+  gpt2::apply_settings(fields, cl);
+  for (const auto& [key, value] : cl.settings) {
+    if (std::stoi(value) <= 0) throw std::invalid_argument(fmt::format("--{}: expected a positive integer", key));
   }
   using namespace gpt2;
   const Gpt2Config cfg = preset("original");

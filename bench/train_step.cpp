@@ -15,8 +15,6 @@
 #include <vector>
 
 #include "app/cli.h"
-#include "dist/comm.h"
-#include "dist/gradient_sync.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas.h"
 #include "model/activations.h"
@@ -114,17 +112,15 @@ int run(int argc, char** argv) {
   for (int th : o.threads) {
     const double ceiling = cpu::sgemm_ceiling_gflops(th);
     auto be = make_cpu_backend(th);
-    auto comm = make_local_communicator();
     Gpt2 model(cfg);
     model.init_weights(1);
     ActivationArena arena(cfg, B, T);
     Optimizer opt(OptimizerConfig::original(), model.num_params());
-    GradientSync sync(*comm, model.grad_data(), model.num_params(), 0);
-    const StepContext step{*be, model, opt, arena.acts(), sync, *comm, B};
+    LocalTrainStep step(*be, model, opt, arena.acts());
     std::vector<double> ms;
     for (int s = 0; s < o.warmup + o.steps; ++s) {
       const auto t0 = std::chrono::steady_clock::now();
-      train_step(step, data.data(), data.data() + 1);
+      step(data.data(), data.data() + 1);
       const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (s >= o.warmup) ms.push_back(dt);
     }

@@ -13,6 +13,7 @@
 #include "model/optim.h"
 #include "model/params.h"
 #include "test_util.h"
+#include "train/train_step.h"
 
 extern "C" void* __libc_malloc(size_t);
 extern "C" void* __libc_calloc(size_t, size_t);
@@ -68,12 +69,8 @@ TEST(NoAllocation, TrainingStepAllocatesNothing) {
     ActivationArena arena(model.config(), B, T);
     Optimizer opt(OptimizerConfig::adamw(), model.num_params());
     auto x = testing::random_tokens(B * T + 1, model.config().V, 5);
-    auto step = [&] {
-      model.zero_grad();
-      gpt2_forward(*be, model, arena.acts(), x.data(), x.data() + 1);
-      gpt2_backward(*be, model, arena.acts(), x.data(), x.data() + 1, 1.0f / (B * T));
-      opt.step(*be, model);
-    };
+    LocalTrainStep train(*be, model, opt, arena.acts());  // the step every stage runs (train/train_step.h)
+    auto step = [&] { train(x.data(), x.data() + 1); };
     step();  // warm-up: scratch buffers and thread pools are created here
     const long before = g_allocations.load();
     step();

@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "model/optim.h"
 #include "test_util.h"
+#include "train/train_step.h"
 
 namespace gpt2 {
 namespace {
@@ -130,12 +131,11 @@ TrainResult train(Backend& be, const Gpt2Config& cfg, int B, int T, int steps) {
   Optimizer opt(OptimizerConfig::adamw(), model.num_params(), be.memory());
   ActivationArena arena(cfg, B, T, be.memory());
   TrainResult r;
+  LocalTrainStep step(be, model, opt, arena.acts());  // the step every stage runs (train/train_step.h)
   for (int s = 0; s < steps; ++s) {
     auto x = random_tokens(static_cast<size_t>(B * T + 1), cfg.V, 300u + static_cast<uint32_t>(s));
-    model.zero_grad();
-    r.losses.push_back(gpt2_forward(be, model, arena.acts(), x.data(), x.data() + 1));
-    gpt2_backward(be, model, arena.acts(), x.data(), x.data() + 1, 1.0f / static_cast<float>(B * T));
-    if (s == 0) {
+    r.losses.push_back(static_cast<float>(step(x.data(), x.data() + 1).loss));
+    if (s == 0) {  // the update reads the gradients but leaves them in place
       std::vector<float> all(model.num_params());
       be.memory().download(all.data(), model.grad_data(), all.size() * sizeof(float));
       for (const ParamInfo& info : model.infos()) {
@@ -143,7 +143,6 @@ TrainResult train(Backend& be, const Gpt2Config& cfg, int B, int T, int steps) {
                              all.begin() + static_cast<ptrdiff_t>(info.offset + static_cast<size_t>(info.view->numel())));
       }
     }
-    opt.step(be, model);
   }
   r.params = model.params_to_host();
   // 58 + 12 tokens: with T = 64 the window slides for the last 6 (a full

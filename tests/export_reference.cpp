@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "model/optim.h"
 #include "model/params.h"
+#include "train/train_step.h"
 
 namespace {
 
@@ -113,17 +114,20 @@ int run(const Args& a) {
   }
   std::vector<float> losses;
   std::vector<double> norms;
+  // The logits of the first batch (a forward alone: the step's backward
+  // overwrites them), then the steps every stage runs (train/train_step.h).
+  gpt2_forward(*be, model, arena.acts(), batch(0), nullptr);
+  w.add("logits", arena.acts().logits.data, {B, T, cfg.V}, "float32");
+  LocalTrainStep step(*be, model, opt, arena.acts());
   for (int s = 0; s < a.steps; ++s) {
-    model.zero_grad();
-    losses.push_back(gpt2_forward(*be, model, arena.acts(), batch(s), batch(s) + 1));
-    if (s == 0) w.add("logits", arena.acts().logits.data, {B, T, cfg.V}, "float32");
-    gpt2_backward(*be, model, arena.acts(), batch(s), batch(s) + 1, 1.0f / static_cast<float>(B * T));
-    if (s == 0) {
+    const StepResult r = step(batch(s), batch(s) + 1);
+    losses.push_back(static_cast<float>(r.loss));
+    norms.push_back(r.update.grad_norm);
+    if (s == 0) {  // the update reads the gradients but leaves them in place
       for (const ParamInfo& info : model.infos()) {
         w.add("grad." + info.name, model.grad_data() + info.offset, info.shape, "float32");
       }
     }
-    norms.push_back(opt.step(*be, model).grad_norm);
   }
   w.add("losses", losses.data(), {a.steps}, "float32");
   std::vector<float> norms_f(norms.begin(), norms.end());

@@ -16,6 +16,7 @@
 #include "model/params.h"
 #include "model/rng.h"
 #include "test_util.h"
+#include "train/train_step.h"
 
 namespace gpt2 {
 namespace {
@@ -98,13 +99,11 @@ TrainRun train(Backend& be, int steps, OptimizerConfig oc = OptimizerConfig::ori
   model.init_weights(1234);
   ActivationArena arena(model.config(), B, T);
   Optimizer opt(oc, model.num_params());
+  LocalTrainStep step(be, model, opt, arena.acts());
   TrainRun r;
   for (int s = 0; s < steps; ++s) {
     auto x = testing::random_tokens(static_cast<size_t>(B * T + 1), model.config().V, 100u + static_cast<uint32_t>(s));
-    model.zero_grad();
-    r.losses.push_back(gpt2_forward(be, model, arena.acts(), x.data(), x.data() + 1));
-    gpt2_backward(be, model, arena.acts(), x.data(), x.data() + 1, 1.0f / static_cast<float>(B * T));
-    opt.step(be, model);
+    r.losses.push_back(static_cast<float>(step(x.data(), x.data() + 1).loss));
   }
   r.params.assign(model.param_data(), model.param_data() + model.num_params());
   return r;
@@ -165,14 +164,12 @@ TEST(Model, LearnsAFixedBatch) {
     const int B = 2, T = 16;
     ActivationArena arena(model.config(), B, T);
     Optimizer opt(oc, model.num_params());
+    LocalTrainStep step(*be, model, opt, arena.acts());
     auto x = testing::random_tokens(B * T + 1, model.config().V, 77);
     float first = 0, last = 0;
     for (int s = 0; s < 30; ++s) {
-      model.zero_grad();
-      last = gpt2_forward(*be, model, arena.acts(), x.data(), x.data() + 1);
+      last = static_cast<float>(step(x.data(), x.data() + 1).loss);
       if (s == 0) first = last;
-      gpt2_backward(*be, model, arena.acts(), x.data(), x.data() + 1, 1.0f / (B * T));
-      opt.step(*be, model);
     }
     EXPECT_NEAR(first, std::log(64.0f), 0.1f) << "initial loss is about ln V";
     EXPECT_LT(last, 0.5f * first) << to_string(oc.kind);

@@ -12,8 +12,6 @@
 #include <sstream>
 #include <vector>
 
-#include "dist/comm.h"
-#include "dist/gradient_sync.h"
 #include "kernels/backend.h"
 #include "model/activations.h"
 #include "model/generate.h"
@@ -281,11 +279,9 @@ TEST(Generate, KvCacheGivesTheRecomputedTokens) {
   // Train a little so the distribution is peaked, not uniform noise.
   ActivationArena arena(model.config(), 4, 32);
   Optimizer opt(OptimizerConfig::original(), model.num_params());
-  auto comm = make_local_communicator();
-  GradientSync sync(*comm, model.grad_data(), model.num_params(), 0);
-  const StepContext step{*be, model, opt, arena.acts(), sync, *comm, 4};
+  LocalTrainStep step(*be, model, opt, arena.acts());
   auto data = testing::random_tokens(4 * 32 + 1, 64, 5);
-  for (int s = 0; s < 20; ++s) train_step(step, data.data(), data.data() + 1);
+  for (int s = 0; s < 20; ++s) step(data.data(), data.data() + 1);
   for (size_t prompt_len : {1u, 10u, 31u, 40u}) {
     GenerateConfig g;
     g.max_new_tokens = 25;

@@ -114,7 +114,7 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   };
   const std::string config_file = get("config");
   if (!config_file.empty()) load_yaml(cfg, config_file);
-  for (const auto& [key, value] : cl.settings) fields.set(key, value, "command line");
+  apply_settings(fields, cl);
 
   if (command == "config") {
     validate(cfg);

@@ -14,6 +14,11 @@ double global_mean(Communicator& comm, double local_mean, int rows, int batch_si
   return comm.allreduce_sum(local_mean * rows / batch_size);
 }
 
+LocalTrainStep::LocalTrainStep(Backend& be, Gpt2& model, Optimizer& opt, Activations& acts)
+    : comm_(make_local_communicator()),
+      sync_(*comm_, model.grad_data(), model.num_params(), 0),
+      ctx_{be, model, opt, acts, sync_, *comm_, acts.B} {}
+
 StepResult train_step(const StepContext& s, const int32_t* inputs, const int32_t* targets) {
   const int rows = s.acts.B;
   // Each position's loss weighs 1 / (global B*T): summed over the ranks, the

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "dist/comm.h"
 #include "dist/gradient_sync.h"
@@ -51,6 +52,20 @@ double evaluate(const StepContext& s, int batches, int32_t* inputs, int32_t* tar
 
 // The global mean of a per-rank mean over `rows` of `batch_size` rows.
 double global_mean(Communicator& comm, double local_mean, int rows, int batch_size);
+
+// The step of one process, with its own local communicator and gradient
+// sync (both no-ops): what tools and tests train with outside a stage.
+class LocalTrainStep {
+ public:
+  LocalTrainStep(Backend& be, Gpt2& model, Optimizer& opt, Activations& acts);
+  StepResult operator()(const int32_t* inputs, const int32_t* targets) { return train_step(ctx_, inputs, targets); }
+  const StepContext& context() const { return ctx_; }
+
+ private:
+  std::unique_ptr<Communicator> comm_;
+  GradientSync sync_;
+  StepContext ctx_;
+};
 
 }  // namespace gpt2
 

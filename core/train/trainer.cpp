@@ -59,6 +59,40 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   return p;
 }
 
+// The two lines that open a run's log: the model and data, the layout and the MFU peak.
+void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Communicator& comm, int threads,
+              double peak) {
+  log.note(fmt::format("model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}",
+                       st.model_config.describe(), st.model->num_params(), st.tokens.size(), st.split.train.size(),
+                       st.split.val.size(), st.tok.size()));
+  log.note(fmt::format("{} backend, {} ranks x {} threads, batch {} x {} ({} rows per rank), {} steps from step {}, "
+                       "MFU peak {:.1f} GFLOP/s{}", st.backend->name(), comm.size(), threads, c.train.batch_size,
+                       c.train.seq_len, st.rows, c.train.steps, st.first_step, peak,
+                       c.train.peak_gflops > 0 ? "" : " (measured SGEMM)"));
+}
+
+// The loss on the first train.eval_batches batches of the validation split,
+// over the global batch (every rank takes its rows).
+double validation_loss(const StepContext& step, const RunConfig& c, const RunState& st, int rank, int32_t* x,
+                       int32_t* y) {
+  DataLoader val(st.split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed,
+                 rank * st.rows, st.rows);
+  return evaluate(step, c.train.eval_batches, x, y, [&](int32_t* in, int32_t* out) { val.next(in, out); });
+}
+
+// The original's inference: a continuation of the first generate.prompt_tokens
+// corpus tokens (greedy by default), timed; into the summary.
+void generate_from_corpus(const RunConfig& c, RunState& st, RunSummary& sum) {
+  const size_t np = std::min<size_t>(static_cast<size_t>(c.generate.prompt_tokens), st.tokens.size());
+  GenerateConfig gen_cfg = c.generate;
+  gen_cfg.vocab_limit = st.tok.size();
+  const auto g0 = Clock::now();
+  const Generation gen = generate(*st.backend, *st.model, {st.tokens.data(), np}, gen_cfg, st.tok.eos_id());
+  sum.inference_s = seconds_since(g0);
+  sum.generated_tokens = static_cast<int64_t>(gen.tokens.size());
+  sum.generated_text = st.tok.decode(gen.tokens);
+}
+
 }  // namespace
 
 int resolve_threads(int threads) {
@@ -80,13 +114,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   resolved.model = st->model_config;
   log.open(req.out_dir, req.overwrite, !req.resume.empty(), to_yaml(resolved), st->first_step);
   const double peak = mfu_peak(c, ctx, *st, comm, threads);
-  log.note(fmt::format("model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}",
-                       st->model_config.describe(), st->model->num_params(), st->tokens.size(), st->split.train.size(),
-                       st->split.val.size(), st->tok.size()));
-  log.note(fmt::format("{} backend, {} ranks x {} threads, batch {} x {} ({} rows per rank), {} steps from step {}, "
-                       "MFU peak {:.1f} GFLOP/s{}", be.name(), comm.size(), threads, c.train.batch_size,
-                       c.train.seq_len, st->rows, c.train.steps, st->first_step, peak,
-                       c.train.peak_gflops > 0 ? "" : " (measured SGEMM)"));
+  announce(log, c, *st, comm, threads, peak);
 
   ActivationArena arena(st->model_config, st->rows, c.train.seq_len, be.memory());
   GradientSync sync(comm, st->model->grad_data(), st->model->num_params(),
@@ -118,11 +146,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
               flops / dt / (peak * 1e9), r.comm_s * 1e3, comm.size() > 1 ? sync.bytes() : 0},
              c.train.steps, comm.size() > 1);
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
-      DataLoader val(st->split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed,
-                     comm.rank() * st->rows, st->rows);
-      const double vl = evaluate(step, c.train.eval_batches, x.data(), y.data(),
-                                 [&](int32_t* in, int32_t* out) { val.next(in, out); });
-      log.eval({s, vl}, c.train.steps);
+      log.eval({s, validation_loss(step, c, *st, comm.rank(), x.data(), y.data())}, c.train.steps);
     }
     if (c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0) save();
   }
@@ -133,20 +157,12 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     return;
   }
 
-  // Inference as in the original: greedy continuation of the first corpus tokens.
-  const size_t np = std::min<size_t>(static_cast<size_t>(c.generate.prompt_tokens), st->tokens.size());
-  const auto g0 = Clock::now();
-  GenerateConfig gen_cfg = c.generate;
-  gen_cfg.vocab_limit = st->tok.size();
-  const Generation gen = generate(be, *st->model, {st->tokens.data(), np}, gen_cfg, st->tok.eos_id());
-  sum.inference_s = seconds_since(g0);
+  generate_from_corpus(c, *st, sum);  // inference as in the original
   sum.steps = c.train.steps;
   sum.first_step = st->first_step;
   sum.ranks = comm.size();
   sum.tokens_per_s = sum.train_s > 0 ? (c.train.steps - st->first_step) * tokens_per_step / sum.train_s : 0.0;
   sum.peak_rss_mb = peak_rss_mb();
-  sum.generated_tokens = static_cast<int64_t>(gen.tokens.size());
-  sum.generated_text = st->tok.decode(gen.tokens);
   sum.checkpoint = c.train.save_checkpoint ? ckpt_path : "";
   sum.provenance = run_provenance(req, ctx, *st, comm, threads, peak);
   log.finish(sum);

@@ -110,7 +110,10 @@ std::string format_double(double x) { return fmt::format("{}", x); }
 
 std::string format_int_list(const std::vector<int>& v) {
   std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(v[i]);
+  }
   return out;
 }
 
@@ -274,7 +277,18 @@ const std::string* CommandLine::find(const std::string& key) const {
 }
 
 void apply_settings(const Fields& fields, const CommandLine& cl) {
-  for (const auto& [key, value] : cl.settings) fields.set(key, value, "--" + key);
+  for (const auto& [key, value] : cl.settings) {
+    const Field* f = fields.find(key);
+    try {
+      f->set(value);
+    } catch (const std::invalid_argument& e) {
+      // The parse error starts with the key: "--threads: expected ..." for a
+      // tool's option, "command line: train.steps: expected ..." for a
+      // configuration key.
+      throw std::invalid_argument(section_of(key).empty() ? fmt::format("--{}", e.what())
+                                                          : fmt::format("command line: {}", e.what()));
+    }
+  }
 }
 
 }  // namespace gpt2

@@ -103,7 +103,8 @@ struct CommandLine {
 CommandLine parse_command_line(const std::vector<std::string>& args, const Fields& fields,
                                const std::vector<std::string>& extra_keys = {},
                                const std::vector<std::string>& extra_flags = {});
-// Sets each of cl.settings, errors prefixed with "--<key>".
+// Sets each of cl.settings; an error names the option ("--threads: ...") or
+// the configuration key ("command line: train.steps: ...").
 void apply_settings(const Fields& fields, const CommandLine& cl);
 
 // ---------------------------------------------------------------- details
