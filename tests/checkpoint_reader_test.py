@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""The Python checkpoint reader (bench/peers/checkpoint_file.py) on both
+formats: the version-1 checkpoint of tests/data/v1_checkpoint (written at
+043f213) and the version-2 checkpoint the stage writes when it resumes from
+it. The reader must find the settings by name in both, and the resumed
+weights must be those the version-1 build produced (their FNV-1a 64 is in
+expected.json).
+
+usage: checkpoint_reader_test.py --stage PATH_TO_SERIAL --data tests/data/v1_checkpoint
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
+import checkpoint_file  # noqa: E402
+
+
+def fnv1a64(data):
+    h = 0xcbf29ce484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+    return f"{h:016x}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--stage", required=True)
+    ap.add_argument("--data", required=True)
+    a = ap.parse_args()
+    expected = json.load(open(os.path.join(a.data, "expected.json")))
+    checks = []
+
+    def check(title, ok, detail=""):
+        checks.append(ok)
+        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail and not ok else ''}")
+
+    v1 = checkpoint_file.load(os.path.join(a.data, "checkpoint.bin"))
+    check("version 1 reads", v1.version == 1, str(v1.version))
+    check("version 1 model sizes by name", v1.config() == {"V": 120, "T": 8, "L": 1, "NH": 2, "C": 16}, str(v1.config()))
+    check("version 1 parameters and moments", len(v1.params) == 4 * expected["param_count"] and
+          len(v1.m) == len(v1.params) and len(v1.v) == len(v1.params))
+    check("version 1 vocabulary ends with [EOS]", v1.vocab and v1.vocab[-1] == b"[EOS]")
+
+    out = tempfile.mkdtemp(prefix="checkpoint_reader_test_")
+    r = subprocess.run([a.stage, "train", "--config", os.path.join(a.data, "config.yaml"), "--resume",
+                        os.path.join(a.data, "checkpoint.bin"), "--out", out, "--train.peak_gflops", "10"],
+                       capture_output=True, text=True)
+    check("the stage resumes from the version-1 checkpoint", r.returncode == 0, r.stderr[-500:])
+    if r.returncode == 0:
+        v2 = checkpoint_file.load(os.path.join(out, "checkpoint.bin"))
+        check("version 2 reads", v2.version == 2, str(v2.version))
+        check("version 2 names its settings", v2.header.get("model.n_embd") == "16" and
+              v2.header.get("optimizer.kind") == "adam_original" and v2.header.get("state.steps_done") == "6",
+              str(v2.header))
+        check("version 2 model sizes equal version 1's", v2.config() == v1.config())
+        check("the resumed weights are the version-1 build's", fnv1a64(v2.params) == expected["final_params_fnv1a64"],
+              fnv1a64(v2.params))
+        check("version 2 vocabulary is the checkpoint's", v2.vocab == v1.vocab)
+    failed = checks.count(False)
+    print(f"{len(checks) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
