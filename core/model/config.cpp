@@ -8,7 +8,7 @@ namespace gpt2 {
 
 void Gpt2Config::validate(bool vocab_from_tokenizer) const {
   auto positive = [](const char* key, int v) {
-    if (v <= 0) throw std::invalid_argument(fmt::format("model.{} must be positive, got {}", key, v));
+    if (v <= 0) throw std::invalid_argument(fmt::format("model.{}: must be positive, got {}", key, v));
   };
   if (vocab_from_tokenizer && V < 0) {
     throw std::invalid_argument(fmt::format("model.vocab_size: must be >= 0 (0 = from the tokenizer), got {}", V));
@@ -19,8 +19,7 @@ void Gpt2Config::validate(bool vocab_from_tokenizer) const {
   positive("n_head", NH);
   positive("n_embd", C);
   if (C % NH != 0) {
-    throw std::invalid_argument(
-        fmt::format("model.n_embd ({}) must be divisible by model.n_head ({})", C, NH));
+    throw std::invalid_argument(fmt::format("model.n_embd: {} is not divisible by model.n_head {}", C, NH));
   }
 }
 

@@ -17,37 +17,41 @@ Fields run_fields(RunConfig& c) {
   return f;
 }
 
-void validate(const RunConfig& c) {
+void TrainConfig::validate() const {
   auto fail = [](const char* key, const std::string& what) {
-    throw std::invalid_argument(fmt::format("{}: {}", key, what));
+    throw std::invalid_argument(fmt::format("train.{}: {}", key, what));
   };
   auto positive = [&](const char* key, int64_t v) {
     if (v <= 0) fail(key, fmt::format("must be positive, got {}", v));
   };
-  const Gpt2Config& m = c.model;
-  if (m.V < 0) fail("model.vocab_size", fmt::format("must be >= 0 (0 = from the tokenizer), got {}", m.V));
-  positive("model.block_size", m.T);
-  positive("model.n_layer", m.L);
-  positive("model.n_head", m.NH);
-  positive("model.n_embd", m.C);
-  if (m.C % m.NH != 0) fail("model.n_embd", fmt::format("{} is not divisible by model.n_head {}", m.C, m.NH));
+  auto non_negative = [&](const char* key, double v) {
+    if (v < 0) fail(key, fmt::format("must be >= 0, got {}", v));
+  };
+  positive("batch_size", batch_size);
+  positive("seq_len", seq_len);
+  positive("steps", steps);
+  if (threads < 0) fail("threads", fmt::format("must be >= 0 (0 = every core), got {}", threads));
+  non_negative("eval_every", eval_every);
+  positive("eval_batches", eval_batches);
+  non_negative("checkpoint_every", checkpoint_every);
+  non_negative("peak_gflops", peak_gflops);
+  non_negative("grad_bucket_mb", grad_bucket_mb);
+}
+
+void validate(const RunConfig& c) {
+  c.model.validate(/*vocab_from_tokenizer=*/true);
   c.data.validate();
-  const TrainConfig& t = c.train;
-  positive("train.batch_size", t.batch_size);
-  positive("train.seq_len", t.seq_len);
-  if (t.seq_len > m.T) fail("train.seq_len", fmt::format("{} exceeds model.block_size {}", t.seq_len, m.T));
-  positive("train.steps", t.steps);
-  if (t.threads < 0) fail("train.threads", fmt::format("must be >= 0 (0 = every core), got {}", t.threads));
-  if (t.eval_every < 0) fail("train.eval_every", fmt::format("must be >= 0, got {}", t.eval_every));
-  positive("train.eval_batches", t.eval_batches);
-  if (t.eval_every > 0 && c.data.val_fraction == 0) {
-    fail("train.eval_every", "needs a validation split: set data.val_fraction > 0");
-  }
-  if (t.checkpoint_every < 0) fail("train.checkpoint_every", fmt::format("must be >= 0, got {}", t.checkpoint_every));
-  if (t.peak_gflops < 0) fail("train.peak_gflops", fmt::format("must be >= 0, got {}", t.peak_gflops));
-  if (t.grad_bucket_mb < 0) fail("train.grad_bucket_mb", fmt::format("must be >= 0, got {}", t.grad_bucket_mb));
+  c.train.validate();
   c.optimizer.validate();
   c.generate.validate();
+  // Across sections.
+  if (c.train.seq_len > c.model.T) {
+    throw std::invalid_argument(
+        fmt::format("train.seq_len: {} exceeds model.block_size {}", c.train.seq_len, c.model.T));
+  }
+  if (c.train.eval_every > 0 && c.data.val_fraction == 0) {
+    throw std::invalid_argument("train.eval_every: needs a validation split: set data.val_fraction > 0");
+  }
 }
 
 std::string to_yaml(RunConfig c) { return run_fields(c).to_yaml(); }

@@ -35,6 +35,9 @@ struct TrainConfig {
   double peak_gflops = 0.0;     // MFU denominator; 0: measure SGEMM at start-up
   double grad_bucket_mb = 0.0;  // data parallel: allreduce buckets overlapping backward; 0: one allreduce
 
+  // Throws std::invalid_argument naming the key.
+  void validate() const;
+
   template <typename F>
   void visit_fields(F&& f) {
     f("batch_size", batch_size, "global batch rows per step");
