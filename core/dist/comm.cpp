@@ -1,29 +1,161 @@
+// The Communicator's front door (argument checks, then the implementation's
+// do_ function), the local communicator and the broadcast helpers.
 #include "dist/comm.h"
 
 #include <fmt/format.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
 namespace gpt2 {
 
 namespace {
+
+void require_data(const char* verb, const char* what, const void* p, size_t count) {
+  if (p == nullptr && count > 0) {
+    throw std::invalid_argument(fmt::format("{}: {} is null with a count of {}", verb, what, count));
+  }
+}
+
+void require_rank(const char* verb, const char* what, int r, int size) {
+  if (r < 0 || r >= size) {
+    throw std::invalid_argument(
+        fmt::format("{}: {} {} is out of range for a communicator of {} rank(s) (expected 0 .. {})", verb, what, r,
+                    size, size - 1));
+  }
+}
+
+// Point to point's peer: another rank of the communicator.
+void require_peer(const char* verb, int peer, int rank, int size) {
+  require_rank(verb, "peer", peer, size);
+  if (peer == rank) {
+    throw std::invalid_argument(fmt::format("{}: peer {} is this rank (a blocking {} with oneself never completes: "
+                                            "use send_recv)", verb, peer, verb));
+  }
+}
+
+// Whether [a, a + a_count) and [b, b + b_count) share a float. As integers:
+// the two may be unrelated allocations, or device addresses.
+bool overlap(const float* a, size_t a_count, const float* b, size_t b_count) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+  return a_count > 0 && b_count > 0 && a0 < b0 + b_count * sizeof(float) && b0 < a0 + a_count * sizeof(float);
+}
+
+// The shape check of reduce_scatter_sum and all_gather: `part` (chunk floats)
+// is either the rank's own chunk of `whole` (size * chunk floats), or
+// disjoint from it.
+void require_part_of(const char* verb, const char* part_name, const float* part, const char* whole_name,
+                     const float* whole, size_t chunk, int rank, int size) {
+  require_data(verb, part_name, part, chunk);
+  require_data(verb, whole_name, whole, chunk * static_cast<size_t>(size));
+  if (part == whole + static_cast<size_t>(rank) * chunk) return;  // in place
+  if (overlap(part, chunk, whole, chunk * static_cast<size_t>(size))) {
+    throw std::invalid_argument(fmt::format(
+        "{}: {} overlaps {} but is not this rank's chunk (in place means {} == {} + rank * chunk = {} + {} * {})",
+        verb, part_name, whole_name, part_name, whole_name, whole_name, rank, chunk));
+  }
+}
+
+}  // namespace
+
+void Communicator::broadcast(void* data, size_t bytes, int root) {
+  require_data("broadcast", "data", data, bytes);
+  require_rank("broadcast", "root", root, size());
+  do_broadcast(data, bytes, root);
+}
+
+void Communicator::allreduce_sum(float* data, size_t count) {
+  require_data("allreduce_sum", "data", data, count);
+  do_allreduce_sum(data, count);
+}
+
+void Communicator::start_allreduce_sum(float* data, size_t count) {
+  require_data("start_allreduce_sum", "data", data, count);
+  do_start_allreduce_sum(data, count);
+}
+
+void Communicator::reduce_scatter_sum(const float* send, float* recv, size_t chunk) {
+  require_part_of("reduce_scatter_sum", "recv", recv, "send", send, chunk, rank(), size());
+  do_reduce_scatter_sum(send, recv, chunk);
+}
+
+void Communicator::all_gather(const float* send, float* recv, size_t chunk) {
+  require_part_of("all_gather", "send", send, "recv", recv, chunk, rank(), size());
+  do_all_gather(send, recv, chunk);
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  if (color < 0) {
+    throw std::invalid_argument(fmt::format("split: color {} is negative (every rank joins a group: color >= 0)",
+                                            color));
+  }
+  return do_split(color, key);
+}
+
+void Communicator::send(const float* data, size_t count, int peer) {
+  require_data("send", "data", data, count);
+  require_peer("send", peer, rank(), size());
+  do_send_recv("send", data, count, peer, nullptr, 0, peer);
+}
+
+void Communicator::recv(float* data, size_t count, int peer) {
+  require_data("recv", "data", data, count);
+  require_peer("recv", peer, rank(), size());
+  do_send_recv("recv", nullptr, 0, peer, data, count, peer);
+}
+
+void Communicator::send_recv(const float* send_data, size_t send_count, int dest, float* recv_data,
+                             size_t recv_count, int source) {
+  require_data("send_recv", "send_data", send_data, send_count);
+  require_data("send_recv", "recv_data", recv_data, recv_count);
+  require_rank("send_recv", "dest", dest, size());
+  require_rank("send_recv", "source", source, size());
+  if (overlap(send_data, send_count, recv_data, recv_count)) {
+    throw std::invalid_argument(fmt::format("send_recv: send_data ({} floats) and recv_data ({} floats) overlap",
+                                            send_count, recv_count));
+  }
+  if (dest == rank() && source == rank() && send_count != recv_count) {
+    throw std::invalid_argument(fmt::format("send_recv: with itself, sends {} floats but receives {}", send_count,
+                                            recv_count));
+  }
+  do_send_recv("send_recv", send_data, send_count, dest, recv_data, recv_count, source);
+}
+
+namespace {
+
+// One process. The checks above let no send or recv through (their only
+// possible peer is this rank): send_recv can only be a copy to itself.
 class LocalCommunicator final : public Communicator {
  public:
   std::string name() const override { return "local"; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void broadcast(void*, size_t, int) override {}
-  void allreduce_sum(float*, size_t) override {}
-  double allreduce_sum(double x) override { return x; }
   bool all_equal(uint64_t) override { return true; }
   void barrier() override {}
   [[noreturn]] void abort(int code) override { std::exit(code); }
-  void start_allreduce_sum(float*, size_t) override {}
   void progress() override {}
   void wait_all() override {}
+
+ protected:
+  void do_broadcast(void*, size_t, int) override {}
+  void do_allreduce_sum(float*, size_t) override {}
+  double do_allreduce_sum(double x) override { return x; }
+  void do_reduce_scatter_sum(const float* send, float* recv, size_t chunk) override { copy(recv, send, chunk); }
+  void do_all_gather(const float* send, float* recv, size_t chunk) override { copy(recv, send, chunk); }
+  std::unique_ptr<Communicator> do_split(int, int) override { return std::make_unique<LocalCommunicator>(); }
+  void do_send_recv(const char*, const float* send_data, size_t send_count, int, float* recv_data, size_t recv_count,
+                    int) override {
+    if (send_count > 0 && recv_count > 0) copy(recv_data, send_data, send_count);  // equal (checked above)
+  }
+  void do_start_allreduce_sum(float*, size_t) override {}
+
+ private:
+  static void copy(float* dst, const float* src, size_t count) {
+    if (dst != src) std::copy_n(src, count, dst);
+  }
 };
+
 }  // namespace
 
 std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }

@@ -1,8 +1,31 @@
-// Communicator: the collectives data parallelism needs, chosen once at
-// start-up: `local` (one process; every collective is the identity) or
-// `mpi` (core/comm/mpi, MPICH). Data parallelism is one sum-allreduce of the
-// flat gradient buffer per step, optionally in buckets started while the
-// backward pass is still running (GradientSync below).
+// Communicator: a group of ranks and the verbs they use to talk, chosen once
+// at start-up: `local` (one process; every verb is the identity), `mpi`
+// (dist/mpi, MPICH) or the MPI+CUDA one (dist/nccl: NCCL or host-staged MPI
+// on device memory). split() makes the sub-groups of a parallel layout (TP,
+// PP, DP groups) as Communicators of their own, with the same verbs.
+//
+// The verbs (Megatron-LM's collectives, as NCCL and MPI define them):
+//   collective   broadcast, allreduce_sum, reduce_scatter_sum, all_gather,
+//                all_equal, barrier, split: every rank of the communicator
+//                calls them, in the same order, with the same counts;
+//   point to     send, recv, send_recv: between two ranks of the
+//   point        communicator; messages between two ranks arrive in the
+//                order they were sent (there are no tags).
+// Counts are in elements (floats) unless named bytes; `chunk` is the count
+// per rank. Buffers are the caller's: nothing is allocated for the result.
+//
+// Memory: broadcast and the scalar verbs take host memory. The float verbs
+// take the memory of the rank's backend (dist/nccl/cuda_comm.h): device
+// memory for the MPI+CUDA communicator (which also accepts host memory and
+// sends it through MPI), host memory for local and mpi. On device memory a
+// verb is ordered on the backend's stream like a kernel: later kernels see its
+// result, the host sees it after Backend::synchronize() or a download.
+//
+// Arguments are checked here, at the front door, and a bad one throws
+// std::invalid_argument naming the verb and the values; the implementations
+// (the protected do_ functions) assume valid arguments. What one rank cannot
+// see (ranks passing different counts, a send without its recv) is not
+// checked: like in MPI it is undefined, and may hang.
 #pragma once
 
 #include <cstddef>
@@ -17,31 +40,94 @@ class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual std::string name() const = 0;
-  virtual int rank() const = 0;
+  virtual int rank() const = 0;  // 0 .. size()-1, in this communicator
   virtual int size() const = 0;
-  // This rank's index among the ranks of its machine, and their number
-  // (how the CUDA stages pick a GPU).
+  // This rank's index among the ranks of this communicator on its machine,
+  // and their number (how the CUDA stages pick a GPU).
   virtual int local_rank() const { return 0; }
   virtual int local_size() const { return 1; }
-  // Copies `bytes` from `root` to every rank.
-  virtual void broadcast(void* data, size_t bytes, int root) = 0;
-  // In place: data = sum over ranks of data. `data` is in the memory of the
-  // rank's backend (the gradient buffer): device memory in the MPI+CUDA stage.
-  virtual void allreduce_sum(float* data, size_t count) = 0;
-  virtual double allreduce_sum(double x) = 0;
+
+  // ---- Collectives ----
+
+  // Copies `bytes` of host memory from `root` to every rank.
+  void broadcast(void* data, size_t bytes, int root);
+  // In place: data[0, count) = sum over ranks of data[0, count) (the gradient
+  // buffer of data parallelism; Megatron's reduce_from_tensor_model_parallel).
+  void allreduce_sum(float* data, size_t count);
+  double allreduce_sum(double x) { return do_allreduce_sum(x); }
+  // recv[0, chunk) = sum over ranks r of r's send[rank() * chunk, (rank()+1) * chunk):
+  // send holds size() chunks of `chunk` floats, one per rank in rank order, and
+  // each rank receives the sum of its own chunk (ZeRO's gradient shards). The
+  // count is per rank, so there is no remainder: a buffer whose length is not
+  // a multiple of size() is padded by the caller.
+  // Out of place: recv[0, chunk) does not overlap send[0, size() * chunk).
+  // In place: recv == send + rank() * chunk; the other chunks of send are
+  // left unspecified. Any other overlap is an error.
+  void reduce_scatter_sum(const float* send, float* recv, size_t chunk);
+  // recv[r * chunk, (r+1) * chunk) = rank r's send[0, chunk), for every rank r
+  // (ZeRO's parameter shards, Megatron's gather_from_...).
+  // Out of place: send[0, chunk) does not overlap recv[0, size() * chunk).
+  // In place: send == recv + rank() * chunk. Any other overlap is an error.
+  void all_gather(const float* send, float* recv, size_t chunk);
   // True on every rank iff every rank passed the same value.
   virtual bool all_equal(uint64_t x) = 0;
   // Waits for every rank without spinning a core (sleeps between polls).
   virtual void barrier() = 0;
-  // Ends every rank of the job with `code`; does not return.
-  [[noreturn]] virtual void abort(int code) = 0;
+  // A new communicator over the ranks that passed the same `color` (>= 0),
+  // ranked by `key` (ties by rank here): MPI_Comm_split. Every rank of this
+  // communicator calls it. The sub-group has every verb; it may outlive
+  // this communicator, and freeing it frees only the sub-group.
+  std::unique_ptr<Communicator> split(int color, int key);
+
+  // ---- Point to point (pipeline stages) ----
+
+  // Sends data[0, count) to rank `peer`, which must recv exactly `count`
+  // floats. Returns when `data` may be reused (on device memory: when the send
+  // is ordered on the stream). Waiting sleeps between polls: it does not spin.
+  // A rank may not send to itself (that blocking send could never complete):
+  // use send_recv.
+  void send(const float* data, size_t count, int peer);
+  // Receives exactly `count` floats from rank `peer` into data[0, count); a
+  // message of another length is an error. Waits without spinning.
+  void recv(float* data, size_t count, int peer);
+  // Sends send_data[0, send_count) to `dest` and receives recv_data[0,
+  // recv_count) from `source` at once, so a ring of ranks each sending to the
+  // next and receiving from the previous cannot deadlock (Megatron's
+  // send_forward_recv_backward and friends). The buffers must not overlap.
+  // dest == source == rank() is a copy.
+  void send_recv(const float* send_data, size_t send_count, int dest, float* recv_data, size_t recv_count,
+                 int source);
+
+  // ---- Overlap and faults ----
+
   // Non-blocking sum-allreduce of a range; completed by wait_all().
-  virtual void start_allreduce_sum(float* data, size_t count) = 0;
+  void start_allreduce_sum(float* data, size_t count);
   // Lets started operations advance (MPICH progresses only inside MPI calls).
   virtual void progress() = 0;
   virtual void wait_all() = 0;
+  // Ends every rank of the job (not only of this communicator) with `code`;
+  // does not return.
+  [[noreturn]] virtual void abort(int code) = 0;
+
+ protected:
+  // The verbs above after their arguments were checked.
+  virtual void do_broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void do_allreduce_sum(float* data, size_t count) = 0;
+  virtual double do_allreduce_sum(double x) = 0;
+  virtual void do_reduce_scatter_sum(const float* send, float* recv, size_t chunk) = 0;
+  virtual void do_all_gather(const float* send, float* recv, size_t chunk) = 0;
+  virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
+  // send, recv and send_recv (named by `verb`, for messages): send is
+  // recv_count == 0, recv is send_count == 0.
+  virtual void do_send_recv(const char* verb, const float* send_data, size_t send_count, int dest, float* recv_data,
+                            size_t recv_count, int source) = 0;
+  virtual void do_start_allreduce_sum(float* data, size_t count) = 0;
 };
 
+// One process: the collectives are identities (out-of-place ones copy),
+// split gives another one-rank communicator, send and recv have no peer
+// (rank 0 is this rank: an error), send_recv with itself copies. Host memory
+// only, but the in-place verbs touch no memory at all.
 std::unique_ptr<Communicator> make_local_communicator();
 
 // Broadcast helpers for variable-size data (sizes first).

@@ -1,9 +1,16 @@
+// The verbs of dist/comm.h over MPICH, on host memory. Counts beyond an int
+// go in pieces of at most chunk_ elements. Collectives on floats use MPI's
+// blocking calls (the ranks reach them together, in the step's hot path);
+// broadcast, barrier and point to point wait without spinning (idle_wait), as
+// a pipeline stage may wait long for its neighbour.
 #include "dist/mpi/mpi_comm.h"
 
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -24,35 +31,99 @@ namespace gpt2 {
 
 namespace {
 
-// Polls `req` until done, sleeping between polls: waiting ranks leave the
-// cores to the ranks that still compute (MPICH's blocking calls busy-poll).
-void idle_wait(MPI_Request* req) {
-  int done = 0;
+// Polls requests[0, n) until all are done, sleeping between polls: waiting
+// ranks leave the cores to the ranks that still compute (MPICH's blocking
+// calls busy-poll). Any poll advances every request (MPICH has one progress
+// engine), so polling them in order is enough.
+void idle_wait(MPI_Request* requests, int n = 1, MPI_Status* statuses = nullptr) {
   auto sleep = std::chrono::microseconds(50);
-  for (;;) {
-    MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
-    if (done) return;
+  for (int i = 0; i < n;) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(&requests[i], &done, statuses ? &statuses[i] : MPI_STATUS_IGNORE));
+    if (done) {
+      ++i;
+      continue;
+    }
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
   }
 }
 
+// A received piece, at `off` of a message of `count` floats, must have the
+// length its recv asked for (a longer one already failed as truncated). The
+// sender cut its message the same way, so a short piece ends it: off + got
+// is the sender's count.
+void check_received(const MPI_Status& status, int expected, size_t off, size_t count, int peer, const char* verb) {
+  int got = 0;
+  MPI_CHECK(MPI_Get_count(&status, MPI_FLOAT, &got));
+  if (got != expected) {
+    throw std::runtime_error(fmt::format("{}: expected {} floats from rank {}, got {} (the sender's count differs)",
+                                         verb, count, peer, off + static_cast<size_t>(got)));
+  }
+}
+
+// Floats [off, off + n) of every rank's block of `stride` floats, as `count`
+// elements of `type`: the block of rank r starts r * stride floats further.
+// One piece covering whole blocks is plain floats; a part of each block is one
+// element of a derived type (n floats, stretched to the extent of a block).
+// How all_gather moves blocks longer than an int count.
+class BlockPiece {
+ public:
+  BlockPiece(size_t n, size_t stride) {
+    if (n == stride) {
+      count = static_cast<int>(n);
+      return;
+    }
+    MPI_Datatype floats;
+    MPI_CHECK(MPI_Type_contiguous(static_cast<int>(n), MPI_FLOAT, &floats));
+    MPI_CHECK(MPI_Type_create_resized(floats, 0, static_cast<MPI_Aint>(stride * sizeof(float)), &type));
+    MPI_Type_free(&floats);
+    MPI_CHECK(MPI_Type_commit(&type));
+  }
+  ~BlockPiece() {
+    if (type != MPI_FLOAT) MPI_Type_free(&type);
+  }
+  BlockPiece(const BlockPiece&) = delete;
+  BlockPiece& operator=(const BlockPiece&) = delete;
+
+  MPI_Datatype type = MPI_FLOAT;
+  int count = 1;
+};
+
+// MPI stays initialised while any communicator uses it: sub-groups may
+// outlive the world communicator.
+struct MpiSession {
+  MpiSession(int* argc, char*** argv) { MPI_CHECK(MPI_Init(argc, argv)); }
+  ~MpiSession() { MPI_Finalize(); }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(int* argc, char*** argv) {
-    MPI_CHECK(MPI_Init(argc, argv));
+  static constexpr size_t kChunk = size_t{1} << 30;  // elements per MPI call: counts are int
+
+  // The world (MPI_COMM_WORLD), or a sub-group that owns `comm`.
+  MpiCommunicator(std::shared_ptr<MpiSession> session, MPI_Comm comm, size_t chunk)
+      : session_(std::move(session)), comm_(comm), chunk_(chunk) {
     // Errors come back as return codes (checked above), not as aborts.
-    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+    MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    MPI_CHECK(MPI_Comm_size(comm_, &size_));
     MPI_Comm node;
-    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
     MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
     MPI_CHECK(MPI_Comm_size(node, &local_size_));
     MPI_CHECK(MPI_Comm_free(&node));
     requests_.reserve(256);  // buckets in flight: no allocation inside a step
   }
-  ~MpiCommunicator() override { MPI_Finalize(); }
+  ~MpiCommunicator() override {
+    if (comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);  // before session_ may finalise
+  }
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  void set_chunk(size_t elements) { chunk_ = elements; }
 
   std::string name() const override { return "mpi"; }
   int rank() const override { return rank_; }
@@ -60,45 +131,19 @@ class MpiCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
 
-  void broadcast(void* data, size_t bytes, int root) override {
-    auto* p = static_cast<char*>(data);
-    for (size_t off = 0; off < bytes; off += kChunk) {
-      const int n = static_cast<int>(std::min(kChunk, bytes - off));
-      MPI_Request req;
-      MPI_CHECK(MPI_Ibcast(p + off, n, MPI_BYTE, root, MPI_COMM_WORLD, &req));
-      idle_wait(&req);
-    }
-  }
-  void allreduce_sum(float* data, size_t count) override {
-    for (size_t off = 0; off < count; off += kChunk) {  // MPI counts are int
-      const int n = static_cast<int>(std::min(kChunk, count - off));
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-    }
-  }
-  double allreduce_sum(double x) override {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    return x;
-  }
   bool all_equal(uint64_t x) override {
     unsigned long long v[2] = {x, ~x};  // max of x and max of ~x (= ~min of x)
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm_));
     return v[0] == x && ~v[1] == x;
   }
   void barrier() override {
     MPI_Request req;
-    MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+    MPI_CHECK(MPI_Ibarrier(comm_, &req));
     idle_wait(&req);
   }
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
-  }
-  void start_allreduce_sum(float* data, size_t count) override {
-    for (size_t off = 0; off < count; off += kChunk) {
-      requests_.emplace_back();
-      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kChunk, count - off)), MPI_FLOAT,
-                               MPI_SUM, MPI_COMM_WORLD, &requests_.back()));
-    }
   }
   void progress() override {
     if (requests_.empty()) return;
@@ -110,8 +155,106 @@ class MpiCommunicator final : public Communicator {
     requests_.clear();
   }
 
+ protected:
+  void do_broadcast(void* data, size_t bytes, int root) override {
+    auto* p = static_cast<char*>(data);
+    for (size_t off = 0; off < bytes; off += chunk_) {
+      MPI_Request req;
+      MPI_CHECK(MPI_Ibcast(p + off, piece(bytes, off), MPI_BYTE, root, comm_, &req));
+      idle_wait(&req);
+    }
+  }
+  void do_allreduce_sum(float* data, size_t count) override {
+    for (size_t off = 0; off < count; off += chunk_) {
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + off, piece(count, off), MPI_FLOAT, MPI_SUM, comm_));
+    }
+  }
+  double do_allreduce_sum(double x) override {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, comm_));
+    return x;
+  }
+  void do_start_allreduce_sum(float* data, size_t count) override {
+    for (size_t off = 0; off < count; off += chunk_) {
+      requests_.emplace_back();
+      MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + off, piece(count, off), MPI_FLOAT, MPI_SUM, comm_,
+                               &requests_.back()));
+    }
+  }
+
+  void do_reduce_scatter_sum(const float* send, float* recv, size_t chunk) override {
+    const size_t mine = static_cast<size_t>(rank_) * chunk;
+    const bool in_place = recv == send + mine;
+    if (chunk <= chunk_) {
+      if (!in_place) {
+        MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(chunk), MPI_FLOAT, MPI_SUM, comm_));
+        return;
+      }
+      // MPI's in-place form leaves the sum at the start of the buffer (in
+      // rank 0's chunk); it belongs in this rank's.
+      float* whole = recv - mine;
+      MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, whole, static_cast<int>(chunk), MPI_FLOAT, MPI_SUM, comm_));
+      if (mine > 0) std::memcpy(recv, whole, chunk * sizeof(float));
+      return;
+    }
+    // Longer than an int count: piece by piece, each rank's block summed onto
+    // that rank by MPI_Reduce. (MPI defines MPI_SUM on plain floats only, not
+    // on a BlockPiece, which would do all the blocks in one call.)
+    for (size_t off = 0; off < chunk; off += chunk_) {
+      for (int r = 0; r < size_; ++r) {
+        const float* block = send + static_cast<size_t>(r) * chunk + off;
+        const void* in = r == rank_ && in_place ? MPI_IN_PLACE : block;
+        MPI_CHECK(MPI_Reduce(in, r == rank_ ? recv + off : nullptr, piece(chunk, off), MPI_FLOAT, MPI_SUM, r, comm_));
+      }
+    }
+  }
+  void do_all_gather(const float* send, float* recv, size_t chunk) override {
+    const bool in_place = send == recv + static_cast<size_t>(rank_) * chunk;
+    for (size_t off = 0; off < chunk; off += chunk_) {
+      const int n = piece(chunk, off);
+      const BlockPiece p(static_cast<size_t>(n), chunk);
+      if (in_place) {
+        MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv + off, p.count, p.type, comm_));
+      } else {
+        MPI_CHECK(MPI_Allgather(send + off, n, MPI_FLOAT, recv + off, p.count, p.type, comm_));
+      }
+    }
+  }
+
+  std::unique_ptr<Communicator> do_split(int color, int key) override {
+    MPI_Comm sub;
+    MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
+    return std::make_unique<MpiCommunicator>(session_, sub, chunk_);
+  }
+
+  // Point to point (send: recv_count 0; recv: send_count 0). One message per
+  // piece, both sides cutting the same count the same way (the receiver
+  // checks each piece's length). Piece i of the send and piece i of the
+  // receive are in flight together; every rank's i-th pieces match other
+  // ranks' i-th pieces, so the pieces cannot deadlock whatever the two counts.
+  void do_send_recv(const char* verb, const float* send_data, size_t send_count, int dest, float* recv_data,
+                    size_t recv_count, int source) override {
+    for (size_t off = 0; off < std::max(send_count, recv_count); off += chunk_) {
+      MPI_Request req[2];
+      MPI_Status status[2];
+      int n = 0;
+      if (off < recv_count) {
+        MPI_CHECK(MPI_Irecv(recv_data + off, piece(recv_count, off), MPI_FLOAT, source, 0, comm_, &req[n++]));
+      }
+      if (off < send_count) {
+        MPI_CHECK(MPI_Isend(send_data + off, piece(send_count, off), MPI_FLOAT, dest, 0, comm_, &req[n++]));
+      }
+      idle_wait(req, n, status);
+      if (off < recv_count) check_received(status[0], piece(recv_count, off), off, recv_count, source, verb);
+    }
+  }
+
  private:
-  static constexpr size_t kChunk = size_t{1} << 30;  // elements per MPI call: counts are int
+  // Elements in the piece of `count` starting at `off`.
+  int piece(size_t count, size_t off) const { return static_cast<int>(std::min(chunk_, count - off)); }
+
+  std::shared_ptr<MpiSession> session_;
+  MPI_Comm comm_;
+  size_t chunk_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<MPI_Request> requests_;
 };
@@ -119,7 +262,17 @@ class MpiCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv) {
-  return std::make_unique<MpiCommunicator>(argc, argv);
+  return std::make_unique<MpiCommunicator>(std::make_shared<MpiSession>(argc, argv), MPI_COMM_WORLD,
+                                           MpiCommunicator::kChunk);
+}
+
+void set_mpi_chunk_for_testing(Communicator& comm, size_t elements) {
+  auto* mpi = dynamic_cast<MpiCommunicator*>(&comm);
+  if (mpi == nullptr || elements == 0) {
+    throw std::invalid_argument(fmt::format("set_mpi_chunk_for_testing: needs an MPI communicator ('{}' given) and "
+                                            "a positive chunk ({} given)", comm.name(), elements));
+  }
+  mpi->set_chunk(elements);
 }
 
 }  // namespace gpt2

@@ -1,9 +1,11 @@
 // The MPI communicator (MPICH). Built only when Meson finds MPI; the mpi and
-// mpi_cuda stages link it. Construction initialises MPI, destruction
-// finalises it. Every MPI call is checked: a failure throws naming the call,
-// the file and the line.
+// mpi_cuda stages link it. make_mpi_communicator initialises MPI and returns
+// the world; split() gives sub-groups, each owning its MPI_Comm. MPI is
+// finalised when the last of them is destroyed. Every MPI call is checked: a
+// failure throws naming the call, the file and the line.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 
 #include "dist/comm.h"
@@ -11,5 +13,12 @@
 namespace gpt2 {
 
 std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv);
+
+// Test-only: the most elements (bytes for broadcast) one MPI call of `comm`
+// moves, 2^30 by default since MPI counts are int; larger counts go in
+// several calls. Tests shrink it to run those paths without gigabytes.
+// Sub-groups split from `comm` afterwards inherit it. Throws
+// std::invalid_argument if `comm` is not an MPI communicator or elements is 0.
+void set_mpi_chunk_for_testing(Communicator& comm, size_t elements);
 
 }  // namespace gpt2
