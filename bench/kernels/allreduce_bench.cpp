@@ -24,7 +24,6 @@
 #include "dist/comm.h"
 #include "dist/gradient_sync.h"
 #include "dist/mpi/mpi_comm.h"
-#include "model/params.h"
 
 namespace gpt2::bench {
 namespace {
@@ -98,7 +97,7 @@ std::string check_sum(Communicator& comm, Buffer& g, const Schedule& sch, bool c
 
 void run_allreduce(benchmark::State& st, Communicator& comm, const BenchShape& shape, const Schedule& sch,
                    const Ceilings& ceil, bool corrupt) {
-  const size_t n = param_count(shape.cfg);
+  const size_t n = static_cast<size_t>(op_shape(shape).P);
   Buffer g(n);
   const std::string err = check_sum(comm, g, sch, corrupt);
   if (!err.empty()) {
@@ -117,10 +116,7 @@ void run_allreduce(benchmark::State& st, Communicator& comm, const BenchShape& s
     comm.allreduce_sum(times.data(), times.size());  // every rank's time, everywhere
     st.SetIterationTime(*std::max_element(times.begin(), times.end()));
   }
-  CostShape c;
-  c.P = static_cast<int64_t>(n);
-  c.ranks = comm.size();
-  set_counters(st, kernel_cost("allreduce", c), ceil.roof(comm.size()), comm.size());
+  set_counters(st, ops::allreduce_cost(op_shape(shape), comm.size()), ceil.roof(comm.size()), comm.size());
 }
 
 int run(int argc, char** argv) {

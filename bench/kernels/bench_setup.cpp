@@ -13,6 +13,7 @@
 #include "kernels/buffer.h"
 #include "app/cli.h"
 #include "kernels/cpu/blas.h"
+#include "model/params.h"
 #include "util/provenance.h"
 #include "util/stats.h"
 
@@ -33,6 +34,17 @@ const BenchShape& bench_shape(const std::string& name) {
     if (s.name == name) return s;
   }
   throw std::invalid_argument(fmt::format("unknown shape '{}' (expected tiny, original or larger)", name));
+}
+
+ops::OpShape op_shape(const BenchShape& s) {
+  ops::OpShape o;
+  o.B = s.B;
+  o.T = s.cfg.T;
+  o.C = s.cfg.C;
+  o.NH = s.cfg.NH;
+  o.V = s.cfg.V;
+  o.P = static_cast<int64_t>(param_count(s.cfg));
+  return o;
 }
 
 std::string Variant::label() const { return fmt::format("{}/t{}", backend, threads); }
@@ -197,7 +209,7 @@ void add_context(const Ceilings& c, const BenchOptions& o) {
   }
 }
 
-void set_counters(benchmark::State& st, const KernelCost& cost, const Roof& roof, int threads) {
+void set_counters(benchmark::State& st, const ops::OpCost& cost, const Roof& roof, int threads) {
   using benchmark::Counter;
   const double roof_s = std::max(cost.flop / (roof.gflops * 1e9), cost.bytes / (roof.gbs * 1e9));
   st.counters["flop_rate"] = Counter(cost.flop, Counter::kIsIterationInvariantRate);

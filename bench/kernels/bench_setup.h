@@ -4,8 +4,8 @@
 //
 // Counters, the same set on every benchmark of a binary (Google Benchmark
 // 1.7.1's CSV reporter needs that):
-//   flop_rate    FLOP/s  = kernel_cost().flop  per call / seconds per call
-//   byte_rate    bytes/s = kernel_cost().bytes per call / seconds per call
+//   flop_rate    FLOP/s  = op_cost().flop  per call / seconds per call
+//   byte_rate    bytes/s = op_cost().bytes per call / seconds per call
 //   roofline     the fraction of the roofline ceiling reached: the time the
 //                call would take at the machine's ceiling, max(flop / SGEMM
 //                peak, bytes / memory bandwidth) at the variant's thread count
@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/ops/op_costs.h"
 #include "model/config.h"
-#include "kernel_costs.h"
 
 namespace gpt2::bench {
 
@@ -42,6 +42,10 @@ struct BenchShape {
 // configuration at batch 16), larger (GPT-2-small widths at T 512, batch 8).
 const std::vector<BenchShape>& bench_shapes();
 const BenchShape& bench_shape(const std::string& name);  // throws naming the known ones
+// The op table's sizes of a benchmark shape: B, T, C, NH, V, and P, the
+// flat parameter buffer of the shape's model (what the optimizer and the
+// gradient norm run over once per step).
+ops::OpShape op_shape(const BenchShape& s);
 
 // A roofline's two ceilings: FP32 matrix products and memory bandwidth.
 struct Roof {
@@ -101,7 +105,7 @@ void add_context(const Ceilings& c, const BenchOptions& o);
 
 // Sets the counters above on `st` for one call costing `cost` on `threads`
 // under the ceilings `roof`.
-void set_counters(benchmark::State& st, const KernelCost& cost, const Roof& roof, int threads);
+void set_counters(benchmark::State& st, const ops::OpCost& cost, const Roof& roof, int threads);
 
 // A benchmark program's main() is gpt2::tool_main (core/cli.h): an exception
 // becomes "<program>: error: ..." and status 2, BackendUnavailable

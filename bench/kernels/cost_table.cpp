@@ -1,5 +1,5 @@
 // Prints the training step as kernel calls with what each costs (FLOPs and
-// minimum bytes from kernel_costs.h, the one definition) and the time a
+// minimum bytes from the op table's op_costs.h, the one definition) and the time a
 // machine with the given ceilings needs at best for it: the roofline bound
 // max(FLOPs / peak, bytes / bandwidth). For comparing a first run on new
 // hardware (a GPU) with what the hardware allows.
@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "app/cli.h"
+#include "kernels/ops/op_costs.h"
 #include "model/config.h"
-#include "kernel_costs.h"
 #include "model/params.h"
 
 namespace {
 
 constexpr const char* kHelp = R"(cost_table: the training step's kernels, their FLOPs and minimum bytes
-(bench/kernels/kernel_costs.cpp) and the roofline bound of each on a machine
+(core/kernels/ops/op_costs.cpp) and the roofline bound of each on a machine
 with the given ceilings. Prints a Markdown table.
 
   --preset NAME          model configuration: original | small [original]
@@ -33,7 +33,7 @@ with the given ceilings. Prints a Markdown table.
 struct Row {
   std::string name;
   int calls;
-  gpt2::bench::KernelCost cost;
+  gpt2::ops::OpCost cost;
 };
 
 double positive(const std::string& flag, const std::string& v) {
@@ -65,7 +65,7 @@ int run(int argc, char** argv) {
     else bandwidth = positive(a, v);
   }
   const gpt2::Gpt2Config cfg = gpt2::preset(preset);
-  gpt2::bench::CostShape s;
+  gpt2::ops::OpShape s;
   s.B = static_cast<int64_t>(batch);
   s.T = cfg.T;
   s.C = cfg.C;
@@ -74,38 +74,38 @@ int run(int argc, char** argv) {
   s.P = static_cast<int64_t>(gpt2::param_count(cfg));
   const int L = cfg.L;
   auto at = [&](int64_t in, int64_t out) {
-    gpt2::bench::CostShape m = s;
+    gpt2::ops::OpShape m = s;
     m.C = in;
     m.OC = out;
     return m;
   };
-  using gpt2::bench::kernel_cost;
+  using gpt2::ops::op_cost;
   const int64_t C = cfg.C;
-  const std::vector<std::pair<std::string, gpt2::bench::CostShape>> matmuls = {
+  const std::vector<std::pair<std::string, gpt2::ops::OpShape>> matmuls = {
       {"qkv", at(C, 3 * C)}, {"attn_proj", at(C, C)}, {"fc", at(C, 4 * C)}, {"fc_proj", at(4 * C, C)},
       {"lm_head", at(C, cfg.V)}};
   std::vector<Row> rows;
-  rows.push_back({"encoder_forward", 1, kernel_cost("encoder_forward", s)});
-  rows.push_back({"layernorm_forward", 2 * L + 1, kernel_cost("layernorm_forward", s)});
+  rows.push_back({"encoder_forward", 1, op_cost("encoder_forward", s)});
+  rows.push_back({"layernorm_forward", 2 * L + 1, op_cost("layernorm_forward", s)});
   for (const auto& [name, m] : matmuls) {
     rows.push_back({fmt::format("matmul_forward {} ({} -> {})", name, m.C, m.OC), name == "lm_head" ? 1 : L,
-                    kernel_cost("matmul_forward", m)});
+                    op_cost("matmul_forward", m)});
   }
-  rows.push_back({"attention_forward", L, kernel_cost("attention_forward", s)});
-  rows.push_back({"gelu_forward", L, kernel_cost("gelu_forward", s)});
-  rows.push_back({"residual_forward", 2 * L, kernel_cost("residual_forward", s)});
-  rows.push_back({"crossentropy_forward", 1, kernel_cost("crossentropy_forward", s)});
-  rows.push_back({"crossentropy_backward", 1, kernel_cost("crossentropy_backward", s)});
+  rows.push_back({"attention_forward", L, op_cost("attention_forward", s)});
+  rows.push_back({"gelu_forward", L, op_cost("gelu_forward", s)});
+  rows.push_back({"residual_forward", 2 * L, op_cost("residual_forward", s)});
+  rows.push_back({"crossentropy_forward", 1, op_cost("crossentropy_forward", s)});
+  rows.push_back({"crossentropy_backward", 1, op_cost("crossentropy_backward", s)});
   for (const auto& [name, m] : matmuls) {
     rows.push_back({fmt::format("matmul_backward {}", name), name == "lm_head" ? 1 : L,
-                    kernel_cost("matmul_backward", m)});
+                    op_cost("matmul_backward", m)});
   }
-  rows.push_back({"attention_backward", L, kernel_cost("attention_backward", s)});
-  rows.push_back({"gelu_backward", L, kernel_cost("gelu_backward", s)});
-  rows.push_back({"layernorm_backward", 2 * L + 1, kernel_cost("layernorm_backward", s)});
-  rows.push_back({"encoder_backward", 1, kernel_cost("encoder_backward", s)});
-  rows.push_back({"gradient norm (sum_squares)", 1, kernel_cost("sum_squares", s)});
-  rows.push_back({"adam_update (all tensors)", 1, kernel_cost("adam_update", s)});
+  rows.push_back({"attention_backward", L, op_cost("attention_backward", s)});
+  rows.push_back({"gelu_backward", L, op_cost("gelu_backward", s)});
+  rows.push_back({"layernorm_backward", 2 * L + 1, op_cost("layernorm_backward", s)});
+  rows.push_back({"encoder_backward", 1, op_cost("encoder_backward", s)});
+  rows.push_back({"gradient norm (sum_squares)", 1, op_cost("sum_squares", s)});
+  rows.push_back({"adam_update (all tensors)", 1, op_cost("adam_update", s)});
 
   fmt::print("{} (B {}, T {}, C {}, NH {}, V {}, L {}; {} parameters); ceilings {:.0f} GFLOP/s, {:.0f} GB/s\n\n",
              preset, s.B, s.T, s.C, s.NH, s.V, L, s.P, peak, bandwidth);
