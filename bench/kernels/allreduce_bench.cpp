@@ -28,14 +28,14 @@
 namespace gpt2::bench {
 namespace {
 
-const char* kHelp = R"(allreduce_bench: the gradient allreduce (GradientSync over MPI) on the flat gradient buffer.
+const char* kHelpHead = R"(allreduce_bench: the gradient allreduce (GradientSync over MPI) on the flat gradient buffer.
 
 usage: mpiexec -n 2 allreduce_bench [our flags] [Google Benchmark flags]
-  --shapes=LIST   whose flat gradient buffer: tiny, original, larger
-                  (default original,larger: 10.9 M and 98.0 M floats)
-  --quick         the tiny shape and quick, meaningless ceilings: for tests
-  --corrupt=allreduce  perturb the result before its check, to see the check fail
-  --help          this text and Google Benchmark's flags
+)";
+
+const char* kHelpTail = R"(
+--shapes chooses whose flat gradient buffer is summed (original, larger: 10.9 M
+and 98.0 M floats); --corrupt takes only 'allreduce'.
 
 Two variants: one blocking allreduce of the whole buffer (train.grad_bucket_mb
 0) and 4 MiB buckets started as suffixes of the buffer become ready (the
@@ -121,7 +121,9 @@ void run_allreduce(benchmark::State& st, Communicator& comm, const BenchShape& s
 
 int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {  // --help needs no MPI
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) init_benchmarks(&argc, argv, kHelp);
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      init_benchmarks(&argc, argv, kHelpHead, kHelpTail);
+    }
   }
   auto comm = make_mpi_communicator(&argc, &argv);
   // Only rank 0 writes the output file: the others never see --benchmark_out.
@@ -133,7 +135,7 @@ int run(int argc, char** argv) {
   }
   int nargs = static_cast<int>(args.size());
   args.push_back(nullptr);
-  const BenchOptions opt = init_benchmarks(&nargs, args.data(), kHelp);
+  const BenchOptions opt = init_benchmarks(&nargs, args.data(), kHelpHead, kHelpTail);
   if (!opt.corrupt.empty() && opt.corrupt != "allreduce") {
     throw std::invalid_argument(fmt::format("--corrupt: this program has only 'allreduce', not '{}'", opt.corrupt));
   }

@@ -27,6 +27,7 @@
 #include "kernels/backend.h"
 #include "kernels/ops/op_costs.h"
 #include "model/config.h"
+#include "util/fields.h"
 
 namespace gpt2::bench {
 
@@ -87,17 +88,22 @@ struct Ceilings {
 // quick: small sizes (for the smoke test; the figures are then meaningless).
 Ceilings measure_ceilings(bool quick);
 
-// The flags of our programs, beside Google Benchmark's own.
+// The flags of our programs, beside Google Benchmark's own: one field list
+// (util/fields.h) drives their parsing and --help.
 struct BenchOptions {
-  std::vector<std::string> shapes = {"original", "larger"};
-  bool quick = false;    // --quick: the tiny shape and quick ceilings, for tests
-  std::string corrupt;   // --corrupt=KERNEL: perturb that kernel's result before the check (tests the check)
+  std::string shape_list = "original,larger";
+  bool quick = false;   // the tiny shape (unless --shapes is given) and quick ceilings, for tests
+  std::string corrupt;  // perturb that kernel's result before its check (tests the check)
+  std::vector<std::string> shapes;  // shape_list, split and validated
+
+  Fields fields();
 };
 
-// Calls benchmark::Initialize (its --help prints `help` and Google
-// Benchmark's flags), then parses our flags from what is left; throws
-// std::invalid_argument for an unknown flag or a bad value.
-BenchOptions init_benchmarks(int* argc, char** argv, const char* help);
+// Calls benchmark::Initialize (its --help prints `head`, our flags, the
+// shapes, `tail` and Google Benchmark's flags), then parses our flags from
+// what is left; throws std::invalid_argument for an unknown flag, a bad
+// value or a positional argument.
+BenchOptions init_benchmarks(int* argc, char** argv, const char* head, const char* tail);
 
 // Records the ceilings, the BLAS kernel and the environment that steers it,
 // the CPU, the build and the shapes in the JSON's "context".

@@ -7,15 +7,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/cli.h"
 #include "kernels/ops/op_costs.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "util/fields.h"
 
 namespace {
 
@@ -23,12 +24,23 @@ constexpr const char* kHelp = R"(cost_table: the training step's kernels, their 
 (core/kernels/ops/op_costs.cpp) and the roofline bound of each on a machine
 with the given ceilings. Prints a Markdown table.
 
-  --preset NAME          model configuration: original | small [original]
-  --batch B              batch rows (sequence length = the preset's block size) [16]
-  --peak-gflops X        compute ceiling, GFLOP/s [67000: H100 SXM FP32, NVIDIA's data sheet]
-  --bandwidth-gbs X      memory ceiling, GB/s [3000: the device copy seen on an H100 here]
-  --help
+usage: cost_table [--OPTION VALUE ...]
 )";
+
+struct Options {
+  std::string preset = "original";
+  int batch = 16;
+  double peak = 67000, bandwidth = 3000;
+
+  gpt2::Fields fields() {
+    gpt2::Fields f;
+    f.add("preset", preset, "model configuration: original | small");
+    f.add("batch", batch, "batch rows (sequence length = the preset's block size)");
+    f.add("peak-gflops", peak, "compute ceiling, GFLOP/s (67000: H100 SXM FP32, NVIDIA's data sheet)");
+    f.add("bandwidth-gbs", bandwidth, "memory ceiling, GB/s (3000: the device copy seen on an H100 here)");
+    return f;
+  }
+};
 
 struct Row {
   std::string name;
@@ -36,37 +48,28 @@ struct Row {
   gpt2::ops::OpCost cost;
 };
 
-double positive(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  if (end == v.c_str() || *end != '\0' || !(x > 0)) {
-    throw std::invalid_argument(fmt::format("{}: expected a positive number, got '{}'", flag, v));
-  }
-  return x;
-}
-
 int run(int argc, char** argv) {
-  std::string preset = "original";
-  double batch = 16, peak = 67000, bandwidth = 3000;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      fmt::print("{}", kHelp);
-      return 0;
-    }
-    if (a != "--preset" && a != "--batch" && a != "--peak-gflops" && a != "--bandwidth-gbs") {
-      throw std::invalid_argument(fmt::format("unknown option '{}' (see --help)", a));
-    }
-    if (i + 1 >= argc) throw std::invalid_argument(fmt::format("{}: missing value (see --help)", a));
-    const std::string v = argv[++i];
-    if (a == "--preset") preset = v;
-    else if (a == "--batch") batch = positive(a, v);
-    else if (a == "--peak-gflops") peak = positive(a, v);
-    else bandwidth = positive(a, v);
+  Options o;
+  const gpt2::Fields fields = o.fields();
+  const std::string defaults = fields.help();
+  const gpt2::CommandLine cl = gpt2::parse_command_line({argv + 1, argv + argc}, fields);
+  if (cl.help) {
+    fmt::print("{}{}", kHelp, defaults);
+    return 0;
   }
+  if (!cl.positional.empty()) {
+    throw std::invalid_argument(fmt::format("unexpected argument '{}' (see --help)", cl.positional.front()));
+  }
+  gpt2::apply_settings(fields, cl);
+  if (o.batch <= 0) throw std::invalid_argument(fmt::format("--batch: expected a positive number, got {}", o.batch));
+  for (const auto& [flag, x] : {std::pair{"peak-gflops", o.peak}, std::pair{"bandwidth-gbs", o.bandwidth}}) {
+    if (!(x > 0)) throw std::invalid_argument(fmt::format("--{}: expected a positive number, got {}", flag, x));
+  }
+  const std::string& preset = o.preset;
+  const double peak = o.peak, bandwidth = o.bandwidth;
   const gpt2::Gpt2Config cfg = gpt2::preset(preset);
   gpt2::ops::OpShape s;
-  s.B = static_cast<int64_t>(batch);
+  s.B = o.batch;
   s.T = cfg.T;
   s.C = cfg.C;
   s.NH = cfg.NH;

@@ -32,17 +32,8 @@
 namespace gpt2::bench {
 namespace {
 
-const char* kFlags = R"(
+const char* kUsage = R"(
 usage: {0} [our flags] [Google Benchmark flags]
-  --shapes=LIST   comma-separated shapes: tiny, original, larger (default original,larger)
-                    tiny      B 2, V 37 T 16 NH 2 C 32 (smoke tests only)
-                    original  B 16, V 172 T 256 NH 6 C 384 (the reproduced project)
-                    larger    B 8, V 8192 T 512 NH 12 C 768 (L 12 for the optimizer's buffer)
-  --quick         the tiny shape and quick, meaningless ceilings: for tests
-  --corrupt=NAME  perturb kernel NAME's result (e.g. gelu_forward) before its
-                  reference check, to see the check fail
-  --help          this text and Google Benchmark's flags
-
 )";
 
 struct Context {
@@ -124,9 +115,9 @@ void register_all(Context& ctx) {
 int run(int argc, char** argv) {
   static Context ctx;
   const KernelProgram& program = kernel_program();
-  static const std::string help =
-      std::string(program.summary) + "\n" + fmt::format(fmt::runtime(kFlags), program.name) + program.details;
-  ctx.options = init_benchmarks(&argc, argv, help.c_str());
+  static const std::string head = std::string(program.summary) + "\n" + fmt::format(fmt::runtime(kUsage), program.name);
+  static const std::string tail = std::string("\n") + program.details;
+  ctx.options = init_benchmarks(&argc, argv, head.c_str(), tail.c_str());
   const std::string& corrupt = ctx.options.corrupt;
   if (!corrupt.empty() && std::none_of(bench_ops().begin(), bench_ops().end(),
                                        [&](const BenchOp& k) { return k.kernel() == corrupt; })) {
