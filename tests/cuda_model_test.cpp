@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "model/generate.h"
 #include "model/model.h"
 #include "model/optim.h"
+#include "cuda_test_main.h"
 #include "test_util.h"
 #include "train/train_step.h"
 
@@ -218,12 +218,4 @@ TEST(CudaModel, TrainingIsBitwiseDeterministic) {
 }  // namespace
 }  // namespace gpt2
 
-int main(int argc, char** argv) {
-  std::string why;
-  if (gpt2::cuda_device_count(&why) == 0) {
-    std::printf("SKIP: no CUDA device (%s)\n", why.c_str());
-    return 77;  // meson test: skipped
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return gpt2::testing::cuda_test_main(argc, argv); }

@@ -4,7 +4,8 @@
 // Tolerance: with h = 1e-5, the central difference has truncation error
 // ~h^2 |f'''| ~ 1e-10 and rounding error ~1e-16 |L| / h ~ 1e-10 here; a real
 // mistake in a gradient formula is O(1). atol 1e-7, rtol 1e-6 separates them.
-// The optimised backends are held to the reference by kernels_test.
+// The optimised backends are held to the reference by the backend-ops tests
+// (backend_ops_test.cpp, cuda_backend_ops_test.cpp).
 #include <gtest/gtest.h>
 
 #include <functional>

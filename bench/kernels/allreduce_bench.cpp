@@ -24,19 +24,18 @@
 #include "dist/comm.h"
 #include "dist/gradient_sync.h"
 #include "dist/mpi/mpi_comm.h"
-#include "model/params.h"
 
 namespace gpt2::bench {
 namespace {
 
-const char* kHelp = R"(allreduce_bench: the gradient allreduce (GradientSync over MPI) on the flat gradient buffer.
+const char* kHelpHead = R"(allreduce_bench: the gradient allreduce (GradientSync over MPI) on the flat gradient buffer.
 
 usage: mpiexec -n 2 allreduce_bench [our flags] [Google Benchmark flags]
-  --shapes=LIST   whose flat gradient buffer: tiny, original, larger
-                  (default original,larger: 10.9 M and 98.0 M floats)
-  --quick         the tiny shape and quick, meaningless ceilings: for tests
-  --corrupt=allreduce  perturb the result before its check, to see the check fail
-  --help          this text and Google Benchmark's flags
+)";
+
+const char* kHelpTail = R"(
+--shapes chooses whose flat gradient buffer is summed (original, larger: 10.9 M
+and 98.0 M floats); --corrupt takes only 'allreduce'.
 
 Two variants: one blocking allreduce of the whole buffer (train.grad_bucket_mb
 0) and 4 MiB buckets started as suffixes of the buffer become ready (the
@@ -98,7 +97,7 @@ std::string check_sum(Communicator& comm, Buffer& g, const Schedule& sch, bool c
 
 void run_allreduce(benchmark::State& st, Communicator& comm, const BenchShape& shape, const Schedule& sch,
                    const Ceilings& ceil, bool corrupt) {
-  const size_t n = param_count(shape.cfg);
+  const size_t n = static_cast<size_t>(op_shape(shape).P);
   Buffer g(n);
   const std::string err = check_sum(comm, g, sch, corrupt);
   if (!err.empty()) {
@@ -117,15 +116,14 @@ void run_allreduce(benchmark::State& st, Communicator& comm, const BenchShape& s
     comm.allreduce_sum(times.data(), times.size());  // every rank's time, everywhere
     st.SetIterationTime(*std::max_element(times.begin(), times.end()));
   }
-  CostShape c;
-  c.P = static_cast<int64_t>(n);
-  c.ranks = comm.size();
-  set_counters(st, kernel_cost("allreduce", c), ceil.roof(comm.size()), comm.size());
+  set_counters(st, ops::allreduce_cost(op_shape(shape), comm.size()), ceil.roof(comm.size()), comm.size());
 }
 
 int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {  // --help needs no MPI
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) init_benchmarks(&argc, argv, kHelp);
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      init_benchmarks(&argc, argv, kHelpHead, kHelpTail);
+    }
   }
   auto comm = make_mpi_communicator(&argc, &argv);
   // Only rank 0 writes the output file: the others never see --benchmark_out.
@@ -137,7 +135,7 @@ int run(int argc, char** argv) {
   }
   int nargs = static_cast<int>(args.size());
   args.push_back(nullptr);
-  const BenchOptions opt = init_benchmarks(&nargs, args.data(), kHelp);
+  const BenchOptions opt = init_benchmarks(&nargs, args.data(), kHelpHead, kHelpTail);
   if (!opt.corrupt.empty() && opt.corrupt != "allreduce") {
     throw std::invalid_argument(fmt::format("--corrupt: this program has only 'allreduce', not '{}'", opt.corrupt));
   }

@@ -13,6 +13,7 @@
 #include "kernels/buffer.h"
 #include "app/cli.h"
 #include "kernels/cpu/blas.h"
+#include "model/params.h"
 #include "util/provenance.h"
 #include "util/stats.h"
 
@@ -33,6 +34,17 @@ const BenchShape& bench_shape(const std::string& name) {
     if (s.name == name) return s;
   }
   throw std::invalid_argument(fmt::format("unknown shape '{}' (expected tiny, original or larger)", name));
+}
+
+ops::OpShape op_shape(const BenchShape& s) {
+  ops::OpShape o;
+  o.B = s.B;
+  o.T = s.cfg.T;
+  o.C = s.cfg.C;
+  o.NH = s.cfg.NH;
+  o.V = s.cfg.V;
+  o.P = static_cast<int64_t>(param_count(s.cfg));
+  return o;
 }
 
 std::string Variant::label() const { return fmt::format("{}/t{}", backend, threads); }
@@ -94,9 +106,9 @@ double triad_rate(size_t bytes_per_array, int threads, int reps) {
   return median(rates);
 }
 
-const char* g_help = "";
+std::string g_help;
 void print_help() {
-  std::fputs(g_help, stdout);
+  std::fputs(g_help.c_str(), stdout);
   std::fputs("\nGoogle Benchmark's flags:\n", stdout);
   benchmark::PrintDefaultHelp();
 }
@@ -141,27 +153,34 @@ Ceilings measure_ceilings(bool quick) {
   return c;
 }
 
-BenchOptions init_benchmarks(int* argc, char** argv, const char* help) {
-  g_help = help;
-  benchmark::Initialize(argc, argv, print_help);
+Fields BenchOptions::fields() {
+  Fields f;
+  f.add("shapes", shape_list, "comma-separated shapes (below); with --quick, tiny unless given");
+  f.add("quick", quick, "the tiny shape and quick, meaningless ceilings: for tests");
+  f.add("corrupt", corrupt, "a kernel (e.g. gelu_forward) whose result is perturbed before its reference check, "
+                            "to see the check fail");
+  return f;
+}
+
+BenchOptions init_benchmarks(int* argc, char** argv, const char* head, const char* tail) {
   BenchOptions o;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string a = argv[i];
-    const size_t eq = a.find('=');
-    const std::string key = a.substr(0, eq), value = eq == std::string::npos ? "" : a.substr(eq + 1);
-    if (key == "--quick" && eq == std::string::npos) {
-      o.quick = true;
-      o.shapes = {"tiny"};
-    } else if (key == "--shapes" && !value.empty()) {
-      o.shapes = split(value);
-      for (const std::string& s : o.shapes) bench_shape(s);  // validates
-    } else if (key == "--corrupt" && !value.empty()) {
-      o.corrupt = value;
-    } else {
-      throw std::invalid_argument(
-          fmt::format("unknown or malformed flag '{}' (see --help; values are given as --flag=value)", a));
-    }
+  const Fields fields = o.fields();
+  g_help = std::string(head) + fields.help() +
+           fmt::format("  --{:<24} {}\n\nShapes:\n", "help", "this text and Google Benchmark's flags");
+  for (const BenchShape& s : bench_shapes()) {
+    g_help += fmt::format("  {:<10} B {}, {}\n", s.name, s.B, s.cfg.describe());
   }
+  g_help += tail;
+  benchmark::Initialize(argc, argv, print_help);
+  const CommandLine cl = parse_command_line({argv + 1, argv + *argc}, fields);
+  if (!cl.positional.empty()) {
+    throw std::invalid_argument(fmt::format("unexpected argument '{}' (see --help)", cl.positional.front()));
+  }
+  apply_settings(fields, cl);
+  const bool shapes_given =
+      std::any_of(cl.settings.begin(), cl.settings.end(), [](const auto& kv) { return kv.first == "shapes"; });
+  o.shapes = o.quick && !shapes_given ? std::vector<std::string>{"tiny"} : split(o.shape_list);
+  for (const std::string& s : o.shapes) bench_shape(s);  // validates
   return o;
 }
 
@@ -197,7 +216,7 @@ void add_context(const Ceilings& c, const BenchOptions& o) {
   }
 }
 
-void set_counters(benchmark::State& st, const KernelCost& cost, const Roof& roof, int threads) {
+void set_counters(benchmark::State& st, const ops::OpCost& cost, const Roof& roof, int threads) {
   using benchmark::Counter;
   const double roof_s = std::max(cost.flop / (roof.gflops * 1e9), cost.bytes / (roof.gbs * 1e9));
   st.counters["flop_rate"] = Counter(cost.flop, Counter::kIsIterationInvariantRate);

@@ -4,8 +4,8 @@
 //
 // Counters, the same set on every benchmark of a binary (Google Benchmark
 // 1.7.1's CSV reporter needs that):
-//   flop_rate    FLOP/s  = kernel_cost().flop  per call / seconds per call
-//   byte_rate    bytes/s = kernel_cost().bytes per call / seconds per call
+//   flop_rate    FLOP/s  = op_cost().flop  per call / seconds per call
+//   byte_rate    bytes/s = op_cost().bytes per call / seconds per call
 //   roofline     the fraction of the roofline ceiling reached: the time the
 //                call would take at the machine's ceiling, max(flop / SGEMM
 //                peak, bytes / memory bandwidth) at the variant's thread count
@@ -25,8 +25,9 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/ops/op_costs.h"
 #include "model/config.h"
-#include "kernel_costs.h"
+#include "util/fields.h"
 
 namespace gpt2::bench {
 
@@ -42,6 +43,10 @@ struct BenchShape {
 // configuration at batch 16), larger (GPT-2-small widths at T 512, batch 8).
 const std::vector<BenchShape>& bench_shapes();
 const BenchShape& bench_shape(const std::string& name);  // throws naming the known ones
+// The op table's sizes of a benchmark shape: B, T, C, NH, V, and P, the
+// flat parameter buffer of the shape's model (what the optimizer and the
+// gradient norm run over once per step).
+ops::OpShape op_shape(const BenchShape& s);
 
 // A roofline's two ceilings: FP32 matrix products and memory bandwidth.
 struct Roof {
@@ -83,17 +88,22 @@ struct Ceilings {
 // quick: small sizes (for the smoke test; the figures are then meaningless).
 Ceilings measure_ceilings(bool quick);
 
-// The flags of our programs, beside Google Benchmark's own.
+// The flags of our programs, beside Google Benchmark's own: one field list
+// (util/fields.h) drives their parsing and --help.
 struct BenchOptions {
-  std::vector<std::string> shapes = {"original", "larger"};
-  bool quick = false;    // --quick: the tiny shape and quick ceilings, for tests
-  std::string corrupt;   // --corrupt=KERNEL: perturb that kernel's result before the check (tests the check)
+  std::string shape_list = "original,larger";
+  bool quick = false;   // the tiny shape (unless --shapes is given) and quick ceilings, for tests
+  std::string corrupt;  // perturb that kernel's result before its check (tests the check)
+  std::vector<std::string> shapes;  // shape_list, split and validated
+
+  Fields fields();
 };
 
-// Calls benchmark::Initialize (its --help prints `help` and Google
-// Benchmark's flags), then parses our flags from what is left; throws
-// std::invalid_argument for an unknown flag or a bad value.
-BenchOptions init_benchmarks(int* argc, char** argv, const char* help);
+// Calls benchmark::Initialize (its --help prints `head`, our flags, the
+// shapes, `tail` and Google Benchmark's flags), then parses our flags from
+// what is left; throws std::invalid_argument for an unknown flag, a bad
+// value or a positional argument.
+BenchOptions init_benchmarks(int* argc, char** argv, const char* head, const char* tail);
 
 // Records the ceilings, the BLAS kernel and the environment that steers it,
 // the CPU, the build and the shapes in the JSON's "context".
@@ -101,7 +111,7 @@ void add_context(const Ceilings& c, const BenchOptions& o);
 
 // Sets the counters above on `st` for one call costing `cost` on `threads`
 // under the ceilings `roof`.
-void set_counters(benchmark::State& st, const KernelCost& cost, const Roof& roof, int threads);
+void set_counters(benchmark::State& st, const ops::OpCost& cost, const Roof& roof, int threads);
 
 // A benchmark program's main() is gpt2::tool_main (core/cli.h): an exception
 // becomes "<program>: error: ..." and status 2, BackendUnavailable

@@ -1,5 +1,5 @@
 // Prints the training step as kernel calls with what each costs (FLOPs and
-// minimum bytes from kernel_costs.h, the one definition) and the time a
+// minimum bytes from the op table's op_costs.h, the one definition) and the time a
 // machine with the given ceilings needs at best for it: the roofline bound
 // max(FLOPs / peak, bytes / bandwidth). For comparing a first run on new
 // hardware (a GPU) with what the hardware allows.
@@ -7,66 +7,69 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "app/cli.h"
+#include "kernels/ops/op_costs.h"
 #include "model/config.h"
-#include "kernel_costs.h"
 #include "model/params.h"
+#include "util/fields.h"
 
 namespace {
 
 constexpr const char* kHelp = R"(cost_table: the training step's kernels, their FLOPs and minimum bytes
-(bench/kernels/kernel_costs.cpp) and the roofline bound of each on a machine
+(core/kernels/ops/op_costs.cpp) and the roofline bound of each on a machine
 with the given ceilings. Prints a Markdown table.
 
-  --preset NAME          model configuration: original | small [original]
-  --batch B              batch rows (sequence length = the preset's block size) [16]
-  --peak-gflops X        compute ceiling, GFLOP/s [67000: H100 SXM FP32, NVIDIA's data sheet]
-  --bandwidth-gbs X      memory ceiling, GB/s [3000: the device copy seen on an H100 here]
-  --help
+usage: cost_table [--OPTION VALUE ...]
 )";
+
+struct Options {
+  std::string preset = "original";
+  int batch = 16;
+  double peak = 67000, bandwidth = 3000;
+
+  gpt2::Fields fields() {
+    gpt2::Fields f;
+    f.add("preset", preset, "model configuration: original | small");
+    f.add("batch", batch, "batch rows (sequence length = the preset's block size)");
+    f.add("peak-gflops", peak, "compute ceiling, GFLOP/s (67000: H100 SXM FP32, NVIDIA's data sheet)");
+    f.add("bandwidth-gbs", bandwidth, "memory ceiling, GB/s (3000: the device copy seen on an H100 here)");
+    return f;
+  }
+};
 
 struct Row {
   std::string name;
   int calls;
-  gpt2::bench::KernelCost cost;
+  gpt2::ops::OpCost cost;
 };
 
-double positive(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  if (end == v.c_str() || *end != '\0' || !(x > 0)) {
-    throw std::invalid_argument(fmt::format("{}: expected a positive number, got '{}'", flag, v));
-  }
-  return x;
-}
-
 int run(int argc, char** argv) {
-  std::string preset = "original";
-  double batch = 16, peak = 67000, bandwidth = 3000;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      fmt::print("{}", kHelp);
-      return 0;
-    }
-    if (a != "--preset" && a != "--batch" && a != "--peak-gflops" && a != "--bandwidth-gbs") {
-      throw std::invalid_argument(fmt::format("unknown option '{}' (see --help)", a));
-    }
-    if (i + 1 >= argc) throw std::invalid_argument(fmt::format("{}: missing value (see --help)", a));
-    const std::string v = argv[++i];
-    if (a == "--preset") preset = v;
-    else if (a == "--batch") batch = positive(a, v);
-    else if (a == "--peak-gflops") peak = positive(a, v);
-    else bandwidth = positive(a, v);
+  Options o;
+  const gpt2::Fields fields = o.fields();
+  const std::string defaults = fields.help();
+  const gpt2::CommandLine cl = gpt2::parse_command_line({argv + 1, argv + argc}, fields);
+  if (cl.help) {
+    fmt::print("{}{}", kHelp, defaults);
+    return 0;
   }
+  if (!cl.positional.empty()) {
+    throw std::invalid_argument(fmt::format("unexpected argument '{}' (see --help)", cl.positional.front()));
+  }
+  gpt2::apply_settings(fields, cl);
+  if (o.batch <= 0) throw std::invalid_argument(fmt::format("--batch: expected a positive number, got {}", o.batch));
+  for (const auto& [flag, x] : {std::pair{"peak-gflops", o.peak}, std::pair{"bandwidth-gbs", o.bandwidth}}) {
+    if (!(x > 0)) throw std::invalid_argument(fmt::format("--{}: expected a positive number, got {}", flag, x));
+  }
+  const std::string& preset = o.preset;
+  const double peak = o.peak, bandwidth = o.bandwidth;
   const gpt2::Gpt2Config cfg = gpt2::preset(preset);
-  gpt2::bench::CostShape s;
-  s.B = static_cast<int64_t>(batch);
+  gpt2::ops::OpShape s;
+  s.B = o.batch;
   s.T = cfg.T;
   s.C = cfg.C;
   s.NH = cfg.NH;
@@ -74,38 +77,38 @@ int run(int argc, char** argv) {
   s.P = static_cast<int64_t>(gpt2::param_count(cfg));
   const int L = cfg.L;
   auto at = [&](int64_t in, int64_t out) {
-    gpt2::bench::CostShape m = s;
+    gpt2::ops::OpShape m = s;
     m.C = in;
     m.OC = out;
     return m;
   };
-  using gpt2::bench::kernel_cost;
+  using gpt2::ops::op_cost;
   const int64_t C = cfg.C;
-  const std::vector<std::pair<std::string, gpt2::bench::CostShape>> matmuls = {
+  const std::vector<std::pair<std::string, gpt2::ops::OpShape>> matmuls = {
       {"qkv", at(C, 3 * C)}, {"attn_proj", at(C, C)}, {"fc", at(C, 4 * C)}, {"fc_proj", at(4 * C, C)},
       {"lm_head", at(C, cfg.V)}};
   std::vector<Row> rows;
-  rows.push_back({"encoder_forward", 1, kernel_cost("encoder_forward", s)});
-  rows.push_back({"layernorm_forward", 2 * L + 1, kernel_cost("layernorm_forward", s)});
+  rows.push_back({"encoder_forward", 1, op_cost("encoder_forward", s)});
+  rows.push_back({"layernorm_forward", 2 * L + 1, op_cost("layernorm_forward", s)});
   for (const auto& [name, m] : matmuls) {
     rows.push_back({fmt::format("matmul_forward {} ({} -> {})", name, m.C, m.OC), name == "lm_head" ? 1 : L,
-                    kernel_cost("matmul_forward", m)});
+                    op_cost("matmul_forward", m)});
   }
-  rows.push_back({"attention_forward", L, kernel_cost("attention_forward", s)});
-  rows.push_back({"gelu_forward", L, kernel_cost("gelu_forward", s)});
-  rows.push_back({"residual_forward", 2 * L, kernel_cost("residual_forward", s)});
-  rows.push_back({"crossentropy_forward", 1, kernel_cost("crossentropy_forward", s)});
-  rows.push_back({"crossentropy_backward", 1, kernel_cost("crossentropy_backward", s)});
+  rows.push_back({"attention_forward", L, op_cost("attention_forward", s)});
+  rows.push_back({"gelu_forward", L, op_cost("gelu_forward", s)});
+  rows.push_back({"residual_forward", 2 * L, op_cost("residual_forward", s)});
+  rows.push_back({"crossentropy_forward", 1, op_cost("crossentropy_forward", s)});
+  rows.push_back({"crossentropy_backward", 1, op_cost("crossentropy_backward", s)});
   for (const auto& [name, m] : matmuls) {
     rows.push_back({fmt::format("matmul_backward {}", name), name == "lm_head" ? 1 : L,
-                    kernel_cost("matmul_backward", m)});
+                    op_cost("matmul_backward", m)});
   }
-  rows.push_back({"attention_backward", L, kernel_cost("attention_backward", s)});
-  rows.push_back({"gelu_backward", L, kernel_cost("gelu_backward", s)});
-  rows.push_back({"layernorm_backward", 2 * L + 1, kernel_cost("layernorm_backward", s)});
-  rows.push_back({"encoder_backward", 1, kernel_cost("encoder_backward", s)});
-  rows.push_back({"gradient norm (sum_squares)", 1, kernel_cost("sum_squares", s)});
-  rows.push_back({"adam_update (all tensors)", 1, kernel_cost("adam_update", s)});
+  rows.push_back({"attention_backward", L, op_cost("attention_backward", s)});
+  rows.push_back({"gelu_backward", L, op_cost("gelu_backward", s)});
+  rows.push_back({"layernorm_backward", 2 * L + 1, op_cost("layernorm_backward", s)});
+  rows.push_back({"encoder_backward", 1, op_cost("encoder_backward", s)});
+  rows.push_back({"gradient norm (sum_squares)", 1, op_cost("sum_squares", s)});
+  rows.push_back({"adam_update (all tensors)", 1, op_cost("adam_update", s)});
 
   fmt::print("{} (B {}, T {}, C {}, NH {}, V {}, L {}; {} parameters); ceilings {:.0f} GFLOP/s, {:.0f} GB/s\n\n",
              preset, s.B, s.T, s.C, s.NH, s.V, L, s.P, peak, bandwidth);

@@ -11,7 +11,7 @@ mismatch is an error ("error_occurred" in the JSON), not a time. The naive
 reference's matrix products and attention are not timed at the larger shape
 (minutes per call); at the original shape they are timed once (1 iteration,
 1 repetition). Counters: flop_rate, byte_rate (per second, from
-bench/kernels/kernel_costs.h), roofline (fraction of the roofline ceiling),
+core/kernels/ops/op_costs.h), roofline (fraction of the roofline ceiling),
 flop and bytes per call, kernel_threads. The ceilings (SGEMM GFLOP/s and memory
 GB/s at 1 and 2 threads), the BLAS kernel and the OPENBLAS_* environment are
 measured at start-up and written to the JSON's context.

@@ -1,9 +1,10 @@
 // The driver of the kernel benchmark programs (kernel_bench, and
 // kernel_bench_cuda where CUDA is built): Google Benchmark microbenchmarks of
-// every kernel of the contract (core/backend.h) on every variant of the
-// program (kernel_program.h) at the shapes asked for. Each benchmark first
-// runs its kernel once on random inputs and compares the result with the
-// naive reference (kernel_cases.h); a mismatch is reported through
+// every op of the op table (core/kernels/ops/op_table.h, as bench_ops.h
+// lists them) on every variant of the program (kernel_program.h) at the
+// shapes asked for. Each benchmark first runs its kernel once on random
+// inputs and compares the result with the naive reference, with the op
+// table's tolerances (bench_ops.h); a mismatch is reported through
 // SkipWithError with the worst element, never as a time. The check is done
 // once per (kernel, shape, variant) and is not timed.
 //
@@ -23,25 +24,16 @@
 #include <stdexcept>
 #include <string>
 
-#include "bench_setup.h"
 #include "app/cli.h"
-#include "kernel_cases.h"
+#include "bench_ops.h"
+#include "bench_setup.h"
 #include "kernel_program.h"
 
 namespace gpt2::bench {
 namespace {
 
-const char* kFlags = R"(
+const char* kUsage = R"(
 usage: {0} [our flags] [Google Benchmark flags]
-  --shapes=LIST   comma-separated shapes: tiny, original, larger (default original,larger)
-                    tiny      B 2, V 37 T 16 NH 2 C 32 (smoke tests only)
-                    original  B 16, V 172 T 256 NH 6 C 384 (the reproduced project)
-                    larger    B 8, V 8192 T 512 NH 12 C 768 (L 12 for the optimizer's buffer)
-  --quick         the tiny shape and quick, meaningless ceilings: for tests
-  --corrupt=NAME  perturb kernel NAME's result (e.g. gelu_forward) before its
-                  reference check, to see the check fail
-  --help          this text and Google Benchmark's flags
-
 )";
 
 struct Context {
@@ -53,7 +45,7 @@ struct Context {
   // and memory (Google Benchmark calls a benchmark once per repetition and
   // while it sizes the iteration count).
   std::string case_key;
-  std::unique_ptr<KernelCase> timed_case;
+  std::unique_ptr<ops::OpCase> timed_case;
 };
 
 Backend& backend_of(Context& ctx, const Variant& v) {
@@ -62,13 +54,13 @@ Backend& backend_of(Context& ctx, const Variant& v) {
   return *be;
 }
 
-void run_case(benchmark::State& st, Context& ctx, const KernelSpec& spec, const BenchShape& shape,
+void run_case(benchmark::State& st, Context& ctx, const BenchOp& op, const BenchShape& shape,
               const Variant& variant, const std::string& name) {
   Backend& be = backend_of(ctx, variant);
   if (!variant.is_reference()) {
     auto it = ctx.verdicts.find(name);
     if (it == ctx.verdicts.end()) {
-      it = ctx.verdicts.emplace(name, check_against_reference(spec, shape, be, ctx.options.corrupt == spec.kernel)).first;
+      it = ctx.verdicts.emplace(name, check_against_reference(op, shape, be, ctx.options.corrupt == op.kernel())).first;
     }
     if (!it->second.empty()) {
       st.SkipWithError(it->second.c_str());
@@ -76,13 +68,13 @@ void run_case(benchmark::State& st, Context& ctx, const KernelSpec& spec, const 
     }
   }
   Memory& memory = be.memory();
-  const std::string key = spec.name() + "/" + shape.name + "/" + memory.name();
+  const std::string key = op.name() + "/" + shape.name + "/" + memory.name();
   if (ctx.case_key != key) {
     ctx.timed_case.reset();
-    ctx.timed_case = spec.make(shape, false, memory);
+    ctx.timed_case = op.spec->make(op.shape(shape), memory);
     ctx.case_key = key;
   }
-  KernelCase& kc = *ctx.timed_case;
+  ops::OpCase& kc = *ctx.timed_case;
   kc.reset();  // every call starts from the same state
   if (memory.is_host()) {
     for (auto _ : st) kc.run(be);
@@ -94,24 +86,24 @@ void run_case(benchmark::State& st, Context& ctx, const KernelSpec& spec, const 
       if (++i == st.max_iterations) be.synchronize();  // the queued calls, inside the timed region
     }
   }
-  set_counters(st, kc.cost(), variant.roof, variant.threads);
+  set_counters(st, ops::op_cost(op.kernel(), op.shape(shape)), variant.roof, variant.threads);
 }
 
 void register_all(Context& ctx) {
-  for (const KernelSpec& spec : kernel_specs()) {
+  for (const BenchOp& op : bench_ops()) {
     for (const std::string& shape_name : ctx.options.shapes) {
       const BenchShape& shape = bench_shape(shape_name);
-      const bool slow_reference = spec.heavy && shape.name != "tiny";
+      const bool slow_reference = op.heavy && shape.name != "tiny";
       for (const Variant& v : ctx.variants) {
         if (v.is_reference() && slow_reference && shape.name == "larger") continue;
-        const std::string name = fmt::format("{}/{}/{}", spec.name(), shape.name, v.label());
-        const std::string why_not = v.unsupported ? v.unsupported(spec.kernel, shape) : "";
+        const std::string name = fmt::format("{}/{}/{}", op.name(), shape.name, v.label());
+        const std::string why_not = v.unsupported ? v.unsupported(op.kernel(), shape) : "";
         if (!why_not.empty()) {
           benchmark::AddCustomContext("not_benchmarked " + name, why_not);
           continue;
         }
-        auto* b = benchmark::RegisterBenchmark(name.c_str(), [&ctx, &spec, &shape, &v, name](benchmark::State& st) {
-          run_case(st, ctx, spec, shape, v, name);
+        auto* b = benchmark::RegisterBenchmark(name.c_str(), [&ctx, &op, &shape, &v, name](benchmark::State& st) {
+          run_case(st, ctx, op, shape, v, name);
         });
         b->UseRealTime()->Unit(benchmark::kMillisecond);
         if (v.is_reference() && slow_reference) b->Iterations(1)->Repetitions(1);
@@ -123,12 +115,12 @@ void register_all(Context& ctx) {
 int run(int argc, char** argv) {
   static Context ctx;
   const KernelProgram& program = kernel_program();
-  static const std::string help =
-      std::string(program.summary) + "\n" + fmt::format(fmt::runtime(kFlags), program.name) + program.details;
-  ctx.options = init_benchmarks(&argc, argv, help.c_str());
+  static const std::string head = std::string(program.summary) + "\n" + fmt::format(fmt::runtime(kUsage), program.name);
+  static const std::string tail = std::string("\n") + program.details;
+  ctx.options = init_benchmarks(&argc, argv, head.c_str(), tail.c_str());
   const std::string& corrupt = ctx.options.corrupt;
-  if (!corrupt.empty() && std::none_of(kernel_specs().begin(), kernel_specs().end(),
-                                       [&](const KernelSpec& k) { return k.kernel == corrupt; })) {
+  if (!corrupt.empty() && std::none_of(bench_ops().begin(), bench_ops().end(),
+                                       [&](const BenchOp& k) { return k.kernel() == corrupt; })) {
     throw std::invalid_argument(fmt::format("--corrupt: no kernel '{}' (e.g. gelu_forward)", corrupt));
   }
   ctx.variants = program.setup(ctx.options);

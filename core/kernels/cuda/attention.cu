@@ -284,20 +284,6 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* d_rows, 
   }
 }
 
-// Attention geometry the kernels support; thrown at the front door.
-int attention_head_size(const char* op, int C, int NH) {
-  if (NH <= 0 || C % NH != 0) {
-    throw std::invalid_argument(std::string(op) + ": C = " + std::to_string(C) + " is not a multiple of NH = " +
-                                std::to_string(NH));
-  }
-  const int HS = C / NH;
-  if (HS % kWarpSize != 0 || HS > 4 * kWarpSize) {
-    throw std::invalid_argument(std::string(op) + ": head size HS = " + std::to_string(HS) +
-                                " unsupported (need a multiple of 32, at most 128)");
-  }
-  return HS;
-}
-
 // One block per kRows rows of each (b, h).
 int attention_blocks(const char* op, int B, int NH, int rows) {
   const int64_t blocks = static_cast<int64_t>(B) * NH * ((rows + kRows - 1) / kRows);
@@ -325,6 +311,19 @@ void launch_attention_backward(float* dqkv, float* scratch, const float* dout, c
 }
 
 }  // namespace
+
+int attention_head_size(const char* op, int C, int NH) {
+  if (NH <= 0 || C % NH != 0) {
+    throw std::invalid_argument(std::string(op) + ": C = " + std::to_string(C) + " is not a multiple of NH = " +
+                                std::to_string(NH));
+  }
+  const int HS = C / NH;
+  if (HS % kWarpSize != 0 || HS > 4 * kWarpSize) {
+    throw std::invalid_argument(std::string(op) + ": head size HS = " + std::to_string(HS) +
+                                " unsupported (need a multiple of 32, at most 128)");
+  }
+  return HS;
+}
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int first_row,
                        cudaStream_t stream) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
@@ -304,6 +305,16 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
   const int n = cuda_device_count(&why);
   if (n <= 0) throw BackendUnavailable(fmt::format("no CUDA device ({})", why));
   return std::make_unique<CudaBackend>(options, n);
+}
+
+std::string cuda_unsupported(const std::string& op, int64_t C, int64_t NH) {
+  if (op.rfind("attention_", 0) != 0) return "";
+  try {
+    cuda::attention_head_size(op.c_str(), static_cast<int>(C), static_cast<int>(NH));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
 }
 
 void* cuda_stream_of(Backend& be) { return as_cuda(be).stream(); }

@@ -7,6 +7,7 @@
 // downloads). Built only when Meson finds nvcc and the CUDA libraries.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,13 @@ int cuda_device_count(std::string* why = nullptr);
 
 // Throws BackendUnavailable ("no CUDA device: ...") where there is none.
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options = {});
+
+// Why the CUDA backend cannot run `op` with C channels in NH heads, or ""
+// when it can: its attention kernels (attention_forward, _backward, _decode)
+// take head sizes that are multiples of 32, at most 128 (kernels.h,
+// attention_head_size); every other op takes any shape. The backend-ops test
+// and kernel_bench_cuda skip such cases and say why.
+std::string cuda_unsupported(const std::string& op, int64_t C, int64_t NH);
 
 // The stream a CUDA backend enqueues on (a cudaStream_t) and its device:
 // what NCCL needs to run the gradient allreduce in the same order.

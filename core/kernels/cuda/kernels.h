@@ -49,6 +49,11 @@ void add_bias(float* out, const float* bias, int N, int OC, cudaStream_t stream)
 size_t bias_backward_scratch_floats(int N, int OC);
 void bias_backward(float* dbias, float* scratch, const float* dout, int N, int OC, cudaStream_t stream);
 
+// The head size HS = C / NH the attention kernels take: a multiple of 32, at
+// most 128. Throws std::invalid_argument naming `op` and the sizes otherwise
+// (the attention launchers' front door).
+int attention_head_size(const char* op, int C, int NH);
+
 // Causal attention over qkv (B,T,3C) for the query rows t in [first_row, T)
 // of each sequence: out has B * (T - first_row) rows of C; lse (B,NH,T-first_row)
 // receives the log-sum-exp of each scaled score row, or is skipped when nullptr.

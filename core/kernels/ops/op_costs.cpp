@@ -1,22 +1,24 @@
-#include "kernel_costs.h"
+// The formulas of op_costs.h: one branch per op, its per-element operation
+// counts written next to it.
+#include "kernels/ops/op_costs.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <stdexcept>
 
-namespace gpt2::bench {
+namespace gpt2::ops {
 
 namespace {
 
 constexpr double kF = 4;  // bytes per float32 or int32
 
 // Causal attention's visible (query, key) pairs per (batch row, head).
-double causal_pairs(const CostShape& s) { return static_cast<double>(s.T) * (s.T + 1) / 2.0; }
+double causal_pairs(const OpShape& s) { return static_cast<double>(s.T) * (s.T + 1) / 2.0; }
 
 }  // namespace
 
-KernelCost kernel_cost(const std::string& k, const CostShape& s) {
+OpCost op_cost(const std::string& k, const OpShape& s) {
   const double N = static_cast<double>(s.B) * s.T, C = s.C, V = s.V, T = s.T, OC = s.OC, P = s.P;
   const double NC = N * C;
   if (k == "encoder_forward") {
@@ -84,13 +86,28 @@ KernelCost kernel_cost(const std::string& k, const CostShape& s) {
   if (k == "sum_squares") {
     return {2 * P, kF * P};
   }
-  if (k == "allreduce") {
-    // Per rank, a bandwidth-optimal (ring) sum-allreduce sends and receives
-    // 2 (R-1)/R of the buffer and adds (R-1)/R of it.
-    const double share = s.ranks > 1 ? static_cast<double>(s.ranks - 1) / s.ranks : 0.0;
-    return {share * P, kF * 2 * share * P};
+  if (k == "sum") {
+    // One add per element, in double.
+    return {P, kF * P};
   }
-  throw std::invalid_argument(fmt::format("kernel_cost: unknown kernel '{}'", k));
+  if (k == "attention_decode") {
+    // One query row against T keys: q.k and p v over T pairs per head; reads
+    // the query and T keys and values, writes C.
+    return {2.0 * 2.0 * C * T, kF * (C + 2 * T * C + C)};
+  }
+  throw std::invalid_argument(fmt::format("op_cost: unknown op '{}'", k));
 }
 
-}  // namespace gpt2::bench
+OpCost allreduce_cost(const OpShape& s, int ranks) {
+  // Per rank, a bandwidth-optimal (ring) sum-allreduce sends and receives
+  // 2 (R-1)/R of the buffer and adds (R-1)/R of it.
+  const double P = static_cast<double>(s.P);
+  const double share = ranks > 1 ? static_cast<double>(ranks - 1) / ranks : 0.0;
+  return {share * P, kF * 2 * share * P};
+}
+
+std::string OpShape::str() const {
+  return fmt::format("B {} T {} C {} NH {} V {} OC {} P {}", B, T, C, NH, V, OC, P);
+}
+
+}  // namespace gpt2::ops

@@ -1,0 +1,367 @@
+// The cases of the op table (op_table.h) other than the matrix products
+// (matmul_cases.cpp), and the table itself. Each case draws its inputs from
+// its own seeds (op_arrays.h), in the ranges the tolerance table's
+// derivations assume (tolerances.cpp). Shapes use the letters of op_costs.h.
+#include "kernels/ops/op_cases.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "kernels/ops/op_arrays.h"
+
+namespace gpt2::ops {
+
+namespace {
+
+class EncoderForward final : public TableCase {
+ public:
+  EncoderForward(const OpShape& s, Memory& m)
+      : TableCase("encoder_forward", s, {"out"}),
+        tok_(random_tokens(static_cast<size_t>(s.N()), s.V, 1)),
+        wte_(random_array({s.V, s.C}, 2, m)),
+        wpe_(random_array({s.T, s.C}, 3, m)),
+        out_(overwritten({s.B, s.T, s.C}, m)) {}
+  void reset() override { out_.reset(); }
+  void run(Backend& be) override { be.encoder_forward(out_.t(), tok_.data(), wte_.t(), wpe_.t()); }
+  std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
+
+ private:
+  std::vector<int32_t> tok_;  // (B,T), host
+  Array wte_, wpe_;           // (V,C), (T,C)
+  Output out_;                // (B,T,C)
+};
+
+class EncoderBackward final : public TableCase {
+ public:
+  EncoderBackward(const OpShape& s, Memory& m)
+      : TableCase("encoder_backward", s, {"dwte", "dwpe"}),
+        tok_(random_tokens(static_cast<size_t>(s.N()), s.V, 1)),
+        dout_(random_array({s.B, s.T, s.C}, 4, m)),
+        dwte_(accumulated({s.V, s.C}, 5, m)),
+        dwpe_(accumulated({s.T, s.C}, 6, m)) {}
+  void reset() override {
+    dwte_.reset();
+    dwpe_.reset();
+  }
+  void run(Backend& be) override { be.encoder_backward(dwte_.t(), dwpe_.t(), dout_.t(), tok_.data()); }
+  std::vector<OpOutput> outputs() override { return {out(0, dwte_.host()), out(1, dwpe_.host())}; }
+
+ private:
+  std::vector<int32_t> tok_;  // (B,T), host
+  Array dout_;                // (B,T,C)
+  Output dwte_, dwpe_;        // (V,C), (T,C), +=
+};
+
+class LayernormForward final : public TableCase {
+ public:
+  LayernormForward(const OpShape& s, Memory& m)
+      : TableCase("layernorm_forward", s, {"mean", "rstd", "out"}),
+        x_(random_array({s.N(), s.C}, 11, m, -2.0f, 3.0f)),
+        w_(random_array({s.C}, 12, m)),
+        b_(random_array({s.C}, 13, m)),
+        out_(overwritten({s.N(), s.C}, m)),
+        mean_(overwritten({s.N()}, m)),
+        rstd_(overwritten({s.N()}, m)) {}
+  void reset() override {
+    out_.reset();
+    mean_.reset();
+    rstd_.reset();
+  }
+  void run(Backend& be) override { be.layernorm_forward(out_.t(), mean_.t(), rstd_.t(), x_.t(), w_.t(), b_.t()); }
+  std::vector<OpOutput> outputs() override { return {out(0, mean_.host()), out(1, rstd_.host()), out(2, out_.host())}; }
+
+ private:
+  Array x_, w_, b_;           // (N,C), (C), (C)
+  Output out_, mean_, rstd_;  // (N,C), (N), (N)
+};
+
+class LayernormBackward final : public TableCase {
+ public:
+  LayernormBackward(const OpShape& s, Memory& m)
+      : TableCase("layernorm_backward", s, {"dinp", "dweight", "dbias"}),
+        x_(random_array({s.N(), s.C}, 11, m, -2.0f, 3.0f)),
+        w_(random_array({s.C}, 12, m)),
+        dout_(random_array({s.N(), s.C}, 14, m)),
+        dx_(accumulated({s.N(), s.C}, 15, m)),
+        dw_(accumulated({s.C}, 16, m)),
+        db_(accumulated({s.C}, 17, m)) {
+    // The forward's statistics, from the reference on host copies.
+    Memory& h = host_memory();
+    const Array x = array_of({s.N(), s.C}, x_.host(), h), w = array_of({s.C}, w_.host(), h);
+    const Array b = random_array({s.C}, 13, h);
+    Array out({s.N(), s.C}, h), mean({s.N()}, h), rstd({s.N()}, h);
+    make_reference_backend()->layernorm_forward(out.t(), mean.t(), rstd.t(), x.t(), w.t(), b.t());
+    mean_ = array_of({s.N()}, mean.host(), m);
+    rstd_ = array_of({s.N()}, rstd.host(), m);
+  }
+  void reset() override {
+    dx_.reset();
+    dw_.reset();
+    db_.reset();
+  }
+  void run(Backend& be) override {
+    be.layernorm_backward(dx_.t(), dw_.t(), db_.t(), dout_.t(), x_.t(), w_.t(), mean_.t(), rstd_.t());
+  }
+  std::vector<OpOutput> outputs() override { return {out(0, dx_.host()), out(1, dw_.host()), out(2, db_.host())}; }
+
+ private:
+  Array x_, w_, dout_, mean_, rstd_;  // (N,C), (C), (N,C), (N), (N)
+  Output dx_, dw_, db_;               // (N,C), (C), (C), all +=
+};
+
+// The forward's out (B,T,C) and lse (B,NH,T) of qkv, from the reference on
+// a host copy, uploaded to `m`: attention_backward's saved activations.
+std::pair<Array, Array> reference_attention(const Array& qkv, const OpShape& s, Memory& m) {
+  Memory& h = host_memory();
+  const Array q = array_of(qkv.dims(), qkv.host(), h);
+  Array out({s.B, s.T, s.C}, h), lse({s.B, s.NH, s.T}, h);
+  make_reference_backend()->attention_forward(out.t(), lse.t(), q.t(), static_cast<int>(s.NH));
+  return {array_of(out.dims(), out.host(), m), array_of(lse.dims(), lse.host(), m)};
+}
+
+class AttentionForward final : public TableCase {
+ public:
+  AttentionForward(const OpShape& s, Memory& m)
+      : TableCase("attention_forward", s, {"lse", "out"}),
+        qkv_(random_array({s.B, s.T, 3 * s.C}, 31, m, -2.0f, 2.0f)),
+        out_(overwritten({s.B, s.T, s.C}, m)),
+        lse_(overwritten({s.B, s.NH, s.T}, m)) {}
+  void reset() override {
+    out_.reset();
+    lse_.reset();
+  }
+  void run(Backend& be) override { be.attention_forward(out_.t(), lse_.t(), qkv_.t(), static_cast<int>(s_.NH)); }
+  std::vector<OpOutput> outputs() override { return {out(0, lse_.host()), out(1, out_.host())}; }
+
+ private:
+  Array qkv_;         // (B,T,3C)
+  Output out_, lse_;  // (B,T,C), (B,NH,T)
+};
+
+class AttentionBackward final : public TableCase {
+ public:
+  AttentionBackward(const OpShape& s, Memory& m)
+      : TableCase("attention_backward", s, {"dqkv"}),
+        qkv_(random_array({s.B, s.T, 3 * s.C}, 31, m, -2.0f, 2.0f)),
+        dout_(random_array({s.B, s.T, s.C}, 32, m)),
+        dqkv_(overwritten({s.B, s.T, 3 * s.C}, m)) {
+    std::tie(out_, lse_) = reference_attention(qkv_, s, m);
+  }
+  void reset() override { dqkv_.reset(); }
+  void run(Backend& be) override {
+    be.attention_backward(dqkv_.t(), dout_.t(), out_.t(), lse_.t(), qkv_.t(), static_cast<int>(s_.NH));
+  }
+  std::vector<OpOutput> outputs() override { return {out(0, dqkv_.host())}; }
+
+ private:
+  Array qkv_, dout_, out_, lse_;  // (B,T,3C), (B,T,C), (B,T,C), (B,NH,T)
+  Output dqkv_;                   // (B,T,3C), '=' over its 7s
+};
+
+// One query (the last of T rows) against T keys: qkv is batch row 0 of
+// attention_forward's qkv at the same shape (same seed, a prefix).
+class AttentionDecode final : public TableCase {
+ public:
+  AttentionDecode(const OpShape& s, Memory& m)
+      : TableCase("attention_decode", s, {"out"}),
+        qkv_(random_array({1, s.T, 3 * s.C}, 31, m, -2.0f, 2.0f)),
+        out_(overwritten({1, 1, s.C}, m)) {}
+  void reset() override { out_.reset(); }
+  void run(Backend& be) override { be.attention_decode(out_.t(), qkv_.t(), static_cast<int>(s_.NH)); }
+  std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
+
+ private:
+  Array qkv_;   // (1,T,3C)
+  Output out_;  // (1,1,C)
+};
+
+class GeluForward final : public TableCase {
+ public:
+  GeluForward(const OpShape& s, Memory& m)
+      : TableCase("gelu_forward", s, {"out"}),
+        x_(random_array({s.N(), 4 * s.C}, 41, m, -6.0f, 6.0f)),
+        out_(overwritten({s.N(), 4 * s.C}, m)) {}
+  void reset() override { out_.reset(); }
+  void run(Backend& be) override { be.gelu_forward(out_.t(), x_.t()); }
+  std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
+
+ private:
+  Array x_;     // (N,4C)
+  Output out_;  // (N,4C)
+};
+
+class GeluBackward final : public TableCase {
+ public:
+  GeluBackward(const OpShape& s, Memory& m)
+      : TableCase("gelu_backward", s, {"dinp"}),
+        x_(random_array({s.N(), 4 * s.C}, 41, m, -6.0f, 6.0f)),
+        dout_(random_array({s.N(), 4 * s.C}, 42, m)),
+        dx_(overwritten({s.N(), 4 * s.C}, m)) {}
+  void reset() override { dx_.reset(); }
+  void run(Backend& be) override { be.gelu_backward(dx_.t(), dout_.t(), x_.t()); }
+  // dinp may alias dout.
+  bool run_in_place(Backend& be) override {
+    be.copy(dx_.t(), dout_.t());
+    be.gelu_backward(dx_.t(), dx_.t(), x_.t());
+    return true;
+  }
+  std::vector<OpOutput> outputs() override { return {out(0, dx_.host())}; }
+
+ private:
+  Array x_, dout_;  // (N,4C)
+  Output dx_;       // (N,4C)
+};
+
+class ResidualForward final : public TableCase {
+ public:
+  ResidualForward(const OpShape& s, Memory& m)
+      : TableCase("residual_forward", s, {"out"}),
+        a_(random_array({s.N(), s.C}, 51, m)),
+        b_(random_array({s.N(), s.C}, 52, m)),
+        out_(overwritten({s.N(), s.C}, m)) {}
+  void reset() override { out_.reset(); }
+  void run(Backend& be) override { be.residual_forward(out_.t(), a_.t(), b_.t()); }
+  std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
+
+ private:
+  Array a_, b_;  // (N,C)
+  Output out_;   // (N,C)
+};
+
+class CrossentropyForward final : public TableCase {
+ public:
+  CrossentropyForward(const OpShape& s, Memory& m)
+      : TableCase("crossentropy_forward", s, {"losses"}),
+        z_(random_array({s.N(), s.V}, 61, m, -5.0f, 5.0f)),
+        tgt_(random_tokens(static_cast<size_t>(s.N()), s.V, 62)),
+        loss_(overwritten({s.N()}, m)) {}
+  void reset() override { loss_.reset(); }
+  void run(Backend& be) override { be.crossentropy_forward(loss_.t(), z_.t(), tgt_.data()); }
+  std::vector<OpOutput> outputs() override { return {out(0, loss_.host())}; }
+
+ private:
+  Array z_;                   // (N,V)
+  std::vector<int32_t> tgt_;  // (N), host
+  Output loss_;               // (N)
+};
+
+class CrossentropyBackward final : public TableCase {
+ public:
+  CrossentropyBackward(const OpShape& s, Memory& m)
+      : TableCase("crossentropy_backward", s, {"dlogits"}),
+        z_(random_array({s.N(), s.V}, 61, m, -5.0f, 5.0f)),
+        tgt_(random_tokens(static_cast<size_t>(s.N()), s.V, 62)),
+        dz_(overwritten({s.N(), s.V}, m)) {}
+  void reset() override { dz_.reset(); }
+  void run(Backend& be) override { be.crossentropy_backward(dz_.t(), z_.t(), tgt_.data(), dloss()); }
+  // dlogits may alias logits.
+  bool run_in_place(Backend& be) override {
+    be.copy(dz_.t(), z_.t());
+    be.crossentropy_backward(dz_.t(), dz_.t(), tgt_.data(), dloss());
+    return true;
+  }
+  std::vector<OpOutput> outputs() override { return {out(0, dz_.host())}; }
+
+ private:
+  // The mean loss's weight per position (tolerances.cpp assumes it).
+  float dloss() const { return 1.0f / static_cast<float>(s_.N()); }
+  Array z_;                   // (N,V)
+  std::vector<int32_t> tgt_;  // (N), host
+  Output dz_;                 // (N,V)
+};
+
+class AdamUpdate final : public TableCase {
+ public:
+  AdamUpdate(const OpShape& s, Memory& m)
+      : TableCase("adam_update", s, {"m", "v", "param"}),
+        g_(random_array({s.P}, 72, m)),
+        p_(accumulated({s.P}, 71, m)),
+        m_(accumulated({s.P}, 73, m)),
+        v_(accumulated({s.P}, 74, m, 0.0f, 1.0f)) {}
+  void reset() override {
+    p_.reset();
+    m_.reset();
+    v_.reset();
+  }
+  void run(Backend& be) override { be.adam_update(p_.t(), g_.t(), m_.t(), v_.t(), kCoefficients); }
+  std::vector<OpOutput> outputs() override { return {out(0, m_.host()), out(1, v_.host()), out(2, p_.host())}; }
+
+ private:
+  // Every coefficient away from its neutral value, so each term is exercised.
+  static constexpr AdamCoefficients kCoefficients{0.9f, 0.95f, 1e-8f, 1e-3f, 1.3f, 0.999f, 0.7f};
+  Array g_;           // (P)
+  Output p_, m_, v_;  // (P), updated in place
+};
+
+// sum_squares or sum of a flat buffer: one double.
+class Reduction final : public TableCase {
+ public:
+  Reduction(const std::string& op, const OpShape& s, Memory& m)
+      : TableCase(op, s, {"sum"}), squares_(op == "sum_squares"), g_(random_array({s.P}, 72, m)) {}
+  void reset() override { result_ = std::numeric_limits<double>::quiet_NaN(); }
+  void run(Backend& be) override { result_ = squares_ ? be.sum_squares(g_.t()) : be.sum(g_.t()); }
+  std::vector<OpOutput> outputs() override { return {OpOutput{names_[0], {}, {result_}}}; }
+
+ private:
+  bool squares_;
+  Array g_;  // (P)
+  double result_ = std::numeric_limits<double>::quiet_NaN();
+};
+
+template <typename Case>
+OpSpec spec(const std::string& op) {
+  return {op, "", Dtype::f32,
+          [](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> { return std::make_unique<Case>(s, m); }};
+}
+
+}  // namespace
+
+const std::vector<OpSpec>& op_table() {
+  static const std::vector<OpSpec> table = [] {
+    std::vector<OpSpec> v = {spec<EncoderForward>("encoder_forward"), spec<EncoderBackward>("encoder_backward"),
+                             spec<LayernormForward>("layernorm_forward"),
+                             spec<LayernormBackward>("layernorm_backward")};
+    for (const char* op : {"matmul_forward", "matmul_backward"}) {
+      const bool forward = op == std::string("matmul_forward");
+      for (const bool bias : {true, false}) {
+        v.push_back({op, bias ? "" : "nobias", Dtype::f32, [forward, bias](const OpShape& s, Memory& m) {
+                       return forward ? make_matmul_forward(s, m, bias) : make_matmul_backward(s, m, bias);
+                     }});
+      }
+    }
+    v.push_back(spec<AttentionForward>("attention_forward"));
+    v.push_back(spec<AttentionBackward>("attention_backward"));
+    v.push_back(spec<AttentionDecode>("attention_decode"));
+    v.push_back(spec<GeluForward>("gelu_forward"));
+    v.push_back(spec<GeluBackward>("gelu_backward"));
+    v.push_back(spec<ResidualForward>("residual_forward"));
+    v.push_back(spec<CrossentropyForward>("crossentropy_forward"));
+    v.push_back(spec<CrossentropyBackward>("crossentropy_backward"));
+    v.push_back(spec<AdamUpdate>("adam_update"));
+    v.push_back({"sum_squares", "", Dtype::f32, [](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> {
+                   return std::make_unique<Reduction>("sum_squares", s, m);
+                 }});
+    v.push_back({"sum", "", Dtype::f32, [](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> {
+                   return std::make_unique<Reduction>("sum", s, m);
+                 }});
+    return v;
+  }();
+  return table;
+}
+
+const OpSpec& op_spec(const std::string& name) {
+  std::string known;
+  for (const OpSpec& s : op_table()) {
+    if (s.name() == name) return s;
+    known += (known.empty() ? "" : ", ") + s.name();
+  }
+  throw std::invalid_argument(fmt::format("no op '{}' in the op table (known: {})", name, known));
+}
+
+}  // namespace gpt2::ops

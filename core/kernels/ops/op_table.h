@@ -1,0 +1,79 @@
+// The op table: every op of the Backend contract (kernels/backend.h) as a
+// case that owns its random inputs and its outputs at one shape, in the
+// memory of the backend it will run on (the host's, or a GPU's), can run the
+// op on that backend, names its outputs and derives the tolerance of each
+// from the tolerance table (tolerances.h). One table, read by the
+// backend-ops tests (tests/backend_ops_test.cpp, tests/cuda_backend_ops_test.cpp),
+// the kernel benchmarks (bench/kernels) and, through op_cost, the cost table.
+// What a case's inputs are, and what they check beyond the formula:
+//   * '+=' outputs (parameter gradients, layernorm's dinp) start at random
+//     values, so accumulation is checked; '=' outputs start at 7 everywhere,
+//     so a stale value shows;
+//   * the contract's aliasing (gelu_backward's dinp on dout,
+//     crossentropy_backward's dlogits on logits) has an in-place run whose
+//     outputs must equal the out-of-place run's exactly;
+//   * matrix products come with and without bias (".nobias").
+// Token and target arrays stay on the host (the contract's rule).
+// Not here: how a result is compared (op_check.h) or what an op costs
+// (op_costs.h).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/ops/op_costs.h"
+#include "kernels/ops/tolerances.h"
+
+namespace gpt2::ops {
+
+// One output of a case, downloaded to the host: float elements, or the
+// double result of a reduction (sum_squares, sum).
+struct OpOutput {
+  std::string name;
+  std::vector<float> f32;
+  std::vector<double> f64;
+  size_t size() const { return f64.empty() ? f32.size() : f64.size(); }
+  double at(size_t i) const { return f64.empty() ? static_cast<double>(f32[i]) : f64[i]; }
+};
+
+class OpCase {
+ public:
+  virtual ~OpCase() = default;
+  // Puts every output (and in-place state) back to its starting value, so
+  // that every backend starts from the same state. Uploads (a memcpy on the
+  // host); never inside a timed loop.
+  virtual void reset() = 0;
+  // `be` must be a backend whose memory() is the one the case was made in.
+  virtual void run(Backend& be) = 0;
+  // The op with its output aliasing its input, where the contract allows it
+  // (the input is first copied into the output with be.copy); false, and
+  // nothing run, for an op without an in-place form.
+  virtual bool run_in_place(Backend& /*be*/) { return false; }
+  // Host copies of the outputs, in a fixed order.
+  virtual std::vector<OpOutput> outputs() = 0;
+  // The tolerance of each output (in the order of outputs()), from the
+  // table; matrix products compute their per-element |A||B| from the inputs
+  // here (a double GEMM: call it on one case, the reference's).
+  virtual std::vector<Tolerance> tolerances() = 0;
+};
+
+struct OpSpec {
+  std::string op;       // the Backend method, e.g. "matmul_forward"
+  std::string variant;  // "" or e.g. "nobias"
+  Dtype dtype = Dtype::f32;
+  // Builds the case at `shape` with its arrays in `memory`.
+  std::function<std::unique_ptr<OpCase>(const OpShape& shape, Memory& memory)> make;
+  std::string name() const { return variant.empty() ? op : op + "." + variant; }
+};
+
+// Every op of the contract (zero and copy aside, which the cases use), in
+// the order of backend.h.
+const std::vector<OpSpec>& op_table();
+// The entry named `name` ("matmul_forward.nobias"); throws
+// std::invalid_argument naming the known ones.
+const OpSpec& op_spec(const std::string& name);
+
+}  // namespace gpt2::ops

@@ -1,0 +1,197 @@
+// The rows of the tolerance table (tolerances.h), each with its derivation.
+// The sizes of the terms quoted below are those of the op table's inputs
+// (op_cases.cpp): U(-1,1) unless a row says otherwise. u = 2^-24.
+#include "kernels/ops/tolerances.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace gpt2::ops {
+
+namespace {
+
+constexpr double kU = kUnitRoundoff;
+
+Tolerance abs_rel(double atol, double rtol) { return Tolerance{atol, rtol, {}}; }
+
+const std::vector<double>& need_terms(const ToleranceFacts& f, const char* row) {
+  if (f.terms.empty()) throw std::logic_error(fmt::format("tolerance {}: the case supplied no |A||B| terms", row));
+  return f.terms;
+}
+
+// The classical bound of a K-term product computed in two orders, per
+// element: each side is within K u (|A||B|)_ij of the exact value, hence
+// 2 (K+1) u (|A||B|)_ij between them (the +1 for the add onto a bias or a
+// starting value), plus `addend_ulps` u times that addend's size.
+Tolerance gemm(const ToleranceFacts& f, const char* row, double K, double addend_ulps) {
+  const std::vector<double>& terms = need_terms(f, row);
+  Tolerance t;
+  t.bound.resize(terms.size());
+  for (size_t i = 0; i < terms.size(); ++i) {
+    t.bound[i] = 2.0 * (K + 1) * kU * terms[i] + (f.addend.empty() ? 0.0 : addend_ulps * kU * f.addend[i]);
+  }
+  return t;
+}
+
+// Attention's scores: HS-term dots of inputs U(-2,2) (terms <= 4).
+double score_tol(const OpShape& s) { return 4.0 * static_cast<double>(s.HS()) * kU * 4; }
+
+// Attention's output rows: convex combinations of |v| <= 2 over up to T
+// keys, with fast_exp's 2 ulp on every weight, plus the scores' error.
+Tolerance attention_out(const ToleranceFacts& f) {
+  return abs_rel(4.0 * static_cast<double>(f.shape.T) * kU * 2 + 2 * score_tol(f.shape), 1e-5);
+}
+
+struct Row {
+  const char* op;
+  const char* output;
+  Dtype dtype;
+  Tolerance (*derive)(const ToleranceFacts& f);
+};
+
+const Row kRows[] = {
+    // One add per element, in the same order on every backend: identical.
+    {"encoder_forward", "out", Dtype::f32, [](const ToleranceFacts&) { return Tolerance{}; }},
+    // Each element sums its rows in the same order on every backend (the CUDA
+    // one too: a sorted pass, no atomics): identical.
+    {"encoder_backward", "dwte", Dtype::f32, [](const ToleranceFacts&) { return Tolerance{}; }},
+    {"encoder_backward", "dwpe", Dtype::f32, [](const ToleranceFacts&) { return Tolerance{}; }},
+
+    // Inputs U(-2,3): the mean and the variance sum C terms of size <= 3
+    // (resp. 9), so each is within t = 4 C u 9; rstd inherits t relative as
+    // well, and out = (x - mean) rstd w + b (|x - mean| <= 5) four times t.
+    {"layernorm_forward", "mean", Dtype::f32,
+     [](const ToleranceFacts& f) { return abs_rel(4.0 * static_cast<double>(f.shape.C) * kU * 9, 0); }},
+    {"layernorm_forward", "rstd", Dtype::f32,
+     [](const ToleranceFacts& f) {
+       const double t = 4.0 * static_cast<double>(f.shape.C) * kU * 9;
+       return abs_rel(t, t);
+     }},
+    {"layernorm_forward", "out", Dtype::f32,
+     [](const ToleranceFacts& f) {
+       const double t = 4.0 * static_cast<double>(f.shape.C) * kU * 9;
+       return abs_rel(4 * t, t);
+     }},
+    // dinp (accumulated onto a U(-1,1) start): two C-term row means of terms
+    // <= ~8; rtol 1e-5 for the rstd factor applied to them.
+    {"layernorm_backward", "dinp", Dtype::f32,
+     [](const ToleranceFacts& f) { return abs_rel(4.0 * static_cast<double>(f.shape.C) * kU * 8, 1e-5); }},
+    // dweight, dbias: column sums over N rows of terms <= ~2 (resp. 1).
+    {"layernorm_backward", "dweight", Dtype::f32,
+     [](const ToleranceFacts& f) { return abs_rel(4.0 * static_cast<double>(f.shape.N()) * kU * 2, 0); }},
+    {"layernorm_backward", "dbias", Dtype::f32,
+     [](const ToleranceFacts& f) { return abs_rel(4.0 * static_cast<double>(f.shape.N()) * kU, 0); }},
+
+    // out (N,OC) = inp (N,C) W^T (+ bias): K = C, the bias added once (2 u |bias|).
+    {"matmul_forward", "out", Dtype::f32,
+     [](const ToleranceFacts& f) { return gemm(f, "matmul_forward/out", static_cast<double>(f.shape.C), 2); }},
+    // dinp (N,C) = dout (N,OC) W: K = OC.
+    {"matmul_backward", "dinp", Dtype::f32,
+     [](const ToleranceFacts& f) { return gemm(f, "matmul_backward/dinp", static_cast<double>(f.shape.OC), 0); }},
+    // dweight (OC,C) += dout^T x: K = N, plus 4 u of the += starting value.
+    {"matmul_backward", "dweight", Dtype::f32,
+     [](const ToleranceFacts& f) { return gemm(f, "matmul_backward/dweight", static_cast<double>(f.shape.N()), 4); }},
+    // dbias (OC) += column sums of N terms <= 1, plus 4 u relative for the +=.
+    {"matmul_backward", "dbias", Dtype::f32,
+     [](const ToleranceFacts& f) { return abs_rel(4.0 * static_cast<double>(f.shape.N()) * kU, 4 * kU); }},
+
+    // lse = max + log(sum of exp): the scores' error twice; rtol 1e-6 for
+    // fast_exp's and the log's few ulp.
+    {"attention_forward", "lse", Dtype::f32,
+     [](const ToleranceFacts& f) { return abs_rel(2 * score_tol(f.shape), 1e-6); }},
+    {"attention_forward", "out", Dtype::f32, attention_out},
+    // The last row of attention_forward: the same arithmetic over T keys.
+    {"attention_decode", "out", Dtype::f32, attention_out},
+    // dqkv sums up to T terms, each a product of HS-term dots (size <= 8) and
+    // inputs <= 2: the error scales like T HS u 16.
+    {"attention_backward", "dqkv", Dtype::f32,
+     [](const ToleranceFacts& f) {
+       return abs_rel(4.0 * static_cast<double>(f.shape.T) * static_cast<double>(f.shape.HS()) * kU * 16, 1e-4);
+     }},
+
+    // Inputs U(-6,6): fast_tanh's 3e-7 absolute error, times 0.5|x| <= 3.
+    {"gelu_forward", "out", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(1e-6, 4 * kU); }},
+    // The derivative's two terms carry that error times |x| sech^2 and |dout| <= 1.
+    {"gelu_backward", "dinp", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(4e-6, 8 * kU); }},
+
+    // One add per element: identical.
+    {"residual_forward", "out", Dtype::f32, [](const ToleranceFacts&) { return Tolerance{}; }},
+
+    // Logits U(-5,5): the log of a V-term sum of terms <= 10 (after the max
+    // shift, each exp within fast_exp's 2 ulp).
+    {"crossentropy_forward", "losses", Dtype::f32,
+     [](const ToleranceFacts& f) { return abs_rel(4.0 * static_cast<double>(f.shape.V) * kU * 10, 0); }},
+    // dloss (p - onehot), dloss = 1/N: p's V-term normaliser, scaled by dloss.
+    {"crossentropy_backward", "dlogits", Dtype::f32,
+     [](const ToleranceFacts& f) {
+       const double dloss = 1.0 / static_cast<double>(f.shape.N());
+       return abs_rel(dloss * 4.0 * static_cast<double>(f.shape.V) * kU, 8 * kU);
+     }},
+
+    // The same few operations per element on every backend, up to FMA
+    // contraction: within 2 ulp; the parameter's step (step_size 1e-3 times
+    // m / (sqrt(v) v_scale + eps), of size <= ~8) also within 8 u absolute.
+    {"adam_update", "m", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(0, 2 * kU); }},
+    {"adam_update", "v", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(0, 2 * kU); }},
+    {"adam_update", "param", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(1e-3 * 8 * kU, 2 * kU); }},
+
+    // Both accumulate P exact squares (<= 1) in double (unit roundoff
+    // u_d = 2^-53), in different orders (threads' and lanes' partials). The
+    // worst case is (P-1) u_d sum(x^2) on each side; rounding errors of random
+    // sign grow like sqrt(P) u_d sum(x^2) instead (Higham, Accuracy and
+    // Stability of Numerical Algorithms, 2nd ed., section 4.2). Measured: 4
+    // sqrt(P) u_d sum(x^2) between the CPU backend and the reference at the
+    // larger benchmark shape (P = 9.8e7). rtol is the smaller of the two
+    // sides' worst case, 2 (P-1) u_d, and 64 sqrt(P) u_d (16 times the
+    // measurement); sum(x^2) = |expected|, the terms being non-negative.
+    {"sum_squares", "sum", Dtype::f32,
+     [](const ToleranceFacts& f) {
+       const double P = static_cast<double>(f.shape.P), ud = 0x1.0p-53;
+       return abs_rel(0, std::min(2 * (P - 1), 64 * std::sqrt(P)) * ud);
+     }},
+    // The contract's sum adds in element order, in double, on the host
+    // backends (sum_in_order): identical. A device sums in a tree and gets
+    // device_tolerance.
+    {"sum", "sum", Dtype::f32, [](const ToleranceFacts&) { return Tolerance{}; }},
+};
+
+}  // namespace
+
+const char* to_string(Dtype d) {
+  switch (d) {
+    case Dtype::f32: return "f32";
+  }
+  return "?";
+}
+
+double Tolerance::at(size_t i, double expected) const {
+  return atol + (bound.empty() ? 0.0 : bound[i]) + rtol * std::fabs(expected);
+}
+
+Tolerance tolerance(const std::string& op, const std::string& output, Dtype dtype, const ToleranceFacts& facts) {
+  for (const Row& r : kRows) {
+    if (op == r.op && output == r.output && dtype == r.dtype) return r.derive(facts);
+  }
+  throw std::invalid_argument(
+      fmt::format("no tolerance for op '{}', output '{}', dtype {} (core/kernels/ops/tolerances.cpp)", op, output,
+                  to_string(dtype)));
+}
+
+std::vector<std::string> tolerance_keys(Dtype dtype) {
+  std::vector<std::string> keys;
+  for (const Row& r : kRows) {
+    if (r.dtype == dtype) keys.push_back(std::string(r.op) + "/" + r.output);
+  }
+  return keys;
+}
+
+Tolerance device_tolerance(Tolerance t, double max_abs_expected) {
+  t.atol += 4 * kU * max_abs_expected;
+  t.rtol += 4 * kU;
+  return t;
+}
+
+}  // namespace gpt2::ops

@@ -1,0 +1,115 @@
+// The backend-ops checks (ggml's test-backend-ops): every op of the op table
+// (core/kernels/ops/op_table.h) on one backend against the reference
+// backend, at one shape, with the tolerance table (tolerances.h). Shared by
+// backend_ops_test.cpp (the reference and CPU backends, suite core) and
+// cuda_backend_ops_test.cpp (the CUDA backend, suite cuda). A failure names
+// the op, the backend, the shape, the output, the worst index, the expected
+// and actual values and the tolerance.
+#pragma once
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/ops/op_check.h"
+#include "kernels/ops/op_table.h"
+
+namespace gpt2::ops {
+// gtest prints a parameter with it: "B 2 T 7 C 48 NH 3 V 37 OC 149 P 1779".
+inline void PrintTo(const OpShape& s, std::ostream* os) { *os << s.str(); }
+}  // namespace gpt2::ops
+
+namespace gpt2::testing {
+
+// The shapes every backend is checked at, (B, T, C, NH, V): odd sizes catch
+// vector tails, T = 150 spans several 64-row attention tiles, 5 rows take
+// the GEMV path. Matrix products map C -> OC = 3C + 5 (odd, not a multiple
+// of the tiles); adam_update, sum_squares and sum run over P = V C + 3.
+inline std::vector<ops::OpShape> backend_ops_shapes() {
+  std::vector<ops::OpShape> shapes;
+  for (auto [B, T, C, NH, V] : {std::array<int64_t, 5>{2, 7, 48, 3, 37}, std::array<int64_t, 5>{3, 64, 128, 2, 172},
+                                std::array<int64_t, 5>{2, 150, 96, 3, 37}, std::array<int64_t, 5>{1, 5, 64, 2, 37}}) {
+    shapes.push_back(ops::OpShape{B, T, C, NH, V, 3 * C + 5, V * C + 3});
+  }
+  return shapes;
+}
+
+// "B2_T7_C48_NH3_V37": a gtest parameter name.
+inline std::string shape_name(const ops::OpShape& s) {
+  return fmt::format("B{}_T{}_C{}_NH{}_V{}", s.B, s.T, s.C, s.NH, s.V);
+}
+
+// The number of comparisons made so far in this program (each output of
+// each op, each in-place run, each decode row), for its summary line.
+inline int& backend_ops_checks() {
+  static int n = 0;
+  return n;
+}
+
+// Prints the count when the program ends, e.g. "backend-ops: 1234 checks".
+class CountChecks : public ::testing::Environment {
+ public:
+  void TearDown() override { std::printf("backend-ops: %d checks\n", backend_ops_checks()); }
+};
+
+// Why a backend cannot run `op` at `shape` (its front door would throw), or "".
+using Unsupported = std::function<std::string(const std::string& op, const ops::OpShape& shape)>;
+
+// One comparison, counted, failing the test with everything it knows.
+inline void expect_match(const std::string& what, const ops::OpOutput& actual, const ops::OpOutput& expected,
+                         const ops::Tolerance& tol) {
+  ++backend_ops_checks();
+  const std::string err = ops::compare(actual, expected, tol);
+  EXPECT_TRUE(err.empty()) << what << ": " << err;
+}
+
+// Every op of the table on `be` (named `label`, e.g. "cpu/t2") against the
+// reference at `shape`: every output within its tolerance; every in-place
+// form (the contract's aliasing) equal to the out-of-place result exactly;
+// attention_decode within its tolerance of the last row of the reference's
+// full attention_forward. Ops `unsupported` names are skipped and printed.
+inline void check_every_op(Backend& be, const std::string& label, const ops::OpShape& shape,
+                           const Unsupported& unsupported = {}) {
+  for (const ops::OpSpec& spec : ops::op_table()) {
+    const std::string where = spec.name() + " on " + label + " at " + shape.str();
+    const std::string why = unsupported ? unsupported(spec.op, shape) : "";
+    if (!why.empty()) {
+      std::printf("not run: %s: %s\n", where.c_str(), why.c_str());
+      continue;
+    }
+    const ops::Expected expected = ops::run_reference(spec, shape);
+    const std::vector<ops::OpOutput> got = ops::run_on(spec, shape, be);
+    ASSERT_EQ(got.size(), expected.outputs.size()) << where;
+    for (size_t i = 0; i < got.size(); ++i) {
+      expect_match(where, got[i], expected.outputs[i],
+                   ops::tolerance_on(be, expected.tolerances[i], expected.outputs[i]));
+    }
+    const std::vector<ops::OpOutput> in_place = ops::run_on(spec, shape, be, true);
+    for (size_t i = 0; i < in_place.size(); ++i) {
+      expect_match(where + ", in place against out of place", in_place[i], got[i], ops::Tolerance{});
+    }
+  }
+  const std::string decode = "attention_decode on " + label + " at " + shape.str();
+  const std::string why = unsupported ? unsupported("attention_decode", shape) : "";
+  if (!why.empty()) return;  // printed above
+  // Row T-1 of batch row 0 of the full forward: the decode case's qkv is that
+  // batch row (the same seed, op_cases.cpp).
+  const ops::OpOutput full = ops::run_reference(ops::op_spec("attention_forward"), shape).outputs.at(1);
+  ASSERT_EQ(full.name, "out");
+  const auto row = full.f32.begin() + (shape.T - 1) * shape.C;
+  const ops::OpOutput last_row{"out", std::vector<float>(row, row + shape.C), {}};
+  const ops::Tolerance tol =
+      ops::tolerance("attention_decode", "out", ops::Dtype::f32, ops::ToleranceFacts{shape, {}, {}});
+  const ops::OpOutput got = ops::run_on(ops::op_spec("attention_decode"), shape, be).at(0);
+  expect_match(decode + ", against the last row of the full forward", got, last_row,
+               ops::tolerance_on(be, tol, last_row));
+}
+
+}  // namespace gpt2::testing
