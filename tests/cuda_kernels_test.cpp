@@ -1,15 +1,11 @@
-// GPU tests of the CUDA kernels (core/backend/cuda/kernels.h): every launcher
+// GPU tests of the CUDA kernels (core/kernels/cuda/kernels.h): every launcher
 // runs on the device at the model's shapes and is held to the naive reference
 // kernels on the host. Also checked: scratch sizes (a guard zone after each
 // scratch buffer must stay untouched), overwrite rules (outputs pre-filled
 // with NaN), aliasing (in-place gelu and crossentropy backward) and run-to-run
 // determinism (bitwise). Skips when no CUDA device is present; the arithmetic
 // itself is also tested without a GPU in device_math_test.cpp.
-// Build (by hand until meson has a CUDA option):
-//   nvcc -std=c++20 -O3 -arch=sm_90 -I core -I core/backend/cuda -I core/backend/reference -I tests
-//     tests/cuda_kernels_test.cpp core/backend/cuda/kernels.cu core/backend/cuda/attention.cu
-//     core/backend/reference/reference_kernels.cpp
-//     -lgtest -lgtest_main -o cuda_kernels_test
+// Built by meson where nvcc is found (the GPU suite: meson test --suite cuda).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime_api.h>

@@ -1,4 +1,4 @@
-// Host tests of the CUDA kernels' arithmetic (core/backend/cuda/device_math.h).
+// Host tests of the CUDA kernels' arithmetic (core/kernels/cuda/device_math.h).
 // CUDA code cannot run on the build machines, so each kernel of kernels.cu
 // and attention.cu is rebuilt here on the host: the same device_math.h
 // functions, the same launch constants, and the same ownership and summation

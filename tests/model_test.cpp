@@ -266,7 +266,7 @@ class CountingBackend final : public Backend {
 };
 
 TEST(Flops, TrainingFlopsCountWhatTheModelComputes) {
-  // The formula of core/flops.h against the matrix products of an actual
+  // The formula of core/model/flops.h against the matrix products of an actual
   // forward and backward pass, counted from the shapes the model passes.
   auto cpu = make_cpu_backend(1);
   CountingBackend counting(*cpu);

@@ -1,4 +1,4 @@
-// allreduce_bench: the data-parallel gradient sum, GradientSync (core/comm.h)
+// allreduce_bench: the data-parallel gradient sum, GradientSync (core/dist/gradient_sync.h)
 // over the MPI communicator, on a buffer the size of a shape's flat gradient
 // buffer. Run under mpiexec with 2 or more ranks; only rank 0 reports.
 //

@@ -113,7 +113,7 @@ void add_context(const Ceilings& c, const BenchOptions& o);
 // under the ceilings `roof`.
 void set_counters(benchmark::State& st, const ops::OpCost& cost, const Roof& roof, int threads);
 
-// A benchmark program's main() is gpt2::tool_main (core/cli.h): an exception
+// A benchmark program's main() is gpt2::tool_main (core/app/cli.h): an exception
 // becomes "<program>: error: ..." and status 2, BackendUnavailable
 // "<program>: no CUDA device (...)" and status 3 (kExitUnavailable, which the
 // harness records as skipped).

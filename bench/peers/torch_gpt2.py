@@ -3,7 +3,7 @@
 reference the tests check against.
 
 The model is written with torch.nn.functional on a dict of named tensors
-(names as our parameter layout, core/params.cpp); the original project's Adam
+(names as our parameter layout, core/model/params.cpp); the original project's Adam
 is written out with torch's foreach kernels (PyTorch has no such variant).
 As a program it is the peer side of bench/peers/peer_bench.py: it loads our
 initial weights from a checkpoint written by `train_step --save-init` and
@@ -103,7 +103,7 @@ def load_checkpoint(path):
 
 
 def layout(cfg):
-    """Names and shapes in our buffer order (core/params.cpp)."""
+    """Names and shapes in our buffer order (core/model/params.cpp)."""
     V, T, L, C = cfg["V"], cfg["T"], cfg["L"], cfg["C"]
     out = [("wte", (V, C)), ("wpe", (T, C))]
     for l in range(L):
