@@ -2,8 +2,9 @@
 """The harness end to end, through the real stage programs (experiments/smoke.yaml):
 CSV columns and loss rows, skip reasons, reuse, resume after an interruption,
 a failing run that leaves earlier results intact, bad experiment files
-that fail with one clear error before anything runs, and a kernels
-experiment (the kernel benchmark programs, their JSON and kernels.md).
+that fail with one clear error before anything runs, no serial program to
+resolve configurations, and a kernels experiment (the kernel benchmark
+programs, their JSON and kernels.md).
 
 usage: harness_test.py --harness PATH --repo PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
@@ -264,14 +265,26 @@ def main():
     check("a failing run is recorded as failed with its error, exit 1",
           r.returncode == 1 and len(failed) == 1 and "injected failure" in failed[0]["reason"], str(failed))
     check("... and every earlier result is intact", intact and sum(x["status"] == "ok" for x in runs3) == 3)
-    # 6. A forced rerun that does not complete (here the stage programs are
-    # missing: every attempt is skipped) keeps the completed runs.
+    # 6. A forced rerun that does not complete (here the serial program only
+    # resolves configurations and fails to train, the other stage programs are
+    # missing: every attempt fails or is skipped) keeps the completed runs.
     serial_ok = next(x for x in runs3 if x["stage"] == "serial" and x["status"] == "ok")
     keep = digest(os.path.join(results, "smoke", serial_ok["run_id"]))
     empty_build = os.path.join(work, "empty-build")
     os.makedirs(os.path.join(empty_build, "stages"))
     with open(os.path.join(exps, "smoke.yaml"), "w") as f:
         f.write(smoke)
+    # 6a. Without the serial program the harness cannot resolve a configuration: it says so.
+    r = harness("run", "--build", empty_build)
+    check("without the serial program: one error saying the harness needs it, nothing run",
+          r.returncode == 2 and "needs the serial stage program" in r.stderr and "smoke.yaml" in r.stderr
+          and len(r.stderr.strip().splitlines()) == 1, r.stderr[-600:])
+    real_serial = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(a.harness))), "stages", "serial")
+    stand_in = os.path.join(empty_build, "stages", "serial")
+    with open(stand_in, "w") as f:
+        f.write(f'#!/bin/sh\nif [ "$1" = config ]; then exec "{real_serial}" "$@"; fi\n'
+                'echo "serial: error: this stand-in only resolves configurations" >&2\nexit 1\n')
+    os.chmod(stand_in, 0o755)
     r = harness("run", "--force", "--build", empty_build)
     _, runs4 = rows(os.path.join(results, "smoke", "runs.csv"))
     serial4 = next(x for x in runs4 if x["run_id"] == serial_ok["run_id"])
@@ -294,6 +307,27 @@ def main():
         "stage.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: mpii\n", "did you mean 'mpi'"),
     }
     check_bad_files(bad, "bad experiment", exps, results, harness, check)
+    r = harness("run", exp="unknown.yaml")
+    check("an unknown key's error names its line", "unknown.yaml:2:" in r.stderr, r.stderr)
+    stage_errors = {
+        "cfgkey.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: serial\n    config: {train.stepz: 3}\n",
+                        "cfgkey.yaml:4: unknown key 'train.stepz' (did you mean 'train.steps'?)"),
+        "cfgtype.yaml": ("base: ../configs/original.yaml\nconfig:\n  train.steps: x\nruns:\n  - stage: serial\n",
+                         "cfgtype.yaml:3: train.steps: expected an integer, got 'x'"),
+        "cfgval.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: serial\n  - stage: mpi\n"
+                        "    config: {model.block_size: 128}\n",
+                        "cfgval.yaml:5: train.seq_len: 256 exceeds model.block_size 128"),
+        "cfgrun.yaml": ("base: ../configs/zero_steps.yaml\nruns:\n  - stage: serial\n",
+                        "cfgrun.yaml:3: this run's configuration is invalid: train.steps: must be positive, got 0"),
+        "cfgbase.yaml": ("base: ../configs/bad_key.yaml\nruns:\n  - stage: serial\n",
+                         "cfgbase.yaml:1: base: "),
+    }
+    with open(os.path.join(work, "configs", "zero_steps.yaml"), "w") as f:
+        f.write(base.replace("steps: 50", "steps: 0"))
+    with open(os.path.join(work, "configs", "bad_key.yaml"), "w") as f:
+        f.write(base.replace("steps: 50", "stepz: 50"))
+    check_bad_files({k: (v[0], v[1]) for k, v in stage_errors.items()}, "stage's error at the file:line",
+                    exps, results, harness, check)
 
     # 8. A kernels experiment: the benchmark programs through Google Benchmark's JSON.
     kernels_checks(a, exps, results, reports, env, check)
@@ -305,6 +339,7 @@ def main():
           r.stdout)
     check("list names the kernels experiment", "kernels_smoke" in r.stdout and "benchmark programs" in r.stdout,
           r.stdout)
+
     passed = sum(checks)
     print(f"{passed} passed, {len(checks) - passed} failed")
     return 0 if all(checks) else 1
