@@ -1,7 +1,9 @@
 // harness: runs YAML experiments and turns what they recorded into tidy CSV
-// results and Markdown reports. Two kinds of experiment, one run loop
-// (job_loop.h): stage runs (`kind: stages`, the default) and the kernel
-// microbenchmarks (`kind: kernels`).
+// results and Markdown reports. Four kinds of experiment, one run loop
+// (job_loop.h): stage runs (`kind: stages`, the default), the kernel
+// microbenchmarks (`kind: kernels`), our training step against PyTorch
+// (`kind: peer`) and the MPI stage's step with and without bucketed
+// allreduce (`kind: mpi_step`).
 //   harness run EXPERIMENT.yaml [--force] [--results DIR] [--reports DIR] [--build DIR]
 //   harness report EXPERIMENT   [--results DIR] [--reports DIR] [--build DIR]
 //   harness list                [--experiments DIR] [--build DIR]
@@ -22,6 +24,8 @@
 #include "job_loop.h"
 #include "kernels_experiment.h"
 #include "kernels_report.h"
+#include "mpi_step_experiment.h"
+#include "peer_experiment.h"
 #include "report.h"
 #include "stage_runner.h"
 #include "tables.h"
@@ -39,7 +43,7 @@ usage:
   harness run EXPERIMENT.yaml [--force] [--results DIR] [--reports DIR] [--build DIR]
       Runs every job of the experiment (reusing completed ones unless --force),
       writes DIR/<experiment>/<job-id>/ for each and the experiment's index
-      (runs.csv and loss.csv, or programs.csv), then the reports.
+      (runs.csv and loss.csv, programs.csv or jobs.csv), then the reports.
       Exit status: 0 all jobs ok or skipped, 1 a job failed, 2 bad input
       (nothing is run).
   harness report EXPERIMENT [--results DIR] [--reports DIR] [--build DIR]
@@ -54,6 +58,9 @@ Kinds of experiment (`kind:` in the file):
             table2, scaling
   kernels   the kernel microbenchmark programs of <build>/bench: kernels.md
             with a roofline chart
+  peer      our training step (<build>/bench/train_step) against PyTorch
+            (bench/peers/torch_gpt2.py), alternating: peer.md
+  mpi_step  the MPI stage's step with and without bucketed allreduce: mpi_step.md
 Run configurations are resolved and checked by <build>/stages/serial config
 (every stage shares its configuration schema), so the serial program must be
 built.
@@ -148,7 +155,7 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver) {
                  return write_reports(ReportSpec{ex->name, ex->description, ex->reports, at.results / ex->name,
                                                  at.reports / ex->name, at.repo / "data" / "paper", cmd});
                }};
-  } else {
+  } else if (kind == "kernels") {
     auto ex = std::make_shared<KernelsExperiment>(load_kernels_experiment(file, at.build_id));
     l = Loaded{ex->name, ex->description, fmt::format("{:>3} benchmark programs", ex->programs.size()), kKernelsIndex,
                [ex, at](bool force) {
@@ -157,6 +164,27 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver) {
                },
                [ex, at](const std::string& cmd) {
                  return write_kernels_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);
+               }};
+  } else if (kind == "peer") {
+    auto ex = std::make_shared<PeerExperiment>(load_peer_experiment(file));
+    l = Loaded{ex->name, ex->description, fmt::format("{:>3} peer jobs", ex->threads.size()), kJobsIndex,
+               [ex, at](bool force) {
+                 const fs::path script = fs::path(kRepoRoot) / "bench" / "peers" / "torch_gpt2.py";
+                 return run_indexed_jobs(peer_jobs(*ex, at.build_id, at.build / "bench", script),
+                                         at.results / ex->name, force, kJobsIndex, "job");
+               },
+               [ex, at](const std::string& cmd) {
+                 return write_peer_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);
+               }};
+  } else {
+    auto ex = std::make_shared<MpiStepExperiment>(load_mpi_step_experiment(file, resolver));
+    l = Loaded{ex->name, ex->description, fmt::format("{:>3} MPI jobs", ex->jobs.size()), kJobsIndex,
+               [ex, at](bool force) {
+                 return run_indexed_jobs(mpi_step_jobs(*ex, at.build_id, at.build / "stages"), at.results / ex->name,
+                                         force, kJobsIndex, "job");
+               },
+               [ex, at](const std::string& cmd) {
+                 return write_mpi_step_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);
                }};
   }
   return l;

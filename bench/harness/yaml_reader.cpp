@@ -50,7 +50,7 @@ std::string experiment_kind(const fs::path& file) {
   const std::string kind = rd.scalar(root["kind"], "kind");
   if (std::find(kKinds.begin(), kKinds.end(), kind) == kKinds.end()) {
     rd.fail(root["kind"], fmt::format("kind: unknown kind '{}'{}", kind,
-                                      did_you_mean(kind, kKinds, " (expected stages or kernels)")));
+                                      did_you_mean(kind, kKinds, " (expected stages, kernels, peer or mpi_step)")));
   }
   return kind;
 }

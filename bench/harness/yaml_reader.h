@@ -21,7 +21,7 @@ YAML::Node load_experiment_yaml(const std::filesystem::path& file);
 // The experiment's kind: `kind:` or "stages" when absent. Throws
 // std::invalid_argument naming file:line for an unknown kind.
 std::string experiment_kind(const std::filesystem::path& file);
-inline const std::vector<std::string> kKinds = {"stages", "kernels"};
+inline const std::vector<std::string> kKinds = {"stages", "kernels", "peer", "mpi_step"};
 
 // " (did you mean 'x'?)" with the known word closest to `word`, or
 // `otherwise` when none is close: the tail of an "unknown ..." error.
