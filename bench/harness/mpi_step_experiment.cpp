@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::vector<std::string> kTopKeys = {"kind",   "name",   "description",  "base",     "config",   "ranks",
-                                           "buckets", "rounds", "warmup_steps", "hostfile", "timeout_s"};
+                                           "buckets", "rounds", "warmup_steps", "hostfile", "timeout_s", "unset_env"};
 
 std::string bucket_text(double mb) { return fmt::format("{}", mb); }
 
@@ -40,6 +40,7 @@ MpiStepExperiment load_mpi_step_experiment(const fs::path& file, ConfigResolver&
   if (root["rounds"]) ex.rounds = rd.integer(root["rounds"], "rounds", 1);
   if (root["warmup_steps"]) ex.warmup_steps = rd.integer(root["warmup_steps"], "warmup_steps", 0);
   if (root["timeout_s"]) ex.timeout_s = rd.seconds(root["timeout_s"], "timeout_s");
+  if (root["unset_env"]) ex.unset_env = rd.strings(root["unset_env"], "unset_env");
   if (root["hostfile"]) {
     ex.hostfile = rd.path(root["hostfile"], "hostfile").string();
     if (!fs::is_regular_file(ex.hostfile)) rd.fail(root["hostfile"], fmt::format("hostfile: no such file '{}'", ex.hostfile));
@@ -77,13 +78,14 @@ std::vector<Job> mpi_step_jobs(const MpiStepExperiment& ex, const std::string& b
                         {"rounds", ex.rounds},
                         {"warmup_steps", ex.warmup_steps},
                         {"hostfile", ex.hostfile}};
-    const std::string key = fmt::format("{}|{}|{}", settings.dump(), j.config, build_id);
+    std::string key = fmt::format("{}|{}|{}", settings.dump(), j.config, build_id);
+    for (const std::string& e : ex.unset_env) key += "|-" + e;
     const std::string label = fmt::format("r{}-b{}", j.ranks, bucket_text(j.bucket_mb));
     jobs.push_back(Job{fmt::format("mpi-{}-{}", label, id_hash(key)), label,
                        fmt::format("{} x {} steps, timeout {:.0f} s", ex.rounds, j.steps, ex.timeout_s), av.reason,
                        settings, [&ex, &j, program = av.program](const fs::path& dir) {
                          write_file_atomically(dir / "run.yaml", j.config);
-                         JobCommands cmd(dir, ex.timeout_s);
+                         JobCommands cmd(dir, ex.timeout_s, ex.unset_env);
                          for (int k = 0; k < ex.rounds; ++k) {
                            const fs::path out = dir / fmt::format("round-{}", k);
                            if (auto st = cmd.run(stage_train_command("mpi", program, j.ranks, ex.hostfile,

@@ -17,6 +17,7 @@
 //   warmup_steps: 1                   # first steps of each run left out of its medians
 //   hostfile: ../hostfiles/localhost  # optional: mpiexec -f
 //   timeout_s: 1800                   # per job
+//   unset_env: [OPENBLAS_CORETYPE]    # variables removed from the stage's environment
 //
 // Each job's configuration is resolved and checked by the serial stage
 // program, as a stage experiment's runs are (stage_config.h).
@@ -50,6 +51,7 @@ struct MpiStepExperiment : ExperimentInfo {
   int rounds = 1, warmup_steps = 1;
   std::string hostfile;  // absolute path or ""
   double timeout_s = 1800;
+  std::vector<std::string> unset_env;
   std::vector<MpiStepJob> jobs;
 };
 
