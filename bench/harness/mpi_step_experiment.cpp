@@ -51,6 +51,8 @@ MpiStepExperiment load_mpi_step_experiment(const fs::path& file, ConfigResolver&
     for (double b : r == 1 ? std::vector<double>{0} : buckets) {
       std::vector<Override> overrides = base.overrides;
       overrides.push_back(Override{"train.grad_bucket_mb", bucket_text(b), root["buckets"]});
+      // A benchmark's runs keep no checkpoint (44 MB each at the original size).
+      overrides.push_back(Override{"train.save_checkpoint", "false", YAML::Node()});
       const ResolvedConfig& cfg = resolve_for_run(resolver, rd, base, overrides, where);
       const int64_t batch = cfg.integer("train.batch_size"), steps = cfg.integer("train.steps");
       if (batch % r != 0) {

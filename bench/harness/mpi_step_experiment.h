@@ -20,7 +20,8 @@
 //   unset_env: [OPENBLAS_CORETYPE]    # variables removed from the stage's environment
 //
 // Each job's configuration is resolved and checked by the serial stage
-// program, as a stage experiment's runs are (stage_config.h).
+// program, as a stage experiment's runs are (stage_config.h), with
+// train.grad_bucket_mb and train.save_checkpoint false (no checkpoints).
 //
 // Results: results/<name>/mpi-r<R>-b<bucket>-<hash>/ with job.json (ranks,
 // bucket, rounds, warmup_steps), run.yaml, log.txt (every command and its

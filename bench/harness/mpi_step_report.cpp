@@ -60,7 +60,7 @@ StepJob read_step_job(JobRecord job) {
 }
 
 std::string allreduce_text(const StepJob& s) {
-  if (s.ranks == 1) return "(none: one rank)";
+  if (s.ranks == 1) return "none (one rank)";
   if (s.bucket_mb == 0) return "one allreduce after backward";
   return fmt::format("{} MiB buckets during backward", s.bucket_mb);
 }
@@ -123,7 +123,7 @@ std::vector<fs::path> write_mpi_step_report(const MpiStepExperiment& ex, const f
                     exact(ms), exact(tps), exact(comm), exact(comm / ms), exact(speedup)});
     std::string per_round;
     for (double x : s.step_ms) per_round += fmt::format("{}{:.1f}", per_round.empty() ? "" : ", ", x);
-    round_lines.push_back(fmt::format("- {}, {}: {}", fmt::format("{} rank(s)", s.ranks), allreduce_text(s), per_round));
+    round_lines.push_back(fmt::format("- {}, {}: {}", s.job.label, allreduce_text(s), per_round));
   }
   if (!rows.empty()) {
     md += md_table({"ranks", "gradient allreduce", "runs", "median ms/step", "tokens/s", "comm ms", "comm share",
