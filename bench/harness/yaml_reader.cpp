@@ -169,6 +169,10 @@ std::vector<Override> Reader::overrides(const YAML::Node& n, const std::string& 
   std::vector<Override> out;
   for (const auto& kv : n) {
     const std::string key = kv.first.as<std::string>();
+    // The stage's own options of `config` would not be overrides: --config would replace the base.
+    if (key == "config" || key == "help") {
+      fail(kv.first, fmt::format("{}: '{}' is not a configuration key (section.key, e.g. train.steps)", where, key));
+    }
     std::string value = scalar(kv.second, key);
     if (key == "data.corpus" && !value.empty() && fs::path(value).is_relative()) {
       value = (file_.parent_path() / value).lexically_normal().string();
