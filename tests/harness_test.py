@@ -2,8 +2,12 @@
 """The harness end to end, through the real stage programs (experiments/smoke.yaml):
 CSV columns and loss rows, skip reasons, reuse, resume after an interruption,
 a failing run that leaves earlier results intact, bad experiment files
-that fail with one clear error before anything runs, and a kernels
-experiment (the kernel benchmark programs, their JSON and kernels.md).
+that fail with one clear error before anything runs, no serial program to
+resolve configurations, and the other kinds of experiment at tiny settings:
+kernels (the kernel benchmark programs, their JSON and kernels.md), peer
+(ours against PyTorch; the PyTorch side is skipped, with the reason printed,
+where /usr/bin/python3 cannot import torch) and mpi_step (the MPI stage's
+step with and without bucketed allreduce).
 
 usage: harness_test.py --harness PATH --repo PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
@@ -159,6 +163,107 @@ def kernels_checks(a, exps, results, reports, env, check):
     os.remove(os.path.join(exps, "kernels_cuda_smoke.yaml"))
 
 
+PEER_SMOKE = """kind: peer
+description: Ours against PyTorch for one tiny round.
+preset: small
+batch: 2
+threads: 1
+rounds: 1
+steps: 1
+warmup: 0
+timeout_s: 300
+"""
+
+# The smoke model (L1 C32, block 32) on the MPI stage: 1 rank, and 2 ranks
+# with one allreduce and with 1 MiB buckets.
+MPI_STEP_SMOKE = """kind: mpi_step
+description: The MPI step for a few tiny steps.
+base: ../configs/original.yaml
+config: {model.block_size: 32, model.n_layer: 1, model.n_head: 2, model.n_embd: 32, train.batch_size: 4,
+         train.seq_len: 32, train.steps: 3, train.threads: 1, train.peak_gflops: 10,
+         generate.max_new_tokens: 0}
+ranks: [1, 2]
+buckets: [0, 1]
+warmup_steps: 1
+timeout_s: 120
+"""
+
+
+def job_dirs(res):
+    return {x["job"]: (x, os.path.join(res, x["id"])) for x in rows(os.path.join(res, "jobs.csv"))[1]}
+
+
+def peer_checks(exps, results, reports, harness, check):
+    with open(os.path.join(exps, "peer_smoke.yaml"), "w") as f:
+        f.write(PEER_SMOKE)
+    # Without PyTorch a job is skipped with the reason: an interpreter that cannot import torch.
+    with open(os.path.join(exps, "peer_nopython.yaml"), "w") as f:
+        f.write(PEER_SMOKE + "python: /nonexistent/python3\n")
+    r = harness("run", exp="peer_nopython.yaml")
+    jobs = job_dirs(os.path.join(results, "peer_nopython"))
+    st = json.load(open(os.path.join(jobs["t1"][1], "status.json"))) if "t1" in jobs else {}
+    check("a peer job whose interpreter cannot import torch is skipped with the reason",
+          r.returncode == 0 and st.get("status") == "skipped" and "cannot import torch" in st.get("reason", ""),
+          f"{st} {r.stderr[-600:]}")
+    os.remove(os.path.join(exps, "peer_nopython.yaml"))
+    torch = subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True, text=True)
+    if torch.returncode != 0:
+        print("skip peer_smoke: /usr/bin/python3 cannot import torch: "
+              + (torch.stderr.strip().splitlines() or ["?"])[-1], flush=True)
+        return
+    r = harness("run", exp="peer_smoke.yaml")
+    res = os.path.join(results, "peer_smoke")
+    jobs = job_dirs(res)
+    row, d = jobs.get("t1", ({}, ""))
+    files = sorted(os.listdir(d)) if d else []
+    check("peer_smoke runs: one job, both sides' round outputs, no weights kept",
+          r.returncode == 0 and row.get("status") == "ok"
+          and files == ["job.json", "log.txt", "ours-0.json", "peer-0.json", "status.json"], f"{files} {r.stderr[-1500:]}")
+    md_path = os.path.join(reports, "peer_smoke", "peer.md")
+    md = open(md_path).read() if os.path.exists(md_path) else ""
+    with open(os.path.join(reports, "peer_smoke", "peer.csv"), newline="") as f:
+        table = list(csv.DictReader(f))
+    check("peer.md and peer.csv: the machine, its BLAS kernel, medians of both sides, the command",
+          "OpenBLAS kernel `" in md and "PyTorch" in md and "harness run" in md and len(table) == 1
+          and float(table[0]["ours_ms_median"]) > 0 and float(table[0]["peer_ms_median"]) > 0, md[:2000])
+    r = harness("run", exp="peer_smoke.yaml")
+    check("a rerun of the peer experiment reuses its job", r.returncode == 0 and r.stderr.count("reused") == 1,
+          r.stderr[-600:])
+
+
+def mpi_step_checks(exps, results, reports, harness, check):
+    with open(os.path.join(exps, "mpi_step_smoke.yaml"), "w") as f:
+        f.write(MPI_STEP_SMOKE)
+    r = harness("run", exp="mpi_step_smoke.yaml")
+    res = os.path.join(results, "mpi_step_smoke")
+    jobs = job_dirs(res)
+    check("mpi_step_smoke: a job per rank count and bucket size (one rank: no buckets)",
+          r.returncode == 0 and sorted(jobs) == ["r1-b0", "r2-b0", "r2-b1"], f"{sorted(jobs)} {r.stderr[-1500:]}")
+    statuses = {k: v[0]["status"] for k, v in jobs.items()}
+    md_path = os.path.join(reports, "mpi_step_smoke", "mpi_step.md")
+    md = open(md_path).read() if os.path.exists(md_path) else ""
+    if all(s == "ok" for s in statuses.values()):
+        with open(os.path.join(reports, "mpi_step_smoke", "mpi_step.csv"), newline="") as f:
+            table = list(csv.DictReader(f))
+        check("mpi_step: each job's run in its directory, medians in mpi_step.md and .csv",
+              all(os.path.isfile(os.path.join(d, "round-0", "metrics.jsonl")) for _, d in jobs.values())
+              and len(table) == 3 and all(float(x["step_ms_median"]) > 0 for x in table)
+              and "1 MiB buckets during backward" in md and "BLAS kernel" in md and "harness run" in md, md[:2000])
+    else:
+        reasons = {k: json.load(open(os.path.join(d, "status.json")))["reason"] for k, (_, d) in jobs.items()}
+        check("mpi_step without MPI: jobs skipped with the reason", set(statuses.values()) == {"skipped"}
+              and all("not built" in x or "mpiexec" in x for x in reasons.values()), str(reasons))
+    bad = {
+        "m_bucket.yaml": (MPI_STEP_SMOKE.replace("[0, 1]", "[0, -1]"), "buckets: expected a number >= 0"),
+        "m_key.yaml": (MPI_STEP_SMOKE.replace("train.steps: 3", "train.step: 3"), "did you mean 'train.steps'"),
+        "m_warm.yaml": (MPI_STEP_SMOKE.replace("warmup_steps: 1", "warmup_steps: 3"), "leaves no timed step"),
+        "p_key.yaml": (PEER_SMOKE.replace("rounds:", "round:"), "did you mean 'rounds'"),
+    }
+    check_bad_files(bad, "bad peer or mpi_step experiment", exps, results, harness, check)
+    for name in bad:
+        os.remove(os.path.join(exps, name))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--harness", required=True)
@@ -264,14 +369,26 @@ def main():
     check("a failing run is recorded as failed with its error, exit 1",
           r.returncode == 1 and len(failed) == 1 and "injected failure" in failed[0]["reason"], str(failed))
     check("... and every earlier result is intact", intact and sum(x["status"] == "ok" for x in runs3) == 3)
-    # 6. A forced rerun that does not complete (here the stage programs are
-    # missing: every attempt is skipped) keeps the completed runs.
+    # 6. A forced rerun that does not complete (here the serial program only
+    # resolves configurations and fails to train, the other stage programs are
+    # missing: every attempt fails or is skipped) keeps the completed runs.
     serial_ok = next(x for x in runs3 if x["stage"] == "serial" and x["status"] == "ok")
     keep = digest(os.path.join(results, "smoke", serial_ok["run_id"]))
     empty_build = os.path.join(work, "empty-build")
     os.makedirs(os.path.join(empty_build, "stages"))
     with open(os.path.join(exps, "smoke.yaml"), "w") as f:
         f.write(smoke)
+    # 6a. Without the serial program the harness cannot resolve a configuration: it says so.
+    r = harness("run", "--build", empty_build)
+    check("without the serial program: one error saying the harness needs it, nothing run",
+          r.returncode == 2 and "needs the serial stage program" in r.stderr and "smoke.yaml" in r.stderr
+          and len(r.stderr.strip().splitlines()) == 1, r.stderr[-600:])
+    real_serial = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(a.harness))), "stages", "serial")
+    stand_in = os.path.join(empty_build, "stages", "serial")
+    with open(stand_in, "w") as f:
+        f.write(f'#!/bin/sh\nif [ "$1" = config ]; then exec "{real_serial}" "$@"; fi\n'
+                'echo "serial: error: this stand-in only resolves configurations" >&2\nexit 1\n')
+    os.chmod(stand_in, 0o755)
     r = harness("run", "--force", "--build", empty_build)
     _, runs4 = rows(os.path.join(results, "smoke", "runs.csv"))
     serial4 = next(x for x in runs4 if x["run_id"] == serial_ok["run_id"])
@@ -294,9 +411,33 @@ def main():
         "stage.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: mpii\n", "did you mean 'mpi'"),
     }
     check_bad_files(bad, "bad experiment", exps, results, harness, check)
+    r = harness("run", exp="unknown.yaml")
+    check("an unknown key's error names its line", "unknown.yaml:2:" in r.stderr, r.stderr)
+    stage_errors = {
+        "cfgkey.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: serial\n    config: {train.stepz: 3}\n",
+                        "cfgkey.yaml:4: unknown key 'train.stepz' (did you mean 'train.steps'?)"),
+        "cfgtype.yaml": ("base: ../configs/original.yaml\nconfig:\n  train.steps: x\nruns:\n  - stage: serial\n",
+                         "cfgtype.yaml:3: train.steps: expected an integer, got 'x'"),
+        "cfgval.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: serial\n  - stage: mpi\n"
+                        "    config: {model.block_size: 128}\n",
+                        "cfgval.yaml:5: train.seq_len: 256 exceeds model.block_size 128"),
+        "cfgrun.yaml": ("base: ../configs/zero_steps.yaml\nruns:\n  - stage: serial\n",
+                        "cfgrun.yaml:3: this run's configuration is invalid: train.steps: must be positive, got 0"),
+        "cfgbase.yaml": ("base: ../configs/bad_key.yaml\nruns:\n  - stage: serial\n",
+                         "cfgbase.yaml:1: base: "),
+    }
+    with open(os.path.join(work, "configs", "zero_steps.yaml"), "w") as f:
+        f.write(base.replace("steps: 50", "steps: 0"))
+    with open(os.path.join(work, "configs", "bad_key.yaml"), "w") as f:
+        f.write(base.replace("steps: 50", "stepz: 50"))
+    check_bad_files({k: (v[0], v[1]) for k, v in stage_errors.items()}, "stage's error at the file:line",
+                    exps, results, harness, check)
 
     # 8. A kernels experiment: the benchmark programs through Google Benchmark's JSON.
     kernels_checks(a, exps, results, reports, env, check)
+    # 9. The PyTorch peer and the MPI step, at tiny settings.
+    peer_checks(exps, results, reports, harness, check)
+    mpi_step_checks(exps, results, reports, harness, check)
 
     r = subprocess.run([a.harness, "list", "--experiments", exps], capture_output=True, text=True)
     check("list names the experiments and why stages are unavailable",
@@ -305,6 +446,8 @@ def main():
           r.stdout)
     check("list names the kernels experiment", "kernels_smoke" in r.stdout and "benchmark programs" in r.stdout,
           r.stdout)
+    check("list names the peer and mpi_step experiments", "peer_smoke" in r.stdout and "peer jobs" in r.stdout
+          and "mpi_step_smoke" in r.stdout and "MPI jobs" in r.stdout, r.stdout)
     passed = sum(checks)
     print(f"{passed} passed, {len(checks) - passed} failed")
     return 0 if all(checks) else 1

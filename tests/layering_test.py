@@ -7,8 +7,10 @@
 Every #include "layer/..." in core/<layer>/ must name its own layer, a lower
 one or util. The model layer holds no YAML, files, MPI or clocks; the
 kernels layer no YAML, files or MPI (it times only its SGEMM ceiling, off
-the Backend interface); util no BLAS, OpenMP or MPI. A violation prints
-file:line and the rule, and the test fails.
+the Backend interface); util no BLAS, OpenMP or MPI. The harness
+(bench/harness) sits beside the stack: it includes util alone, and no BLAS,
+OpenMP, MPI or CUDA (it starts the stage programs as processes). A violation
+prints file:line and the rule, and the test fails.
 
 usage: layering_test.py --repo ROOT
 """
@@ -21,6 +23,7 @@ ORDER = ["kernels", "model", "dist", "train", "app"]
 # System headers a layer must not include: (pattern, what it stands for).
 FORBIDDEN = {
     "util": [(r"<cblas\.h>|<omp\.h>|<mpi\.h>|<cuda", "BLAS, OpenMP, MPI or CUDA")],
+    "harness": [(r"<cblas\.h>|<omp\.h>|<mpi\.h>|<nccl\.h>|<cuda", "BLAS, OpenMP, MPI or CUDA")],
     "kernels": [(r"<yaml-cpp/|<mpi\.h>|<nccl\.h>", "YAML or MPI"), (r"<fstream>|<filesystem>", "files")],
     "model": [(r"<yaml-cpp/|<mpi\.h>|<nccl\.h>|<cblas\.h>|<omp\.h>", "YAML, MPI or BLAS"),
               (r"<chrono>|<fstream>|<filesystem>|<cstdio>|<thread>", "clocks or files")],
@@ -67,7 +70,7 @@ def main():
     ap.add_argument("--repo", required=True)
     a = ap.parse_args()
     problems, checked = [], 0
-    for top in ["core"]:
+    for top in ["core", os.path.join("bench", "harness")]:
         for root, _, files in os.walk(os.path.join(a.repo, top)):
             for f in files:
                 if not f.endswith((".h", ".cpp", ".cu", ".cuh", ".in")):
@@ -78,7 +81,8 @@ def main():
                 if top == "core" and layer not in ORDER + ["util"]:
                     problems.append(f"{rel}: not in a layer folder (core/<{'|'.join(['util'] + ORDER)}>/)")
                     continue
-                check_file(path, rel, layer, problems, harness=top != "core")
+                harness = top != "core"
+                check_file(path, rel, "harness" if harness else layer, problems, harness=harness)
                 checked += 1
     for p in problems:
         print(p)

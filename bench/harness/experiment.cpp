@@ -1,15 +1,15 @@
+// Stage experiments: parsing, expansion into runs, validation (see experiment.h).
 #include "experiment.h"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
-#include "app/config_file.h"
-#include "util/hash.h"
-#include "yaml_reader.h"
+#include "job_loop.h"
+#include "tables.h"
 
 namespace gpt2::harness {
 
@@ -24,41 +24,19 @@ const std::vector<std::string> kReports = {"table1", "table2", "scaling"};
 
 std::string run_id(const RunSpec& r, const std::string& build_id) {
   const std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", r.stage, r.ranks, r.threads, r.repetition, r.hostfile,
-                                      to_yaml(r.config), build_id);
-  return fmt::format("{}-r{}-t{}-rep{}-{:010x}", r.stage, r.ranks, r.threads, r.repetition,
-                     fnv1a64(key.data(), key.size()) & 0xffffffffffull);
+                                      r.config, build_id);
+  return fmt::format("{}-r{}-t{}-rep{}-{}", r.stage, r.ranks, r.threads, r.repetition, id_hash(key));
 }
 
 }  // namespace
 
-Experiment load_experiment(const fs::path& file, const std::string& build_id) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(file.string());
-  } catch (const YAML::BadFile&) {
-    throw std::invalid_argument(fmt::format("{}: cannot read the experiment file", file.string()));
-  } catch (const YAML::ParserException& e) {
-    throw std::invalid_argument(
-        fmt::format("{}:{}:{}: YAML syntax error: {}", file.string(), e.mark.line + 1, e.mark.column + 1, e.msg));
-  }
-  const Reader rd(file);
-  if (!root.IsMap()) {
-    throw std::invalid_argument(fmt::format("{}: expected a mapping with at least 'base' and 'runs'", file.string()));
-  }
-  rd.known_keys(root, kTopKeys, "the experiment");
-  if (root["kind"] && rd.scalar(root["kind"], "kind") != "stages") {
-    rd.fail(root["kind"], "kind: this file is not a stage experiment (load it as a kernels experiment)");
-  }
+Experiment load_experiment(const fs::path& file, const std::string& build_id, ConfigResolver& resolver) {
+  const ExperimentFile f = open_experiment(file, "stages", kTopKeys, "the experiment", "at least 'base' and 'runs'");
+  const YAML::Node& root = f.root;
+  const Reader& rd = f.rd;
   Experiment ex;
-  ex.file = file;
-  ex.name = rd.experiment_name(root);
-  if (root["description"]) ex.description = rd.scalar(root["description"], "description");
-
-  RunConfig common;
-  if (!root["base"]) throw std::invalid_argument(fmt::format("{}: missing key 'base' (the stage configuration file)", file.string()));
-  const fs::path base = rd.path(root["base"], "base");
-  load_yaml(common, base.string());
-  if (root["config"]) rd.apply_config(root["config"], common, "config");
+  static_cast<ExperimentInfo&>(ex) = f.info;
+  const StageBase base = read_stage_base(f);
   if (root["reports"]) {
     if (!root["reports"].IsSequence()) rd.fail(root["reports"], "reports: expected a list, e.g. [table1]");
     for (const auto& r : root["reports"]) {
@@ -70,14 +48,14 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id) {
     }
   }
   if (root["repetitions"]) ex.repetitions = rd.integer(root["repetitions"], "repetitions", 1);
-  std::vector<uint64_t> seeds = {common.train.seed};
-  if (root["seeds"]) seeds = rd.seeds(root["seeds"]);
-  if (root["timeout_s"]) ex.timeout_s = rd.seconds(root["timeout_s"], "timeout_s");
-  if (root["checkpoints"]) {
-    const std::string s = rd.scalar(root["checkpoints"], "checkpoints");
-    if (s != "true" && s != "false") rd.fail(root["checkpoints"], fmt::format("checkpoints: expected true or false, got '{}'", s));
-    ex.checkpoints = s == "true";
+  // No `seeds`: the configuration's own train.seed, as no `threads` keeps its train.threads.
+  std::vector<std::optional<uint64_t>> seeds = {std::nullopt};
+  if (root["seeds"]) {
+    seeds.clear();
+    for (uint64_t s : rd.seeds(root["seeds"])) seeds.push_back(s);
   }
+  if (root["timeout_s"]) ex.timeout_s = rd.seconds(root["timeout_s"], "timeout_s");
+  if (root["checkpoints"]) ex.checkpoints = rd.boolean(root["checkpoints"], "checkpoints");
   if (!root["runs"] || !root["runs"].IsSequence() || root["runs"].size() == 0) {
     throw std::invalid_argument(fmt::format("{}: 'runs' must be a non-empty list of runs", file.string()));
   }
@@ -89,17 +67,21 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id) {
     if (!run["stage"]) rd.fail(run, "a run needs 'stage' (serial, mpi, cuda or mpi_cuda)");
     const std::string stage = rd.scalar(run["stage"], "stage");
     if (std::find(kStages.begin(), kStages.end(), stage) == kStages.end()) {
-      const std::string hint = closest_key(stage, kStages);
       rd.fail(run["stage"], fmt::format("stage: unknown stage '{}'{}", stage,
-                                        hint.empty() ? " (expected serial, mpi, cuda or mpi_cuda)"
-                                                     : fmt::format(" (did you mean '{}'?)", hint)));
+                                        did_you_mean(stage, kStages, " (expected serial, mpi, cuda or mpi_cuda)")));
     }
     const bool parallel = stage == "mpi" || stage == "mpi_cuda";
     std::vector<int> ranks = run["ranks"] ? rd.axis(run["ranks"], "ranks", 1) : std::vector<int>{1};
     if (!parallel && (ranks.size() != 1 || ranks[0] != 1)) rd.fail(run["ranks"], fmt::format("ranks: the {} stage runs one process", stage));
-    std::vector<int> threads = run["threads"] ? rd.axis(run["threads"], "threads", 0) : std::vector<int>{common.train.threads};
-    RunConfig per_run = common;
-    if (run["config"]) rd.apply_config(run["config"], per_run, "the run's config");
+    std::vector<std::optional<int>> threads = {std::nullopt};
+    if (run["threads"]) {
+      threads.clear();
+      for (int t : rd.axis(run["threads"], "threads", 0)) threads.push_back(t);
+    }
+    std::vector<Override> per_run = base.overrides;
+    if (run["config"]) {
+      for (Override& o : rd.overrides(run["config"], "the run's config")) per_run.push_back(std::move(o));
+    }
     std::string hostfile;
     if (run["hostfile"]) {
       if (!parallel) rd.fail(run["hostfile"], fmt::format("hostfile: the {} stage does not use MPI", stage));
@@ -107,31 +89,31 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id) {
       if (!fs::is_regular_file(hostfile)) rd.fail(run["hostfile"], fmt::format("hostfile: no such file '{}'", hostfile));
     }
     for (int r : ranks) {
-      if (per_run.train.batch_size % r != 0) {
-        rd.fail(run["ranks"] ? run["ranks"] : run, fmt::format("ranks: train.batch_size {} is not divisible by {} ranks",
-                                                              per_run.train.batch_size, r));
-      }
-      for (int t : threads) {
-        for (uint64_t seed : seeds) {
+      for (const std::optional<int>& t : threads) {
+        for (const std::optional<uint64_t>& seed : seeds) {
+          std::vector<Override> overrides = per_run;
+          if (t) overrides.push_back(Override{"train.threads", std::to_string(*t), run["threads"]});
+          if (seed) overrides.push_back(Override{"train.seed", std::to_string(*seed), root["seeds"]});
+          overrides.push_back(
+              Override{"train.save_checkpoint", ex.checkpoints ? "true" : "false", root["checkpoints"]});
+          const ResolvedConfig& cfg = resolve_for_run(resolver, rd, base, overrides, run);
+          const int64_t batch = cfg.integer("train.batch_size");
+          if (batch % r != 0) {
+            rd.fail(run["ranks"] ? run["ranks"] : run,
+                    fmt::format("ranks: train.batch_size {} is not divisible by {} ranks", batch, r));
+          }
+          const std::string corpus = cfg.text("data.corpus");
+          if (!fs::is_regular_file(corpus)) rd.fail(run, fmt::format("data.corpus: no such file '{}'", corpus));
           for (int rep = 0; rep < ex.repetitions; ++rep) {
             RunSpec s;
             s.stage = stage;
             s.ranks = r;
-            s.threads = t;
+            s.threads = static_cast<int>(cfg.integer("train.threads"));
             s.repetition = rep;
-            s.seed = seed;
+            s.seed = static_cast<uint64_t>(std::stoull(cfg.text("train.seed")));
             s.hostfile = hostfile;
-            s.config = per_run;
-            s.config.train.threads = t;
-            s.config.train.seed = s.seed;
-            try {
-              validate(s.config);
-            } catch (const std::invalid_argument& e) {
-              rd.fail(run, fmt::format("this run's configuration is invalid: {}", e.what()));
-            }
-            if (!fs::is_regular_file(s.config.data.corpus)) {
-              rd.fail(run, fmt::format("data.corpus: no such file '{}'", s.config.data.corpus));
-            }
+            s.config = cfg.yaml;
+            s.steps = cfg.integer("train.steps");
             s.id = run_id(s, build_id);
             if (!ids.insert(s.id).second) rd.fail(run, fmt::format("this run repeats an earlier run ({})", s.id));
             ex.runs.push_back(std::move(s));

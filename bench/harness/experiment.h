@@ -1,37 +1,38 @@
-// Experiment files (experiments/*.yaml): what to run, expanded into runs.
-// This is the stage experiment (`kind: stages`, the default); `kind: kernels`
-// runs the kernel microbenchmarks instead (kernels_experiment.h).
+// Stage experiments (experiments/*.yaml, `kind: stages`, the default): what
+// to run, expanded into runs of the stage programs. Other kinds:
+// kernels_experiment.h, peer_experiment.h, mpi_step_experiment.h.
 //
 //   name: table1                      # default: the file's stem
 //   description: ...                  # one paragraph, shown in the reports
-//   base: original.yaml               # stage configuration (relative to this file)
+//   base: ../configs/original.yaml    # stage configuration (relative to this file)
 //   config: {train.steps: 50}         # overrides for every run (section.key: value)
 //   reports: [table1]                 # table1 | table2 | scaling
 //   repetitions: 3                    # runs of each configuration
-//   seeds: [1337]                     # train.seed values (a matrix axis)
+//   seeds: [1337]                     # train.seed values (a matrix axis); default: the configuration's
 //   timeout_s: 3600                   # per run
 //   checkpoints: false                # keep each run's training checkpoint
 //   runs:
 //     - stage: serial                 # serial | mpi | cuda | mpi_cuda
-//       threads: [1, 2]               # lists expand into a matrix
+//       threads: [1, 2]               # lists expand into a matrix; default: the configuration's train.threads
 //     - stage: mpi
 //       ranks: [1, 2, 4]
 //       threads: 1
 //       hostfile: ../hostfiles/localhost
 //       config: {train.grad_bucket_mb: 4}
 //
-// Every run is resolved to a full stage configuration (core/run_config.h)
-// and validated before anything runs; errors name the file, line and key,
-// with a "did you mean" hint for unknown keys.
+// Every run is resolved to a full stage configuration by the serial stage
+// program (stage_config.h: base, the experiment's config, the run's config,
+// then threads, seed and checkpoints) and validated before anything runs;
+// errors name the file, line and key, with a "did you mean" hint for
+// unknown keys.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "train/run_config.h"
+#include "stage_config.h"
 
 namespace gpt2::harness {
 
@@ -41,15 +42,13 @@ struct RunSpec {
   int threads = 1;
   int repetition = 0;
   uint64_t seed = 0;
-  std::string hostfile;    // absolute path or ""
-  RunConfig config;        // resolved: base + experiment config + run config + threads + seed
-  std::string id;          // stage-rR-tT-repK-<hash of the resolved run and the build>
+  std::string hostfile;  // absolute path or ""
+  std::string config;    // the resolved configuration the stage is given (run.yaml)
+  int64_t steps = 0;     // its train.steps
+  std::string id;        // stage-rR-tT-repK-<hash of the resolved run and the build>
 };
 
-struct Experiment {
-  std::string name;
-  std::string description;
-  std::filesystem::path file;
+struct Experiment : ExperimentInfo {
   std::vector<std::string> reports;
   int repetitions = 1;
   double timeout_s = 3600;
@@ -57,11 +56,9 @@ struct Experiment {
   std::vector<RunSpec> runs;
 };
 
-inline const std::vector<std::string> kStages = {"serial", "mpi", "cuda", "mpi_cuda"};
-
 // Parses, expands and validates; throws std::invalid_argument naming
 // file:line and the key. `build_id` (the build's git description) enters
 // every run id, so a new build does not reuse an old build's results.
-Experiment load_experiment(const std::filesystem::path& file, const std::string& build_id);
+Experiment load_experiment(const std::filesystem::path& file, const std::string& build_id, ConfigResolver& resolver);
 
 }  // namespace gpt2::harness

@@ -16,17 +16,22 @@
 //     - program: allreduce_bench
 //       ranks: 2                       # run under mpiexec -n 2
 //
-// Results: results/<name>/<program>-<hash>/ with benchmark.json, log.txt and
-// status.json (ok | failed | skipped), the hash covering the program, its
-// arguments and the build, so a new build or new arguments never reuse old
-// numbers; results/<name>/programs.csv indexes the last run (program, id,
-// status, reason, seconds, date) and is what the report reads. A program that is not built (no Google Benchmark, no MPI) or needs
-// mpiexec where there is none is recorded as skipped with the reason.
+// Each program is one job of the job loop (job_loop.h): results/<name>/
+// <program>-<hash>/ with benchmark.json, log.txt and status.json (ok | failed
+// | skipped), the hash covering the program, its arguments and the build, so
+// a new build or new arguments never reuse old numbers;
+// results/<name>/programs.csv (tables.h's job index, label column "program")
+// indexes the last run and is what the report reads. A program that is not
+// built (no Google Benchmark, no MPI) or needs mpiexec where there is none is
+// recorded as skipped with the reason.
 #pragma once
 
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include "job_loop.h"
+#include "yaml_reader.h"
 
 namespace gpt2::harness {
 
@@ -38,9 +43,7 @@ struct KernelProgram {
   std::string id;   // <program>-<hash>
 };
 
-struct KernelsExperiment {
-  std::string name, description;
-  std::filesystem::path file;
+struct KernelsExperiment : ExperimentInfo {
   int repetitions = 5;
   double min_time = 0.05;
   double timeout_s = 900;
@@ -50,10 +53,6 @@ struct KernelsExperiment {
 
 inline constexpr const char* kKernelsIndex = "programs.csv";
 
-// True if the experiment file says `kind: kernels`; false for `kind: stages`
-// or no kind. Throws std::invalid_argument for an unreadable file or another kind.
-bool is_kernels_experiment(const std::filesystem::path& file);
-
 // Parses and validates; throws std::invalid_argument naming file:line and the key.
 KernelsExperiment load_kernels_experiment(const std::filesystem::path& file, const std::string& build_id);
 
@@ -61,9 +60,8 @@ KernelsExperiment load_kernels_experiment(const std::filesystem::path& file, con
 std::vector<std::string> benchmark_command(const KernelsExperiment& ex, const KernelProgram& p,
                                            const std::filesystem::path& program, const std::filesystem::path& json);
 
-// Runs (or reuses, unless force) every program into results_dir; returns the
-// number that failed.
-int run_kernels_experiment(const KernelsExperiment& ex, const std::filesystem::path& results_dir,
-                           const std::filesystem::path& bench_dir, bool force);
+// One job per program (`bench_dir` holds the programs), for run_indexed_jobs
+// with the index kKernelsIndex, label column "program".
+std::vector<Job> kernels_jobs(const KernelsExperiment& ex, const std::filesystem::path& bench_dir);
 
 }  // namespace gpt2::harness

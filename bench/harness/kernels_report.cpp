@@ -1,3 +1,5 @@
+// The kernels report: Google Benchmark JSON of each program into Markdown,
+// CSV and a roofline chart (see kernels_report.h).
 #include "kernels_report.h"
 
 #include <fmt/format.h>
@@ -11,8 +13,10 @@
 
 #include "chart.h"
 #include "csv.h"
-#include "util/files.h"
-#include "runner.h"
+#include "job_loop.h"
+#include "report_format.h"
+#include "tables.h"
+#include "util/stats.h"
 
 namespace gpt2::harness {
 
@@ -26,11 +30,6 @@ double to_ms(double t, const std::string& unit, const fs::path& file) {
   if (unit == "ms") return t;
   if (unit == "s") return t * 1e3;
   throw std::runtime_error(fmt::format("{}: unknown time_unit '{}'", file.string(), unit));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 // "matmul_forward.fc/original/cpu/t2/iterations:1/repeats:1/real_time" ->
@@ -108,13 +107,6 @@ struct ProgramResult {
 };
 
 std::string fixed(double v, int digits) { return fmt::format("{:.{}f}", v, digits); }
-
-// Three significant figures, without exponent for the ranges here.
-std::string sig3(double v) {
-  if (v == 0) return "0";
-  const int digits = std::max(0, 2 - static_cast<int>(std::floor(std::log10(std::fabs(v)))));
-  return fmt::format("{:.{}f}", v, digits);
-}
 
 std::string ctx(const ProgramResult& p, const std::string& key) {
   auto it = p.context.find(key);
@@ -230,12 +222,10 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
                                            const fs::path& reports_dir, const std::string& reproduce_command) {
   // The programs of the last run, from its index (not from ids derived from
   // this build: a report must not depend on which build reads the results).
-  const fs::path index = results_dir / kKernelsIndex;
-  const CsvTable t = read_csv(index);
-  const size_t c_program = column(t, "program", index), c_id = column(t, "id", index);
   std::vector<ProgramResult> programs;
-  for (size_t row = 1; row < t.size(); ++row) {
-    const std::string program = t[row][c_program], id = t[row][c_id];
+  for (const JobRow& row : read_job_index(results_dir / kKernelsIndex, "program")) {
+    const std::string& program = row.label;
+    const std::string& id = row.id;
     ProgramResult pr{program, read_status(results_dir / id), {}, {}};
     if (pr.status && pr.status->status == "ok") {
       const fs::path json = results_dir / id / "benchmark.json";
@@ -252,9 +242,7 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
     }
     programs.push_back(std::move(pr));
   }
-  std::error_code ec;
-  fs::create_directories(reports_dir, ec);
-  if (ec) throw std::runtime_error(fmt::format("{}: cannot create the reports folder: {}", reports_dir.string(), ec.message()));
+  make_reports_dir(reports_dir);
 
   const ReportCeilings ceilings = best_ceilings(programs);
   // The machine: from the first program that ran (every program records it).
@@ -378,10 +366,8 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
   std::vector<fs::path> written;
   md += "## Roofline\n\n";
   md += ceilings.found() ? roofline_chart(reports_dir, all, ceilings, written) : "(no roofline: no program ran)\n";
-  write_file_atomically(reports_dir / "kernels.csv", csv);
-  write_file_atomically(reports_dir / "kernels.md", md);
-  written.push_back(reports_dir / "kernels.csv");
-  written.push_back(reports_dir / "kernels.md");
+  write_report(reports_dir / "kernels.csv", csv, written);
+  write_report(reports_dir / "kernels.md", md, written);
   return written;
 }
 

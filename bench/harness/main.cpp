@@ -1,24 +1,36 @@
-// harness: runs YAML experiments over the stage programs and turns their
-// metrics streams into tidy CSV results and Markdown reports; experiments of
-// `kind: kernels` run the kernel microbenchmarks (bench/kernels) instead.
+// harness: runs YAML experiments and turns what they recorded into tidy CSV
+// results and Markdown reports. Four kinds of experiment, one run loop
+// (job_loop.h): stage runs (`kind: stages`, the default), the kernel
+// microbenchmarks (`kind: kernels`), our training step against PyTorch
+// (`kind: peer`) and the MPI stage's step with and without bucketed
+// allreduce (`kind: mpi_step`).
 //   harness run EXPERIMENT.yaml [--force] [--results DIR] [--reports DIR] [--build DIR]
-//   harness report EXPERIMENT   [--results DIR] [--reports DIR]
+//   harness report EXPERIMENT   [--results DIR] [--reports DIR] [--build DIR]
 //   harness list                [--experiments DIR] [--build DIR]
+// The harness links none of the engine: it starts the stage and benchmark
+// programs as processes and reads what they write (util/records.h).
 #include <fmt/format.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "experiment.h"
+#include "job_loop.h"
 #include "kernels_experiment.h"
 #include "kernels_report.h"
-#include "util/provenance.h"
+#include "mpi_step_experiment.h"
+#include "peer_experiment.h"
 #include "report.h"
-#include "runner.h"
+#include "stage_runner.h"
+#include "tables.h"
+#include "util/provenance.h"
+#include "yaml_reader.h"
 
 namespace fs = std::filesystem;
 using namespace gpt2::harness;
@@ -29,21 +41,29 @@ const char* kHelp = R"(harness: run experiments over the GPT-2 stages and report
 
 usage:
   harness run EXPERIMENT.yaml [--force] [--results DIR] [--reports DIR] [--build DIR]
-      Runs every run of the experiment (reusing completed ones unless --force),
-      writes DIR/<experiment>/<run-id>/ for each, runs.csv and loss.csv, then
-      the reports. Exit status: 0 all runs ok or skipped, 1 a run failed,
-      2 bad input (nothing is run).
-  harness report EXPERIMENT [--results DIR] [--reports DIR]
+      Runs every job of the experiment (reusing completed ones unless --force),
+      writes DIR/<experiment>/<job-id>/ for each and the experiment's index
+      (runs.csv and loss.csv, programs.csv or jobs.csv), then the reports.
+      Exit status: 0 all jobs ok or skipped, 1 a job failed, 2 bad input
+      (nothing is run).
+  harness report EXPERIMENT [--results DIR] [--reports DIR] [--build DIR]
       Rebuilds the reports from stored results (no run). EXPERIMENT is a file
       or a name in experiments/.
   harness list [--experiments DIR] [--build DIR]
       The experiments, and which stages this machine can run (and why not).
   harness [COMMAND] --help
 
-An experiment with `kind: kernels` (e.g. experiments/kernels.yaml) runs the
-kernel microbenchmark programs of <build>/bench instead of the stages, into
-DIR/<experiment>/<program>-<hash>/benchmark.json, and reports them as
-<reports>/<experiment>/kernels.md with a roofline chart.
+Kinds of experiment (`kind:` in the file):
+  stages    (default) training runs of the stage programs: reports table1,
+            table2, scaling
+  kernels   the kernel microbenchmark programs of <build>/bench: kernels.md
+            with a roofline chart
+  peer      our training step (<build>/bench/train_step) against PyTorch
+            (bench/peers/torch_gpt2.py), alternating: peer.md
+  mpi_step  the MPI stage's step with and without bucketed allreduce: mpi_step.md
+Run configurations are resolved and checked by <build>/stages/serial config
+(every stage shares its configuration schema), so the serial program must be
+built.
 
 defaults: --results <repo>/results, --reports <repo>/reports, --experiments
 <repo>/experiments, --build: the build this harness belongs to; <repo> is the
@@ -108,38 +128,91 @@ fs::path experiment_file(const std::string& target, const fs::path& experiments_
   throw std::invalid_argument(fmt::format("no experiment '{}' (neither a file nor {})", target, named.string()));
 }
 
-ReportSpec report_spec(const Experiment& ex, const fs::path& results, const fs::path& reports, const fs::path& repo) {
-  ReportSpec s;
-  s.experiment = ex.name;
-  s.description = ex.description;
-  s.kinds = ex.reports;
-  s.results_dir = results / ex.name;
-  s.reports_dir = reports / ex.name;
-  s.paper_dir = repo / "data" / "paper";
-  std::error_code ec;
-  const fs::path rel = fs::relative(ex.file, repo, ec);
-  s.reproduce_command = fmt::format("build/bench/harness run {}", ec ? ex.file.string() : rel.string());
-  return s;
+// Where an experiment's programs, results and reports are.
+struct Places {
+  fs::path build, results, reports, repo;
+  std::string build_id;
+};
+
+// An experiment of any kind, loaded and validated: what list, run and report need of it.
+struct Loaded {
+  std::string name, description, count;  // count: "5 runs", "2 benchmark programs"
+  std::string index;                      // the file `report` needs in <results>/<name>
+  std::function<int(bool force)> run;     // runs the jobs; returns the number that failed
+  std::function<std::vector<fs::path>(const std::string& reproduce_command)> report;
+};
+
+Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver) {
+  const std::string kind = experiment_kind(file);
+  Loaded l;
+  if (kind == "stages") {
+    auto ex = std::make_shared<Experiment>(load_experiment(file, at.build_id, resolver));
+    l = Loaded{ex->name, ex->description, fmt::format("{:>3} runs", ex->runs.size()), "runs.csv",
+               [ex, at](bool force) {
+                 return run_experiment(*ex, RunnerOptions{at.results / ex->name, at.build / "stages", force});
+               },
+               [ex, at](const std::string& cmd) {
+                 return write_reports(ReportSpec{ex->name, ex->description, ex->reports, at.results / ex->name,
+                                                 at.reports / ex->name, at.repo / "data" / "paper", cmd});
+               }};
+  } else if (kind == "kernels") {
+    auto ex = std::make_shared<KernelsExperiment>(load_kernels_experiment(file, at.build_id));
+    l = Loaded{ex->name, ex->description, fmt::format("{:>3} benchmark programs", ex->programs.size()), kKernelsIndex,
+               [ex, at](bool force) {
+                 return run_indexed_jobs(kernels_jobs(*ex, at.build / "bench"), at.results / ex->name, force,
+                                         kKernelsIndex, "program");
+               },
+               [ex, at](const std::string& cmd) {
+                 return write_kernels_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);
+               }};
+  } else if (kind == "peer") {
+    auto ex = std::make_shared<PeerExperiment>(load_peer_experiment(file));
+    l = Loaded{ex->name, ex->description, fmt::format("{:>3} peer jobs", ex->threads.size()), kJobsIndex,
+               [ex, at](bool force) {
+                 const fs::path script = fs::path(kRepoRoot) / "bench" / "peers" / "torch_gpt2.py";
+                 return run_indexed_jobs(peer_jobs(*ex, at.build_id, at.build / "bench", script),
+                                         at.results / ex->name, force, kJobsIndex, "job");
+               },
+               [ex, at](const std::string& cmd) {
+                 return write_peer_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);
+               }};
+  } else {
+    auto ex = std::make_shared<MpiStepExperiment>(load_mpi_step_experiment(file, resolver));
+    l = Loaded{ex->name, ex->description, fmt::format("{:>3} MPI jobs", ex->jobs.size()), kJobsIndex,
+               [ex, at](bool force) {
+                 return run_indexed_jobs(mpi_step_jobs(*ex, at.build_id, at.build / "stages"), at.results / ex->name,
+                                         force, kJobsIndex, "job");
+               },
+               [ex, at](const std::string& cmd) {
+                 return write_mpi_step_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);
+               }};
+  }
+  return l;
 }
 
-// `harness run|report` of a kernels experiment.
-int run_kernels(const Args& a, const fs::path& file, const fs::path& build, const std::string& build_id,
-                const fs::path& results, const fs::path& reports, const fs::path& repo) {
-  const KernelsExperiment ex = load_kernels_experiment(file, build_id);
-  int failed = 0;
-  if (a.command == "run") {
-    failed = run_kernels_experiment(ex, results / ex.name, build / "bench", a.force);
-  } else if (!fs::exists(results / ex.name / kKernelsIndex)) {
-    throw std::invalid_argument(fmt::format("no results for '{}' in {} (run it first)", ex.name, results.string()));
+int list(const Args& a, const Places& at, ConfigResolver& resolver) {
+  const fs::path exps = opt_path(a, "experiments", fs::path(kRepoRoot) / "experiments");
+  fmt::print("experiments in {}:\n", exps.string());
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(exps)) {
+    if (e.path().extension() == ".yaml") files.push_back(e.path());
   }
-  std::error_code ec;
-  const fs::path rel = fs::relative(ex.file, repo, ec);
-  const std::string cmd = fmt::format("build/bench/harness run {}", ec ? ex.file.string() : rel.string());
-  for (const fs::path& f : write_kernels_report(ex, results / ex.name, reports / ex.name, cmd)) {
-    if (f.extension() == ".md") fmt::print("report: {}\n", f.string());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& f : files) {
+    try {
+      const Loaded l = load(f, at, resolver);
+      fmt::print("  {:<10} {}  {}\n", l.name, l.count, first_sentence(l.description));
+    } catch (const std::invalid_argument& e) {
+      fmt::print("  {:<10} invalid: {}\n", f.stem().string(), e.what());
+    }
   }
-  fmt::print(stderr, "results: {}\n", (results / ex.name).string());
-  return failed > 0 ? 1 : 0;
+  const fs::path stages = at.build / "stages";
+  fmt::print("stages in {}:\n", stages.string());
+  for (const std::string& s : kStages) {
+    const Availability av = stage_availability(s, stages);
+    fmt::print("  {:<9} {}\n", s, av.available ? "available" : "unavailable: " + av.reason);
+  }
+  return 0;
 }
 
 int run(int argc, char** argv) {
@@ -148,62 +221,30 @@ int run(int argc, char** argv) {
     fmt::print("{}", kHelp);
     return a.command.empty() ? 2 : 0;
   }
-  const fs::path build = opt_path(a, "build", default_build());
-  const fs::path stages = build / "stages";
-  const std::string build_id = gpt2::build_info().git_commit;
-  if (a.command == "list") {
-    const fs::path exps = opt_path(a, "experiments", fs::path(kRepoRoot) / "experiments");
-    fmt::print("experiments in {}:\n", exps.string());
-    std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(exps)) {
-      if (e.path().extension() == ".yaml") files.push_back(e.path());
-    }
-    std::sort(files.begin(), files.end());
-    for (const fs::path& f : files) {
-      try {
-        if (is_kernels_experiment(f)) {
-          const KernelsExperiment kx = load_kernels_experiment(f, build_id);
-          const std::string d = first_sentence(kx.description);
-          fmt::print("  {:<10} {:>3} benchmark programs  {}\n", kx.name, kx.programs.size(), d);
-          continue;
-        }
-        const Experiment ex = load_experiment(f, build_id);
-        if (ex.runs.empty()) continue;
-        const std::string d = first_sentence(ex.description);
-        fmt::print("  {:<10} {:>3} runs  {}\n", ex.name, ex.runs.size(), d);
-      } catch (const std::invalid_argument& e) {
-        // Stage configurations (no 'runs') live here too; list only experiments.
-        if (std::string(e.what()).find("unknown key") == std::string::npos &&
-            std::string(e.what()).find("'runs'") == std::string::npos) {
-          fmt::print("  {:<10} invalid: {}\n", f.stem().string(), e.what());
-        }
-      }
-    }
-    fmt::print("stages in {}:\n", stages.string());
-    for (const std::string& s : kStages) {
-      const Availability av = stage_availability(s, stages);
-      fmt::print("  {:<9} {}\n", s, av.available ? "available" : "unavailable: " + av.reason);
-    }
-    return 0;
-  }
+  Places at;
+  at.build = opt_path(a, "build", default_build());
+  at.build_id = gpt2::build_info().git_commit;
+  ConfigResolver resolver(at.build / "stages" / "serial");
+  if (a.command == "list") return list(a, at, resolver);
   if (a.command != "run" && a.command != "report") {
     throw std::invalid_argument(fmt::format("unknown command '{}' (expected run, report or list)", a.command));
   }
   if (a.target.empty()) throw std::invalid_argument(fmt::format("{}: which experiment? (see harness --help)", a.command));
   const fs::path file = experiment_file(a.target, fs::path(kRepoRoot) / "experiments");
-  const fs::path repo = file.parent_path().parent_path();
-  const fs::path results = opt_path(a, "results", repo / "results");
-  const fs::path reports = opt_path(a, "reports", repo / "reports");
-  if (is_kernels_experiment(file)) return run_kernels(a, file, build, build_id, results, reports, repo);
-  const Experiment ex = load_experiment(file, build_id);  // validates every run before any runs
+  at.repo = file.parent_path().parent_path();
+  at.results = opt_path(a, "results", at.repo / "results");
+  at.reports = opt_path(a, "reports", at.repo / "reports");
+  const Loaded ex = load(file, at, resolver);  // validates every job before any runs
   int failed = 0;
   if (a.command == "run") {
-    failed = run_experiment(ex, RunnerOptions{results / ex.name, stages, a.force});
-  } else if (!fs::exists(results / ex.name / "runs.csv")) {
-    throw std::invalid_argument(fmt::format("no results for '{}' in {} (run it first)", ex.name, results.string()));
+    failed = ex.run(a.force);
+  } else if (!fs::exists(at.results / ex.name / ex.index)) {
+    throw std::invalid_argument(fmt::format("no results for '{}' in {} (run it first)", ex.name, at.results.string()));
   }
-  const auto files = write_reports(report_spec(ex, results, reports, repo));
-  fmt::print(stderr, "results: {}\n", (results / ex.name).string());
+  std::error_code ec;
+  const fs::path rel = fs::relative(file, at.repo, ec);
+  const auto files = ex.report(fmt::format("build/bench/harness run {}", ec ? file.string() : rel.string()));
+  fmt::print(stderr, "results: {}\n", (at.results / ex.name).string());
   for (const fs::path& f : files) {
     if (f.extension() == ".md") fmt::print("report: {}\n", f.string());
   }

@@ -5,10 +5,12 @@ reference the tests check against.
 The model is written with torch.nn.functional on a dict of named tensors
 (names as our parameter layout, core/model/params.cpp); the original project's Adam
 is written out with torch's foreach kernels (PyTorch has no such variant).
-As a program it is the peer side of bench/peers/peer_bench.py: it loads our
+As a program it is the peer side of the harness's `kind: peer` experiments
+(experiments/peer.yaml; bench/harness/peer_experiment.h): it loads our
 initial weights from a checkpoint written by `train_step --save-init` and
 times training steps (forward, backward, clipping, Adam) with the same
-configuration and thread count.
+configuration and thread count; the harness alternates it with ours and
+reports the medians.
 
 usage: torch_gpt2.py --init CKPT --threads N [--batch 16] [--seq 256] [--steps 5] [--warmup 1] [--json OUT]
 Run it with Debian's /usr/bin/python3 (python3-torch) and OPENBLAS_NUM_THREADS=N.

@@ -1,0 +1,55 @@
+// Starting the programs the harness measures: stage programs, benchmark
+// programs, the PyTorch peer, gnuplot. Each runs in its own process group,
+// its output in a log, under a timeout that ends the whole group (mpiexec and
+// every rank). Also what is read back from a log, and the one convention the
+// harness shares with the programs it starts: exit status 3 means "this
+// machine cannot run me" (app/cli.h's kExitUnavailable; a contract between
+// processes, so it is written down here rather than included).
+// Not a general process library: no pipes into the child, no job control.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpt2::harness {
+
+// A program that cannot run on this machine (no CUDA device, say) exits with
+// this status; the harness records it as skipped, not failed.
+inline constexpr int kExitUnavailable = 3;
+
+struct LaunchOptions {
+  double timeout_s = 0;                                     // > 0: end the process group after this long
+  bool append_log = false;                                  // append to the log (with a "$ command" line) instead of replacing it
+  std::vector<std::pair<std::string, std::string>> env;     // set in the child
+  std::vector<std::string> unset_env;                       // removed in the child
+  std::filesystem::path cwd;                                // the child's working directory, if not empty
+};
+
+// Runs argv with stdout and stderr to `log`, in its own process group so a
+// timeout (or the harness's own SIGINT/SIGTERM) ends it and its children.
+// Returns the exit status, 128 + signal for a killed program, or -1 on timeout.
+int launch(const std::vector<std::string>& argv, const std::filesystem::path& log, const LaunchOptions& opt);
+
+// What a short-lived program printed: for `serial config`, whose stdout is data.
+struct Captured {
+  int status = 0;
+  std::string out, err;
+};
+// Runs argv to completion with stdout and stderr captured; throws
+// std::runtime_error if it cannot be started.
+Captured capture(const std::vector<std::string>& argv);
+
+// The last line of a program's log that carries an error message ("error:"), or "".
+std::string error_from_log(const std::filesystem::path& log);
+// The last non-empty line of a log, or "".
+std::string last_line_of(const std::filesystem::path& log);
+
+// The full path of an executable regular file `name` on PATH, or "".
+std::string find_on_path(const std::string& name);
+
+// The shell-like text of a command line, for logs and reports.
+std::string command_text(const std::vector<std::string>& argv);
+
+}  // namespace gpt2::harness

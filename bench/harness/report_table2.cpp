@@ -1,0 +1,167 @@
+// Table 2 of the paper, ours beside it: the median loss per epoch of each
+// configuration and the paper's loss per stage, each curve's largest
+// deviation from its own source's serial curve, and a loss chart; table2.md,
+// table2.csv, table2_summary.csv (report.h).
+#include "report_inputs.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <set>
+
+#include "chart.h"
+#include "csv.h"
+#include "report_format.h"
+
+namespace gpt2::harness {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct PaperTable2 {
+  fs::path path;
+  bool found = false;
+  std::vector<std::pair<std::string, Curve>> by_stage;  // in the file's column order
+};
+
+PaperTable2 load_paper_table2(const fs::path& dir) {
+  PaperTable2 p;
+  p.path = dir / "paper_table2.csv";
+  if (!fs::exists(p.path)) return p;
+  p.found = true;
+  const CsvTable t = read_csv(p.path);
+  const size_t c_epoch = column(t, "epoch", p.path);
+  for (size_t c = 0; c < t[0].size(); ++c) {
+    if (c == c_epoch) continue;
+    Curve curve;
+    for (size_t k = 1; k < t.size(); ++k) {
+      auto loss = parse_number(t[k][c], p.path, k, t[0][c]);
+      if (loss) curve[static_cast<int>(parse_integer(t[k][c_epoch], p.path, k, "epoch"))] = *loss;
+    }
+    p.by_stage.emplace_back(t[0][c], std::move(curve));
+  }
+  return p;
+}
+
+// Max |a - b| over the epochs both curves have, and that epoch.
+std::optional<std::pair<double, int>> max_deviation(const Curve& a, const Curve& b) {
+  std::optional<std::pair<double, int>> worst;
+  for (const auto& [epoch, loss] : a) {
+    auto it = b.find(epoch);
+    if (it == b.end()) continue;
+    const double d = std::fabs(loss - it->second);
+    if (!worst || d > worst->first) worst = std::pair(d, epoch);
+  }
+  return worst;
+}
+
+}  // namespace
+
+void write_table2(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
+  const LossData ours = load_loss(spec.results_dir / "loss.csv", in.runs);
+  const PaperTable2 paper = load_paper_table2(spec.paper_dir);
+  // Our curves in report order, then the paper's; each is compared with the
+  // first serial curve of its own source.
+  struct NamedCurve {
+    std::string label, column_id, stage;
+    const Curve* curve;
+    bool paper;
+  };
+  std::vector<NamedCurve> curves;
+  for (const ConfigRuns& c : in.configs) {
+    auto it = ours.median.find(c.key);
+    if (it != ours.median.end()) curves.push_back({label(c.key), column_id(c.key), c.key.stage, &it->second, false});
+  }
+  const size_t n_ours = curves.size();
+  for (const auto& [stage, curve] : paper.by_stage) {
+    curves.push_back({fmt::format("paper {}", stage), fmt::format("paper_{}", stage), stage, &curve, true});
+  }
+  const NamedCurve *our_ref = nullptr, *paper_ref = nullptr;
+  for (const NamedCurve& c : curves) {
+    const NamedCurve*& ref = c.paper ? paper_ref : our_ref;
+    if (!ref && c.stage == "serial") ref = &c;
+  }
+
+  std::set<int> epochs;
+  std::vector<std::string> header = {"epoch"}, md_header = {"Epoch"};
+  for (const NamedCurve& c : curves) {
+    for (const auto& [e, l] : *c.curve) epochs.insert(e);
+    header.push_back(c.column_id);
+    md_header.push_back(c.label);
+  }
+  std::string csv = csv_row(header);
+  std::vector<std::vector<std::string>> rows;
+  for (int e : epochs) {
+    std::vector<std::string> row = {std::to_string(e)}, md_row = {std::to_string(e)};
+    for (const NamedCurve& c : curves) {
+      auto it = c.curve->find(e);
+      const auto loss = it == c.curve->end() ? std::nullopt : std::optional(it->second);
+      row.push_back(exact(loss));
+      md_row.push_back(loss4(loss));
+    }
+    csv += csv_row(row);
+    rows.push_back(md_row);
+  }
+
+  std::string summary = "curve,source,reference,max_abs_deviation,at_epoch,final_epoch,final_loss\n";
+  std::vector<std::vector<std::string>> dev_rows;
+  std::vector<Series> series;
+  for (const NamedCurve& c : curves) {
+    const NamedCurve* ref = c.paper ? paper_ref : our_ref;
+    const auto dev = ref ? max_deviation(*c.curve, *ref->curve) : std::nullopt;
+    const auto dev_v = dev ? std::optional(dev->first) : std::nullopt;
+    const std::string at_epoch = dev ? std::to_string(dev->second) : "";
+    const auto final_loss = c.curve->empty() ? std::nullopt : std::optional(c.curve->rbegin()->second);
+    const std::string final_epoch = c.curve->empty() ? "" : std::to_string(c.curve->rbegin()->first);
+    summary += csv_row({c.label, c.paper ? "paper" : "ours", ref ? ref->label : "", exact(dev_v), at_epoch, final_epoch,
+                        exact(final_loss)});
+    dev_rows.push_back({c.label, ref ? ref->label : "(no serial curve)", dev ? fmt::format("{:.4f}", *dev_v) : "",
+                        at_epoch, final_epoch, loss4(final_loss)});
+    Series s{c.label, {}, c.paper};
+    for (const auto& [e, l] : *c.curve) s.points[e] = l;
+    if (!s.points.empty()) series.push_back(std::move(s));
+  }
+
+  std::string md = preamble(spec, in.runs, "training loss per epoch (paper Table 2)");
+  if (!in.any_ok) {
+    md += fmt::format("No loss curves of ours: {}.\n\n", kNoRuns);
+  } else if (!ours.found) {
+    md += fmt::format("No loss.csv in {}: no loss curves of ours.\n\n", spec.results_dir.generic_string());
+  }
+  if (!paper.found) md += fmt::format("Paper figures not found: {}.\n\n", paper.path.generic_string());
+  if (!curves.empty()) {
+    md += "Median loss over the completed repetitions of each configuration, then the paper's loss per stage.\n\n";
+    md += md_table(md_header, rows, std::string(md_header.size(), 'r'));
+    md +=
+        "\nLargest deviation from the serial curve (ours against our serial configuration, the paper's against "
+        "the paper's serial stage) over the epochs both have, and the loss at the last epoch:\n\n";
+    md += md_table({"Curve", "Against", "Max |loss - serial|", "At epoch", "Last epoch", "Final loss"}, dev_rows,
+                   "llrrrr");
+    md += "\n";
+  }
+  std::vector<std::string> without;
+  for (const ConfigRuns& c : in.configs) {
+    if (!ours.median.count(c.key)) without.push_back(fmt::format("{} ({})", label(c.key), status_text(c)));
+  }
+  md += joined("No loss curve for: ", without);
+  md += fmt::format("The paper's runs used other machines, data order and initialisation (see {}).\n\n",
+                    paper_readme_link(spec.paper_dir, spec.reports_dir));
+  if (n_ours == 0) {
+    md += fmt::format("(plot not drawn: {})\n", kNoRuns);
+  } else {
+    const std::string body =
+        "set title \"Training loss per epoch (ours solid, paper dashed)\"\n"
+        "set xlabel \"epoch\"\nset ylabel \"loss\"\nset key top right\n" +
+        line_chart_plot("table2_loss", series, "lines");
+    md +=
+        draw_chart(spec.reports_dir, "table2_loss", "Loss per epoch", line_chart_data("epoch", series), body, written);
+  }
+  write_report(spec.reports_dir / "table2.csv", csv, written);
+  write_report(spec.reports_dir / "table2_summary.csv", summary, written);
+  write_report(spec.reports_dir / "table2.md", md, written);
+}
+
+}  // namespace gpt2::harness

@@ -1,0 +1,145 @@
+// Stage experiments through the job loop, and their runs.csv and loss.csv
+// (see stage_runner.h).
+#include "stage_runner.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "job_loop.h"
+#include "process.h"
+#include "tables.h"
+#include "util/files.h"
+#include "util/provenance.h"
+#include "util/records.h"
+
+namespace gpt2::harness {
+
+namespace fs = std::filesystem;
+
+Availability stage_availability(const std::string& stage, const fs::path& stages_dir) {
+  Availability a;
+  a.program = stages_dir / stage;
+  if (access(a.program.c_str(), X_OK) != 0) {
+    if (stage == "mpi") {
+      a.reason = "not built: MPI (MPICH) was not found when the build was configured";
+    } else if (stage == "cuda" || stage == "mpi_cuda") {
+      a.reason = "not built: this build has no CUDA stages";
+    } else {
+      a.reason = fmt::format("not built: no program {}", a.program.string());
+    }
+    return a;
+  }
+  if ((stage == "mpi" || stage == "mpi_cuda") && find_on_path("mpiexec").empty()) {
+    a.reason = "mpiexec not found on PATH";
+    return a;
+  }
+  a.available = true;
+  return a;
+}
+
+std::vector<std::string> stage_train_command(const std::string& stage, const fs::path& program, int ranks,
+                                             const std::string& hostfile, const fs::path& run_yaml,
+                                             const fs::path& out_dir) {
+  std::vector<std::string> argv;
+  if (stage == "mpi" || stage == "mpi_cuda") {
+    argv = {"mpiexec", "-n", std::to_string(ranks)};
+    if (!hostfile.empty()) argv.insert(argv.end(), {"-f", hostfile});
+  }
+  argv.insert(argv.end(),
+              {program.string(), "train", "--config", run_yaml.string(), "--out", out_dir.string(), "--overwrite"});
+  if (!hostfile.empty()) argv.insert(argv.end(), {"--hostfile", hostfile});
+  return argv;
+}
+
+namespace {
+
+// A provenance field as text: strings as they are, numbers and flags as JSON writes them.
+std::string text_of(const Json& provenance, const char* key) {
+  const auto it = provenance.find(key);
+  if (it == provenance.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+}  // namespace
+
+RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st, const fs::path& dir,
+               std::vector<LossRow>& loss) {
+  RunRow row;
+  row.experiment = experiment;
+  row.run_id = r.id;
+  row.stage = r.stage;
+  row.ranks = r.ranks;
+  row.threads = r.threads;
+  row.repetition = r.repetition;
+  row.seed = r.seed;
+  row.status = st.status;
+  row.reason = st.reason;
+  // Provenance: the run's own when it completed, else this machine's and
+  // build's, and the time of the attempt; the BLAS kernel and the backend are
+  // the run's to name (the harness runs no kernels), so they stay empty.
+  Json provenance = provenance_json(machine_info(), build_info());
+  provenance["date"] = st.date;
+  if (st.status == "ok") {
+    const MetricsStream m = read_metrics_stream(dir / "metrics.jsonl");
+    for (const StepRecord& s : m.steps) {
+      loss.push_back(LossRow{experiment, r.id, r.stage, r.ranks, r.threads, r.repetition, s.step, s.loss});
+    }
+    if (m.summary) {
+      const RunSummary& sum = *m.summary;
+      row.training_s = sum.train_s;
+      row.inference_s = sum.inference_s;
+      row.tokens_per_s = sum.tokens_per_s;
+      row.final_loss = sum.final_loss;
+      row.steps = sum.steps;
+      row.comm_s = sum.comm_s;
+      row.peak_rss_mb = sum.peak_rss_mb;
+      provenance = sum.provenance;
+    }
+  }
+  for (auto [column, key] : {std::pair(&RunRow::git_commit, "git_commit"), {&RunRow::git_dirty, "git_dirty"},
+                             {&RunRow::build_type, "build_type"}, {&RunRow::compiler, "compiler"},
+                             {&RunRow::cpu, "cpu"}, {&RunRow::cores, "cores"}, {&RunRow::blas_core, "blas_core"},
+                             {&RunRow::backend, "backend"}, {&RunRow::host, "host"}, {&RunRow::date, "date"}}) {
+    row.*column = text_of(provenance, key);
+  }
+  return row;
+}
+
+void write_results_csv(const Experiment& ex, const fs::path& results_dir) {
+  std::vector<RunRow> runs;
+  std::vector<LossRow> loss;
+  for (const RunSpec& r : ex.runs) {
+    const fs::path dir = results_dir / r.id;
+    const std::optional<Status> st = read_status(dir);
+    if (st) runs.push_back(run_row(ex.name, r, *st, dir, loss));  // else: not run yet
+  }
+  write_file_atomically(results_dir / "runs.csv", runs_csv(runs));
+  write_file_atomically(results_dir / "loss.csv", loss_csv(loss));
+}
+
+int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
+  std::vector<Job> jobs;
+  for (const RunSpec& r : ex.runs) {
+    const Availability av = stage_availability(r.stage, opt.stages_dir);
+    jobs.push_back(Job{r.id, "", fmt::format("{} steps, timeout {:.0f} s", r.steps, ex.timeout_s), av.reason, nullptr,
+                       [&ex, &r, program = av.program](const fs::path& dir) {
+                         write_file_atomically(dir / "run.yaml", r.config);
+                         const auto argv =
+                             stage_train_command(r.stage, program, r.ranks, r.hostfile, dir / "run.yaml", dir);
+                         LaunchOptions opt;
+                         opt.timeout_s = ex.timeout_s;
+                         const int rc = launch(argv, dir / "log.txt", opt);
+                         Status st = status_of_exit(rc, dir / "log.txt", ex.timeout_s);
+                         if (st.status == "ok" && !fs::exists(dir / "metrics.jsonl")) {
+                           st = Status{"failed", "the program exited 0 but wrote no metrics stream", 0, ""};
+                         }
+                         return st;
+                       }});
+  }
+  // runs.csv after every run: an interruption loses nothing recorded.
+  const int failed = run_jobs(jobs, opt.results_dir, opt.force, [&] { write_results_csv(ex, opt.results_dir); });
+  write_results_csv(ex, opt.results_dir);
+  return failed;
+}
+
+}  // namespace gpt2::harness

@@ -1,0 +1,78 @@
+// The harness's own tidy CSV files, each defined once: a row struct, its
+// column list, a writer and a reader, used by the runners (writing) and the
+// reports (reading). The reader finds columns by name, so their order and
+// extra columns do not matter, and a column added later (runs.csv's
+// `backend`) may be missing from older files; every other column must be
+// there. Empty cells are "no value" (a run that did not complete has no
+// times).
+//
+//   results/<exp>/runs.csv      one row per stage run          RunRow
+//   results/<exp>/loss.csv      one row per (run, epoch)       LossRow
+//   results/<exp>/programs.csv  one row per benchmark program  JobRow, label column "program"
+//   results/<exp>/jobs.csv      one row per peer or MPI job    JobRow, label column "job"
+//
+// The metrics stream each run writes is not here: it is util/records.h's.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpt2::harness {
+
+// The stage programs, in report order: what RunRow::stage may name.
+inline const std::vector<std::string> kStages = {"serial", "mpi", "cuda", "mpi_cuda"};
+
+struct RunRow {
+  std::string experiment, run_id, stage;
+  int ranks = 0, threads = 0, repetition = 0;
+  uint64_t seed = 0;
+  std::string status, reason;  // ok | failed | skipped, and why
+  // From the run's summary record; empty unless the run completed.
+  std::optional<double> training_s, inference_s, tokens_per_s, final_loss;
+  std::optional<int64_t> steps;
+  std::optional<double> comm_s, peak_rss_mb;
+  // Provenance: the run's own when it completed, else the harness's.
+  std::string git_commit, git_dirty, build_type, compiler, cpu, cores, blas_core, backend, host, date;
+};
+
+struct LossRow {
+  std::string experiment, run_id, stage;
+  int ranks = 0, threads = 0, repetition = 0;
+  int64_t epoch = 0;
+  std::optional<double> loss;
+};
+
+// One job of the job loop (job_loop.h) as an index row.
+struct JobRow {
+  std::string label;  // what the job is: a program name, "t2", "r2-b4"
+  std::string id, status, reason;
+  std::optional<double> seconds;
+  std::string date;
+};
+
+std::vector<std::string> runs_columns();
+std::string runs_csv(const std::vector<RunRow>& rows);
+// Throws std::runtime_error naming the file, the row and the column for a
+// missing column, a bad number, an unknown stage or status.
+std::vector<RunRow> read_runs_csv(const std::filesystem::path& path);
+
+std::string loss_csv(const std::vector<LossRow>& rows);
+std::vector<LossRow> read_loss_csv(const std::filesystem::path& path);
+
+std::string job_index_csv(const std::string& label_column, const std::vector<JobRow>& rows);
+std::vector<JobRow> read_job_index(const std::filesystem::path& path, const std::string& label_column);
+
+// Cell text <-> numbers, shared with the reports' readers of other CSV files
+// (the paper's tables). A double is written as the shortest text that reads
+// back to it, as the metrics stream writes it; reading accepts any finite
+// number and "" as no value. Errors name the file, the row and the column.
+std::string number_cell(std::optional<double> x);
+std::optional<double> parse_number(const std::string& text, const std::filesystem::path& path, size_t row,
+                                   const std::string& column);
+int64_t parse_integer(const std::string& text, const std::filesystem::path& path, size_t row,
+                      const std::string& column);
+
+}  // namespace gpt2::harness

@@ -1,0 +1,89 @@
+// The committed results (results/<experiment>/) still read: every run
+// directory that a runs.csv lists gives, through the harness's one reader of
+// the metrics stream (util/records.h, via the stage runner's run_row), the
+// numbers and provenance of its committed runs.csv row and the losses of its
+// committed loss.csv rows. Those files were written by earlier versions of
+// the trainer (a format-string writer) and of the harness (which copied the
+// stream's number text), so this pins both schemas against history.
+// Numbers compare exactly: both sides are the same decimal text read as a
+// double.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "job_loop.h"
+#include "stage_runner.h"
+#include "tables.h"
+
+namespace gpt2::harness {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kResults = fs::path(GPT2_TEST_DATA).parent_path().parent_path() / "results";
+
+TEST(CommittedResults, RunDirectoriesGiveTheirRunsAndLossRows) {
+  int experiments = 0, runs_checked = 0, losses_checked = 0;
+  for (const auto& e : fs::directory_iterator(kResults)) {
+    const fs::path runs_csv = e.path() / "runs.csv";
+    if (!fs::exists(runs_csv)) continue;  // another kind of experiment
+    ++experiments;
+    std::map<std::pair<std::string, int64_t>, double> committed_loss;  // (run, epoch) -> loss
+    for (const LossRow& l : read_loss_csv(e.path() / "loss.csv")) committed_loss[{l.run_id, l.epoch}] = *l.loss;
+    for (const RunRow& want : read_runs_csv(runs_csv)) {
+      const fs::path dir = e.path() / want.run_id;
+      if (!fs::exists(dir)) continue;  // not every run directory is committed
+      SCOPED_TRACE(dir.string());
+      const std::optional<Status> st = read_status(dir);
+      ASSERT_TRUE(st.has_value());
+      EXPECT_EQ(st->status, want.status);
+      EXPECT_EQ(st->reason, want.reason);
+      RunSpec spec;
+      spec.stage = want.stage;
+      spec.ranks = want.ranks;
+      spec.threads = want.threads;
+      spec.repetition = want.repetition;
+      spec.seed = want.seed;
+      spec.id = want.run_id;
+      std::vector<LossRow> loss;
+      const RunRow got = run_row(want.experiment, spec, *st, dir, loss);
+      if (want.status != "ok") continue;  // provenance of a run that did not complete is the reader's machine
+      ++runs_checked;
+      EXPECT_EQ(got.training_s, want.training_s);
+      EXPECT_EQ(got.inference_s, want.inference_s);
+      EXPECT_EQ(got.tokens_per_s, want.tokens_per_s);
+      EXPECT_EQ(got.final_loss, want.final_loss);
+      EXPECT_EQ(got.steps, want.steps);
+      EXPECT_EQ(got.comm_s, want.comm_s);
+      EXPECT_EQ(got.peak_rss_mb, want.peak_rss_mb);
+      for (auto [g, w] : {std::pair(got.git_commit, want.git_commit), {got.git_dirty, want.git_dirty},
+                          {got.build_type, want.build_type}, {got.compiler, want.compiler}, {got.cpu, want.cpu},
+                          {got.cores, want.cores}, {got.blas_core, want.blas_core}, {got.host, want.host},
+                          {got.date, want.date}}) {
+        EXPECT_EQ(g, w);
+      }
+      if (!want.backend.empty()) {
+        EXPECT_EQ(got.backend, want.backend);
+      }
+      EXPECT_FALSE(loss.empty());
+      for (const LossRow& l : loss) {
+        const auto it = committed_loss.find({l.run_id, l.epoch});
+        ASSERT_NE(it, committed_loss.end()) << "epoch " << l.epoch;
+        EXPECT_EQ(*l.loss, it->second) << "epoch " << l.epoch;
+        ++losses_checked;
+      }
+    }
+  }
+  std::printf("%d experiments, %d completed runs, %d losses checked\n", experiments, runs_checked, losses_checked);
+  EXPECT_GE(experiments, 4);
+  EXPECT_GE(runs_checked, 10);
+  EXPECT_GE(losses_checked, 500);
+}
+
+}  // namespace
+}  // namespace gpt2::harness
