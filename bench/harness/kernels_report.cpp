@@ -327,7 +327,7 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
   std::string csv = csv_row({"kernel", "shape", "variant", "time_ms", "gflops", "gbs", "flop_per_byte",
                              "roofline_percent", "speedup_over_naive", "samples", "error"});
   md += "## Kernels\n\nTime: median wall-clock time per call. GFLOP/s and GB/s: the kernel's FLOPs and minimum "
-        "bytes (bench/kernels/kernel_costs.cpp) over that time. Roofline: the time the call would take at the "
+        "bytes (core/kernels/ops/op_costs.cpp) over that time. Roofline: the time the call would take at the "
         "ceiling of this report for the variant's threads (a CUDA row: the GPU's), max(FLOP / SGEMM peak, bytes / "
         "bandwidth ceiling), as a "
         "percentage of the time it took. Speed-up: the naive reference's time at the same shape over this "

@@ -29,6 +29,7 @@
 #include "report.h"
 #include "stage_runner.h"
 #include "tables.h"
+#include "util/fields.h"
 #include "util/provenance.h"
 #include "yaml_reader.h"
 
@@ -80,44 +81,34 @@ fs::path self_dir() { return fs::canonical("/proc/self/exe").parent_path(); }
 // build/bench/harness -> build; the repository root is recorded at configure time.
 fs::path default_build() { return self_dir().parent_path(); }
 
+// The command line: COMMAND [EXPERIMENT] and the options of a field list
+// (util/fields.h), so an unknown option gets a "did you mean".
 struct Args {
   std::string command, target;
-  std::map<std::string, std::string> opts;
+  std::string results, reports, build, experiments;  // "" = the default
   bool force = false;
+  bool help = false;
 };
 
 Args parse(int argc, char** argv) {
   Args a;
-  std::vector<std::string> v(argv + 1, argv + argc);
-  for (size_t i = 0; i < v.size(); ++i) {
-    const std::string& x = v[i];
-    if (x == "--help" || x == "-h") {
-      a.command = "help";
-      return a;
-    }
-    if (x == "--force") {
-      a.force = true;
-    } else if (x.rfind("--", 0) == 0) {
-      const std::string k = x.substr(2);
-      if (k != "results" && k != "reports" && k != "build" && k != "experiments") {
-        throw std::invalid_argument(fmt::format("unknown option '{}' (see harness --help)", x));
-      }
-      if (i + 1 >= v.size()) throw std::invalid_argument(fmt::format("{}: missing value", x));
-      a.opts[k] = v[++i];
-    } else if (a.command.empty()) {
-      a.command = x;
-    } else if (a.target.empty()) {
-      a.target = x;
-    } else {
-      throw std::invalid_argument(fmt::format("unexpected argument '{}'", x));
-    }
-  }
+  gpt2::Fields f;
+  f.add("force", a.force, "rerun completed jobs");
+  f.add("results", a.results, "results folder", "path");
+  f.add("reports", a.reports, "reports folder", "path");
+  f.add("build", a.build, "the build whose programs run", "path");
+  f.add("experiments", a.experiments, "the folder `list` reads", "path");
+  const gpt2::CommandLine cl = gpt2::parse_command_line({argv + 1, argv + argc}, f);
+  gpt2::apply_settings(f, cl);
+  a.help = cl.help;
+  if (cl.positional.size() > 2) throw std::invalid_argument(fmt::format("unexpected argument '{}'", cl.positional[2]));
+  if (!cl.positional.empty()) a.command = cl.positional[0];
+  if (cl.positional.size() > 1) a.target = cl.positional[1];
   return a;
 }
 
-fs::path opt_path(const Args& a, const std::string& k, const fs::path& dflt) {
-  auto it = a.opts.find(k);
-  return it == a.opts.end() ? dflt : fs::absolute(it->second);
+fs::path opt_path(const std::string& given, const fs::path& dflt) {
+  return given.empty() ? dflt : fs::absolute(given);
 }
 
 // An experiment given by file or by name (experiments/<name>.yaml).
@@ -191,7 +182,7 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver) {
 }
 
 int list(const Args& a, const Places& at, ConfigResolver& resolver) {
-  const fs::path exps = opt_path(a, "experiments", fs::path(kRepoRoot) / "experiments");
+  const fs::path exps = opt_path(a.experiments, fs::path(kRepoRoot) / "experiments");
   fmt::print("experiments in {}:\n", exps.string());
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(exps)) {
@@ -217,12 +208,12 @@ int list(const Args& a, const Places& at, ConfigResolver& resolver) {
 
 int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  if (a.command.empty() || a.command == "help") {
+  if (a.help || a.command.empty() || a.command == "help") {
     fmt::print("{}", kHelp);
-    return a.command.empty() ? 2 : 0;
+    return a.help || !a.command.empty() ? 0 : 2;
   }
   Places at;
-  at.build = opt_path(a, "build", default_build());
+  at.build = opt_path(a.build, default_build());
   at.build_id = gpt2::build_info().git_commit;
   ConfigResolver resolver(at.build / "stages" / "serial");
   if (a.command == "list") return list(a, at, resolver);
@@ -232,8 +223,8 @@ int run(int argc, char** argv) {
   if (a.target.empty()) throw std::invalid_argument(fmt::format("{}: which experiment? (see harness --help)", a.command));
   const fs::path file = experiment_file(a.target, fs::path(kRepoRoot) / "experiments");
   at.repo = file.parent_path().parent_path();
-  at.results = opt_path(a, "results", at.repo / "results");
-  at.reports = opt_path(a, "reports", at.repo / "reports");
+  at.results = opt_path(a.results, at.repo / "results");
+  at.reports = opt_path(a.reports, at.repo / "reports");
   const Loaded ex = load(file, at, resolver);  // validates every job before any runs
   int failed = 0;
   if (a.command == "run") {

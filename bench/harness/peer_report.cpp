@@ -51,7 +51,10 @@ PeerJob read_peer_job(JobRecord job) {
 // Each round's figure: rounded for the Markdown, exact (";"-separated) for the CSV.
 std::string rounds_text(const std::vector<double>& ms, bool exact_values = false) {
   std::string out;
-  for (double x : ms) out += (out.empty() ? "" : exact_values ? ";" : ", ") + (exact_values ? exact(x) : rate(x));
+  for (double x : ms) {
+    if (!out.empty()) out += exact_values ? ";" : ", ";
+    out += exact_values ? exact(x) : rate(x);
+  }
   return out;
 }
 
