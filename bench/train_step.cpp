@@ -147,7 +147,7 @@ int run(int argc, char** argv) {
                    {"T", T},
                    {"flops_per_step", flops.total()},
                    {"results", results}};
-    write_file_atomically(o.json, out.dump(2) + "\n");
+    write_file_atomically(o.json, json_text(out, 2) + "\n");
   }
   return 0;
 }

@@ -11,6 +11,7 @@ usage: checkpoint_reader_test.py --stage PATH_TO_SERIAL --data tests/data/v1_che
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,7 +46,24 @@ def main():
           len(v1.m) == len(v1.params) and len(v1.v) == len(v1.params))
     check("version 1 vocabulary ends with [EOS]", v1.vocab and v1.vocab[-1] == b"[EOS]")
 
-    out = tempfile.mkdtemp(prefix="checkpoint_reader_test_")
+    tmp = tempfile.mkdtemp(prefix="checkpoint_reader_test_")
+    try:
+        return run_checks(a, expected, v1, tmp, check, checks)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_checks(a, expected, v1, out, check, checks):
+    raw = open(os.path.join(a.data, "checkpoint.bin"), "rb").read()
+    for name, data in [("short", raw[:20]), ("half", raw[: len(raw) // 2])]:
+        path = os.path.join(out, name + ".bin")
+        with open(path, "wb") as f:
+            f.write(data)
+        try:
+            checkpoint_file.load(path)
+            check(f"a {name} version-1 file is refused", False, "loaded")
+        except ValueError as e:
+            check(f"a {name} version-1 file is refused", "truncated" in str(e) and path in str(e), str(e))
     r = subprocess.run([a.stage, "train", "--config", os.path.join(a.data, "config.yaml"), "--resume",
                         os.path.join(a.data, "checkpoint.bin"), "--out", out, "--train.peak_gflops", "10"],
                        capture_output=True, text=True)

@@ -425,9 +425,14 @@ def main():
                         "cfgrun.yaml:3: this run's configuration is invalid: train.steps: must be positive, got 0"),
         "cfgbase.yaml": ("base: ../configs/bad_key.yaml\nruns:\n  - stage: serial\n",
                          "cfgbase.yaml:1: base: "),
+        # The serial program's message itself holds "error: ": it is passed on whole.
+        "cfgyaml.yaml": ("base: ../configs/broken.yaml\nruns:\n  - stage: serial\n",
+                         "broken.yaml:2:1: YAML syntax error: "),
     }
     with open(os.path.join(work, "configs", "zero_steps.yaml"), "w") as f:
         f.write(base.replace("steps: 50", "steps: 0"))
+    with open(os.path.join(work, "configs", "broken.yaml"), "w") as f:
+        f.write("model: [\n")
     with open(os.path.join(work, "configs", "bad_key.yaml"), "w") as f:
         f.write(base.replace("steps: 50", "stepz: 50"))
     check_bad_files({k: (v[0], v[1]) for k, v in stage_errors.items()}, "stage's error at the file:line",

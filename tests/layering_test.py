@@ -5,7 +5,7 @@
     kernels < model < dist < train < app
 
 Every #include "layer/..." in core/<layer>/ must name its own layer, a lower
-one or util. The model layer holds no YAML, files, MPI or clocks; the
+one or util, and no quoted include may climb with "..". The model layer holds no YAML, files, MPI or clocks; the
 kernels layer no YAML, files or MPI (it times only its SGEMM ceiling, off
 the Backend interface); util no BLAS, OpenMP or MPI. The harness
 (bench/harness) sits beside the stack: it includes util alone, and no BLAS,
@@ -53,6 +53,10 @@ def check_file(path, rel, src_layer, problems, harness=False):
                 continue
             kind, name = m.groups()
             if kind == '"':
+                if ".." in name.split("/"):
+                    problems.append(f"{rel}:{n}: includes {name}: a relative path around the layer rule; "
+                                    "name the layer (\"model/...\")")
+                    continue
                 head = name.split("/")[0]
                 if head in ORDER or head == "util":
                     if harness and head != "util":

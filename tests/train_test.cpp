@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -151,6 +152,86 @@ TEST_F(BadCheckpoint, Corrupted) {
   std::string b = bytes;
   b[b.size() / 2] ^= 0x40;  // one flipped bit among the parameters
   expect_error(write("flip.bin", b), "checksum");
+}
+
+// Rewrites a version-2 file's header through `edit`, then its size and checksum,
+// so that only the header is wrong.
+std::string rewrite_header(const std::string& bytes, const std::function<void(KeyValues&)>& edit) {
+  size_t pos = 24;
+  auto u32 = [&] {
+    uint32_t x;
+    std::memcpy(&x, bytes.data() + pos, 4);
+    pos += 4;
+    return x;
+  };
+  auto text = [&] {
+    const uint32_t n = u32();
+    std::string t = bytes.substr(pos, n);
+    pos += n;
+    return t;
+  };
+  KeyValues header(u32());
+  for (auto& [k, v] : header) {
+    k = text();
+    v = text();
+  }
+  edit(header);
+  std::string out = bytes.substr(0, 24);
+  auto put_u32 = [&](uint32_t x) { out.append(reinterpret_cast<const char*>(&x), 4); };
+  put_u32(static_cast<uint32_t>(header.size()));
+  for (const auto& [k, v] : header) {
+    put_u32(static_cast<uint32_t>(k.size()));
+    out += k;
+    put_u32(static_cast<uint32_t>(v.size()));
+    out += v;
+  }
+  out += bytes.substr(pos, bytes.size() - 8 - pos);
+  const uint64_t size = out.size() + 8;
+  std::memcpy(out.data() + 16, &size, 8);
+  const uint64_t sum = fnv1a64(out.data(), out.size());
+  out.append(reinterpret_cast<const char*>(&sum), 8);
+  return out;
+}
+
+TEST_F(BadCheckpoint, AppendedBytesAndImpossibleSizes) {
+  expect_error(write("appended.bin", bytes + "xx"), "records");
+  // A header whose recorded size is below the 32 bytes of an empty file.
+  for (uint64_t size : {0u, 24u, 31u}) {
+    std::string b = bytes.substr(0, 24);
+    std::memcpy(b.data() + 16, &size, 8);
+    b.resize(size < 24 ? 24 : size, '\0');
+    expect_error(write(fmt::format("size{}.bin", size), b), "records");
+  }
+}
+
+TEST_F(BadCheckpoint, HeaderEntriesMissingOrMalformed) {
+  // The rewriting alone keeps a loadable file.
+  EXPECT_NO_THROW(load_checkpoint(write("same.bin", rewrite_header(bytes, [](KeyValues&) {}))));
+  expect_error(write("no_embd.bin", rewrite_header(bytes, [](KeyValues& h) {
+                 std::erase_if(h, [](const auto& kv) { return kv.first == "model.n_embd"; });
+               })),
+               "the header has no model.n_embd");
+  expect_error(write("bad_embd.bin", rewrite_header(bytes, [](KeyValues& h) {
+                 for (auto& [k, v] : h)
+                   if (k == "model.n_embd") v = "3x";
+               })),
+               "model.n_embd: expected an integer, got '3x'");
+  expect_error(write("no_tok.bin", rewrite_header(bytes, [](KeyValues& h) {
+                 std::erase_if(h, [](const auto& kv) { return kv.first == "data.tokenizer"; });
+               })),
+               "the header has no data.tokenizer");
+}
+
+TEST_F(BadCheckpoint, Version1TruncatedOrCorrupted) {
+  std::ifstream f(fs::path(GPT2_TEST_DATA) / "v1_checkpoint" / "checkpoint.bin", std::ios::binary);
+  const std::string v1((std::istreambuf_iterator<char>(f)), {});
+  ASSERT_GT(v1.size(), 1000u);
+  expect_error(write("v1_trunc.bin", v1.substr(0, v1.size() / 2)), "truncated");
+  expect_error(write("v1_short.bin", v1.substr(0, 24)), "truncated");
+  std::string b = v1;
+  b[b.size() / 2] ^= 0x01;
+  expect_error(write("v1_flip.bin", b), "checksum");
+  expect_error(write("v1_appended.bin", v1 + std::string(8, '\0')), "unexpected bytes");
 }
 
 TEST_F(BadCheckpoint, WrongVersion) {

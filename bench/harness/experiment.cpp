@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "job_loop.h"
+#include "report.h"
 #include "tables.h"
 
 namespace gpt2::harness {
@@ -20,7 +21,6 @@ namespace {
 const std::vector<std::string> kTopKeys = {"kind", "name", "description", "base", "config", "reports", "repetitions",
                                            "seeds", "timeout_s", "checkpoints", "runs"};
 const std::vector<std::string> kRunKeys = {"stage", "ranks", "threads", "hostfile", "config"};
-const std::vector<std::string> kReports = {"table1", "table2", "scaling"};
 
 std::string run_id(const RunSpec& r, const std::string& build_id) {
   const std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", r.stage, r.ranks, r.threads, r.repetition, r.hostfile,
@@ -41,8 +41,9 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
     if (!root["reports"].IsSequence()) rd.fail(root["reports"], "reports: expected a list, e.g. [table1]");
     for (const auto& r : root["reports"]) {
       const std::string k = rd.scalar(r, "reports");
-      if (std::find(kReports.begin(), kReports.end(), k) == kReports.end()) {
-        rd.fail(r, fmt::format("reports: unknown report '{}' (expected table1, table2 or scaling)", k));
+      const std::vector<std::string>& known = report_kinds();
+      if (std::find(known.begin(), known.end(), k) == known.end()) {
+        rd.fail(r, fmt::format("reports: unknown report '{}' (expected {})", k, report_kinds_text()));
       }
       ex.reports.push_back(k);
     }

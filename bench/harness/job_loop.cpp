@@ -41,11 +41,8 @@ std::optional<Status> read_status(const fs::path& dir) {
 }
 
 void write_status(const fs::path& dir, const Status& s) {
-  write_file_atomically(dir / "status.json", Json{{"status", s.status},
-                                                  {"reason", s.reason},
-                                                  {"seconds", round_fixed(s.seconds, 3)},
-                                                  {"date", s.date}}.dump() +
-                                                 "\n");
+  const Json j{{"status", s.status}, {"reason", s.reason}, {"seconds", round_fixed(s.seconds, 3)}, {"date", s.date}};
+  write_file_atomically(dir / "status.json", json_text(j) + "\n");
 }
 
 fs::path attempt_dir(const fs::path& dir) { return dir.string() + ".attempt"; }
@@ -93,7 +90,7 @@ int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool for
     const fs::path attempt = attempt_dir(dir);
     fs::remove_all(attempt);  // nothing stale from an interrupted attempt
     fs::create_directories(attempt);
-    if (!job.settings.is_null()) write_file_atomically(attempt / "job.json", job.settings.dump(1) + "\n");
+    if (!job.settings.is_null()) write_file_atomically(attempt / "job.json", json_text(job.settings, 1) + "\n");
     Status st{"skipped", job.unavailable, 0, ""};
     if (job.unavailable.empty()) {
       const auto t0 = std::chrono::steady_clock::now();

@@ -80,7 +80,7 @@ std::vector<Job> mpi_step_jobs(const MpiStepExperiment& ex, const std::string& b
                         {"rounds", ex.rounds},
                         {"warmup_steps", ex.warmup_steps},
                         {"hostfile", ex.hostfile}};
-    std::string key = fmt::format("{}|{}|{}", settings.dump(), j.config, build_id);
+    std::string key = fmt::format("{}|{}|{}", json_text(settings), j.config, build_id);
     for (const std::string& e : ex.unset_env) key += "|-" + e;
     const std::string label = fmt::format("r{}-b{}", j.ranks, bucket_text(j.bucket_mb));
     jobs.push_back(Job{fmt::format("mpi-{}-{}", label, id_hash(key)), label,

@@ -68,7 +68,7 @@ std::string allreduce_text(const StepJob& s) {
 std::string field(const Json& p, const char* key) {
   const auto it = p.find(key);
   if (it == p.end()) return "?";
-  return it->is_string() ? it->get<std::string>() : it->dump();
+  return it->is_string() ? it->get<std::string>() : json_text(*it);
 }
 
 }  // namespace

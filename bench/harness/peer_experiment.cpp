@@ -88,7 +88,7 @@ std::vector<Job> peer_jobs(const PeerExperiment& ex, const std::string& build_id
   for (int t : ex.threads) {
     const Json settings{{"threads", t},   {"preset", ex.preset}, {"batch", ex.batch},   {"seq", ex.seq},
                         {"rounds", ex.rounds}, {"steps", ex.steps}, {"warmup", ex.warmup}, {"python", ex.python}};
-    std::string key = settings.dump() + "|" + build_id;
+    std::string key = json_text(settings) + "|" + build_id;
     for (const std::string& e : ex.unset_env) key += "|-" + e;
     jobs.push_back(Job{fmt::format("peer-t{}-{}", t, id_hash(key)), fmt::format("t{}", t),
                        fmt::format("{} rounds of {} steps per side, timeout {:.0f} s", ex.rounds, ex.steps, ex.timeout_s),

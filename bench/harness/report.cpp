@@ -18,7 +18,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> kReportKinds = {"table1", "table2", "scaling"};
+using Writer = void (*)(const ReportSpec&, const Inputs&, std::vector<fs::path>&);
+struct Kind {
+  std::string name;
+  Writer write;
+};
+// Every report kind and the file that writes it: a new kind is one line here.
+const std::vector<Kind>& kinds_table() {
+  static const std::vector<Kind> table = {
+      {"table1", write_table1}, {"table2", write_table2}, {"scaling", write_scaling}};
+  return table;
+}
+
+const Kind* find_kind(const std::string& name) {
+  for (const Kind& k : kinds_table()) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
 
 void write_runs(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
   std::string md = preamble(spec, in.runs, "every run");
@@ -40,12 +57,29 @@ void write_runs(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>&
 
 }  // namespace
 
+const std::vector<std::string>& report_kinds() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const Kind& k : kinds_table()) v.push_back(k.name);
+    return v;
+  }();
+  return names;
+}
+
+std::string report_kinds_text() {
+  const std::vector<std::string>& k = report_kinds();
+  std::string out;
+  for (size_t i = 0; i < k.size(); ++i) out += (i == 0 ? "" : i + 1 == k.size() ? " or " : ", ") + k[i];
+  return out;
+}
+
 std::vector<fs::path> write_reports(const ReportSpec& spec) {
-  std::vector<std::string> kinds;
-  for (const std::string& k : spec.kinds) {
-    if (std::find(kReportKinds.begin(), kReportKinds.end(), k) == kReportKinds.end()) {
-      throw std::invalid_argument(fmt::format(
-          "experiment {}: unknown report kind '{}' (expected table1, table2 or scaling)", spec.experiment, k));
+  std::vector<const Kind*> kinds;
+  for (const std::string& name : spec.kinds) {
+    const Kind* k = find_kind(name);
+    if (k == nullptr) {
+      throw std::invalid_argument(fmt::format("experiment {}: unknown report kind '{}' (expected {})", spec.experiment,
+                                              name, report_kinds_text()));
     }
     if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
   }
@@ -54,15 +88,7 @@ std::vector<fs::path> write_reports(const ReportSpec& spec) {
 
   std::vector<fs::path> written;
   write_runs(spec, in, written);
-  for (const std::string& k : kinds) {
-    if (k == "table1") {
-      write_table1(spec, in, written);
-    } else if (k == "table2") {
-      write_table2(spec, in, written);
-    } else {
-      write_scaling(spec, in, written);
-    }
-  }
+  for (const Kind* k : kinds) k->write(spec, in, written);
   return written;
 }
 

@@ -15,12 +15,19 @@ namespace gpt2::harness {
 struct ReportSpec {
   std::string experiment;             // e.g. "table1"
   std::string description;            // one paragraph from the experiment file
-  std::vector<std::string> kinds;     // any of "table1", "table2", "scaling"
+  std::vector<std::string> kinds;     // any of report_kinds()
   std::filesystem::path results_dir;  // results/<exp>: runs.csv, loss.csv
   std::filesystem::path reports_dir;  // reports/<exp>: created if missing
   std::filesystem::path paper_dir;    // data/paper: paper_table1.csv, paper_table2.csv, README.md
   std::string reproduce_command;      // e.g. "build/bench/harness run experiments/table1.yaml"
 };
+
+// The report kinds a stage experiment may ask for, in the order they are
+// documented: "table1", "table2", "scaling". The one list: the experiment
+// reader validates `reports:` against it and write_reports dispatches on it.
+const std::vector<std::string>& report_kinds();
+// "table1, table2 or scaling", for error messages.
+std::string report_kinds_text();
 
 // Writes runs.md and, per kind, <kind>.md, <kind>.csv and the chart files
 // (<chart>.dat, <chart>.gp and, where gnuplot drew it, <chart>.svg); every

@@ -77,8 +77,10 @@ const ResolvedConfig& ConfigResolver::resolve(const fs::path& experiment, const 
     }
     return resolved_.emplace(argv, std::move(r)).first->second;
   }
-  const std::string marker = "error: ";
-  const size_t at = c.err.rfind(marker);
+  // "<program>: error: <message>": the first marker starts the message, which
+  // may itself hold "error: " (a YAML syntax error, say).
+  const std::string marker = ": error: ";
+  const size_t at = c.err.find(marker);
   if (c.status != 2 || at == std::string::npos) {
     throw std::runtime_error(fmt::format("{} config failed with exit status {}: {}", serial_.string(), c.status,
                                          c.err.empty() ? "(no message)" : c.err));

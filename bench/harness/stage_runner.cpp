@@ -57,7 +57,7 @@ namespace {
 std::string text_of(const Json& provenance, const char* key) {
   const auto it = provenance.find(key);
   if (it == provenance.end() || it->is_null()) return "";
-  return it->is_string() ? it->get<std::string>() : it->dump();
+  return it->is_string() ? it->get<std::string>() : json_text(*it);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 std::string number_cell(std::optional<double> x) {
   // nlohmann's shortest round trip: the text the metrics stream carries.
-  return x ? Json(*x).dump() : "";
+  return x ? json_text(Json(*x)) : "";
 }
 
 std::optional<double> parse_number(const std::string& text, const fs::path& path, size_t row,

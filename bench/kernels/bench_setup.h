@@ -73,7 +73,7 @@ struct Variant {
 const std::vector<Variant>& bench_variants();
 
 // The machine's ceilings at 1 and 2 threads: the median GFLOP/s of a large
-// SGEMM with OpenBLAS's own threads (core/provenance.h), and the memory
+// SGEMM with OpenBLAS's own threads (kernels/cpu/blas.h), and the memory
 // bandwidth: the better of the median GB/s of a large memcpy and of a STREAM
 // triad (bytes read + bytes written, over buffers far beyond the caches;
 // memcpy alone understates what kernels with several streams reach here).

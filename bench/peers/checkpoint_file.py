@@ -58,6 +58,8 @@ def load(path):
         b = f.read()
     if b[:8] != MAGIC:
         raise ValueError(f"{path}: not a checkpoint (no GPT2CKPT magic)")
+    if len(b) < 24:
+        raise ValueError(f"{path}: truncated checkpoint: {len(b)} bytes, shorter than its header")
     version, flags = struct.unpack_from("<II", b, 8)
     ck = Checkpoint()
     ck.version = version
@@ -70,7 +72,7 @@ def load(path):
         ck.header["data.tokenizer"] = ["word", "char"][r.take("<B")]
     elif version == 2:
         (size,) = struct.unpack_from("<Q", b, 16)
-        if len(b) != size:
+        if len(b) != size or size < 32:
             raise ValueError(f"{path}: truncated or corrupted checkpoint: {len(b)} bytes, it records {size}")
         r = _Reader(b, 24, end, path)
         for _ in range(r.take("<I")):

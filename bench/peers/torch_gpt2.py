@@ -52,7 +52,7 @@ def gpt2_forward(p, cfg, tokens):
 
 
 def lr_at(o, step):
-    """Our schedules (core/optim.cpp): linear for adam_original, warm-up + cosine for adamw."""
+    """Our schedules (core/model/optim.cpp): linear for adam_original, warm-up + cosine for adamw."""
     if o["kind"] == "adam_original":
         frac = min(step, o["decay_steps"]) / o["decay_steps"]
         return o["lr"] - (o["lr"] - o["min_lr"]) * frac
@@ -93,7 +93,7 @@ ORIGINAL_ADAM = {"kind": "adam_original", "lr": 1e-4, "min_lr": 1e-5, "warmup_st
 
 
 def load_checkpoint(path):
-    """(config, {name: float32 tensor}) from one of our checkpoints (core/checkpoint.h)."""
+    """(config, {name: float32 tensor}) from one of our checkpoints (core/train/checkpoint.h)."""
     cfg, raw = read_checkpoint(path)
     flat = torch.frombuffer(bytearray(raw), dtype=torch.float32)
     params, off = {}, 0

@@ -4,7 +4,7 @@
 // once, at start-up.
 //
 // Argument order everywhere: outputs, inputs, weights; sizes come from the
-// views. Shapes use the letters of config.h; N = B * T rows.
+// views. Shapes use the letters of model/config.h; N = B * T rows.
 // Accumulation rules (the backward pass relies on them):
 //   * parameter gradients (dweight, dbias, dwte, dwpe) are ACCUMULATED (+=),
 //     so zero_grad once per step and gradient accumulation both work;
@@ -28,7 +28,7 @@
 namespace gpt2 {
 
 // One Adam/AdamW update, already reduced to per-element coefficients by the
-// optimizer (optim.h), so that both variants share one kernel:
+// optimizer (model/optim.h), so that both variants share one kernel:
 //   g  = grad * grad_scale                     (global-norm clipping)
 //   m  = beta1 * m + (1 - beta1) * g
 //   v  = beta2 * v + (1 - beta2) * g^2
@@ -156,10 +156,10 @@ BackendKind cpu_backend_kind();
 // ("blas_core", ...), ("blas_config", ...).
 std::vector<std::pair<std::string, std::string>> kernel_library_info();
 
-// The naive reference kernels (backend/reference): loops that follow the
+// The naive reference kernels (kernels/reference/): loops that follow the
 // formulas, single-threaded; the test oracle and the benchmark baseline.
 std::unique_ptr<Backend> make_reference_backend();
-// The optimised CPU kernels (backend/cpu): BLAS GEMMs, OpenMP threads.
+// The optimised CPU kernels (kernels/cpu/): BLAS GEMMs, OpenMP threads.
 // threads = 1 runs truly serially (no worker threads are used).
 std::unique_ptr<Backend> make_cpu_backend(int threads);
 

@@ -293,7 +293,7 @@ Checkpoint load_checkpoint(const std::string& path) {
       throw std::runtime_error(
           fmt::format("{}: truncated checkpoint: {} bytes of the {} it was written with", path, b.size(), size));
     }
-    if (b.size() != size) {
+    if (b.size() != size || size < 32) {  // 32: the 24 header bytes and the checksum
       throw std::runtime_error(fmt::format("{}: corrupted checkpoint: {} bytes, but it records {}", path, b.size(), size));
     }
     begin = 24;
@@ -301,9 +301,10 @@ Checkpoint load_checkpoint(const std::string& path) {
   const size_t body = b.size() - sizeof(uint64_t);
   uint64_t stored;
   std::memcpy(&stored, b.data() + body, sizeof stored);
+  const bool checksum_ok = fnv1a64(b.data(), body) == stored;
   // Version 2 knows its size, so the checksum is checked before anything is
   // parsed; version 1 is parsed first (a short file reads as truncated).
-  if (version == 2 && fnv1a64(b.data(), body) != stored) {
+  if (version == 2 && !checksum_ok) {
     throw std::runtime_error(fmt::format("{}: corrupted checkpoint: checksum mismatch", path));
   }
 
@@ -321,9 +322,7 @@ Checkpoint load_checkpoint(const std::string& path) {
     throw std::runtime_error(fmt::format("{}: corrupted checkpoint: {} unexpected bytes before the checksum", path,
                                          in.remaining()));
   }
-  if (fnv1a64(b.data(), body) != stored) {
-    throw std::runtime_error(fmt::format("{}: corrupted checkpoint: checksum mismatch", path));
-  }
+  if (!checksum_ok) throw std::runtime_error(fmt::format("{}: corrupted checkpoint: checksum mismatch", path));
   try {
     ck.config.validate();
     ck.tokenizer = Tokenizer::from_vocab(kind, std::move(vocab));

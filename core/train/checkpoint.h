@@ -13,6 +13,8 @@
 //       training state ("state.steps_done", "state.loader_position",
 //       "state.loader_batches") and what resume depends on ("train.seed",
 //       "train.batch_size", "data.loader", ...). Readers find values by name.
+//       Resume checks the model and optimizer entries today; the batch,
+//       sequence, loader and corpus entries are recorded but not yet checked.
 //   u32 count, count x (u32 length, bytes)      the tokenizer's vocabulary
 //   u64 n, n x f32                              parameters, in layout order
 //   [training state: n x f32 Adam m, n x f32 Adam v]

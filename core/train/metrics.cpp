@@ -45,12 +45,12 @@ void MetricsWriter::line(const std::string& json) {
   }
 }
 
-void MetricsWriter::step(const StepRecord& r) { line(to_json(r).dump()); }
+void MetricsWriter::step(const StepRecord& r) { line(json_text(to_json(r))); }
 
-void MetricsWriter::eval(const EvalRecord& r) { line(to_json(r).dump()); }
+void MetricsWriter::eval(const EvalRecord& r) { line(json_text(to_json(r))); }
 
 void MetricsWriter::finish(const RunSummary& summary) {
-  line(to_json(summary).dump());
+  line(json_text(to_json(summary)));
   std::fclose(f_);
   f_ = nullptr;
   if (std::rename(partial_.c_str(), path_.c_str()) != 0) {

@@ -25,7 +25,6 @@ class MetricsWriter {
   void eval(const EvalRecord& r);
   // Writes the summary and renames the stream to its final name.
   void finish(const RunSummary& summary);
-  const std::string& path() const { return path_; }
 
  private:
   void line(const std::string& json);

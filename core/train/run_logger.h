@@ -18,7 +18,6 @@ namespace gpt2 {
 class RunLogger {
  public:
   RunLogger(std::string stage, bool active) : stage_(std::move(stage)), active_(active) {}
-  bool active() const { return active_; }
 
   // Creates `out` and checks that it is writable and holds no finished run
   // (unless `overwrite` or `resuming`), writes config.yaml and opens the

@@ -138,8 +138,9 @@ void save_training_checkpoint(const std::string& path, const RunState& st, const
   ts.loader_position = st.loader->position();
   ts.loader_batches = st.loader->batches_served();
   ts.seed = c.train.seed;
-  // What a resumed run must match to continue the same curve (checked from
-  // the next version of the resume checks on; recorded from format 2).
+  // What a resumed run must match to continue the same curve. Recorded (from
+  // format 2) but not yet compared on resume: init_or_resume checks the model
+  // and optimizer entries only.
   const KeyValues extra = {{"train.batch_size", std::to_string(c.train.batch_size)},
                            {"train.seq_len", std::to_string(c.train.seq_len)},
                            {"data.loader", to_string(c.data.loader)},

@@ -18,6 +18,7 @@
 #include "dist/gradient_sync.h"
 #include "kernels/backend.h"
 #include "model/activations.h"
+#include "model/model.h"
 #include "model/optim.h"
 #include "model/params.h"
 
@@ -58,20 +59,16 @@ double global_mean(Communicator& comm, double local_mean, int rows, int batch_si
 class LocalTrainStep {
  public:
   LocalTrainStep(Backend& be, Gpt2& model, Optimizer& opt, Activations& acts);
+  // The context refers to the members: not copyable or movable.
+  LocalTrainStep(const LocalTrainStep&) = delete;
+  LocalTrainStep& operator=(const LocalTrainStep&) = delete;
   StepResult operator()(const int32_t* inputs, const int32_t* targets) { return train_step(ctx_, inputs, targets); }
-  const StepContext& context() const { return ctx_; }
 
  private:
   std::unique_ptr<Communicator> comm_;
   GradientSync sync_;
   StepContext ctx_;
 };
-
-}  // namespace gpt2
-
-#include "model/model.h"
-
-namespace gpt2 {
 
 template <typename NextBatch>
 double evaluate(const StepContext& s, int batches, int32_t* inputs, int32_t* targets, NextBatch&& next) {

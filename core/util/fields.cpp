@@ -17,8 +17,9 @@ X parse_number(const std::string& key, const std::string& text, const char* expe
   const char* first = text.data();
   const char* last = text.data() + text.size();
   if (!text.empty() && text[0] == '+') ++first;  // from_chars takes no '+'
+  const bool second_sign = first != text.data() && first != last && (*first == '-' || *first == '+');
   auto [end, ec] = std::from_chars(first, last, v);
-  if (text.empty() || ec != std::errc() || end != last) {
+  if (text.empty() || second_sign || ec != std::errc() || end != last) {
     throw std::invalid_argument(fmt::format("{}: expected {}, got '{}'", key, expected, text));
   }
   return v;
@@ -96,12 +97,20 @@ float parse_float(const std::string& key, const std::string& text) {
 }
 
 std::vector<int> parse_int_list(const std::string& key, const std::string& text) {
+  // Every error quotes the whole list, not the item that failed.
+  const auto bad = [&] {
+    return std::invalid_argument(fmt::format("{}: expected a comma-separated list of integers, got '{}'", key, text));
+  };
+  if (text.empty() || text.back() == ',') throw bad();  // getline would drop an empty last item
   std::vector<int> out;
   std::stringstream ss(text);
   for (std::string part; std::getline(ss, part, ',');) {
-    out.push_back(static_cast<int>(parse_number<int>(key, part, "a comma-separated list of integers")));
+    try {
+      out.push_back(parse_number<int>(key, part, "an integer"));
+    } catch (const std::invalid_argument&) {
+      throw bad();
+    }
   }
-  if (out.empty()) throw std::invalid_argument(fmt::format("{}: expected a comma-separated list of integers", key));
   return out;
 }
 

@@ -46,7 +46,6 @@ std::string format_float(float x);
 std::string format_double(double x);
 std::string format_int_list(const std::vector<int>& v);
 
-
 class Fields {
  public:
   template <typename X>
@@ -132,7 +131,13 @@ void Fields::add(const std::string& key, X& ref, const std::string& help, const 
   } else if constexpr (std::is_integral_v<X>) {
     f.type = "int";
     f.get = [&ref] { return std::to_string(ref); };
-    f.set = [&ref, key](const std::string& t) { ref = static_cast<X>(parse_uint64(key, t)); };
+    f.set = [&ref, key](const std::string& t) {
+      const uint64_t v = parse_uint64(key, t);
+      if (v > static_cast<uint64_t>(std::numeric_limits<X>::max())) {
+        throw std::invalid_argument(key + ": '" + t + "' is out of range");
+      }
+      ref = static_cast<X>(v);
+    };
   } else if constexpr (std::is_same_v<X, float>) {
     f.type = "float";
     f.get = [&ref] { return format_float(ref); };

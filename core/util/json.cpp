@@ -18,6 +18,10 @@ double round_fixed(double x, int decimals) {
   return std::strtod(fmt::format("{:.{}f}", x, decimals).c_str(), nullptr);
 }
 
+std::string json_text(const Json& j, int indent) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
 Json parse_json(const std::string& text, const std::string& where) {
   try {
     return Json::parse(text);

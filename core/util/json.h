@@ -18,6 +18,12 @@ double round_sig(double x, int digits);
 // x rounded to `decimals` digits after the point (as printf's %.{decimals}f).
 double round_fixed(double x, int decimals);
 
+// The JSON text of j (`indent` as nlohmann's dump: -1 for one line). Strings
+// that are not valid UTF-8 (generated text cut inside a multi-byte character,
+// a corpus in another encoding) are written with U+FFFD in place of the bad
+// bytes instead of throwing: a record is never lost to its text.
+std::string json_text(const Json& j, int indent = -1);
+
 // Parses one JSON text; throws std::runtime_error naming `where` (a file and
 // line, say) and the parser's message.
 Json parse_json(const std::string& text, const std::string& where);

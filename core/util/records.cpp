@@ -16,7 +16,7 @@ X field(const Json& j, const char* key, const std::string& where) {
   try {
     return it->get<X>();
   } catch (const Json::exception&) {
-    throw std::runtime_error(fmt::format("{}: '{}' has the wrong type ({})", where, key, it->dump()));
+    throw std::runtime_error(fmt::format("{}: '{}' has the wrong type ({})", where, key, json_text(*it)));
   }
 }
 

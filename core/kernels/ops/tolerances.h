@@ -36,7 +36,6 @@ struct Tolerance {
   double atol = 0, rtol = 0;
   std::vector<double> bound;  // a per-element absolute bound (matrix products), or empty
   double at(size_t i, double expected) const;
-  bool exact() const { return atol == 0 && rtol == 0 && bound.empty(); }
 };
 
 // What a tolerance is derived from besides its key: the case's sizes and,

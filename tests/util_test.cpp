@@ -1,0 +1,142 @@
+// The util layer: field lists (text -> value at the edge, help, YAML), the
+// JSON writer on text that is not UTF-8, and the metrics stream round trip.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "train/metrics.h"
+#include "util/fields.h"
+#include "util/json.h"
+#include "util/records.h"
+
+namespace gpt2 {
+namespace {
+
+struct Section {
+  int steps = 10;
+  uint8_t small = 1;
+  uint32_t seed = 7;
+  float lr = 1e-3f;
+  bool flag = false;
+  std::vector<int> list{1, 2};
+  std::string name = "x";
+  template <class F>
+  void visit_fields(F&& f) {
+    f("steps", steps, "steps");
+    f("small", small, "a small unsigned");
+    f("seed", seed, "seed");
+    f("lr", lr, "learning rate");
+    f("flag", flag, "a flag");
+    f("list", list, "a list");
+    f("name", name, "a name");
+  }
+};
+
+TEST(Fields, ParsesValidTextAndReadsItBack) {
+  Section s;
+  Fields f;
+  f.add_section("train", s);
+  f.set("train.steps", "+12", "test");
+  f.set("train.small", "255", "test");
+  f.set("train.seed", "4294967295", "test");
+  f.set("train.lr", "0.1", "test");
+  f.set("train.flag", "true", "test");
+  f.set("train.list", "3,-4,5", "test");
+  f.set("train.name", "a \"quoted\" name", "test");
+  EXPECT_EQ(s.steps, 12);
+  EXPECT_EQ(s.small, 255);
+  EXPECT_EQ(s.seed, 4294967295u);
+  EXPECT_EQ(s.lr, 0.1f);
+  EXPECT_TRUE(s.flag);
+  EXPECT_EQ(s.list, (std::vector<int>{3, -4, 5}));
+  // Every value read back as text parses to the same value.
+  Section t;
+  Fields g;
+  g.add_section("train", t);
+  for (const auto& [key, text] : f.values()) g.set(key, text, "round trip");
+  EXPECT_EQ(g.values(), f.values());
+  EXPECT_NE(f.to_yaml().find("  name: \"a \\\"quoted\\\" name\"\n"), std::string::npos) << f.to_yaml();
+}
+
+TEST(Fields, RejectsMalformedAndOutOfRangeText) {
+  Section s;
+  Fields f;
+  f.add_section("train", s);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"train.steps", "+-1"},        {"train.steps", "++1"},   {"train.steps", "1.5"},
+      {"train.steps", ""},           {"train.steps", "12x"},   {"train.steps", "99999999999"},
+      {"train.small", "256"},        {"train.small", "-1"},    {"train.seed", "4294967296"},
+      {"train.seed", "+-3"},         {"train.lr", "nan"},      {"train.lr", "inf"},
+      {"train.lr", "1e99"},          {"train.lr", "0.1.2"},    {"train.flag", "yes"},
+      {"train.list", "1,2,"},        {"train.list", ",1"},     {"train.list", "1,,2"},
+      {"train.list", ""},            {"train.list", "1;2"},
+  };
+  for (const auto& [key, text] : bad) {
+    const Section before = s;
+    try {
+      f.set(key, text, "where");
+      ADD_FAILURE() << key << " accepted '" << text << "'";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("where: " + key + ": ", 0), 0u) << m;
+      EXPECT_NE(m.find("'" + text + "'"), std::string::npos) << m;
+    }
+    EXPECT_EQ(s.steps, before.steps);  // a rejected value leaves the field alone
+    EXPECT_EQ(s.small, before.small);
+    EXPECT_EQ(s.list, before.list);
+  }
+}
+
+TEST(Fields, UnknownKeysGetADidYouMean) {
+  Section s;
+  Fields f;
+  f.add_section("train", s);
+  try {
+    f.set("train.stpes", "1", "exp.yaml:3");
+    FAIL() << "accepted an unknown key";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "exp.yaml:3: unknown key 'train.stpes' (did you mean 'train.steps'?)");
+  }
+  EXPECT_THROW(parse_command_line({"--train.step", "3"}, f), std::invalid_argument);
+  const CommandLine cl = parse_command_line({"--train.steps=3", "word", "--train.lr", "0.5"}, f);
+  EXPECT_EQ(cl.positional, std::vector<std::string>{"word"});
+  apply_settings(f, cl);
+  EXPECT_EQ(s.steps, 3);
+  EXPECT_EQ(s.lr, 0.5f);
+}
+
+TEST(JsonText, TextThatIsNotUtf8IsWrittenWithReplacementCharacters) {
+  const Json j{{"text", std::string("caf\xc3")}, {"ok", std::string("caf\xc3\xa9")}};
+  const std::string out = json_text(j);
+  EXPECT_EQ(out, "{\"text\":\"caf\xef\xbf\xbd\",\"ok\":\"caf\xc3\xa9\"}");
+  EXPECT_EQ(parse_json(out, "test")["ok"], "caf\xc3\xa9");
+}
+
+TEST(MetricsWriter, ASummaryWhoseGeneratedTextIsCutInsideACharacterIsStillWritten) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "gpt2_util_test_metrics";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "metrics.jsonl").string();
+  {
+    MetricsWriter w(path);
+    StepRecord r;
+    r.loss = 5.5;
+    w.step(r);
+    RunSummary sum;
+    sum.steps = 1;
+    sum.generated_text = "un caf\xc3";  // the last token ends inside "é"
+    w.finish(sum);
+  }
+  const MetricsStream m = read_metrics_stream(path);
+  ASSERT_EQ(m.steps.size(), 1u);
+  ASSERT_TRUE(m.summary.has_value());
+  EXPECT_EQ(m.summary->generated_text, "un caf\xef\xbf\xbd");
+  EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gpt2
