@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python checkpoint reader (bench/peers/checkpoint_file.py) on both
 formats: the version-1 checkpoint of tests/data/v1_checkpoint (written at
-043f213) and the version-2 checkpoint the stage writes when it resumes from
+043f213) and the version-3 checkpoint the stage writes when it resumes from
 it. The reader must find the settings by name in both, and the resumed
 weights must be those the version-1 build produced (their FNV-1a 64 is in
 expected.json).
@@ -70,14 +70,15 @@ def run_checks(a, expected, v1, out, check, checks):
     check("the stage resumes from the version-1 checkpoint", r.returncode == 0, r.stderr[-500:])
     if r.returncode == 0:
         v2 = checkpoint_file.load(os.path.join(out, "checkpoint.bin"))
-        check("version 2 reads", v2.version == 2, str(v2.version))
-        check("version 2 names its settings", v2.header.get("model.n_embd") == "16" and
+        check("version 3 reads", v2.version == 3, str(v2.version))
+        check("version 3 names its settings and its run", v2.header.get("model.n_embd") == "16" and
+              len(v2.header.get("run.id", "")) == 16 and
               v2.header.get("optimizer.kind") == "adam_original" and v2.header.get("state.steps_done") == "6",
               str(v2.header))
-        check("version 2 model sizes equal version 1's", v2.config() == v1.config())
+        check("version 3 model sizes equal version 1's", v2.config() == v1.config())
         check("the resumed weights are the version-1 build's", fnv1a64(v2.params) == expected["final_params_fnv1a64"],
               fnv1a64(v2.params))
-        check("version 2 vocabulary is the checkpoint's", v2.vocab == v1.vocab)
+        check("version 3 vocabulary is the checkpoint's", v2.vocab == v1.vocab)
     failed = checks.count(False)
     print(f"{len(checks) - failed} passed, {failed} failed")
     return 1 if failed else 0

@@ -76,6 +76,9 @@ Status status_of_exit(int rc, const fs::path& log, double timeout_s) {
 int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool force,
              const std::function<void()>& after_commit) {
   fs::create_directories(results_dir);
+  // One harness at a time per results folder: two at once would interleave
+  // their attempts and indexes. Released when this returns (or the process ends).
+  const DirectoryLock lock(results_dir, "results folder", "");
   int failed = 0;
   const size_t total = jobs.size();
   for (size_t index = 1; index <= total; ++index) {

@@ -1,4 +1,4 @@
-"""Reads our checkpoint format (core/train/checkpoint.h, versions 1 and 2)
+"""Reads our checkpoint format (core/train/checkpoint.h, versions 1 to 3)
 with the Python standard library alone: the header's key/value pairs, the
 vocabulary, the parameters and, for a training checkpoint, the Adam moments.
 Shared by the PyTorch peer (bench/peers/torch_gpt2.py) and the tests.
@@ -70,7 +70,7 @@ def load(path):
         ck.header = dict(zip(["model.vocab_size", "model.block_size", "model.n_layer", "model.n_head",
                               "model.n_embd"], map(str, sizes)))
         ck.header["data.tokenizer"] = ["word", "char"][r.take("<B")]
-    elif version == 2:
+    elif version in (2, 3):  # 3 adds the "run.id" header entry, same layout
         (size,) = struct.unpack_from("<Q", b, 16)
         if len(b) != size or size < 32:
             raise ValueError(f"{path}: truncated or corrupted checkpoint: {len(b)} bytes, it records {size}")
@@ -79,7 +79,7 @@ def load(path):
             key = r.text().decode()
             ck.header[key] = r.text().decode()
     else:
-        raise ValueError(f"{path}: checkpoint format version {version}, this reader knows 1 and 2")
+        raise ValueError(f"{path}: checkpoint format version {version}, this reader knows 1 to 3")
     ck.vocab = [r.text() for _ in range(r.take("<I"))]
     n = r.take("<Q")
     ck.params = r.raw(4 * n)

@@ -29,9 +29,10 @@ const std::vector<Option>& options(const std::string& command) {
   static const std::vector<Option> train = {
       {"config", "FILE", "YAML file of sections: model, data, train, optimizer, generate"},
       {"out", "DIR", "output directory [default: runs/<stage>-<UTC time>]"},
-      {"resume", "CKPT", "continue from a training checkpoint (same curve as uninterrupted)"},
-      {"overwrite", "", "allow DIR to hold a finished run (its files are replaced as the new run writes them; its "
-                        "metrics stream only when the new one ends)"},
+      {"resume", "CKPT", "continue the run of this training checkpoint (same curve as uninterrupted): in its own "
+                         "DIR (its earlier metrics are kept) or in an empty one"},
+      {"overwrite", "", "discard the run DIR holds (finished or interrupted): its files are removed once this "
+                        "run's input has been checked"},
       {"hostfile", "FILE", "MPI: fail unless the job's ranks fit this MPICH hostfile"}};
   static const std::vector<Option> generate = {
       {"checkpoint", "CKPT", "a checkpoint written by train (any stage)"},

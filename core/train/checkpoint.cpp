@@ -281,12 +281,12 @@ Checkpoint load_checkpoint(const std::string& path) {
   uint32_t version, flags;
   std::memcpy(&version, b.data() + 8, 4);
   std::memcpy(&flags, b.data() + 12, 4);
-  if (version != 1 && version != 2) {
-    throw std::runtime_error(fmt::format("{}: checkpoint format version {}, this program reads versions 1 and 2",
+  if (version < 1 || version > 3) {
+    throw std::runtime_error(fmt::format("{}: checkpoint format version {}, this program reads versions 1 to 3",
                                          path, version));
   }
   size_t begin = 16;
-  if (version == 2) {
+  if (version >= 2) {
     uint64_t size = 0;
     std::memcpy(&size, b.data() + 16, sizeof size);
     if (b.size() < size) {
@@ -302,9 +302,9 @@ Checkpoint load_checkpoint(const std::string& path) {
   uint64_t stored;
   std::memcpy(&stored, b.data() + body, sizeof stored);
   const bool checksum_ok = fnv1a64(b.data(), body) == stored;
-  // Version 2 knows its size, so the checksum is checked before anything is
+  // Versions 2 and 3 know their size, so the checksum is checked before anything is
   // parsed; version 1 is parsed first (a short file reads as truncated).
-  if (version == 2 && !checksum_ok) {
+  if (version >= 2 && !checksum_ok) {
     throw std::runtime_error(fmt::format("{}: corrupted checkpoint: checksum mismatch", path));
   }
 

@@ -2,9 +2,9 @@
 // checkpoints for generation; training checkpoints that also resume a run
 // exactly).
 //
-// Version 2 (little-endian):
+// Version 3 (little-endian; version 2 is the same layout):
 //   "GPT2CKPT"  magic, 8 bytes
-//   u32 version (2), u32 flags (bit 0: training state present)
+//   u32 version (3), u32 flags (bit 0: training state present)
 //   u64 size of the whole file in bytes, checksum included
 //   u32 count, count x (u32 length, key bytes, u32 length, value bytes)
 //       the header: the resolved configuration as text key/value pairs,
@@ -13,8 +13,11 @@
 //       training state ("state.steps_done", "state.loader_position",
 //       "state.loader_batches") and what resume depends on ("train.seed",
 //       "train.batch_size", "data.loader", ...). Readers find values by name.
-//       Resume checks the model and optimizer entries today; the batch,
-//       sequence, loader and corpus entries are recorded but not yet checked.
+//       Version 3 adds "run.id", the run the checkpoint belongs to
+//       (train/run_dir.h). Resume checks every entry its curve depends on
+//       (train/run_state.h); a version-2 file has all but the run id, a
+//       version-1 file none of the data and batch entries, and resuming
+//       from one names the checks it cannot make.
 //   u32 count, count x (u32 length, bytes)      the tokenizer's vocabulary
 //   u64 n, n x f32                              parameters, in layout order
 //   [training state: n x f32 Adam m, n x f32 Adam v]
@@ -38,7 +41,7 @@
 
 namespace gpt2 {
 
-inline constexpr uint32_t kCheckpointVersion = 2;
+inline constexpr uint32_t kCheckpointVersion = 3;
 
 using KeyValues = std::vector<std::pair<std::string, std::string>>;
 
@@ -71,7 +74,7 @@ void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer
                      const Optimizer* optimizer = nullptr, const TrainingState* training = nullptr,
                      const KeyValues& extra = {});
 
-// Reads and verifies a checkpoint of version 1 or 2. Throws
+// Reads and verifies a checkpoint of version 1, 2 or 3. Throws
 // std::runtime_error naming the file and the problem: not a checkpoint,
 // unsupported version, truncated, checksum mismatch (corrupted), a missing or
 // malformed header entry, inconsistent sizes.

@@ -15,7 +15,9 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_steps_before)
     : path_(path), partial_(path + ".partial") {
   std::vector<std::string> kept;
   if (keep_steps_before >= 0) {
-    std::ifstream old(partial_);
+    // An interrupted stream, or else the finished one a longer run extends
+    // (which stays in place until this one finishes).
+    std::ifstream old(std::ifstream(partial_) ? partial_ : path_);
     for (std::string l; std::getline(old, l);) {
       Json j;
       try {
@@ -30,9 +32,15 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_steps_before)
       }
     }
   }
-  f_ = std::fopen(partial_.c_str(), "w");
-  if (!f_) throw std::runtime_error(fmt::format("{}: cannot write metrics: {}", partial_, std::strerror(errno)));
+  // The kept lines go to a new file renamed over the old partial stream, so
+  // a failure here leaves the interrupted stream as it was.
+  const std::string fresh = partial_ + ".new";
+  f_ = std::fopen(fresh.c_str(), "w");
+  if (!f_) throw std::runtime_error(fmt::format("{}: cannot write metrics: {}", fresh, std::strerror(errno)));
   for (const std::string& l : kept) line(l);
+  if (std::rename(fresh.c_str(), partial_.c_str()) != 0) {
+    throw std::runtime_error(fmt::format("{}: cannot rename metrics into place: {}", partial_, std::strerror(errno)));
+  }
 }
 
 MetricsWriter::~MetricsWriter() {

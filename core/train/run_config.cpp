@@ -36,6 +36,7 @@ void TrainConfig::validate() const {
   non_negative("checkpoint_every", checkpoint_every);
   non_negative("peak_gflops", peak_gflops);
   non_negative("grad_bucket_mb", grad_bucket_mb);
+  non_negative("max_loss", max_loss);
 }
 
 void validate(const RunConfig& c) {

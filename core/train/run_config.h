@@ -34,6 +34,7 @@ struct TrainConfig {
   bool tf32 = false;            // CUDA stages: cuBLAS may use TF32 tensor cores
   double peak_gflops = 0.0;     // MFU denominator; 0: measure SGEMM at start-up
   double grad_bucket_mb = 0.0;  // data parallel: allreduce buckets overlapping backward; 0: one allreduce
+  double max_loss = 0.0;        // divergence bound; 0: 3 x ln(vocab_size)
 
   // Throws std::invalid_argument naming the key.
   void validate() const;
@@ -56,6 +57,9 @@ struct TrainConfig {
     f("grad_bucket_mb", grad_bucket_mb,
       "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one allreduce "
       "after backward");
+    f("max_loss", max_loss,
+      "stop the run (diverged) when the loss exceeds this or is not finite; 0 = 3 x ln(vocab_size), "
+      "three times the loss of a uniform guess");
   }
 };
 

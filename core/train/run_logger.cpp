@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <stdexcept>
 
 #include "util/files.h"
@@ -11,25 +10,19 @@ namespace gpt2 {
 
 namespace fs = std::filesystem;
 
-void RunLogger::open(const fs::path& out, bool overwrite, bool resuming, const std::string& config_yaml,
-                     int64_t first_step) {
+void RunLogger::claim(const fs::path& out, DirIntent intent) {
+  if (active_) dir_.emplace(out, intent, stage_);
+}
+
+void RunLogger::check_resume(const std::string& checkpoint_path, const std::string& checkpoint_run_id) {
+  if (active_) dir_->check_resume(checkpoint_path, checkpoint_run_id);
+}
+
+void RunLogger::open(const std::string& config_yaml, bool resuming, int64_t first_step) {
   if (!active_) return;
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) throw std::invalid_argument(fmt::format("--out: cannot create '{}': {}", out.string(), ec.message()));
-  const fs::path probe = out / ".write-test";
-  {
-    std::ofstream f(probe);
-    if (!f) throw std::invalid_argument(fmt::format("--out: '{}' is not writable", out.string()));
-  }
-  fs::remove(probe);
-  if (fs::exists(out / "metrics.jsonl") && !overwrite && !resuming) {
-    throw std::invalid_argument(fmt::format(
-        "--out: '{}' already holds a finished run (metrics.jsonl); choose another directory or pass --overwrite",
-        out.string()));
-  }
-  write_file_atomically(out / "config.yaml", config_yaml);
-  metrics_.emplace((out / "metrics.jsonl").string(), resuming ? first_step : -1);
+  dir_->begin();
+  write_file_atomically(dir_->path() / "config.yaml", config_yaml);
+  metrics_.emplace((dir_->path() / "metrics.jsonl").string(), resuming ? first_step : -1);
 }
 
 void RunLogger::note(const std::string& text) const {
@@ -39,9 +32,16 @@ void RunLogger::note(const std::string& text) const {
 void RunLogger::step(const StepRecord& r, int64_t steps, bool show_comm) {
   if (!active_) return;
   metrics_->step(r);
-  fmt::print(stderr, "step {:>4}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | {:.0f} ms{} | {:.0f} tok/s | MFU {:.1f}%\n",
+  // An MFU above 100% means the peak is wrong (measured low), never that the
+  // machine beat it: say so rather than print an impossible number bare.
+  const bool over = r.mfu > 1.0;
+  mfu_over_peak_ = mfu_over_peak_ || over;
+  fmt::print(stderr, "step {:>4}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | {:.0f} ms{} | {:.0f} tok/s | MFU {:.1f}%{}\n",
              r.step, steps, r.loss, r.lr, r.grad_norm, r.step_ms,
-             show_comm ? fmt::format(" (comm {:.0f} ms)", r.comm_ms) : "", r.tokens_per_s, 100 * r.mfu);
+             show_comm ? fmt::format(" (comm {:.0f} ms)", r.comm_ms) : "", r.tokens_per_s, 100 * r.mfu,
+             over ? (peak_configured_ ? " (above 100%: train.peak_gflops is below what this machine reaches)"
+                                      : " (above 100%: the peak was measured low; give train.peak_gflops)")
+                  : "");
 }
 
 void RunLogger::eval(const EvalRecord& r, int64_t steps) {
@@ -56,7 +56,16 @@ void RunLogger::finish(const RunSummary& s) {
              "in {:.3f} s\n", stage_, s.steps - s.first_step, s.train_s, s.train_wall_s, s.comm_s, s.generated_tokens,
              s.inference_s);
   fmt::print("{}\n", s.generated_text);
-  metrics_->finish(s);
+  if (!mfu_over_peak_) {
+    metrics_->finish(s);
+    return;
+  }
+  RunSummary noted = s;
+  noted.provenance["mfu_note"] =
+      peak_configured_ ? "some steps' MFU is above 100%: train.peak_gflops is below what this machine reaches"
+                       : "some steps' MFU is above 100%: the peak (peak_gflops) was measured low, e.g. on a busy "
+                         "machine; give train.peak_gflops";
+  metrics_->finish(noted);
 }
 
 }  // namespace gpt2

@@ -1,5 +1,5 @@
 // RunLogger: everything a training run tells the world, from rank 0: the
-// output directory (checked before any work is done), the resolved
+// output directory (owned and checked before any work is done, run_dir.h), the resolved
 // configuration (config.yaml), the metrics stream (util/records.h, through
 // MetricsWriter), the console's progress lines and the summary record with
 // its provenance. On the other ranks every call does nothing.
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "train/metrics.h"
+#include "train/run_dir.h"
 #include "util/records.h"
 
 namespace gpt2 {
@@ -19,12 +20,20 @@ class RunLogger {
  public:
   RunLogger(std::string stage, bool active) : stage_(std::move(stage)), active_(active) {}
 
-  // Creates `out` and checks that it is writable and holds no finished run
-  // (unless `overwrite` or `resuming`), writes config.yaml and opens the
-  // metrics stream (keeping an interrupted stream's steps before
-  // `first_step` when resuming).
-  void open(const std::filesystem::path& out, bool overwrite, bool resuming, const std::string& config_yaml,
-            int64_t first_step);
+  // Takes the output directory (train/run_dir.h: locked, and refused when
+  // it holds a run the intent does not allow). Called before any work.
+  void claim(const std::filesystem::path& out, DirIntent intent);
+  // Resuming: the checkpoint must belong to the directory's run.
+  void check_resume(const std::string& checkpoint_path, const std::string& checkpoint_run_id);
+  // The run's id (run.json, and "run.id" in its checkpoints); "" off rank 0.
+  std::string run_id() const { return dir_ ? dir_->run_id() : std::string(); }
+  // Writes run.json and config.yaml and opens the metrics stream; resuming
+  // (first_step > 0 and resuming), the earlier steps of the run's stream,
+  // interrupted or finished, are kept.
+  void open(const std::string& config_yaml, bool resuming, int64_t first_step);
+  // Whether the MFU peak was given (train.peak_gflops) or measured: an MFU
+  // above 100% is explained accordingly.
+  void set_peak_configured(bool configured) { peak_configured_ = configured; }
   // "[<stage>] <text>" on stderr.
   void note(const std::string& text) const;
   // The record, and the progress line "step s/steps | loss ... | ms | tok/s | MFU".
@@ -37,7 +46,10 @@ class RunLogger {
  private:
   std::string stage_;
   bool active_;
+  std::optional<RunDirectory> dir_;
   std::optional<MetricsWriter> metrics_;
+  bool mfu_over_peak_ = false;
+  bool peak_configured_ = false;  // a step's MFU was above 100%: the summary says why
 };
 
 }  // namespace gpt2

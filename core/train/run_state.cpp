@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <cstring>
+#include <sstream>
 #include <stdexcept>
 
 #include "train/checkpoint.h"
@@ -24,9 +27,22 @@ void check_training_checkpoint(const Checkpoint& ck, const RunConfig& c, const s
   }
 }
 
-// The checks against the resolved model and the run's optimizer, seed and length.
-void check_training_state(const Checkpoint& ck, const Gpt2Config& model, const RunConfig& c,
-                          const std::string& path) {
+// What the curve depends on beyond the model, the optimizer, the tokenizer
+// and the seed: recorded in every training checkpoint, compared on resume.
+KeyValues curve_entries(const RunConfig& c, const std::vector<int32_t>& tokens) {
+  return {{"train.batch_size", std::to_string(c.train.batch_size)},
+          {"train.seq_len", std::to_string(c.train.seq_len)},
+          {"data.loader", to_string(c.data.loader)},
+          {"data.val_fraction", fmt::format("{}", c.data.val_fraction)},
+          {"data.corpus_tokens", std::to_string(tokens.size())},
+          {"data.corpus_hash", fmt::format("{:016x}", fnv1a64(tokens.data(), tokens.size() * sizeof(int32_t)))}};
+}
+
+// The checks against the resolved model and the run's optimizer, seed, batch,
+// data and length. Returns the keys the checkpoint has no record of (an older
+// format): those could not be checked.
+std::vector<std::string> check_training_state(const Checkpoint& ck, const Gpt2Config& model, const RunConfig& c,
+                                              const std::vector<int32_t>& tokens, const std::string& path) {
   expect_same_config(ck, model, path);
   Fields have, want;
   OptimizerConfig ck_opt = ck.training->optimizer, run_opt = c.optimizer;
@@ -47,6 +63,72 @@ void check_training_state(const Checkpoint& ck, const Gpt2Config& model, const R
     throw std::invalid_argument(fmt::format("{}: checkpoint is already at step {}, train.steps is {}", path,
                                             ck.training->steps_done, c.train.steps));
   }
+  std::vector<std::string> unchecked;
+  const KeyValues now = curve_entries(c, tokens);
+  const std::string* ck_tokens = ck.find("data.corpus_tokens");
+  for (const auto& [key, value] : now) {
+    const std::string* had = ck.find(key);
+    if (had == nullptr) {
+      unchecked.push_back(key);
+    } else if (key == "data.corpus_hash" && *had != value) {
+      throw std::invalid_argument(fmt::format(
+          "{}: the corpus differs from the one the checkpoint was trained on ({} tokens, hash {}; data.corpus '{}' "
+          "now gives {} tokens, hash {})", path, ck_tokens ? *ck_tokens : "?", *had, c.data.corpus, tokens.size(), value));
+    } else if (*had != value && key != "data.corpus_tokens") {  // a token count that differs shows in the hash
+      throw std::invalid_argument(fmt::format("{}: checkpoint has {} = {}, but the configuration says {}", path, key,
+                                              *had, value));
+    }
+  }
+  return unchecked;
+}
+
+// Every rank parsed its own configuration (two hosts may hold different files
+// at the same path). Rank 0's resolved key/value text goes to every rank; each
+// finds the first key where its own differs; the lowest such key and the
+// first rank holding it are agreed on, and that rank's value is broadcast, so
+// that every rank throws the same message (printed once, by rank 0).
+void check_ranks_agree(const RunConfig& config, Communicator& comm) {
+  if (comm.size() == 1) return;
+  RunConfig c = config;
+  const KeyValues mine = run_fields(c).values();
+  std::string text;
+  for (const auto& [k, v] : mine) text += k + '\n' + v + '\n';
+  if (comm.all_equal(fnv1a64(text.data(), text.size()))) return;
+
+  uint64_t len = text.size();
+  comm.broadcast(&len, sizeof len, 0);
+  std::string root_text(len, '\0');
+  if (comm.rank() == 0) root_text = text;
+  comm.broadcast(root_text.data(), len, 0);
+  KeyValues root;
+  std::istringstream in(root_text);
+  for (std::string k, v; std::getline(in, k) && std::getline(in, v);) root.emplace_back(k, v);
+  float first_diff = static_cast<float>(mine.size());  // none
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (i >= root.size() || root[i] != mine[i]) {
+      first_diff = static_cast<float>(i);
+      break;
+    }
+  }
+  std::vector<float> diffs(static_cast<size_t>(comm.size()));
+  comm.all_gather(&first_diff, diffs.data(), 1);
+  const float key_index = *std::min_element(diffs.begin(), diffs.end());
+  if (key_index >= static_cast<float>(mine.size())) return;  // equal texts after all (a hash collision)
+  std::vector<int> ranks;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (diffs[static_cast<size_t>(r)] == key_index) ranks.push_back(r);
+  }
+  const size_t k = static_cast<size_t>(key_index);
+  std::array<char, 256> value{};
+  const std::string& own = mine[k].second;
+  std::memcpy(value.data(), own.data(), std::min(own.size(), value.size() - 1));
+  comm.broadcast(value.data(), value.size(), ranks[0]);
+  std::string ranks_text;
+  for (size_t i = 0; i < ranks.size(); ++i) ranks_text += (i ? ", " : "") + std::to_string(ranks[i]);
+  throw std::invalid_argument(fmt::format(
+      "the ranks' configurations differ: {} is '{}' on rank 0 but '{}' on rank{} {}; give every rank the same "
+      "configuration file and options", mine[k].first, root[k].second, value.data(), ranks.size() > 1 ? "s" : "",
+      ranks_text));
 }
 
 // Rank 0's checkpoint state (weights, Adam moments, counters) to every rank,
@@ -68,6 +150,7 @@ void broadcast_state(Communicator& comm, HostState& st, size_t n) {
 
 std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
                                          const BackendOptions& options, Communicator& comm) {
+  check_ranks_agree(c, comm);
   auto st = std::make_unique<RunState>();
   const int world = comm.size(), rank = comm.rank();
   if (c.train.batch_size % world != 0) {
@@ -85,6 +168,10 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   Corpus corpus = load_corpus(c.data.corpus, c.data.tokenizer, ckpt ? &ckpt->tokenizer : nullptr, comm);
   st->tok = std::move(corpus.tok);
   st->tokens = std::move(corpus.tokens);
+  // Rank 0 read the corpus and sent its tokens: guard that every rank trains on them.
+  if (!comm.all_equal(fnv1a64(st->tokens.data(), st->tokens.size() * sizeof(int32_t)))) {
+    throw std::runtime_error("the corpus tokens differ across ranks after their broadcast (checksum mismatch)");
+  }
   st->model_config = resolve_vocab(c.model, st->tok.size());
   st->split = split_tokens(st->tokens, c.data.val_fraction);
   try {
@@ -110,7 +197,8 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   if (!resume.empty()) {
     HostState hs;
     if (rank == 0) {
-      check_training_state(*ckpt, st->model_config, c, resume);
+      st->unchecked = check_training_state(*ckpt, st->model_config, c, st->tokens, resume);
+      if (const std::string* id = ckpt->find("run.id")) st->checkpoint_run_id = *id;
       hs.params = std::move(ckpt->params);
       hs.m = std::move(ckpt->training->m);
       hs.v = std::move(ckpt->training->v);
@@ -133,21 +221,14 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   return st;
 }
 
-void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c) {
+void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
+                              const std::string& run_id) {
   TrainingState ts;
   ts.loader_position = st.loader->position();
   ts.loader_batches = st.loader->batches_served();
   ts.seed = c.train.seed;
-  // What a resumed run must match to continue the same curve. Recorded (from
-  // format 2) but not yet compared on resume: init_or_resume checks the model
-  // and optimizer entries only.
-  const KeyValues extra = {{"train.batch_size", std::to_string(c.train.batch_size)},
-                           {"train.seq_len", std::to_string(c.train.seq_len)},
-                           {"data.loader", to_string(c.data.loader)},
-                           {"data.val_fraction", fmt::format("{}", c.data.val_fraction)},
-                           {"data.corpus_tokens", std::to_string(st.tokens.size())},
-                           {"data.corpus_hash", fmt::format("{:016x}", fnv1a64(st.tokens.data(),
-                                                                              st.tokens.size() * sizeof(int32_t)))}};
+  KeyValues extra = curve_entries(c, st.tokens);
+  extra.emplace_back("run.id", run_id);
   save_checkpoint(path, *st.model, st.tok, st.opt.get(), &ts, extra);
 }
 

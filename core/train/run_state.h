@@ -1,7 +1,9 @@
 // RunState: what one rank trains with (tokens, backend, model, optimizer,
 // data loader, the step to start from), made by init_or_resume: fresh weights,
 // or a training checkpoint read by rank 0 and broadcast to every rank. Every
-// check of a checkpoint against the configuration lives in init_or_resume.
+// check of a checkpoint against the configuration lives in init_or_resume:
+// the model, the optimizer, the tokenizer, the seed, the batch and sequence
+// sizes, the loader, the validation split and the corpus (its tokens' hash).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,10 @@ struct RunState {
   std::optional<DataLoader> loader;  // this rank's rows of the training split
   bool eval_on = false;              // train.eval_every > 0 and a validation split
   int64_t first_step = 0;            // > 0 when resumed
+  // Resumed (rank 0): the checkpoint's "run.id" ("" before format 3), and the
+  // resume checks its format had no record for.
+  std::string checkpoint_run_id;
+  std::vector<std::string> unchecked;
 };
 
 // Collective. Divides the batch over the ranks, reads the corpus (rank 0;
@@ -51,7 +57,10 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
                                          const BackendOptions& options, Communicator& comm);
 
 // Writes a training checkpoint of `st` (rank 0 calls it) with what resume
-// checks recorded in its header.
-void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c);
+// checks recorded in its header: the model and optimizer sections, the
+// tokenizer, train.seed, train.batch_size, train.seq_len, data.loader,
+// data.val_fraction, the corpus's token count and hash, and the run's id.
+void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
+                              const std::string& run_id);
 
 }  // namespace gpt2

@@ -33,9 +33,11 @@ StepResult train_step(const StepContext& s, const int32_t* inputs, const int32_t
   const auto t0 = std::chrono::steady_clock::now();
   r.loss = global_mean(s.comm, local_loss, rows, s.batch_size);
   r.comm_s = s.sync.seconds() + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!std::isfinite(r.loss)) {
-    throw std::runtime_error(
-        fmt::format("step {}: the loss is {} (training diverged)", s.opt.steps_done(), r.loss));
+  if (!std::isfinite(r.loss) || (s.max_loss > 0 && r.loss > s.max_loss)) {
+    throw std::runtime_error(fmt::format(
+        "step {}: the loss is {:.6g}{} (training diverged); no update was made, and the last checkpoint, if any, is "
+        "kept: lower optimizer.lr", s.opt.steps_done(), r.loss,
+        std::isfinite(r.loss) ? fmt::format(", above train.max_loss {:.6g}", s.max_loss) : ""));
   }
   r.update = s.opt.step(s.be, s.model);
   return r;

@@ -8,6 +8,7 @@
 //   finish the gradient sync: every rank holds the sum over ranks
 //   the loss: the mean over the global batch (one scalar allreduce)
 //   the optimizer update (clipping and Adam), unless the loss is not finite
+//   or above the bound (then the step throws: the run diverged)
 // With one process the communicator and the sync are no-ops.
 #pragma once
 
@@ -33,6 +34,7 @@ struct StepContext {
   GradientSync& sync;  // over `comm`
   Communicator& comm;
   int batch_size;      // global rows per step (rows * ranks)
+  double max_loss = 0;  // a loss above it (or not finite) stops training: diverged; 0 = no bound
 };
 
 struct StepResult {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "model/generate.h"
 #include "train/checkpoint.h"
 #include "train/corpus.h"
+#include "train/mfu_peak.h"
 #include "train/run_logger.h"
 #include "train/run_state.h"
 #include "train/train_step.h"
@@ -30,19 +32,27 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // The MFU denominator: the configured peak, or the matrix-product ceiling of
 // all the job's backends, measured by rank 0 while the others wait idle (on
-// one machine; give train.peak_gflops for several).
-double mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Communicator& comm, int threads) {
-  double peak = c.train.peak_gflops;
-  if (peak <= 0) {
-    if (comm.rank() == 0) peak = ctx.backend.ceiling_gflops(*st.backend, comm.size(), comm.local_size(), threads);
-    comm.broadcast(&peak, sizeof peak, 0);
+// one machine; give train.peak_gflops for several) and raised to the best
+// ever measured here for this layout (train/mfu_peak.h), so that a busy
+// start-up does not lower it.
+MfuPeak mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Communicator& comm, int threads) {
+  MfuPeak peak{c.train.peak_gflops, "train.peak_gflops"};
+  if (peak.gflops <= 0) {
+    if (comm.rank() == 0) {
+      const double measured = ctx.backend.ceiling_gflops(*st.backend, comm.size(), comm.local_size(), threads);
+      std::string key = fmt::format("{}|{}|{}|{}x{}", machine_info().hostname, machine_info().cpu_model,
+                                    st.backend->name(), comm.size(), threads);
+      for (const auto& [k, v] : kernel_library_info()) key += "|" + v;
+      peak = best_known_peak(key, measured);
+    }
+    comm.broadcast(&peak.gflops, sizeof peak.gflops, 0);
   }
   return peak;
 }
 
 // The summary's provenance: build and machine, the kernel libraries, and how this run was laid out.
 Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunState& st, Communicator& comm,
-                    int threads, double peak) {
+                    int threads, const MfuPeak& peak, const std::string& run_id) {
   const RunConfig& c = req.config;
   Json p = provenance_json(machine_info(), build_info());
   for (const auto& [k, v] : kernel_library_info()) p[k] = v;
@@ -54,21 +64,27 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["hostfile"] = req.hostfile;
   p["seed"] = c.train.seed;
   p["config_file"] = req.config_file;
-  p["peak_gflops"] = round_fixed(peak, 2);
-  p["peak_source"] = c.train.peak_gflops > 0 ? "train.peak_gflops" : "measured SGEMM";
+  p["run_id"] = run_id;
+  p["peak_gflops"] = round_fixed(peak.gflops, 2);
+  p["peak_source"] = peak.source;
   return p;
 }
 
 // The two lines that open a run's log: the model and data, the layout and the MFU peak.
 void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Communicator& comm, int threads,
-              double peak) {
+              const MfuPeak& peak, double max_loss) {
   log.note(fmt::format("model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}",
                        st.model_config.describe(), st.model->num_params(), st.tokens.size(), st.split.train.size(),
                        st.split.val.size(), st.tok.size()));
   log.note(fmt::format("{} backend, {} ranks x {} threads, batch {} x {} ({} rows per rank), {} steps from step {}, "
-                       "MFU peak {:.1f} GFLOP/s{}", st.backend->name(), comm.size(), threads, c.train.batch_size,
-                       c.train.seq_len, st.rows, c.train.steps, st.first_step, peak,
-                       c.train.peak_gflops > 0 ? "" : " (measured SGEMM)"));
+                       "MFU peak {:.1f} GFLOP/s ({}), divergence bound: loss {:.4g}", st.backend->name(), comm.size(),
+                       threads, c.train.batch_size, c.train.seq_len, st.rows, c.train.steps, st.first_step,
+                       peak.gflops, peak.source, max_loss));
+  if (!st.unchecked.empty()) {
+    std::string keys;
+    for (const std::string& k : st.unchecked) keys += (keys.empty() ? "" : ", ") + k;
+    log.note(fmt::format("the checkpoint's format records no {}: resuming could not check them", keys));
+  }
 }
 
 // The loss on the first train.eval_batches batches of the validation split,
@@ -107,25 +123,36 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   const bool root = comm.rank() == 0;
   const int threads = resolve_threads(c.train.threads);
   if (!req.hostfile.empty()) check_placement(read_hostfile(req.hostfile), req.hostfile, comm);
+  if (req.overwrite && !req.resume.empty()) {
+    throw std::invalid_argument("--overwrite and --resume together: --resume continues the directory's run, "
+                                "--overwrite discards it; give one");
+  }
+  RunLogger log(ctx.stage, root);
+  log.claim(req.out_dir, !req.resume.empty() ? DirIntent::kResume
+                         : req.overwrite     ? DirIntent::kOverwrite
+                                             : DirIntent::kNew);
   const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, {threads, c.train.tf32, 0}, comm);
   Backend& be = *st->backend;
-  RunLogger log(ctx.stage, root);
+  if (!req.resume.empty()) log.check_resume(req.resume, st->checkpoint_run_id);
   RunConfig resolved = c;
   resolved.model = st->model_config;
-  log.open(req.out_dir, req.overwrite, !req.resume.empty(), to_yaml(resolved), st->first_step);
-  const double peak = mfu_peak(c, ctx, *st, comm, threads);
-  announce(log, c, *st, comm, threads, peak);
+  log.open(to_yaml(resolved), !req.resume.empty(), st->first_step);
+  const MfuPeak peak = mfu_peak(c, ctx, *st, comm, threads);
+  log.set_peak_configured(c.train.peak_gflops > 0);
+  // The divergence bound: train.max_loss, or three times the loss of a uniform guess.
+  const double max_loss = c.train.max_loss > 0 ? c.train.max_loss : 3.0 * std::log(st->model_config.V);
+  announce(log, c, *st, comm, threads, peak, max_loss);
 
   ActivationArena arena(st->model_config, st->rows, c.train.seq_len, be.memory());
   GradientSync sync(comm, st->model->grad_data(), st->model->num_params(),
                     static_cast<size_t>(c.train.grad_bucket_mb * (1 << 20) / sizeof(float)));
-  const StepContext step{be, *st->model, *st->opt, arena.acts(), sync, comm, c.train.batch_size};
+  const StepContext step{be, *st->model, *st->opt, arena.acts(), sync, comm, c.train.batch_size, max_loss};
   std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
   const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
   const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
   const std::string ckpt_path = (fs::path(req.out_dir) / "checkpoint.bin").string();
   auto save = [&] {
-    if (root && c.train.save_checkpoint) save_training_checkpoint(ckpt_path, *st, c);
+    if (root && c.train.save_checkpoint) save_training_checkpoint(ckpt_path, *st, c, log.run_id());
   };
 
   RunSummary sum;
@@ -143,7 +170,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     sum.comm_s += r.comm_s;
     sum.final_loss = r.loss;
     log.step({s, r.loss, r.update.lr, r.update.grad_norm, dt * 1e3, tokens_per_step / dt, flops / dt,
-              flops / dt / (peak * 1e9), r.comm_s * 1e3, comm.size() > 1 ? sync.bytes() : 0},
+              flops / dt / (peak.gflops * 1e9), r.comm_s * 1e3, comm.size() > 1 ? sync.bytes() : 0},
              c.train.steps, comm.size() > 1);
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
       log.eval({s, validation_loss(step, c, *st, comm.rank(), x.data(), y.data())}, c.train.steps);
@@ -164,7 +191,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   sum.tokens_per_s = sum.train_s > 0 ? (c.train.steps - st->first_step) * tokens_per_step / sum.train_s : 0.0;
   sum.peak_rss_mb = peak_rss_mb();
   sum.checkpoint = c.train.save_checkpoint ? ckpt_path : "";
-  sum.provenance = run_provenance(req, ctx, *st, comm, threads, peak);
+  sum.provenance = run_provenance(req, ctx, *st, comm, threads, peak, log.run_id());
   log.finish(sum);
   comm.barrier();
 }

@@ -1,0 +1,69 @@
+#include "train/mfu_peak.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+#include "util/json.h"
+
+namespace gpt2 {
+
+namespace fs = std::filesystem;
+
+std::string mfu_peak_cache_path() {
+  if (const char* d = std::getenv("GPT2_CACHE_DIR"); d && *d) return (fs::path(d) / "mfu_peak.json").string();
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) {
+    return (fs::path(d) / "gpt2-engine" / "mfu_peak.json").string();
+  }
+  if (const char* d = std::getenv("HOME"); d && *d) {
+    return (fs::path(d) / ".cache" / "gpt2-engine" / "mfu_peak.json").string();
+  }
+  return "";
+}
+
+MfuPeak best_known_peak(const std::string& key, double measured) {
+  MfuPeak p{measured, "measured SGEMM"};
+  const std::string path = mfu_peak_cache_path();
+  if (path.empty()) return p;
+  Json cache = Json::object();
+  {
+    std::ifstream f(path);
+    if (f) {
+      try {
+        cache = Json::parse(f);
+        if (!cache.is_object()) cache = Json::object();
+      } catch (const Json::exception&) {
+        cache = Json::object();  // unreadable: started again
+      }
+    }
+  }
+  const auto it = cache.find(key);
+  if (it != cache.end() && it->is_number() && it->get<double>() > measured) {
+    p.gflops = it->get<double>();
+    p.source = fmt::format("best SGEMM measured on this machine ({:.1f} now; {})", measured, path);
+    return p;
+  }
+  cache[key] = round_fixed(measured, 2);
+  try {
+    std::error_code ec;
+    fs::create_directories(fs::path(path).parent_path(), ec);
+    // A unique temporary: runs starting at once each write a whole file.
+    const fs::path tmp = fmt::format("{}.{}.tmp", path, ::getpid());
+    {
+      std::ofstream f(tmp);
+      f << json_text(cache, 1) << "\n";
+      if (!f.flush()) throw std::runtime_error("write failed");
+    }
+    fs::rename(tmp, path);
+    p.source = fmt::format("measured SGEMM, the best on this machine so far ({})", path);
+  } catch (const std::exception&) {
+    // The cache is a convenience; the measurement stands.
+  }
+  return p;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,63 @@
+// A training run's output directory, owned by the run for its whole life.
+//
+// The directory is locked (util/files.h DirectoryLock: a second run into it
+// fails at once, naming the holder) and what it already holds decides what
+// may happen:
+//   nothing            any run starts there;
+//   a run (finished:   metrics.jsonl; interrupted: metrics.jsonl.partial,
+//   checkpoint.bin or config.yaml without metrics.jsonl)
+//                      refused unless the user says --resume (continue that
+//                      very run: the checkpoint must be the run's own, and its
+//                      earlier metrics are kept) or --overwrite (the old run's
+//                      files are removed first: nothing old mixes with the new).
+// run.json names the run (a random id, also written into every checkpoint's
+// header as "run.id"), so a checkpoint can be matched to its directory.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "util/files.h"
+
+namespace gpt2 {
+
+enum class DirIntent { kNew, kResume, kOverwrite };
+
+class RunDirectory {
+ public:
+  // Creates `out` if needed, locks it, checks that it is writable and that
+  // what it holds allows `intent`; writes nothing into it. Throws
+  // std::invalid_argument naming --out and the directory.
+  RunDirectory(const std::filesystem::path& out, DirIntent intent, const std::string& stage);
+
+  // Resume only: refuses a checkpoint that does not belong to the run in the
+  // directory (its run.id differs from run.json's; or, for a checkpoint or a
+  // directory from before run ids, unless it is the directory's own
+  // checkpoint.bin). An empty directory takes any checkpoint: the run then
+  // continues there under the checkpoint's id. Sets run_id().
+  void check_resume(const std::string& checkpoint_path, const std::string& checkpoint_run_id);
+
+  // The run starts writing: kOverwrite removes the old run's files (only
+  // now, once the new run's input has been checked), then run.json is
+  // written (the run id, the stage, the holder: pid, host, start time).
+  void begin();
+
+  const std::filesystem::path& path() const { return out_; }
+  const std::string& run_id() const { return run_id_; }
+  bool holds_finished_run() const { return finished_; }
+
+ private:
+  std::filesystem::path out_;
+  std::string stage_;
+  DirectoryLock lock_;
+  DirIntent intent_;
+  bool finished_ = false;     // metrics.jsonl is there
+  bool holds_run_ = false;    // any run file is there
+  std::string dir_run_id_;    // run.json's id, "" if none
+  std::string run_id_;
+};
+
+// A fresh random run id (16 hex digits).
+std::string new_run_id();
+
+}  // namespace gpt2

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Nothing lost, nothing hung: a run owns its output directory, ranks agree
+on the configuration, resume checks what the curve depends on, and a
+diverging run stops.
+
+  directories   --resume into a run's own finished directory keeps its earlier
+                metrics (and continues the same curve); an unrelated checkpoint
+                into a finished run's directory, or into another run's
+                interrupted directory, is refused; rerunning a command into an
+                interrupted run's directory is refused; --overwrite leaves
+                nothing of the old run behind
+  races         a second run into a directory in use fails at once naming the
+                holder; two runs started together leave one run's files; two
+                harness runs of one experiment: the second fails at once
+  ranks         (with --mpi) a different train.steps, learning rate or batch
+                size on one rank stops every rank with one error naming the key
+                and the rank, within seconds
+  resume        a checkpoint trained with another batch size, sequence length,
+                loader, validation split or corpus is refused, naming it
+  divergence    a loss above train.max_loss (or not finite) stops the run with
+                exit 1, keeping the checkpoint written before
+
+Every refused case must leave the directories it touched byte-identical.
+
+usage: run_dir_test.py --stage SERIAL [--mpi MPI --mpiexec MPIEXEC] [--harness HARNESS]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checkpoint_file  # noqa: E402
+from stage_cli_test import digest_tree  # noqa: E402
+
+WORDS = "the cat sat on a mat while dogs ran in the park and birds sang over quiet green hills".split()
+
+
+def corpus(n, seed=0):
+    return " ".join(WORDS[(i * 7 + seed) % len(WORDS)] for i in range(n)) + "\n"
+
+
+def steps(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            j = json.loads(line)
+            if j["event"] == "step":
+                out[j["step"]] = j["loss"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--stage", required=True)
+    ap.add_argument("--mpi")
+    ap.add_argument("--mpiexec")
+    ap.add_argument("--harness")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="run_dir_test_")
+    try:
+        return run(a, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(a, work):
+    w = lambda *p: os.path.join(work, *p)
+    results = []
+
+    def check(title, ok, detail=""):
+        results.append(ok)
+        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail and not ok else ''}")
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    for name, n, seed in [("corpus.txt", 3000, 0), ("other.txt", 3000, 3)]:
+        with open(w(name), "w") as f:
+            f.write(corpus(n, seed))
+    small = ["--data.corpus", w("corpus.txt"), "--model.block_size", "16", "--model.n_layer", "1",
+             "--model.n_head", "2", "--model.n_embd", "16", "--train.batch_size", "4", "--train.seq_len", "16",
+             "--train.threads", "1", "--train.peak_gflops", "10", "--generate.prompt_tokens", "8",
+             "--generate.max_new_tokens", "4"]
+
+    def train(out, *extra, steps_=4, timeout=60):
+        t0 = time.time()
+        r = subprocess.run([a.stage, "train", "--out", out, "--train.steps", str(steps_), *small, *extra],
+                           capture_output=True, text=True, env=env, timeout=timeout)
+        return r, time.time() - t0
+
+    def one_line_error(r, needle):
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        return r.returncode == 2 and needle in r.stderr and sum("error:" in l for l in lines) == 1
+
+    def refused(title, r, needle, before, after):
+        check(title, one_line_error(r, needle) and before == after,
+              f"exit {r.returncode}, unchanged {before == after}: {r.stderr.strip()[-400:]}")
+
+    # ---- directories ----
+    r, _ = train(w("ref6"), steps_=6)
+    ref6 = steps(w("ref6", "metrics.jsonl"))
+    check("reference run of 6 steps", r.returncode == 0 and len(ref6) == 6, r.stderr[-300:])
+    r, _ = train(w("A"), steps_=4)
+    check("run A (4 steps) finishes", r.returncode == 0, r.stderr[-300:])
+    a_id = json.load(open(w("A", "run.json")))["run_id"]
+    check("the checkpoint names its run", checkpoint_file.load(w("A", "checkpoint.bin")).header.get("run.id") == a_id)
+
+    r, _ = train(w("B"), steps_=4)
+    before = digest_tree(w("A"))
+    r, _ = train(w("A"), "--resume", w("B", "checkpoint.bin"), steps_=6)
+    refused("an unrelated checkpoint resumed into a finished run's directory is refused", r, "belongs to run",
+            before, digest_tree(w("A")))
+
+    def resumed_in_place(title, d):
+        """Resumes d's own checkpoint to 6 steps: the stream must be the uninterrupted 6-step curve."""
+        r, _ = train(w(d), "--resume", w(d, "checkpoint.bin"), steps_=6)
+        got = steps(w(d, "metrics.jsonl"))
+        check(title, r.returncode == 0 and got == ref6, f"{r.stderr[-300:]} {got} vs {ref6}")
+
+    resumed_in_place("resuming a finished run in its own directory keeps its earlier metrics and continues the curve",
+                     "A")
+
+    # An interrupted run: fails at step 3 after a checkpoint at step 2.
+    crash = ["--train.checkpoint_every", "2", "--debug.fail_rank", "0", "--debug.fail_step", "3"]
+    r, _ = train(w("C"), *crash, steps_=6)
+    check("run C is interrupted (a checkpoint and a partial metrics stream)",
+          r.returncode != 0 and os.path.exists(w("C", "checkpoint.bin"))
+          and os.path.exists(w("C", "metrics.jsonl.partial")), r.stderr[-300:])
+    before = digest_tree(w("C"))
+    r, _ = train(w("C"), steps_=6)
+    refused("rerunning a command into an interrupted run's directory is refused", r, "holds an interrupted run",
+            before, digest_tree(w("C")))
+    r, _ = train(w("C"), "--resume", w("B", "checkpoint.bin"), steps_=6)
+    refused("another run's checkpoint into an interrupted run's directory is refused", r, "belongs to run",
+            before, digest_tree(w("C")))
+    resumed_in_place("the interrupted run resumed in its directory gives the uninterrupted curve", "C")
+
+    old_id = json.load(open(w("A", "run.json")))["run_id"]
+    r, _ = train(w("A"), "--overwrite", steps_=2)
+    got = steps(w("A", "metrics.jsonl"))
+    new_id = json.load(open(w("A", "run.json")))["run_id"]
+    check("--overwrite leaves nothing of the old run", r.returncode == 0 and sorted(got) == [0, 1]
+          and new_id != old_id and checkpoint_file.load(w("A", "checkpoint.bin")).header["run.id"] == new_id
+          and not os.path.exists(w("A", "metrics.jsonl.partial")), f"{r.stderr[-300:]} {got}")
+    before = digest_tree(w("A"))
+    r, _ = train(w("A"), "--overwrite", "--data.corpus", w("missing.txt"), steps_=2)
+    refused("--overwrite with bad input removes nothing", r, "missing.txt", before, digest_tree(w("A")))
+
+    # ---- races ----
+    # A run of a few seconds (a larger model than `small`), its output to a file
+    # (a pipe nobody reads would fill and stop it).
+    bigger = small + ["--model.block_size", "64", "--model.n_layer", "2", "--model.n_embd", "64",
+                      "--train.batch_size", "8", "--train.seq_len", "64"]
+    slow = [a.stage, "train", "--out", w("D"), "--train.steps", "300", *bigger]
+    first_log = open(w("first.log"), "w+")
+    first = subprocess.Popen(slow, stdout=subprocess.DEVNULL, stderr=first_log, text=True, env=env)
+    deadline = time.time() + 30
+    while not os.path.exists(w("D", "run.json")) and time.time() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    r, secs = train(w("D"), steps_=4)
+    holder = json.load(open(w("D", "run.json")))
+    check("a second run into a directory in use fails at once, naming the holder",
+          one_line_error(r, "in use by another run") and f"pid {first.pid}" in r.stderr and secs < 10,
+          f"{secs:.1f} s: {r.stderr.strip()[-300:]}")
+    first.wait(timeout=120)
+    first_log.seek(0)
+    check("the first run completes undisturbed", first.returncode == 0 and len(steps(w("D", "metrics.jsonl"))) == 300
+          and holder["pid"] == first.pid, first_log.read()[-300:])
+
+    logs = [open(w(f"race{i}.log"), "w+") for i in (1, 2)]
+    procs = [subprocess.Popen([a.stage, "train", "--out", w("E"), "--train.steps", "30", "--train.seed", str(i + 1),
+                               *bigger], stdout=subprocess.DEVNULL, stderr=logs[i], text=True, env=env)
+             for i in (0, 1)]
+    codes = [p.wait(timeout=120) for p in procs]
+    errs = []
+    for f in logs:
+        f.seek(0)
+        errs.append(f.read())
+    run_id = json.load(open(w("E", "run.json")))["run_id"]
+    ck = checkpoint_file.load(w("E", "checkpoint.bin"))
+    cfg = open(w("E", "config.yaml")).read()
+    winner = codes.index(0) if 0 in codes else -1
+    check("two runs started into one directory at once: one runs, the other is refused",
+          sorted(codes) == [0, 2] and ("in use by another run" in errs[1 - winner]
+                                       or "already holds a finished run" in errs[1 - winner]), f"{codes} {errs}")
+    check("... and the directory holds one run's files", winner >= 0 and ck.header["run.id"] == run_id
+          and ck.header["train.seed"] == str(winner + 1) and f"seed: {winner + 1}\n" in cfg
+          and len(steps(w("E", "metrics.jsonl"))) == 30, f"{ck.header.get('train.seed')} {winner}")
+
+    # ---- resume mismatches ----
+    r, _ = train(w("F"), "--train.checkpoint_every", "2", "--debug.fail_rank", "0", "--debug.fail_step", "3",
+                 steps_=6)
+    before = digest_tree(w("F"))
+    for title, extra, needle in [
+            ("batch size", ["--train.batch_size", "2"], "train.batch_size = 4"),
+            ("sequence length", ["--train.seq_len", "8"], "train.seq_len = 16"),
+            ("loader", ["--data.loader", "random"], "data.loader = sequential"),
+            ("validation split", ["--data.val_fraction", "0.1"], "data.val_fraction = 0"),
+            ("corpus", ["--data.corpus", w("other.txt")], "the corpus differs")]:
+        r, _ = train(w("F"), "--resume", w("F", "checkpoint.bin"), *extra, steps_=6)
+        refused(f"resume with another {title} is refused, naming it", r, needle, before, digest_tree(w("F")))
+
+    # ---- divergence ----
+    r, _ = train(w("G"), "--optimizer.lr", "1e6", "--train.checkpoint_every", "1", steps_=8)
+    kept = os.path.exists(w("G", "checkpoint.bin"))
+    check("a diverging run (lr 1e6) stops with exit 1 and says so", r.returncode == 1 and "diverged" in r.stderr
+          and not os.path.exists(w("G", "metrics.jsonl")) and kept, r.stderr.strip()[-300:])
+    r, _ = train(w("H"), "--train.max_loss", "1.0", steps_=3)
+    check("train.max_loss sets the bound", r.returncode == 1 and "above train.max_loss 1" in r.stderr,
+          r.stderr.strip()[-300:])
+
+    # ---- ranks that disagree ----
+    if a.mpi and a.mpiexec:
+        for title, key, values in [("train.steps", "--train.steps", ("6", "8")),
+                                   ("learning rate", "--optimizer.lr", ("0.001", "0.002")),
+                                   ("batch size", "--train.batch_size", ("4", "8"))]:
+            out = w("mpi-" + key.strip("-"))
+            base = [a.mpi, "train", "--out", out, *small]
+            cmd = [a.mpiexec, "-n", "1", *base, "--train.steps", "6", key, values[0], ":",
+                   "-n", "1", *base, "--train.steps", "6", key, values[1]]
+            t0 = time.time()
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+                secs = time.time() - t0
+                ok = (r.returncode == 2 and f"{key[2:]} is '{values[0]}' on rank 0 but '{values[1]}' on rank 1"
+                      in r.stderr and secs < 20 and not os.path.exists(os.path.join(out, "metrics.jsonl")))
+                check(f"ranks with a different {title} stop at once, naming the key and the rank", ok,
+                      f"exit {r.returncode} after {secs:.1f} s: {r.stderr.strip()[-400:]}")
+            except subprocess.TimeoutExpired:
+                check(f"ranks with a different {title} stop at once", False, "hung (60 s)")
+    else:
+        print("skip ranks that disagree: no --mpi/--mpiexec")
+
+    # ---- two harness runs of one experiment ----
+    if a.harness:
+        exps, res = w("experiments"), w("results")
+        os.makedirs(exps)
+        with open(w("base.yaml"), "w") as f:
+            f.write(f"data:\n  corpus: {w('corpus.txt')}\nmodel:\n  block_size: 16\n  n_layer: 1\n  n_head: 2\n"
+                    "  n_embd: 16\ntrain:\n  batch_size: 4\n  seq_len: 16\n  steps: 20000\n  threads: 1\n"
+                    "  peak_gflops: 10\n")
+        with open(w("experiments", "race.yaml"), "w") as f:
+            f.write(f"kind: stages\ndescription: two harness runs at once.\nbase: {w('base.yaml')}\n"
+                    "repetitions: 1\nruns:\n  - stage: serial\n")
+        build = os.path.dirname(os.path.dirname(os.path.abspath(a.stage)))
+        cmd = [a.harness, "run", w("experiments", "race.yaml"), "--build", build, "--results", res,
+               "--reports", w("reports")]
+        first_log = open(w("harness1.log"), "w+")
+        first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=first_log, text=True, env=env)
+        deadline = time.time() + 30
+        while time.time() < deadline and first.poll() is None and not any(
+                os.path.exists(os.path.join(dp, "run.json")) for dp, _, _ in os.walk(res)):
+            time.sleep(0.05)
+        t0 = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+        secs = time.time() - t0
+        first.wait(timeout=300)
+        first_log.seek(0)
+        check("a second harness run of one experiment fails at once", r.returncode == 2 and "in use" in r.stderr
+              and secs < 10 and first.returncode == 0, f"{r.returncode} {secs:.1f} s: {r.stderr.strip()[-300:]} "
+              f"first: {first.returncode} {first_log.read()[-300:]}")
+
+    failed = results.count(False)
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
