@@ -22,6 +22,7 @@
 #include "model/tokenizer.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/mfu_peak.h"
 #include "train/run_config.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
@@ -434,6 +435,28 @@ TEST(AttentionDecode, MatchesTheLastRowOfTheFullForward) {
     EXPECT_TRUE(testing::all_close(be->name() + " decode", out.data(), full.data() + (T - 1) * C,
                                    static_cast<size_t>(C), 1e-5, 1e-5));
   }
+}
+
+}  // namespace
+}  // namespace gpt2
+
+namespace gpt2 {
+namespace {
+
+TEST(MfuPeak, ABusyStartUpDoesNotLowerThePeak) {
+  const fs::path dir = temp_dir("mfu_peak");
+  setenv("GPT2_CACHE_DIR", dir.c_str(), 1);
+  EXPECT_EQ(mfu_peak_cache_path(), (dir / "mfu_peak.json").string());
+  EXPECT_EQ(best_known_peak("machine|1x2", 100.0).gflops, 100.0);    // the first measurement
+  const MfuPeak busy = best_known_peak("machine|1x2", 40.0);           // measured while busy
+  EXPECT_EQ(busy.gflops, 100.0);
+  EXPECT_NE(busy.source.find("40.0 now"), std::string::npos) << busy.source;
+  EXPECT_EQ(best_known_peak("machine|1x1", 55.0).gflops, 55.0);       // another layout: its own entry
+  EXPECT_EQ(best_known_peak("machine|1x2", 120.0).gflops, 120.0);     // a better one replaces it
+  EXPECT_EQ(best_known_peak("machine|1x2", 90.0).gflops, 120.0);
+  std::ofstream(dir / "mfu_peak.json") << "{not json";                // a damaged cache is started again
+  EXPECT_EQ(best_known_peak("machine|1x2", 70.0).gflops, 70.0);
+  unsetenv("GPT2_CACHE_DIR");
 }
 
 }  // namespace
