@@ -397,6 +397,39 @@ def main():
                   "attempt kept": os.path.isdir(os.path.join(results, "smoke", serial_ok["run_id"] + ".last-attempt"))}
     check("a forced rerun that does not complete keeps the earlier completed run", all(conditions.values()),
           f"{conditions}: {r.stderr[-600:]}")
+    # 6b. Runs recorded by another build (here: other stage programs under --build) are not reused but rerun;
+    # the stand-in's attempts do not complete, so the earlier runs stay as they were.
+    done_dirs = [os.path.join(results, "smoke", x["run_id"]) for x in runs4 if x["status"] == "ok"]
+    before = [digest(d) for d in done_dirs]
+    r = harness("run", "--build", empty_build)
+    check("runs done by another build are rerun, not reused, and kept until a rerun completes",
+          "reused" not in r.stderr and r.stderr.count("done earlier by another build") == len(done_dirs) > 0
+          and [digest(d) for d in done_dirs] == before, r.stderr[-800:])
+    r = harness("run")
+    check("... and its own build's runs are reused again", r.stderr.count("reused") == len(done_dirs), r.stderr[-800:])
+
+    # 6c. A report after an interruption counts the planned repetitions: "ok 1/3", not "ok 1/1".
+    with open(os.path.join(exps, "reps.yaml"), "w") as f:
+        f.write(smoke.split("runs:")[0].replace("name: smoke", "name: reps").replace("repetitions: 1", "repetitions: 3")
+                .replace("[table1, table2, scaling]", "[table1]") + "runs:\n  - stage: serial\n    threads: 1\n")
+    p = subprocess.Popen([a.harness, "run", os.path.join(exps, "reps.yaml"), "--results", results, "--reports",
+                          reports], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
+    reps_dir = os.path.join(results, "reps")
+    deadline = time.time() + 60
+    while time.time() < deadline and not any(os.path.isfile(os.path.join(reps_dir, d, "status.json"))
+                                             for d in (os.listdir(reps_dir) if os.path.isdir(reps_dir) else [])):
+        time.sleep(0.02)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    r = harness("report", exp="reps.yaml")
+    t1_path = os.path.join(reports, "reps", "table1.md")
+    t1 = open(t1_path).read() if os.path.exists(t1_path) else ""
+    _, reps_rows = rows(os.path.join(reps_dir, "runs.csv"))
+    check("an interrupted experiment's report says ok 1/3 (the planned repetitions), runs.csv lists the runs not run",
+          r.returncode == 0 and "ok 1/3; not run 2/3" in t1
+          and sorted(x["status"] for x in reps_rows) == ["not run", "not run", "ok"], f"{r.stderr[-500:]} {t1[-800:]}")
+    os.remove(os.path.join(exps, "reps.yaml"))
 
     # 7. Bad experiment files: one clear error each, before anything runs.
     bad = {
@@ -409,10 +442,23 @@ def main():
         "zero.yaml": ("base: ../configs/original.yaml\nconfig: {train.steps: 0}\nruns:\n  - stage: serial\n", "train.steps"),
         "ranks.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: mpi\n    ranks: [2, 3]\n", "not divisible by 3"),
         "stage.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: mpii\n", "did you mean 'mpi'"),
+        "bigrep.yaml": ("base: ../configs/original.yaml\nrepetitions: 99999999999\nruns:\n  - stage: serial\n",
+                        "bigrep.yaml:2: repetitions: '99999999999' is out of range (allowed 1..1073741824)"),
+        "bigseed.yaml": ("base: ../configs/original.yaml\nseeds: [1, 99999999999999999999]\nruns:\n  - stage: serial\n",
+                         "seeds: '99999999999999999999' is out of range"),
+        "dupkey.yaml": ("base: ../configs/original.yaml\nrepetitions: 1\nrepetitions: 2\nruns:\n  - stage: serial\n",
+                        "dupkey.yaml:3: duplicate key 'repetitions' (first at line 2)"),
+        "dupcfg.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: serial\n    config:\n      train.steps: 1\n"
+                        "      train.steps: 2\n", "dupcfg.yaml:6: duplicate key 'train.steps' (first at line 5)"),
     }
     check_bad_files(bad, "bad experiment", exps, results, harness, check)
     r = harness("run", exp="unknown.yaml")
     check("an unknown key's error names its line", "unknown.yaml:2:" in r.stderr, r.stderr)
+    r = subprocess.run([os.path.abspath(a.harness), "run", os.path.join(exps, "smoke.yaml"), "--results", "--force"],
+                       capture_output=True, text=True, env=env, cwd=work)
+    check("an option where a value is expected: exit 2, one line, no folder named '--force'",
+          r.returncode == 2 and r.stderr.strip() == "harness: error: --results: missing value (got the option '--force')"
+          and not os.path.exists(os.path.join(work, "--force")), r.stderr)
     stage_errors = {
         "cfgkey.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: serial\n    config: {train.stepz: 3}\n",
                         "cfgkey.yaml:4: unknown key 'train.stepz' (did you mean 'train.steps'?)"),

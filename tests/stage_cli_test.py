@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Bad input to a stage program: each case must end with a non-zero exit and
-exactly one line on stderr, "<stage>: error: ...", that names the key, file or
-value at fault; and no existing file may be damaged (a finished run used as
+"""Bad input to a stage program: each case must end with exit status 2 (bad
+input) and exactly one line on stderr, "<stage>: error: ...", that names the
+key, file or value at fault; and no existing file may be damaged (a finished run used as
 --out with --overwrite, and the checkpoints the cases read, are compared byte
 for byte before and after).
 
@@ -74,6 +74,15 @@ def main():
         f.write("train:\n  steps: many\n")
     with open(w("a_file"), "w") as f:
         f.write("x")
+    for fname, text in [("big_int.yaml", "train:\n  steps: 99999999999\n"),
+                        ("dup_key.yaml", "train:\n  steps: 2\n  batch_size: 2\n  steps: 3\n"),
+                        ("dup_section.yaml", "train:\n  steps: 2\nmodel:\n  n_layer: 1\ntrain:\n  seq_len: 16\n")]:
+        with open(w(fname), "w") as f:
+            f.write(text)
+    os.makedirs(w("a_dir"))
+    os.mkfifo(w("fifo"))
+    with open(w("huge.txt"), "wb") as f:  # sparse: 1 GiB and one byte, without writing them
+        f.truncate((1 << 30) + 1)
     protected = {"finished": digest_tree(w("finished"))}
 
     train = [stage, "train", "--out", w("finished"), "--overwrite"] + small
@@ -117,14 +126,41 @@ def main():
          ["checkpoint has model.n_embd = 16", "32"]),
         ("unknown command", [stage, "fly"], ["unknown command 'fly'"]),
         ("generate without a checkpoint", [stage, "generate", "--prompt", "the cat"], ["--checkpoint"]),
+        ("integer out of range in YAML", train + ["--config", w("big_int.yaml")],
+         ["big_int.yaml:2", "train.steps", "out of range", "(allowed -2147483648..2147483647)"]),
+        ("integer beyond 64 bits on the command line", train + ["--train.steps", "99999999999999999999"],
+         ["train.steps", "out of range", "allowed"]),
+        ("a directory as --config", train + ["--config", w("a_dir")], ["a_dir: is a directory, expected a YAML file"]),
+        ("a directory as --checkpoint", [stage, "generate", "--checkpoint", w("a_dir"), "--prompt", "the cat"],
+         ["a_dir: is a directory, expected a checkpoint file"]),
+        ("a directory as --resume", [stage, "train", "--out", w("resumed3"), "--resume", w("a_dir")] + small,
+         ["a_dir: is a directory, expected a checkpoint file"]),
+        ("duplicate key in YAML", train + ["--config", w("dup_key.yaml")],
+         ["dup_key.yaml:4: duplicate key 'train.steps' (first at line 2)"]),
+        ("duplicate section in YAML", train + ["--config", w("dup_section.yaml")],
+         ["dup_section.yaml:5: duplicate key 'train' (first at line 1)"]),
+        ("an option where a value is expected", [stage, "train", "--out", "--overwrite"] + small,
+         ["--out: missing value (got the option '--overwrite')"]),
+        ("validation split leaving too little to train", train + ["--data.val_fraction", "0.999"],
+         ["data.val_fraction 0.999", "for training", "held out for validation"]),
+        ("a device as the corpus", train + ["--data.corpus", "/dev/zero"], ["data.corpus", "/dev/zero",
+                                                                            "not a regular file"]),
+        ("a FIFO as the corpus", train + ["--data.corpus", w("fifo")], ["data.corpus", "fifo", "not a regular file"]),
+        ("a corpus above the size limit", train + ["--data.corpus", w("huge.txt")], ["huge.txt", "1 GiB"]),
+        ("an empty prompt", [stage, "generate", "--checkpoint", ckpt, "--prompt", ""], ["--prompt: empty prompt"]),
+        ("a model key given to generate", [stage, "generate", "--checkpoint", ckpt, "--prompt", "the cat",
+                                           "--model.n_layer", "3"],
+         ["--model.n_layer: generate takes the model from the checkpoint; this key has no effect"]),
+        ("an optimizer key given to generate", [stage, "generate", "--checkpoint", ckpt, "--prompt", "the cat",
+                                                "--optimizer.lr", "0.1"], ["--optimizer.lr", "no effect"]),
     ]
     passed = failed = 0
     for title, cmd, needles in cases:
         r = subprocess.run(cmd, capture_output=True, text=True, cwd=work, timeout=120)
         lines = [l for l in r.stderr.splitlines() if l.strip()]
         problems = []
-        if r.returncode == 0:
-            problems.append("exit status 0")
+        if r.returncode != 2:
+            problems.append(f"exit status {r.returncode}, not 2 (bad input)")
         if len(lines) != 1 or not lines[0].startswith(f"{name}: error: "):
             problems.append(f"stderr is not one '{name}: error:' line: {r.stderr!r}")
         for n in needles:
@@ -139,15 +175,21 @@ def main():
         else:
             passed += 1
             print(f"ok   {title}: exit {r.returncode}: {lines[0]}")
-    # The good checkpoint still generates.
-    g = subprocess.run([stage, "generate", "--checkpoint", ckpt, "--prompt", "the cat sat"], capture_output=True,
-                       text=True)
-    if g.returncode == 0 and g.stdout.strip():
-        passed += 1
-        print(f"ok   the original checkpoint still generates: {g.stdout.strip()!r}")
-    else:
+    if os.path.exists(w("--overwrite")):
         failed += 1
-        print(f"FAIL the original checkpoint no longer generates: {g.stderr}")
+        print("FAIL a directory named '--overwrite' was created")
+    # The good checkpoint still generates, also given the training run's own
+    # configuration file (which holds model and optimizer sections).
+    for extra in ([], ["--config", w("finished", "config.yaml")]):
+        g = subprocess.run([stage, "generate", "--checkpoint", ckpt, "--prompt", "the cat sat"] + extra,
+                           capture_output=True, text=True, cwd=work)
+        if g.returncode == 0 and g.stdout.strip():
+            passed += 1
+            print(f"ok   the original checkpoint still generates{' with ' + ' '.join(extra) if extra else ''}: "
+                  f"{g.stdout.strip()!r}")
+        else:
+            failed += 1
+            print(f"FAIL the original checkpoint no longer generates{' with --config' if extra else ''}: {g.stderr}")
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "train/metrics.h"
@@ -88,6 +89,58 @@ TEST(Fields, RejectsMalformedAndOutOfRangeText) {
     EXPECT_EQ(s.small, before.small);
     EXPECT_EQ(s.list, before.list);
   }
+}
+
+TEST(Fields, NumbersTooLargeForTheirTypeAreOutOfRangeNotMalformed) {
+  Section s;
+  Fields f;
+  f.add_section("train", s);
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"train.steps", "99999999999", "(allowed -2147483648..2147483647)"},
+      {"train.steps", "99999999999999999999", "(allowed -9223372036854775808..9223372036854775807)"},
+      {"train.small", "256", "(allowed 0..255)"},
+      {"train.seed", "99999999999999999999", "(allowed 0..18446744073709551615)"},
+      {"train.lr", "1e99", "out of range (allowed "},
+  };
+  for (const auto& [key, text, range] : cases) {
+    try {
+      f.set(key, text, "c.yaml:2");
+      ADD_FAILURE() << key << " accepted '" << text << "'";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("c.yaml:2: " + key + ": '" + text + "' is out of range", 0), 0u) << m;
+      EXPECT_NE(m.find(range), std::string::npos) << m;
+    }
+  }
+}
+
+TEST(CommandLine, AnOptionWhereAValueIsExpectedIsAMissingValue) {
+  Section s;
+  Fields f;
+  f.add_section("train", s);
+  std::string out;
+  bool overwrite = false;
+  f.add("out", out, "output", "path");
+  f.add("overwrite", overwrite, "overwrite");
+  try {
+    parse_command_line({"--out", "--overwrite"}, f);
+    FAIL() << "took '--overwrite' for the value of --out";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "--out: missing value (got the option '--overwrite')");
+  }
+  try {  // the same for a configuration key and for an extra key of a stage
+    parse_command_line({"--train.steps", "--train.lr", "1"}, f);
+    FAIL() << "took '--train.lr' for the value of --train.steps";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "--train.steps: missing value (got the option '--train.lr')");
+  }
+  EXPECT_THROW(parse_command_line({"--config", "--help"}, f, {"config"}), std::invalid_argument);
+  // A negative number is a value: it reaches the field's own validation.
+  const CommandLine cl = parse_command_line({"--train.lr", "-1", "--train.steps", "-3", "--out=--odd"}, f);
+  apply_settings(f, cl);
+  EXPECT_EQ(s.lr, -1.0f);
+  EXPECT_EQ(s.steps, -3);
+  EXPECT_EQ(out, "--odd");
 }
 
 TEST(Fields, UnknownKeysGetADidYouMean) {

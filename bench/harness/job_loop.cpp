@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iterator>
@@ -22,6 +23,30 @@ std::string id_hash(const std::string& key) {
   return fmt::format("{:010x}", fnv1a64(key.data(), key.size()) & 0xffffffffffull);
 }
 
+std::string programs_identity(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path self = fs::canonical("/proc/self/exe", ec);
+  std::vector<fs::path> programs;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const fs::perms p = e.status().permissions();
+    if (!e.is_regular_file() || (p & fs::perms::owner_exec) == fs::perms::none) continue;
+    if (fs::equivalent(e.path(), self, ec)) continue;  // the harness: its edits change no measurement
+    programs.push_back(e.path());
+  }
+  std::sort(programs.begin(), programs.end());
+  uint64_t h = kFnvOffsetBasis;
+  std::vector<char> buf(1 << 20);
+  for (const fs::path& p : programs) {
+    const std::string name = p.filename().string();
+    h = fnv1a64(name.data(), name.size(), h);
+    std::ifstream f(p, std::ios::binary);
+    while (f.read(buf.data(), static_cast<std::streamsize>(buf.size())) || f.gcount() > 0) {
+      h = fnv1a64(buf.data(), static_cast<size_t>(f.gcount()), h);
+    }
+  }
+  return fmt::format("{}+programs:{:010x}", build_info().git_commit, h & 0xffffffffffull);
+}
+
 std::optional<Json> read_json_file(const fs::path& p) {
   std::ifstream f(p);
   if (!f) return std::nullopt;
@@ -34,14 +59,15 @@ std::optional<Status> read_status(const fs::path& dir) {
     const std::optional<Json> j = read_json_file(dir / "status.json");
     if (!j) return std::nullopt;
     return Status{j->at("status").get<std::string>(), j->value("reason", ""), j->value("seconds", 0.0),
-                  j->value("date", "")};
+                  j->value("date", ""), j->value("build", "")};
   } catch (const std::exception&) {
     return std::nullopt;  // unreadable (a half-written file from another tool): the job is not done
   }
 }
 
 void write_status(const fs::path& dir, const Status& s) {
-  const Json j{{"status", s.status}, {"reason", s.reason}, {"seconds", round_fixed(s.seconds, 3)}, {"date", s.date}};
+  const Json j{{"status", s.status}, {"reason", s.reason}, {"seconds", round_fixed(s.seconds, 3)}, {"date", s.date},
+               {"build", s.build}};
   write_file_atomically(dir / "status.json", json_text(j) + "\n");
 }
 
@@ -73,7 +99,7 @@ Status status_of_exit(int rc, const fs::path& log, double timeout_s) {
   return Status{"failed", why.empty() ? fmt::format("exit status {} (see log.txt)", rc) : why, 0, ""};
 }
 
-int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool force,
+int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool force, const std::string& build,
              const std::function<void()>& after_commit) {
   fs::create_directories(results_dir);
   // One harness at a time per results folder: two at once would interleave
@@ -85,9 +111,14 @@ int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool for
     const Job& job = jobs[index - 1];
     const fs::path dir = results_dir / job.id;
     const std::optional<Status> prev = read_status(dir);
-    if (prev && prev->status == "ok" && !force) {
+    const bool done = prev && prev->status == "ok";
+    if (done && !force && prev->build == build) {
       fmt::print(stderr, "[{}/{}] {}: done earlier, reused\n", index, total, job.id);
       continue;
+    }
+    if (done && !force) {  // numbers of other programs are not this build's: measure again, keep them meanwhile
+      fmt::print(stderr, "[{}/{}] {}: done earlier by another build ({}), rerun; kept until this run completes\n",
+                 index, total, job.id, prev->build.empty() ? "not recorded" : prev->build);
     }
     fmt::print(stderr, "[{}/{}] {}: running ({})...\n", index, total, job.id, job.plan);
     const fs::path attempt = attempt_dir(dir);
@@ -101,6 +132,7 @@ int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool for
       st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     if (st.status == "failed") ++failed;
+    st.build = build;
     if (!commit_attempt(dir, st, prev)) {
       fmt::print(stderr, "[{}/{}] {}: this attempt {} ({}); the earlier completed run is kept, the attempt is in {}\n",
                  index, total, job.id, st.status, st.reason, dir.string() + ".last-attempt");
@@ -158,10 +190,10 @@ void write_job_index(const fs::path& index, const std::string& label_column, con
   write_file_atomically(index, job_index_csv(label_column, rows));
 }
 
-int run_indexed_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool force, const std::string& index,
-                     const std::string& label_column) {
+int run_indexed_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool force, const std::string& build,
+                     const std::string& index, const std::string& label_column) {
   auto write_index = [&] { write_job_index(results_dir / index, label_column, jobs, results_dir); };
-  const int failed = run_jobs(jobs, results_dir, force, write_index);
+  const int failed = run_jobs(jobs, results_dir, force, build, write_index);
   write_index();
   return failed;
 }

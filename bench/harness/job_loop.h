@@ -4,7 +4,9 @@
 //
 // A job counts as done only once its status.json says ok; status.json is
 // written last and atomically. A rerun reuses done jobs unless `force`, so an
-// interrupted experiment resumes where it stopped. Each attempt runs in
+// interrupted experiment resumes where it stopped; a job done by another build
+// of the programs (status.json's "build", programs_identity) is not reused but
+// rerun, its results kept until the new attempt completes. Each attempt runs in
 // "<job-id>.attempt/", created empty; a job that cannot run here is recorded
 // as skipped with the reason, never run. A forced rerun of a done job that
 // does not complete is kept as "<job-id>.last-attempt/" and the done job
@@ -30,6 +32,7 @@ struct Status {
   std::string status, reason;
   double seconds = 0;
   std::string date;
+  std::string build = {};  // programs_identity of the programs that made it ("" in older results)
 };
 // nullopt when there is none or it cannot be read (the job is not done).
 std::optional<Status> read_status(const std::filesystem::path& dir);
@@ -49,6 +52,14 @@ bool commit_attempt(const std::filesystem::path& dir, Status st, const std::opti
 // the last error line of the log. `seconds` is left for the loop.
 Status status_of_exit(int rc, const std::filesystem::path& log, double timeout_s);
 
+// The build of the programs in `dir` (the stage programs, or the benchmark
+// programs): this harness's `git describe --dirty` and a hash of the bytes of
+// every executable file directly in `dir` but the harness itself, e.g.
+// "3dbc8a5-dirty+programs:0a1b2c3d4e". The description alone is one "-dirty"
+// for every set of uncommitted edits, and names the harness's build, not the
+// one --build points at.
+std::string programs_identity(const std::filesystem::path& dir);
+
 // The hash in a job's id: 40 bits of FNV-1a over what the job depends on
 // (its settings, its configuration, the build), as 10 hex digits.
 std::string id_hash(const std::string& key);
@@ -64,11 +75,13 @@ struct Job {
 };
 
 // Runs (or reuses) every job into results_dir/<id>, printing a progress line
-// before and after each; `after_commit` runs after each attempt put in place
-// (to rewrite an index, so an interruption loses nothing recorded). Returns
-// the number of jobs whose attempt failed.
+// before and after each; `build` (programs_identity) is recorded in each
+// status.json, and a done job recorded with another is rerun. `after_commit`
+// runs after each attempt put in place (to rewrite an index, so an
+// interruption loses nothing recorded). Returns the number of jobs whose
+// attempt failed.
 int run_jobs(const std::vector<Job>& jobs, const std::filesystem::path& results_dir, bool force,
-             const std::function<void()>& after_commit = {});
+             const std::string& build, const std::function<void()>& after_commit = {});
 
 // The commands of one job, run one after another with their output appended
 // to the job's log.txt, within the job's time limit as a whole.
@@ -95,7 +108,7 @@ inline constexpr const char* kJobsIndex = "jobs.csv";
 // rewritten after every job and at the end: kernels, peer and mpi_step
 // experiments.
 int run_indexed_jobs(const std::vector<Job>& jobs, const std::filesystem::path& results_dir, bool force,
-                     const std::string& index, const std::string& label_column);
+                     const std::string& build, const std::string& index, const std::string& label_column);
 
 // A JSON file of a job's directory (status.json, job.json, a program's
 // output), or nullopt where there is none; throws std::runtime_error naming

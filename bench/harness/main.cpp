@@ -151,7 +151,7 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver) {
     l = Loaded{ex->name, ex->description, fmt::format("{:>3} benchmark programs", ex->programs.size()), kKernelsIndex,
                [ex, at](bool force) {
                  return run_indexed_jobs(kernels_jobs(*ex, at.build / "bench"), at.results / ex->name, force,
-                                         kKernelsIndex, "program");
+                                         programs_identity(at.build / "bench"), kKernelsIndex, "program");
                },
                [ex, at](const std::string& cmd) {
                  return write_kernels_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);
@@ -162,7 +162,8 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver) {
                [ex, at](bool force) {
                  const fs::path script = fs::path(kRepoRoot) / "bench" / "peers" / "torch_gpt2.py";
                  return run_indexed_jobs(peer_jobs(*ex, at.build_id, at.build / "bench", script),
-                                         at.results / ex->name, force, kJobsIndex, "job");
+                                         at.results / ex->name, force, programs_identity(at.build / "bench"),
+                                         kJobsIndex, "job");
                },
                [ex, at](const std::string& cmd) {
                  return write_peer_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);
@@ -172,7 +173,7 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver) {
     l = Loaded{ex->name, ex->description, fmt::format("{:>3} MPI jobs", ex->jobs.size()), kJobsIndex,
                [ex, at](bool force) {
                  return run_indexed_jobs(mpi_step_jobs(*ex, at.build_id, at.build / "stages"), at.results / ex->name,
-                                         force, kJobsIndex, "job");
+                                         force, programs_identity(at.build / "stages"), kJobsIndex, "job");
                },
                [ex, at](const std::string& cmd) {
                  return write_mpi_step_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);

@@ -40,7 +40,7 @@ const Kind* find_kind(const std::string& name) {
 void write_runs(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
   std::string md = preamble(spec, in.runs, "every run");
   if (in.runs.empty()) md += "No runs recorded.\n";
-  if (!in.any_ok && !in.runs.empty()) md += fmt::format("Every run was skipped or failed: {}.\n\n", kNoRuns);
+  if (!in.any_ok && !in.runs.empty()) md += fmt::format("Every run was skipped, failed or not run yet: {}.\n\n", kNoRuns);
   std::vector<std::vector<std::string>> rows;
   for (const Run& r : in.runs) {
     rows.push_back({r.run_id, r.stage, std::to_string(r.ranks), std::to_string(r.threads), std::to_string(r.repetition),

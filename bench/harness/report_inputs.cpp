@@ -172,7 +172,10 @@ std::string status_word(const ConfigRuns& c) {
   for (const Run* r : c.all) {
     if (r->status == "failed") return "failed";
   }
-  return "skipped";
+  for (const Run* r : c.all) {
+    if (r->status == "skipped") return "skipped";
+  }
+  return "not run";
 }
 
 std::string reasons(const ConfigRuns& c) {

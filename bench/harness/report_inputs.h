@@ -70,9 +70,10 @@ struct LossData {
 };
 LossData load_loss(const std::filesystem::path& path, const std::vector<Run>& runs);
 
-// "ok 3/3", "ok 2/3; failed 1/3: <reason>", "skipped: <reason>".
+// "ok 3/3", "ok 2/3; failed 1/3: <reason>", "ok 1/3; not run 2/3", "skipped: <reason>":
+// out of the planned repetitions (runs.csv lists the runs not run yet too).
 std::string status_text(const ConfigRuns& c);
-// One word for the CSV: ok, partial (some repetitions not ok), failed, skipped.
+// One word for the CSV: ok, partial (some repetitions not ok), failed, skipped, not run.
 std::string status_word(const ConfigRuns& c);
 // The distinct reasons of the runs that are not ok, "; "-separated.
 std::string reasons(const ConfigRuns& c);

@@ -60,10 +60,8 @@ std::string text_of(const Json& provenance, const char* key) {
   return it->is_string() ? it->get<std::string>() : json_text(*it);
 }
 
-}  // namespace
-
-RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st, const fs::path& dir,
-               std::vector<LossRow>& loss) {
+// What a row says of the run whatever became of it: which run it is.
+RunRow planned_row(const std::string& experiment, const RunSpec& r) {
   RunRow row;
   row.experiment = experiment;
   row.run_id = r.id;
@@ -72,6 +70,14 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
   row.threads = r.threads;
   row.repetition = r.repetition;
   row.seed = r.seed;
+  return row;
+}
+
+}  // namespace
+
+RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st, const fs::path& dir,
+               std::vector<LossRow>& loss) {
+  RunRow row = planned_row(experiment, r);
   row.status = st.status;
   row.reason = st.reason;
   // Provenance: the run's own when it completed, else this machine's and
@@ -111,7 +117,15 @@ void write_results_csv(const Experiment& ex, const fs::path& results_dir) {
   for (const RunSpec& r : ex.runs) {
     const fs::path dir = results_dir / r.id;
     const std::optional<Status> st = read_status(dir);
-    if (st) runs.push_back(run_row(ex.name, r, *st, dir, loss));  // else: not run yet
+    if (st) {
+      runs.push_back(run_row(ex.name, r, *st, dir, loss));
+    } else {
+      // Listed all the same, so a report counts the planned repetitions
+      // ("ok 1/3; not run 2/3" after an interruption, not "ok 1/1").
+      RunRow row = planned_row(ex.name, r);
+      row.status = "not run";
+      runs.push_back(std::move(row));
+    }
   }
   write_file_atomically(results_dir / "runs.csv", runs_csv(runs));
   write_file_atomically(results_dir / "loss.csv", loss_csv(loss));
@@ -137,7 +151,8 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
                        }});
   }
   // runs.csv after every run: an interruption loses nothing recorded.
-  const int failed = run_jobs(jobs, opt.results_dir, opt.force, [&] { write_results_csv(ex, opt.results_dir); });
+  const int failed = run_jobs(jobs, opt.results_dir, opt.force, programs_identity(opt.stages_dir),
+                              [&] { write_results_csv(ex, opt.results_dir); });
   write_results_csv(ex, opt.results_dir);
   return failed;
 }

@@ -185,8 +185,8 @@ std::vector<RunRow> read_runs_csv(const fs::path& path) {
       throw std::runtime_error(fmt::format("{}: row {}: stage '{}' is not one of serial, mpi, cuda, mpi_cuda",
                                            path.string(), k + 1, r.stage));
     }
-    if (r.status != "ok" && r.status != "failed" && r.status != "skipped") {
-      throw std::runtime_error(fmt::format("{}: row {}: status '{}' is not one of ok, failed, skipped",
+    if (r.status != "ok" && r.status != "failed" && r.status != "skipped" && r.status != "not run") {
+      throw std::runtime_error(fmt::format("{}: row {}: status '{}' is not one of ok, failed, skipped, not run",
                                            path.string(), k + 1, r.status));
     }
   }

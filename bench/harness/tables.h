@@ -29,7 +29,7 @@ struct RunRow {
   std::string experiment, run_id, stage;
   int ranks = 0, threads = 0, repetition = 0;
   uint64_t seed = 0;
-  std::string status, reason;  // ok | failed | skipped, and why
+  std::string status, reason;  // ok | failed | skipped | not run (planned, no attempt recorded), and why
   // From the run's summary record; empty unless the run completed.
   std::optional<double> training_s, inference_s, tokens_per_s, final_loss;
   std::optional<int64_t> steps;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -25,11 +26,39 @@ std::optional<double> finite_number(const std::string& s) {
   return v;
 }
 
+// yaml-cpp keeps both entries of a repeated key and a lookup sees the first,
+// so a repeated `repetitions:` (or a repeated override in a `config:` map)
+// would silently mean the first. Every mapping of the file, at any depth.
+void refuse_duplicate_keys(const YAML::Node& n, const fs::path& file) {
+  if (n.IsSequence()) {
+    for (const auto& x : n) refuse_duplicate_keys(x, file);
+  }
+  if (!n.IsMap()) return;
+  std::map<std::string, int> first_line;
+  for (const auto& kv : n) {
+    const int line = kv.first.Mark().line + 1;
+    if (kv.first.IsScalar()) {
+      const auto [it, fresh] = first_line.emplace(kv.first.as<std::string>(), line);
+      if (!fresh) {
+        throw std::invalid_argument(fmt::format("{}:{}: duplicate key '{}' (first at line {})", file.string(), line,
+                                                it->first, it->second));
+      }
+    }
+    refuse_duplicate_keys(kv.second, file);
+  }
+}
+
 }  // namespace
 
 YAML::Node load_experiment_yaml(const fs::path& file) {
+  // A directory opens as a stream on Linux and fails only when read.
+  if (fs::is_directory(file)) {
+    throw std::invalid_argument(fmt::format("{}: is a directory, expected a YAML file", file.string()));
+  }
   try {
-    return YAML::LoadFile(file.string());
+    YAML::Node root = YAML::LoadFile(file.string());
+    refuse_duplicate_keys(root, file);
+    return root;
   } catch (const YAML::BadFile&) {
     throw std::invalid_argument(fmt::format("{}: cannot read the experiment file", file.string()));
   } catch (const YAML::ParserException& e) {
@@ -93,14 +122,18 @@ std::string Reader::scalar(const YAML::Node& n, const std::string& key) const {
 }
 
 int Reader::integer(const YAML::Node& n, const std::string& key, int min) const {
+  constexpr int64_t kMax = 1 << 30;
   const std::string s = scalar(n, key);
+  const size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  const bool digits = s.size() > sign && s.find_first_not_of("0123456789", sign) == std::string::npos;
+  if (!digits) fail(n, fmt::format("{}: expected an integer >= {}, got '{}'", key, min, s));
+  int64_t v = kMax + 1;  // digits beyond 64 bits: out of range, like any other too-large value
   try {
-    size_t used = 0;
-    const long v = std::stol(s, &used);
-    if (used == s.size() && v >= min && v <= 1 << 30) return static_cast<int>(v);
-  } catch (const std::exception&) {
+    v = parse_int64(key, s);
+  } catch (const std::invalid_argument&) {
   }
-  fail(n, fmt::format("{}: expected an integer >= {}, got '{}'", key, min, s));
+  if (v < min || v > kMax) fail(n, fmt::format("{}: '{}' is out of range (allowed {}..{})", key, s, min, kMax));
+  return static_cast<int>(v);
 }
 
 bool Reader::boolean(const YAML::Node& n, const std::string& key) const {
@@ -148,12 +181,10 @@ std::vector<uint64_t> Reader::seeds(const YAML::Node& n) const {
   auto one = [&](const YAML::Node& x) {
     const std::string s = scalar(x, "seeds");
     try {
-      size_t used = 0;
-      const uint64_t v = std::stoull(s, &used);
-      if (used == s.size() && s[0] != '-') return v;
-    } catch (const std::exception&) {
+      return parse_uint64("seeds", s);  // "out of range (allowed 0..)" past 64 bits
+    } catch (const std::invalid_argument& e) {
+      fail(x, e.what());
     }
-    fail(x, fmt::format("seeds: expected a non-negative integer, got '{}'", s));
   };
   if (n.IsSequence()) {
     for (const auto& x : n) out.push_back(one(x));

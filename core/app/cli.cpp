@@ -87,6 +87,20 @@ std::string default_out_dir(const std::string& stage) {
   return fmt::format("runs/{}-{}", stage, buf);
 }
 
+// generate reads only data.*, train.* and generate.* (its --help lists no
+// others): the checkpoint defines the model, and nothing is trained. A
+// command-line override of another key would be silently ignored, so it is
+// refused. Its --config file may hold every section (the training file).
+void refuse_unused_by_generate(const CommandLine& cl) {
+  for (const auto& [key, value] : cl.settings) {
+    const std::string section = key.substr(0, key.find('.'));
+    if (section == "data" || section == "train" || section == "generate") continue;
+    throw std::invalid_argument(fmt::format("--{}: {}; this key has no effect", key,
+                                            section == "model" ? "generate takes the model from the checkpoint"
+                                                               : "generate does not train"));
+  }
+}
+
 int run(int argc, char** argv, const StageContext& ctx, const std::string& note) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) throw std::invalid_argument("no command given (expected train, generate or config; see --help)");
@@ -114,6 +128,7 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
     return v ? *v : std::string();
   };
   const std::string config_file = get("config");
+  if (command == "generate") refuse_unused_by_generate(cl);
   if (!config_file.empty()) load_yaml(cfg, config_file);
   apply_settings(fields, cl);
 
@@ -126,6 +141,11 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
     run_train(req, ctx);
     if (root) fmt::print(stderr, "[{}] results in {}\n", ctx.stage, req.out_dir);
   } else {
+    // GenerateRequest's "" means "no prompt: take it from the corpus"; one
+    // given empty on purpose is a mistake, not a request for the corpus.
+    if (const std::string* p = cl.find("prompt"); p && p->empty()) {
+      throw std::invalid_argument("--prompt: empty prompt (leave --prompt out to start from the corpus)");
+    }
     run_generate(GenerateRequest{cfg, get("checkpoint"), get("prompt")}, ctx);
   }
   return 0;
@@ -160,9 +180,12 @@ int tool_main(const char* program, int (*run)(int, char**), int argc, char** arg
   } catch (const BackendUnavailable& e) {
     fmt::print(stderr, "{}: {}\n", program, e.what());
     return kExitUnavailable;
-  } catch (const std::exception& e) {
+  } catch (const std::invalid_argument& e) {  // bad input: options, configuration, files
     fmt::print(stderr, "{}: error: {}\n", program, e.what());
     return kExitUsage;
+  } catch (const std::exception& e) {  // the measurement itself failed, as a stage's run does
+    fmt::print(stderr, "{}: error: {}\n", program, e.what());
+    return kExitFailure;
   }
 }
 

@@ -26,7 +26,8 @@ int stage_main(int argc, char** argv, const StageContext& ctx, const std::string
 
 // main() of a tool (the benchmark programs): runs `run`; a BackendUnavailable
 // becomes "<program>: <what>" and kExitUnavailable, any other exception
-// "<program>: error: <what>" and kExitUsage.
+// "<program>: error: <what>" and kExitUsage for std::invalid_argument (bad
+// input), kExitFailure otherwise: the stages' exit statuses.
 int tool_main(const char* program, int (*run)(int, char**), int argc, char** argv);
 
 // Reports an error the way stage_main does (once per job; every rank ends)

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -355,6 +356,18 @@ void load_params(const Checkpoint& ck, Gpt2& model) {
     throw std::invalid_argument("load_params: checkpoint and model configurations differ");
   }
   model.params_from_host(ck.params);
+}
+
+Checkpoint load_given_checkpoint(const std::string& path) {
+  // A directory opens as a stream on Linux and fails only when read ("basic_filebuf::underflow").
+  if (std::filesystem::is_directory(path)) {
+    throw std::invalid_argument(fmt::format("{}: is a directory, expected a checkpoint file", path));
+  }
+  try {
+    return load_checkpoint(path);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());
+  }
 }
 
 }  // namespace gpt2

@@ -79,6 +79,10 @@ void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer
 // unsupported version, truncated, checksum mismatch (corrupted), a missing or
 // malformed header entry, inconsistent sizes.
 Checkpoint load_checkpoint(const std::string& path);
+// load_checkpoint of a file the user named (--checkpoint, --resume): a
+// directory, or any of load_checkpoint's problems, is bad input, thrown as
+// std::invalid_argument (the stages' exit status 2), not a failure of the run.
+Checkpoint load_given_checkpoint(const std::string& path);
 
 // Throws std::invalid_argument naming the first field where the checkpoint's
 // model configuration differs from `expected`.

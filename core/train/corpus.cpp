@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,10 +12,33 @@ namespace gpt2 {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The whole corpus is held in memory (and tokenized there): a larger file is
+// more likely a mistake than a corpus for this engine.
+constexpr uintmax_t kMaxCorpusBytes = uintmax_t{1} << 30;
+
+}  // namespace
+
 std::string read_corpus(const std::string& path) {
   if (path.empty()) throw std::invalid_argument("data.corpus: no corpus file given");
+  // Checked before reading: a device (/dev/zero) or a FIFO never ends, and
+  // reading it would end in bad_alloc rather than an error naming the file.
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    throw std::invalid_argument(fmt::format("data.corpus: '{}' is {}, expected a regular file", path,
+                                            fs::is_directory(st) ? "a directory" : "not a regular file"));
+  }
+  if (fs::exists(st)) {
+    const uintmax_t size = fs::file_size(path, ec);
+    if (!ec && size > kMaxCorpusBytes) {
+      throw std::invalid_argument(
+          fmt::format("data.corpus: '{}' is {} bytes, above the limit of 1 GiB ({} bytes)", path, size, kMaxCorpusBytes));
+    }
+  }
   std::ifstream f(path, std::ios::binary);
-  if (!f || fs::is_directory(path)) {
+  if (!f) {
     throw std::invalid_argument(fmt::format("data.corpus: cannot read '{}': {}", path,
                                             fs::exists(path) ? "not a readable file" : "no such file"));
   }

@@ -162,7 +162,7 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   // Data: rank 0 reads the checkpoint and the corpus; every rank gets tokens.
   std::optional<Checkpoint> ckpt;
   if (rank == 0 && !resume.empty()) {
-    ckpt = load_checkpoint(resume);
+    ckpt = load_given_checkpoint(resume);
     check_training_checkpoint(*ckpt, c, resume);
   }
   Corpus corpus = load_corpus(c.data.corpus, c.data.tokenizer, ckpt ? &ckpt->tokenizer : nullptr, comm);
@@ -178,7 +178,11 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
     st->loader.emplace(st->split.train, c.train.batch_size, c.train.seq_len, c.data.loader, c.train.seed,
                        rank * st->rows, st->rows);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(fmt::format("data.corpus '{}': {}", c.data.corpus, e.what()));
+    if (st->split.val.empty()) throw std::invalid_argument(fmt::format("data.corpus '{}': {}", c.data.corpus, e.what()));
+    // The corpus may be long enough: the held-out share left too little for training.
+    throw std::invalid_argument(fmt::format(
+        "data.val_fraction {}: leaves {} of the corpus's {} tokens for training ({} held out for validation): {}",
+        c.data.val_fraction, st->split.train.size(), st->tokens.size(), st->split.val.size(), e.what()));
   }
   st->eval_on = c.train.eval_every > 0 && !st->split.val.empty();
   if (st->eval_on) {  // the validation split must hold one batch: fail now, not at the first evaluation

@@ -204,7 +204,7 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
     return;
   }
   if (req.checkpoint.empty()) throw std::invalid_argument("--checkpoint: a checkpoint file is required");
-  const Checkpoint ck = load_checkpoint(req.checkpoint);
+  const Checkpoint ck = load_given_checkpoint(req.checkpoint);
   std::vector<int32_t> prompt;
   if (!req.prompt.empty()) {
     prompt = ck.tokenizer.encode(req.prompt, "--prompt");

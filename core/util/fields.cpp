@@ -5,11 +5,17 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace gpt2 {
 
 namespace {
+
+template <typename X>
+std::string out_of_range(const std::string& key, const std::string& text, X lowest, X highest) {
+  return fmt::format("{}: '{}' is out of range (allowed {}..{})", key, text, lowest, highest);
+}
 
 template <typename X>
 X parse_number(const std::string& key, const std::string& text, const char* expected) {
@@ -19,6 +25,10 @@ X parse_number(const std::string& key, const std::string& text, const char* expe
   if (!text.empty() && text[0] == '+') ++first;  // from_chars takes no '+'
   const bool second_sign = first != text.data() && first != last && (*first == '-' || *first == '+');
   auto [end, ec] = std::from_chars(first, last, v);
+  if (!text.empty() && !second_sign && ec == std::errc::result_out_of_range && end == last) {
+    // Well-formed but too large: say so, rather than "expected an integer".
+    throw std::invalid_argument(out_of_range(key, text, std::numeric_limits<X>::lowest(), std::numeric_limits<X>::max()));
+  }
   if (text.empty() || second_sign || ec != std::errc() || end != last) {
     throw std::invalid_argument(fmt::format("{}: expected {}, got '{}'", key, expected, text));
   }
@@ -265,6 +275,12 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const Field
         value = "true";
       } else {
         if (i + 1 >= args.size()) throw std::invalid_argument(fmt::format("--{}: missing value", key));
+        // `--out --overwrite` forgot the value: taking the next option as it
+        // would train into a directory named "--overwrite". A value that
+        // starts with "-" alone (a negative number) is still a value.
+        if (args[i + 1].rfind("--", 0) == 0) {
+          throw std::invalid_argument(fmt::format("--{}: missing value (got the option '{}')", key, args[i + 1]));
+        }
         value = args[++i];
       }
     }

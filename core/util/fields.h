@@ -89,7 +89,9 @@ std::string closest_key(const std::string& key, const std::vector<std::string>& 
 // The command line of a tool or a stage: "--key value", "--key=value", bare
 // "--flag" for a tool's bool fields and for `extra_flags`, and positional
 // words. Options that are neither fields nor extra keys are errors naming the
-// option with a "did you mean" hint. Nothing is set: the caller applies
+// option with a "did you mean" hint. A value that starts with "--" is taken
+// for a forgotten value ("--out --overwrite"): give it as "--key=--text".
+// Nothing is set: the caller applies
 // `settings` (after, say, a configuration file) with apply_settings().
 struct CommandLine {
   std::vector<std::string> positional;
@@ -124,7 +126,9 @@ void Fields::add(const std::string& key, X& ref, const std::string& help, const 
       const int64_t v = parse_int64(key, t);
       if (v < static_cast<int64_t>(std::numeric_limits<X>::min()) ||
           v > static_cast<int64_t>(std::numeric_limits<X>::max())) {
-        throw std::invalid_argument(key + ": '" + t + "' is out of range");
+        throw std::invalid_argument(key + ": '" + t + "' is out of range (allowed " +
+                                    std::to_string(std::numeric_limits<X>::min()) + ".." +
+                                    std::to_string(std::numeric_limits<X>::max()) + ")");
       }
       ref = static_cast<X>(v);
     };
@@ -134,7 +138,8 @@ void Fields::add(const std::string& key, X& ref, const std::string& help, const 
     f.set = [&ref, key](const std::string& t) {
       const uint64_t v = parse_uint64(key, t);
       if (v > static_cast<uint64_t>(std::numeric_limits<X>::max())) {
-        throw std::invalid_argument(key + ": '" + t + "' is out of range");
+        throw std::invalid_argument(key + ": '" + t + "' is out of range (allowed 0.." +
+                                    std::to_string(std::numeric_limits<X>::max()) + ")");
       }
       ref = static_cast<X>(v);
     };
