@@ -30,9 +30,11 @@ int main(int argc, char** argv) {
     comm->bind(*be);
     return be;
   };
-  return gpt2::stage_main(argc, argv, {"mpi_cuda", kind, comm.get()},
+  const int status = gpt2::stage_main(argc, argv, {"mpi_cuda", kind, comm.get()},
                           "Rank r uses GPU (local rank % GPUs). Gradients are summed by NCCL where each rank of a\n"
                           "machine has its own GPU, else staged through host memory and MPI; the environment\n"
                           "variable GPT2_CUDA_ALLREDUCE=auto|nccl|host overrides the choice. Without a CUDA\n"
                           "device every rank exits with status 3.\n");
+  gpt2::set_exit_status_if_finalize_hangs(status);
+  return status;
 }

@@ -9,7 +9,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
@@ -92,9 +95,28 @@ class BlockPiece {
 
 // MPI stays initialised while any communicator uses it: sub-groups may
 // outlive the world communicator.
+// The status a process ends with when MPI_Finalize does not return (below).
+std::atomic<int> g_status_if_finalize_hangs{0};
+constexpr auto kFinalizeGrace = std::chrono::seconds(3);
+
 struct MpiSession {
   MpiSession(int* argc, char*** argv) { MPI_CHECK(MPI_Init(argc, argv)); }
-  ~MpiSession() { MPI_Finalize(); }
+  ~MpiSession() {
+    // MPICH 4.0.2 (Debian 12, ch4:ucx) with UCX over TCP can leave a rank
+    // waiting forever in MPI_Finalize for an acknowledgement from a peer that
+    // has already gone on to the final PMI barrier (docs/mpi_stage.md: seen
+    // across hosts and on one host with UCX_TLS=tcp). Everything the job had
+    // to do is done by then, so a watchdog ends this process with the status
+    // it was going to return instead of letting the job hang.
+    std::thread([] {
+      std::this_thread::sleep_for(kFinalizeGrace);
+      std::fprintf(stderr, "note: MPI_Finalize did not return within %lld s (a known MPICH/UCX hang over TCP); "
+                   "ending the process, its work complete\n", static_cast<long long>(kFinalizeGrace.count()));
+      std::fflush(stderr);
+      std::_Exit(g_status_if_finalize_hangs.load());
+    }).detach();
+    MPI_Finalize();
+  }
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 };
@@ -265,6 +287,8 @@ std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv) {
   return std::make_unique<MpiCommunicator>(std::make_shared<MpiSession>(argc, argv), MPI_COMM_WORLD,
                                            MpiCommunicator::kChunk);
 }
+
+void set_exit_status_if_finalize_hangs(int status) { g_status_if_finalize_hangs.store(status); }
 
 void set_mpi_chunk_for_testing(Communicator& comm, size_t elements) {
   auto* mpi = dynamic_cast<MpiCommunicator*>(&comm);
