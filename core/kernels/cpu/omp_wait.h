@@ -9,7 +9,7 @@
 // away the time slice that its partner (or the other process) needs: one
 // busy process made a small model's 2-thread step 6.5x slower. Sleeping at
 // once (OMP_WAIT_POLICY=passive) fixes that but pays a wake-up on every
-// region when the machine is idle, ~20% of a 20 ms step here. A short spin,
+// region when the machine is idle, 10-20% of a 20 ms step here. A short spin,
 // GOMP_SPINCOUNT=300 (tens of microseconds), covers the gap between two
 // regions of an idle machine and gives the core away soon under load:
 // docs/benchmarks.md, "Contention", has the measurements.
