@@ -17,6 +17,7 @@
 #include "app/cli.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/omp_wait.h"
 #include "model/activations.h"
 #include "model/flops.h"
 #include "model/optim.h"
@@ -141,6 +142,7 @@ int run(int argc, char** argv) {
                    {"cores", mi.logical_cores},
                    {"blas_core", blas},
                    {"openblas_coretype", mi.openblas_coretype_env},
+                   {"omp_wait_policy", cpu::omp_wait_policy()},
                    {"date", mi.date_utc},
                    {"model", o.preset},
                    {"B", B},

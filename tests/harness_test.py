@@ -17,6 +17,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -229,6 +230,27 @@ def peer_checks(exps, results, reports, harness, check):
     r = harness("run", exp="peer_smoke.yaml")
     check("a rerun of the peer experiment reuses its job", r.returncode == 0 and r.stderr.count("reused") == 1,
           r.stderr[-600:])
+    # With one busy process: a job of its own beside the idle one (reused), the
+    # spinning process gone when the job ends, and the report's load columns.
+    with open(os.path.join(exps, "peer_smoke.yaml"), "w") as f:
+        f.write(PEER_SMOKE + "busy_processes: [0, 1]\n")
+    r = harness("run", exp="peer_smoke.yaml")
+    jobs = job_dirs(res)
+    row, d = jobs.get("t1-busy1", ({}, ""))
+    log = open(os.path.join(d, "log.txt")).read() if d else ""
+    started = re.findall(r"busy process\(es\) running: pids ([\d ]+)", log)
+    pids = [int(x) for x in started[0].split()] if started else []
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+    check("busy_processes: a job t1-busy1 beside the reused t1, its busy process started and ended",
+          r.returncode == 0 and sorted(jobs) == ["t1", "t1-busy1"] and row.get("status") == "ok"
+          and r.stderr.count("reused") == 1 and len(pids) == 1 and not alive,
+          f"{sorted(jobs)} {pids} {alive} {r.stderr[-1500:]}")
+    md = open(md_path).read()
+    with open(os.path.join(reports, "peer_smoke", "peer.csv"), newline="") as f:
+        table = {x["busy_processes"]: x for x in csv.DictReader(f)}
+    check("peer.md and peer.csv under load: the busy processes and each side's time over its idle time",
+          "busy processes" in md and "ours / ours idle" in md and sorted(table) == ["0", "1"]
+          and float(table["1"]["ours_over_idle"]) > 0 and table["0"]["ours_over_idle"] == "", md[:3000])
 
 
 def mpi_step_checks(exps, results, reports, harness, check):
@@ -258,6 +280,8 @@ def mpi_step_checks(exps, results, reports, harness, check):
         "m_key.yaml": (MPI_STEP_SMOKE.replace("train.steps: 3", "train.step: 3"), "did you mean 'train.steps'"),
         "m_warm.yaml": (MPI_STEP_SMOKE.replace("warmup_steps: 1", "warmup_steps: 3"), "leaves no timed step"),
         "p_key.yaml": (PEER_SMOKE.replace("rounds:", "round:"), "did you mean 'rounds'"),
+        "p_busy.yaml": (PEER_SMOKE + "busy_processes: [0, -1]\n", "busy_processes"),
+        "p_busy2.yaml": (PEER_SMOKE + "busy_processes: [1, 1]\n", "busy_processes: a number appears twice"),
     }
     check_bad_files(bad, "bad peer or mpi_step experiment", exps, results, harness, check)
     for name in bad:

@@ -158,7 +158,7 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver) {
                }};
   } else if (kind == "peer") {
     auto ex = std::make_shared<PeerExperiment>(load_peer_experiment(file));
-    l = Loaded{ex->name, ex->description, fmt::format("{:>3} peer jobs", ex->threads.size()), kJobsIndex,
+    l = Loaded{ex->name, ex->description, fmt::format("{:>3} peer jobs", ex->threads.size() * ex->busy_processes.size()), kJobsIndex,
                [ex, at](bool force) {
                  const fs::path script = fs::path(kRepoRoot) / "bench" / "peers" / "torch_gpt2.py";
                  return run_indexed_jobs(peer_jobs(*ex, at.build_id, at.build / "bench", script),

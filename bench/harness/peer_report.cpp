@@ -19,7 +19,7 @@ namespace {
 // One job's rounds, as both programs wrote them.
 struct PeerJob {
   JobRecord job;
-  int threads = 0;
+  int threads = 0, busy = 0;  // busy: processes spinning beside the job
   std::vector<double> ours_ms, peer_ms;  // per round
   std::optional<Json> ours_info;         // train_step's JSON of the first round: machine, model, B, T
   std::string torch_version;
@@ -29,6 +29,7 @@ PeerJob read_peer_job(JobRecord job) {
   PeerJob p;
   p.job = std::move(job);
   p.threads = p.job.settings.is_object() ? p.job.settings.value("threads", 0) : 0;
+  p.busy = p.job.settings.is_object() ? p.job.settings.value("busy_processes", 0) : 0;
   if (!p.job.ok()) return p;
   const int rounds = p.job.settings.value("rounds", 0);
   for (int k = 0; k < rounds; ++k) {
@@ -46,6 +47,15 @@ PeerJob read_peer_job(JobRecord job) {
     }
   }
   return p;
+}
+
+// The job at the same thread count without busy processes, whose step time
+// a loaded job is compared with; nullptr if there is none with results.
+const PeerJob* idle_job(const std::vector<PeerJob>& jobs, const PeerJob& p) {
+  for (const PeerJob& q : jobs) {
+    if (q.threads == p.threads && q.busy == 0 && q.job.ok() && !q.ours_ms.empty()) return &q;
+  }
+  return nullptr;
 }
 
 // Each round's figure: rounded for the Markdown, exact (";"-separated) for the CSV.
@@ -75,9 +85,10 @@ std::vector<fs::path> write_peer_report(const PeerExperiment& ex, const fs::path
   if (ref) {
     const Json& m = *ref->ours_info;
     md += fmt::format(
-        "Measured on {} ({} cores), OpenBLAS kernel `{}` (OPENBLAS_CORETYPE={}), {}; model `{}`, B {} T {}, {} "
-        "GFLOP per step; PyTorch {}.\n\n",
+        "Measured on {} ({} cores), OpenBLAS kernel `{}` (OPENBLAS_CORETYPE={}), OpenMP wait policy of ours {}, {}; "
+        "model `{}`, B {} T {}, {} GFLOP per step; PyTorch {}.\n\n",
         m.value("cpu", "?"), m.value("cores", 0), m.value("blas_core", "?"), m.value("openblas_coretype", "?"),
+        m.value("omp_wait_policy", "?"),
         m.value("date", "?"), m.value("model", "?"), m.value("B", 0), m.value("T", 0),
         sig3(m.value("flops_per_step", 0.0) / 1e9), ref->torch_version.empty() ? "?" : ref->torch_version);
   } else {
@@ -89,34 +100,57 @@ std::vector<fs::path> write_peer_report(const PeerExperiment& ex, const fs::path
       "figure is the median of its timed steps, and the table gives the median over rounds.\n\n",
       ex.rounds, ex.warmup, ex.steps);
 
-  std::string csv = csv_row({"threads", "status", "reason", "rounds", "ours_ms_median", "peer_ms_median",
-                             "ours_tokens_per_s", "peer_tokens_per_s", "ours_over_peer_tokens_per_s", "ours_rounds_ms",
-                             "peer_rounds_ms"});
+  bool loaded = false;  // any job with busy processes: then the table has their columns
+  for (const PeerJob& p : jobs) loaded = loaded || p.busy > 0;
+  std::string csv = csv_row({"threads", "busy_processes", "status", "reason", "rounds", "ours_ms_median",
+                             "peer_ms_median", "ours_tokens_per_s", "peer_tokens_per_s", "ours_over_peer_tokens_per_s",
+                             "ours_rounds_ms", "peer_rounds_ms", "ours_over_idle", "peer_over_idle"});
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> round_lines, not_run;
   for (const PeerJob& p : jobs) {
     if (!p.job.ok()) {
       not_run.push_back(p.job.not_measured());
-      csv += csv_row({std::to_string(p.threads), p.job.status_word(), p.job.reason(), "0", "", "", "", "", "", "", ""});
+      csv += csv_row({std::to_string(p.threads), std::to_string(p.busy), p.job.status_word(), p.job.reason(), "0", "",
+                      "", "", "", "", "", "", "", ""});
       continue;
     }
     const double om = median(p.ours_ms), pm = median(p.peer_ms);
     const Json& info = *p.ours_info;
     const double tokens = static_cast<double>(info.value("B", 0)) * info.value("T", 0);
     const double ours_tps = tokens / om * 1e3, peer_tps = tokens / pm * 1e3;
-    rows.push_back({std::to_string(p.threads), rate(om), rate(pm), rate(ours_tps),
-                    rate(peer_tps), fmt::format("{:.2f}x", pm / om)});
-    csv += csv_row({std::to_string(p.threads), "ok", "", std::to_string(p.ours_ms.size()), exact(om), exact(pm),
-                    exact(ours_tps), exact(peer_tps), exact(pm / om), rounds_text(p.ours_ms, true),
-                    rounds_text(p.peer_ms, true)});
-    round_lines.push_back(fmt::format("- {} thread(s): {} / {}", p.threads, rounds_text(p.ours_ms),
+    // Under load: each side's step time over its own without load (same thread count).
+    const PeerJob* idle = p.busy > 0 ? idle_job(jobs, p) : nullptr;
+    const double ours_x = idle ? om / median(idle->ours_ms) : 0, peer_x = idle ? pm / median(idle->peer_ms) : 0;
+    std::vector<std::string> row = {std::to_string(p.threads)};
+    if (loaded) row.push_back(std::to_string(p.busy));
+    row.insert(row.end(), {rate(om), rate(pm), rate(ours_tps), rate(peer_tps), fmt::format("{:.2f}x", pm / om)});
+    if (loaded) {
+      row.push_back(idle ? fmt::format("{:.2f}x", ours_x) : "");
+      row.push_back(idle ? fmt::format("{:.2f}x", peer_x) : "");
+    }
+    rows.push_back(row);
+    csv += csv_row({std::to_string(p.threads), std::to_string(p.busy), "ok", "", std::to_string(p.ours_ms.size()),
+                    exact(om), exact(pm), exact(ours_tps), exact(peer_tps), exact(pm / om),
+                    rounds_text(p.ours_ms, true), rounds_text(p.peer_ms, true), idle ? exact(ours_x) : "",
+                    idle ? exact(peer_x) : ""});
+    round_lines.push_back(fmt::format("- {} thread(s){}: {} / {}", p.threads,
+                                      p.busy > 0 ? fmt::format(", {} busy", p.busy) : "", rounds_text(p.ours_ms),
                                       rounds_text(p.peer_ms)));
   }
   if (!rows.empty()) {
-    md += md_table({"threads", "ours ms/step (median)", "PyTorch ms/step (median)", "ours tokens/s",
-                    "PyTorch tokens/s", "ours / PyTorch"},
-                   rows, "rrrrrr");
-    md += "\nours / PyTorch: PyTorch's step time over ours (above 1: ours is faster).\n\n";
+    std::vector<std::string> head = {"threads"};
+    if (loaded) head.push_back("busy processes");
+    head.insert(head.end(), {"ours ms/step (median)", "PyTorch ms/step (median)", "ours tokens/s", "PyTorch tokens/s",
+                             "ours / PyTorch"});
+    if (loaded) head.insert(head.end(), {"ours / ours idle", "PyTorch / PyTorch idle"});
+    md += md_table(head, rows, std::string(head.size(), 'r'));
+    md += "\nours / PyTorch: PyTorch's step time over ours (above 1: ours is faster).";
+    if (loaded) {
+      md += " busy processes: processes that only spin, running through every round of both sides; ours / ours "
+            "idle (and PyTorch's): the step time over the same side's without busy processes at the same thread "
+            "count (1.00x: the load costs nothing).";
+    }
+    md += "\n\n";
     md += "Per-round medians (ms), ours / PyTorch:\n\n";
     for (const std::string& l : round_lines) md += l + "\n";
     md += "\n";

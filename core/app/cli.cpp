@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "app/config_file.h"
+#include "kernels/cpu/omp_wait.h"
 
 namespace gpt2 {
 
@@ -175,6 +176,7 @@ int fail(const StageContext& ctx, const char* what, int code) {
 }  // namespace
 
 int tool_main(const char* program, int (*run)(int, char**), int argc, char** argv) {
+  cpu::set_omp_wait_policy(argv);
   try {
     return run(argc, argv);
   } catch (const BackendUnavailable& e) {

@@ -153,7 +153,8 @@ BackendKind cpu_backend_kind();
 
 // The kernel libraries linked into every program, for provenance: the
 // OpenBLAS kernel chosen at run time and its build configuration, as
-// ("blas_core", ...), ("blas_config", ...).
+// ("blas_core", ...), ("blas_config", ...), and OpenMP's wait policy
+// ("omp_wait_policy", kernels/cpu/omp_wait.h).
 std::vector<std::pair<std::string, std::string>> kernel_library_info();
 
 // The naive reference kernels (kernels/reference/): loops that follow the

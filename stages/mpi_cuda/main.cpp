@@ -10,9 +10,11 @@
 #include "app/cli.h"
 #include "dist/mpi/mpi_comm.h"
 #include "dist/nccl/cuda_comm.h"
+#include "kernels/cpu/omp_wait.h"
 #include "kernels/cuda/cuda_backend.h"
 
 int main(int argc, char** argv) {
+  gpt2::cpu::set_omp_wait_policy(argv);  // before MPI_Init
   auto mpi = gpt2::make_mpi_communicator(&argc, &argv);
   const char* env = std::getenv("GPT2_CUDA_ALLREDUCE");
   gpt2::DeviceAllreduce mode = gpt2::DeviceAllreduce::kAuto;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/omp_wait.h"
 #include "util/stats.h"
 
 namespace gpt2 {
@@ -40,7 +41,9 @@ BackendKind cpu_backend_kind() {
 }
 
 std::vector<std::pair<std::string, std::string>> kernel_library_info() {
-  return {{"blas_core", cpu::blas_core()}, {"blas_config", cpu::blas_config()}};
+  return {{"blas_core", cpu::blas_core()},
+          {"blas_config", cpu::blas_config()},
+          {"omp_wait_policy", cpu::omp_wait_policy()}};
 }
 
 }  // namespace gpt2
