@@ -218,11 +218,13 @@ def main():
         code, err, secs, stuck = mpi_job(mpi_dir, hostfile)
         after = veth_bytes(hosts.ns[0])
         ran = os.path.exists(os.path.join(mpi_dir, "metrics.jsonl"))
-        # Exit 255 is mpiexec's "bad termination" when a watchdog ended a rank
-        # stuck in MPI_Finalize (below): accepted only with the watchdog's note.
+        # When a watchdog ended a rank stuck in MPI_Finalize (below), mpiexec's
+        # own status is not the job's: 255 ("bad termination") or 141 (its
+        # SIGPIPE writing to the ended rank) were seen. Accepted only with the
+        # watchdog's note; the curve is checked below either way.
         watchdog = "MPI_Finalize did not return" in err
         check("R=2 across the two namespaces through the hostfile runs and ends by itself",
-              ran and not stuck and (code == 0 or (code == 255 and watchdog)),
+              ran and not stuck and (code == 0 or watchdog),
               f"exit {code} after {secs:.1f} s, killed {stuck}" + ("" if ran else f": {err[-2000:]}"))
         if watchdog:
             # MPICH 4.0.2 (ch4:ucx) with UCX 1.13.1 over TCP: a rank can wait
