@@ -65,11 +65,7 @@ std::string allreduce_text(const StepJob& s) {
   return fmt::format("{} MiB buckets during backward", s.bucket_mb);
 }
 
-std::string field(const Json& p, const char* key) {
-  const auto it = p.find(key);
-  if (it == p.end()) return "?";
-  return it->is_string() ? it->get<std::string>() : json_text(*it);
-}
+std::string field(const Json& p, const char* key) { return field_text(p, key, "?"); }
 
 }  // namespace
 

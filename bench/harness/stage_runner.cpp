@@ -53,13 +53,6 @@ std::vector<std::string> stage_train_command(const std::string& stage, const fs:
 
 namespace {
 
-// A provenance field as text: strings as they are, numbers and flags as JSON writes them.
-std::string text_of(const Json& provenance, const char* key) {
-  const auto it = provenance.find(key);
-  if (it == provenance.end() || it->is_null()) return "";
-  return it->is_string() ? it->get<std::string>() : json_text(*it);
-}
-
 // What a row says of the run whatever became of it: which run it is.
 RunRow planned_row(const std::string& experiment, const RunSpec& r) {
   RunRow row;
@@ -106,7 +99,7 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
                              {&RunRow::build_type, "build_type"}, {&RunRow::compiler, "compiler"},
                              {&RunRow::cpu, "cpu"}, {&RunRow::cores, "cores"}, {&RunRow::blas_core, "blas_core"},
                              {&RunRow::backend, "backend"}, {&RunRow::host, "host"}, {&RunRow::date, "date"}}) {
-    row.*column = text_of(provenance, key);
+    row.*column = field_text(provenance, key);
   }
   return row;
 }

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "util/fields.h"
+#include "util/yaml_file.h"
 
 namespace gpt2::harness {
 
@@ -26,45 +27,14 @@ std::optional<double> finite_number(const std::string& s) {
   return v;
 }
 
-// yaml-cpp keeps both entries of a repeated key and a lookup sees the first,
-// so a repeated `repetitions:` (or a repeated override in a `config:` map)
-// would silently mean the first. Every mapping of the file, at any depth.
-void refuse_duplicate_keys(const YAML::Node& n, const fs::path& file) {
-  if (n.IsSequence()) {
-    for (const auto& x : n) refuse_duplicate_keys(x, file);
-  }
-  if (!n.IsMap()) return;
-  std::map<std::string, int> first_line;
-  for (const auto& kv : n) {
-    const int line = kv.first.Mark().line + 1;
-    if (kv.first.IsScalar()) {
-      const auto [it, fresh] = first_line.emplace(kv.first.as<std::string>(), line);
-      if (!fresh) {
-        throw std::invalid_argument(fmt::format("{}:{}: duplicate key '{}' (first at line {})", file.string(), line,
-                                                it->first, it->second));
-      }
-    }
-    refuse_duplicate_keys(kv.second, file);
-  }
-}
-
 }  // namespace
 
 YAML::Node load_experiment_yaml(const fs::path& file) {
-  // A directory opens as a stream on Linux and fails only when read.
-  if (fs::is_directory(file)) {
-    throw std::invalid_argument(fmt::format("{}: is a directory, expected a YAML file", file.string()));
-  }
-  try {
-    YAML::Node root = YAML::LoadFile(file.string());
-    refuse_duplicate_keys(root, file);
-    return root;
-  } catch (const YAML::BadFile&) {
-    throw std::invalid_argument(fmt::format("{}: cannot read the experiment file", file.string()));
-  } catch (const YAML::ParserException& e) {
-    throw std::invalid_argument(
-        fmt::format("{}:{}:{}: YAML syntax error: {}", file.string(), e.mark.line + 1, e.mark.column + 1, e.msg));
-  }
+  // A repeated `repetitions:` (or override in a `config:` map) would silently
+  // mean the first: every mapping of the file is checked, at any depth.
+  YAML::Node root = load_yaml_file(file, "experiment file");
+  refuse_duplicate_keys(root, file.string(), "", true);
+  return root;
 }
 
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& known, const std::string& otherwise) {

@@ -272,6 +272,10 @@ void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
+  // A directory opens as a stream on Linux and fails only when read ("basic_filebuf::underflow").
+  if (std::filesystem::is_directory(path)) {
+    throw std::runtime_error(fmt::format("{}: is a directory, expected a checkpoint file", path));
+  }
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(fmt::format("{}: cannot open checkpoint: {}", path, std::strerror(errno)));
   std::vector<unsigned char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -359,10 +363,6 @@ void load_params(const Checkpoint& ck, Gpt2& model) {
 }
 
 Checkpoint load_given_checkpoint(const std::string& path) {
-  // A directory opens as a stream on Linux and fails only when read ("basic_filebuf::underflow").
-  if (std::filesystem::is_directory(path)) {
-    throw std::invalid_argument(fmt::format("{}: is a directory, expected a checkpoint file", path));
-  }
   try {
     return load_checkpoint(path);
   } catch (const std::runtime_error& e) {

@@ -77,7 +77,7 @@ void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer
 // Reads and verifies a checkpoint of version 1, 2 or 3. Throws
 // std::runtime_error naming the file and the problem: not a checkpoint,
 // unsupported version, truncated, checksum mismatch (corrupted), a missing or
-// malformed header entry, inconsistent sizes.
+// malformed header entry, inconsistent sizes; a directory.
 Checkpoint load_checkpoint(const std::string& path);
 // load_checkpoint of a file the user named (--checkpoint, --resume): a
 // directory, or any of load_checkpoint's problems, is bad input, thrown as

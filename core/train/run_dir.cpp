@@ -105,8 +105,9 @@ void RunDirectory::begin() {
     holds_run_ = finished_ = false;
   }
   // The run's id, and who holds the directory now (the lock's holder text).
-  write_file_atomically(out_ / "run.json", fmt::format("{{\"run_id\": \"{}\", \"stage\": {}, {}}}\n", run_id_,
-                                                       Json(stage_).dump(), holder_info_fields()));
+  Json run{{"run_id", run_id_}, {"stage", stage_}};
+  run.update(holder_info());
+  write_file_atomically(out_ / "run.json", json_text(run, 1) + "\n");
 }
 
 }  // namespace gpt2

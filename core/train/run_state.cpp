@@ -29,20 +29,20 @@ void check_training_checkpoint(const Checkpoint& ck, const RunConfig& c, const s
 
 // What the curve depends on beyond the model, the optimizer, the tokenizer
 // and the seed: recorded in every training checkpoint, compared on resume.
-KeyValues curve_entries(const RunConfig& c, const std::vector<int32_t>& tokens) {
+KeyValues curve_entries(const RunConfig& c, size_t corpus_tokens, uint64_t corpus_hash) {
   return {{"train.batch_size", std::to_string(c.train.batch_size)},
           {"train.seq_len", std::to_string(c.train.seq_len)},
           {"data.loader", to_string(c.data.loader)},
           {"data.val_fraction", fmt::format("{}", c.data.val_fraction)},
-          {"data.corpus_tokens", std::to_string(tokens.size())},
-          {"data.corpus_hash", fmt::format("{:016x}", fnv1a64(tokens.data(), tokens.size() * sizeof(int32_t)))}};
+          {"data.corpus_tokens", std::to_string(corpus_tokens)},
+          {"data.corpus_hash", fmt::format("{:016x}", corpus_hash)}};
 }
 
 // The checks against the resolved model and the run's optimizer, seed, batch,
 // data and length. Returns the keys the checkpoint has no record of (an older
 // format): those could not be checked.
 std::vector<std::string> check_training_state(const Checkpoint& ck, const Gpt2Config& model, const RunConfig& c,
-                                              const std::vector<int32_t>& tokens, const std::string& path) {
+                                              const RunState& st, const std::string& path) {
   expect_same_config(ck, model, path);
   Fields have, want;
   OptimizerConfig ck_opt = ck.training->optimizer, run_opt = c.optimizer;
@@ -64,7 +64,7 @@ std::vector<std::string> check_training_state(const Checkpoint& ck, const Gpt2Co
                                             ck.training->steps_done, c.train.steps));
   }
   std::vector<std::string> unchecked;
-  const KeyValues now = curve_entries(c, tokens);
+  const KeyValues now = curve_entries(c, st.tokens.size(), st.corpus_hash);
   const std::string* ck_tokens = ck.find("data.corpus_tokens");
   for (const auto& [key, value] : now) {
     const std::string* had = ck.find(key);
@@ -73,7 +73,7 @@ std::vector<std::string> check_training_state(const Checkpoint& ck, const Gpt2Co
     } else if (key == "data.corpus_hash" && *had != value) {
       throw std::invalid_argument(fmt::format(
           "{}: the corpus differs from the one the checkpoint was trained on ({} tokens, hash {}; data.corpus '{}' "
-          "now gives {} tokens, hash {})", path, ck_tokens ? *ck_tokens : "?", *had, c.data.corpus, tokens.size(), value));
+          "now gives {} tokens, hash {})", path, ck_tokens ? *ck_tokens : "?", *had, c.data.corpus, st.tokens.size(), value));
     } else if (*had != value && key != "data.corpus_tokens") {  // a token count that differs shows in the hash
       throw std::invalid_argument(fmt::format("{}: checkpoint has {} = {}, but the configuration says {}", path, key,
                                               *had, value));
@@ -169,7 +169,9 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   st->tok = std::move(corpus.tok);
   st->tokens = std::move(corpus.tokens);
   // Rank 0 read the corpus and sent its tokens: guard that every rank trains on them.
-  if (!comm.all_equal(fnv1a64(st->tokens.data(), st->tokens.size() * sizeof(int32_t)))) {
+  // The hash is computed once: it is also what checkpoints record and resume compares.
+  st->corpus_hash = fnv1a64(st->tokens.data(), st->tokens.size() * sizeof(int32_t));
+  if (!comm.all_equal(st->corpus_hash)) {
     throw std::runtime_error("the corpus tokens differ across ranks after their broadcast (checksum mismatch)");
   }
   st->model_config = resolve_vocab(c.model, st->tok.size());
@@ -201,7 +203,7 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   if (!resume.empty()) {
     HostState hs;
     if (rank == 0) {
-      st->unchecked = check_training_state(*ckpt, st->model_config, c, st->tokens, resume);
+      st->unchecked = check_training_state(*ckpt, st->model_config, c, *st, resume);
       if (const std::string* id = ckpt->find("run.id")) st->checkpoint_run_id = *id;
       hs.params = std::move(ckpt->params);
       hs.m = std::move(ckpt->training->m);
@@ -231,7 +233,7 @@ void save_training_checkpoint(const std::string& path, const RunState& st, const
   ts.loader_position = st.loader->position();
   ts.loader_batches = st.loader->batches_served();
   ts.seed = c.train.seed;
-  KeyValues extra = curve_entries(c, st.tokens);
+  KeyValues extra = curve_entries(c, st.tokens.size(), st.corpus_hash);
   extra.emplace_back("run.id", run_id);
   save_checkpoint(path, *st.model, st.tok, st.opt.get(), &ts, extra);
 }

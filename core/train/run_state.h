@@ -31,6 +31,7 @@ struct RunState {
   int rows = 0;                 // this rank's rows of every global batch
   Tokenizer tok;
   std::vector<int32_t> tokens;  // the whole corpus stream, on every rank
+  uint64_t corpus_hash = 0;     // FNV-1a 64 of `tokens`: compared across ranks, recorded in checkpoints
   Split split;                  // views into tokens
   Gpt2Config model_config;      // resolved: vocab_size set
   std::unique_ptr<Backend> backend;

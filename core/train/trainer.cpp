@@ -40,8 +40,9 @@ MfuPeak mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Comm
   if (peak.gflops <= 0) {
     if (comm.rank() == 0) {
       const double measured = ctx.backend.ceiling_gflops(*st.backend, comm.size(), comm.local_size(), threads);
-      std::string key = fmt::format("{}|{}|{}|{}x{}", machine_info().hostname, machine_info().cpu_model,
-                                    st.backend->name(), comm.size(), threads);
+      const MachineInfo m = machine_info();
+      std::string key =
+          fmt::format("{}|{}|{}|{}x{}", m.hostname, m.cpu_model, st.backend->name(), comm.size(), threads);
       for (const auto& [k, v] : kernel_library_info()) key += "|" + v;
       peak = best_known_peak(key, measured);
     }

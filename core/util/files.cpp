@@ -52,11 +52,10 @@ std::string describe_holder(const std::filesystem::path& file) {
 
 }  // namespace
 
-std::string holder_info_fields() {
+Json holder_info() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  return fmt::format("\"pid\": {}, \"host\": {}, \"started\": \"{}\"", ::getpid(), Json(std::string(host)).dump(),
-                     utc_now());
+  return Json{{"pid", ::getpid()}, {"host", std::string(host)}, {"started", utc_now()}};
 }
 
 DirectoryLock::DirectoryLock(const std::filesystem::path& dir, const std::string& what_dir,

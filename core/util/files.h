@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <string>
 
+#include "util/json.h"
+
 namespace gpt2 {
 
 // Writes `text` to "<path>.tmp" and renames it over `path`: readers see the
@@ -32,8 +34,8 @@ class DirectoryLock {
   int fd_ = -1;
 };
 
-// {"pid": .., "host": .., "started": "<UTC time>"} of this process, as JSON text
-// fields (no braces): what a lock holder records about itself.
-std::string holder_info_fields();
+// {"pid": .., "host": .., "started": "<UTC time>"} of this process: what a
+// lock holder records about itself.
+Json holder_info();
 
 }  // namespace gpt2

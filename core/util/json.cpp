@@ -22,6 +22,12 @@ std::string json_text(const Json& j, int indent) {
   return j.dump(indent, ' ', false, Json::error_handler_t::replace);
 }
 
+std::string field_text(const Json& obj, const std::string& key, const std::string& missing) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return missing;
+  return it->is_string() ? it->get<std::string>() : json_text(*it);
+}
+
 Json parse_json(const std::string& text, const std::string& where) {
   try {
     return Json::parse(text);

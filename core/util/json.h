@@ -24,6 +24,10 @@ double round_fixed(double x, int decimals);
 // bytes instead of throwing: a record is never lost to its text.
 std::string json_text(const Json& j, int indent = -1);
 
+// obj[key] as text: a string as it is, a number or a flag as JSON writes it;
+// `missing` where obj has no such key or it is null.
+std::string field_text(const Json& obj, const std::string& key, const std::string& missing = "");
+
 // Parses one JSON text; throws std::runtime_error naming `where` (a file and
 // line, say) and the parser's message.
 Json parse_json(const std::string& text, const std::string& where);
