@@ -64,13 +64,13 @@ RunDirectory::RunDirectory(const fs::path& out, DirIntent intent, const std::str
   }
   fs::remove(probe);
   for (const char* name : kRunFiles) holds_run_ = holds_run_ || fs::exists(out / name);
-  finished_ = fs::exists(out / "metrics.jsonl");
+  const bool finished = fs::exists(out / "metrics.jsonl");
   dir_run_id_ = read_run_id(out / "run.json");
   run_id_ = new_run_id();  // a resumed run takes its checkpoint's instead (check_resume)
   if (!holds_run_) return;
   if (intent == DirIntent::kNew) {
     throw std::invalid_argument(
-        finished_ ? fmt::format("--out: '{}' already holds a finished run (metrics.jsonl); choose another directory, "
+        finished ? fmt::format("--out: '{}' already holds a finished run (metrics.jsonl); choose another directory, "
                                 "or pass --overwrite to replace it", out.string())
                   : fmt::format("--out: '{}' holds an interrupted run; pass --resume {} to continue it, or "
                                 "--overwrite to discard it", out.string(), (out / "checkpoint.bin").string()));
@@ -102,7 +102,7 @@ void RunDirectory::begin() {
       fs::remove(out_ / name, ec);
       if (ec) throw std::runtime_error(fmt::format("--out: cannot remove '{}': {}", (out_ / name).string(), ec.message()));
     }
-    holds_run_ = finished_ = false;
+    holds_run_ = false;
   }
   // The run's id, and who holds the directory now (the lock's holder text).
   Json run{{"run_id", run_id_}, {"stage", stage_}};

@@ -44,14 +44,12 @@ class RunDirectory {
 
   const std::filesystem::path& path() const { return out_; }
   const std::string& run_id() const { return run_id_; }
-  bool holds_finished_run() const { return finished_; }
 
  private:
   std::filesystem::path out_;
   std::string stage_;
   DirectoryLock lock_;
   DirIntent intent_;
-  bool finished_ = false;     // metrics.jsonl is there
   bool holds_run_ = false;    // any run file is there
   std::string dir_run_id_;    // run.json's id, "" if none
   std::string run_id_;
