@@ -19,6 +19,7 @@
 #include "model/optim.h"
 #include "model/params.h"
 #include "train/train_step.h"
+#include "export_writer.h"
 
 namespace {
 
@@ -61,31 +62,6 @@ Args parse(int argc, char** argv) {
   if (a.steps < 1) throw std::invalid_argument("--steps must be >= 1");
   return a;
 }
-
-class Writer {
- public:
-  explicit Writer(const std::string& path) : f_(std::fopen(path.c_str(), "wb")) {
-    if (!f_) throw std::runtime_error(fmt::format("cannot write {}", path));
-  }
-  ~Writer() { std::fclose(f_); }
-  template <typename X>
-  void add(const std::string& name, const X* data, std::vector<int64_t> shape, const char* dtype) {
-    size_t n = 1;
-    for (int64_t d : shape) n *= static_cast<size_t>(d);
-    std::fwrite(data, sizeof(X), n, f_);
-    std::string dims;
-    for (int64_t d : shape) dims += fmt::format("{}{}", dims.empty() ? "" : ", ", d);
-    entries_ += fmt::format("{}    {{\"name\": \"{}\", \"dtype\": \"{}\", \"shape\": [{}], \"offset\": {}}}",
-                            entries_.empty() ? "" : ",\n", name, dtype, dims, offset_);
-    offset_ += n * sizeof(X);
-  }
-  const std::string& entries() const { return entries_; }
-
- private:
-  std::FILE* f_;
-  std::string entries_;
-  size_t offset_ = 0;
-};
 
 int run(const Args& a) {
   using namespace gpt2;

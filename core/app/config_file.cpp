@@ -38,10 +38,24 @@ void load_yaml(RunConfig& c, const std::string& path) {
     for (const auto& kv : sec.second) {
       const std::string key = name + "." + kv.first.as<std::string>();
       const std::string where = fmt::format("{}:{}", path, kv.first.Mark().line + 1);
-      if (!kv.second.IsScalar()) {
+      const Field* field = fields.find(key);
+      std::string value;
+      if (kv.second.IsNull() && field != nullptr && field->type == "list") {
+        // "key:" with nothing after it (how an empty list is written): the empty list.
+      } else if (kv.second.IsSequence() && field != nullptr && field->type == "list") {
+        // A YAML list ([tp, spd] or one item a line): its items, comma-separated.
+        for (const auto& item : kv.second) {
+          if (!item.IsScalar()) {
+            throw std::invalid_argument(fmt::format("{}: {}: expected a list of single values", where, key));
+          }
+          if (!value.empty()) value += ',';
+          value += item.as<std::string>();
+        }
+      } else if (!kv.second.IsScalar()) {
         throw std::invalid_argument(fmt::format("{}: {}: expected a single value", where, key));
+      } else {
+        value = kv.second.as<std::string>();
       }
-      const std::string value = kv.second.as<std::string>();
       fields.set(key, value, where);
       if (key == "data.corpus" && !value.empty() && std::filesystem::path(value).is_relative() && !dir.empty()) {
         c.data.corpus = (std::filesystem::path(dir) / value).lexically_normal().string();

@@ -62,26 +62,31 @@ void require_part_of(const char* verb, const char* part_name, const float* part,
 void Communicator::broadcast(void* data, size_t bytes, int root) {
   require_data("broadcast", "data", data, bytes);
   require_rank("broadcast", "root", root, size());
+  count_call(bytes);
   do_broadcast(data, bytes, root);
 }
 
 void Communicator::allreduce_sum(float* data, size_t count) {
   require_data("allreduce_sum", "data", data, count);
+  count_call(count * sizeof(float));
   do_allreduce_sum(data, count);
 }
 
 void Communicator::start_allreduce_sum(float* data, size_t count) {
   require_data("start_allreduce_sum", "data", data, count);
+  count_call(count * sizeof(float));
   do_start_allreduce_sum(data, count);
 }
 
 void Communicator::reduce_scatter_sum(const float* send, float* recv, size_t chunk) {
   require_part_of("reduce_scatter_sum", "recv", recv, "send", send, chunk, rank(), size());
+  count_call(chunk * static_cast<size_t>(size()) * sizeof(float));
   do_reduce_scatter_sum(send, recv, chunk);
 }
 
 void Communicator::all_gather(const float* send, float* recv, size_t chunk) {
   require_part_of("all_gather", "send", send, "recv", recv, chunk, rank(), size());
+  count_call(chunk * static_cast<size_t>(size()) * sizeof(float));
   do_all_gather(send, recv, chunk);
 }
 
@@ -96,12 +101,14 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
 void Communicator::send(const float* data, size_t count, int peer) {
   require_data("send", "data", data, count);
   require_peer("send", peer, rank(), size());
+  count_call(count * sizeof(float));
   do_send_recv("send", data, count, peer, nullptr, 0, peer);
 }
 
 void Communicator::recv(float* data, size_t count, int peer) {
   require_data("recv", "data", data, count);
   require_peer("recv", peer, rank(), size());
+  count_call(count * sizeof(float));
   do_send_recv("recv", nullptr, 0, peer, data, count, peer);
 }
 
@@ -119,6 +126,7 @@ void Communicator::send_recv(const float* send_data, size_t send_count, int dest
     throw std::invalid_argument(fmt::format("send_recv: with itself, sends {} floats but receives {}", send_count,
                                             recv_count));
   }
+  count_call((send_count + recv_count) * sizeof(float));
   do_send_recv("send_recv", send_data, send_count, dest, recv_data, recv_count, source);
 }
 

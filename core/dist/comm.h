@@ -36,6 +36,15 @@
 
 namespace gpt2 {
 
+// What a communicator's verbs moved: calls of the data verbs (broadcast,
+// the allreduces, reduce_scatter_sum, all_gather, send, recv, send_recv) and
+// the bytes of their buffers (an allreduce of n floats: 4n; send_recv: both
+// directions), counted only when the communicator has more than one rank.
+// The metrics stream's per-group communication comes from here.
+struct CommStats {
+  uint64_t calls = 0, bytes = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -54,7 +63,10 @@ class Communicator {
   // In place: data[0, count) = sum over ranks of data[0, count) (the gradient
   // buffer of data parallelism; Megatron's reduce_from_tensor_model_parallel).
   void allreduce_sum(float* data, size_t count);
-  double allreduce_sum(double x) { return do_allreduce_sum(x); }
+  double allreduce_sum(double x) {
+    count_call(sizeof x);
+    return do_allreduce_sum(x);
+  }
   // recv[0, chunk) = sum over ranks r of r's send[rank() * chunk, (rank()+1) * chunk):
   // send holds size() chunks of `chunk` floats, one per rank in rank order, and
   // each rank receives the sum of its own chunk (ZeRO's gradient shards). The
@@ -109,6 +121,10 @@ class Communicator {
   // does not return.
   [[noreturn]] virtual void abort(int code) = 0;
 
+  // ---- Accounting ----
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
  protected:
   // The verbs above after their arguments were checked.
   virtual void do_broadcast(void* data, size_t bytes, int root) = 0;
@@ -122,6 +138,15 @@ class Communicator {
   virtual void do_send_recv(const char* verb, const float* send_data, size_t send_count, int dest, float* recv_data,
                             size_t recv_count, int source) = 0;
   virtual void do_start_allreduce_sum(float* data, size_t count) = 0;
+
+ private:
+  void count_call(size_t bytes) {
+    if (size() > 1) {
+      ++stats_.calls;
+      stats_.bytes += bytes;
+    }
+  }
+  CommStats stats_;
 };
 
 // One process: the collectives are identities (out-of-place ones copy),

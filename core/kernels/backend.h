@@ -106,7 +106,7 @@ class Backend {
   // dinp = dout * gelu'(inp); dinp may alias dout.
   virtual void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
 
-  // out = a + b (same shapes). Its backward is the identity into both
+  // out = a + b (same shapes); out may alias a or b. Its backward is the identity into both
   // branches, which the model gets by accumulating into one dresidual buffer.
   virtual void residual_forward(Tensor out, Tensor a, Tensor b) = 0;
 

@@ -10,8 +10,9 @@ namespace gpt2 {
 namespace {
 using Visit = std::function<void(Tensor&, std::initializer_list<int64_t>)>;
 
-// The one list of activation tensors and their shapes, in arena order.
-void visit(const Gpt2Config& cfg, int B, int T, Activations& a, const Visit& f) {
+// The one list of activation tensors and their shapes, in arena order: P
+// tensor-parallel ranks, and the private-run buffers if `runs`.
+void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, Activations& a, const Visit& f) {
   const int64_t C = cfg.C, V = cfg.V, NH = cfg.NH;
   a.B = B;
   a.T = T;
@@ -21,15 +22,15 @@ void visit(const Gpt2Config& cfg, int B, int T, Activations& a, const Visit& f) 
     f(l.ln1, {B, T, C});
     f(l.ln1_mean, {B, T});
     f(l.ln1_rstd, {B, T});
-    f(l.qkv, {B, T, 3 * C});
-    f(l.atty, {B, T, C});
-    f(l.att_lse, {B, NH, T});
+    f(l.qkv, {B, T, 3 * C / P});
+    f(l.atty, {B, T, C / P});
+    f(l.att_lse, {B, NH / P, T});
     f(l.residual2, {B, T, C});
     f(l.ln2, {B, T, C});
     f(l.ln2_mean, {B, T});
     f(l.ln2_rstd, {B, T});
-    f(l.fch, {B, T, 4 * C});
-    f(l.fch_gelu, {B, T, 4 * C});
+    f(l.fch, {B, T, 4 * C / P});
+    f(l.fch_gelu, {B, T, 4 * C / P});
     f(l.residual3, {B, T, C});
   }
   f(a.lnf, {B, T, C});
@@ -40,9 +41,12 @@ void visit(const Gpt2Config& cfg, int B, int T, Activations& a, const Visit& f) 
   f(a.proj, {B, T, C});
   f(a.dresidual, {B, T, C});
   f(a.dln, {B, T, C});
-  f(a.datty, {B, T, C});
-  f(a.dqkv, {B, T, 3 * C});
-  f(a.dfch, {B, T, 4 * C});
+  f(a.datty, {B, T, C / P});
+  f(a.dqkv, {B, T, 3 * C / P});
+  f(a.dfch, {B, T, 4 * C / P});
+  f(a.run_sum, {runs ? B : 0, T, C});
+  f(a.drun, {runs ? B * T * C + 6 * C * cfg.L : 0});
+  a.zero_rows.assign(runs ? static_cast<size_t>(B) * static_cast<size_t>(T) : 0, 0);
 }
 
 // Keeps every tensor 64-byte aligned inside the arena.
@@ -50,10 +54,10 @@ size_t padded(size_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
 namespace {
-size_t arena_floats(const Gpt2Config& cfg, int B, int T) {
+size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs) {
   Activations scratch;
   size_t total = 0;
-  visit(cfg, B, T, scratch, [&](Tensor&, std::initializer_list<int64_t> dims) {
+  visit(cfg, B, T, P, runs, scratch, [&](Tensor&, std::initializer_list<int64_t> dims) {
     size_t n = 1;
     for (int64_t d : dims) n *= static_cast<size_t>(d);
     total += padded(n);
@@ -62,18 +66,22 @@ size_t arena_floats(const Gpt2Config& cfg, int B, int T) {
 }
 }  // namespace
 
-ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory) : cfg_(cfg) {
+ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory, const TpLayout& tp)
+    : cfg_(cfg), tp_(tp.size), private_runs_(tp.has_private()) {
   cfg_.validate();
   if (B <= 0 || T <= 0 || T > cfg.T) {
     throw std::invalid_argument(fmt::format(
         "activations: need 0 < B and 0 < T <= block_size ({}), got B={} T={}", cfg.T, B, T));
   }
-  buf_ = Buffer(arena_floats(cfg_, B, T), memory);
+  buf_ = Buffer(arena_floats(cfg_, B, T, tp_, private_runs_), memory);
   carve(B, T);
 }
 
+ActivationArena::ActivationArena(const Gpt2& model, int B, int T)
+    : ActivationArena(model.config(), B, T, model.memory(), model.tp()) {}
+
 void ActivationArena::reshape(int B, int T) {
-  if (B <= 0 || T <= 0 || T > cfg_.T || arena_floats(cfg_, B, T) > buf_.size()) {
+  if (B <= 0 || T <= 0 || T > cfg_.T || arena_floats(cfg_, B, T, tp_, private_runs_) > buf_.size()) {
     throw std::invalid_argument(fmt::format(
         "activations: cannot reshape to B={} T={} (arena holds B*T <= {})", B, T, acts_.B * acts_.T));
   }
@@ -82,7 +90,7 @@ void ActivationArena::reshape(int B, int T) {
 
 void ActivationArena::carve(int B, int T) {
   size_t offset = 0;
-  visit(cfg_, B, T, acts_, [&](Tensor& t, std::initializer_list<int64_t> dims) {
+  visit(cfg_, B, T, tp_, private_runs_, acts_, [&](Tensor& t, std::initializer_list<int64_t> dims) {
     t = Tensor(buf_.data() + offset, dims);
     offset += padded(static_cast<size_t>(t.numel()));
   });

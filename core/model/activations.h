@@ -3,24 +3,30 @@
 // Buffer sized once from (B, T, config). A training step allocates nothing.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "kernels/buffer.h"
 #include "model/config.h"
 #include "kernels/tensor.h"
+#include "model/params.h"
+#include "model/tensor_parallel.h"
 
 namespace gpt2 {
 
+// With P tensor-parallel ranks (model/tensor_parallel.h) the sharded
+// widths are this rank's: 3C/P, C/P, NH/P and 4C/P where marked "/P".
 struct LayerActivations {
   Tensor ln1, ln1_mean, ln1_rstd;  // (B,T,C) (B,T) (B,T)
-  Tensor qkv;                      // (B,T,3C)
-  Tensor atty;                     // (B,T,C) attention output, before the projection
-  Tensor att_lse;                  // (B,NH,T) log-sum-exp per softmax row
-  Tensor residual2;                // (B,T,C) residual + attention projection
+  Tensor qkv;                      // (B,T,3C/P)
+  Tensor atty;                     // (B,T,C/P) attention output, before the projection
+  Tensor att_lse;                  // (B,NH/P,T) log-sum-exp per softmax row
+  Tensor residual2;                // (B,T,C) residual + attention projection (private layers: u, this rank's)
   Tensor ln2, ln2_mean, ln2_rstd;  // (B,T,C) (B,T) (B,T)
-  Tensor fch;                      // (B,T,4C) fc output, GELU input
-  Tensor fch_gelu;                 // (B,T,4C)
-  Tensor residual3;                // (B,T,C) residual2 + MLP projection: the block's output
+  Tensor fch;                      // (B,T,4C/P) fc output, GELU input
+  Tensor fch_gelu;                 // (B,T,4C/P)
+  Tensor residual3;                // (B,T,C) residual2 + MLP projection: the block's output (private
+                                   // layers inside a run: this rank's stream)
 };
 
 struct Activations {
@@ -34,14 +40,21 @@ struct Activations {
   // Backward scratch, shared by all layers.
   Tensor dresidual;  // (B,T,C) gradient of the residual stream, accumulated in place
   Tensor dln;        // (B,T,C) gradient at a LayerNorm output
-  Tensor datty;      // (B,T,C)
-  Tensor dqkv;       // (B,T,3C)
-  Tensor dfch;       // (B,T,4C) gradient at the GELU output, then (in place) its input
+  Tensor datty;      // (B,T,C/P)
+  Tensor dqkv;       // (B,T,3C/P)
+  Tensor dfch;       // (B,T,4C/P) gradient at the GELU output, then (in place) its input
+  // Private runs of tensor-parallel layers (spd, parallel), else empty:
+  Tensor run_sum;    // (B,T,C) this rank's partial outputs of the run, summed over the group at its end
+  Tensor drun;       // (B*T*C + 6*C*L) this rank's stream gradient (B,T,C), then the run's LayerNorm
+                     // and bias gradients (6 x C per layer), summed over the group in one call
+  std::vector<int32_t> zero_rows;  // B*T zeros, host: bias rows through the embedding kernels
 };
 
 class ActivationArena {
  public:
-  ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory = host_memory());
+  ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory = host_memory(), const TpLayout& tp = {});
+  // For `model`: its configuration, its tensor-parallel shard and its memory.
+  ActivationArena(const Gpt2& model, int B, int T);
   ActivationArena(const ActivationArena&) = delete;
   ActivationArena& operator=(const ActivationArena&) = delete;
   Activations& acts() { return acts_; }
@@ -53,6 +66,8 @@ class ActivationArena {
  private:
   void carve(int B, int T);
   Gpt2Config cfg_;
+  int tp_ = 1;
+  bool private_runs_ = false;
   Buffer buf_;
   Activations acts_;
 };

@@ -66,16 +66,17 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
   std::vector<int32_t> seq(prompt.begin(), prompt.end());
   Generation out;
   Memory& mem = be.memory();
-  ActivationArena full(cfg, 1, cfg.T, mem);
-  // KV cache: per layer (1, T, 3C) rows of q, k, v; and a one-token arena.
-  Buffer cache_buf(opt.kv_cache ? static_cast<size_t>(cfg.L) * cfg.T * 3 * cfg.C : 0, mem);
+  ActivationArena full(model, 1, cfg.T);
+  // KV cache: per layer (1, T, 3C/P) rows of q, k, v (this rank's heads); and a one-token arena.
+  const int64_t width = 3 * cfg.C / model.tp().size;
+  Buffer cache_buf(opt.kv_cache ? static_cast<size_t>(cfg.L * cfg.T * width) : 0, mem);
   std::vector<Tensor> caches;
   for (int l = 0; opt.kv_cache && l < cfg.L; ++l) {
-    caches.emplace_back(cache_buf.data() + static_cast<size_t>(l) * cfg.T * 3 * cfg.C,
-                        std::initializer_list<int64_t>{1, cfg.T, 3 * cfg.C});
+    caches.emplace_back(cache_buf.data() + static_cast<size_t>(l * cfg.T * width),
+                        std::initializer_list<int64_t>{1, cfg.T, width});
   }
   std::optional<ActivationArena> one;
-  if (opt.kv_cache) one.emplace(cfg, 1, 1, mem);
+  if (opt.kv_cache) one.emplace(model, 1, 1);
   std::vector<float> host_logits(static_cast<size_t>(cfg.V));  // the sampled row, on the host
   int cached = 0;  // positions held in the cache for the current window start
 
@@ -96,7 +97,7 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
       if (opt.kv_cache) {
         for (int l = 0; l < cfg.L; ++l) {
           Tensor qkv = a.layers[static_cast<size_t>(l)].qkv;  // (1,w,3C)
-          be.copy(Tensor(caches[static_cast<size_t>(l)].data, {1, w, 3 * cfg.C}), qkv);
+          be.copy(Tensor(caches[static_cast<size_t>(l)].data, {1, w, width}), qkv);
         }
         cached = w;
       }

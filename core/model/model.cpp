@@ -1,18 +1,96 @@
 #include "model/model.h"
 
+#include <functional>
+#include <utility>
+
 namespace gpt2 {
 
 namespace {
-// The block after its attention output x.atty: projection, residual, MLP,
-// residual. Shared by the full forward and the one-token decode.
-void block_tail(Backend& be, const LayerParams& w, LayerActivations& x, Tensor residual, Tensor proj) {
-  be.matmul_forward(proj, x.atty, w.attn_proj_w, w.attn_proj_b);
+
+// The attention of one layer, from x.ln1 to x.atty: the full causal
+// attention of a training or prompt forward, or one decode step over a
+// key/value cache. Everything else in a block is the same for both.
+using AttentionStep = std::function<void(int layer, const LayerParams& w, LayerActivations& x)>;
+
+Tensor block_input(Activations& a, int l) {
+  return l == 0 ? a.encoded : a.layers[static_cast<size_t>(l - 1)].residual3;
+}
+
+// The group sum of a tensor-parallel model; nothing with one rank.
+void tp_sum(const TpLayout& tp, Tensor x) {
+  if (tp.size > 1) tp.group->allreduce_sum(x);
+}
+
+// out (N,C) = in (N,C) + bias (C) on every row, as the embedding kernel with
+// one token row (bias) and `in` as the position table; zero_rows holds N
+// zeros (token ids). Its backward is bias_rows_backward.
+void add_bias_rows(Backend& be, Tensor out, Tensor in, Tensor bias, const std::vector<int32_t>& zero_rows) {
+  const int64_t N = in.numel() / in.dim(in.ndim - 1), C = in.dim(in.ndim - 1);
+  be.encoder_forward(Tensor(out.data, {1, N, C}), zero_rows.data(), Tensor(bias.data, {1, C}),
+                     Tensor(in.data, {N, C}));
+}
+
+// dbias (C) += the column sums of dout (N,C); `scratch` (N,C) receives dout
+// added to whatever it held (the embedding kernel's position gradient).
+void bias_rows_backward(Backend& be, Tensor dbias, Tensor scratch, Tensor dout, const std::vector<int32_t>& zero_rows) {
+  const int64_t N = dout.numel() / dout.dim(dout.ndim - 1), C = dout.dim(dout.ndim - 1);
+  be.encoder_backward(Tensor(dbias.data, {1, C}), Tensor(scratch.data, {N, C}), Tensor(dout.data, {1, N, C}),
+                      zero_rows.data());
+}
+
+// A standard (tp) block: with one rank the plain GPT-2 block; with P ranks
+// Megatron's, this rank's heads and MLP columns, the two row-parallel
+// products summed over the group (g), their biases added by rank 0 only.
+void standard_block(Backend& be, const TpLayout& tp, const LayerParams& w, LayerActivations& x, Tensor residual,
+                    Tensor proj, int l, const AttentionStep& attend) {
+  const bool bias_here = tp.rank == 0;
+  be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b);
+  attend(l, w, x);
+  be.matmul_forward(proj, x.atty, w.attn_proj_w, bias_here ? w.attn_proj_b : Tensor{});
+  tp_sum(tp, proj);
   be.residual_forward(x.residual2, residual, proj);
   be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2_w, w.ln2_b);
   be.matmul_forward(x.fch, x.ln2, w.fc_w, w.fc_b);
   be.gelu_forward(x.fch_gelu, x.fch);
-  be.matmul_forward(proj, x.fch_gelu, w.fc_proj_w, w.fc_proj_b);
+  be.matmul_forward(proj, x.fch_gelu, w.fc_proj_w, bias_here ? w.fc_proj_b : Tensor{});
+  tp_sum(tp, proj);
   be.residual_forward(x.residual3, x.residual2, proj);
+}
+
+// A layer of a private run (model/tensor_parallel.h) on this rank's stream s
+// (the run's input x at its first layer). a.run_sum collects this rank's
+// partial outputs a_i and m_i; rank 0's carry the biases too, so that the
+// group sum holds them once. At the run's end the sum is taken and the
+// layer's residual3 becomes the run's output x + sum, the same on every
+// rank; inside the run it is this rank's next stream u + m_i + b.
+void private_block(Backend& be, const TpLayout& tp, Activations& a, int l, const LayerParams& w,
+                   const AttentionStep& attend) {
+  LayerActivations& x = a.layers[static_cast<size_t>(l)];
+  const int start = tp.run_start(l);
+  const bool root = tp.rank == 0, end = tp.ends_run(l);
+  const Tensor s = block_input(a, l);
+  auto collect = [&](Tensor t, bool first) {
+    if (first) be.copy(a.run_sum, t);
+    else be.residual_forward(a.run_sum, a.run_sum, t);
+  };
+  be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, s, w.ln1_w, w.ln1_b);
+  attend(l, w, x);
+  be.matmul_forward(a.proj, x.atty, w.attn_proj_w, Tensor{});           // a_i
+  add_bias_rows(be, x.residual2, a.proj, w.attn_proj_b, a.zero_rows);  // a_i + b
+  collect(root ? x.residual2 : a.proj, l == start);
+  be.residual_forward(x.residual2, x.residual2, s);  // u = s + a_i + b
+  be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2_w, w.ln2_b);
+  be.matmul_forward(x.fch, x.ln2, w.fc_w, w.fc_b);
+  be.gelu_forward(x.fch_gelu, x.fch);
+  be.matmul_forward(a.proj, x.fch_gelu, w.fc_proj_w, Tensor{});  // m_i
+  if (root || !end) add_bias_rows(be, x.residual3, a.proj, w.fc_proj_b, a.zero_rows);  // m_i + b
+  collect(root ? x.residual3 : a.proj, false);
+  if (end) {
+    tp_sum(tp, a.run_sum);
+    be.residual_forward(x.residual3, block_input(a, start), a.run_sum);  // x + the sum
+  } else {
+    be.residual_forward(x.residual3, x.residual3, x.residual2);  // s = u + m_i + b
+  }
 }
 
 void head_forward(Backend& be, const ParamTensors& p, Activations& a) {
@@ -20,34 +98,135 @@ void head_forward(Backend& be, const ParamTensors& p, Activations& a) {
   be.matmul_forward(a.logits, a.lnf, p.lm_head, Tensor{});
 }
 
-Tensor block_input(Activations& a, int l) {
-  return l == 0 ? a.encoded : a.layers[static_cast<size_t>(l - 1)].residual3;
+// The layers and the head, after the embedding (both forward kinds).
+void layers_forward(Backend& be, const Gpt2& model, Activations& a, const AttentionStep& attend) {
+  const TpLayout& tp = model.tp();
+  const ParamTensors& p = model.params;
+  for (int l = 0; l < model.config().L; ++l) {
+    const LayerParams& w = p.layers[static_cast<size_t>(l)];
+    if (tp.is_private(l)) {
+      private_block(be, tp, a, l, w, attend);
+    } else {
+      standard_block(be, tp, w, a.layers[static_cast<size_t>(l)], block_input(a, l), a.proj, l, attend);
+    }
+  }
+  head_forward(be, p, a);
 }
+
 }  // namespace
 
 float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t* tokens,
                    const int32_t* targets) {
   const Gpt2Config& cfg = model.config();
   const ParamTensors& p = model.params;
+  const int NH = cfg.NH / model.tp().size;  // this rank's heads
   be.encoder_forward(a.encoded, tokens, p.wte, p.wpe);
-  for (int l = 0; l < cfg.L; ++l) {
-    const LayerParams& w = p.layers[static_cast<size_t>(l)];
-    LayerActivations& x = a.layers[static_cast<size_t>(l)];
-    Tensor residual = block_input(a, l);
-    be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b);
+  layers_forward(be, model, a, [&](int, const LayerParams& w, LayerActivations& x) {
     be.matmul_forward(x.qkv, x.ln1, w.qkv_w, Tensor{});
-    be.attention_forward(x.atty, x.att_lse, x.qkv, cfg.NH);
-    block_tail(be, w, x, residual, a.proj);
-  }
-  head_forward(be, p, a);
+    be.attention_forward(x.atty, x.att_lse, x.qkv, NH);
+  });
   if (targets == nullptr) return 0.0f;
   be.crossentropy_forward(a.losses, a.logits, targets);
   return static_cast<float>(be.sum(a.losses) / static_cast<double>(a.losses.numel()));
 }
 
+namespace {
+
+// The backward of standard_block. On entry a.dresidual holds d(residual3),
+// the same on every rank of the group; on exit d(residual), this block's
+// input. The row-parallel biases' gradients come from that replicated
+// gradient, so they are equal on every rank; the LayerNorm input gradients
+// are summed over the group (f's backward) before the LayerNorms.
+void standard_block_backward(Backend& be, const TpLayout& tp, const LayerParams& w, LayerParams& dw,
+                             LayerActivations& x, Activations& a, Tensor residual, int NH) {
+  // dresidual flows unchanged into residual2 and into the MLP projection's output.
+  be.matmul_backward(a.dfch, dw.fc_proj_w, dw.fc_proj_b, a.dresidual, x.fch_gelu, w.fc_proj_w);
+  be.gelu_backward(a.dfch, a.dfch, x.fch);
+  be.matmul_backward(a.dln, dw.fc_w, dw.fc_b, a.dfch, x.ln2, w.fc_w);
+  tp_sum(tp, a.dln);
+  be.layernorm_backward(a.dresidual, dw.ln2_w, dw.ln2_b, a.dln, x.residual2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
+  // dresidual now holds d(residual2).
+  be.matmul_backward(a.datty, dw.attn_proj_w, dw.attn_proj_b, a.dresidual, x.atty, w.attn_proj_w);
+  be.attention_backward(a.dqkv, a.datty, x.atty, x.att_lse, x.qkv, NH);
+  be.matmul_backward(a.dln, dw.qkv_w, Tensor{}, a.dqkv, x.ln1, w.qkv_w);
+  tp_sum(tp, a.dln);
+  be.layernorm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
+}
+
+// The six small gradients of a private layer (its LayerNorms and its
+// row-parallel biases), accumulated in a.drun behind the stream gradient
+// while the run runs backward, and summed over the group with it.
+struct RunGrads {
+  Tensor ln1_w, ln1_b, attn_proj_b, ln2_w, ln2_b, fc_proj_b;
+};
+
+// Layer l's, at its place in its run (k = l - start: behind the stream gradient).
+RunGrads run_grads(Activations& a, int k, int64_t C) {
+  float* base = a.drun.data + a.B * a.T * C + 6 * C * k;
+  auto at = [&](int k) { return Tensor(base + k * C, {C}); };
+  return {at(0), at(1), at(2), at(3), at(4), at(5)};
+}
+
+// The backward of private_block. a.dresidual holds G, the gradient at the
+// run's output (the same on every rank), during the whole run; ds (the
+// front of a.drun) is this rank's stream gradient, zero at the run's end.
+// Every partial output a_i, m_i receives G + ds; a bias receives ds, and on
+// rank 0 also G (its partial outputs carried the biases). At the run's first
+// layer the stream gradients and the small gradients are summed over the
+// group in one call, and dresidual becomes G + sum ds: d(x).
+void private_block_backward(Backend& be, Gpt2& model, Activations& a, int l, int NH) {
+  const TpLayout& tp = model.tp();
+  const int64_t C = model.config().C;
+  const LayerParams& w = model.params.layers[static_cast<size_t>(l)];
+  LayerParams& dw = model.grads.layers[static_cast<size_t>(l)];
+  LayerActivations& x = a.layers[static_cast<size_t>(l)];
+  const bool root = tp.rank == 0, end = tp.ends_run(l);
+  const Tensor G = a.dresidual, ds(a.drun.data, {a.B, a.T, C});
+  const int start = tp.run_start(l);
+  // The run's part of drun: the stream gradient and 6 x C per layer of the run.
+  const Tensor run_part(a.drun.data, {a.B * a.T * C + 6 * C * (l - start + 1)});
+  const RunGrads g = run_grads(a, l - start, C);
+  if (end) be.zero(run_part);  // the stream's end feeds nothing, and the run's small gradients start at 0
+  Tensor dm = G;  // d(m_i) = G + ds, in dln (free until the fc backward writes it)
+  if (!end) {
+    be.residual_forward(a.dln, G, ds);
+    dm = a.dln;
+    if (!root) bias_rows_backward(be, g.fc_proj_b, a.proj, ds, a.zero_rows);
+  }
+  be.matmul_backward(a.dfch, dw.fc_proj_w, root ? g.fc_proj_b : Tensor{}, dm, x.fch_gelu, w.fc_proj_w);
+  be.gelu_backward(a.dfch, a.dfch, x.fch);
+  be.matmul_backward(a.dln, dw.fc_w, dw.fc_b, a.dfch, x.ln2, w.fc_w);
+  be.layernorm_backward(ds, g.ln2_w, g.ln2_b, a.dln, x.residual2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
+  // ds now holds d(u); d(a_i) = G + d(u).
+  be.residual_forward(a.dln, G, ds);
+  if (!root) bias_rows_backward(be, g.attn_proj_b, a.proj, ds, a.zero_rows);
+  be.matmul_backward(a.datty, dw.attn_proj_w, root ? g.attn_proj_b : Tensor{}, a.dln, x.atty, w.attn_proj_w);
+  be.attention_backward(a.dqkv, a.datty, x.atty, x.att_lse, x.qkv, NH);
+  be.matmul_backward(a.dln, dw.qkv_w, Tensor{}, a.dqkv, x.ln1, w.qkv_w);
+  be.layernorm_backward(ds, g.ln1_w, g.ln1_b, a.dln, block_input(a, l), w.ln1_w, x.ln1_mean, x.ln1_rstd);
+  // ds now holds d(s), this rank's share of the gradient at the layer's input.
+  if (l != start) return;
+  int end_layer = start;
+  while (!tp.ends_run(end_layer)) ++end_layer;
+  tp_sum(tp, Tensor(a.drun.data, {a.B * a.T * C + 6 * C * (end_layer - start + 1)}));
+  for (int k = start; k <= end_layer; ++k) {
+    LayerParams& d = model.grads.layers[static_cast<size_t>(k)];
+    const RunGrads r = run_grads(a, k - start, C);
+    for (auto [to, from] : {std::pair{d.ln1_w, r.ln1_w}, {d.ln1_b, r.ln1_b}, {d.attn_proj_b, r.attn_proj_b},
+                            {d.ln2_w, r.ln2_w}, {d.ln2_b, r.ln2_b}, {d.fc_proj_b, r.fc_proj_b}}) {
+      be.residual_forward(to, to, from);
+    }
+  }
+  be.residual_forward(a.dresidual, a.dresidual, ds);
+}
+
+}  // namespace
+
 void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* tokens,
                    const int32_t* targets, float dloss, GradReadyHook* hook) {
   const Gpt2Config& cfg = model.config();
+  const TpLayout& tp = model.tp();
+  const int NH = cfg.NH / tp.size;
   const ParamTensors& p = model.params;
   ParamTensors& g = model.grads;
   // Offset of a gradient view in the flat buffer: what `hook` is told.
@@ -65,22 +244,13 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     const LayerParams& w = p.layers[static_cast<size_t>(l)];
     LayerParams& dw = g.layers[static_cast<size_t>(l)];
     LayerActivations& x = a.layers[static_cast<size_t>(l)];
-    Tensor residual = block_input(a, l);
-    // dresidual holds d(residual3) here; it flows unchanged into residual2 and
-    // into the MLP projection's output (the residual add's backward).
-    be.matmul_backward(a.dfch, dw.fc_proj_w, dw.fc_proj_b, a.dresidual, x.fch_gelu, w.fc_proj_w);
-    be.gelu_backward(a.dfch, a.dfch, x.fch);
-    be.matmul_backward(a.dln, dw.fc_w, dw.fc_b, a.dfch, x.ln2, w.fc_w);
-    be.layernorm_backward(a.dresidual, dw.ln2_w, dw.ln2_b, a.dln, x.residual2, w.ln2_w, x.ln2_mean,
-                          x.ln2_rstd);
-    // dresidual now holds d(residual2).
-    be.matmul_backward(a.datty, dw.attn_proj_w, dw.attn_proj_b, a.dresidual, x.atty, w.attn_proj_w);
-    be.attention_backward(a.dqkv, a.datty, x.atty, x.att_lse, x.qkv, cfg.NH);
-    be.matmul_backward(a.dln, dw.qkv_w, Tensor{}, a.dqkv, x.ln1, w.qkv_w);
-    be.layernorm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean,
-                          x.ln1_rstd);
-    // dresidual now holds d(residual), the block's input.
-    done_from(dw.ln1_w);
+    if (tp.is_private(l)) {
+      private_block_backward(be, model, a, l, NH);
+      if (tp.run_start(l) == l) done_from(dw.ln1_w);  // the run's gradients are final once summed
+    } else {
+      standard_block_backward(be, tp, w, dw, x, a, block_input(a, l), NH);
+      done_from(dw.ln1_w);  // dresidual now holds d(residual), the block's input
+    }
   }
   be.encoder_backward(g.wte, g.wpe, a.dresidual, tokens);
   done_from(g.wte);
@@ -91,19 +261,15 @@ void gpt2_decode(Backend& be, const Gpt2& model, Activations& a, const std::vect
   const Gpt2Config& cfg = model.config();
   const ParamTensors& p = model.params;
   const int64_t C = cfg.C;
+  const int NH = cfg.NH / model.tp().size;
   // The position embedding row `pos` as a (1,C) table: the encoder adds its row 0.
   be.encoder_forward(a.encoded, &token, p.wte, Tensor(p.wpe.data + pos * C, {1, C}));
-  for (int l = 0; l < cfg.L; ++l) {
-    const LayerParams& w = p.layers[static_cast<size_t>(l)];
-    LayerActivations& x = a.layers[static_cast<size_t>(l)];
-    const Tensor& cache = qkv_cache[static_cast<size_t>(l)];  // (1,T,3C)
-    Tensor residual = block_input(a, l);
-    be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b);
-    be.matmul_forward(Tensor(cache.data + pos * 3 * C, {1, 1, 3 * C}), x.ln1, w.qkv_w, Tensor{});
-    be.attention_decode(x.atty, Tensor(cache.data, {1, pos + 1, 3 * C}), cfg.NH);
-    block_tail(be, w, x, residual, a.proj);
-  }
-  head_forward(be, p, a);
+  layers_forward(be, model, a, [&](int l, const LayerParams& w, LayerActivations& x) {
+    const Tensor& cache = qkv_cache[static_cast<size_t>(l)];  // (1,T,3C/P)
+    const int64_t width = cache.dim(2);
+    be.matmul_forward(Tensor(cache.data + pos * width, {1, 1, width}), x.ln1, w.qkv_w, Tensor{});
+    be.attention_decode(x.atty, Tensor(cache.data, {1, pos + 1, width}), NH);
+  });
 }
 
 }  // namespace gpt2

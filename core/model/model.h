@@ -23,6 +23,12 @@ class GradReadyHook {
   virtual void ready(size_t offset) = 0;
 };
 
+// Tensor parallelism (model.tp(), model/tensor_parallel.h): with P > 1 ranks
+// every call below is collective over the model's tensor-parallel group (all
+// its ranks call it, in the same order, on their own shards); the logits,
+// the loss and the gradients of replicated parameters come out the same on
+// every rank of the group.
+//
 // Runs the model on tokens (B,T). With targets (B,T) it also computes the
 // per-position losses and returns their mean; without (nullptr) it stops at
 // the logits and returns 0. B and T are the arena's.
@@ -34,14 +40,15 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& acts, const int3
 // gradient of the mean; data-parallel ranks pass 1 / (global B*T). Needs the
 // activations of a forward pass with targets; overwrites the logits.
 // `hook` (optional) hears each time a suffix of the gradient buffer is final:
-// after the head, after each block (from the last), after the embeddings.
+// after the head, after each block (from the last; after a private run's
+// first block for the whole run), after the embeddings.
 void gpt2_backward(Backend& be, Gpt2& model, Activations& acts, const int32_t* tokens,
                    const int32_t* targets, float dloss, GradReadyHook* hook = nullptr);
 
 // One token of generation with a key/value cache: runs `token` at position
 // `pos` on an arena of B = 1, T = 1. qkv_cache[l] (1, T, 3C) holds layer l's
-// q, k, v rows for positions 0 .. pos-1; this call writes row pos and attends
-// over rows 0 .. pos. The logits for the next token are in acts.logits (1,1,V).
+// q, k, v rows for positions 0 .. pos-1 (this rank's heads: (1, T, 3C/P));
+// this call writes row pos and attends over rows 0 .. pos. The logits for the next token are in acts.logits (1,1,V).
 void gpt2_decode(Backend& be, const Gpt2& model, Activations& acts, const std::vector<Tensor>& qkv_cache,
                  int32_t token, int pos);
 

@@ -62,6 +62,23 @@ double learning_rate(const OptimizerConfig& c, int64_t step) {
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(std::numbers::pi * frac));
 }
 
+namespace {
+// The squared norm of the whole model's gradient, every parameter counted
+// once: with tensor parallelism the shards' sums are added over the group
+// and the replicated tensors (equal on every rank) are counted once.
+double grad_sum_squares(Backend& be, const Gpt2& model, size_t n) {
+  const TpLayout& tp = model.tp();
+  if (tp.size == 1) return be.sum_squares(Tensor(model.grad_data(), {static_cast<int64_t>(n)}));
+  double sharded = 0, replicated = 0;
+  for (const ParamInfo& info : model.infos()) {
+    Tensor g = *info.view;
+    g.data = model.grad_data() + info.offset;
+    (info.split == TpSplit::kNone ? replicated : sharded) += be.sum_squares(g);
+  }
+  return tp.group->allreduce_sum(sharded) + replicated;
+}
+}  // namespace
+
 Optimizer::Optimizer(const OptimizerConfig& cfg, size_t num_params, Memory& memory)
     : cfg_(cfg), m_(num_params, memory), v_(num_params, memory) {
   cfg_.validate();
@@ -71,7 +88,7 @@ StepStats Optimizer::step(Backend& be, Gpt2& model) {
   StepStats s;
   const size_t n = model.num_params();
   s.lr = learning_rate(cfg_, step_);
-  s.grad_norm = std::sqrt(be.sum_squares(Tensor(model.grad_data(), {static_cast<int64_t>(n)})));
+  s.grad_norm = std::sqrt(grad_sum_squares(be, model, n));
   if (cfg_.grad_clip > 0) s.grad_scale = std::min(1.0, cfg_.grad_clip / (s.grad_norm + 1e-6));
 
   const double t = static_cast<double>(step_ + 1);

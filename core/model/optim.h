@@ -11,7 +11,8 @@
 //    with linear warm-up to lr over warmup_steps and a cosine decay to min_lr
 //    at decay_steps.
 //
-// Both clip the global gradient norm first: g *= min(1, clip / (norm + 1e-6))
+// Both clip the global gradient norm first (over the whole model: a
+// tensor-parallel model sums its shards' squares over its group): g *= min(1, clip / (norm + 1e-6))
 // (as torch.nn.utils.clip_grad_norm_), folded into the update.
 // Step s counts from 0 for the first update; Adam's t = s + 1.
 #pragma once

@@ -2,16 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <stdexcept>
+
 #include "model/rng.h"
 
 namespace gpt2 {
 
-std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p) {
-  const int64_t V = cfg.V, T = cfg.T, C = cfg.C;
+std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp) {
+  const int64_t V = cfg.V, T = cfg.T, C = cfg.C, P = tp;
   std::vector<ParamInfo> out;
-  auto add = [&out](std::string name, Tensor& view, std::vector<int64_t> shape, ParamInit init) {
+  auto add = [&out](std::string name, Tensor& view, std::vector<int64_t> shape, ParamInit init,
+                    TpSplit split = TpSplit::kNone, int row_groups = 1) {
     bool decay = shape.size() >= 2;
-    out.push_back({std::move(name), &view, std::move(shape), init, decay, 0});
+    out.push_back({std::move(name), &view, std::move(shape), init, decay, 0, split, row_groups});
   };
   p.layers.resize(static_cast<size_t>(cfg.L));
   add("wte", p.wte, {V, C}, ParamInit::kNormal);
@@ -21,14 +25,14 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p) {
     auto name = [l](const char* s) { return fmt::format("h.{}.{}", l, s); };
     add(name("ln1_w"), h.ln1_w, {C}, ParamInit::kOne);
     add(name("ln1_b"), h.ln1_b, {C}, ParamInit::kZero);
-    add(name("qkv_w"), h.qkv_w, {3 * C, C}, ParamInit::kNormal);
-    add(name("attn_proj_w"), h.attn_proj_w, {C, C}, ParamInit::kNormal);
+    add(name("qkv_w"), h.qkv_w, {3 * C / P, C}, ParamInit::kNormal, TpSplit::kRows, 3);
+    add(name("attn_proj_w"), h.attn_proj_w, {C, C / P}, ParamInit::kNormal, TpSplit::kCols);
     add(name("attn_proj_b"), h.attn_proj_b, {C}, ParamInit::kZero);
     add(name("ln2_w"), h.ln2_w, {C}, ParamInit::kOne);
     add(name("ln2_b"), h.ln2_b, {C}, ParamInit::kZero);
-    add(name("fc_w"), h.fc_w, {4 * C, C}, ParamInit::kNormal);
-    add(name("fc_b"), h.fc_b, {4 * C}, ParamInit::kZero);
-    add(name("fc_proj_w"), h.fc_proj_w, {C, 4 * C}, ParamInit::kNormal);
+    add(name("fc_w"), h.fc_w, {4 * C / P, C}, ParamInit::kNormal, TpSplit::kRows);
+    add(name("fc_b"), h.fc_b, {4 * C / P}, ParamInit::kZero, TpSplit::kRows);
+    add(name("fc_proj_w"), h.fc_proj_w, {C, 4 * C / P}, ParamInit::kNormal, TpSplit::kCols);
     add(name("fc_proj_b"), h.fc_proj_b, {C}, ParamInit::kZero);
   }
   add("lnf_w", p.lnf_w, {C}, ParamInit::kOne);
@@ -45,9 +49,9 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p) {
   return out;
 }
 
-size_t param_count(const Gpt2Config& cfg) {
+size_t param_count(const Gpt2Config& cfg, int tp) {
   ParamTensors scratch;
-  auto infos = layout(cfg, scratch);
+  auto infos = layout(cfg, scratch, tp);
   size_t n = 1;
   for (int64_t d : infos.back().shape) n *= static_cast<size_t>(d);
   return infos.back().offset + n;
@@ -63,30 +67,106 @@ void bind(std::vector<ParamInfo>& infos, float* base) {
 }
 }  // namespace
 
-ParamTensors bind_params(const Gpt2Config& cfg, float* base) {
+ParamTensors bind_params(const Gpt2Config& cfg, float* base, int tp) {
   ParamTensors p;
-  auto infos = layout(cfg, p);
+  auto infos = layout(cfg, p, tp);
   bind(infos, base);
   return p;
 }
 
-Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory) : cfg_(cfg) {
+namespace {
+// Calls f(full_offset, shard_offset, count) for each contiguous piece of one
+// tensor's shard: offsets within the tensor in the full buffer and in the
+// shard. A tensor is seen as (rows, cols); a 1-D tensor is one column wide.
+template <typename F>
+void for_each_piece(const ParamInfo& local, int tp, int rank, F&& f) {
+  const size_t rows = static_cast<size_t>(local.shape[0]);
+  const size_t cols = local.shape.size() > 1 ? static_cast<size_t>(local.shape[1]) : 1;
+  const size_t P = static_cast<size_t>(tp), r = static_cast<size_t>(rank);
+  switch (local.split) {
+    case TpSplit::kNone:
+      f(size_t{0}, size_t{0}, rows * cols);
+      break;
+    case TpSplit::kRows: {  // each row group holds rank's slice of its rows
+      const size_t part = rows / static_cast<size_t>(local.row_groups);  // shard rows per group
+      for (size_t g = 0; g < static_cast<size_t>(local.row_groups); ++g) {
+        f((g * part * P + r * part) * cols, g * part * cols, part * cols);
+      }
+      break;
+    }
+    case TpSplit::kCols:  // every row holds rank's slice of the columns
+      for (size_t i = 0; i < rows; ++i) f(i * cols * P + r * cols, i * cols, cols);
+      break;
+  }
+}
+
+void check_sizes(const Gpt2Config& cfg, int tp, size_t full, size_t shard) {
+  if (full != param_count(cfg) || shard != param_count(cfg, tp)) {
+    throw std::invalid_argument(fmt::format("tensor-parallel shard of {} floats from {} (expected {} and {})", shard,
+                                            full, param_count(cfg, tp), param_count(cfg)));
+  }
+}
+}  // namespace
+
+namespace {
+// Copies each tensor's shard pieces between the full buffer and the shard:
+// into the shard (to_shard) or back into the full buffer.
+void copy_shards(const Gpt2Config& cfg, int tp, int rank, float* full, float* shard, bool to_shard) {
+  ParamTensors sp, fp;
+  const auto local = layout(cfg, sp, tp), whole = layout(cfg, fp);
+  for (size_t k = 0; k < local.size(); ++k) {
+    float* f = full + whole[k].offset;
+    float* s = shard + local[k].offset;
+    for_each_piece(local[k], tp, rank, [&](size_t fo, size_t so, size_t n) {
+      if (to_shard) std::copy_n(f + fo, n, s + so);
+      else std::copy_n(s + so, n, f + fo);
+    });
+  }
+}
+}  // namespace
+
+std::vector<float> shard_of(const Gpt2Config& cfg, int tp, int rank, std::span<const float> full) {
+  std::vector<float> shard(param_count(cfg, tp));
+  check_sizes(cfg, tp, full.size(), shard.size());
+  std::vector<float> source(full.begin(), full.end());
+  copy_shards(cfg, tp, rank, source.data(), shard.data(), true);
+  return shard;
+}
+
+void place_shard(const Gpt2Config& cfg, int tp, int rank, std::span<const float> shard, std::span<float> full) {
+  check_sizes(cfg, tp, full.size(), shard.size());
+  std::vector<float> source(shard.begin(), shard.end());
+  copy_shards(cfg, tp, rank, full.data(), source.data(), false);
+}
+
+Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpLayout tp) : cfg_(cfg), tp_(std::move(tp)) {
   cfg_.validate();
-  size_t n = param_count(cfg_);
+  tp_.validate(cfg_.L, cfg_.NH, cfg_.C);
+  tp_.check_group();
+  size_t n = param_count(cfg_, tp_.size);
   params_buf_ = Buffer(n, memory);
   grads_buf_ = Buffer(n, memory);
-  grads = bind_params(cfg_, grads_buf_.data());
-  infos_ = layout(cfg_, params);
+  grads = bind_params(cfg_, grads_buf_.data(), tp_.size);
+  infos_ = layout(cfg_, params, tp_.size);
   bind(infos_, params_buf_.data());
 }
 
 void Gpt2::init_weights(uint64_t seed) {
   // Filled on the host, then copied to the model's memory in one piece.
-  std::vector<float> host(num_params());
-  for (size_t k = 0; k < infos_.size(); ++k) {
-    const ParamInfo& info = infos_[k];
+  std::vector<float> host = initial_weights(cfg_, seed);
+  if (tp_.size > 1) host = shard_of(cfg_, tp_.size, tp_.rank, host);
+  params_from_host(host);
+}
+
+std::vector<float> initial_weights(const Gpt2Config& cfg, uint64_t seed) {
+  ParamTensors p;
+  const std::vector<ParamInfo> infos = layout(cfg, p);
+  std::vector<float> host(param_count(cfg));
+  for (size_t k = 0; k < infos.size(); ++k) {
+    const ParamInfo& info = infos[k];
     float* t = host.data() + info.offset;
-    const int64_t n = info.view->numel();
+    int64_t n = 1;
+    for (int64_t d : info.shape) n *= d;
     switch (info.init) {
       case ParamInit::kNormal:
         for (int64_t i = 0; i < n; ++i) t[i] = 0.02f * normal(seed, static_cast<uint32_t>(k), static_cast<uint64_t>(i));
@@ -99,7 +179,7 @@ void Gpt2::init_weights(uint64_t seed) {
         break;
     }
   }
-  params_from_host(host);
+  return host;
 }
 
 }  // namespace gpt2

@@ -7,6 +7,7 @@
 // finished part is always one contiguous suffix (what bucketed allreduce needs).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
@@ -15,10 +16,17 @@
 #include "kernels/buffer.h"
 #include "model/config.h"
 #include "kernels/tensor.h"
+#include "model/tensor_parallel.h"
 
 namespace gpt2 {
 
 enum class ParamInit { kNormal, kZero, kOne };  // N(0, 0.02) weights, zero biases, unit gains
+
+// How a tensor is split over tensor-parallel ranks (model/tensor_parallel.h):
+// not at all (replicated), by rows (column-parallel: an output slice), or by
+// columns (row-parallel: an input slice). qkv_w is split by rows within each
+// of its three row groups (q, k, v), so a rank holds whole heads of each.
+enum class TpSplit { kNone, kRows, kCols };
 
 struct LayerParams {
   Tensor ln1_w, ln1_b;          // (C) (C)
@@ -45,29 +53,44 @@ struct ParamInfo {
   ParamInit init;
   bool decay;        // AdamW decays matrices (ndim >= 2) only
   size_t offset;     // in floats, from the start of the flat buffer
+  TpSplit split = TpSplit::kNone;
+  int row_groups = 1;  // kRows: the rows form this many equal groups, each split (3 for qkv_w)
 };
 
 // Visits every parameter slot of `p` in buffer order; the single definition of
-// names, shapes and initialisation. Offsets are filled in by `layout`.
-std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p);
+// names, shapes, splits and initialisation. Offsets are filled in by
+// `layout`. With tp > 1 the shapes are one tensor-parallel rank's shard.
+std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp = 1);
 
-// Total number of floats of the parameter buffer.
-size_t param_count(const Gpt2Config& cfg);
+// Total number of floats of the parameter buffer (of one shard with tp > 1).
+size_t param_count(const Gpt2Config& cfg, int tp = 1);
 
 // Binds every view of a ParamTensors to consecutive slices of `base`.
-ParamTensors bind_params(const Gpt2Config& cfg, float* base);
+ParamTensors bind_params(const Gpt2Config& cfg, float* base, int tp = 1);
+
+// Tensor-parallel rank `rank` of `tp`'s shard of a full buffer in layout
+// order (parameters, gradients or Adam moments alike), and its inverse: the
+// shard written back into its places of the full buffer. tp = 1 copies.
+std::vector<float> shard_of(const Gpt2Config& cfg, int tp, int rank, std::span<const float> full);
+void place_shard(const Gpt2Config& cfg, int tp, int rank, std::span<const float> shard, std::span<float> full);
+
+// The initial weights of the full model: N(0, 0.02) from Philox keyed by
+// (seed, parameter index, element index), biases 0, LayerNorm gains 1.
+std::vector<float> initial_weights(const Gpt2Config& cfg, uint64_t seed);
 
 // Parameters, their gradients: two flat buffers with identical layout, in the
-// memory of the backend that computes with them (the host by default).
+// memory of the backend that computes with them (the host by default). With a
+// tensor-parallel layout (tp.size > 1) both hold this rank's shard.
 class Gpt2 {
  public:
-  explicit Gpt2(const Gpt2Config& cfg, Memory& memory = host_memory());
+  explicit Gpt2(const Gpt2Config& cfg, Memory& memory = host_memory(), TpLayout tp = {});
   Gpt2(const Gpt2&) = delete;
   Gpt2& operator=(const Gpt2&) = delete;
 
   const Gpt2Config& config() const { return cfg_; }
-  // Weights N(0, 0.02) from Philox keyed by (seed, parameter index, element),
-  // biases 0, LayerNorm gains 1: bit-identical on every rank and device.
+  const TpLayout& tp() const { return tp_; }
+  // This rank's shard of initial_weights(seed): bit-identical on every rank
+  // and device, and the same global weights for every layout.
   void init_weights(uint64_t seed);
   void zero_grad() { grads_buf_.zero(); }
   // The whole parameter buffer to / from the host (checkpoints, checksums).
@@ -85,6 +108,7 @@ class Gpt2 {
 
  private:
   Gpt2Config cfg_;
+  TpLayout tp_;
   Buffer params_buf_;
   Buffer grads_buf_;
   std::vector<ParamInfo> infos_;  // views point into `params`

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
+#include <span>
 #include <stdexcept>
 
 #include "util/fields.h"
@@ -34,7 +36,7 @@ class Out {
     put<uint32_t>(static_cast<uint32_t>(s.size()));
     bytes(s.data(), s.size());
   }
-  void floats(const std::vector<float>& v) { bytes(v.data(), v.size() * sizeof(float)); }
+  void floats(std::span<const float> v) { bytes(v.data(), v.size() * sizeof(float)); }
   std::vector<unsigned char>& data() { return buf_; }
 
  private:
@@ -236,12 +238,30 @@ void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer
   if ((optimizer == nullptr) != (training == nullptr)) {
     throw std::invalid_argument("save_checkpoint: optimizer and training state go together");
   }
-  KeyValues header = section_values("model", model.config());
+  if (model.tp().size > 1) throw std::invalid_argument("save_checkpoint: a tensor-parallel shard is not a model");
+  std::optional<TrainingState> ts;
+  if (training) {
+    ts = *training;
+    ts->optimizer = optimizer->config();
+    ts->steps_done = optimizer->steps_done();
+    ts->m = optimizer->m_to_host();
+    ts->v = optimizer->v_to_host();
+  }
+  save_checkpoint(path, model.config(), model.params_to_host(), tokenizer, ts ? &*ts : nullptr, extra);
+}
+
+void save_checkpoint(const std::string& path, const Gpt2Config& config, std::span<const float> params,
+                     const Tokenizer& tokenizer, const TrainingState* training, const KeyValues& extra) {
+  const size_t n = params.size();
+  if (n != param_count(config) || (training && (training->m.size() != n || training->v.size() != n))) {
+    throw std::invalid_argument("save_checkpoint: the arrays do not match the model configuration");
+  }
+  KeyValues header = section_values("model", config);
   header.emplace_back("data.tokenizer", to_string(tokenizer.kind()));
   if (training) {
-    for (auto& kv : section_values("optimizer", optimizer->config())) header.push_back(std::move(kv));
+    for (auto& kv : section_values("optimizer", training->optimizer)) header.push_back(std::move(kv));
     header.emplace_back("train.seed", std::to_string(training->seed));
-    header.emplace_back("state.steps_done", std::to_string(optimizer->steps_done()));
+    header.emplace_back("state.steps_done", std::to_string(training->steps_done));
     header.emplace_back("state.loader_position", std::to_string(training->loader_position));
     header.emplace_back("state.loader_batches", std::to_string(training->loader_batches));
   }
@@ -259,11 +279,11 @@ void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer
   }
   out.put<uint32_t>(static_cast<uint32_t>(tokenizer.vocab().size()));
   for (const std::string& t : tokenizer.vocab()) out.text(t);
-  out.put<uint64_t>(model.num_params());
-  out.floats(model.params_to_host());
+  out.put<uint64_t>(n);
+  out.floats(params);
   if (training) {
-    out.floats(optimizer->m_to_host());
-    out.floats(optimizer->v_to_host());
+    out.floats(training->m);
+    out.floats(training->v);
   }
   const uint64_t size = out.data().size() + sizeof(uint64_t);
   std::memcpy(out.data().data() + 16, &size, sizeof size);
@@ -356,10 +376,11 @@ void expect_same_config(const Checkpoint& ck, const Gpt2Config& e, const std::st
 }
 
 void load_params(const Checkpoint& ck, Gpt2& model) {
-  if (!(ck.config == model.config()) || ck.params.size() != model.num_params()) {
+  if (!(ck.config == model.config()) || ck.params.size() != param_count(ck.config)) {
     throw std::invalid_argument("load_params: checkpoint and model configurations differ");
   }
-  model.params_from_host(ck.params);
+  const TpLayout& tp = model.tp();
+  model.params_from_host(tp.size > 1 ? shard_of(ck.config, tp.size, tp.rank, ck.params) : ck.params);
 }
 
 Checkpoint load_given_checkpoint(const std::string& path) {

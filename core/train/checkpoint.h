@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,6 +75,12 @@ void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer
                      const Optimizer* optimizer = nullptr, const TrainingState* training = nullptr,
                      const KeyValues& extra = {});
 
+// The same from host arrays of the full model (a tensor-parallel run's
+// gathered shards): `params` in layout order; with `training`, its
+// optimizer, steps_done, m and v are written too.
+void save_checkpoint(const std::string& path, const Gpt2Config& config, std::span<const float> params,
+                     const Tokenizer& tokenizer, const TrainingState* training, const KeyValues& extra = {});
+
 // Reads and verifies a checkpoint of version 1, 2 or 3. Throws
 // std::runtime_error naming the file and the problem: not a checkpoint,
 // unsupported version, truncated, checksum mismatch (corrupted), a missing or
@@ -88,7 +95,8 @@ Checkpoint load_given_checkpoint(const std::string& path);
 // model configuration differs from `expected`.
 void expect_same_config(const Checkpoint& ckpt, const Gpt2Config& expected, const std::string& path);
 
-// Copies the checkpoint's parameters into a model of the same configuration.
+// Copies the checkpoint's parameters into a model of the same configuration
+// (its shard, for a tensor-parallel model).
 void load_params(const Checkpoint& ckpt, Gpt2& model);
 
 }  // namespace gpt2

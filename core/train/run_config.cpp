@@ -13,6 +13,7 @@ Fields run_fields(RunConfig& c) {
   f.add_section("train", c.train);
   f.add_section("optimizer", c.optimizer);
   f.add_section("generate", c.generate);
+  f.add_section("parallel", c.parallel);
   f.add_section("debug", c.debug);
   return f;
 }
@@ -39,13 +40,28 @@ void TrainConfig::validate() const {
   non_negative("max_loss", max_loss);
 }
 
+void ParallelConfig::validate() const {
+  if (tp < 1) throw std::invalid_argument(fmt::format("parallel.tp: must be >= 1, got {}", tp));
+  (void)blocks();  // every name known
+}
+
+std::vector<BlockType> ParallelConfig::blocks() const {
+  std::vector<BlockType> out;
+  for (size_t i = 0; i < block_types.size(); ++i) {
+    out.push_back(parse_block_type(block_types[i], fmt::format("parallel.block_types[{}]", i)));
+  }
+  return out;
+}
+
 void validate(const RunConfig& c) {
   c.model.validate(/*vocab_from_tokenizer=*/true);
   c.data.validate();
   c.train.validate();
   c.optimizer.validate();
   c.generate.validate();
+  c.parallel.validate();
   // Across sections.
+  TpLayout{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.validate(c.model.L, c.model.NH, c.model.C);
   if (c.train.seq_len > c.model.T) {
     throw std::invalid_argument(
         fmt::format("train.seq_len: {} exceeds model.block_size {}", c.train.seq_len, c.model.T));

@@ -1,7 +1,7 @@
 // RunConfig: every setting of a training or generation run, as sections that
 // each list their fields once (util/fields.h): model (model/config.h), data
 // (model/data_config.h), train (below), optimizer (model/optim.h), generate
-// (model/generate.h) and debug. The trainer consumes it; the application
+// (model/generate.h), parallel (below) and debug. The trainer consumes it; the application
 // layer reads it from YAML files and the command line (app/config_file.h).
 // A new section (parallelism, say) is one member here, one line in
 // run_fields() and its checks in validate().
@@ -12,11 +12,13 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/data_config.h"
 #include "model/generate.h"
 #include "model/optim.h"
+#include "model/tensor_parallel.h"
 #include "util/fields.h"
 
 namespace gpt2 {
@@ -63,6 +65,30 @@ struct TrainConfig {
   }
 };
 
+// The parallel layout (DESIGN.md "Parallel layouts"): ranks = dp x tp, with
+// tensor-parallel groups of tp consecutive ranks (dist/process_grid.h) and the
+// block type of each layer (model/tensor_parallel.h).
+struct ParallelConfig {
+  int tp = 1;
+  std::vector<std::string> block_types;  // one per layer; empty: all tp
+
+  // The checks that need no model or rank count (those are in validate(RunConfig)
+  // and at start-up); throws std::invalid_argument naming the key.
+  void validate() const;
+  // The block types parsed (empty stays empty).
+  std::vector<BlockType> blocks() const;
+
+  template <typename F>
+  void visit_fields(F&& f) {
+    f("tp", tp,
+      "ranks per tensor-parallel group (Megatron); divides model.n_head, 4 x model.n_embd and the rank count; the "
+      "data-parallel size is ranks / tp");
+    f("block_types", block_types,
+      "one block type per layer: tp (Megatron, the standard function), spd (sync-point drop) or parallel (private "
+      "residual runs); empty = all tp. spd and parallel are other functions when tp > 1");
+  }
+};
+
 // Test-only switches.
 struct DebugConfig {
   int fail_rank = -1;  // this rank throws at step fail_step
@@ -81,6 +107,7 @@ struct RunConfig {
   TrainConfig train;
   OptimizerConfig optimizer;
   GenerateConfig generate;
+  ParallelConfig parallel;
   DebugConfig debug;
 };
 

@@ -30,7 +30,8 @@ void check_training_checkpoint(const Checkpoint& ck, const RunConfig& c, const s
 // What the curve depends on beyond the model, the optimizer, the tokenizer
 // and the seed: recorded in every training checkpoint, compared on resume.
 KeyValues curve_entries(const RunConfig& c, size_t corpus_tokens, uint64_t corpus_hash) {
-  return {{"train.batch_size", std::to_string(c.train.batch_size)},
+  return {{"parallel.function", parallel_function(c.parallel)},
+          {"train.batch_size", std::to_string(c.train.batch_size)},
           {"train.seq_len", std::to_string(c.train.seq_len)},
           {"data.loader", to_string(c.data.loader)},
           {"data.val_fraction", fmt::format("{}", c.data.val_fraction)},
@@ -87,6 +88,8 @@ std::vector<std::string> check_training_state(const Checkpoint& ck, const Gpt2Co
 // finds the first key where its own differs; the lowest such key and the
 // first rank holding it are agreed on, and that rank's value is broadcast, so
 // that every rank throws the same message (printed once, by rank 0).
+}  // namespace
+
 void check_ranks_agree(const RunConfig& config, Communicator& comm) {
   if (comm.size() == 1) return;
   RunConfig c = config;
@@ -131,6 +134,8 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm) {
       ranks_text));
 }
 
+namespace {
+
 // Rank 0's checkpoint state (weights, Adam moments, counters) to every rank,
 // through host copies (the model may live in device memory).
 struct HostState {
@@ -148,16 +153,35 @@ void broadcast_state(Communicator& comm, HostState& st, size_t n) {
 
 }  // namespace
 
-std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
-                                         const BackendOptions& options, Communicator& comm) {
-  check_ranks_agree(c, comm);
-  auto st = std::make_unique<RunState>();
-  const int world = comm.size(), rank = comm.rank();
-  if (c.train.batch_size % world != 0) {
-    throw std::invalid_argument(
-        fmt::format("train.batch_size {} is not divisible by the {} ranks", c.train.batch_size, world));
+std::string parallel_function(const ParallelConfig& p) {
+  const TpLayout layout{p.tp, 0, p.blocks(), nullptr};
+  return layout.has_private() ? fmt::format("tp={}:{}", p.tp, layout.describe()) : "standard";
+}
+
+std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local) {
+  const int P = grid.tp();
+  if (P == 1) return local;
+  std::vector<float> shards(local.size() * static_cast<size_t>(P)), full(param_count(cfg));
+  grid.tp_comm().all_gather(local.data(), shards.data(), local.size());
+  for (int r = 0; r < P; ++r) {
+    place_shard(cfg, P, r, {shards.data() + static_cast<size_t>(r) * local.size(), local.size()}, full);
   }
-  st->rows = c.train.batch_size / world;
+  return full;
+}
+
+std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
+                                         const BackendOptions& options, ProcessGrid& grid) {
+  Communicator& comm = grid.world();
+  auto st = std::make_unique<RunState>();
+  const int dp = grid.dp(), rank = comm.rank(), dp_rank = grid.dp_comm().rank();
+  if (c.train.batch_size % dp != 0) {
+    throw std::invalid_argument(
+        grid.tp() == 1
+            ? fmt::format("train.batch_size {} is not divisible by the {} ranks", c.train.batch_size, dp)
+            : fmt::format("train.batch_size {} is not divisible by the {} data-parallel replicas ({} ranks / "
+                          "parallel.tp {})", c.train.batch_size, dp, comm.size(), grid.tp()));
+  }
+  st->rows = c.train.batch_size / dp;
 
   // Data: rank 0 reads the checkpoint and the corpus; every rank gets tokens.
   std::optional<Checkpoint> ckpt;
@@ -178,7 +202,7 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   st->split = split_tokens(st->tokens, c.data.val_fraction);
   try {
     st->loader.emplace(st->split.train, c.train.batch_size, c.train.seq_len, c.data.loader, c.train.seed,
-                       rank * st->rows, st->rows);
+                       dp_rank * st->rows, st->rows);
   } catch (const std::invalid_argument& e) {
     if (st->split.val.empty()) throw std::invalid_argument(fmt::format("data.corpus '{}': {}", c.data.corpus, e.what()));
     // The corpus may be long enough: the held-out share left too little for training.
@@ -198,8 +222,15 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   // Model and optimizer in the backend's memory.
   st->backend = kind.make(options);
   Memory& mem = st->backend->memory();
-  st->model = std::make_unique<Gpt2>(st->model_config, mem);
+  st->model_config.validate();
+  TpLayout layout = grid.layout(c.parallel.blocks());
+  layout.validate(st->model_config.L, st->model_config.NH, st->model_config.C);
+  st->model = std::make_unique<Gpt2>(st->model_config, mem, std::move(layout));
   st->opt = std::make_unique<Optimizer>(c.optimizer, st->model->num_params(), mem);
+  const TpLayout& tp = st->model->tp();
+  auto shard = [&](std::vector<float>& full) {
+    if (tp.size > 1) full = shard_of(st->model_config, tp.size, tp.rank, full);
+  };
   if (!resume.empty()) {
     HostState hs;
     if (rank == 0) {
@@ -211,7 +242,8 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
       hs.counters = {ckpt->training->steps_done, ckpt->training->loader_position, ckpt->training->loader_batches};
       ckpt.reset();
     }
-    broadcast_state(comm, hs, st->model->num_params());
+    broadcast_state(comm, hs, param_count(st->model_config));
+    for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) shard(*v);  // this rank's shard of each
     st->model->params_from_host(hs.params);
     st->opt->moments_from_host(hs.m, hs.v);
     st->opt->set_steps_done(hs.counters[0]);
@@ -219,23 +251,47 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   } else {
     st->model->init_weights(c.train.seed);
   }
+  // Every data-parallel replica holds the same shard.
   const std::vector<float> w = st->model->params_to_host();
-  if (!comm.all_equal(fnv1a64(w.data(), w.size() * sizeof(float)))) {
+  if (!grid.dp_comm().all_equal(fnv1a64(w.data(), w.size() * sizeof(float)))) {
     throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
   }
   st->first_step = st->opt->steps_done();
   return st;
 }
 
+namespace {
+// The hash of the replicated tensors of a shard (equal on every rank of a
+// tensor-parallel group, or the replicas have drifted apart).
+uint64_t replicated_hash(const Gpt2& model, const std::vector<float>& local) {
+  uint64_t h = 0;
+  for (const ParamInfo& info : model.infos()) {
+    if (info.split != TpSplit::kNone) continue;
+    h ^= fnv1a64(local.data() + info.offset, static_cast<size_t>(info.view->numel()) * sizeof(float)) + info.offset;
+  }
+  return h;
+}
+}  // namespace
+
 void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
-                              const std::string& run_id) {
+                              const std::string& run_id, ProcessGrid& grid) {
+  if (grid.dp_comm().rank() != 0) return;
   TrainingState ts;
   ts.loader_position = st.loader->position();
   ts.loader_batches = st.loader->batches_served();
   ts.seed = c.train.seed;
+  ts.optimizer = st.opt->config();
+  ts.steps_done = st.opt->steps_done();
   KeyValues extra = curve_entries(c, st.tokens.size(), st.corpus_hash);
   extra.emplace_back("run.id", run_id);
-  save_checkpoint(path, *st.model, st.tok, st.opt.get(), &ts, extra);
+  const std::vector<float> local = st.model->params_to_host();
+  if (grid.tp() > 1 && !grid.tp_comm().all_equal(replicated_hash(*st.model, local))) {
+    throw std::runtime_error("the replicated parameters differ across the tensor-parallel group");
+  }
+  const std::vector<float> params = gather_full(st.model_config, grid, local);
+  ts.m = gather_full(st.model_config, grid, st.opt->m_to_host());
+  ts.v = gather_full(st.model_config, grid, st.opt->v_to_host());
+  if (grid.world().rank() == 0) save_checkpoint(path, st.model_config, params, st.tok, &ts, extra);
 }
 
 }  // namespace gpt2

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "dist/process_grid.h"
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/dataloader.h"
@@ -54,14 +55,38 @@ struct RunState {
 // (rank 0 reads it, checks it against `c` and broadcasts it). Ends by
 // checking that every rank holds bit-identical weights. Throws
 // std::invalid_argument for bad input (naming the key, file or value).
+// Collective. Every rank's resolved configuration must equal rank 0's: else
+// every rank throws the same std::invalid_argument naming the first key that
+// differs and its values. Called before anything is laid out by it (the
+// process grid, the corpus broadcast).
+void check_ranks_agree(const RunConfig& config, Communicator& comm);
+
+// With tensor parallelism (grid.tp() > 1) the model is this rank's shard
+// of the same global weights; the batch is divided over the data-parallel
+// group (grid.dp() ranks), and a checkpoint (always the full model) is
+// broadcast and sharded.
 std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
-                                         const BackendOptions& options, Communicator& comm);
+                                         const BackendOptions& options, ProcessGrid& grid);
 
 // Writes a training checkpoint of `st` (rank 0 calls it) with what resume
 // checks recorded in its header: the model and optimizer sections, the
 // tokenizer, train.seed, train.batch_size, train.seq_len, data.loader,
 // data.val_fraction, the corpus's token count and hash, and the run's id.
+// Collective over the grid's first tensor-parallel group (the ranks of
+// data-parallel rank 0; the others return at once): the shards of the
+// weights and moments are gathered, checked (replicated tensors equal on
+// every rank of the group) and written by world rank 0 as one full-model
+// checkpoint, which any layout resumes.
 void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
-                              const std::string& run_id);
+                              const std::string& run_id, ProcessGrid& grid);
+
+// The function a layout computes, as checkpoints record it ("parallel.function"):
+// "standard" (every layout whose blocks are all tp, or one rank per group),
+// else "tp=P:types" (spd and parallel blocks are other functions for each P).
+std::string parallel_function(const ParallelConfig& p);
+
+// The full model's host arrays from this rank's shard (`local`), gathered over
+// the tensor-parallel group (collective over it; every rank gets the result).
+std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local);
 
 }  // namespace gpt2

@@ -10,6 +10,7 @@
 
 #include "dist/gradient_sync.h"
 #include "dist/hostfile.h"
+#include "dist/process_grid.h"
 #include "model/activations.h"
 #include "model/flops.h"
 #include "model/generate.h"
@@ -19,6 +20,8 @@
 #include "train/run_logger.h"
 #include "train/run_state.h"
 #include "train/train_step.h"
+#include "util/fields.h"
+#include "util/hash.h"
 #include "util/provenance.h"
 
 namespace gpt2 {
@@ -62,6 +65,9 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["communicator"] = comm.name();
   p["threads"] = threads;
   p["ranks"] = comm.size();
+  p["tp"] = c.parallel.tp;
+  p["dp"] = comm.size() / c.parallel.tp;
+  p["block_types"] = TpLayout{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.describe();
   p["hostfile"] = req.hostfile;
   p["seed"] = c.train.seed;
   p["config_file"] = req.config_file;
@@ -77,10 +83,16 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
   log.note(fmt::format("model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}",
                        st.model_config.describe(), st.model->num_params(), st.tokens.size(), st.split.train.size(),
                        st.split.val.size(), st.tok.size()));
-  log.note(fmt::format("{} backend, {} ranks x {} threads, batch {} x {} ({} rows per rank), {} steps from step {}, "
+  log.note(fmt::format("{} backend, {} ranks x {} threads, batch {} x {} ({} rows per replica), {} steps from step {}, "
                        "MFU peak {:.1f} GFLOP/s ({}), divergence bound: loss {:.4g}", st.backend->name(), comm.size(),
                        threads, c.train.batch_size, c.train.seq_len, st.rows, c.train.steps, st.first_step,
                        peak.gflops, peak.source, max_loss));
+  if (c.parallel.tp > 1) {
+    const TpLayout& tp = st.model->tp();
+    log.note(fmt::format("layout: data parallel {} x tensor parallel {} (groups of consecutive ranks); blocks {}{}",
+                         comm.size() / tp.size, tp.size, tp.describe(),
+                         tp.has_private() ? " (spd/parallel blocks: another function than the standard model)" : ""));
+  }
   if (!st.unchecked.empty()) {
     std::string keys;
     for (const std::string& k : st.unchecked) keys += (keys.empty() ? "" : ", ") + k;
@@ -128,11 +140,18 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     throw std::invalid_argument("--overwrite and --resume together: --resume continues the directory's run, "
                                 "--overwrite discards it; give one");
   }
+  if (ctx.comm == nullptr && c.parallel.tp > 1) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.tp {}: the {} stage runs one process; tensor parallelism runs on the mpi and mpi_cuda stages "
+        "(mpiexec -n <dp x tp>)", c.parallel.tp, ctx.stage));
+  }
   RunLogger log(ctx.stage, root);
   log.claim(req.out_dir, !req.resume.empty() ? DirIntent::kResume
                          : req.overwrite     ? DirIntent::kOverwrite
                                              : DirIntent::kNew);
-  const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, {threads, c.train.tf32, 0}, comm);
+  check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
+  ProcessGrid grid(comm, c.parallel.tp);
+  const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, {threads, c.train.tf32, 0}, grid);
   Backend& be = *st->backend;
   if (!req.resume.empty()) log.check_resume(req.resume, st->checkpoint_run_id);
   RunConfig resolved = c;
@@ -144,16 +163,19 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   const double max_loss = c.train.max_loss > 0 ? c.train.max_loss : 3.0 * std::log(st->model_config.V);
   announce(log, c, *st, comm, threads, peak, max_loss);
 
-  ActivationArena arena(st->model_config, st->rows, c.train.seq_len, be.memory());
-  GradientSync sync(comm, st->model->grad_data(), st->model->num_params(),
+  ActivationArena arena(*st->model, st->rows, c.train.seq_len);
+  // The gradient sum and the loss over the data-parallel group; the
+  // tensor-parallel sums happen inside the model (model.tp()).
+  Communicator& dp = grid.dp_comm();
+  GradientSync sync(dp, st->model->grad_data(), st->model->num_params(),
                     static_cast<size_t>(c.train.grad_bucket_mb * (1 << 20) / sizeof(float)));
-  const StepContext step{be, *st->model, *st->opt, arena.acts(), sync, comm, c.train.batch_size, max_loss};
+  const StepContext step{be, *st->model, *st->opt, arena.acts(), sync, dp, c.train.batch_size, max_loss};
   std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
   const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
   const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
   const std::string ckpt_path = (fs::path(req.out_dir) / "checkpoint.bin").string();
   auto save = [&] {
-    if (root && c.train.save_checkpoint) save_training_checkpoint(ckpt_path, *st, c, log.run_id());
+    if (c.train.save_checkpoint) save_training_checkpoint(ckpt_path, *st, c, log.run_id(), grid);
   };
 
   RunSummary sum;
@@ -164,15 +186,22 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
       throw std::runtime_error(fmt::format("rank {}: injected failure at step {} (debug.fail_rank)", comm.rank(), s));
     }
     st->loader->next(x.data(), y.data());
+    grid.reset_stats();
     const StepResult r = train_step(step, x.data(), y.data());
     be.synchronize();  // a device backend's update is still running: count it in this step
     const double dt = seconds_since(t0);
+    const double comm_s = r.comm_s + grid.tp_group().seconds();
     sum.train_s += dt;
-    sum.comm_s += r.comm_s;
+    sum.comm_s += comm_s;
     sum.final_loss = r.loss;
-    log.step({s, r.loss, r.update.lr, r.update.grad_norm, dt * 1e3, tokens_per_step / dt, flops / dt,
-              flops / dt / (peak.gflops * 1e9), r.comm_s * 1e3, comm.size() > 1 ? sync.bytes() : 0},
-             c.train.steps, comm.size() > 1);
+    const CommStats tp_stats = grid.tp_comm().stats(), dp_stats = grid.dp_comm().stats();
+    StepRecord rec{s, r.loss, r.update.lr, r.update.grad_norm, dt * 1e3, tokens_per_step / dt, flops / dt,
+                   flops / dt / (peak.gflops * 1e9), comm_s * 1e3, tp_stats.bytes + dp_stats.bytes};
+    rec.tp_calls = tp_stats.calls;
+    rec.tp_bytes = tp_stats.bytes;
+    rec.dp_calls = dp_stats.calls;
+    rec.dp_bytes = dp_stats.bytes;
+    log.step(rec, c.train.steps, comm.size() > 1);
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
       log.eval({s, validation_loss(step, c, *st, comm.rank(), x.data(), y.data())}, c.train.steps);
     }
@@ -180,12 +209,19 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   }
   sum.train_wall_s = seconds_since(wall0);
   save();
-  if (!root) {
-    comm.barrier();  // idle (no spinning) while rank 0 generates
+  // Generation runs on data-parallel replica 0: rank 0 alone, or with tensor
+  // parallelism its whole tensor-parallel group, each rank decoding with its
+  // heads and shards (the same collective forward as training, on a
+  // one-token arena) and drawing the same tokens from the same logits.
+  if (grid.dp_comm().rank() != 0) {
+    comm.barrier();  // idle (no spinning) while replica 0 generates
     return;
   }
-
   generate_from_corpus(c, *st, sum);  // inference as in the original
+  if (!root) {
+    comm.barrier();
+    return;
+  }
   sum.steps = c.train.steps;
   sum.first_step = st->first_step;
   sum.ranks = comm.size();
@@ -197,36 +233,88 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   comm.barrier();
 }
 
+namespace {
+// "tp=P:types" (a checkpoint's parallel.function) as a layout without its group.
+TpLayout function_layout(const std::string& function, const std::string& path) {
+  ParallelConfig p;
+  const size_t colon = function.find(':');
+  try {
+    if (function.rfind("tp=", 0) != 0 || colon == std::string::npos) throw std::invalid_argument("");
+    p.tp = static_cast<int>(parse_int64("parallel.tp", function.substr(3, colon - 3)));
+    p.block_types = parse_name_list("parallel.block_types", function.substr(colon + 1));
+    return TpLayout{p.tp, 0, p.blocks(), nullptr};
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument(fmt::format("{}: parallel.function '{}' is not 'standard' or 'tp=P:types'", path,
+                                            function));
+  }
+}
+}  // namespace
+
 void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   const RunConfig& c = req.config;
   validate(c);
-  if (ctx.comm && ctx.comm->rank() != 0) {  // generation runs on rank 0; the others wait idle
+  if (req.checkpoint.empty()) throw std::invalid_argument("--checkpoint: a checkpoint file is required");
+  // Rank 0 reads the checkpoint first: the function it was trained as decides
+  // who generates. The standard function: rank 0 alone, on the full model.
+  // spd or parallel blocks: the ranks of one tensor-parallel group, each on
+  // its shard (every one of them reads the file).
+  std::optional<Checkpoint> ck;
+  std::vector<std::string> function{"standard"};
+  const int rank = ctx.comm ? ctx.comm->rank() : 0;
+  if (rank == 0) {
+    ck = load_given_checkpoint(req.checkpoint);
+    if (const std::string* f = ck->find("parallel.function")) function[0] = *f;
+  }
+  if (ctx.comm) broadcast_strings(*ctx.comm, function, 0);
+  TpLayout layout;
+  std::unique_ptr<ProcessGrid> grid;
+  if (function[0] != "standard") {
+    layout = function_layout(function[0], req.checkpoint);
+    if (ctx.comm == nullptr) {
+      throw std::invalid_argument(fmt::format(
+          "{}: trained as {} (spd/parallel blocks over {} tensor-parallel ranks: another function than the standard "
+          "model); generate on the mpi or mpi_cuda stage with mpiexec -n {}", req.checkpoint, function[0],
+          layout.size, layout.size));
+    }
+    grid = std::make_unique<ProcessGrid>(*ctx.comm, layout.size);
+    if (grid->dp_comm().rank() != 0) {
+      ctx.comm->barrier();
+      return;
+    }
+    if (rank != 0) ck = load_given_checkpoint(req.checkpoint);
+    if (!grid->tp_comm().all_equal(fnv1a64(ck->params.data(), ck->params.size() * sizeof(float)))) {
+      throw std::runtime_error(fmt::format("{}: the ranks of the tensor-parallel group read different files",
+                                           req.checkpoint));
+    }
+    layout = grid->layout(layout.blocks);
+  } else if (rank != 0) {  // rank 0 generates alone; the others wait idle
     ctx.comm->barrier();
     return;
   }
-  if (req.checkpoint.empty()) throw std::invalid_argument("--checkpoint: a checkpoint file is required");
-  const Checkpoint ck = load_given_checkpoint(req.checkpoint);
   std::vector<int32_t> prompt;
   if (!req.prompt.empty()) {
-    prompt = ck.tokenizer.encode(req.prompt, "--prompt");
+    prompt = ck->tokenizer.encode(req.prompt, "--prompt");
   } else {
     const std::string text = read_corpus(c.data.corpus);
-    prompt = tokenize_corpus(ck.tokenizer, text, c.data.corpus);
+    prompt = tokenize_corpus(ck->tokenizer, text, c.data.corpus);
     prompt.resize(std::min<size_t>(prompt.size(), static_cast<size_t>(c.generate.prompt_tokens)));
   }
   if (prompt.empty()) throw std::invalid_argument("--prompt: the prompt has no tokens");
-  auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, 0});
-  Gpt2 model(ck.config, be->memory());
-  load_params(ck, model);
+  auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, ctx.comm ? ctx.comm->local_rank() : 0});
+  Gpt2 model(ck->config, be->memory(), layout);
+  load_params(*ck, model);
   const auto g0 = Clock::now();
   GenerateConfig gen_cfg = c.generate;
-  gen_cfg.vocab_limit = ck.tokenizer.size();
-  const Generation gen = generate(*be, model, prompt, gen_cfg, ck.tokenizer.eos_id());
+  gen_cfg.vocab_limit = ck->tokenizer.size();
+  const Generation gen = generate(*be, model, prompt, gen_cfg, ck->tokenizer.eos_id());
   const double s = seconds_since(g0);
-  fmt::print(stderr, "[{}] prompt of {} tokens; generated {} tokens in {:.3f} s{}\n", ctx.stage, prompt.size(),
-             gen.tokens.size(), s, gen.stopped_at_eos ? " (stopped at [EOS])" : "");
-  fmt::print("{}\n", ck.tokenizer.decode(gen.tokens));
-  std::fflush(stdout);
+  if (rank == 0) {
+    fmt::print(stderr, "[{}] prompt of {} tokens; generated {} tokens in {:.3f} s{}{}\n", ctx.stage, prompt.size(),
+               gen.tokens.size(), s, gen.stopped_at_eos ? " (stopped at [EOS])" : "",
+               layout.size > 1 ? fmt::format(" on {} tensor-parallel ranks", layout.size) : "");
+    fmt::print("{}\n", ck->tokenizer.decode(gen.tokens));
+    std::fflush(stdout);
+  }
   if (ctx.comm) ctx.comm->barrier();
 }
 

@@ -124,6 +124,21 @@ std::vector<int> parse_int_list(const std::string& key, const std::string& text)
   return out;
 }
 
+std::vector<std::string> parse_name_list(const std::string& key, const std::string& text) {
+  std::vector<std::string> out;
+  if (text.find_first_not_of(" \t") == std::string::npos) return out;
+  std::stringstream ss(text + ",");  // getline drops an empty last item: the extra comma keeps it
+  for (std::string part; std::getline(ss, part, ',');) {
+    const size_t a = part.find_first_not_of(" \t"), b = part.find_last_not_of(" \t");
+    if (a == std::string::npos) {
+      throw std::invalid_argument(fmt::format("{}: expected a comma-separated list of names, got '{}' (an empty item)",
+                                              key, text));
+    }
+    out.push_back(part.substr(a, b - a + 1));
+  }
+  return out;
+}
+
 std::string format_float(float x) { return fmt::format("{}", x); }
 std::string format_double(double x) { return fmt::format("{}", x); }
 
@@ -132,6 +147,15 @@ std::string format_int_list(const std::vector<int>& v) {
   for (size_t i = 0; i < v.size(); ++i) {
     if (i) out += ',';
     out += std::to_string(v[i]);
+  }
+  return out;
+}
+
+std::string format_name_list(const std::vector<std::string>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += v[i];
   }
   return out;
 }

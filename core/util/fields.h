@@ -12,7 +12,8 @@
 //
 // Value types: bool (true|false), integers, floats (float fields parse as
 // float directly, so a value written by get() reads back bit-identically),
-// std::string, enumerations (by name) and std::vector<int> (comma-separated).
+// std::string, enumerations (by name), std::vector<int> and
+// std::vector<std::string> (comma-separated; a YAML sequence in files).
 #pragma once
 
 #include <cstdint>
@@ -41,10 +42,14 @@ uint64_t parse_uint64(const std::string& key, const std::string& text);
 double parse_double(const std::string& key, const std::string& text);
 float parse_float(const std::string& key, const std::string& text);
 std::vector<int> parse_int_list(const std::string& key, const std::string& text);
+// Comma-separated names ("tp,spd,parallel"; blanks around items ignored);
+// "" is the empty list, an empty item is an error.
+std::vector<std::string> parse_name_list(const std::string& key, const std::string& text);
 // Shortest text that reads back to the same value.
 std::string format_float(float x);
 std::string format_double(double x);
 std::string format_int_list(const std::vector<int>& v);
+std::string format_name_list(const std::vector<std::string>& v);
 
 class Fields {
  public:
@@ -161,6 +166,10 @@ void Fields::add(const std::string& key, X& ref, const std::string& help, const 
     f.type = "list";
     f.get = [&ref] { return format_int_list(ref); };
     f.set = [&ref, key](const std::string& t) { ref = parse_int_list(key, t); };
+  } else if constexpr (std::is_same_v<X, std::vector<std::string>>) {
+    f.type = "list";
+    f.get = [&ref] { return format_name_list(ref); };
+    f.set = [&ref, key](const std::string& t) { ref = parse_name_list(key, t); };
   } else {
     static_assert(std::is_same_v<X, std::string>, "Fields: unsupported field type");
     f.type = type.empty() ? "string" : type;

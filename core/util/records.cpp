@@ -38,7 +38,11 @@ Json to_json(const StepRecord& r) {
               {"flops_per_s", round_sig(r.flops_per_s, 4)},
               {"mfu", round_fixed(r.mfu, 4)},
               {"comm_ms", round_fixed(r.comm_ms, 3)},
-              {"comm_bytes", r.comm_bytes}};
+              {"comm_bytes", r.comm_bytes},
+              {"tp_calls", r.tp_calls},
+              {"tp_bytes", r.tp_bytes},
+              {"dp_calls", r.dp_calls},
+              {"dp_bytes", r.dp_bytes}};
 }
 
 Json to_json(const EvalRecord& r) {
@@ -85,6 +89,10 @@ StepRecord step_record(const Json& j, const std::string& where) {
   r.mfu = field<double>(j, "mfu", where);
   r.comm_ms = field_or<double>(j, "comm_ms", 0.0, where);
   r.comm_bytes = field_or<uint64_t>(j, "comm_bytes", 0, where);
+  r.tp_calls = field_or<uint64_t>(j, "tp_calls", 0, where);
+  r.tp_bytes = field_or<uint64_t>(j, "tp_bytes", 0, where);
+  r.dp_calls = field_or<uint64_t>(j, "dp_calls", 0, where);
+  r.dp_bytes = field_or<uint64_t>(j, "dp_bytes", 0, where);
   return r;
 }
 

@@ -1,7 +1,8 @@
 // The metrics stream's records (DESIGN.md contract 2): one JSON object per
 // line of a run's metrics.jsonl,
 //   {"event":"step","step":s,"loss":..,"lr":..,"grad_norm":..,"step_ms":..,"tokens_per_s":..,
-//    "flops_per_s":..,"mfu":..,"comm_ms":..,"comm_bytes":..}
+//    "flops_per_s":..,"mfu":..,"comm_ms":..,"comm_bytes":..,
+//    "tp_calls":..,"tp_bytes":..,"dp_calls":..,"dp_bytes":..}
 //   {"event":"eval","step":s,"val_loss":..}
 //   {"event":"summary","status":"ok","steps":..,"train_s":..,"inference_s":..,"final_loss":..,
 //    ...,"provenance":{...}}
@@ -27,7 +28,12 @@ struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0;
   double step_ms = 0, tokens_per_s = 0, flops_per_s = 0, mfu = 0;
   double comm_ms = 0;       // time in gradient and loss collectives (0 for one process)
-  uint64_t comm_bytes = 0;  // gradient bytes allreduced per rank
+  uint64_t comm_bytes = 0;  // bytes this rank passed to collectives in the step (tp_bytes + dp_bytes)
+  // This rank's collective calls and their bytes in the step, by group: its
+  // tensor-parallel group's (activations, their gradients, the shards' norm)
+  // and its data-parallel group's (the gradient sum, the loss). A call's
+  // bytes are its buffer's (an allreduce of n floats: 4n), not the wire's.
+  uint64_t tp_calls = 0, tp_bytes = 0, dp_calls = 0, dp_bytes = 0;
 };
 
 struct EvalRecord {

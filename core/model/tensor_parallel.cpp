@@ -1,0 +1,79 @@
+#include "model/tensor_parallel.h"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+namespace gpt2 {
+
+BlockType parse_block_type(const std::string& name, const std::string& key) {
+  if (name == "tp") return BlockType::kTp;
+  if (name == "spd") return BlockType::kSpd;
+  if (name == "parallel") return BlockType::kParallel;
+  throw std::invalid_argument(fmt::format("{}: unknown block type '{}'; expected tp, spd or parallel", key, name));
+}
+
+std::string to_string(BlockType t) {
+  switch (t) {
+    case BlockType::kTp: return "tp";
+    case BlockType::kSpd: return "spd";
+    case BlockType::kParallel: return "parallel";
+  }
+  return "?";
+}
+
+void TpLayout::validate(int n_layer, int n_head, int n_embd) const {
+  if (size < 1) throw std::invalid_argument(fmt::format("parallel.tp: must be >= 1, got {}", size));
+  if (n_head % size != 0) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.tp {} does not divide model.n_head {}: every rank holds whole attention heads", size, n_head));
+  }
+  if ((4 * n_embd) % size != 0) {
+    throw std::invalid_argument(
+        fmt::format("parallel.tp {} does not divide 4 x model.n_embd = {} (the MLP's width)", size, 4 * n_embd));
+  }
+  if (!blocks.empty() && static_cast<int>(blocks.size()) != n_layer) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.block_types has {} entries but model.n_layer is {}: give one type per layer, or none (all tp)",
+        blocks.size(), n_layer));
+  }
+  if (rank < 0 || rank >= size) throw std::invalid_argument(fmt::format("tensor-parallel rank {} of {}", rank, size));
+}
+
+void TpLayout::check_group() const {
+  if (size > 1 && (group == nullptr || group->size() != size || group->rank() != rank)) {
+    throw std::invalid_argument(fmt::format("a tensor-parallel model of {} ranks needs its group of {} ranks", size, size));
+  }
+}
+
+int TpLayout::run_start(int layer) const {
+  if (type(layer) != BlockType::kParallel) return layer;
+  while (layer > 0 && type(layer - 1) == BlockType::kParallel) --layer;
+  return layer;
+}
+
+bool TpLayout::ends_run(int layer) const {
+  if (type(layer) != BlockType::kParallel) return true;
+  const int n = static_cast<int>(blocks.size());
+  return layer + 1 >= n || type(layer + 1) != BlockType::kParallel;
+}
+
+bool TpLayout::has_private() const {
+  if (size == 1) return false;
+  for (BlockType t : blocks) {
+    if (t != BlockType::kTp) return true;
+  }
+  return false;
+}
+
+std::string TpLayout::describe() const {
+  if (blocks.empty()) return "tp";
+  std::string s = to_string(blocks[0]);
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    s += ',';
+    s += to_string(blocks[i]);
+  }
+  return s;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,86 @@
+// Tensor parallelism as the model sees it (Megatron-LM, Shoeybi et al. 2019):
+// which shard of the weights this rank holds, the block type of each layer,
+// and the one verb the blocks need, the sum over the tensor-parallel group.
+// The group itself is a Communicator's (dist/tp_group.h); the model layer
+// only names the interface, as it does for GradReadyHook.
+//
+// Shards: rank r of P holds attention heads [r*NH/P, (r+1)*NH/P): its rows
+// of q, k and v (column-parallel qkv_w), the matching columns of attn_proj_w
+// (row-parallel), rows r*4C/P .. of fc_w and fc_b (column-parallel) and the
+// matching columns of fc_proj_w (row-parallel). Everything else (embeddings,
+// LayerNorms, the row-parallel biases, the head) is replicated.
+//
+// Block types (one per layer):
+//   tp        Megatron: f before each column-parallel pair (identity forward,
+//             sum of the input gradient backward), g after each row-parallel
+//             one (sum forward, identity backward); the standard function.
+//             The row-parallel bias is added once: by the group's rank 0,
+//             inside its partial product before the sum (the same value as
+//             adding it after the sum, without another pass).
+//   spd       Sync-Point Drop: no sum after attention. Rank i adds its own
+//             partial attention output a_i and the projection bias to its
+//             copy of the input, runs LayerNorm 2 and its MLP shard m_i on
+//             that; one sum ends the block:
+//               out = x + sum_i (a_i + m_i) + b_attn_proj + b_fc_proj.
+//   parallel  a run of consecutive parallel layers keeps each rank's residual
+//             stream private; one sum at the run's end. Rank i's stream s_i
+//             starts at the run's input x; each layer l of the run does
+//               u_i = s_i + a_i + b_attn_proj_l,  s_i = u_i + m_i + b_fc_proj_l
+//             (a_i, m_i from LayerNorms of s_i and u_i), and
+//               out = x + sum_i sum_l (a_i + m_i) + sum_l (b_attn_proj_l + b_fc_proj_l).
+//             An spd layer is exactly a parallel run of one layer; with one
+//             rank every type is the standard block.
+// spd and parallel compute other functions than the standard model (the
+// "DistributedGPT" study's block types); tp computes the standard one.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace gpt2 {
+
+enum class BlockType { kTp, kSpd, kParallel };
+
+// "tp" | "spd" | "parallel"; throws std::invalid_argument naming `key`.
+BlockType parse_block_type(const std::string& name, const std::string& key = "parallel.block_types");
+std::string to_string(BlockType t);
+
+// The sum over the ranks of one tensor-parallel group.
+class TpGroup {
+ public:
+  virtual ~TpGroup() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  // In place: x = sum over the group of x (the backend's memory).
+  virtual void allreduce_sum(Tensor x) = 0;
+  virtual double allreduce_sum(double x) = 0;
+};
+
+// One rank's place in tensor parallelism. size 1 (the default) is the
+// unsharded model: every layer runs the standard block, whatever its type.
+struct TpLayout {
+  int size = 1;
+  int rank = 0;
+  std::vector<BlockType> blocks;  // one per layer; empty: every layer tp
+  TpGroup* group = nullptr;       // required when size > 1
+
+  // Throws std::invalid_argument naming the parallel.* key that is wrong for
+  // a model of `n_layer` layers, `n_head` heads and `n_embd` channels.
+  void validate(int n_layer, int n_head, int n_embd) const;
+  // Throws std::invalid_argument unless `group` is this layout's (size > 1).
+  void check_group() const;
+  BlockType type(int layer) const { return blocks.empty() ? BlockType::kTp : blocks[static_cast<size_t>(layer)]; }
+  // The layer runs on a private residual stream (spd or parallel, size > 1).
+  bool is_private(int layer) const { return size > 1 && type(layer) != BlockType::kTp; }
+  // The first layer of the private run holding `layer`, and whether `layer` ends it.
+  int run_start(int layer) const;
+  bool ends_run(int layer) const;
+  // Any private layer (the activation arena then holds the run buffers).
+  bool has_private() const;
+  // The block types as text: "tp,spd,parallel" (the list as configured).
+  std::string describe() const;
+};
+
+}  // namespace gpt2

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Tensor parallelism on real MPI ranks, against the serial stage.
+
+  * tp 2 on 2 ranks and tp 2 x dp 2 on 4 ranks train the serial stage's
+    configuration for 10 steps: every step's loss within 1e-5 relative and
+    every final weight within 1e-5 absolute of serial's (the shards start from
+    the same global weights; only the order of float sums differs).
+  * A tp-2 checkpoint (one full-model file, gathered from the shards) resumes
+    on serial and on dp 2 (2 ranks, tp 1) with the uninterrupted curve.
+  * The counted communication of a step (metrics "tp_calls", "tp_bytes",
+    "dp_calls", "dp_bytes") equals the formula of each block type, for all
+    tp, all spd, all parallel and a mix, at dp 1 and 2:
+      tp group, per tp layer: 4 allreduces of N*C floats (2 forward, 2 backward);
+      per private run of k layers (spd is a run of 1): 2 allreduces, N*C floats
+      forward and N*C + 6*C*k backward (the stream gradient with the run's
+      LayerNorm and bias gradients); plus 1 allreduce of a double (the
+      gradient norm of the shards);
+      dp group (dp > 1): 1 allreduce of the shard's gradient (4 bytes a
+      parameter) and 1 of a double (the loss).
+    N = rows per replica x seq_len. Bytes are the calls' buffers.
+  * A spd model's checkpoint generates on mpi with its tensor-parallel group,
+    and is refused, with the reason, by the serial stage.
+  * Clear errors: tp not dividing n_head or the rank count, a block_types list
+    of the wrong length or with an unknown name, tp > 1 on the serial stage.
+
+usage: tensor_parallel_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
+Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
+from checkpoint_file import load  # noqa: E402
+
+
+def steps_of(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["event"] == "step"]
+
+
+def floats(raw):
+    return struct.unpack(f"<{len(raw) // 4}f", raw)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for k in ("serial", "mpi", "mpiexec", "corpus"):
+        ap.add_argument("--" + k, required=True)
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="tp_test_")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    B, T, C, L, NH = 8, 32, 64, 2, 4
+    common = ["--data.corpus", os.path.abspath(a.corpus), "--model.block_size", str(T), "--model.n_layer", str(L),
+              "--model.n_head", str(NH), "--model.n_embd", str(C), "--train.batch_size", str(B),
+              "--train.seq_len", str(T), "--train.steps", "10", "--train.threads", "1", "--train.peak_gflops", "50",
+              "--optimizer.lr", "1e-3", "--generate.prompt_tokens", "8", "--generate.max_new_tokens", "4"]
+    results = []
+
+    def check(title, ok, detail=""):
+        results.append(ok)
+        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
+
+    def run(cmd, timeout=300):
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+    def mpi(n, args, timeout=300, command="train"):
+        return run([a.mpiexec, "-n", str(n), a.mpi, command, *args], timeout)
+
+    def out(name):
+        return os.path.join(work, name)
+
+    def compare(title, ref_dir, dir_, first=0):
+        ref, got = steps_of(ref_dir), steps_of(dir_)
+        ref_l = [r["loss"] for r in ref][first:]
+        got_l = [r["loss"] for r in got]
+        if len(ref_l) != len(got_l):
+            check(title, False, f"{len(got_l)} steps against {len(ref_l)}")
+            return
+        rel = max(abs(x - y) / abs(y) for x, y in zip(got_l, ref_l))
+        pa = floats(load(os.path.join(ref_dir, "checkpoint.bin")).params)
+        pb = floats(load(os.path.join(dir_, "checkpoint.bin")).params)
+        dw = max(abs(x - y) for x, y in zip(pa, pb)) if len(pa) == len(pb) else float("inf")
+        check(title, rel <= 1e-5 and dw <= 1e-5,
+              f"losses {' '.join(f'{x:.6f}' for x in got_l)}; worst loss {rel:.2e} relative, worst weight {dw:.2e}")
+
+    # ---- Equivalence with serial ----
+    r = run([a.serial, "train", *common, "--out", out("serial")])
+    check("serial reference", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+    for n, title in ((2, "tp 2 on 2 ranks"), (4, "tp 2 x dp 2 on 4 ranks")):
+        r = mpi(n, [*common, "--parallel.tp", "2", "--out", out(f"tp2_{n}")], timeout=600)
+        if r.returncode != 0:
+            check(title, False, r.stderr.strip()[-400:])
+            continue
+        compare(f"{title} equals serial (10 steps, losses and final weights)", out("serial"), out(f"tp2_{n}"))
+
+    # ---- Checkpoints across layouts: a tp-2 checkpoint at step 5 resumes elsewhere ----
+    r = mpi(2, [*common, "--parallel.tp", "2", "--train.steps", "5", "--out", out("tp2_half")])
+    check("tp 2 stops at step 5 with a checkpoint", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+    for title, cmd in (("serial", [a.serial, "train"]), ("dp 2", [a.mpiexec, "-n", "2", a.mpi, "train"])):
+        d = out("resume_" + title.replace(" ", ""))
+        if not os.path.isdir(out("tp2_half")):
+            check(f"the tp-2 checkpoint resumes on {title}", False, "no tp-2 run to resume")
+            continue
+        shutil.copytree(out("tp2_half"), d)
+        r = run([*cmd, *common, "--out", d, "--resume", os.path.join(d, "checkpoint.bin")], timeout=300)
+        if r.returncode != 0:
+            check(f"the tp-2 checkpoint resumes on {title}", False, r.stderr.strip()[-300:])
+            continue
+        compare(f"the tp-2 checkpoint resumes on {title} with the uninterrupted curve", out("serial"), d)
+
+    # ---- Counted communication per step against the formula ----
+    def local_params(V, P):
+        per_layer = 2 * C + 3 * C * C // P + C * C // P + C + 2 * C + 4 * C * C // P + 4 * C // P + C * 4 * C // P + C
+        return V * C + T * C + L4 * per_layer + 2 * C + V * C
+
+    def formula(types, P, dp):
+        N = (B // dp) * T
+        calls = bytes_ = 0
+        i = 0
+        while i < len(types):
+            if P == 1 or types[i] == "tp":
+                calls, bytes_ = calls + 4, bytes_ + 4 * 4 * N * C
+                i += 1
+                continue
+            k = 1
+            if types[i] == "parallel":
+                while i + k < len(types) and types[i + k] == "parallel":
+                    k += 1
+            calls, bytes_ = calls + 2, bytes_ + 4 * N * C + 4 * (N * C + 6 * C * k)
+            i += k
+        if P > 1:
+            calls, bytes_ = calls + 1, bytes_ + 8
+        return calls, bytes_
+
+    L4 = 4
+    four = [a_ if a_ != "--model.n_layer" else a_ for a_ in common]
+    four[four.index("--model.n_layer") + 1] = str(L4)
+    four[four.index("--train.steps") + 1] = "2"
+    patterns = {"all tp": "tp,tp,tp,tp", "all spd": "spd,spd,spd,spd", "all parallel": "parallel,parallel,parallel,parallel",
+                "mixed": "tp,parallel,parallel,spd"}
+    for n, dp in ((2, 1), (4, 2)):
+        for name, types in patterns.items():
+            d = out(f"comm_{n}_{name.replace(' ', '_')}")
+            r = mpi(n, [*four, "--parallel.tp", "2", "--parallel.block_types", types, "--out", d], timeout=300)
+            if r.returncode != 0:
+                check(f"communication of {name}, dp {dp}", False, r.stderr.strip()[-300:])
+                continue
+            V = int(load(os.path.join(d, "checkpoint.bin")).header["model.vocab_size"])
+            want_tp = formula(types.split(","), 2, dp)
+            want_dp = (2, 4 * local_params(V, 2) + 8) if dp > 1 else (0, 0)
+            got = [(s["tp_calls"], s["tp_bytes"], s["dp_calls"], s["dp_bytes"]) for s in steps_of(d)]
+            ok = all(g == (*want_tp, *want_dp) for g in got)
+            check(f"communication of {name} on tp 2 x dp {dp} equals the formula", ok,
+                  f"per step tp {got[0][0]} calls {got[0][1]} bytes, dp {got[0][2]} calls {got[0][3]} bytes; "
+                  f"formula tp {want_tp[0]} / {want_tp[1]}, dp {want_dp[0]} / {want_dp[1]}")
+
+    # ---- Generation from a spd checkpoint ----
+    spd_ck = os.path.join(out("comm_2_all_spd"), "checkpoint.bin")
+    if os.path.exists(spd_ck):
+        gen = ["--checkpoint", spd_ck, "--prompt", "the", "--generate.max_new_tokens", "4", "--train.threads", "1"]
+        r = mpi(2, gen, command="generate")
+        check("a spd checkpoint generates on mpi with its tensor-parallel group",
+              r.returncode == 0 and "on 2 tensor-parallel ranks" in r.stderr, (r.stderr + r.stdout).strip()[-300:])
+        r = run([a.serial, "generate", *gen])
+        check("the serial stage refuses a spd checkpoint, naming why", r.returncode == 2 and "tp=2:spd" in r.stderr
+              and "mpiexec -n 2" in r.stderr, r.stderr.strip()[-300:])
+    else:
+        check("a spd checkpoint to generate from", False, "the all-spd run left none")
+
+    # ---- Errors ----
+    def error(title, n, args, needle, serial=False):
+        d = out("err_" + str(len(results)))
+        cmd = [a.serial, "train"] if serial else [a.mpiexec, "-n", str(n), a.mpi, "train"]
+        r = run([*cmd, *common, "--train.steps", "1", "--out", d, *args], timeout=120)
+        lines = [l for l in r.stderr.splitlines() if "error" in l]
+        check(title, r.returncode != 0 and any(needle in l for l in lines) and len(lines) == 1,
+              lines[0] if lines else f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
+
+    error("tp not dividing n_head is refused", 3, ["--parallel.tp", "3"], "does not divide model.n_head")
+    error("tp not dividing the rank count is refused", 3, ["--parallel.tp", "2"], "does not divide the 3 ranks")
+    error("a block_types list of the wrong length is refused", 2, ["--parallel.tp", "2", "--parallel.block_types",
+          "tp,spd,spd"], "has 3 entries but model.n_layer is 2")
+    error("an unknown block type is refused", 2, ["--parallel.tp", "2", "--parallel.block_types", "tp,sdp"],
+          "unknown block type 'sdp'")
+    error("tp > 1 on the serial stage is refused", 1, ["--parallel.tp", "2"], "runs one process", serial=True)
+
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
