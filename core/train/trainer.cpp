@@ -101,11 +101,11 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
 }
 
 // The loss on the first train.eval_batches batches of the validation split,
-// over the global batch (every rank takes its rows).
-double validation_loss(const StepContext& step, const RunConfig& c, const RunState& st, int rank, int32_t* x,
+// over the global batch (every data-parallel replica takes its rows).
+double validation_loss(const StepContext& step, const RunConfig& c, const RunState& st, int replica, int32_t* x,
                        int32_t* y) {
   DataLoader val(st.split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed,
-                 rank * st.rows, st.rows);
+                 replica * st.rows, st.rows);
   return evaluate(step, c.train.eval_batches, x, y, [&](int32_t* in, int32_t* out) { val.next(in, out); });
 }
 
@@ -203,7 +203,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     rec.dp_bytes = dp_stats.bytes;
     log.step(rec, c.train.steps, comm.size() > 1);
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
-      log.eval({s, validation_loss(step, c, *st, comm.rank(), x.data(), y.data())}, c.train.steps);
+      log.eval({s, validation_loss(step, c, *st, grid.dp_comm().rank(), x.data(), y.data())}, c.train.steps);
     }
     if (c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0) save();
   }
