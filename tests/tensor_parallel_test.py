@@ -125,6 +125,8 @@ def main():
         compare(f"the tp-2 checkpoint resumes on {title} with the uninterrupted curve", out("serial"), d)
 
     # ---- Counted communication per step against the formula ----
+    L4 = 4  # layers of the communication runs: room for every pattern
+
     def local_params(V, P):
         per_layer = 2 * C + 3 * C * C // P + C * C // P + C + 2 * C + 4 * C * C // P + 4 * C // P + C * 4 * C // P + C
         return V * C + T * C + L4 * per_layer + 2 * C + V * C
@@ -148,8 +150,7 @@ def main():
             calls, bytes_ = calls + 1, bytes_ + 8
         return calls, bytes_
 
-    L4 = 4
-    four = [a_ if a_ != "--model.n_layer" else a_ for a_ in common]
+    four = list(common)
     four[four.index("--model.n_layer") + 1] = str(L4)
     four[four.index("--train.steps") + 1] = "2"
     patterns = {"all tp": "tp,tp,tp,tp", "all spd": "spd,spd,spd,spd", "all parallel": "parallel,parallel,parallel,parallel",

@@ -61,6 +61,38 @@ def load(directory):
     return manifest, arrays
 
 
+def train(params, names, cfg, o, batches, B, T, steps, forward):
+    """`steps` optimizer steps in place on params (name -> leaf tensor), batch
+    s = batches[s] (inputs [:-1], targets [1:]). forward(params, x) -> logits.
+    Returns (losses before each update, gradient norms before clipping)."""
+    plist = [params[n] for n in names]
+    if o["kind"] == "adam_original":
+        opt = OriginalAdam(plist, o)
+    else:
+        decay = [q for q in plist if q.dim() >= 2]
+        no_decay = [q for q in plist if q.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
+    losses, norms = [], []
+    for s in range(steps):
+        x, y = batches[s, :-1].view(B, T), batches[s, 1:].view(B, T)
+        loss = F.cross_entropy(forward(params, x).view(-1, cfg["V"]), y.reshape(-1))
+        for q in plist:
+            q.grad = None
+        loss.backward()
+        losses.append(loss.item())
+        norms.append(torch.nn.utils.clip_grad_norm_(plist, o["grad_clip"]).item())
+        lr = lr_at(o, s)
+        if isinstance(opt, OriginalAdam):
+            opt.step(lr)
+        else:
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.step()
+    return np.array(losses), np.array(norms)
+
+
 def worst(name, ours, ref, atol):
     diff = np.abs(ours.astype(np.float64) - ref)
     i = int(np.argmax(diff))
@@ -110,34 +142,7 @@ def check(exporter, preset, batch, optimizer, steps, workdir):
     lines.append(f"  {'ok  ' if ok else 'FAIL'} whole gradient: relative 2-norm error {rel:.3e}, tolerance 1e-5")
 
     # Ten optimizer steps from the same weights on the same batches.
-    for p in params.values():
-        p.grad = None
-    plist = [params[n] for n in names]
-    if o["kind"] == "adam_original":
-        opt = OriginalAdam(plist, o)
-    else:
-        decay = [p for p in plist if p.dim() >= 2]
-        no_decay = [p for p in plist if p.dim() < 2]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
-                                 {"params": no_decay, "weight_decay": 0.0}],
-                                lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
-    losses = []
-    for s in range(steps):
-        x, y = batches[s, :-1].view(B, T), batches[s, 1:].view(B, T)
-        loss = F.cross_entropy(gpt2_forward(params, cfg, x).view(-1, cfg["V"]), y.reshape(-1))
-        for p in plist:
-            p.grad = None
-        loss.backward()
-        losses.append(loss.item())
-        torch.nn.utils.clip_grad_norm_(plist, o["grad_clip"])
-        lr = lr_at(o, s)
-        if isinstance(opt, OriginalAdam):
-            opt.step(lr)
-        else:
-            for g in opt.param_groups:
-                g["lr"] = lr
-            opt.step()
-    losses = np.array(losses)
+    losses, _ = train(params, names, cfg, o, batches, B, T, steps, lambda p, x: gpt2_forward(p, cfg, x))
     record(worst(f"{steps}-step losses", arr["losses"], losses, 2e-5 * losses.max()))
     final_ours = np.concatenate([arr["final." + n].ravel() for n in names])
     final_ref = np.concatenate([params[n].detach().numpy().ravel() for n in names])

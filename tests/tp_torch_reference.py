@@ -72,8 +72,8 @@ except ImportError as e:  # pragma: no cover
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bench", "peers"))
 sys.path.insert(0, HERE)
-from torch_gpt2 import ORIGINAL_ADAM, OriginalAdam, gpt2_forward, layout, lr_at  # noqa: E402
-from torch_crosscheck import load  # noqa: E402
+from torch_gpt2 import ORIGINAL_ADAM, gpt2_forward, layout  # noqa: E402
+from torch_crosscheck import load, train  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 
@@ -192,42 +192,6 @@ def tp_forward(p, cfg, tokens, block_types, P):
             x = private_run(p, layers, x, shards_of, heads, mask)
     x = F.layer_norm(x, (C,), p["lnf_w"], p["lnf_b"], eps=1e-5)
     return x @ p["lm_head"].T
-
-
-# ---------------------------------------------------------------------------
-# Training: the same steps as torch_crosscheck
-# ---------------------------------------------------------------------------
-
-def train(params, names, cfg, o, batches, B, T, steps, forward):
-    """`steps` optimizer steps in place on params (name -> leaf tensor), batch
-    s = batches[s] (inputs [:-1], targets [1:]). forward(params, x) -> logits.
-    Returns (losses before each update, gradient norms before clipping)."""
-    plist = [params[n] for n in names]
-    if o["kind"] == "adam_original":
-        opt = OriginalAdam(plist, o)
-    else:
-        decay = [q for q in plist if q.dim() >= 2]
-        no_decay = [q for q in plist if q.dim() < 2]
-        opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
-                                 {"params": no_decay, "weight_decay": 0.0}],
-                                lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
-    losses, norms = [], []
-    for s in range(steps):
-        x, y = batches[s, :-1].view(B, T), batches[s, 1:].view(B, T)
-        loss = F.cross_entropy(forward(params, x).view(-1, cfg["V"]), y.reshape(-1))
-        for q in plist:
-            q.grad = None
-        loss.backward()
-        losses.append(loss.item())
-        norms.append(torch.nn.utils.clip_grad_norm_(plist, o["grad_clip"]).item())
-        lr = lr_at(o, s)
-        if isinstance(opt, OriginalAdam):
-            opt.step(lr)
-        else:
-            for g in opt.param_groups:
-                g["lr"] = lr
-            opt.step()
-    return np.array(losses), np.array(norms)
 
 
 # ---------------------------------------------------------------------------

@@ -1,16 +1,15 @@
 #include "model/model.h"
 
-#include <functional>
 #include <utility>
 
 namespace gpt2 {
 
 namespace {
 
-// The attention of one layer, from x.ln1 to x.atty: the full causal
-// attention of a training or prompt forward, or one decode step over a
-// key/value cache. Everything else in a block is the same for both.
-using AttentionStep = std::function<void(int layer, const LayerParams& w, LayerActivations& x)>;
+// `attend(layer, w, x)`, below, is the attention of one layer, from x.ln1 to
+// x.atty: the full causal attention of a training or prompt forward, or one
+// decode step over a key/value cache. Everything else in a block is the same
+// for both. A template parameter, not a std::function: nothing is allocated.
 
 Tensor block_input(Activations& a, int l) {
   return l == 0 ? a.encoded : a.layers[static_cast<size_t>(l - 1)].residual3;
@@ -41,6 +40,7 @@ void bias_rows_backward(Backend& be, Tensor dbias, Tensor scratch, Tensor dout, 
 // A standard (tp) block: with one rank the plain GPT-2 block; with P ranks
 // Megatron's, this rank's heads and MLP columns, the two row-parallel
 // products summed over the group (g), their biases added by rank 0 only.
+template <typename AttentionStep>
 void standard_block(Backend& be, const TpLayout& tp, const LayerParams& w, LayerActivations& x, Tensor residual,
                     Tensor proj, int l, const AttentionStep& attend) {
   const bool bias_here = tp.rank == 0;
@@ -63,6 +63,7 @@ void standard_block(Backend& be, const TpLayout& tp, const LayerParams& w, Layer
 // group sum holds them once. At the run's end the sum is taken and the
 // layer's residual3 becomes the run's output x + sum, the same on every
 // rank; inside the run it is this rank's next stream u + m_i + b.
+template <typename AttentionStep>
 void private_block(Backend& be, const TpLayout& tp, Activations& a, int l, const LayerParams& w,
                    const AttentionStep& attend) {
   LayerActivations& x = a.layers[static_cast<size_t>(l)];
@@ -99,6 +100,7 @@ void head_forward(Backend& be, const ParamTensors& p, Activations& a) {
 }
 
 // The layers and the head, after the embedding (both forward kinds).
+template <typename AttentionStep>
 void layers_forward(Backend& be, const Gpt2& model, Activations& a, const AttentionStep& attend) {
   const TpLayout& tp = model.tp();
   const ParamTensors& p = model.params;

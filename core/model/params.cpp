@@ -109,17 +109,17 @@ void check_sizes(const Gpt2Config& cfg, int tp, size_t full, size_t shard) {
 }  // namespace
 
 namespace {
-// Copies each tensor's shard pieces between the full buffer and the shard:
-// into the shard (to_shard) or back into the full buffer.
-void copy_shards(const Gpt2Config& cfg, int tp, int rank, float* full, float* shard, bool to_shard) {
+// Copies each tensor's shard pieces from `from` to `to`: full buffer to
+// shard (to_shard), or shard to full buffer.
+void copy_shards(const Gpt2Config& cfg, int tp, int rank, std::span<const float> from, std::span<float> to,
+                 bool to_shard) {
   ParamTensors sp, fp;
   const auto local = layout(cfg, sp, tp), whole = layout(cfg, fp);
   for (size_t k = 0; k < local.size(); ++k) {
-    float* f = full + whole[k].offset;
-    float* s = shard + local[k].offset;
+    const size_t f = whole[k].offset, s = local[k].offset;
     for_each_piece(local[k], tp, rank, [&](size_t fo, size_t so, size_t n) {
-      if (to_shard) std::copy_n(f + fo, n, s + so);
-      else std::copy_n(s + so, n, f + fo);
+      if (to_shard) std::copy_n(from.data() + f + fo, n, to.data() + s + so);
+      else std::copy_n(from.data() + s + so, n, to.data() + f + fo);
     });
   }
 }
@@ -128,15 +128,13 @@ void copy_shards(const Gpt2Config& cfg, int tp, int rank, float* full, float* sh
 std::vector<float> shard_of(const Gpt2Config& cfg, int tp, int rank, std::span<const float> full) {
   std::vector<float> shard(param_count(cfg, tp));
   check_sizes(cfg, tp, full.size(), shard.size());
-  std::vector<float> source(full.begin(), full.end());
-  copy_shards(cfg, tp, rank, source.data(), shard.data(), true);
+  copy_shards(cfg, tp, rank, full, shard, true);
   return shard;
 }
 
 void place_shard(const Gpt2Config& cfg, int tp, int rank, std::span<const float> shard, std::span<float> full) {
   check_sizes(cfg, tp, full.size(), shard.size());
-  std::vector<float> source(shard.begin(), shard.end());
-  copy_shards(cfg, tp, rank, full.data(), source.data(), false);
+  copy_shards(cfg, tp, rank, shard, full, false);
 }
 
 Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpLayout tp) : cfg_(cfg), tp_(std::move(tp)) {
