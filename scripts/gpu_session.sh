@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # What we run on a machine with a GPU (none is available to CI): build with
 # CUDA, run the GPU suite, then the CUDA rows of Table 1 through the harness
-# (table), and the CUDA kernel microbenchmarks (kernels; not part of all).
+# (table), and the CUDA kernel microbenchmarks (kernels) and tensor
+# parallelism's layouts on mpi_cuda against cuda (tp), neither part of all.
 # Everything it writes goes under $OUT (default: gpu-session/).
-#   usage: bash scripts/gpu_session.sh [suite|table|kernels|all]
+#   usage: bash scripts/gpu_session.sh [suite|table|kernels|tp|all]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-session}
@@ -34,5 +35,10 @@ if [ "$what" = kernels ]; then
   build-gpu/bench/harness run experiments/kernels_cuda.yaml >"$OUT/kernels.log" 2>&1 || rc=1
   tail -25 "$OUT/kernels.log"
   tar czf "$OUT/kernels_cuda.tgz" results/kernels_cuda reports/kernels_cuda 2>/dev/null
+fi
+if [ "$what" = tp ]; then
+  build-gpu/bench/harness run experiments/tensor_parallel_cuda.yaml >"$OUT/tp.log" 2>&1 || rc=1
+  tail -25 "$OUT/tp.log"
+  tar czf "$OUT/tensor_parallel_cuda.tgz" results/tensor_parallel_cuda reports/tensor_parallel_cuda 2>/dev/null
 fi
 exit $rc

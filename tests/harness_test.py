@@ -25,10 +25,45 @@ import sys
 import tempfile
 import time
 
-RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,seed,status,reason,training_s,inference_s,"
-                "tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,git_commit,git_dirty,build_type,compiler,cpu,"
-                "cores,blas_core,backend,host,date").split(",")
-LOSS_COLUMNS = "experiment,run_id,stage,ranks,threads,repetition,epoch,loss".split(",")
+RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,seed,status,reason,training_s,"
+                "inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,tp_calls,tp_bytes,"
+                "dp_calls,dp_bytes,formula_tp_calls,formula_tp_bytes,formula_dp_calls,formula_dp_bytes,git_commit,"
+                "git_dirty,build_type,compiler,cpu,cores,blas_core,backend,host,date").split(",")
+LOSS_COLUMNS = "experiment,run_id,stage,ranks,threads,repetition,epoch,loss,val_loss".split(",")
+
+# A tensor-parallel experiment at tiny settings: the standard model on one
+# rank, and tp 2 with a mix of block types and with all tp on 2 ranks.
+TP_SMOKE = """name: tp_smoke
+base: ../configs/original.yaml
+config:
+  model.block_size: 32
+  model.n_layer: 3
+  model.n_head: 2
+  model.n_embd: 32
+  train.batch_size: 4
+  train.seq_len: 32
+  train.steps: 4
+  train.eval_every: 2
+  train.eval_batches: 1
+  train.peak_gflops: 10
+  data.val_fraction: 0.1
+  generate.max_new_tokens: 0
+reports: [tensor_parallel]
+seeds: [1, 2]
+timeout_s: 120
+runs:
+  - stage: mpi
+    ranks: 1
+    threads: 1
+  - stage: mpi
+    ranks: 2
+    threads: 1
+    config: {parallel.tp: 2, parallel.block_types: [tp, tp, tp]}
+  - stage: mpi
+    ranks: 2
+    threads: 1
+    config: {parallel.tp: 2, parallel.block_types: [spd, parallel, parallel]}
+"""
 
 
 def rows(path):
@@ -288,6 +323,54 @@ def mpi_step_checks(exps, results, reports, harness, check):
         os.remove(os.path.join(exps, name))
 
 
+def tensor_parallel_checks(exps, results, reports, harness, mpi_built, check):
+    with open(os.path.join(exps, "tp_smoke.yaml"), "w") as f:
+        f.write(TP_SMOKE)
+    bad = {
+        "tp_serial.yaml": (TP_SMOKE.replace("  - stage: mpi\n    ranks: 1\n", "  - stage: serial\n    config: {parallel.tp: 2}\n"),
+                           "parallel.tp 2: the serial stage runs one process"),
+        "tp_ranks.yaml": (TP_SMOKE.replace("ranks: 2", "ranks: 3", 1), "3 ranks do not split into tensor-parallel groups"),
+        "tp_batch.yaml": (TP_SMOKE.replace("ranks: 2", "ranks: [2, 6]", 1),
+                          "not divisible by 3 data-parallel replicas (6 ranks / parallel.tp 2)"),
+        "tp_types.yaml": (TP_SMOKE.replace("[tp, tp, tp]", "[tp, tp]"), "block_types"),
+        "tp_name.yaml": (TP_SMOKE.replace("[tp, tp, tp]", "[tp, tp, spx]"), "spx"),
+    }
+    check_bad_files(bad, "bad tensor-parallel experiment", exps, results, harness, check)
+    for name in bad:
+        os.remove(os.path.join(exps, name))
+    r = harness("run", exp="tp_smoke.yaml")
+    if not mpi_built:
+        check("tp_smoke without MPI: the runs are skipped", r.returncode == 0, r.stderr[-800:])
+        return
+    check("tp_smoke runs", r.returncode == 0, r.stderr[-1500:])
+    _, runs = rows(os.path.join(results, "tp_smoke", "runs.csv"))
+    layouts = sorted((x["ranks"], x["tp"], x["block_types"]) for x in runs if x["status"] == "ok")
+    check("runs.csv: every run completed, with its layout (tp, block types; none listed at tp 1)",
+          layouts == [("1", "1", ""), ("1", "1", ""), ("2", "2", "spd,parallel,parallel"),
+                      ("2", "2", "spd,parallel,parallel"), ("2", "2", "tp,tp,tp"), ("2", "2", "tp,tp,tp")], str(layouts))
+    check("runs.csv: the counted communication equals the formula, step time and validation loss are recorded",
+          all(x[k] == x["formula_" + k] and x[k] != "" for x in runs for k in ("tp_calls", "tp_bytes", "dp_calls", "dp_bytes"))
+          and all(float(x["step_ms"]) > 0 and float(x["val_loss"]) > 0 for x in runs)
+          and any(int(x["tp_calls"]) > 0 for x in runs),
+          str([(x["tp_calls"], x["formula_tp_calls"], x["tp_bytes"], x["formula_tp_bytes"]) for x in runs]))
+    _, loss = rows(os.path.join(results, "tp_smoke", "loss.csv"))
+    check("loss.csv: 4 steps a run, the validation loss at the steps evaluated",
+          len(loss) == 24 and sum(x["val_loss"] != "" for x in loss) == 12, str(len(loss)))
+    md_path = os.path.join(reports, "tp_smoke", "tensor_parallel.md")
+    md = open(md_path).read() if os.path.exists(md_path) else ""
+    with open(os.path.join(reports, "tp_smoke", "tensor_parallel.csv"), newline="") as f:
+        table = {x["block_types"]: x for x in csv.DictReader(f)}
+    check("tensor_parallel.md and .csv: a row per layout, the formula matched, the standard model the reference",
+          "Every counted call and byte equals the formula." in md and "(reference)" in md
+          and sorted(table) == ["", "all tp", "spd,parallel,parallel"]
+          and all(x["comm_equals_formula"] == "true" for x in table.values()), md[:3000])
+    # All tp computes the standard model's function: equal validation losses,
+    # seed by seed, at the metrics stream's 7 digits (up to float rounding).
+    check("all tp: the standard model's validation loss seed by seed; spd/parallel: another function",
+          abs(float(table["all tp"]["val_diff_max"])) < 1e-5 and abs(float(table["all tp"]["val_diff_min"])) < 1e-5
+          and float(table["spd,parallel,parallel"]["val_diff_max"]) != 0, str(table))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--harness", required=True)
@@ -513,6 +596,8 @@ def main():
     # 9. The PyTorch peer and the MPI step, at tiny settings.
     peer_checks(exps, results, reports, harness, check)
     mpi_step_checks(exps, results, reports, harness, check)
+    # 10. Tensor parallelism's layouts and their report.
+    tensor_parallel_checks(exps, results, reports, harness, any(x["stage"] == "mpi" and x["status"] == "ok" for x in runs), check)
 
     r = subprocess.run([a.harness, "list", "--experiments", exps], capture_output=True, text=True)
     check("list names the experiments and why stages are unavailable",

@@ -5,6 +5,7 @@
 // is installed is never asserted; only what the reports say when it is not.
 #include "report.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,8 +15,10 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "comm_formula.h"
 #include "csv.h"
 
 namespace gpt2::harness {
@@ -409,6 +412,107 @@ TEST_F(ReportTest, BadRunsFileNamesFileRowAndKey) {
   }
   write_file(spec_.results_dir / "runs.csv", "experiment,run_id,stage\nfx,a,serial\n");
   EXPECT_THROW(write_reports(spec_), std::runtime_error);
+}
+
+// The formula worked out by hand for V 10, block 8, L 2, C 8, batch 4 x 8
+// tokens: N = rows per replica x 8.
+CommShape tiny_shape(int tp, int dp, std::vector<std::string> types) {
+  CommShape s;
+  s.vocab = 10, s.block_size = 8, s.n_layer = 2, s.n_embd = 8, s.batch = 4, s.seq_len = 8;
+  s.tp = tp, s.dp = dp, s.block_types = std::move(types);
+  return s;
+}
+
+TEST(CommFormula, CountsAndBytesByBlockType) {
+  // tp then spd, N = 32: the tp layer 4 calls of 4 x 32 x 8 floats (4096 bytes);
+  // spd 2 calls, 1024 + 4 x (256 + 6 x 8) = 2240 bytes; the norm's double.
+  CommCounts c = expected_comm(tiny_shape(2, 1, {"tp", "spd"}));
+  EXPECT_EQ(c.tp_calls, 4 + 2 + 1);
+  EXPECT_EQ(c.tp_bytes, 4096 + 2240 + 8);
+  EXPECT_EQ(c.dp_calls, 0);
+  EXPECT_EQ(c.dp_bytes, 0);
+  // Two parallel layers are one run: 2 calls, 1024 + 4 x (256 + 6 x 8 x 2) = 2432 bytes.
+  c = expected_comm(tiny_shape(2, 1, {"parallel", "parallel"}));
+  EXPECT_EQ(c.tp_calls, 3);
+  EXPECT_EQ(c.tp_bytes, 2432 + 8);
+  // An empty list is all tp; dp 2 halves N (16 rows... 2 rows x 8 = 16) and sums
+  // the shard's gradient: per layer 2C + 3C^2/2 + C^2/2 + C + 2C + 4C^2/2 + 4C/2 +
+  // 4C^2/2 + C = 16 + 96 + 32 + 8 + 16 + 128 + 16 + 128 + 8 = 448; with wte,
+  // wpe, lnf and lm_head 80 + 64 + 896 + 16 + 80 = 1136 parameters.
+  c = expected_comm(tiny_shape(2, 2, {}));
+  EXPECT_EQ(c.tp_calls, 2 * 4 + 1);
+  EXPECT_EQ(c.tp_bytes, 2 * 4 * 4 * 16 * 8 + 8);
+  EXPECT_EQ(shard_parameters(tiny_shape(2, 2, {})), 1136);
+  EXPECT_EQ(c.dp_calls, 2);
+  EXPECT_EQ(c.dp_bytes, 4 * 1136 + 8);
+  // tp 1: no tensor-parallel group; the whole model, 12C^2 + 10C = 848 a layer: 1936.
+  c = expected_comm(tiny_shape(1, 2, {"spd", "parallel"}));
+  EXPECT_EQ(c.tp_calls, 0);
+  EXPECT_EQ(c.tp_bytes, 0);
+  EXPECT_EQ(c.dp_bytes, 4 * 1936 + 8);
+  // A bucketed gradient sum: no dp formula.
+  CommShape b = tiny_shape(1, 2, {});
+  b.bucketed = true;
+  EXPECT_FALSE(expected_comm(b).dp_calls.has_value());
+  EXPECT_THROW(expected_comm(tiny_shape(2, 1, {"tp"})), std::invalid_argument);
+  EXPECT_THROW(expected_comm(tiny_shape(2, 1, {"tp", "spx"})), std::invalid_argument);
+  EXPECT_THROW(expected_comm(tiny_shape(3, 1, {})), std::invalid_argument);
+}
+
+// A tensor-parallel experiment: the standard model (seeds 1-3: validation
+// 2.0, 2.1, 2.2; step 60, 58, 62 ms), tp 2 spd (1.9, 2.05, 2.3: paired
+// differences -0.1, -0.05, +0.1; step 30, 32, 31 ms) with its counts equal to
+// the formula, and tp 2 all tp whose bytes differ from it (100 against 96).
+TEST_F(ReportTest, TensorParallelTimesCommunicationAndPairedLoss) {
+  const std::string head =
+      "experiment,run_id,stage,ranks,threads,repetition,tp,block_types,seed,status,reason,training_s,inference_s,"
+      "tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,tp_calls,tp_bytes,dp_calls,dp_bytes,"
+      "formula_tp_calls,formula_tp_bytes,formula_dp_calls,formula_dp_bytes,git_commit,git_dirty,build_type,"
+      "compiler,cpu,cores,blas_core,host,date\n";
+  const std::string m = kMachine;
+  std::string runs = head;
+  for (auto [id, seed, ms, val] : {std::tuple("s1", 1, "60", "2.0"), {"s2", 2, "58", "2.1"}, {"s3", 3, "62", "2.2"}}) {
+    runs += fmt::format("tpx,{},mpi,1,1,0,1,,{},ok,,1,0,1,3.0,3,0,10,{},{},0,0,0,0,0,0,0,0,{}\n", id, seed, ms, val, m);
+  }
+  for (auto [id, seed, ms, val] : {std::tuple("p1", 1, "30", "1.9"), {"p2", 2, "32", "2.05"}, {"p3", 3, "31", "2.3"}}) {
+    runs += fmt::format("tpx,{},mpi,2,1,0,2,\"spd,spd\",{},ok,,1,0,1,3.0,3,0,10,{},{},5,800,0,0,5,800,0,0,{}\n", id,
+                        seed, ms, val, m);
+  }
+  runs += "tpx,t1,mpi,2,1,0,2,\"tp,tp\",1,ok,,1,0,1,3.0,3,0,10,40,2.0,9,100,0,0,9,96,0,0," + m + "\n";
+  runs += "tpx,t2,mpi,2,1,0,2,\"tp,tp\",2,failed,exit status 1,,,,,,,,,,,,,,,,,," + m + "\n";
+  write_file(spec_.results_dir / "runs.csv", runs);
+  spec_.kinds = {"tensor_parallel"};
+  write_reports(spec_);
+
+  const CsvTable t = table("tensor_parallel.csv");
+  ASSERT_EQ(t.size(), 4u);
+  const auto std1 = find_row(t, {"tp"}, {"1"}), spd = find_row(t, {"block_types"}, {"all spd"}),
+             tp = find_row(t, {"block_types"}, {"all tp"});
+  EXPECT_EQ(cell(t, std1, "step_ms_median"), "60");
+  EXPECT_EQ(cell(t, spd, "step_ms_median"), "31");
+  EXPECT_NEAR(num(t, spd, "speedup"), 60.0 / 31.0, kTol);
+  EXPECT_EQ(cell(t, spd, "dp"), "1");
+  EXPECT_EQ(cell(t, spd, "comm_equals_formula"), "true");
+  EXPECT_EQ(cell(t, tp, "comm_equals_formula"), "false");
+  EXPECT_EQ(cell(t, tp, "runs_ok"), "1");
+  EXPECT_EQ(cell(t, tp, "runs_total"), "2");
+  EXPECT_NEAR(num(t, spd, "val_diff_median"), -0.05, kTol);
+  EXPECT_NEAR(num(t, spd, "val_diff_min"), -0.1, kTol);
+  EXPECT_NEAR(num(t, spd, "val_diff_max"), 0.1, kTol);
+  EXPECT_EQ(cell(t, spd, "seeds_paired"), "3");
+  EXPECT_EQ(cell(t, tp, "val_diff_median"), "0");  // seed 1 against seed 1
+  EXPECT_EQ(cell(t, spd, "val_loss_median"), "2.05");
+
+  const std::string md = report("tensor_parallel.md");
+  EXPECT_NE(md.find("| mpi r2 t1 tp2 (all spd) | tp 2 x dp 1 | all spd | 3/3 | 31.0 [30.0–32.0] | 1.94x | 5 (5) |"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("| 9 (9) | 0.000100 (0.0000960) ≠ |"), std::string::npos) << md;
+  EXPECT_NE(md.find("Counts that differ from the formula: mpi r2 t1 tp2 (all tp)."), std::string::npos) << md;
+  EXPECT_NE(md.find("| -0.0500 [-0.1000 to +0.1000] |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| mpi r2 t1 tp2 (all tp) | all tp | 1 | 2.0000 | identical |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| mpi r1 t1 | standard | 3 | 2.1000 [2.0000–2.2000] | (reference) |"), std::string::npos) << md;
+  // The layout shows in runs.md when a run is tensor-parallel.
+  EXPECT_NE(report("runs.md").find("| p1 | mpi | 2 | 1 | tp2 (all spd) |"), std::string::npos) << report("runs.md");
 }
 
 }  // namespace

@@ -33,8 +33,9 @@ TEST(CommittedResults, RunDirectoriesGiveTheirRunsAndLossRows) {
     const fs::path runs_csv = e.path() / "runs.csv";
     if (!fs::exists(runs_csv)) continue;  // another kind of experiment
     ++experiments;
-    std::map<std::pair<std::string, int64_t>, double> committed_loss;  // (run, epoch) -> loss
-    for (const LossRow& l : read_loss_csv(e.path() / "loss.csv")) committed_loss[{l.run_id, l.epoch}] = *l.loss;
+    // (run, epoch) -> loss and validation loss
+    std::map<std::pair<std::string, int64_t>, std::pair<double, std::optional<double>>> committed_loss;
+    for (const LossRow& l : read_loss_csv(e.path() / "loss.csv")) committed_loss[{l.run_id, l.epoch}] = {*l.loss, l.val_loss};
     for (const RunRow& want : read_runs_csv(runs_csv)) {
       const fs::path dir = e.path() / want.run_id;
       if (!fs::exists(dir)) continue;  // not every run directory is committed
@@ -47,6 +48,8 @@ TEST(CommittedResults, RunDirectoriesGiveTheirRunsAndLossRows) {
       spec.stage = want.stage;
       spec.ranks = want.ranks;
       spec.threads = want.threads;
+      spec.tp = want.tp;
+      spec.block_types = want.block_types;
       spec.repetition = want.repetition;
       spec.seed = want.seed;
       spec.id = want.run_id;
@@ -61,6 +64,17 @@ TEST(CommittedResults, RunDirectoriesGiveTheirRunsAndLossRows) {
       EXPECT_EQ(got.steps, want.steps);
       EXPECT_EQ(got.comm_s, want.comm_s);
       EXPECT_EQ(got.peak_rss_mb, want.peak_rss_mb);
+      // Columns since tensor parallelism: older runs.csv files lack them.
+      if (want.step_ms) {
+        EXPECT_EQ(got.step_ms, want.step_ms);
+        EXPECT_EQ(got.val_loss, want.val_loss);
+        for (auto [g, w] : {std::pair(got.tp_calls, want.tp_calls), {got.tp_bytes, want.tp_bytes},
+                            {got.dp_calls, want.dp_calls}, {got.dp_bytes, want.dp_bytes},
+                            {got.formula_tp_calls, want.formula_tp_calls}, {got.formula_tp_bytes, want.formula_tp_bytes},
+                            {got.formula_dp_calls, want.formula_dp_calls}, {got.formula_dp_bytes, want.formula_dp_bytes}}) {
+          EXPECT_EQ(g, w);
+        }
+      }
       for (auto [g, w] : {std::pair(got.git_commit, want.git_commit), {got.git_dirty, want.git_dirty},
                           {got.build_type, want.build_type}, {got.compiler, want.compiler}, {got.cpu, want.cpu},
                           {got.cores, want.cores}, {got.blas_core, want.blas_core}, {got.host, want.host},
@@ -74,7 +88,8 @@ TEST(CommittedResults, RunDirectoriesGiveTheirRunsAndLossRows) {
       for (const LossRow& l : loss) {
         const auto it = committed_loss.find({l.run_id, l.epoch});
         ASSERT_NE(it, committed_loss.end()) << "epoch " << l.epoch;
-        EXPECT_EQ(*l.loss, it->second) << "epoch " << l.epoch;
+        EXPECT_EQ(*l.loss, it->second.first) << "epoch " << l.epoch;
+        EXPECT_EQ(l.val_loss, it->second.second) << "epoch " << l.epoch;
         ++losses_checked;
       }
     }

@@ -25,7 +25,10 @@ const std::vector<std::string> kRunKeys = {"stage", "ranks", "threads", "hostfil
 std::string run_id(const RunSpec& r, const std::string& build_id) {
   const std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}", r.stage, r.ranks, r.threads, r.repetition, r.hostfile,
                                       r.config, build_id);
-  return fmt::format("{}-r{}-t{}-rep{}-{}", r.stage, r.ranks, r.threads, r.repetition, id_hash(key));
+  // The layout is in the hash through the configuration; a tensor-parallel
+  // run's id also shows it (ids of tp-1 runs are as they were before).
+  const std::string tp = r.tp > 1 ? fmt::format("-tp{}", r.tp) : "";
+  return fmt::format("{}-r{}-t{}{}-rep{}-{}", r.stage, r.ranks, r.threads, tp, r.repetition, id_hash(key));
 }
 
 }  // namespace
@@ -99,9 +102,21 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
               Override{"train.save_checkpoint", ex.checkpoints ? "true" : "false", root["checkpoints"]});
           const ResolvedConfig& cfg = resolve_for_run(resolver, rd, base, overrides, run);
           const int64_t batch = cfg.integer("train.batch_size");
-          if (batch % r != 0) {
-            rd.fail(run["ranks"] ? run["ranks"] : run,
-                    fmt::format("ranks: train.batch_size {} is not divisible by {} ranks", batch, r));
+          const int64_t tp = cfg.integer("parallel.tp");
+          const YAML::Node& at = run["ranks"] ? run["ranks"] : run;
+          if (tp > 1 && !parallel) {
+            rd.fail(run, fmt::format("parallel.tp {}: the {} stage runs one process; tensor parallelism needs "
+                                     "the mpi or mpi_cuda stage",
+                                     tp, stage));
+          }
+          if (r % tp != 0) {
+            rd.fail(at, fmt::format("ranks: {} ranks do not split into tensor-parallel groups of parallel.tp {}", r, tp));
+          }
+          if (batch % (r / tp) != 0) {
+            rd.fail(at, tp == 1 ? fmt::format("ranks: train.batch_size {} is not divisible by {} ranks", batch, r)
+                                : fmt::format("ranks: train.batch_size {} is not divisible by {} data-parallel "
+                                              "replicas ({} ranks / parallel.tp {})",
+                                              batch, r / tp, r, tp));
           }
           const std::string corpus = cfg.text("data.corpus");
           if (!fs::is_regular_file(corpus)) rd.fail(run, fmt::format("data.corpus: no such file '{}'", corpus));
@@ -110,6 +125,8 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
             s.stage = stage;
             s.ranks = r;
             s.threads = static_cast<int>(cfg.integer("train.threads"));
+            s.tp = static_cast<int>(tp);
+            s.block_types = cfg.text("parallel.block_types");
             s.repetition = rep;
             s.seed = static_cast<uint64_t>(std::stoull(cfg.text("train.seed")));
             s.hostfile = hostfile;

@@ -6,7 +6,7 @@
 //   description: ...                  # one paragraph, shown in the reports
 //   base: ../configs/original.yaml    # stage configuration (relative to this file)
 //   config: {train.steps: 50}         # overrides for every run (section.key: value)
-//   reports: [table1]                 # table1 | table2 | scaling
+//   reports: [table1]                 # table1 | table2 | scaling | tensor_parallel
 //   repetitions: 3                    # runs of each configuration
 //   seeds: [1337]                     # train.seed values (a matrix axis); default: the configuration's
 //   timeout_s: 3600                   # per run
@@ -19,6 +19,9 @@
 //       threads: 1
 //       hostfile: ../hostfiles/localhost
 //       config: {train.grad_bucket_mb: 4}
+//     - stage: mpi                    # a tensor-parallel layout: ranks = tp x dp
+//       ranks: 2
+//       config: {parallel.tp: 2, parallel.block_types: [spd, spd, tp, tp]}
 //
 // Every run is resolved to a full stage configuration by the serial stage
 // program (stage_config.h: base, the experiment's config, the run's config,
@@ -40,12 +43,16 @@ struct RunSpec {
   std::string stage;
   int ranks = 1;
   int threads = 1;
+  // The layout of the ranks (parallel.tp, parallel.block_types of the
+  // resolved configuration): data-parallel size ranks / tp.
+  int tp = 1;
+  std::string block_types;  // "tp,spd,..." as the configuration gives it; "" for all tp
   int repetition = 0;
   uint64_t seed = 0;
   std::string hostfile;  // absolute path or ""
   std::string config;    // the resolved configuration the stage is given (run.yaml)
   int64_t steps = 0;     // its train.steps
-  std::string id;        // stage-rR-tT-repK-<hash of the resolved run and the build>
+  std::string id;        // stage-rR-tT[-tpP]-repK-<hash of the resolved run and the build>
 };
 
 struct Experiment : ExperimentInfo {

@@ -1,6 +1,6 @@
 // The stage experiments' reports (see report.h): runs.md here, then each
 // requested kind from its own file (report_table1.cpp, report_table2.cpp,
-// report_scaling.cpp) over the inputs they share (report_inputs.h). Reports
+// report_scaling.cpp, report_tensor_parallel.cpp) over the inputs they share (report_inputs.h). Reports
 // do not decide what was run or how; they only read what the runner recorded.
 #include "report.h"
 
@@ -26,7 +26,8 @@ struct Kind {
 // Every report kind and the file that writes it: a new kind is one line here.
 const std::vector<Kind>& kinds_table() {
   static const std::vector<Kind> table = {
-      {"table1", write_table1}, {"table2", write_table2}, {"scaling", write_scaling}};
+      {"table1", write_table1}, {"table2", write_table2}, {"scaling", write_scaling},
+      {"tensor_parallel", write_tensor_parallel}};
   return table;
 }
 
@@ -41,16 +42,24 @@ void write_runs(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>&
   std::string md = preamble(spec, in.runs, "every run");
   if (in.runs.empty()) md += "No runs recorded.\n";
   if (!in.any_ok && !in.runs.empty()) md += fmt::format("Every run was skipped, failed or not run yet: {}.\n\n", kNoRuns);
+  // A layout column only where a run is tensor-parallel: other experiments' runs.md stay as they were.
+  const bool layouts = std::any_of(in.runs.begin(), in.runs.end(), [](const Run& r) { return r.tp > 1; });
   std::vector<std::vector<std::string>> rows;
   for (const Run& r : in.runs) {
-    rows.push_back({r.run_id, r.stage, std::to_string(r.ranks), std::to_string(r.threads), std::to_string(r.repetition),
-                    r.status, r.reason, seconds(r.training_s), seconds(r.inference_s), rate(r.tokens_per_s),
-                    loss4(r.final_loss)});
+    std::vector<std::string> row = {r.run_id, r.stage, std::to_string(r.ranks), std::to_string(r.threads)};
+    if (layouts) {
+      const ConfigKey k{r.stage, r.ranks, r.threads, r.tp, r.block_types};
+      row.push_back(r.tp > 1 ? fmt::format("tp{} ({})", r.tp, block_types_text(k)) : "standard");
+    }
+    row.insert(row.end(), {std::to_string(r.repetition), r.status, r.reason, seconds(r.training_s),
+                           seconds(r.inference_s), rate(r.tokens_per_s), loss4(r.final_loss)});
+    rows.push_back(std::move(row));
   }
   if (!rows.empty()) {
-    md += md_table({"Run", "Stage", "Ranks", "Threads", "Repetition", "Status", "Reason", "Training s", "Inference s",
-                    "Tokens/s", "Final loss"},
-                   rows, "llrrrllrrrr");
+    std::vector<std::string> header = {"Run", "Stage", "Ranks", "Threads"};
+    if (layouts) header.push_back("Layout");
+    header.insert(header.end(), {"Repetition", "Status", "Reason", "Training s", "Inference s", "Tokens/s", "Final loss"});
+    md += md_table(header, rows, layouts ? "llrrlrllrrrr" : "llrrrllrrrr");
   }
   write_report(spec.reports_dir / "runs.md", md, written);
 }

@@ -23,10 +23,10 @@ struct ReportSpec {
 };
 
 // The report kinds a stage experiment may ask for, in the order they are
-// documented: "table1", "table2", "scaling". The one list: the experiment
+// documented: "table1", "table2", "scaling", "tensor_parallel". The one list: the experiment
 // reader validates `reports:` against it and write_reports dispatches on it.
 const std::vector<std::string>& report_kinds();
-// "table1, table2 or scaling", for error messages.
+// "table1, table2, scaling or tensor_parallel", for error messages.
 std::string report_kinds_text();
 
 // Writes runs.md and, per kind, <kind>.md, <kind>.csv and the chart files

@@ -33,15 +33,40 @@ std::vector<Run> load_runs(const fs::path& path) {
 }
 
 bool ConfigKey::operator<(const ConfigKey& o) const {
-  return std::tuple(stage_index(stage), ranks, threads) < std::tuple(stage_index(o.stage), o.ranks, o.threads);
+  return std::tuple(stage_index(stage), ranks, threads, tp, block_types) <
+         std::tuple(stage_index(o.stage), o.ranks, o.threads, o.tp, o.block_types);
 }
 
-std::string label(const ConfigKey& k) { return fmt::format("{} r{} t{}", k.stage, k.ranks, k.threads); }
-std::string column_id(const ConfigKey& k) { return fmt::format("{}_r{}_t{}", k.stage, k.ranks, k.threads); }
+std::string block_types_text(const ConfigKey& k) {
+  if (k.block_types.empty()) return "all tp";
+  const std::string first = k.block_types.substr(0, k.block_types.find(','));
+  for (size_t at = 0; at < k.block_types.size();) {
+    const size_t comma = std::min(k.block_types.find(',', at), k.block_types.size());
+    if (k.block_types.compare(at, comma - at, first) != 0 || comma - at != first.size()) return k.block_types;
+    at = comma + 1;
+  }
+  return "all " + first;
+}
+
+std::string label(const ConfigKey& k) {
+  const std::string base = fmt::format("{} r{} t{}", k.stage, k.ranks, k.threads);
+  return k.tp > 1 ? fmt::format("{} tp{} ({})", base, k.tp, block_types_text(k)) : base;
+}
+
+std::string column_id(const ConfigKey& k) {
+  std::string id = fmt::format("{}_r{}_t{}", k.stage, k.ranks, k.threads);
+  if (k.tp > 1) {
+    std::string types = block_types_text(k);
+    if (types.starts_with("all ")) types.erase(0, 4);
+    std::replace(types.begin(), types.end(), ',', '-');
+    id += fmt::format("_tp{}_{}", k.tp, types);
+  }
+  return id;
+}
 
 namespace {
 
-ConfigKey key_of(const Run& r) { return {r.stage, r.ranks, r.threads}; }
+ConfigKey key_of(const Run& r) { return {r.stage, r.ranks, r.threads, r.tp, r.tp > 1 ? r.block_types : ""}; }
 
 std::vector<ConfigRuns> group_by_config(const std::vector<Run>& runs) {
   std::map<ConfigKey, ConfigRuns> by_key;
@@ -125,19 +150,25 @@ LossData load_loss(const fs::path& path, const std::vector<Run>& runs) {
   for (const Run& r : runs) {
     if (r.ok()) ok_runs[r.run_id] = &r;
   }
-  std::map<ConfigKey, std::map<int, std::map<std::string, double>>> values;  // config -> epoch -> run -> loss
+  using Values = std::map<ConfigKey, std::map<int, std::map<std::string, double>>>;  // config -> epoch -> run -> loss
+  Values values, val_values;
   for (const LossRow& row : read_loss_csv(path)) {
     auto it = ok_runs.find(row.run_id);
-    if (it == ok_runs.end() || !row.loss) continue;
-    values[key_of(*it->second)][static_cast<int>(row.epoch)][it->first] = *row.loss;
+    if (it == ok_runs.end()) continue;
+    if (row.loss) values[key_of(*it->second)][static_cast<int>(row.epoch)][it->first] = *row.loss;
+    if (row.val_loss) val_values[key_of(*it->second)][static_cast<int>(row.epoch)][it->first] = *row.val_loss;
   }
-  for (const auto& [key, epochs] : values) {
-    for (const auto& [epoch, by_run] : epochs) {
-      std::vector<double> v;
-      for (const auto& [id, loss] : by_run) v.push_back(loss);
-      data.median[key][epoch] = median(v);
+  auto medians = [](const Values& from, std::map<ConfigKey, Curve>& to) {
+    for (const auto& [key, epochs] : from) {
+      for (const auto& [epoch, by_run] : epochs) {
+        std::vector<double> v;
+        for (const auto& [id, loss] : by_run) v.push_back(loss);
+        to[key][epoch] = median(v);
+      }
     }
-  }
+  };
+  medians(values, data.median);
+  medians(val_values, data.val_median);
   return data;
 }
 

@@ -1,7 +1,7 @@
 // What the stage experiments' reports share (report.h's write_reports and
 // one file per report: report_table1.cpp, report_table2.cpp,
-// report_scaling.cpp): the runs of runs.csv grouped into configurations
-// (stage, ranks, threads), statistics over a configuration's completed
+// report_scaling.cpp, report_tensor_parallel.cpp): the runs of runs.csv grouped into configurations
+// (stage, ranks, threads, layout), statistics over a configuration's completed
 // repetitions (util/stats.h), the median loss curves of loss.csv, and the
 // text every report starts with (title, description, the machines, the
 // reproduce command). Internal to the reports; reads only what the runner
@@ -36,12 +36,17 @@ std::vector<Run> load_runs(const std::filesystem::path& path);
 struct ConfigKey {
   std::string stage;
   int ranks = 0, threads = 0;
+  int tp = 1;               // the tensor-parallel layout: ranks = tp x dp
+  std::string block_types;  // "" for all tp (and always at tp 1)
   bool operator<(const ConfigKey& o) const;
   bool operator==(const ConfigKey& o) const = default;
 };
-// "mpi r2 t1" and "mpi_r2_t1" (a CSV column name).
+// "mpi r2 t1" and "mpi_r2_t1" (a CSV column name); a tensor-parallel layout
+// adds its groups and block types: "mpi r2 t1 tp2 (all spd)", "mpi_r2_t1_tp2_spd".
 std::string label(const ConfigKey& k);
 std::string column_id(const ConfigKey& k);
+// The block types in a few words: "all tp", "all spd", "tp,parallel,parallel,spd".
+std::string block_types_text(const ConfigKey& k);
 
 // One configuration's runs: all of them, and the completed ones.
 struct ConfigRuns {
@@ -67,6 +72,7 @@ using Curve = std::map<int, double>;  // epoch -> loss
 struct LossData {
   bool found = false;  // loss.csv exists
   std::map<ConfigKey, Curve> median;
+  std::map<ConfigKey, Curve> val_median;  // validation loss at the steps where the runs evaluated
 };
 LossData load_loss(const std::filesystem::path& path, const std::vector<Run>& runs);
 
@@ -89,5 +95,6 @@ std::string paper_readme_link(const std::filesystem::path& paper_dir, const std:
 void write_table1(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 void write_table2(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 void write_scaling(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
+void write_tensor_parallel(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 
 }  // namespace gpt2::harness

@@ -40,6 +40,7 @@ std::string without_prefix(std::string s, const std::string& prefix) {
 
 std::string ResolvedConfig::text(const std::string& key) const {
   const YAML::Node n = value_node(root, key);
+  if (n && n.IsNull()) return "";  // an empty list: `parallel.block_types:` with nothing after it
   if (!n || !n.IsScalar()) throw std::runtime_error(fmt::format("the resolved configuration has no '{}'", key));
   return n.as<std::string>();
 }

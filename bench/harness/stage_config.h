@@ -33,8 +33,8 @@ struct StageConfigError : std::runtime_error {
 struct ResolvedConfig {
   std::string yaml;  // the stage's output, verbatim: the run is given this (run.yaml)
   YAML::Node root;
-  // A key's value ("train.batch_size"); throws std::runtime_error if the
-  // stage's output lacks it.
+  // A key's value ("train.batch_size"; "" for an empty value); throws
+  // std::runtime_error if the stage's output lacks it.
   std::string text(const std::string& key) const;
   int64_t integer(const std::string& key) const;
 };

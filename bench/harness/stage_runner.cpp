@@ -4,13 +4,18 @@
 
 #include <fmt/format.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+
+#include "comm_formula.h"
 #include "job_loop.h"
 #include "process.h"
 #include "tables.h"
 #include "util/files.h"
 #include "util/provenance.h"
 #include "util/records.h"
+#include "util/stats.h"
 
 namespace gpt2::harness {
 
@@ -62,8 +67,48 @@ RunRow planned_row(const std::string& experiment, const RunSpec& r) {
   row.ranks = r.ranks;
   row.threads = r.threads;
   row.repetition = r.repetition;
+  row.tp = r.tp;
+  row.block_types = r.tp > 1 ? r.block_types : "";  // one rank computes the standard block whatever the list says
   row.seed = r.seed;
   return row;
+}
+
+// The model's shape from the configuration the program wrote (config.yaml in
+// the run directory: the vocabulary there is the corpus's), or none if a key
+// is missing (a program older than the key).
+std::optional<CommShape> comm_shape(const fs::path& config_yaml, const RunSpec& r) {
+  try {
+    const YAML::Node c = YAML::LoadFile(config_yaml.string());
+    CommShape s;
+    s.vocab = c["model"]["vocab_size"].as<int64_t>();
+    s.block_size = c["model"]["block_size"].as<int64_t>();
+    s.n_layer = c["model"]["n_layer"].as<int64_t>();
+    s.n_embd = c["model"]["n_embd"].as<int64_t>();
+    s.batch = c["train"]["batch_size"].as<int64_t>();
+    s.seq_len = c["train"]["seq_len"].as<int64_t>();
+    s.bucketed = c["train"]["grad_bucket_mb"].as<double>() > 0;
+    s.tp = r.tp;
+    s.dp = r.ranks / r.tp;
+    if (r.tp > 1 && !r.block_types.empty()) {
+      for (size_t at = 0; at <= r.block_types.size();) {
+        const size_t comma = std::min(r.block_types.find(',', at), r.block_types.size());
+        s.block_types.push_back(r.block_types.substr(at, comma - at));
+        at = comma + 1;
+      }
+    }
+    return s;
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+}
+
+// The median of a per-step count (every step counts the same; the median
+// keeps one odd step from deciding).
+int64_t median_count(const std::vector<StepRecord>& steps, uint64_t StepRecord::*field) {
+  std::vector<uint64_t> v;
+  for (const StepRecord& s : steps) v.push_back(s.*field);
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return static_cast<int64_t>(v[v.size() / 2]);
 }
 
 }  // namespace
@@ -80,8 +125,34 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
   provenance["date"] = st.date;
   if (st.status == "ok") {
     const MetricsStream m = read_metrics_stream(dir / "metrics.jsonl");
+    std::map<int64_t, double> val;
+    for (const EvalRecord& e : m.evals) val[e.step] = e.val_loss;
     for (const StepRecord& s : m.steps) {
-      loss.push_back(LossRow{experiment, r.id, r.stage, r.ranks, r.threads, r.repetition, s.step, s.loss});
+      const auto v = val.find(s.step);
+      loss.push_back(LossRow{experiment, r.id, r.stage, r.ranks, r.threads, r.repetition, s.step, s.loss,
+                             v == val.end() ? std::nullopt : std::optional(v->second)});
+    }
+    if (!m.evals.empty()) row.val_loss = m.evals.back().val_loss;
+    if (!m.steps.empty()) {
+      // The first step pays for the first touch of every buffer: not the steady state.
+      std::vector<double> ms;
+      for (size_t k = m.steps.size() > 1 ? 1 : 0; k < m.steps.size(); ++k) ms.push_back(m.steps[k].step_ms);
+      row.step_ms = median(std::move(ms));
+      row.tp_calls = median_count(m.steps, &StepRecord::tp_calls);
+      row.tp_bytes = median_count(m.steps, &StepRecord::tp_bytes);
+      row.dp_calls = median_count(m.steps, &StepRecord::dp_calls);
+      row.dp_bytes = median_count(m.steps, &StepRecord::dp_bytes);
+    }
+    if (const std::optional<CommShape> shape = comm_shape(dir / "config.yaml", r)) {
+      try {
+        const CommCounts f = expected_comm(*shape);
+        row.formula_tp_calls = f.tp_calls;
+        row.formula_tp_bytes = f.tp_bytes;
+        row.formula_dp_calls = f.dp_calls;
+        row.formula_dp_bytes = f.dp_bytes;
+      } catch (const std::invalid_argument&) {
+        // A layout the stage ran but the formula does not know: the columns stay empty.
+      }
     }
     if (m.summary) {
       const RunSummary& sum = *m.summary;

@@ -140,11 +140,20 @@ const std::vector<Column<RunRow>>& runs_schema() {
       col("experiment", &RunRow::experiment), col("run_id", &RunRow::run_id),
       col("stage", &RunRow::stage),           col("ranks", &RunRow::ranks),
       col("threads", &RunRow::threads),       col("repetition", &RunRow::repetition),
+      col("tp", &RunRow::tp, true),           col("block_types", &RunRow::block_types, true),
       col("seed", &RunRow::seed),             col("status", &RunRow::status),
       col("reason", &RunRow::reason),         col("training_s", &RunRow::training_s),
       col("inference_s", &RunRow::inference_s), col("tokens_per_s", &RunRow::tokens_per_s),
       col("final_loss", &RunRow::final_loss), col("steps", &RunRow::steps),
       col("comm_s", &RunRow::comm_s),         col("peak_rss_mb", &RunRow::peak_rss_mb),
+      // Since tensor parallelism: optional, older files lack them.
+      col("step_ms", &RunRow::step_ms, true), col("val_loss", &RunRow::val_loss, true),
+      col("tp_calls", &RunRow::tp_calls, true), col("tp_bytes", &RunRow::tp_bytes, true),
+      col("dp_calls", &RunRow::dp_calls, true), col("dp_bytes", &RunRow::dp_bytes, true),
+      col("formula_tp_calls", &RunRow::formula_tp_calls, true),
+      col("formula_tp_bytes", &RunRow::formula_tp_bytes, true),
+      col("formula_dp_calls", &RunRow::formula_dp_calls, true),
+      col("formula_dp_bytes", &RunRow::formula_dp_bytes, true),
       col("git_commit", &RunRow::git_commit), col("git_dirty", &RunRow::git_dirty),
       col("build_type", &RunRow::build_type), col("compiler", &RunRow::compiler),
       col("cpu", &RunRow::cpu),               col("cores", &RunRow::cores),
@@ -158,7 +167,8 @@ const std::vector<Column<LossRow>>& loss_schema() {
   static const std::vector<Column<LossRow>> columns = {
       col("experiment", &LossRow::experiment), col("run_id", &LossRow::run_id), col("stage", &LossRow::stage),
       col("ranks", &LossRow::ranks),           col("threads", &LossRow::threads),
-      col("repetition", &LossRow::repetition), col("epoch", &LossRow::epoch), col("loss", &LossRow::loss)};
+      col("repetition", &LossRow::repetition), col("epoch", &LossRow::epoch), col("loss", &LossRow::loss),
+      col("val_loss", &LossRow::val_loss, true)};
   return columns;
 }
 
@@ -184,6 +194,10 @@ std::vector<RunRow> read_runs_csv(const fs::path& path) {
     if (std::find(kStages.begin(), kStages.end(), r.stage) == kStages.end()) {
       throw std::runtime_error(fmt::format("{}: row {}: stage '{}' is not one of serial, mpi, cuda, mpi_cuda",
                                            path.string(), k + 1, r.stage));
+    }
+    if (r.tp < 1 || r.ranks % r.tp != 0) {
+      throw std::runtime_error(fmt::format("{}: row {}: tp {} does not divide ranks {}", path.string(), k + 1, r.tp,
+                                           r.ranks));
     }
     if (r.status != "ok" && r.status != "failed" && r.status != "skipped" && r.status != "not run") {
       throw std::runtime_error(fmt::format("{}: row {}: status '{}' is not one of ok, failed, skipped, not run",

@@ -28,12 +28,25 @@ inline const std::vector<std::string> kStages = {"serial", "mpi", "cuda", "mpi_c
 struct RunRow {
   std::string experiment, run_id, stage;
   int ranks = 0, threads = 0, repetition = 0;
+  // The layout (since tensor parallelism; files without it are tp 1):
+  // ranks = tp x dp; block_types "" for all tp.
+  int tp = 1;
+  std::string block_types;
   uint64_t seed = 0;
   std::string status, reason;  // ok | failed | skipped | not run (planned, no attempt recorded), and why
   // From the run's summary record; empty unless the run completed.
   std::optional<double> training_s, inference_s, tokens_per_s, final_loss;
   std::optional<int64_t> steps;
   std::optional<double> comm_s, peak_rss_mb;
+  // From the step and eval records (since tensor parallelism; empty in older
+  // files): the median step time over the steps after the first, the last
+  // validation loss, and the communication of a step (the median over the
+  // steps of this rank-0's counts; every step counts the same).
+  std::optional<double> step_ms, val_loss;
+  std::optional<int64_t> tp_calls, tp_bytes, dp_calls, dp_bytes;
+  // The same four worked out from the model's shape (comm_formula.h); empty
+  // where the formula does not apply (a bucketed gradient sum's dp columns).
+  std::optional<int64_t> formula_tp_calls, formula_tp_bytes, formula_dp_calls, formula_dp_bytes;
   // Provenance: the run's own when it completed, else the harness's.
   std::string git_commit, git_dirty, build_type, compiler, cpu, cores, blas_core, backend, host, date;
 };
@@ -43,6 +56,7 @@ struct LossRow {
   int ranks = 0, threads = 0, repetition = 0;
   int64_t epoch = 0;
   std::optional<double> loss;
+  std::optional<double> val_loss;  // where the run evaluated after this step (since tensor parallelism)
 };
 
 // One job of the job loop (job_loop.h) as an index row.

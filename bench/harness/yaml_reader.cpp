@@ -174,7 +174,17 @@ std::vector<Override> Reader::overrides(const YAML::Node& n, const std::string& 
     if (key == "config" || key == "help") {
       fail(kv.first, fmt::format("{}: '{}' is not a configuration key (section.key, e.g. train.steps)", where, key));
     }
-    std::string value = scalar(kv.second, key);
+    // A list (parallel.block_types: [tp, spd]) is given to the stage as its
+    // command-line text, "tp,spd"; the stage checks the names.
+    std::string value;
+    if (kv.second.IsSequence()) {
+      for (const std::string& item : strings(kv.second, key)) {
+        if (item.find(',') != std::string::npos) fail(kv.second, fmt::format("{}: '{}' holds a comma", key, item));
+        value += (value.empty() ? "" : ",") + item;
+      }
+    } else {
+      value = scalar(kv.second, key);
+    }
     if (key == "data.corpus" && !value.empty() && fs::path(value).is_relative()) {
       value = (file_.parent_path() / value).lexically_normal().string();
     }

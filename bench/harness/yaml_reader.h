@@ -59,7 +59,8 @@ class Reader {
   // A seed or a list of seeds (train.seed is 64-bit).
   std::vector<uint64_t> seeds(const YAML::Node& n) const;
   // A mapping of `section.key: value` overrides, in order; a relative
-  // data.corpus is resolved against this file's folder.
+  // data.corpus is resolved against this file's folder, and a list value
+  // ([tp, spd]) becomes the comma-separated text the stages take ("tp,spd").
   std::vector<Override> overrides(const YAML::Node& n, const std::string& where) const;
   // A path; relative ones are resolved against this file's folder.
   std::filesystem::path path(const YAML::Node& n, const std::string& key) const;
