@@ -130,6 +130,24 @@ void Communicator::send_recv(const float* send_data, size_t send_count, int dest
   do_send_recv("send_recv", send_data, send_count, dest, recv_data, recv_count, source);
 }
 
+uint64_t Communicator::start_send(const float* data, size_t count, int peer) {
+  require_data("start_send", "data", data, count);
+  require_peer("start_send", peer, rank(), size());
+  count_call(count * sizeof(float));
+  return do_start_send(data, count, peer);
+}
+
+void Communicator::wait_send(uint64_t ticket) { do_wait_send(ticket); }
+
+uint64_t Communicator::do_start_send(const float*, size_t, int) {
+  throw std::logic_error(fmt::format("start_send: the {} communicator has no non-blocking send (pipeline stages "
+                                     "run on the mpi stage)", name()));
+}
+
+void Communicator::do_wait_send(uint64_t ticket) {
+  throw std::logic_error(fmt::format("wait_send: no send {} on the {} communicator", ticket, name()));
+}
+
 namespace {
 
 // One process. The checks above let no send or recv through (their only

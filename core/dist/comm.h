@@ -109,6 +109,15 @@ class Communicator {
   // dest == source == rank() is a copy.
   void send_recv(const float* send_data, size_t send_count, int dest, float* recv_data, size_t recv_count,
                  int source);
+  // Non-blocking send of data[0, count) to `peer`, which receives it with
+  // recv as usual: returns at once with a ticket, and `data` must stay as it
+  // is until wait_send(ticket) returns. Pipeline stages send this way, so
+  // that only receives wait (a schedule whose receives can all be met then
+  // cannot deadlock, whatever the order of the two directions). Tickets may
+  // be completed in any order; waiting sleeps between polls. Communicators
+  // without it (the MPI+CUDA one) throw std::logic_error.
+  uint64_t start_send(const float* data, size_t count, int peer);
+  void wait_send(uint64_t ticket);
 
   // ---- Overlap and faults ----
 
@@ -138,6 +147,8 @@ class Communicator {
   virtual void do_send_recv(const char* verb, const float* send_data, size_t send_count, int dest, float* recv_data,
                             size_t recv_count, int source) = 0;
   virtual void do_start_allreduce_sum(float* data, size_t count) = 0;
+  virtual uint64_t do_start_send(const float* data, size_t count, int peer);
+  virtual void do_wait_send(uint64_t ticket);
 
  private:
   void count_call(size_t bytes) {

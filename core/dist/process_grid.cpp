@@ -21,22 +21,30 @@ double CommTpGroup::allreduce_sum(double x) {
 }
 
 namespace {
-Communicator& checked(Communicator& world, int tp) {
-  if (tp < 1 || world.size() % tp != 0) {
-    throw std::invalid_argument(fmt::format(
-        "parallel.tp {} does not divide the {} ranks: ranks = data-parallel size x parallel.tp", tp, world.size()));
+Communicator& checked(Communicator& world, int tp, int pp) {
+  if (tp < 1 || pp < 1 || world.size() % (tp * pp) != 0) {
+    throw std::invalid_argument(
+        pp == 1 ? fmt::format("parallel.tp {} does not divide the {} ranks: ranks = data-parallel size x parallel.tp",
+                              tp, world.size())
+                : fmt::format("parallel.tp {} x parallel.pp {} = {} does not divide the {} ranks: ranks = "
+                              "data-parallel size x parallel.tp x parallel.pp", tp, pp, tp * pp, world.size()));
   }
   return world;
 }
 }  // namespace
 
-ProcessGrid::ProcessGrid(Communicator& world, int tp)
-    : world_(checked(world, tp)),
+ProcessGrid::ProcessGrid(Communicator& world, int tp, int pp)
+    : world_(checked(world, tp, pp)),
       tp_owned_(world.split(world.rank() / tp, world.rank())),
-      dp_owned_(tp > 1 ? world.split(world.rank() % tp, world.rank()) : nullptr),
+      pp_owned_(world.split(world.rank() / (tp * pp) * tp + world.rank() % tp, world.rank())),
+      dp_owned_(tp * pp > 1 ? world.split(world.rank() % (tp * pp), world.rank()) : nullptr),
+      aux_(world.split(0, world.rank())),
       tp_(tp_owned_.get()),
-      dp_(tp > 1 ? dp_owned_.get() : &world),
-      group_(*tp_) {}
+      pp_(pp_owned_.get()),
+      dp_(tp * pp > 1 ? dp_owned_.get() : &world),
+      group_(*tp_),
+      pp_group_(*pp_),
+      dp_group_(*dp_) {}
 
 TpLayout ProcessGrid::layout(std::vector<BlockType> blocks) {
   return TpLayout{tp(), tp_->rank(), std::move(blocks), tp() > 1 ? &group_ : nullptr};
@@ -44,8 +52,11 @@ TpLayout ProcessGrid::layout(std::vector<BlockType> blocks) {
 
 void ProcessGrid::reset_stats() {
   tp_->reset_stats();
+  pp_->reset_stats();
   dp_->reset_stats();
   group_.reset_seconds();
+  pp_group_.reset_seconds();
+  dp_group_.reset_seconds();
 }
 
 }  // namespace gpt2

@@ -1,11 +1,14 @@
-// The process grid of a run (DESIGN.md "Parallel layouts"): ranks = dp x tp.
+// The process grid of a run (DESIGN.md "Parallel layouts"): ranks = dp x pp x tp.
 // Tensor-parallel groups are tp consecutive ranks (they talk most: several
-// activation sums per layer), data-parallel groups join the ranks that hold
-// the same shard, one from each tensor-parallel group:
-//   world rank r: tp group r / tp, tp rank r % tp; dp group r % tp, dp rank r / tp.
-// Both groups are Communicators split from the world, with its verbs and
-// its accounting (CommStats); with tp = 1 the data-parallel group is the
-// world itself and the tensor-parallel group a one-rank communicator.
+// activation sums per layer), then pipeline stages, then data-parallel
+// replicas. World rank r has
+//   tp rank r % tp, pipeline stage (r / tp) % pp, dp rank r / (tp x pp);
+// its pipeline group joins the ranks of its replica and tp rank (one per
+// stage), its data-parallel group the ranks of its stage and tp rank (one
+// per replica: they hold the same part of the model).
+// The groups are Communicators split from the world, with its verbs and its
+// accounting (CommStats); with tp = pp = 1 the data-parallel group is the
+// world itself and the others one-rank communicators.
 #pragma once
 
 #include <memory>
@@ -35,27 +38,37 @@ class CommTpGroup final : public TpGroup {
 class ProcessGrid {
  public:
   // Collective over `world`. Throws std::invalid_argument naming parallel.tp
-  // when tp does not divide the rank count.
-  ProcessGrid(Communicator& world, int tp);
+  // and parallel.pp when tp x pp does not divide the rank count.
+  ProcessGrid(Communicator& world, int tp, int pp = 1);
   ProcessGrid(const ProcessGrid&) = delete;
   ProcessGrid& operator=(const ProcessGrid&) = delete;
 
   int tp() const { return tp_->size(); }
+  int pp() const { return pp_->size(); }
   int dp() const { return dp_->size(); }
+  int stage() const { return pp_->rank(); }
   Communicator& world() const { return world_; }
   Communicator& tp_comm() const { return *tp_; }
+  Communicator& pp_comm() const { return *pp_; }
   Communicator& dp_comm() const { return *dp_; }
+  // A world-wide group outside the accounting: metrics and timelines gathered
+  // to rank 0 do not count as the step's communication.
+  Communicator& aux_comm() const { return *aux_; }
   CommTpGroup& tp_group() { return group_; }
+  // The pipeline and data-parallel groups as sums of the gradient norm's parts.
+  CommTpGroup& pp_group() { return pp_group_; }
+  CommTpGroup& dp_group() { return dp_group_; }
   // The model's layout on this rank with these block types.
   TpLayout layout(std::vector<BlockType> blocks);
   void reset_stats();
 
  private:
   Communicator& world_;
-  std::unique_ptr<Communicator> tp_owned_, dp_owned_;
+  std::unique_ptr<Communicator> tp_owned_, pp_owned_, dp_owned_, aux_;
   Communicator* tp_ = nullptr;
+  Communicator* pp_ = nullptr;
   Communicator* dp_ = nullptr;
-  CommTpGroup group_;
+  CommTpGroup group_, pp_group_, dp_group_;
 };
 
 }  // namespace gpt2

@@ -83,7 +83,10 @@ class Backend {
 
   // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be empty.
   virtual void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) = 0;
-  // dinp (N,C) =; dweight (OC,C) +=; dbias (OC) += (may be empty).
+  // dinp (N,C) =; dweight (OC,C) +=; dbias (OC) += (may be empty). Either
+  // half may be skipped: an empty dinp computes no input gradient (a
+  // pipeline's W pass), an empty dweight no weight or bias gradient (its B
+  // pass); dbias must then be empty too.
   virtual void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor weight) = 0;
 

@@ -27,15 +27,24 @@ struct LayerActivations {
   Tensor fch_gelu;                 // (B,T,4C/P)
   Tensor residual3;                // (B,T,C) residual2 + MLP projection: the block's output (private
                                    // layers inside a run: this rank's stream)
+  // A backward split into B (input gradients) and W (weight gradients), as
+  // the zero-bubble pipeline runs it, else empty: the gradients at the four
+  // matrix products' outputs, kept by B for W.
+  Tensor d_res3;                   // (B,T,C) at the MLP projection's output
+  Tensor d_fch;                    // (B,T,4C/P) at the fc output
+  Tensor d_res2;                   // (B,T,C) at the attention projection's output
+  Tensor d_qkv;                    // (B,T,3C/P) at the qkv output
 };
 
 struct Activations {
   int B = 0, T = 0;
-  Tensor encoded;  // (B,T,C) token + position embedding
-  std::vector<LayerActivations> layers;  // L
-  Tensor lnf, lnf_mean, lnf_rstd;  // (B,T,C) (B,T) (B,T)
-  Tensor logits;   // (B,T,V); the backward pass overwrites it with dlogits
-  Tensor losses;   // (B,T) per-position cross-entropy
+  int first = 0;   // the first layer of this arena's pipeline stage
+  Tensor encoded;  // (B,T,C) token + position embedding; on a later pipeline stage, the stage's input
+  std::vector<LayerActivations> layers;  // L, of which only the stage's layers are carved
+  bool split_backward = false;           // the layers' d_* tensors are carved
+  Tensor lnf, lnf_mean, lnf_rstd;  // (B,T,C) (B,T) (B,T); the last pipeline stage only
+  Tensor logits;   // (B,T,V); the backward pass overwrites it with dlogits; the last stage only
+  Tensor losses;   // (B,T) per-position cross-entropy; the last stage only
   Tensor proj;     // (B,T,C) projection output before its residual add (not kept)
   // Backward scratch, shared by all layers.
   Tensor dresidual;  // (B,T,C) gradient of the residual stream, accumulated in place
@@ -50,11 +59,15 @@ struct Activations {
   std::vector<int32_t> zero_rows;  // B*T zeros, host: bias rows through the embedding kernels
 };
 
+// The arena of one pipeline stage (the whole model by default) holds that
+// stage's layers only, and the head's tensors on the last stage; with
+// `split_backward` also the layers' d_* tensors.
 class ActivationArena {
  public:
-  ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory = host_memory(), const TpLayout& tp = {});
-  // For `model`: its configuration, its tensor-parallel shard and its memory.
-  ActivationArena(const Gpt2& model, int B, int T);
+  ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory = host_memory(), const TpLayout& tp = {},
+                  StageLayers stage = {}, bool split_backward = false);
+  // For `model`: its configuration, its tensor-parallel shard, its stage and its memory.
+  ActivationArena(const Gpt2& model, int B, int T, bool split_backward = false);
   ActivationArena(const ActivationArena&) = delete;
   ActivationArena& operator=(const ActivationArena&) = delete;
   Activations& acts() { return acts_; }
@@ -68,6 +81,8 @@ class ActivationArena {
   Gpt2Config cfg_;
   int tp_ = 1;
   bool private_runs_ = false;
+  StageLayers stage_;
+  bool split_ = false;
   Buffer buf_;
   Activations acts_;
 };

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <stdexcept>
 #include <utility>
 
 namespace gpt2 {
@@ -12,7 +13,7 @@ namespace {
 // for both. A template parameter, not a std::function: nothing is allocated.
 
 Tensor block_input(Activations& a, int l) {
-  return l == 0 ? a.encoded : a.layers[static_cast<size_t>(l - 1)].residual3;
+  return l == a.first ? a.encoded : a.layers[static_cast<size_t>(l - 1)].residual3;
 }
 
 // The group sum of a tensor-parallel model; nothing with one rank.
@@ -99,12 +100,13 @@ void head_forward(Backend& be, const ParamTensors& p, Activations& a) {
   be.matmul_forward(a.logits, a.lnf, p.lm_head, Tensor{});
 }
 
-// The layers and the head, after the embedding (both forward kinds).
+// The stage's layers and (on the last stage) the head, after the embedding
+// (both forward kinds).
 template <typename AttentionStep>
 void layers_forward(Backend& be, const Gpt2& model, Activations& a, const AttentionStep& attend) {
   const TpLayout& tp = model.tp();
   const ParamTensors& p = model.params;
-  for (int l = 0; l < model.config().L; ++l) {
+  for (int l = model.stage().first; l < model.stage().last; ++l) {
     const LayerParams& w = p.layers[static_cast<size_t>(l)];
     if (tp.is_private(l)) {
       private_block(be, tp, a, l, w, attend);
@@ -112,7 +114,7 @@ void layers_forward(Backend& be, const Gpt2& model, Activations& a, const Attent
       standard_block(be, tp, w, a.layers[static_cast<size_t>(l)], block_input(a, l), a.proj, l, attend);
     }
   }
-  head_forward(be, p, a);
+  if (model.stage().head) head_forward(be, p, a);
 }
 
 }  // namespace
@@ -122,12 +124,12 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
   const Gpt2Config& cfg = model.config();
   const ParamTensors& p = model.params;
   const int NH = cfg.NH / model.tp().size;  // this rank's heads
-  be.encoder_forward(a.encoded, tokens, p.wte, p.wpe);
+  if (model.stage().embed) be.encoder_forward(a.encoded, tokens, p.wte, p.wpe);
   layers_forward(be, model, a, [&](int, const LayerParams& w, LayerActivations& x) {
     be.matmul_forward(x.qkv, x.ln1, w.qkv_w, Tensor{});
     be.attention_forward(x.atty, x.att_lse, x.qkv, NH);
   });
-  if (targets == nullptr) return 0.0f;
+  if (targets == nullptr || !model.stage().head) return 0.0f;
   be.crossentropy_forward(a.losses, a.logits, targets);
   return static_cast<float>(be.sum(a.losses) / static_cast<double>(a.losses.numel()));
 }
@@ -140,17 +142,36 @@ namespace {
 // gradient, so they are equal on every rank; the LayerNorm input gradients
 // are summed over the group (f's backward) before the LayerNorms.
 void standard_block_backward(Backend& be, const TpLayout& tp, const LayerParams& w, LayerParams& dw,
-                             LayerActivations& x, Activations& a, Tensor residual, int NH) {
+                             LayerActivations& x, Activations& a, Tensor residual, int NH,
+                             BackwardPart part = BackwardPart::kAll) {
+  if (part == BackwardPart::kWeight) {  // W: the four products' weight gradients, from what B kept
+    be.matmul_backward(Tensor{}, dw.fc_proj_w, dw.fc_proj_b, x.d_res3, x.fch_gelu, w.fc_proj_w);
+    be.matmul_backward(Tensor{}, dw.fc_w, dw.fc_b, x.d_fch, x.ln2, w.fc_w);
+    be.matmul_backward(Tensor{}, dw.attn_proj_w, dw.attn_proj_b, x.d_res2, x.atty, w.attn_proj_w);
+    be.matmul_backward(Tensor{}, dw.qkv_w, Tensor{}, x.d_qkv, x.ln1, w.qkv_w);
+    return;
+  }
+  const bool b_only = part == BackwardPart::kInput;
+  // kAll: whole products on the shared scratch. kInput: input gradients
+  // only, the products' output gradients kept in the layer's d_* tensors.
+  auto keep = [&](Tensor kept, Tensor from) {
+    if (b_only) be.copy(kept, from);
+    return b_only ? kept : from;
+  };
+  auto wgrad = [&](Tensor g) { return b_only ? Tensor{} : g; };
+  const Tensor dfch = b_only ? x.d_fch : a.dfch, dqkv = b_only ? x.d_qkv : a.dqkv;
   // dresidual flows unchanged into residual2 and into the MLP projection's output.
-  be.matmul_backward(a.dfch, dw.fc_proj_w, dw.fc_proj_b, a.dresidual, x.fch_gelu, w.fc_proj_w);
-  be.gelu_backward(a.dfch, a.dfch, x.fch);
-  be.matmul_backward(a.dln, dw.fc_w, dw.fc_b, a.dfch, x.ln2, w.fc_w);
+  const Tensor d3 = keep(x.d_res3, a.dresidual);
+  be.matmul_backward(dfch, wgrad(dw.fc_proj_w), wgrad(dw.fc_proj_b), d3, x.fch_gelu, w.fc_proj_w);
+  be.gelu_backward(dfch, dfch, x.fch);
+  be.matmul_backward(a.dln, wgrad(dw.fc_w), wgrad(dw.fc_b), dfch, x.ln2, w.fc_w);
   tp_sum(tp, a.dln);
   be.layernorm_backward(a.dresidual, dw.ln2_w, dw.ln2_b, a.dln, x.residual2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
   // dresidual now holds d(residual2).
-  be.matmul_backward(a.datty, dw.attn_proj_w, dw.attn_proj_b, a.dresidual, x.atty, w.attn_proj_w);
-  be.attention_backward(a.dqkv, a.datty, x.atty, x.att_lse, x.qkv, NH);
-  be.matmul_backward(a.dln, dw.qkv_w, Tensor{}, a.dqkv, x.ln1, w.qkv_w);
+  const Tensor d2 = keep(x.d_res2, a.dresidual);
+  be.matmul_backward(a.datty, wgrad(dw.attn_proj_w), wgrad(dw.attn_proj_b), d2, x.atty, w.attn_proj_w);
+  be.attention_backward(dqkv, a.datty, x.atty, x.att_lse, x.qkv, NH);
+  be.matmul_backward(a.dln, wgrad(dw.qkv_w), Tensor{}, dqkv, x.ln1, w.qkv_w);
   tp_sum(tp, a.dln);
   be.layernorm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
 }
@@ -225,24 +246,38 @@ void private_block_backward(Backend& be, Gpt2& model, Activations& a, int l, int
 }  // namespace
 
 void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* tokens,
-                   const int32_t* targets, float dloss, GradReadyHook* hook) {
+                   const int32_t* targets, float dloss, GradReadyHook* hook, BackwardPart part) {
   const Gpt2Config& cfg = model.config();
   const TpLayout& tp = model.tp();
+  const StageLayers& stage = model.stage();
   const int NH = cfg.NH / tp.size;
   const ParamTensors& p = model.params;
   ParamTensors& g = model.grads;
+  if (part != BackwardPart::kAll) hook = nullptr;
   // Offset of a gradient view in the flat buffer: what `hook` is told.
   auto done_from = [&](const Tensor& first) {
     if (hook) hook->ready(static_cast<size_t>(first.data - model.grad_data()));
   };
   Tensor dlogits = a.logits;  // written in place over the logits
-  be.crossentropy_backward(dlogits, a.logits, targets, dloss);
-  be.matmul_backward(a.dln, g.lm_head, Tensor{}, dlogits, a.lnf, p.lm_head);
-  be.zero(a.dresidual);  // every layernorm_backward below accumulates into it
-  Tensor last = a.layers.back().residual3;
-  be.layernorm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dln, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
-  done_from(g.lnf_w);
-  for (int l = cfg.L - 1; l >= 0; --l) {
+  if (part == BackwardPart::kWeight) {
+    if (stage.head) be.matmul_backward(Tensor{}, g.lm_head, Tensor{}, dlogits, a.lnf, p.lm_head);
+    for (int l = stage.last - 1; l >= stage.first; --l) {
+      if (tp.is_private(l)) continue;  // done whole in B
+      standard_block_backward(be, tp, p.layers[static_cast<size_t>(l)], g.layers[static_cast<size_t>(l)],
+                              a.layers[static_cast<size_t>(l)], a, Tensor{}, NH, part);
+    }
+    return;
+  }
+  if (stage.head) {
+    be.crossentropy_backward(dlogits, a.logits, targets, dloss);
+    be.matmul_backward(a.dln, part == BackwardPart::kAll ? g.lm_head : Tensor{}, Tensor{}, dlogits, a.lnf,
+                       p.lm_head);
+    be.zero(a.dresidual);  // every layernorm_backward below accumulates into it
+    Tensor last = a.layers[static_cast<size_t>(stage.last - 1)].residual3;
+    be.layernorm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dln, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
+    done_from(g.lnf_w);
+  }  // else a.dresidual holds the gradient at the stage's output, as the caller received it
+  for (int l = stage.last - 1; l >= stage.first; --l) {
     const LayerParams& w = p.layers[static_cast<size_t>(l)];
     LayerParams& dw = g.layers[static_cast<size_t>(l)];
     LayerActivations& x = a.layers[static_cast<size_t>(l)];
@@ -250,12 +285,14 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
       private_block_backward(be, model, a, l, NH);
       if (tp.run_start(l) == l) done_from(dw.ln1_w);  // the run's gradients are final once summed
     } else {
-      standard_block_backward(be, tp, w, dw, x, a, block_input(a, l), NH);
+      standard_block_backward(be, tp, w, dw, x, a, block_input(a, l), NH, part);
       done_from(dw.ln1_w);  // dresidual now holds d(residual), the block's input
     }
   }
-  be.encoder_backward(g.wte, g.wpe, a.dresidual, tokens);
-  done_from(g.wte);
+  if (stage.embed) {
+    be.encoder_backward(g.wte, g.wpe, a.dresidual, tokens);
+    done_from(g.wte);
+  }  // else a.dresidual holds the gradient at the stage's input, for the caller to send back
 }
 
 void gpt2_decode(Backend& be, const Gpt2& model, Activations& a, const std::vector<Tensor>& qkv_cache,
@@ -264,6 +301,9 @@ void gpt2_decode(Backend& be, const Gpt2& model, Activations& a, const std::vect
   const ParamTensors& p = model.params;
   const int64_t C = cfg.C;
   const int NH = cfg.NH / model.tp().size;
+  if (!model.stage().whole(cfg.L)) {
+    throw std::invalid_argument("gpt2_decode: generation runs on a whole model, not on one pipeline stage");
+  }
   // The position embedding row `pos` as a (1,C) table: the encoder adds its row 0.
   be.encoder_forward(a.encoded, &token, p.wte, Tensor(p.wpe.data + pos * C, {1, C}));
   layers_forward(be, model, a, [&](int l, const LayerParams& w, LayerActivations& x) {

@@ -29,6 +29,16 @@ class GradReadyHook {
 // the loss and the gradients of replicated parameters come out the same on
 // every rank of the group.
 //
+// Pipeline stages (model.stage(), model/params.h): a model that holds one
+// stage runs that stage's part. The first stage embeds `tokens`; a later one
+// starts from acts.encoded, which the caller filled (the previous stage's
+// output). The last stage ends with the head and the loss; an earlier one
+// stops at its last layer's residual3 (what the caller sends on) and
+// returns 0. Backward mirrors it: the last stage starts from the loss, an
+// earlier one from acts.dresidual as the caller filled it (the gradient at
+// its output); the first stage ends with the embeddings' gradients, a later
+// one leaves the gradient at its input in acts.dresidual.
+//
 // Runs the model on tokens (B,T). With targets (B,T) it also computes the
 // per-position losses and returns their mean; without (nullptr) it stops at
 // the logits and returns 0. B and T are the arena's.
@@ -42,8 +52,19 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& acts, const int3
 // `hook` (optional) hears each time a suffix of the gradient buffer is final:
 // after the head, after each block (from the last; after a private run's
 // first block for the whole run), after the embeddings.
+//
+// `part` splits the pass as the zero-bubble pipeline runs it (Qi et al.,
+// 2024): kInput (B) computes every input gradient, the LayerNorm and bias-free
+// steps and the embeddings, keeping the gradients at the matrix products'
+// outputs in the arena's d_* tensors (an arena made with split_backward);
+// kWeight (W), later, computes the matrix products' weight and bias
+// gradients from them. B then W accumulates exactly what kAll does, with the
+// same products in the same order. Layers of a private run (spd, parallel)
+// do all their work in B. `hook` is heard with kAll only.
+enum class BackwardPart { kAll, kInput, kWeight };
 void gpt2_backward(Backend& be, Gpt2& model, Activations& acts, const int32_t* tokens,
-                   const int32_t* targets, float dloss, GradReadyHook* hook = nullptr);
+                   const int32_t* targets, float dloss, GradReadyHook* hook = nullptr,
+                   BackwardPart part = BackwardPart::kAll);
 
 // One token of generation with a key/value cache: runs `token` at position
 // `pos` on an arena of B = 1, T = 1. qkv_cache[l] (1, T, 3C) holds layer l's

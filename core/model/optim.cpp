@@ -65,30 +65,53 @@ double learning_rate(const OptimizerConfig& c, int64_t step) {
 namespace {
 // The squared norm of the whole model's gradient, every parameter counted
 // once: with tensor parallelism the shards' sums are added over the group
-// and the replicated tensors (equal on every rank) are counted once.
-double grad_sum_squares(Backend& be, const Gpt2& model, size_t n) {
+// and the replicated tensors (equal on every rank) are counted once; a
+// pipeline stage's and a ZeRO shard's sums are added over their groups.
+double grad_sum_squares(Backend& be, const Gpt2& model, size_t n, const UpdateScope& scope) {
   const TpLayout& tp = model.tp();
-  if (tp.size == 1) return be.sum_squares(Tensor(model.grad_data(), {static_cast<int64_t>(n)}));
-  double sharded = 0, replicated = 0;
-  for (const ParamInfo& info : model.infos()) {
-    Tensor g = *info.view;
-    g.data = model.grad_data() + info.offset;
-    (info.split == TpSplit::kNone ? replicated : sharded) += be.sum_squares(g);
+  double total = 0;
+  if (tp.size == 1 && scope.begin == 0 && scope.end >= n) {
+    total = be.sum_squares(Tensor(model.grad_data(), {static_cast<int64_t>(n)}));
+  } else {
+    double sharded = 0, replicated = 0;
+    for (const ParamInfo& info : model.infos()) {
+      const size_t numel = static_cast<size_t>(info.view->numel());
+      const size_t lo = std::max(info.offset, scope.begin), hi = std::min(info.offset + numel, scope.end);
+      if (lo >= hi) continue;
+      Tensor g(model.grad_data() + lo, {static_cast<int64_t>(hi - lo)});
+      (info.split == TpSplit::kNone ? replicated : sharded) += be.sum_squares(g);
+    }
+    total = (tp.size > 1 ? tp.group->allreduce_sum(sharded) : sharded) + replicated;
   }
-  return tp.group->allreduce_sum(sharded) + replicated;
+  if (scope.shards) total = scope.shards->allreduce_sum(total);
+  if (scope.stages) total = scope.stages->allreduce_sum(total);
+  return total;
+}
+
+size_t scope_floats(const UpdateScope& scope, size_t num_params) {
+  const size_t end = std::min(scope.end, num_params);
+  if (scope.begin > end) {
+    throw std::invalid_argument(fmt::format("optimizer shard [{}, {}) outside the {} parameters", scope.begin,
+                                            scope.end, num_params));
+  }
+  return end - scope.begin;
 }
 }  // namespace
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, size_t num_params, Memory& memory)
-    : cfg_(cfg), m_(num_params, memory), v_(num_params, memory) {
+Optimizer::Optimizer(const OptimizerConfig& cfg, size_t num_params, Memory& memory, UpdateScope scope)
+    : cfg_(cfg),
+      scope_(scope),
+      m_(scope_floats(scope, num_params), memory),
+      v_(scope_floats(scope, num_params), memory) {
   cfg_.validate();
+  scope_.end = std::min(scope_.end, num_params);
 }
 
 StepStats Optimizer::step(Backend& be, Gpt2& model) {
   StepStats s;
   const size_t n = model.num_params();
   s.lr = learning_rate(cfg_, step_);
-  s.grad_norm = std::sqrt(grad_sum_squares(be, model, n));
+  s.grad_norm = std::sqrt(grad_sum_squares(be, model, n, scope_));
   if (cfg_.grad_clip > 0) s.grad_scale = std::min(1.0, cfg_.grad_clip / (s.grad_norm + 1e-6));
 
   const double t = static_cast<double>(step_ + 1);
@@ -107,15 +130,27 @@ StepStats Optimizer::step(Backend& be, Gpt2& model) {
     k.v_scale = static_cast<float>(1.0 / std::sqrt(bc2));
   }
   const float decay = static_cast<float>(1.0 - s.lr * cfg_.weight_decay);
+  const bool whole = scope_.begin == 0 && scope_.end >= n;
   for (const ParamInfo& info : model.infos()) {
-    const Tensor& p = *info.view;
-    auto at = [&](float* base) {
-      Tensor view = p;
-      view.data = base + info.offset;
-      return view;
-    };
     k.decay_factor = info.decay ? decay : 1.0f;
-    be.adam_update(p, at(model.grad_data()), at(m_.data()), at(v_.data()), k);
+    if (whole) {
+      const Tensor& p = *info.view;
+      auto at = [&](float* base) {
+        Tensor view = p;
+        view.data = base + info.offset;
+        return view;
+      };
+      be.adam_update(p, at(model.grad_data()), at(m_.data()), at(v_.data()), k);
+      continue;
+    }
+    // ZeRO-1: the part of the tensor inside this rank's shard, as a flat range.
+    const size_t numel = static_cast<size_t>(info.view->numel());
+    const size_t lo = std::max(info.offset, scope_.begin), hi = std::min(info.offset + numel, scope_.end);
+    if (lo >= hi) continue;
+    const int64_t len = static_cast<int64_t>(hi - lo);
+    const size_t mo = lo - scope_.begin;
+    be.adam_update(Tensor(model.param_data() + lo, {len}), Tensor(model.grad_data() + lo, {len}),
+                   Tensor(m_.data() + mo, {len}), Tensor(v_.data() + mo, {len}), k);
   }
   ++step_;
   return s;

@@ -74,12 +74,28 @@ struct StepStats {
   double grad_scale = 1;  // the clipping factor applied
 };
 
-// Holds Adam's two moment buffers (same layout as the parameters) and the
-// step count; applies one update per call to step().
+// What one rank's update covers, and over whom the gradient norm is summed
+// (set once by the parallel layout; the default is one whole model).
+//   begin, end     ZeRO-1: this rank's shard [begin, end) of the flat buffer
+//                  (its moments are that long; the rest of the parameters is
+//                  updated by the other data-parallel ranks).
+//   stages         the pipeline group: each stage holds other parameters, so
+//                  their squared norms add.
+//   shards         ZeRO-1's data-parallel group: each rank's shard is other
+//                  parameters, so their squared norms add.
+// (The tensor-parallel group is the model's own: model.tp().group.)
+struct UpdateScope {
+  size_t begin = 0, end = SIZE_MAX;
+  TpGroup* stages = nullptr;
+  TpGroup* shards = nullptr;
+};
+
+// Holds Adam's two moment buffers (same layout as the parameters, or as the
+// scope's shard) and the step count; applies one update per call to step().
 class Optimizer {
  public:
   // The moments live in `memory`, beside the model's parameters.
-  Optimizer(const OptimizerConfig& cfg, size_t num_params, Memory& memory = host_memory());
+  Optimizer(const OptimizerConfig& cfg, size_t num_params, Memory& memory = host_memory(), UpdateScope scope = {});
   // Clips and applies the gradients in model.grads; advances the step count.
   StepStats step(Backend& be, Gpt2& model);
   int64_t steps_done() const { return step_; }
@@ -92,9 +108,13 @@ class Optimizer {
     v_.upload(v);
   }
   void set_steps_done(int64_t s) { step_ = s; }
+  const UpdateScope& scope() const { return scope_; }
+  // Bytes of optimizer state this rank holds (the two moments).
+  size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
 
  private:
   OptimizerConfig cfg_;
+  UpdateScope scope_;
   Buffer m_, v_;
   int64_t step_ = 0;
 };

@@ -9,7 +9,24 @@
 
 namespace gpt2 {
 
-std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp) {
+StageLayers StageLayers::of(int n_layer, int stages, int stage) {
+  if (stages < 1 || stages > n_layer) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.pp {}: a pipeline needs 1 to model.n_layer ({}) stages, each of at least one layer", stages, n_layer));
+  }
+  if (stage < 0 || stage >= stages) {
+    throw std::invalid_argument(fmt::format("pipeline stage {} of {} does not exist", stage, stages));
+  }
+  const int q = n_layer / stages, r = n_layer % stages;
+  StageLayers s;
+  s.first = stage * q + std::min(stage, r);
+  s.last = s.first + q + (stage < r ? 1 : 0);
+  s.embed = stage == 0;
+  s.head = stage == stages - 1;
+  return s;
+}
+
+std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp, StageLayers stage) {
   const int64_t V = cfg.V, T = cfg.T, C = cfg.C, P = tp;
   std::vector<ParamInfo> out;
   auto add = [&out](std::string name, Tensor& view, std::vector<int64_t> shape, ParamInit init,
@@ -18,9 +35,11 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp) {
     out.push_back({std::move(name), &view, std::move(shape), init, decay, 0, split, row_groups});
   };
   p.layers.resize(static_cast<size_t>(cfg.L));
-  add("wte", p.wte, {V, C}, ParamInit::kNormal);
-  add("wpe", p.wpe, {T, C}, ParamInit::kNormal);
-  for (int l = 0; l < cfg.L; ++l) {
+  if (stage.embed) {
+    add("wte", p.wte, {V, C}, ParamInit::kNormal);
+    add("wpe", p.wpe, {T, C}, ParamInit::kNormal);
+  }
+  for (int l = stage.first; l < stage.end(cfg.L); ++l) {
     LayerParams& h = p.layers[static_cast<size_t>(l)];
     auto name = [l](const char* s) { return fmt::format("h.{}.{}", l, s); };
     add(name("ln1_w"), h.ln1_w, {C}, ParamInit::kOne);
@@ -35,9 +54,11 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp) {
     add(name("fc_proj_w"), h.fc_proj_w, {C, 4 * C / P}, ParamInit::kNormal, TpSplit::kCols);
     add(name("fc_proj_b"), h.fc_proj_b, {C}, ParamInit::kZero);
   }
-  add("lnf_w", p.lnf_w, {C}, ParamInit::kOne);
-  add("lnf_b", p.lnf_b, {C}, ParamInit::kZero);
-  add("lm_head", p.lm_head, {V, C}, ParamInit::kNormal);
+  if (stage.head) {
+    add("lnf_w", p.lnf_w, {C}, ParamInit::kOne);
+    add("lnf_b", p.lnf_b, {C}, ParamInit::kZero);
+    add("lm_head", p.lm_head, {V, C}, ParamInit::kNormal);
+  }
 
   size_t offset = 0;
   for (ParamInfo& info : out) {
@@ -49,9 +70,10 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp) {
   return out;
 }
 
-size_t param_count(const Gpt2Config& cfg, int tp) {
+size_t param_count(const Gpt2Config& cfg, int tp, StageLayers stage) {
   ParamTensors scratch;
-  auto infos = layout(cfg, scratch, tp);
+  auto infos = layout(cfg, scratch, tp, stage);
+  if (infos.empty()) return 0;
   size_t n = 1;
   for (int64_t d : infos.back().shape) n *= static_cast<size_t>(d);
   return infos.back().offset + n;
@@ -67,9 +89,9 @@ void bind(std::vector<ParamInfo>& infos, float* base) {
 }
 }  // namespace
 
-ParamTensors bind_params(const Gpt2Config& cfg, float* base, int tp) {
+ParamTensors bind_params(const Gpt2Config& cfg, float* base, int tp, StageLayers stage) {
   ParamTensors p;
-  auto infos = layout(cfg, p, tp);
+  auto infos = layout(cfg, p, tp, stage);
   bind(infos, base);
   return p;
 }
@@ -100,10 +122,10 @@ void for_each_piece(const ParamInfo& local, int tp, int rank, F&& f) {
   }
 }
 
-void check_sizes(const Gpt2Config& cfg, int tp, size_t full, size_t shard) {
-  if (full != param_count(cfg) || shard != param_count(cfg, tp)) {
-    throw std::invalid_argument(fmt::format("tensor-parallel shard of {} floats from {} (expected {} and {})", shard,
-                                            full, param_count(cfg, tp), param_count(cfg)));
+void check_sizes(const Gpt2Config& cfg, int tp, StageLayers stage, size_t full, size_t shard) {
+  if (full != param_count(cfg) || shard != param_count(cfg, tp, stage)) {
+    throw std::invalid_argument(fmt::format("model part of {} floats from {} (expected {} and {})", shard, full,
+                                            param_count(cfg, tp, stage), param_count(cfg)));
   }
 }
 }  // namespace
@@ -111,12 +133,14 @@ void check_sizes(const Gpt2Config& cfg, int tp, size_t full, size_t shard) {
 namespace {
 // Copies each tensor's shard pieces from `from` to `to`: full buffer to
 // shard (to_shard), or shard to full buffer.
-void copy_shards(const Gpt2Config& cfg, int tp, int rank, std::span<const float> from, std::span<float> to,
-                 bool to_shard) {
+void copy_shards(const Gpt2Config& cfg, int tp, int rank, StageLayers stage, std::span<const float> from,
+                 std::span<float> to, bool to_shard) {
   ParamTensors sp, fp;
-  const auto local = layout(cfg, sp, tp), whole = layout(cfg, fp);
-  for (size_t k = 0; k < local.size(); ++k) {
-    const size_t f = whole[k].offset, s = local[k].offset;
+  const auto local = layout(cfg, sp, tp, stage), whole = layout(cfg, fp);
+  size_t w = 0;  // the stage's tensors are a run of the whole list, in its order
+  while (!local.empty() && whole[w].name != local[0].name) ++w;
+  for (size_t k = 0; k < local.size(); ++k, ++w) {
+    const size_t f = whole[w].offset, s = local[k].offset;
     for_each_piece(local[k], tp, rank, [&](size_t fo, size_t so, size_t n) {
       if (to_shard) std::copy_n(from.data() + f + fo, n, to.data() + s + so);
       else std::copy_n(from.data() + s + so, n, to.data() + f + fo);
@@ -125,34 +149,58 @@ void copy_shards(const Gpt2Config& cfg, int tp, int rank, std::span<const float>
 }
 }  // namespace
 
-std::vector<float> shard_of(const Gpt2Config& cfg, int tp, int rank, std::span<const float> full) {
-  std::vector<float> shard(param_count(cfg, tp));
-  check_sizes(cfg, tp, full.size(), shard.size());
-  copy_shards(cfg, tp, rank, full, shard, true);
+std::vector<float> shard_of(const Gpt2Config& cfg, int tp, int rank, std::span<const float> full,
+                            StageLayers stage) {
+  std::vector<float> shard(param_count(cfg, tp, stage));
+  check_sizes(cfg, tp, stage, full.size(), shard.size());
+  copy_shards(cfg, tp, rank, stage, full, shard, true);
   return shard;
 }
 
-void place_shard(const Gpt2Config& cfg, int tp, int rank, std::span<const float> shard, std::span<float> full) {
-  check_sizes(cfg, tp, full.size(), shard.size());
-  copy_shards(cfg, tp, rank, shard, full, false);
+void place_shard(const Gpt2Config& cfg, int tp, int rank, std::span<const float> shard, std::span<float> full,
+                 StageLayers stage) {
+  check_sizes(cfg, tp, stage, full.size(), shard.size());
+  copy_shards(cfg, tp, rank, stage, shard, full, false);
 }
 
-Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpLayout tp) : cfg_(cfg), tp_(std::move(tp)) {
+Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpLayout tp, StageLayers stage, size_t pad_to)
+    : cfg_(cfg), tp_(std::move(tp)), stage_(stage) {
   cfg_.validate();
   tp_.validate(cfg_.L, cfg_.NH, cfg_.C);
   tp_.check_group();
-  size_t n = param_count(cfg_, tp_.size);
-  params_buf_ = Buffer(n, memory);
-  grads_buf_ = Buffer(n, memory);
-  grads = bind_params(cfg_, grads_buf_.data(), tp_.size);
-  infos_ = layout(cfg_, params, tp_.size);
+  stage_.last = stage_.end(cfg_.L);
+  if (stage_.first < 0 || stage_.first >= stage_.last || stage_.last > cfg_.L) {
+    throw std::invalid_argument(fmt::format("pipeline stage of layers [{}, {}) in a model of {} layers",
+                                            stage_.first, stage_.last, cfg_.L));
+  }
+  n_ = param_count(cfg_, tp_.size, stage_);
+  pad_to = std::max<size_t>(pad_to, 1);
+  const size_t padded = (n_ + pad_to - 1) / pad_to * pad_to;
+  params_buf_ = Buffer(padded, memory);
+  grads_buf_ = Buffer(padded, memory);
+  if (padded > n_) params_buf_.zero();
+  grads = bind_params(cfg_, grads_buf_.data(), tp_.size, stage_);
+  infos_ = layout(cfg_, params, tp_.size, stage_);
   bind(infos_, params_buf_.data());
+}
+
+void Gpt2::params_from_host(std::span<const float> host) {
+  if (host.size() != n_) {
+    throw std::invalid_argument(fmt::format("Gpt2::params_from_host: {} floats for a model of {}", host.size(), n_));
+  }
+  if (params_buf_.size() == n_) {
+    params_buf_.upload(host);
+    return;
+  }
+  std::vector<float> padded(host.begin(), host.end());
+  padded.resize(params_buf_.size(), 0.0f);
+  params_buf_.upload(padded);
 }
 
 void Gpt2::init_weights(uint64_t seed) {
   // Filled on the host, then copied to the model's memory in one piece.
   std::vector<float> host = initial_weights(cfg_, seed);
-  if (tp_.size > 1) host = shard_of(cfg_, tp_.size, tp_.rank, host);
+  if (tp_.size > 1 || !stage_.whole(cfg_.L)) host = shard_of(cfg_, tp_.size, tp_.rank, host, stage_);
   params_from_host(host);
 }
 

@@ -38,6 +38,23 @@ struct LayerParams {
   Tensor fc_proj_w, fc_proj_b;  // (C, 4C) (C)
 };
 
+// The layers of one pipeline stage (DESIGN.md "Parallel layouts"):
+// contiguous layers [first, last), the embeddings on the first stage, the
+// final LayerNorm and the head (with the loss) on the last. The default is
+// the whole model. Stage s of p holds L / p layers, and the first L % p
+// stages one more each (the last stage already carries the head and loss).
+struct StageLayers {
+  int first = 0, last = -1;  // last -1: through the last layer
+  bool embed = true, head = true;
+
+  // Stage `stage` of `stages` over `n_layer` layers; throws
+  // std::invalid_argument naming parallel.pp when there are more stages than layers.
+  static StageLayers of(int n_layer, int stages, int stage);
+  int end(int n_layer) const { return last < 0 ? n_layer : last; }
+  bool whole(int n_layer) const { return first == 0 && end(n_layer) == n_layer && embed && head; }
+  bool operator==(const StageLayers&) const = default;
+};
+
 struct ParamTensors {
   Tensor wte;  // (V, C) token embedding
   Tensor wpe;  // (T, C) learned position embedding
@@ -59,20 +76,26 @@ struct ParamInfo {
 
 // Visits every parameter slot of `p` in buffer order; the single definition of
 // names, shapes, splits and initialisation. Offsets are filled in by
-// `layout`. With tp > 1 the shapes are one tensor-parallel rank's shard.
-std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp = 1);
+// `layout`. With tp > 1 the shapes are one tensor-parallel rank's shard;
+// with a pipeline stage only its tensors are listed (names stay global:
+// "h.3.fc_w" on whichever stage holds layer 3).
+std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp = 1, StageLayers stage = {});
 
-// Total number of floats of the parameter buffer (of one shard with tp > 1).
-size_t param_count(const Gpt2Config& cfg, int tp = 1);
+// Total number of floats of the parameter buffer (of one shard with tp > 1,
+// of one stage's tensors).
+size_t param_count(const Gpt2Config& cfg, int tp = 1, StageLayers stage = {});
 
 // Binds every view of a ParamTensors to consecutive slices of `base`.
-ParamTensors bind_params(const Gpt2Config& cfg, float* base, int tp = 1);
+ParamTensors bind_params(const Gpt2Config& cfg, float* base, int tp = 1, StageLayers stage = {});
 
-// Tensor-parallel rank `rank` of `tp`'s shard of a full buffer in layout
-// order (parameters, gradients or Adam moments alike), and its inverse: the
-// shard written back into its places of the full buffer. tp = 1 copies.
-std::vector<float> shard_of(const Gpt2Config& cfg, int tp, int rank, std::span<const float> full);
-void place_shard(const Gpt2Config& cfg, int tp, int rank, std::span<const float> shard, std::span<float> full);
+// Tensor-parallel rank `rank` of `tp`'s shard of a pipeline stage's tensors,
+// cut from a full buffer in layout order (parameters, gradients or Adam
+// moments alike), and its inverse: the part written back into its places of
+// the full buffer. tp = 1 and the whole model copy.
+std::vector<float> shard_of(const Gpt2Config& cfg, int tp, int rank, std::span<const float> full,
+                            StageLayers stage = {});
+void place_shard(const Gpt2Config& cfg, int tp, int rank, std::span<const float> shard, std::span<float> full,
+                 StageLayers stage = {});
 
 // The initial weights of the full model: N(0, 0.02) from Philox keyed by
 // (seed, parameter index, element index), biases 0, LayerNorm gains 1.
@@ -80,26 +103,37 @@ std::vector<float> initial_weights(const Gpt2Config& cfg, uint64_t seed);
 
 // Parameters, their gradients: two flat buffers with identical layout, in the
 // memory of the backend that computes with them (the host by default). With a
-// tensor-parallel layout (tp.size > 1) both hold this rank's shard.
+// tensor-parallel layout (tp.size > 1) both hold this rank's shard; with a
+// pipeline stage, that stage's tensors only. `pad_to` rounds both buffers up
+// to a multiple of that many floats (zeros past num_params()), so that ZeRO's
+// reduce-scatter and all-gather cut them into equal shards.
 class Gpt2 {
  public:
-  explicit Gpt2(const Gpt2Config& cfg, Memory& memory = host_memory(), TpLayout tp = {});
+  explicit Gpt2(const Gpt2Config& cfg, Memory& memory = host_memory(), TpLayout tp = {}, StageLayers stage = {},
+                size_t pad_to = 1);
   Gpt2(const Gpt2&) = delete;
   Gpt2& operator=(const Gpt2&) = delete;
 
   const Gpt2Config& config() const { return cfg_; }
   const TpLayout& tp() const { return tp_; }
+  // This rank's pipeline stage, resolved (last >= 0).
+  const StageLayers& stage() const { return stage_; }
   // This rank's shard of initial_weights(seed): bit-identical on every rank
   // and device, and the same global weights for every layout.
   void init_weights(uint64_t seed);
   void zero_grad() { grads_buf_.zero(); }
   // The whole parameter buffer to / from the host (checkpoints, checksums).
-  std::vector<float> params_to_host() const { return params_buf_.download(); }
-  void params_from_host(std::span<const float> host) { params_buf_.upload(host); }
+  std::vector<float> params_to_host() const {
+    std::vector<float> host = params_buf_.download();
+    host.resize(n_);
+    return host;
+  }
+  void params_from_host(std::span<const float> host);
   Memory& memory() const { return params_buf_.memory(); }
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
-  size_t num_params() const { return params_buf_.size(); }
+  size_t num_params() const { return n_; }
+  size_t padded_params() const { return params_buf_.size(); }  // num_params() rounded up to pad_to
   float* param_data() const { return params_buf_.data(); }
   float* grad_data() const { return grads_buf_.data(); }
 
@@ -109,6 +143,8 @@ class Gpt2 {
  private:
   Gpt2Config cfg_;
   TpLayout tp_;
+  StageLayers stage_;
+  size_t n_ = 0;
   Buffer params_buf_;
   Buffer grads_buf_;
   std::vector<ParamInfo> infos_;  // views point into `params`

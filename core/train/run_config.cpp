@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "train/pipeline.h"
+
 namespace gpt2 {
 
 Fields run_fields(RunConfig& c) {
@@ -42,6 +44,11 @@ void TrainConfig::validate() const {
 
 void ParallelConfig::validate() const {
   if (tp < 1) throw std::invalid_argument(fmt::format("parallel.tp: must be >= 1, got {}", tp));
+  if (pp < 1) throw std::invalid_argument(fmt::format("parallel.pp: must be >= 1, got {}", pp));
+  if (microbatches < 1) {
+    throw std::invalid_argument(fmt::format("parallel.microbatches: must be >= 1, got {}", microbatches));
+  }
+  (void)parse_schedule(schedule);
   (void)blocks();  // every name known
 }
 
@@ -61,7 +68,22 @@ void validate(const RunConfig& c) {
   c.generate.validate();
   c.parallel.validate();
   // Across sections.
-  TpLayout{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.validate(c.model.L, c.model.NH, c.model.C);
+  const TpLayout tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
+  tp.validate(c.model.L, c.model.NH, c.model.C);
+  (void)StageLayers::of(c.model.L, c.parallel.pp, 0);  // no more stages than layers
+  for (int s = 0; s + 1 < c.parallel.pp; ++s) {  // a private run may not cross a stage boundary
+    const int last = StageLayers::of(c.model.L, c.parallel.pp, s).last - 1;
+    if (tp.is_private(last) && !tp.ends_run(last)) {
+      throw std::invalid_argument(fmt::format(
+          "parallel.block_types: the private run holding layers {} and {} crosses the boundary between pipeline "
+          "stages {} and {} (layers are split as evenly as possible, the first n_layer % pp stages one more); end "
+          "the run at layer {} or choose another parallel.pp", last, last + 1, s, s + 1, last));
+    }
+  }
+  if (c.train.batch_size % c.parallel.microbatches != 0) {
+    throw std::invalid_argument(fmt::format("parallel.microbatches {} does not divide train.batch_size {}",
+                                            c.parallel.microbatches, c.train.batch_size));
+  }
   if (c.train.seq_len > c.model.T) {
     throw std::invalid_argument(
         fmt::format("train.seq_len: {} exceeds model.block_size {}", c.train.seq_len, c.model.T));

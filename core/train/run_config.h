@@ -65,12 +65,18 @@ struct TrainConfig {
   }
 };
 
-// The parallel layout (DESIGN.md "Parallel layouts"): ranks = dp x tp, with
-// tensor-parallel groups of tp consecutive ranks (dist/process_grid.h) and the
-// block type of each layer (model/tensor_parallel.h).
+// The parallel layout (DESIGN.md "Parallel layouts"): ranks = dp x tp x pp,
+// with tensor-parallel groups of tp consecutive ranks, then pipeline stages,
+// then data-parallel replicas (dist/process_grid.h); the block type of each
+// layer (model/tensor_parallel.h); the pipeline's microbatches and schedule
+// (train/pipeline.h); ZeRO-1 over the data-parallel group.
 struct ParallelConfig {
   int tp = 1;
   std::vector<std::string> block_types;  // one per layer; empty: all tp
+  int pp = 1;
+  int microbatches = 1;
+  std::string schedule = "1f1b";
+  bool zero = false;
 
   // The checks that need no model or rank count (those are in validate(RunConfig)
   // and at start-up); throws std::invalid_argument naming the key.
@@ -86,6 +92,18 @@ struct ParallelConfig {
     f("block_types", block_types,
       "one block type per layer: tp (Megatron, the standard function), spd (sync-point drop) or parallel (private "
       "residual runs); empty = all tp. spd and parallel are other functions when tp > 1");
+    f("pp", pp,
+      "pipeline stages of contiguous layers (embeddings on the first, head and loss on the last); at most "
+      "model.n_layer; ranks = data-parallel size x tp x pp");
+    f("microbatches", microbatches,
+      "microbatches per step (m): each data-parallel replica's rows are cut into m equal parts whose gradients "
+      "accumulate; divides the replica's rows");
+    f("schedule", schedule,
+      "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (warm-up, one forward one backward, "
+      "cool-down) or zb-h1 (1f1b with each backward split into B and W, W delayed into the bubbles)");
+    f("zero", zero,
+      "ZeRO-1: Adam moments sharded over the data-parallel group (gradients reduce-scattered, each rank updates "
+      "its shard, parameters all-gathered)");
   }
 };
 

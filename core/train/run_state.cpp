@@ -158,15 +158,40 @@ std::string parallel_function(const ParallelConfig& p) {
   return layout.has_private() ? fmt::format("tp={}:{}", p.tp, layout.describe()) : "standard";
 }
 
-std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local) {
-  const int P = grid.tp();
-  if (P == 1) return local;
-  std::vector<float> shards(local.size() * static_cast<size_t>(P)), full(param_count(cfg));
-  grid.tp_comm().all_gather(local.data(), shards.data(), local.size());
-  for (int r = 0; r < P; ++r) {
-    place_shard(cfg, P, r, {shards.data() + static_cast<size_t>(r) * local.size(), local.size()}, full);
+std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local,
+                               StageLayers stage) {
+  const int P = grid.tp(), S = grid.pp();
+  if (P == 1 && S == 1) return local;
+  std::vector<float> full(param_count(cfg));
+  if (P == 1) {
+    place_shard(cfg, 1, 0, local, full, stage);
+  } else {
+    std::vector<float> shards(local.size() * static_cast<size_t>(P));
+    grid.tp_comm().all_gather(local.data(), shards.data(), local.size());
+    for (int r = 0; r < P; ++r) {
+      place_shard(cfg, P, r, {shards.data() + static_cast<size_t>(r) * local.size(), local.size()}, full, stage);
+    }
+  }
+  if (S == 1) return full;
+  // Each stage's tensors at full width, gathered over the pipeline group in
+  // equal chunks (the longest stage's), then put in their places.
+  size_t chunk = 0;
+  for (int s = 0; s < S; ++s) chunk = std::max(chunk, param_count(cfg, 1, StageLayers::of(cfg.L, S, s)));
+  std::vector<float> mine = shard_of(cfg, 1, 0, full, stage);
+  mine.resize(chunk, 0.0f);
+  std::vector<float> parts(chunk * static_cast<size_t>(S));
+  grid.pp_comm().all_gather(mine.data(), parts.data(), chunk);
+  for (int s = 0; s < S; ++s) {
+    const StageLayers st = StageLayers::of(cfg.L, S, s);
+    place_shard(cfg, 1, 0, {parts.data() + static_cast<size_t>(s) * chunk, param_count(cfg, 1, st)}, full, st);
   }
   return full;
+}
+
+ZeroShard zero_shard(const Gpt2& model, int dp, int dp_rank) {
+  const size_t chunk = model.padded_params() / static_cast<size_t>(dp);
+  const size_t begin = std::min(static_cast<size_t>(dp_rank) * chunk, model.num_params());
+  return {begin, std::min(begin + chunk, model.num_params()), chunk};
 }
 
 std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
@@ -176,12 +201,18 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   const int dp = grid.dp(), rank = comm.rank(), dp_rank = grid.dp_comm().rank();
   if (c.train.batch_size % dp != 0) {
     throw std::invalid_argument(
-        grid.tp() == 1
+        grid.tp() * grid.pp() == 1
             ? fmt::format("train.batch_size {} is not divisible by the {} ranks", c.train.batch_size, dp)
             : fmt::format("train.batch_size {} is not divisible by the {} data-parallel replicas ({} ranks / "
-                          "parallel.tp {})", c.train.batch_size, dp, comm.size(), grid.tp()));
+                          "(parallel.tp {} x parallel.pp {}))", c.train.batch_size, dp, comm.size(), grid.tp(),
+                          grid.pp()));
   }
   st->rows = c.train.batch_size / dp;
+  if (st->rows % c.parallel.microbatches != 0) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.microbatches {} does not divide the {} rows of each data-parallel replica (train.batch_size {} / "
+        "{} replicas)", c.parallel.microbatches, st->rows, c.train.batch_size, dp));
+  }
 
   // Data: rank 0 reads the checkpoint and the corpus; every rank gets tokens.
   std::optional<Checkpoint> ckpt;
@@ -225,11 +256,30 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   st->model_config.validate();
   TpLayout layout = grid.layout(c.parallel.blocks());
   layout.validate(st->model_config.L, st->model_config.NH, st->model_config.C);
-  st->model = std::make_unique<Gpt2>(st->model_config, mem, std::move(layout));
-  st->opt = std::make_unique<Optimizer>(c.optimizer, st->model->num_params(), mem);
+  const StageLayers stage = StageLayers::of(st->model_config.L, grid.pp(), grid.stage());
+  const bool zero = c.parallel.zero && dp > 1;
+  st->model = std::make_unique<Gpt2>(st->model_config, mem, std::move(layout), stage,
+                                     zero ? static_cast<size_t>(dp) : 1);
+  UpdateScope scope;
+  if (zero) {
+    st->zero = zero_shard(*st->model, dp, dp_rank);
+    scope.begin = st->zero->begin;
+    scope.end = st->zero->end;
+    scope.shards = &grid.dp_group();
+  }
+  if (grid.pp() > 1) scope.stages = &grid.pp_group();
+  st->opt = std::make_unique<Optimizer>(c.optimizer, st->model->num_params(), mem, scope);
   const TpLayout& tp = st->model->tp();
   auto shard = [&](std::vector<float>& full) {
-    if (tp.size > 1) full = shard_of(st->model_config, tp.size, tp.rank, full);
+    if (tp.size > 1 || !stage.whole(st->model_config.L)) {
+      full = shard_of(st->model_config, tp.size, tp.rank, full, stage);
+    }
+  };
+  auto zero_part = [&](std::vector<float>& part) {
+    if (st->zero) {
+      part = std::vector<float>(part.begin() + static_cast<std::ptrdiff_t>(st->zero->begin),
+                                part.begin() + static_cast<std::ptrdiff_t>(st->zero->end));
+    }
   };
   if (!resume.empty()) {
     HostState hs;
@@ -244,6 +294,8 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
     }
     broadcast_state(comm, hs, param_count(st->model_config));
     for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) shard(*v);  // this rank's shard of each
+    zero_part(hs.m);
+    zero_part(hs.v);
     st->model->params_from_host(hs.params);
     st->opt->moments_from_host(hs.m, hs.v);
     st->opt->set_steps_done(hs.counters[0]);
@@ -275,6 +327,17 @@ uint64_t replicated_hash(const Gpt2& model, const std::vector<float>& local) {
 
 void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
                               const std::string& run_id, ProcessGrid& grid) {
+  // ZeRO-1: the moments' shards first, over the data-parallel group (every rank).
+  std::vector<float> m = st.opt->m_to_host(), v = st.opt->v_to_host();
+  if (st.zero) {
+    for (std::vector<float>* x : {&m, &v}) {
+      std::vector<float> whole(st.zero->chunk * static_cast<size_t>(grid.dp()));
+      x->resize(st.zero->chunk, 0.0f);
+      grid.dp_comm().all_gather(x->data(), whole.data(), st.zero->chunk);
+      whole.resize(st.model->num_params());
+      *x = std::move(whole);
+    }
+  }
   if (grid.dp_comm().rank() != 0) return;
   TrainingState ts;
   ts.loader_position = st.loader->position();
@@ -288,9 +351,10 @@ void save_training_checkpoint(const std::string& path, const RunState& st, const
   if (grid.tp() > 1 && !grid.tp_comm().all_equal(replicated_hash(*st.model, local))) {
     throw std::runtime_error("the replicated parameters differ across the tensor-parallel group");
   }
-  const std::vector<float> params = gather_full(st.model_config, grid, local);
-  ts.m = gather_full(st.model_config, grid, st.opt->m_to_host());
-  ts.v = gather_full(st.model_config, grid, st.opt->v_to_host());
+  const StageLayers stage = st.model->stage();
+  const std::vector<float> params = gather_full(st.model_config, grid, local, stage);
+  ts.m = gather_full(st.model_config, grid, m, stage);
+  ts.v = gather_full(st.model_config, grid, v, stage);
   if (grid.world().rank() == 0) save_checkpoint(path, st.model_config, params, st.tok, &ts, extra);
 }
 

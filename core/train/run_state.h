@@ -24,6 +24,13 @@
 
 namespace gpt2 {
 
+// ZeRO-1: this rank's shard [begin, end) of its flat parameter buffer, cut
+// into equal chunks of `chunk` floats over the data-parallel group (the
+// buffer is padded to a multiple of the group's size).
+struct ZeroShard {
+  size_t begin = 0, end = 0, chunk = 0;
+};
+
 struct RunState {
   RunState() = default;
   RunState(const RunState&) = delete;  // split and loader view `tokens`
@@ -38,6 +45,7 @@ struct RunState {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Gpt2> model;  // in the backend's memory
   std::unique_ptr<Optimizer> opt;
+  std::optional<ZeroShard> zero;     // parallel.zero with more than one data-parallel rank
   std::optional<DataLoader> loader;  // this rank's rows of the training split
   bool eval_on = false;              // train.eval_every > 0 and a validation split
   int64_t first_step = 0;            // > 0 when resumed
@@ -72,11 +80,12 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
 // checks recorded in its header: the model and optimizer sections, the
 // tokenizer, train.seed, train.batch_size, train.seq_len, data.loader,
 // data.val_fraction, the corpus's token count and hash, and the run's id.
-// Collective over the grid's first tensor-parallel group (the ranks of
-// data-parallel rank 0; the others return at once): the shards of the
-// weights and moments are gathered, checked (replicated tensors equal on
-// every rank of the group) and written by world rank 0 as one full-model
-// checkpoint, which any layout resumes.
+// Collective over every rank: with ZeRO-1 the moments' shards are first
+// gathered over each data-parallel group; then over the ranks of
+// data-parallel rank 0 (the others return) the stages' tensors and their
+// tensor-parallel shards of the weights and moments are gathered, checked
+// (replicated tensors equal on every rank of a tensor-parallel group) and
+// written by world rank 0 as one full-model checkpoint, which any layout resumes.
 void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
                               const std::string& run_id, ProcessGrid& grid);
 
@@ -85,8 +94,14 @@ void save_training_checkpoint(const std::string& path, const RunState& st, const
 // else "tp=P:types" (spd and parallel blocks are other functions for each P).
 std::string parallel_function(const ParallelConfig& p);
 
-// The full model's host arrays from this rank's shard (`local`), gathered over
-// the tensor-parallel group (collective over it; every rank gets the result).
-std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local);
+// The full model's host arrays from this rank's part (`local`: its pipeline
+// stage's tensors, its tensor-parallel shard of them), gathered over the
+// tensor-parallel and pipeline groups (collective over this replica's ranks;
+// every one of them gets the result).
+std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local,
+                               StageLayers stage = {});
+
+// ZeRO-1's shard of `model`'s buffer for data-parallel rank `dp_rank` of `dp`.
+ZeroShard zero_shard(const Gpt2& model, int dp, int dp_rank);
 
 }  // namespace gpt2

@@ -10,6 +10,13 @@
 //   the optimizer update (clipping and Adam), unless the loss is not finite
 //   or above the bound (then the step throws: the run diverged)
 // With one process the communicator and the sync are no-ops.
+//
+// Pipeline stages and microbatches (`pipe`, train/pipeline.h) replace the
+// forward and backward by the schedule's; the replica's loss comes from the
+// last stage (a sum over the pipeline group). ZeRO-1 (`zero`) replaces the
+// gradient allreduce by a reduce-scatter over the data-parallel group, the
+// update by this rank's shard's, and ends with an all-gather of the
+// parameters. Neither overlaps the gradient sum with the backward pass.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +29,11 @@
 #include "model/model.h"
 #include "model/optim.h"
 #include "model/params.h"
+#include "train/pipeline.h"
 
 namespace gpt2 {
+
+struct ZeroShard;
 
 // What a step works on; all owned elsewhere, bound once per run.
 struct StepContext {
@@ -35,6 +45,9 @@ struct StepContext {
   Communicator& comm;
   int batch_size;      // global rows per step (rows * ranks)
   double max_loss = 0;  // a loss above it (or not finite) stops training: diverged; 0 = no bound
+  PipelineEngine* pipe = nullptr;   // pipeline stages or microbatches; null: one forward and backward
+  Communicator* pp = nullptr;       // the pipeline group (with pipe)
+  const ZeroShard* zero = nullptr;  // ZeRO-1's shard over `comm`; null: the gradient allreduce
 };
 
 struct StepResult {
@@ -77,9 +90,14 @@ double evaluate(const StepContext& s, int batches, int32_t* inputs, int32_t* tar
   double sum = 0;
   for (int i = 0; i < batches; ++i) {
     next(inputs, targets);
-    sum += gpt2_forward(s.be, s.model, s.acts, inputs, targets);
+    if (s.pipe) {
+      const double local = s.pipe->forward_loss(inputs, targets);
+      sum += s.pp && s.pp->size() > 1 ? s.pp->allreduce_sum(local) : local;
+    } else {
+      sum += gpt2_forward(s.be, s.model, s.acts, inputs, targets);
+    }
   }
-  return global_mean(s.comm, sum / batches, s.acts.B, s.batch_size);
+  return global_mean(s.comm, sum / batches, s.pipe ? s.pipe->rows() : s.acts.B, s.batch_size);
 }
 
 }  // namespace gpt2

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "dist/gradient_sync.h"
@@ -17,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/mfu_peak.h"
+#include "train/pipeline.h"
 #include "train/run_logger.h"
 #include "train/run_state.h"
 #include "train/train_step.h"
@@ -66,7 +69,11 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["threads"] = threads;
   p["ranks"] = comm.size();
   p["tp"] = c.parallel.tp;
-  p["dp"] = comm.size() / c.parallel.tp;
+  p["pp"] = c.parallel.pp;
+  p["dp"] = comm.size() / (c.parallel.tp * c.parallel.pp);
+  p["microbatches"] = c.parallel.microbatches;
+  p["schedule"] = c.parallel.schedule;
+  p["zero"] = c.parallel.zero;
   p["block_types"] = TpLayout{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.describe();
   p["hostfile"] = req.hostfile;
   p["seed"] = c.train.seed;
@@ -90,8 +97,23 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
   if (c.parallel.tp > 1) {
     const TpLayout& tp = st.model->tp();
     log.note(fmt::format("layout: data parallel {} x tensor parallel {} (groups of consecutive ranks); blocks {}{}",
-                         comm.size() / tp.size, tp.size, tp.describe(),
+                         comm.size() / tp.size / c.parallel.pp, tp.size, tp.describe(),
                          tp.has_private() ? " (spd/parallel blocks: another function than the standard model)" : ""));
+  }
+  if (c.parallel.pp > 1 || c.parallel.microbatches > 1) {
+    std::string stages;
+    for (int s = 0; s < c.parallel.pp; ++s) {
+      const StageLayers l = StageLayers::of(st.model_config.L, c.parallel.pp, s);
+      stages += fmt::format("{}{}[{}, {})", s ? ", " : "", s, l.first, l.last);
+    }
+    log.note(fmt::format("pipeline: {} stages (layers {}), {} microbatches of {} rows, schedule {}",
+                         c.parallel.pp, stages, c.parallel.microbatches, st.rows / c.parallel.microbatches,
+                         c.parallel.schedule));
+  }
+  if (st.zero) {
+    log.note(fmt::format("ZeRO-1: Adam moments sharded over {} data-parallel ranks ({} of {} parameters here)",
+                         comm.size() / c.parallel.tp / c.parallel.pp, st.zero->end - st.zero->begin,
+                         st.model->num_params()));
   }
   if (!st.unchecked.empty()) {
     std::string keys;
@@ -111,15 +133,123 @@ double validation_loss(const StepContext& step, const RunConfig& c, const RunSta
 
 // The original's inference: a continuation of the first generate.prompt_tokens
 // corpus tokens (greedy by default), timed; into the summary.
-void generate_from_corpus(const RunConfig& c, RunState& st, RunSummary& sum) {
+void generate_from_corpus(const RunConfig& c, RunState& st, const Gpt2& model, RunSummary& sum) {
   const size_t np = std::min<size_t>(static_cast<size_t>(c.generate.prompt_tokens), st.tokens.size());
   GenerateConfig gen_cfg = c.generate;
   gen_cfg.vocab_limit = st.tok.size();
   const auto g0 = Clock::now();
-  const Generation gen = generate(*st.backend, *st.model, {st.tokens.data(), np}, gen_cfg, st.tok.eos_id());
+  const Generation gen = generate(*st.backend, model, {st.tokens.data(), np}, gen_cfg, st.tok.eos_id());
   sum.inference_s = seconds_since(g0);
   sum.generated_tokens = static_cast<int64_t>(gen.tokens.size());
   sum.generated_text = st.tok.decode(gen.tokens);
+}
+
+// The pipeline's timeline of the first kTimelineSteps steps, one JSON line
+// per step beside the metrics stream (timeline.jsonl, written by rank 0):
+//   {"step":s,"ranks":[{"rank":r,"stage":k,"events":[["F",mb,t0_ms,t1_ms],..]},..]}
+// Times are milliseconds from the start of the step on each rank's own clock.
+constexpr int64_t kTimelineSteps = 10;
+
+class TimelineWriter {
+ public:
+  explicit TimelineWriter(const std::string& path) {
+    if (path.empty()) return;
+    out_.open(path, std::ios::trunc);
+    if (!out_) throw std::runtime_error(fmt::format("{}: cannot write the pipeline timeline", path));
+  }
+  bool active() const { return out_.is_open(); }
+  void write(const Json& line) {
+    out_ << line.dump() << '\n';
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+const char* const kEventKinds[] = {"F", "BW", "B", "W", "recv", "send"};
+
+float event_code(const std::string& kind) {
+  for (size_t i = 0; i < std::size(kEventKinds); ++i) {
+    if (kind == kEventKinds[i]) return static_cast<float>(i);
+  }
+  return -1.0f;
+}
+
+// Every rank's wait and arenas in use (and, for the first steps, its
+// timeline) to rank 0, over the grid's unaccounted group.
+void gather_pipeline_step(ProcessGrid& grid, const PipelineEngine& pipe, int64_t step, StepRecord& rec,
+                          TimelineWriter& timeline) {
+  Communicator& aux = grid.aux_comm();
+  const bool with_events = step < kTimelineSteps;
+  const size_t max_events = with_events ? static_cast<size_t>(8 * pipe.microbatches() + 8 + pipe.arenas()) : 0;
+  const size_t chunk = 4 + 4 * max_events;
+  std::vector<float> mine(chunk, 0.0f), all(chunk * static_cast<size_t>(aux.size()));
+  const auto& ev = pipe.timeline();
+  const size_t n = std::min(ev.size(), max_events);
+  mine[0] = static_cast<float>(pipe.wait_s() * 1e3);
+  mine[1] = static_cast<float>(pipe.peak_in_flight());
+  mine[2] = static_cast<float>(pipe.stage());
+  mine[3] = static_cast<float>(n);
+  for (size_t i = 0; i < n; ++i) {
+    float* e = mine.data() + 4 + 4 * i;
+    e[0] = event_code(ev[i].kind);
+    e[1] = static_cast<float>(ev[i].mb);
+    e[2] = static_cast<float>(ev[i].t0_ms);
+    e[3] = static_cast<float>(ev[i].t1_ms);
+  }
+  aux.all_gather(mine.data(), all.data(), chunk);
+  if (aux.rank() != 0) return;
+  Json ranks = Json::array();
+  for (int r = 0; r < aux.size(); ++r) {
+    const float* x = all.data() + static_cast<size_t>(r) * chunk;
+    rec.stage_wait_ms.push_back(x[0]);
+    rec.stage_arenas.push_back(static_cast<int>(x[1]));
+    if (!with_events) continue;
+    Json events = Json::array();
+    for (size_t i = 0; i < static_cast<size_t>(x[3]); ++i) {
+      const float* e = x + 4 + 4 * i;
+      const int code = static_cast<int>(e[0]);
+      events.push_back(Json::array({code >= 0 ? kEventKinds[code] : "?", static_cast<int>(e[1]),
+                                    round_fixed(e[2], 3), round_fixed(e[3], 3)}));
+    }
+    ranks.push_back(Json{{"rank", r}, {"stage", static_cast<int>(x[2])}, {"events", events}});
+  }
+  if (with_events && timeline.active()) timeline.write(Json{{"step", step}, {"ranks", ranks}});
+}
+
+// Each rank's memory by kind (bytes), gathered to rank 0 for the summary:
+// parameters, gradients, optimizer moments, activations (arenas x one
+// arena's bytes) and the most arenas in use at once.
+Json memory_per_rank(ProcessGrid& grid, const RunState& st, const PipelineEngine* pipe, size_t arena_bytes) {
+  Communicator& aux = grid.aux_comm();
+  const uint64_t param_bytes = st.model->num_params() * sizeof(float);
+  const uint64_t values[] = {param_bytes,
+                             param_bytes,
+                             st.opt->state_bytes(),
+                             pipe ? pipe->arena_bytes() : arena_bytes,
+                             static_cast<uint64_t>(pipe ? pipe->arenas() : 1),
+                             static_cast<uint64_t>(grid.stage())};
+  // Floats carry each value exactly as two 20-bit halves.
+  constexpr uint64_t kHalf = uint64_t{1} << 20;
+  std::vector<float> mine;
+  for (uint64_t v : values) {
+    mine.push_back(static_cast<float>(v / kHalf));
+    mine.push_back(static_cast<float>(v % kHalf));
+  }
+  std::vector<float> all(mine.size() * static_cast<size_t>(aux.size()));
+  aux.all_gather(mine.data(), all.data(), mine.size());
+  Json out = Json::array();
+  for (int r = 0; r < aux.size(); ++r) {
+    const float* x = all.data() + static_cast<size_t>(r) * mine.size();
+    auto at = [&](int i) {
+      return static_cast<int64_t>(x[2 * i]) * static_cast<int64_t>(kHalf) + static_cast<int64_t>(x[2 * i + 1]);
+    };
+    out.push_back(Json{{"rank", r}, {"stage", at(5)}, {"params_bytes", at(0)}, {"grads_bytes", at(1)},
+                       {"moments_bytes", at(2)}, {"arena_bytes", at(3)}, {"arenas", at(4)},
+                       {"activations_bytes", at(3) * at(4)}});
+  }
+  return out;
 }
 
 }  // namespace
@@ -145,12 +275,22 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
         "parallel.tp {}: the {} stage runs one process; tensor parallelism runs on the mpi and mpi_cuda stages "
         "(mpiexec -n <dp x tp>)", c.parallel.tp, ctx.stage));
   }
+  if (ctx.comm == nullptr && c.parallel.pp > 1) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.pp {}: the {} stage runs one process; pipeline stages run on the mpi stage (mpiexec -n <dp x tp x "
+        "pp>)", c.parallel.pp, ctx.stage));
+  }
+  if (c.parallel.pp > 1 && ctx.comm != nullptr && ctx.comm->name() != "mpi") {
+    throw std::invalid_argument(fmt::format(
+        "parallel.pp {}: pipeline stages run on the mpi stage only for now (the {} communicator has no non-blocking "
+        "send)", c.parallel.pp, ctx.comm->name()));
+  }
   RunLogger log(ctx.stage, root);
   log.claim(req.out_dir, !req.resume.empty() ? DirIntent::kResume
                          : req.overwrite     ? DirIntent::kOverwrite
                                              : DirIntent::kNew);
   check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
-  ProcessGrid grid(comm, c.parallel.tp);
+  ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp);
   const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, {threads, c.train.tf32, 0}, grid);
   Backend& be = *st->backend;
   if (!req.resume.empty()) log.check_resume(req.resume, st->checkpoint_run_id);
@@ -163,13 +303,27 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   const double max_loss = c.train.max_loss > 0 ? c.train.max_loss : 3.0 * std::log(st->model_config.V);
   announce(log, c, *st, comm, threads, peak, max_loss);
 
-  ActivationArena arena(*st->model, st->rows, c.train.seq_len);
+  // Pipeline stages or microbatches: the schedule's arenas, one per
+  // microbatch in flight; else one arena of the replica's rows.
+  std::unique_ptr<PipelineEngine> pipe;
+  std::optional<ActivationArena> arena;
+  if (c.parallel.pp > 1 || c.parallel.microbatches > 1) {
+    pipe = std::make_unique<PipelineEngine>(be, *st->model, grid.pp_comm(), parse_schedule(c.parallel.schedule),
+                                            c.parallel.microbatches, st->rows, c.train.seq_len);
+  } else {
+    arena.emplace(*st->model, st->rows, c.train.seq_len);
+  }
   // The gradient sum and the loss over the data-parallel group; the
   // tensor-parallel sums happen inside the model (model.tp()).
   Communicator& dp = grid.dp_comm();
   GradientSync sync(dp, st->model->grad_data(), st->model->num_params(),
                     static_cast<size_t>(c.train.grad_bucket_mb * (1 << 20) / sizeof(float)));
-  const StepContext step{be, *st->model, *st->opt, arena.acts(), sync, dp, c.train.batch_size, max_loss};
+  StepContext step{be, *st->model, *st->opt, pipe ? pipe->first_acts() : arena->acts(), sync, dp,
+                   c.train.batch_size, max_loss};
+  step.pipe = pipe.get();
+  step.pp = &grid.pp_comm();
+  step.zero = st->zero ? &*st->zero : nullptr;
+  TimelineWriter timeline(pipe && root ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
   std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
   const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
   const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
@@ -190,17 +344,22 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     const StepResult r = train_step(step, x.data(), y.data());
     be.synchronize();  // a device backend's update is still running: count it in this step
     const double dt = seconds_since(t0);
-    const double comm_s = r.comm_s + grid.tp_group().seconds();
+    const double comm_s = r.comm_s + grid.tp_group().seconds() + grid.pp_group().seconds() +
+                          grid.dp_group().seconds() + (pipe ? pipe->wait_s() : 0.0);
     sum.train_s += dt;
     sum.comm_s += comm_s;
     sum.final_loss = r.loss;
     const CommStats tp_stats = grid.tp_comm().stats(), dp_stats = grid.dp_comm().stats();
+    const CommStats pp_stats = grid.pp_comm().stats();
     StepRecord rec{s, r.loss, r.update.lr, r.update.grad_norm, dt * 1e3, tokens_per_step / dt, flops / dt,
-                   flops / dt / (peak.gflops * 1e9), comm_s * 1e3, tp_stats.bytes + dp_stats.bytes};
+                   flops / dt / (peak.gflops * 1e9), comm_s * 1e3, tp_stats.bytes + dp_stats.bytes + pp_stats.bytes};
     rec.tp_calls = tp_stats.calls;
     rec.tp_bytes = tp_stats.bytes;
     rec.dp_calls = dp_stats.calls;
     rec.dp_bytes = dp_stats.bytes;
+    rec.pp_calls = pp_stats.calls;
+    rec.pp_bytes = pp_stats.bytes;
+    if (pipe) gather_pipeline_step(grid, *pipe, s, rec, timeline);
     log.step(rec, c.train.steps, comm.size() > 1);
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
       log.eval({s, validation_loss(step, c, *st, grid.dp_comm().rank(), x.data(), y.data())}, c.train.steps);
@@ -209,15 +368,29 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   }
   sum.train_wall_s = seconds_since(wall0);
   save();
+  const Json memory = memory_per_rank(grid, *st, pipe.get(), arena ? arena->bytes() : 0);
   // Generation runs on data-parallel replica 0: rank 0 alone, or with tensor
   // parallelism its whole tensor-parallel group, each rank decoding with its
   // heads and shards (the same collective forward as training, on a
   // one-token arena) and drawing the same tokens from the same logits.
+  // Pipeline stages first gather the whole model (every stage's tensors) on
+  // the first stage's ranks, which generate; the other stages wait.
   if (grid.dp_comm().rank() != 0) {
     comm.barrier();  // idle (no spinning) while replica 0 generates
     return;
   }
-  generate_from_corpus(c, *st, sum);  // inference as in the original
+  std::unique_ptr<Gpt2> whole;
+  if (grid.pp() > 1) {
+    const std::vector<float> full =
+        gather_full(st->model_config, grid, st->model->params_to_host(), st->model->stage());
+    if (grid.stage() != 0) {
+      comm.barrier();
+      return;
+    }
+    whole = std::make_unique<Gpt2>(st->model_config, be.memory(), grid.layout(c.parallel.blocks()));
+    whole->params_from_host(shard_of(st->model_config, grid.tp(), grid.tp_comm().rank(), full));
+  }
+  generate_from_corpus(c, *st, whole ? *whole : *st->model, sum);  // inference as in the original
   if (!root) {
     comm.barrier();
     return;
@@ -229,6 +402,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   sum.peak_rss_mb = peak_rss_mb();
   sum.checkpoint = c.train.save_checkpoint ? ckpt_path : "";
   sum.provenance = run_provenance(req, ctx, *st, comm, threads, peak, log.run_id());
+  sum.provenance["memory"] = memory;
   log.finish(sum);
   comm.barrier();
 }

@@ -28,7 +28,7 @@ X field_or(const Json& j, const char* key, X fallback, const std::string& where)
 }  // namespace
 
 Json to_json(const StepRecord& r) {
-  return Json{{"event", "step"},
+  Json j{{"event", "step"},
               {"step", r.step},
               {"loss", round_sig(r.loss, 7)},
               {"lr", round_sig(r.lr, 7)},
@@ -42,7 +42,16 @@ Json to_json(const StepRecord& r) {
               {"tp_calls", r.tp_calls},
               {"tp_bytes", r.tp_bytes},
               {"dp_calls", r.dp_calls},
-              {"dp_bytes", r.dp_bytes}};
+              {"dp_bytes", r.dp_bytes},
+              {"pp_calls", r.pp_calls},
+              {"pp_bytes", r.pp_bytes}};
+  if (!r.stage_wait_ms.empty()) {
+    Json waits = Json::array();
+    for (double w : r.stage_wait_ms) waits.push_back(round_fixed(w, 3));
+    j["stage_wait_ms"] = waits;
+    j["stage_arenas"] = r.stage_arenas;
+  }
+  return j;
 }
 
 Json to_json(const EvalRecord& r) {
@@ -93,6 +102,12 @@ StepRecord step_record(const Json& j, const std::string& where) {
   r.tp_bytes = field_or<uint64_t>(j, "tp_bytes", 0, where);
   r.dp_calls = field_or<uint64_t>(j, "dp_calls", 0, where);
   r.dp_bytes = field_or<uint64_t>(j, "dp_bytes", 0, where);
+  r.pp_calls = field_or<uint64_t>(j, "pp_calls", 0, where);
+  r.pp_bytes = field_or<uint64_t>(j, "pp_bytes", 0, where);
+  if (j.contains("stage_wait_ms")) {
+    r.stage_wait_ms = field<std::vector<double>>(j, "stage_wait_ms", where);
+    r.stage_arenas = field_or<std::vector<int>>(j, "stage_arenas", {}, where);
+  }
   return r;
 }
 

@@ -2,7 +2,8 @@
 // line of a run's metrics.jsonl,
 //   {"event":"step","step":s,"loss":..,"lr":..,"grad_norm":..,"step_ms":..,"tokens_per_s":..,
 //    "flops_per_s":..,"mfu":..,"comm_ms":..,"comm_bytes":..,
-//    "tp_calls":..,"tp_bytes":..,"dp_calls":..,"dp_bytes":..}
+//    "tp_calls":..,"tp_bytes":..,"dp_calls":..,"dp_bytes":..,"pp_calls":..,"pp_bytes":..
+//    [,"stage_wait_ms":[..],"stage_arenas":[..]]}   (the last two with pipeline stages or microbatches)
 //   {"event":"eval","step":s,"val_loss":..}
 //   {"event":"summary","status":"ok","steps":..,"train_s":..,"inference_s":..,"final_loss":..,
 //    ...,"provenance":{...}}
@@ -34,6 +35,14 @@ struct StepRecord {
   // and its data-parallel group's (the gradient sum, the loss). A call's
   // bytes are its buffer's (an allreduce of n floats: 4n), not the wire's.
   uint64_t tp_calls = 0, tp_bytes = 0, dp_calls = 0, dp_bytes = 0;
+  // Its pipeline group's: activations and their gradients between stages,
+  // the loss from the last stage, the stages' gradient norms.
+  uint64_t pp_calls = 0, pp_bytes = 0;
+  // With a pipeline (or microbatches), per world rank: the milliseconds of
+  // the step spent waiting for a pipeline peer (receives, and sends whose
+  // buffer was needed again) and the most activation arenas in use at once.
+  std::vector<double> stage_wait_ms;
+  std::vector<int> stage_arenas;
 };
 
 struct EvalRecord {

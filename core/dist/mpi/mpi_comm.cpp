@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -270,6 +271,23 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // One Isend per piece, as do_send_recv cuts them (the receiver's recv
+  // checks each piece), kept under the ticket until wait_send.
+  uint64_t do_start_send(const float* data, size_t count, int peer) override {
+    std::vector<MPI_Request>& reqs = sends_[++last_ticket_];
+    for (size_t off = 0; off < count; off += chunk_) {
+      reqs.emplace_back();
+      MPI_CHECK(MPI_Isend(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, &reqs.back()));
+    }
+    return last_ticket_;
+  }
+  void do_wait_send(uint64_t ticket) override {
+    auto it = sends_.find(ticket);
+    if (it == sends_.end()) throw std::logic_error(fmt::format("wait_send: no send {} in flight", ticket));
+    idle_wait(it->second.data(), static_cast<int>(it->second.size()));
+    sends_.erase(it);
+  }
+
  private:
   // Elements in the piece of `count` starting at `off`.
   int piece(size_t count, size_t off) const { return static_cast<int>(std::min(chunk_, count - off)); }
@@ -279,6 +297,8 @@ class MpiCommunicator final : public Communicator {
   size_t chunk_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<MPI_Request> requests_;
+  std::map<uint64_t, std::vector<MPI_Request>> sends_;  // start_send's, by ticket
+  uint64_t last_ticket_ = 0;
 };
 
 }  // namespace

@@ -70,14 +70,14 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
     const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
     // dinp[rows] (rows,C) = dout[rows] (rows,OC) @ weight (OC,C)
     const int i0 = slab(N, nt, tid), rows = slab(N, nt, tid + 1) - i0;
-    if (rows > 0) {
+    if (rows > 0 && dinp.data != nullptr) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f,
                   dout.data + static_cast<int64_t>(i0) * OC, OC, weight.data, C, 0.0f,
                   dinp.data + static_cast<int64_t>(i0) * C, C);
     }
     // dweight[outs] (outs,C) += dout[:, outs]^T (outs,N) @ inp (N,C)
     const int j0 = slab(OC, nt, tid), outs = slab(OC, nt, tid + 1) - j0;
-    if (outs > 0) {
+    if (outs > 0 && dweight.data != nullptr) {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outs, C, N, 1.0f, dout.data + j0, OC,
                   inp.data, C, 1.0f, dweight.data + static_cast<int64_t>(j0) * C, C);
     }

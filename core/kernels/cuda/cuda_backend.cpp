@@ -198,11 +198,15 @@ class CudaBackend final : public Backend {
     const int N = rows(inp), C = cols(inp), OC = static_cast<int>(weight.dim(0));
     const float one = 1.0f, zero = 0.0f;
     // dinp^T (C,N) = W^T (C,OC) . dout^T (OC,N)
-    GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight.data, C, dout.data, OC,
-                                  &zero, dinp.data, C));
+    if (dinp.data != nullptr) {
+      GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight.data, C, dout.data, OC,
+                                    &zero, dinp.data, C));
+    }
     // dW^T (C,OC) += inp^T (C,N) . dout (N,OC)
-    GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp.data, C, dout.data, OC,
-                                  &one, dweight.data, C));
+    if (dweight.data != nullptr) {
+      GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp.data, C, dout.data, OC,
+                                    &one, dweight.data, C));
+    }
     if (!dbias.empty()) {
       float* scratch = bias_scratch_->get<float>(cuda::bias_backward_scratch_floats(N, OC));
       cuda::bias_backward(dbias.data, scratch, dout.data, N, OC, stream_);

@@ -95,14 +95,14 @@ void matmul_forward(R* out, const R* inp, const R* weight, const R* bias, int N,
 template <typename R>
 void matmul_backward(R* dinp, R* dweight, R* dbias, const R* dout, const R* inp, const R* weight,
                      int N, int C, int OC) {
-  for (int i = 0; i < N; ++i) {
+  for (int i = 0; dinp != nullptr && i < N; ++i) {
     for (int c = 0; c < C; ++c) {
       R acc = 0;
       for (int o = 0; o < OC; ++o) acc += dout[static_cast<int64_t>(i) * OC + o] * weight[static_cast<int64_t>(o) * C + c];
       dinp[static_cast<int64_t>(i) * C + c] = acc;
     }
   }
-  for (int o = 0; o < OC; ++o) {
+  for (int o = 0; dweight != nullptr && o < OC; ++o) {
     for (int c = 0; c < C; ++c) {
       R acc = 0;
       for (int i = 0; i < N; ++i) acc += dout[static_cast<int64_t>(i) * OC + o] * inp[static_cast<int64_t>(i) * C + c];

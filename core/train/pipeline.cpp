@@ -1,0 +1,252 @@
+#include "train/pipeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <stdexcept>
+
+namespace gpt2 {
+
+ScheduleKind parse_schedule(const std::string& name) {
+  if (name == "gpipe") return ScheduleKind::kGpipe;
+  if (name == "1f1b") return ScheduleKind::k1F1B;
+  if (name == "zb-h1") return ScheduleKind::kZbH1;
+  throw std::invalid_argument(
+      fmt::format("parallel.schedule: unknown schedule '{}' (expected gpipe, 1f1b or zb-h1)", name));
+}
+
+std::string to_string(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::kGpipe: return "gpipe";
+    case ScheduleKind::k1F1B: return "1f1b";
+    case ScheduleKind::kZbH1: return "zb-h1";
+  }
+  return "?";
+}
+
+const char* to_string(PipeOp op) {
+  switch (op) {
+    case PipeOp::kForward: return "F";
+    case PipeOp::kBackward: return "BW";
+    case PipeOp::kBackwardInput: return "B";
+    case PipeOp::kBackwardWeight: return "W";
+  }
+  return "?";
+}
+
+const char* to_string(PipePhase ph) {
+  switch (ph) {
+    case PipePhase::kWarmup: return "warm-up";
+    case PipePhase::kSteady: return "steady";
+    case PipePhase::kCooldown: return "cool-down";
+  }
+  return "?";
+}
+
+std::vector<PipeAction> stage_schedule(ScheduleKind kind, int stages, int stage, int m) {
+  if (stages < 1 || stage < 0 || stage >= stages || m < 1) {
+    throw std::invalid_argument(fmt::format("stage_schedule: stage {} of {} with {} microbatches", stage, stages, m));
+  }
+  std::vector<PipeAction> out;
+  if (kind == ScheduleKind::kGpipe) {
+    for (int j = 0; j < m; ++j) out.push_back({PipeOp::kForward, j, PipePhase::kWarmup});
+    for (int j = 0; j < m; ++j) out.push_back({PipeOp::kBackward, j, PipePhase::kCooldown});
+    return out;
+  }
+  const bool split = kind == ScheduleKind::kZbH1;
+  const int warmup = std::min(stages - stage - 1, m);
+  // zb-h1: W of microbatch j runs after B of microbatch j + stage (the
+  // earlier the stage, the longer its W waits: its cool-down has the most
+  // time to fill), and every W left runs in the cool-down.
+  const size_t delay = static_cast<size_t>(stage);
+  std::deque<int> pending_w;
+  auto backward = [&](int j, PipePhase ph) {
+    if (!split) {
+      out.push_back({PipeOp::kBackward, j, ph});
+      return;
+    }
+    out.push_back({PipeOp::kBackwardInput, j, ph});
+    pending_w.push_back(j);
+    while (pending_w.size() > delay) {
+      out.push_back({PipeOp::kBackwardWeight, pending_w.front(), ph});
+      pending_w.pop_front();
+    }
+  };
+  for (int j = 0; j < warmup; ++j) out.push_back({PipeOp::kForward, j, PipePhase::kWarmup});
+  for (int i = 0; i < m - warmup; ++i) {
+    out.push_back({PipeOp::kForward, warmup + i, PipePhase::kSteady});
+    backward(i, PipePhase::kSteady);
+  }
+  for (int j = m - warmup; j < m; ++j) backward(j, PipePhase::kCooldown);
+  for (int j : pending_w) out.push_back({PipeOp::kBackwardWeight, j, PipePhase::kCooldown});
+  return out;
+}
+
+int max_in_flight(const std::vector<PipeAction>& actions) {
+  int now = 0, peak = 0;
+  for (const PipeAction& a : actions) {
+    if (a.op == PipeOp::kForward) peak = std::max(peak, ++now);
+    if (a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight) --now;
+  }
+  return peak;
+}
+
+namespace {
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T)
+    : be_(be), model_(model), pp_(pp), kind_(kind), stages_(pp.size()), stage_(pp.rank()), m_(m), T_(T) {
+  if (m < 1 || rows % m != 0) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.microbatches {} does not divide the {} rows of each data-parallel replica", m, rows));
+  }
+  const StageLayers expect = StageLayers::of(model.config().L, stages_, stage_);
+  if (!(model.stage() == expect)) {
+    throw std::invalid_argument(fmt::format("pipeline stage {} of {}: the model holds layers [{}, {}), not [{}, {})",
+                                            stage_, stages_, model.stage().first, model.stage().last, expect.first,
+                                            expect.last));
+  }
+  mb_rows_ = rows / m;
+  actions_ = stage_schedule(kind, stages_, stage_, m);
+  const int n = max_in_flight(actions_);
+  for (int i = 0; i < n; ++i) {
+    Slot s;
+    s.arena = std::make_unique<ActivationArena>(model, mb_rows_, T, kind == ScheduleKind::kZbH1);
+    arena_bytes_ = s.arena->bytes();
+    arenas_.push_back(std::move(s));
+  }
+}
+
+double PipelineEngine::now_ms() const { return static_cast<double>(steady_ns() - t0_ns_) * 1e-6; }
+
+void PipelineEngine::event(const char* kind, int mb, double t0, double t1) { events_.push_back({kind, mb, t0, t1}); }
+
+void PipelineEngine::wait_sends(Slot& slot) {
+  if (slot.sends.empty()) return;
+  const double t0 = now_ms();
+  for (uint64_t t : slot.sends) pp_.wait_send(t);
+  slot.sends.clear();
+  const double t1 = now_ms();
+  wait_s_ += (t1 - t0) * 1e-3;
+  event("send", slot.last_mb, t0, t1);
+}
+
+PipelineEngine::Slot& PipelineEngine::take(int mb) {
+  for (Slot& s : arenas_) {
+    if (s.mb >= 0) continue;
+    wait_sends(s);
+    s.mb = mb;
+    peak_ = std::max(peak_, ++in_use_);
+    return s;
+  }
+  throw std::logic_error(fmt::format("pipeline stage {}: no free activation arena for microbatch {} ({} allocated)",
+                                     stage_, mb, arenas_.size()));
+}
+
+PipelineEngine::Slot& PipelineEngine::holding(int mb) {
+  for (Slot& s : arenas_) {
+    if (s.mb == mb) return s;
+  }
+  throw std::logic_error(fmt::format("pipeline stage {}: microbatch {} holds no arena", stage_, mb));
+}
+
+void PipelineEngine::release(Slot& slot) {
+  slot.last_mb = slot.mb;
+  slot.mb = -1;
+  --in_use_;
+}
+
+double PipelineEngine::forward(Slot& slot, const int32_t* inputs, const int32_t* targets) {
+  Activations& a = slot.arena->acts();
+  const size_t off = static_cast<size_t>(slot.mb) * static_cast<size_t>(mb_rows_) * static_cast<size_t>(T_);
+  if (stage_ > 0) {
+    const double t0 = now_ms();
+    pp_.recv(a.encoded.data, static_cast<size_t>(a.encoded.numel()), stage_ - 1);
+    const double t1 = now_ms();
+    wait_s_ += (t1 - t0) * 1e-3;
+    event("recv", slot.mb, t0, t1);
+  }
+  const double t0 = now_ms();
+  const bool last = stage_ == stages_ - 1;
+  const double loss = gpt2_forward(be_, model_, a, inputs + off, last && targets ? targets + off : nullptr);
+  event("F", slot.mb, t0, now_ms());
+  if (!last) {
+    const Tensor out = a.layers[static_cast<size_t>(model_.stage().last - 1)].residual3;
+    slot.sends.push_back(pp_.start_send(out.data, static_cast<size_t>(out.numel()), stage_ + 1));
+  }
+  return loss;
+}
+
+void PipelineEngine::backward(Slot& slot, const int32_t* inputs, const int32_t* targets, float dloss,
+                              BackwardPart part) {
+  Activations& a = slot.arena->acts();
+  const size_t off = static_cast<size_t>(slot.mb) * static_cast<size_t>(mb_rows_) * static_cast<size_t>(T_);
+  const bool weights_only = part == BackwardPart::kWeight;
+  if (!weights_only && stage_ < stages_ - 1) {
+    const double t0 = now_ms();
+    pp_.recv(a.dresidual.data, static_cast<size_t>(a.dresidual.numel()), stage_ + 1);
+    const double t1 = now_ms();
+    wait_s_ += (t1 - t0) * 1e-3;
+    event("recv", slot.mb, t0, t1);
+  }
+  const double t0 = now_ms();
+  gpt2_backward(be_, model_, a, inputs + off, targets + off, dloss, nullptr, part);
+  event(part == BackwardPart::kAll ? "BW" : weights_only ? "W" : "B", slot.mb, t0, now_ms());
+  if (!weights_only && stage_ > 0) {
+    slot.sends.push_back(pp_.start_send(a.dresidual.data, static_cast<size_t>(a.dresidual.numel()), stage_ - 1));
+  }
+}
+
+double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float dloss) {
+  t0_ns_ = steady_ns();
+  events_.clear();
+  wait_s_ = 0;
+  peak_ = 0;
+  double loss = 0;
+  for (const PipeAction& act : actions_) {
+    switch (act.op) {
+      case PipeOp::kForward:
+        loss += forward(take(act.mb), inputs, targets);
+        break;
+      case PipeOp::kBackward: {
+        Slot& s = holding(act.mb);
+        backward(s, inputs, targets, dloss, BackwardPart::kAll);
+        release(s);
+        break;
+      }
+      case PipeOp::kBackwardInput:
+        backward(holding(act.mb), inputs, targets, dloss, BackwardPart::kInput);
+        break;
+      case PipeOp::kBackwardWeight: {
+        Slot& s = holding(act.mb);
+        backward(s, inputs, targets, dloss, BackwardPart::kWeight);
+        release(s);
+        break;
+      }
+    }
+  }
+  for (Slot& s : arenas_) wait_sends(s);
+  return stage_ == stages_ - 1 ? loss / m_ : 0.0;
+}
+
+double PipelineEngine::forward_loss(const int32_t* inputs, const int32_t* targets) {
+  t0_ns_ = steady_ns();
+  events_.clear();
+  wait_s_ = 0;
+  double loss = 0;
+  for (int j = 0; j < m_; ++j) {
+    Slot& s = take(j);
+    loss += forward(s, inputs, targets);
+    release(s);
+  }
+  for (Slot& s : arenas_) wait_sends(s);
+  return stage_ == stages_ - 1 ? loss / m_ : 0.0;
+}
+
+}  // namespace gpt2

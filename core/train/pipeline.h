@@ -1,0 +1,144 @@
+// Pipeline parallelism (DESIGN.md "Parallel layouts"): one step of one
+// pipeline stage over m microbatches, as a schedule of actions chosen once.
+//
+//   gpipe   (Huang et al., 2019): all m forwards, then all m backwards; m
+//           microbatches' activations in flight.
+//   1f1b    (PipeDream-flush, Megatron-LM's forward_backward_pipelining_
+//           without_interleaving): p - s - 1 warm-up forwards on stage s, a
+//           steady phase of one forward and one backward, the cool-down
+//           backwards; the same bubble as gpipe, at most p - s in flight.
+//   zb-h1   (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): 1f1b
+//           with each backward split into B (input gradients: what the stage
+//           before waits for) and W (weight gradients: nobody waits for them);
+//           stage s runs W of a microbatch s backwards later, so that W fills
+//           the time 1f1b spent waiting. At most p microbatches in flight on
+//           every stage (1f1b's first-stage peak); bubble (p-1)/(3m+p-1) of
+//           the step against 1f1b's (p-1)/(m+p-1) when F, B and W take equal time.
+//
+// Messages: a stage receives its input before a forward and the gradient at
+// its output before a backward (blocking receives, timed as waits), and
+// sends with start_send (non-blocking), so only receives wait: every
+// schedule here is a valid order of the same dependencies, so none can
+// deadlock. Between two stages activations flow one way and gradients the
+// other, each in microbatch order, which is the order the receiver takes them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "kernels/backend.h"
+#include "model/activations.h"
+#include "model/model.h"
+
+namespace gpt2 {
+
+enum class ScheduleKind { kGpipe, k1F1B, kZbH1 };
+// "gpipe" | "1f1b" | "zb-h1"; throws std::invalid_argument naming parallel.schedule.
+ScheduleKind parse_schedule(const std::string& name);
+std::string to_string(ScheduleKind k);
+
+enum class PipeOp : uint8_t {
+  kForward,         // F
+  kBackward,        // B and W together (gpipe, 1f1b)
+  kBackwardInput,   // B (zb-h1)
+  kBackwardWeight,  // W (zb-h1)
+};
+enum class PipePhase : uint8_t { kWarmup, kSteady, kCooldown };
+const char* to_string(PipeOp op);     // "F", "BW", "B", "W"
+const char* to_string(PipePhase ph);  // "warm-up", "steady", "cool-down"
+
+struct PipeAction {
+  PipeOp op;
+  int mb;  // microbatch 0 .. m-1
+  PipePhase phase;
+  bool operator==(const PipeAction&) const = default;
+};
+
+// The actions of stage `stage` of `stages` over `m` microbatches, in order.
+std::vector<PipeAction> stage_schedule(ScheduleKind kind, int stages, int stage, int m);
+
+// The most microbatches a list holds at once (forward done, weight gradient
+// not yet): the activation arenas the stage needs.
+int max_in_flight(const std::vector<PipeAction>& actions);
+
+// One entry of a stage's timeline: an action, or a wait for a peer
+// ("recv": inside a blocking receive; "send": waiting for a send to finish
+// before its buffer is reused). Milliseconds from the start of the step.
+struct TimelineEvent {
+  std::string kind;  // "F", "BW", "B", "W", "recv", "send"
+  int mb = 0;
+  double t0_ms = 0, t1_ms = 0;
+};
+
+// One pipeline stage of one data-parallel replica: runs a step's schedule
+// over its microbatches on its own activation arenas (one per microbatch in
+// flight, allocated once), accumulating the gradients of every microbatch
+// into model.grads.
+class PipelineEngine {
+ public:
+  // `pp` is the pipeline group (stage = pp.rank(), the model holds that
+  // stage); `rows` this replica's rows per step, cut into `m` microbatches.
+  PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T);
+  PipelineEngine(const PipelineEngine&) = delete;
+  PipelineEngine& operator=(const PipelineEngine&) = delete;
+
+  // Forward and backward of every microbatch of inputs / targets (rows x T,
+  // host), each position's loss weighted by `dloss`. Returns the replica's
+  // mean loss on the last stage, 0 on the others (sum it over the pipeline
+  // group). Collective over the pipeline group and the model's tp group.
+  double step(const int32_t* inputs, const int32_t* targets, float dloss);
+  // Forward only (validation): the mean loss on the last stage, 0 elsewhere.
+  double forward_loss(const int32_t* inputs, const int32_t* targets);
+
+  int stages() const { return stages_; }
+  int stage() const { return stage_; }
+  int microbatches() const { return m_; }
+  int rows() const { return mb_rows_ * m_; }  // the replica's rows per step
+  int seq_len() const { return T_; }
+  // The activations of arena 0 (a microbatch's shapes).
+  Activations& first_acts() { return arenas_.front().arena->acts(); }
+  ScheduleKind kind() const { return kind_; }
+  const std::vector<PipeAction>& schedule() const { return actions_; }
+  // Arenas allocated (the schedule's max_in_flight), the most in use at once
+  // in the last step (counted as they are taken), and one arena's bytes.
+  int arenas() const { return static_cast<int>(arenas_.size()); }
+  int peak_in_flight() const { return peak_; }
+  size_t arena_bytes() const { return arena_bytes_; }
+  // The last step's timeline and its seconds waiting for peers.
+  const std::vector<TimelineEvent>& timeline() const { return events_; }
+  double wait_s() const { return wait_s_; }
+
+ private:
+  struct Slot {
+    std::unique_ptr<ActivationArena> arena;
+    std::vector<uint64_t> sends;  // tickets of sends from this arena's tensors
+    int mb = -1;                  // the microbatch it holds; -1: free
+    int last_mb = -1;             // the microbatch it held last (whose sends may be in flight)
+  };
+  Slot& take(int mb);
+  Slot& holding(int mb);
+  void release(Slot& slot);
+  void wait_sends(Slot& slot);
+  double forward(Slot& slot, const int32_t* inputs, const int32_t* targets);
+  void backward(Slot& slot, const int32_t* inputs, const int32_t* targets, float dloss, BackwardPart part);
+  void event(const char* kind, int mb, double t0, double t1);
+  double now_ms() const;
+
+  Backend& be_;
+  Gpt2& model_;
+  Communicator& pp_;
+  ScheduleKind kind_;
+  int stages_, stage_, m_, mb_rows_, T_;
+  std::vector<PipeAction> actions_;
+  std::vector<Slot> arenas_;
+  size_t arena_bytes_ = 0;
+  int in_use_ = 0, peak_ = 0;
+  std::vector<TimelineEvent> events_;
+  double wait_s_ = 0;
+  int64_t t0_ns_ = 0;
+};
+
+}  // namespace gpt2

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Pipeline parallelism and ZeRO-1 on real MPI ranks, against the serial stage.
+
+  * pp 2 with 4 microbatches under gpipe, 1f1b and zb-h1 (2 ranks), ZeRO-1 on
+    dp 2 (2 ranks), tp 2 x pp 2 and dp 2 x pp 2 with ZeRO-1 and zb-h1 (4 ranks)
+    train the serial configuration for 10 steps: every step's loss and the
+    validation losses within 1e-5 relative, every final weight within 1e-5
+    absolute of serial's.
+  * Checkpoints interchange: a pp-2 checkpoint at step 5 resumes on serial and
+    on ZeRO-1 dp 2, a ZeRO-1 one on pp 2 (zb-h1), with the uninterrupted curve.
+  * Activation arenas in flight, as counted by each stage while it runs
+    (metrics "stage_arenas"): gpipe m, 1f1b and zb-h1 at most p.
+  * ZeRO-1: each rank's optimizer-state bytes (the summary's memory record)
+    are 1/N of the full model's state, counted.
+  * The pipeline group's communication per step (metrics "pp_calls",
+    "pp_bytes" of rank 0, the first stage) equals the formula: m activations
+    sent and m gradients received, each microbatch rows x seq_len x n_embd
+    floats, plus the loss and the gradient norm's share (two doubles).
+  * Clear errors: ranks not a product of tp and pp, microbatches not dividing
+    the rows, more stages than layers, pp > 1 on the serial stage, a parallel
+    run crossing a stage boundary, an unknown schedule.
+
+usage: pipeline_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
+Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
+from checkpoint_file import load  # noqa: E402
+
+
+def records(run_dir, event):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["event"] == event]
+
+
+def floats(raw):
+    return struct.unpack(f"<{len(raw) // 4}f", raw)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for k in ("serial", "mpi", "mpiexec", "corpus"):
+        ap.add_argument("--" + k, required=True)
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="pp_test_")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    B, T, C, L, NH, M = 8, 32, 64, 2, 4, 4
+    common = ["--data.corpus", os.path.abspath(a.corpus), "--model.block_size", str(T), "--model.n_layer", str(L),
+              "--model.n_head", str(NH), "--model.n_embd", str(C), "--train.batch_size", str(B),
+              "--train.seq_len", str(T), "--train.steps", "10", "--train.threads", "1", "--train.peak_gflops", "50",
+              "--optimizer.lr", "1e-3", "--generate.prompt_tokens", "8", "--generate.max_new_tokens", "4",
+              "--data.val_fraction", "0.1", "--train.eval_every", "5", "--train.eval_batches", "2"]
+    results = []
+
+    def check(title, ok, detail=""):
+        results.append(ok)
+        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
+
+    def run(cmd, timeout=300):
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+    def mpi(n, args, timeout=300):
+        return run([a.mpiexec, "-n", str(n), a.mpi, "train", *args], timeout)
+
+    def out(name):
+        return os.path.join(work, name)
+
+    def compare(title, ref_dir, dir_, first=0):
+        ref_l = [r["loss"] for r in records(ref_dir, "step")][first:]
+        got_l = [r["loss"] for r in records(dir_, "step")]
+        if len(ref_l) != len(got_l) or not got_l:
+            check(title, False, f"{len(got_l)} steps against {len(ref_l)}")
+            return
+        rel = max(abs(x - y) / abs(y) for x, y in zip(got_l, ref_l))
+        pa = floats(load(os.path.join(ref_dir, "checkpoint.bin")).params)
+        pb = floats(load(os.path.join(dir_, "checkpoint.bin")).params)
+        dw = max(abs(x - y) for x, y in zip(pa, pb)) if len(pa) == len(pb) else float("inf")
+        val = [[r["val_loss"] for r in records(d, "eval")] for d in (ref_dir, dir_)]
+        val_rel = max((abs(x - y) / abs(y) for x, y in zip(val[1], val[0][-len(val[1]):])), default=float("inf"))
+        check(title, rel <= 1e-5 and dw <= 1e-5 and val_rel <= 1e-5,
+              f"worst loss {rel:.2e} relative, worst weight {dw:.2e}, validation {val_rel:.2e} relative")
+
+    # ---- Equivalence with serial ----
+    r = run([a.serial, "train", *common, "--out", out("serial")])
+    check("serial reference", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+    layouts = [
+        ("pp 2, m 4, gpipe", 2, "gpipe", ["--parallel.pp", "2", "--parallel.microbatches", str(M),
+                                           "--parallel.schedule", "gpipe"]),
+        ("pp 2, m 4, 1f1b", 2, "1f1b", ["--parallel.pp", "2", "--parallel.microbatches", str(M),
+                                         "--parallel.schedule", "1f1b"]),
+        ("pp 2, m 4, zb-h1", 2, "zbh1", ["--parallel.pp", "2", "--parallel.microbatches", str(M),
+                                          "--parallel.schedule", "zb-h1"]),
+        ("ZeRO-1 on dp 2", 2, "zero", ["--parallel.zero", "true"]),
+        ("tp 2 x pp 2 (4 ranks, m 2, 1f1b)", 4, "tp2pp2", ["--parallel.tp", "2", "--parallel.pp", "2",
+                                                          "--parallel.microbatches", "2"]),
+        ("dp 2 x pp 2 with ZeRO-1 (4 ranks, m 2, zb-h1)", 4, "dp2pp2",
+         ["--parallel.pp", "2", "--parallel.microbatches", "2", "--parallel.schedule", "zb-h1",
+          "--parallel.zero", "true"]),
+    ]
+    for title, n, name, args in layouts:
+        r = mpi(n, [*common, *args, "--out", out(name)], timeout=600)
+        if r.returncode != 0:
+            check(title, False, r.stderr.strip()[-400:])
+            continue
+        compare(f"{title} equals serial (10 steps: losses, validation losses, final weights)", out("serial"),
+                out(name))
+
+    # ---- Arenas in flight, counted ----
+    for name, want, rule in (("gpipe", [M, M], "m per stage"), ("1f1b", [2, 1], "at most p"),
+                             ("zbh1", [2, 2], "at most p")):
+        if not os.path.isdir(out(name)):
+            check(f"arenas in flight under {name}", False, "no run")
+            continue
+        seen = [s.get("stage_arenas") for s in records(out(name), "step")]
+        worst = [max(s[i] for s in seen) for i in range(2)] if all(seen) else None
+        ok = worst == want if name == "gpipe" else worst is not None and max(worst) <= 2 and worst == want
+        check(f"activation arenas in flight under {name}: {rule} ({want} per stage)", ok, f"counted {worst}")
+
+    # ---- ZeRO-1's optimizer state, counted ----
+    if os.path.isdir(out("zero")):
+        full = records(out("serial"), "summary")[0]["provenance"]["memory"][0]["moments_bytes"]
+        per_rank = [m["moments_bytes"] for m in records(out("zero"), "summary")[0]["provenance"]["memory"]]
+        check("ZeRO-1: each of the 2 ranks holds 1/2 of the optimizer state", all(b * 2 == full for b in per_rank),
+              f"ranks {per_rank} bytes, the whole model's {full}")
+
+    # ---- The pipeline group's communication against the formula ----
+    if os.path.isdir(out("1f1b")):
+        mb_floats = (B // M) * T * C
+        want = (2 * M + 2, 2 * M * 4 * mb_floats + 16)
+        got = sorted({(s["pp_calls"], s["pp_bytes"]) for s in records(out("1f1b"), "step")})
+        check("pipeline communication of the first stage per step equals the formula", got == [want],
+              f"counted {got}, formula {want} (2m messages of {mb_floats} floats, 2 doubles)")
+
+    # ---- Checkpoints across layouts ----
+    halves = (("pp 2", 2, "pp_half", ["--parallel.pp", "2", "--parallel.microbatches", "2"]),
+              ("ZeRO-1 dp 2", 2, "zero_half", ["--parallel.zero", "true"]))
+    for title, n, name, args in halves:
+        r = mpi(n, [*common, *args, "--train.steps", "5", "--out", out(name)])
+        check(f"{title} stops at step 5 with a checkpoint", r.returncode == 0,
+              r.stderr.strip()[-300:] if r.returncode else "")
+    resumes = (("pp_half", "serial", [a.serial, "train"]),
+               ("pp_half", "ZeRO-1 dp 2", [a.mpiexec, "-n", "2", a.mpi, "train", "--parallel.zero", "true"]),
+               ("zero_half", "pp 2 (zb-h1, m 4)", [a.mpiexec, "-n", "2", a.mpi, "train", "--parallel.pp", "2",
+                                                  "--parallel.microbatches", "4", "--parallel.schedule", "zb-h1"]))
+    for src, title, cmd in resumes:
+        d = out(f"resume_{src}_{len(results)}")
+        if not os.path.isdir(out(src)):
+            check(f"the {src} checkpoint resumes on {title}", False, "no run to resume")
+            continue
+        shutil.copytree(out(src), d)
+        r = run([*cmd, *common, "--out", d, "--resume", os.path.join(d, "checkpoint.bin")], timeout=300)
+        if r.returncode != 0:
+            check(f"the {src} checkpoint resumes on {title}", False, r.stderr.strip()[-300:])
+            continue
+        compare(f"the {src.replace('_half', '')} checkpoint resumes on {title} with the uninterrupted curve",
+                out("serial"), d)
+
+    # ---- Errors ----
+    def error(title, n, args, needle, serial=False):
+        d = out("err_" + str(len(results)))
+        cmd = [a.serial, "train"] if serial else [a.mpiexec, "-n", str(n), a.mpi, "train"]
+        r = run([*cmd, *common, "--train.steps", "1", "--out", d, *args], timeout=120)
+        lines = [l for l in r.stderr.splitlines() if "error" in l]
+        check(title, r.returncode != 0 and any(needle in l for l in lines) and len(lines) == 1,
+              lines[0] if lines else f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
+
+    error("ranks not a product of tp and pp are refused", 3, ["--parallel.pp", "2"],
+          "parallel.tp 1 x parallel.pp 2 = 2 does not divide the 3 ranks")
+    error("microbatches not dividing a replica's rows are refused", 2,
+          ["--parallel.pp", "2", "--parallel.microbatches", "3"], "parallel.microbatches 3 does not divide")
+    error("more stages than layers are refused", 3, ["--parallel.pp", "3"], "1 to model.n_layer (2) stages")
+    error("pp > 1 on the serial stage is refused", 1, ["--parallel.pp", "2"], "runs one process", serial=True)
+    error("a parallel run crossing a stage boundary is refused", 4,
+          ["--parallel.tp", "2", "--parallel.pp", "2", "--parallel.block_types", "parallel,parallel"],
+          "crosses the boundary between pipeline stages 0 and 1")
+    error("an unknown schedule is refused", 2, ["--parallel.pp", "2", "--parallel.schedule", "1f2b"],
+          "unknown schedule '1f2b'")
+
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
