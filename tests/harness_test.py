@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,seed,status,reason,training_s,"
+RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,seed,status,reason,training_s,"
                 "inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,tp_calls,tp_bytes,"
                 "dp_calls,dp_bytes,formula_tp_calls,formula_tp_bytes,formula_dp_calls,formula_dp_bytes,git_commit,"
                 "git_dirty,build_type,compiler,cpu,cores,blas_core,backend,host,date").split(",")
@@ -323,6 +323,63 @@ def mpi_step_checks(exps, results, reports, harness, check):
         os.remove(os.path.join(exps, name))
 
 
+PP_SMOKE = """name: pp_smoke
+base: ../configs/original.yaml
+config:
+  model.block_size: 32
+  model.n_layer: 2
+  model.n_head: 2
+  model.n_embd: 32
+  train.batch_size: 4
+  train.seq_len: 32
+  train.steps: 4
+  train.peak_gflops: 10
+  generate.max_new_tokens: 0
+reports: [parallelism]
+timeout_s: 120
+runs:
+  - {stage: mpi, ranks: 1, threads: 1}
+  - {stage: mpi, ranks: 2, threads: 1, config: {parallel.zero: true}}
+  - {stage: mpi, ranks: 2, threads: 1, config: {parallel.pp: 2, parallel.microbatches: 2, parallel.schedule: zb-h1}}
+"""
+
+
+def pipeline_checks(exps, results, reports, harness, check):
+    """The parallelism report of a pipeline and a ZeRO-1 run (needs the mpi stage)."""
+    with open(os.path.join(exps, "pp_smoke.yaml"), "w") as f:
+        f.write(PP_SMOKE)
+    bad = {"pp_serial.yaml": (PP_SMOKE.replace("{stage: mpi, ranks: 1, threads: 1}",
+                                               "{stage: serial, config: {parallel.pp: 2}}"),
+                              "pipeline stages run on the mpi stage"),
+           "pp_ranks.yaml": (PP_SMOKE.replace("ranks: 2, threads: 1, config: {parallel.pp",
+                                              "ranks: 3, threads: 1, config: {parallel.pp"),
+                             "3 ranks are not a multiple of parallel.tp 1 x parallel.pp 2")}
+    check_bad_files(bad, "bad pipeline experiment", exps, results, harness, check)
+    for name in bad:
+        os.remove(os.path.join(exps, name))
+    r = harness("run", exp="pp_smoke.yaml")
+    check("pp_smoke runs", r.returncode == 0, r.stderr[-1500:])
+    _, runs = rows(os.path.join(results, "pp_smoke", "runs.csv"))
+    check("runs.csv: the pipeline and ZeRO-1 layouts in the pipeline column",
+          sorted(x["pipeline"] for x in runs) == ["", "pp2 m2 zb-h1", "zero"], str([x["pipeline"] for x in runs]))
+    folder = os.path.join(reports, "pp_smoke")
+    md = open(os.path.join(folder, "parallelism.md")).read() if os.path.exists(os.path.join(folder, "parallelism.md")) else ""
+    with open(os.path.join(folder, "parallelism.csv"), newline="") as f:
+        table = list(csv.DictReader(f))
+    pp = [x for x in table if x["pp"] == "2"]
+    zero = [x for x in table if x["zero"] == "true"]
+    check("parallelism.csv: per rank of the pipeline run, arenas and communication equal their formulas",
+          len(pp) == 2 and all(x["arenas_counted"] == x["arenas_theory"] == "2" and x["pp_calls"] == x["formula_pp_calls"]
+                                and x["pp_bytes"] == x["formula_pp_bytes"] for x in pp), str(pp))
+    check("parallelism.csv: ZeRO-1's moments are half the one-rank run's on each of 2 ranks",
+          len(zero) == 2 and all(x["moments_bytes"] == x["formula_moments_bytes"] for x in zero)
+          and float(zero[0]["moments_bytes"]) * 2 == float(next(x for x in table if x["ranks"] == "1")["moments_bytes"]),
+          str(zero))
+    check("parallelism.md: the tables and the zb-h1 timeline picture",
+          "## Memory per rank" in md and "parallelism_timeline_zb-h1.svg" in md
+          and os.path.exists(os.path.join(folder, "parallelism_timeline_zb-h1.svg")), md[:2000])
+
+
 def tensor_parallel_checks(exps, results, reports, harness, mpi_built, check):
     with open(os.path.join(exps, "tp_smoke.yaml"), "w") as f:
         f.write(TP_SMOKE)
@@ -597,7 +654,10 @@ def main():
     peer_checks(exps, results, reports, harness, check)
     mpi_step_checks(exps, results, reports, harness, check)
     # 10. Tensor parallelism's layouts and their report.
-    tensor_parallel_checks(exps, results, reports, harness, any(x["stage"] == "mpi" and x["status"] == "ok" for x in runs), check)
+    mpi_built = any(x["stage"] == "mpi" and x["status"] == "ok" for x in runs)
+    tensor_parallel_checks(exps, results, reports, harness, mpi_built, check)
+    if mpi_built:
+        pipeline_checks(exps, results, reports, harness, check)
 
     r = subprocess.run([a.harness, "list", "--experiments", exps], capture_output=True, text=True)
     check("list names the experiments and why stages are unavailable",

@@ -50,6 +50,7 @@ TEST(CommittedResults, RunDirectoriesGiveTheirRunsAndLossRows) {
       spec.threads = want.threads;
       spec.tp = want.tp;
       spec.block_types = want.block_types;
+      spec.pipeline = want.pipeline;
       spec.repetition = want.repetition;
       spec.seed = want.seed;
       spec.id = want.run_id;

@@ -28,7 +28,8 @@ std::string run_id(const RunSpec& r, const std::string& build_id) {
   // The layout is in the hash through the configuration; a tensor-parallel
   // run's id also shows it (ids of tp-1 runs are as they were before).
   const std::string tp = r.tp > 1 ? fmt::format("-tp{}", r.tp) : "";
-  return fmt::format("{}-r{}-t{}{}-rep{}-{}", r.stage, r.ranks, r.threads, tp, r.repetition, id_hash(key));
+  const std::string pp = r.pp > 1 ? fmt::format("-pp{}", r.pp) : "";
+  return fmt::format("{}-r{}-t{}{}{}-rep{}-{}", r.stage, r.ranks, r.threads, tp, pp, r.repetition, id_hash(key));
 }
 
 }  // namespace
@@ -102,21 +103,35 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
               Override{"train.save_checkpoint", ex.checkpoints ? "true" : "false", root["checkpoints"]});
           const ResolvedConfig& cfg = resolve_for_run(resolver, rd, base, overrides, run);
           const int64_t batch = cfg.integer("train.batch_size");
-          const int64_t tp = cfg.integer("parallel.tp");
+          int64_t tp = cfg.integer("parallel.tp");
           const YAML::Node& at = run["ranks"] ? run["ranks"] : run;
           if (tp > 1 && !parallel) {
             rd.fail(run, fmt::format("parallel.tp {}: the {} stage runs one process; tensor parallelism needs "
                                      "the mpi or mpi_cuda stage",
                                      tp, stage));
           }
-          if (r % tp != 0) {
-            rd.fail(at, fmt::format("ranks: {} ranks do not split into tensor-parallel groups of parallel.tp {}", r, tp));
+          const int64_t pp = cfg.integer("parallel.pp"), m = cfg.integer("parallel.microbatches");
+          if (pp > 1 && stage != "mpi") {
+            rd.fail(run, fmt::format("parallel.pp {}: pipeline stages run on the mpi stage, not {}", pp, stage));
           }
-          if (batch % (r / tp) != 0) {
-            rd.fail(at, tp == 1 ? fmt::format("ranks: train.batch_size {} is not divisible by {} ranks", batch, r)
-                                : fmt::format("ranks: train.batch_size {} is not divisible by {} data-parallel "
-                                              "replicas ({} ranks / parallel.tp {})",
-                                              batch, r / tp, r, tp));
+          if (r % (tp * pp) != 0) {
+            rd.fail(at, pp == 1 ? fmt::format("ranks: {} ranks do not split into tensor-parallel groups of "
+                                              "parallel.tp {}", r, tp)
+                                : fmt::format("ranks: {} ranks are not a multiple of parallel.tp {} x parallel.pp {}",
+                                              r, tp, pp));
+            continue;
+          }
+          const int64_t dp = r / (tp * pp);
+          if (batch % dp != 0) {
+            rd.fail(at, tp * pp == 1 ? fmt::format("ranks: train.batch_size {} is not divisible by {} ranks", batch, r)
+                        : pp == 1    ? fmt::format("ranks: train.batch_size {} is not divisible by {} data-parallel "
+                                                   "replicas ({} ranks / parallel.tp {})", batch, dp, r, tp)
+                                     : fmt::format("ranks: train.batch_size {} is not divisible by {} data-parallel "
+                                                   "replicas ({} ranks / (parallel.tp {} x parallel.pp {}))",
+                                                   batch, dp, r, tp, pp));
+          } else if ((batch / dp) % m != 0) {
+            rd.fail(at, fmt::format("ranks: parallel.microbatches {} does not divide the {} rows of each of {} "
+                                    "data-parallel replicas", m, batch / dp, dp));
           }
           const std::string corpus = cfg.text("data.corpus");
           if (!fs::is_regular_file(corpus)) rd.fail(run, fmt::format("data.corpus: no such file '{}'", corpus));
@@ -126,7 +141,11 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
             s.ranks = r;
             s.threads = static_cast<int>(cfg.integer("train.threads"));
             s.tp = static_cast<int>(tp);
+            s.pp = static_cast<int>(pp);
             s.block_types = cfg.text("parallel.block_types");
+            const bool zero = cfg.text("parallel.zero") == "true";
+            if (pp > 1 || m > 1) s.pipeline = fmt::format("pp{} m{} {}", pp, m, cfg.text("parallel.schedule"));
+            if (zero && dp > 1) s.pipeline += s.pipeline.empty() ? "zero" : " zero";
             s.repetition = rep;
             s.seed = static_cast<uint64_t>(std::stoull(cfg.text("train.seed")));
             s.hostfile = hostfile;

@@ -47,12 +47,16 @@ struct RunSpec {
   // resolved configuration): data-parallel size ranks / tp.
   int tp = 1;
   std::string block_types;  // "tp,spd,..." as the configuration gives it; "" for all tp
+  // Pipeline stages, microbatches, schedule and ZeRO-1 as one text, e.g.
+  // "pp2 m4 zb-h1", "zero", "pp2 m2 1f1b zero"; "" for none of them.
+  std::string pipeline;
+  int pp = 1;
   int repetition = 0;
   uint64_t seed = 0;
   std::string hostfile;  // absolute path or ""
   std::string config;    // the resolved configuration the stage is given (run.yaml)
   int64_t steps = 0;     // its train.steps
-  std::string id;        // stage-rR-tT[-tpP]-repK-<hash of the resolved run and the build>
+  std::string id;        // stage-rR-tT[-tpP][-ppS]-repK-<hash of the resolved run and the build>
 };
 
 struct Experiment : ExperimentInfo {

@@ -27,7 +27,8 @@ struct Kind {
 const std::vector<Kind>& kinds_table() {
   static const std::vector<Kind> table = {
       {"table1", write_table1}, {"table2", write_table2}, {"scaling", write_scaling},
-      {"tensor_parallel", write_tensor_parallel}};
+      {"tensor_parallel", write_tensor_parallel},
+      {"parallelism", write_parallelism}};
   return table;
 }
 

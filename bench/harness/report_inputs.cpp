@@ -33,8 +33,8 @@ std::vector<Run> load_runs(const fs::path& path) {
 }
 
 bool ConfigKey::operator<(const ConfigKey& o) const {
-  return std::tuple(stage_index(stage), ranks, threads, tp, block_types) <
-         std::tuple(stage_index(o.stage), o.ranks, o.threads, o.tp, o.block_types);
+  return std::tuple(stage_index(stage), ranks, threads, tp, block_types, pipeline) <
+         std::tuple(stage_index(o.stage), o.ranks, o.threads, o.tp, o.block_types, o.pipeline);
 }
 
 std::string block_types_text(const ConfigKey& k) {
@@ -49,7 +49,8 @@ std::string block_types_text(const ConfigKey& k) {
 }
 
 std::string label(const ConfigKey& k) {
-  const std::string base = fmt::format("{} r{} t{}", k.stage, k.ranks, k.threads);
+  std::string base = fmt::format("{} r{} t{}", k.stage, k.ranks, k.threads);
+  if (!k.pipeline.empty()) base += " " + k.pipeline;
   return k.tp > 1 ? fmt::format("{} tp{} ({})", base, k.tp, block_types_text(k)) : base;
 }
 
@@ -61,12 +62,16 @@ std::string column_id(const ConfigKey& k) {
     std::replace(types.begin(), types.end(), ',', '-');
     id += fmt::format("_tp{}_{}", k.tp, types);
   }
+  if (!k.pipeline.empty()) id += "_";
+  for (char ch : k.pipeline) id += ch == ' ' ? '_' : ch;
   return id;
 }
 
 namespace {
 
-ConfigKey key_of(const Run& r) { return {r.stage, r.ranks, r.threads, r.tp, r.tp > 1 ? r.block_types : ""}; }
+ConfigKey key_of(const Run& r) {
+  return {r.stage, r.ranks, r.threads, r.tp, r.tp > 1 ? r.block_types : "", r.pipeline};
+}
 
 std::vector<ConfigRuns> group_by_config(const std::vector<Run>& runs) {
   std::map<ConfigKey, ConfigRuns> by_key;

@@ -38,6 +38,7 @@ struct ConfigKey {
   int ranks = 0, threads = 0;
   int tp = 1;               // the tensor-parallel layout: ranks = tp x dp
   std::string block_types;  // "" for all tp (and always at tp 1)
+  std::string pipeline;     // pipeline stages, microbatches, schedule, ZeRO-1: "pp2 m4 1f1b zero"; "" for none
   bool operator<(const ConfigKey& o) const;
   bool operator==(const ConfigKey& o) const = default;
 };
@@ -96,5 +97,6 @@ void write_table1(const ReportSpec& spec, const Inputs& in, std::vector<std::fil
 void write_table2(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 void write_scaling(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 void write_tensor_parallel(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
+void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 
 }  // namespace gpt2::harness

@@ -69,6 +69,7 @@ RunRow planned_row(const std::string& experiment, const RunSpec& r) {
   row.repetition = r.repetition;
   row.tp = r.tp;
   row.block_types = r.tp > 1 ? r.block_types : "";  // one rank computes the standard block whatever the list says
+  row.pipeline = r.pipeline;
   row.seed = r.seed;
   return row;
 }
@@ -143,7 +144,11 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
       row.dp_calls = median_count(m.steps, &StepRecord::dp_calls);
       row.dp_bytes = median_count(m.steps, &StepRecord::dp_bytes);
     }
-    if (const std::optional<CommShape> shape = comm_shape(dir / "config.yaml", r)) {
+    // The tensor-parallel formula knows no pipeline stages or ZeRO shards
+    // (the parallelism report works theirs out itself).
+    const std::optional<CommShape> shape =
+        r.pipeline.empty() ? comm_shape(dir / "config.yaml", r) : std::optional<CommShape>{};
+    if (shape) {
       try {
         const CommCounts f = expected_comm(*shape);
         row.formula_tp_calls = f.tp_calls;

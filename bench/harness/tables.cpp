@@ -141,6 +141,7 @@ const std::vector<Column<RunRow>>& runs_schema() {
       col("stage", &RunRow::stage),           col("ranks", &RunRow::ranks),
       col("threads", &RunRow::threads),       col("repetition", &RunRow::repetition),
       col("tp", &RunRow::tp, true),           col("block_types", &RunRow::block_types, true),
+      col("pipeline", &RunRow::pipeline, true),
       col("seed", &RunRow::seed),             col("status", &RunRow::status),
       col("reason", &RunRow::reason),         col("training_s", &RunRow::training_s),
       col("inference_s", &RunRow::inference_s), col("tokens_per_s", &RunRow::tokens_per_s),

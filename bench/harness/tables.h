@@ -32,6 +32,8 @@ struct RunRow {
   // ranks = tp x dp; block_types "" for all tp.
   int tp = 1;
   std::string block_types;
+  // Since pipeline parallelism (optional): "pp2 m4 zb-h1", "zero", ... ("" for none).
+  std::string pipeline;
   uint64_t seed = 0;
   std::string status, reason;  // ok | failed | skipped | not run (planned, no attempt recorded), and why
   // From the run's summary record; empty unless the run completed.

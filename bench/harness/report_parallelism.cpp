@@ -1,0 +1,343 @@
+// The parallel layouts side by side (report.h): per configuration the step
+// time, the measured pipeline bubble of each stage beside the schedule's
+// theory, the pipeline's communication per step beside its formula, each
+// rank's memory by kind beside the formula (ZeRO-1's moments 1/N), and the
+// loss deviation from the one-rank run; one SVG timeline of a step per
+// schedule. parallelism.md, parallelism.csv, parallelism_timeline_<schedule>.svg.
+// Reads what the stages wrote in each run's folder (metrics.jsonl with its
+// per-rank waits and arenas, the summary's memory record, timeline.jsonl,
+// config.yaml).
+#include "report_inputs.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "csv.h"
+#include "report_format.h"
+#include "util/json.h"
+#include "util/records.h"
+
+namespace gpt2::harness {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// What the parallelism report needs of a run's configuration.
+struct Layout {
+  int ranks = 1, tp = 1, pp = 1, m = 1, batch = 0, T = 0, C = 0;
+  std::string schedule = "1f1b";
+  bool zero = false;
+  int dp() const { return ranks / (tp * pp); }
+};
+
+std::optional<Layout> layout_of(const fs::path& dir, int ranks) {
+  try {
+    const YAML::Node c = YAML::LoadFile((dir / "config.yaml").string());
+    Layout l;
+    l.ranks = ranks;
+    l.tp = c["parallel"]["tp"].as<int>();
+    l.pp = c["parallel"]["pp"].as<int>();
+    l.m = c["parallel"]["microbatches"].as<int>();
+    l.schedule = c["parallel"]["schedule"].as<std::string>();
+    l.zero = c["parallel"]["zero"].as<bool>();
+    l.batch = c["train"]["batch_size"].as<int>();
+    l.T = c["train"]["seq_len"].as<int>();
+    l.C = c["model"]["n_embd"].as<int>();
+    return l;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// The bubble of a stage as a share of the step when F, B and W take equal
+// time: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1.
+double theory_bubble(const Layout& l) {
+  if (l.pp == 1) return 0;
+  const double p = l.pp, m = l.m;
+  return l.schedule == "zb-h1" ? (p - 1) / (3 * m + p - 1) : (p - 1) / (m + p - 1);
+}
+
+// Arenas in flight on stage s: gpipe m, 1f1b min(p - s, m), zb-h1 min(p, m) (the schedules of train/pipeline.h).
+int theory_arenas(const Layout& l, int s) {
+  if (l.schedule == "gpipe") return l.m;
+  if (l.schedule == "zb-h1") return std::min(l.pp, l.m);
+  return std::min(l.pp - s, l.m);
+}
+
+// Rank 0's (the first stage's) pipeline calls and bytes per step: m
+// activations sent and m gradients received, each a microbatch of
+// rows x T x C floats, plus the loss and the gradient norm (two doubles).
+std::pair<int64_t, int64_t> theory_pp(const Layout& l) {
+  if (l.pp == 1) return {0, 0};
+  const int64_t mb = static_cast<int64_t>(l.batch / l.dp() / l.m) * l.T * l.C;
+  return {2 * l.m + 2, 2 * l.m * mb * 4 + 16};
+}
+
+struct RunFacts {
+  std::vector<double> bubble;  // per world rank: median over steps (after the first) of wait / step time
+  std::vector<int> arenas;     // per world rank: the most arenas in use in any step
+  std::vector<int> stage;      // per world rank
+  std::optional<int64_t> pp_calls, pp_bytes;
+  Json memory = Json::array();
+};
+
+std::optional<RunFacts> facts_of(const fs::path& dir) {
+  try {
+    const MetricsStream m = read_metrics_stream(dir / "metrics.jsonl");
+    if (!m.summary || m.steps.empty()) return std::nullopt;
+    RunFacts f;
+    const size_t ranks = m.steps.front().stage_wait_ms.size();
+    std::vector<std::vector<double>> shares(ranks);
+    f.arenas.assign(ranks, 0);
+    for (size_t k = 0; k < m.steps.size(); ++k) {
+      const StepRecord& s = m.steps[k];
+      if (s.stage_wait_ms.size() != ranks) continue;
+      for (size_t r = 0; r < ranks; ++r) {
+        if (k > 0 && s.step_ms > 0) shares[r].push_back(s.stage_wait_ms[r] / s.step_ms);
+        if (r < s.stage_arenas.size()) f.arenas[r] = std::max(f.arenas[r], s.stage_arenas[r]);
+      }
+    }
+    for (auto& v : shares) f.bubble.push_back(v.empty() ? 0.0 : median(std::move(v)));
+    const StepRecord& last = m.steps.back();
+    f.pp_calls = static_cast<int64_t>(last.pp_calls);
+    f.pp_bytes = static_cast<int64_t>(last.pp_bytes);
+    if (m.summary->provenance.contains("memory")) f.memory = m.summary->provenance["memory"];
+    for (const Json& r : f.memory) f.stage.push_back(r.value("stage", 0));
+    return f;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
+std::string mb(double bytes) { return fmt::format("{:.2f}", bytes / 1e6); }
+
+// One step's timeline (timeline.jsonl's line for `step`) as an SVG: a row per
+// rank, a box per event, coloured by kind.
+std::string timeline_svg(const fs::path& timeline, int step, const std::string& title) {
+  std::ifstream in(timeline);
+  std::string line;
+  Json chosen;
+  while (std::getline(in, line)) {
+    const Json j = Json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("step", -1) == step) chosen = j;
+  }
+  if (!chosen.is_object()) return "";
+  double end = 0;
+  for (const Json& r : chosen["ranks"]) {
+    for (const Json& e : r["events"]) end = std::max(end, e[3].get<double>());
+  }
+  if (end <= 0) return "";
+  const int W = 900, left = 115, row = 28, top = 40;
+  const int rows = static_cast<int>(chosen["ranks"].size());
+  const std::map<std::string, std::string> colour = {{"F", "#4c78a8"}, {"BW", "#54a24b"}, {"B", "#54a24b"},
+                                                     {"W", "#f58518"}, {"recv", "#d0d0d0"}, {"send", "#e8e8e8"}};
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"11\">\n<text x=\"{}\" y=\"18\" font-size=\"13\">{}</text>\n",
+      W + left + 20, top + rows * row + 50, left, title);
+  const double scale = W / end;
+  int i = 0;
+  for (const Json& r : chosen["ranks"]) {
+    const int y = top + i * row;
+    svg += fmt::format("<text x=\"4\" y=\"{}\">rank {} (stage {})</text>\n", y + 17, r["rank"].get<int>(),
+                       r["stage"].get<int>());
+    for (const Json& e : r["events"]) {
+      const std::string kind = e[0].get<std::string>();
+      const double x0 = e[2].get<double>() * scale, x1 = e[3].get<double>() * scale;
+      const auto c = colour.find(kind);
+      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" stroke=\"white\" "
+                         "stroke-width=\"0.5\"><title>{} {} {:.3f}-{:.3f} ms</title></rect>\n",
+                         left + x0, y + 4, std::max(0.5, x1 - x0), row - 8,
+                         c == colour.end() ? "#999" : c->second, kind, e[1].get<int>(), e[2].get<double>(),
+                         e[3].get<double>());
+      if (kind != "recv" && kind != "send" && x1 - x0 > 14) {
+        svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" fill=\"white\">{}{}</text>\n", left + x0 + 2, y + 18, kind,
+                           e[1].get<int>());
+      }
+    }
+    ++i;
+  }
+  const int ly = top + rows * row + 20;
+  int lx = left;
+  for (const auto& [k, name] : std::vector<std::pair<std::string, std::string>>{
+           {"F", "F forward"}, {"BW", "B / BW backward"}, {"W", "W weight gradients"}, {"recv", "waiting for a peer"}}) {
+    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}"
+                       "</text>\n", lx, ly, colour.at(k), lx + 16, ly + 10, name);
+    lx += 170;
+  }
+  svg += fmt::format("<text x=\"{}\" y=\"{}\">0 to {:.2f} ms</text>\n</svg>\n", left + W - 100, ly + 10, end);
+  return svg;
+}
+
+}  // namespace
+
+void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
+  const LossData loss = load_loss(spec.results_dir / "loss.csv", in.runs);
+  // The reference of the loss deviation: the first completed one-rank configuration.
+  const ConfigRuns* reference = nullptr;
+  for (const ConfigRuns& c : in.configs) {
+    if (c.key.ranks == 1 && c.key.pipeline.empty() && !c.ok.empty()) {
+      reference = &c;
+      break;
+    }
+  }
+  std::vector<const ConfigRuns*> configs;
+  for (const ConfigRuns& c : in.configs) configs.push_back(&c);
+  std::stable_sort(configs.begin(), configs.end(),
+                   [](const ConfigRuns* a, const ConfigRuns* b) { return a->all.front() < b->all.front(); });
+
+  std::string csv = csv_row({"configuration", "ranks", "dp", "tp", "pp", "microbatches", "schedule", "zero",
+                             "oversubscribed", "runs_ok", "step_ms_median", "stage", "bubble_measured",
+                             "bubble_theory", "arenas_counted", "arenas_theory", "pp_calls", "formula_pp_calls",
+                             "pp_bytes", "formula_pp_bytes", "params_bytes", "grads_bytes", "moments_bytes",
+                             "formula_moments_bytes", "activations_bytes", "max_loss_deviation"});
+  std::vector<std::vector<std::string>> time_rows, mem_rows;
+  std::vector<std::string> not_run, svgs;
+  std::map<std::string, bool> drawn;  // schedule -> timeline drawn
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  for (const ConfigRuns* cp : configs) {
+    const ConfigRuns& c = *cp;
+    if (c.ok.empty()) {
+      not_run.push_back(fmt::format("{} ({})", label(c.key), status_text(c)));
+      continue;
+    }
+    const fs::path dir = spec.results_dir / c.ok.front()->run_id;
+    const std::optional<Layout> lay = layout_of(dir, c.key.ranks);
+    const std::optional<RunFacts> facts = facts_of(dir);
+    if (!lay || !facts) {
+      not_run.push_back(fmt::format("{} (its run folder lacks config.yaml or metrics)", label(c.key)));
+      continue;
+    }
+    const auto ms = stats_of(c.ok, &Run::step_ms);
+    // Loss deviation from the reference: the largest relative gap of the median curves.
+    std::optional<double> dev;
+    if (reference && &c != reference) {
+      const auto a = loss.median.find(c.key), b = loss.median.find(reference->key);
+      if (a != loss.median.end() && b != loss.median.end()) {
+        double worst = 0;
+        for (const auto& [e, l] : a->second) {
+          const auto it = b->second.find(e);
+          if (it != b->second.end() && it->second != 0) worst = std::max(worst, std::fabs(l - it->second) / it->second);
+        }
+        dev = worst;
+      }
+    }
+    const bool over = static_cast<unsigned>(c.key.ranks) * static_cast<unsigned>(c.key.threads) > cores;
+    const std::string layout_text = fmt::format("dp {} x tp {} x pp {}", lay->dp(), lay->tp, lay->pp);
+    const std::string sched = lay->pp > 1 || lay->m > 1 ? fmt::format("{}, m {}", lay->schedule, lay->m) : "";
+    const auto [fcalls, fbytes] = theory_pp(*lay);
+    // Per stage: the mean over its ranks of the measured bubble, the most arenas.
+    std::map<int, std::pair<double, int>> per_stage;
+    std::map<int, int> stage_ranks;
+    for (size_t r = 0; r < facts->bubble.size() && r < facts->stage.size(); ++r) {
+      auto& [b, n] = per_stage[facts->stage[r]];
+      b += facts->bubble[r];
+      n = std::max(n, r < facts->arenas.size() ? facts->arenas[r] : 0);
+      ++stage_ranks[facts->stage[r]];
+    }
+    std::string bubbles, arenas;
+    for (auto& [s, bn] : per_stage) {
+      bn.first /= stage_ranks[s];
+      bubbles += fmt::format("{}{}", bubbles.empty() ? "" : " / ", pct(bn.first));
+      arenas += fmt::format("{}{} ({})", arenas.empty() ? "" : " / ", bn.second, theory_arenas(*lay, s));
+    }
+    const bool pp_ok = facts->pp_calls == fcalls && facts->pp_bytes == fbytes;
+    time_rows.push_back({label(c.key) + (over ? " (oversubscribed)" : ""), layout_text, sched,
+                         fmt::format("{}/{}", c.ok.size(), c.all.size()),
+                         ms ? fmt::format("{:.1f}", ms->median) : "", bubbles.empty() ? "" : bubbles,
+                         lay->pp > 1 ? pct(theory_bubble(*lay)) : "", arenas,
+                         lay->pp > 1 ? fmt::format("{} ({}){}", facts->pp_calls.value_or(0), fcalls, pp_ok ? "" : " ≠")
+                                     : "",
+                         lay->pp > 1 ? fmt::format("{} ({}){}", mb(static_cast<double>(facts->pp_bytes.value_or(0))),
+                                                   mb(static_cast<double>(fbytes)), pp_ok ? "" : " ≠")
+                                     : "",
+                         dev ? fmt::format("{:.1e}", *dev) : (&c == reference ? "(reference)" : "")});
+    // Memory of each rank.
+    for (const Json& r : facts->memory) {
+      const double params = r.value("params_bytes", 0.0), moments = r.value("moments_bytes", 0.0);
+      const double want_moments = lay->zero && lay->dp() > 1 ? 2 * params / lay->dp() : 2 * params;
+      const int s = r.value("stage", 0);
+      mem_rows.push_back({label(c.key), std::to_string(r.value("rank", 0)), std::to_string(s), mb(params),
+                          mb(r.value("grads_bytes", 0.0)),
+                          fmt::format("{} ({})", mb(moments), mb(want_moments)),
+                          fmt::format("{} x {}", r.value("arenas", 0), mb(r.value("arena_bytes", 0.0))),
+                          mb(r.value("activations_bytes", 0.0))});
+      const size_t rank = static_cast<size_t>(r.value("rank", 0));
+      csv += csv_row({label(c.key), std::to_string(c.key.ranks), std::to_string(lay->dp()), std::to_string(lay->tp),
+                      std::to_string(lay->pp), std::to_string(lay->m), lay->schedule, lay->zero ? "true" : "false",
+                      over ? "true" : "false", std::to_string(c.ok.size()),
+                      exact(ms ? std::optional(ms->median) : std::nullopt), std::to_string(s),
+                      rank < facts->bubble.size() ? exact(facts->bubble[rank]) : "",
+                      exact(theory_bubble(*lay)),
+                      rank < facts->arenas.size() ? std::to_string(facts->arenas[rank]) : "",
+                      std::to_string(theory_arenas(*lay, s)), std::to_string(facts->pp_calls.value_or(0)),
+                      std::to_string(fcalls), std::to_string(facts->pp_bytes.value_or(0)), std::to_string(fbytes),
+                      exact(params), exact(r.value("grads_bytes", 0.0)), exact(moments), exact(want_moments),
+                      exact(r.value("activations_bytes", 0.0)), exact(dev)});
+    }
+    // One timeline per schedule: the first two-stage configuration with 4 microbatches (else any).
+    if (lay->pp > 1 && (!drawn.count(lay->schedule) || (!drawn[lay->schedule] && lay->m == 4))) {
+      const std::string name = "parallelism_timeline_" + lay->schedule;
+      const std::string svg =
+          timeline_svg(dir / "timeline.jsonl", 1, fmt::format("{}: step 1 of {}", lay->schedule, label(c.key)));
+      if (!svg.empty()) {
+        write_report(spec.reports_dir / (name + ".svg"), svg, written);
+        if (!drawn.count(lay->schedule)) svgs.push_back(lay->schedule);
+        drawn[lay->schedule] = lay->m == 4;
+      }
+    }
+  }
+
+  std::string md = preamble(spec, in.runs, "parallel layouts: pipeline schedules, ZeRO-1, the grid");
+  if (time_rows.empty()) {
+    md += fmt::format("Nothing to compare: {}.\n\n", kNoRuns);
+  } else {
+    md += "## Step time, bubble and pipeline communication\n\n";
+    md += md_table({"Configuration", "Layout", "Schedule", "Runs ok", "Step ms (median)",
+                    "Bubble per stage, measured", "Bubble, theory", "Arenas in flight per stage (theory)",
+                    "pp calls (formula)", "pp MB (formula)", "Largest loss deviation vs 1 rank"},
+                   time_rows, "lllrrrrrrrr");
+    md +=
+        "\nBubble: the share of a step a stage's ranks spent waiting for a pipeline peer (inside a receive, or for "
+        "a send whose buffer was needed again), the median over the steps after the first; theory: (p-1)/(m+p-1) "
+        "for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1, which assume forward, input-gradient and weight-gradient "
+        "passes of equal time. Arenas: the most microbatches a stage held at once (counted while it ran) and, in "
+        "brackets, the schedule's bound. pp calls and MB: rank 0's (the first stage's) pipeline-group calls in a "
+        "step and their bytes (MB = 10^6 bytes); the formula is 2m messages of one microbatch's activations "
+        "(rows x seq_len x n_embd floats) plus two doubles (the loss and the gradient norm). Loss deviation: the "
+        "largest relative difference of the median training-loss curve from the one-rank run's. "
+        "(oversubscribed): more ranks x threads than this machine's cores; such runs show correctness, not "
+        "speed.\n\n";
+    md += "## Memory per rank\n\n";
+    md += md_table({"Configuration", "Rank", "Stage", "Parameters MB", "Gradients MB", "Moments MB (formula)",
+                    "Arenas x MB", "Activations MB"},
+                   mem_rows, "lrrrrrrr");
+    md +=
+        "\nCounted from the buffers each rank allocated (the run summary's memory record). Moments: Adam's two "
+        "fp32 moments, 8 bytes per parameter of the rank's stage and shard, and with ZeRO-1 1/N of that over N "
+        "data-parallel ranks. Activations: the arenas the schedule allocates (one per microbatch in flight) "
+        "times one arena's bytes.\n\n";
+  }
+  for (const std::string& s : svgs) {
+    md += fmt::format("![{} timeline](parallelism_timeline_{}.svg)\n\n", s, s);
+  }
+  if (!svgs.empty()) {
+    md += "Timelines: step 1 (the second) of one run per schedule, a row per rank, each on its own clock from the "
+          "step's start: F forward, B input gradients (BW: the whole backward), W weight gradients, grey waiting for "
+          "a peer.\n\n";
+  }
+  md += joined("Not in the tables: ", not_run);
+  write_report(spec.reports_dir / "parallelism.csv", csv, written);
+  write_report(spec.reports_dir / "parallelism.md", md, written);
+}
+
+}  // namespace gpt2::harness
