@@ -16,6 +16,7 @@
     "pp_bytes" of rank 0, the first stage) equals the formula: m activations
     sent and m gradients received, each microbatch rows x seq_len x n_embd
     floats, plus the loss and the gradient norm's share (two doubles).
+  * A stage that fails mid-run ends the whole job with a non-zero exit.
   * Clear errors: ranks not a product of tp and pp, microbatches not dividing
     the rows, more stages than layers, pp > 1 on the serial stage, a parallel
     run crossing a stage boundary, an unknown schedule.
@@ -162,6 +163,16 @@ def main():
             continue
         compare(f"the {src.replace('_half', '')} checkpoint resumes on {title} with the uninterrupted curve",
                 out("serial"), d)
+
+    # ---- A failing stage ends the job (no rank left waiting on a peer) ----
+    try:
+        r = mpi(2, [*common, "--parallel.pp", "2", "--parallel.microbatches", str(M), "--debug.fail_rank", "1",
+                    "--debug.fail_step", "3", "--out", out("fail")], timeout=60)
+        check("a stage failing mid-run ends the pipeline job with a non-zero exit, naming the rank",
+              r.returncode != 0 and "rank 1: injected failure at step 3" in r.stderr, r.stderr.strip()[-300:])
+    except subprocess.TimeoutExpired:
+        check("a stage failing mid-run ends the pipeline job with a non-zero exit, naming the rank", False,
+              "the job hung (killed after 60 s)")
 
     # ---- Errors ----
     def error(title, n, args, needle, serial=False):
