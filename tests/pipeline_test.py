@@ -6,6 +6,8 @@
     train the serial configuration for 10 steps: every step's loss and the
     validation losses within 1e-5 relative, every final weight within 1e-5
     absolute of serial's.
+  * zb-h1's split backward accumulates what 1f1b's whole one does, in the
+    same order: equal losses and bit-identical final weights.
   * Checkpoints interchange: a pp-2 checkpoint at step 5 resumes on serial and
     on ZeRO-1 dp 2, a ZeRO-1 one on pp 2 (zb-h1), with the uninterrupted curve.
   * Activation arenas in flight, as counted by each stage while it runs
@@ -113,6 +115,13 @@ def main():
             continue
         compare(f"{title} equals serial (10 steps: losses, validation losses, final weights)", out("serial"),
                 out(name))
+
+    # ---- The B/W split adds the same products in the same order ----
+    if os.path.isdir(out("1f1b")) and os.path.isdir(out("zbh1")):
+        same = [load(os.path.join(out(n), "checkpoint.bin")).params for n in ("1f1b", "zbh1")]
+        losses = [[r["loss"] for r in records(out(n), "step")] for n in ("1f1b", "zbh1")]
+        check("zb-h1 (backward split into B and W) gives 1f1b's losses and final weights bit for bit",
+              same[0] == same[1] and losses[0] == losses[1])
 
     # ---- Arenas in flight, counted ----
     for name, want, rule in (("gpipe", [M, M], "m per stage"), ("1f1b", [2, 1], "at most p"),

@@ -106,7 +106,7 @@ class Backend {
 
   // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   virtual void gelu_forward(Tensor out, Tensor inp) = 0;
-  // dinp = dout * gelu'(inp); dinp may alias dout.
+  // dinp = dout * gelu'(inp), element by element: dinp may alias dout or inp.
   virtual void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
 
   // out = a + b (same shapes); out may alias a or b. Its backward is the identity into both

@@ -36,11 +36,12 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
     f(l.fch, {B, T, 4 * C / P});
     f(l.fch_gelu, {B, T, 4 * C / P});
     f(l.residual3, {B, T, C});
-    const int64_t Bs = split ? B : 0;
-    f(l.d_res3, {Bs, T, C});
-    f(l.d_fch, {Bs, T, 4 * C / P});
-    f(l.d_res2, {Bs, T, C});
-    f(l.d_qkv, {Bs, T, 3 * C / P});
+    // B has finished with each of these forward tensors when it writes the
+    // gradient kept for W in its place: the split costs no memory.
+    l.d_res3 = split ? l.residual3 : Tensor{};
+    l.d_fch = split ? l.fch : Tensor{};
+    l.d_res2 = split ? l.residual2 : Tensor{};
+    l.d_qkv = split ? l.qkv : Tensor{};
   }
   const int64_t Bh = stage.head ? B : 0;
   f(a.lnf, {Bh, T, C});

@@ -29,11 +29,13 @@ struct LayerActivations {
                                    // layers inside a run: this rank's stream)
   // A backward split into B (input gradients) and W (weight gradients), as
   // the zero-bubble pipeline runs it, else empty: the gradients at the four
-  // matrix products' outputs, kept by B for W.
-  Tensor d_res3;                   // (B,T,C) at the MLP projection's output
-  Tensor d_fch;                    // (B,T,4C/P) at the fc output
-  Tensor d_res2;                   // (B,T,C) at the attention projection's output
-  Tensor d_qkv;                    // (B,T,3C/P) at the qkv output
+  // matrix products' outputs, kept by B for W. Each is a view of a forward
+  // tensor that B no longer needs when it writes it (nor W after), so the
+  // split arena is no larger than the whole backward's.
+  Tensor d_res3;                   // (B,T,C) at the MLP projection's output; = residual3
+  Tensor d_fch;                    // (B,T,4C/P) at the fc output; = fch
+  Tensor d_res2;                   // (B,T,C) at the attention projection's output; = residual2
+  Tensor d_qkv;                    // (B,T,3C/P) at the qkv output; = qkv
 };
 
 struct Activations {

@@ -153,24 +153,26 @@ void standard_block_backward(Backend& be, const TpLayout& tp, const LayerParams&
   }
   const bool b_only = part == BackwardPart::kInput;
   // kAll: whole products on the shared scratch. kInput: input gradients
-  // only, the products' output gradients kept in the layer's d_* tensors.
+  // only, the products' output gradients kept in the layer's d_* tensors
+  // (views of forward tensors this pass has finished with: model/activations.h).
   auto keep = [&](Tensor kept, Tensor from) {
     if (b_only) be.copy(kept, from);
     return b_only ? kept : from;
   };
   auto wgrad = [&](Tensor g) { return b_only ? Tensor{} : g; };
-  const Tensor dfch = b_only ? x.d_fch : a.dfch, dqkv = b_only ? x.d_qkv : a.dqkv;
   // dresidual flows unchanged into residual2 and into the MLP projection's output.
   const Tensor d3 = keep(x.d_res3, a.dresidual);
-  be.matmul_backward(dfch, wgrad(dw.fc_proj_w), wgrad(dw.fc_proj_b), d3, x.fch_gelu, w.fc_proj_w);
-  be.gelu_backward(dfch, dfch, x.fch);
+  be.matmul_backward(a.dfch, wgrad(dw.fc_proj_w), wgrad(dw.fc_proj_b), d3, x.fch_gelu, w.fc_proj_w);
+  const Tensor dfch = b_only ? x.d_fch : a.dfch;  // d_fch is fch: the GELU backward reads it, then overwrites it
+  be.gelu_backward(dfch, a.dfch, x.fch);
   be.matmul_backward(a.dln, wgrad(dw.fc_w), wgrad(dw.fc_b), dfch, x.ln2, w.fc_w);
   tp_sum(tp, a.dln);
   be.layernorm_backward(a.dresidual, dw.ln2_w, dw.ln2_b, a.dln, x.residual2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
   // dresidual now holds d(residual2).
   const Tensor d2 = keep(x.d_res2, a.dresidual);
   be.matmul_backward(a.datty, wgrad(dw.attn_proj_w), wgrad(dw.attn_proj_b), d2, x.atty, w.attn_proj_w);
-  be.attention_backward(dqkv, a.datty, x.atty, x.att_lse, x.qkv, NH);
+  be.attention_backward(a.dqkv, a.datty, x.atty, x.att_lse, x.qkv, NH);
+  const Tensor dqkv = keep(x.d_qkv, a.dqkv);  // after the attention backward has read qkv
   be.matmul_backward(a.dln, wgrad(dw.qkv_w), Tensor{}, dqkv, x.ln1, w.qkv_w);
   tp_sum(tp, a.dln);
   be.layernorm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);

@@ -134,7 +134,7 @@ void PipelineEngine::wait_sends(Slot& slot) {
   slot.sends.clear();
   const double t1 = now_ms();
   wait_s_ += (t1 - t0) * 1e-3;
-  event("send", slot.last_mb, t0, t1);
+  event("send", slot.mb >= 0 ? slot.mb : slot.last_mb, t0, t1);
 }
 
 PipelineEngine::Slot& PipelineEngine::take(int mb) {
@@ -188,6 +188,10 @@ void PipelineEngine::backward(Slot& slot, const int32_t* inputs, const int32_t* 
   Activations& a = slot.arena->acts();
   const size_t off = static_cast<size_t>(slot.mb) * static_cast<size_t>(mb_rows_) * static_cast<size_t>(T_);
   const bool weights_only = part == BackwardPart::kWeight;
+  // B overwrites the forward's output (the split keeps a gradient there):
+  // its send must be done. (Its receiver took it before sending the
+  // gradient this backward needs, so this does not wait.)
+  if (!weights_only) wait_sends(slot);
   if (!weights_only && stage_ < stages_ - 1) {
     const double t0 = now_ms();
     pp_.recv(a.dresidual.data, static_cast<size_t>(a.dresidual.numel()), stage_ + 1);
