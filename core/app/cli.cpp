@@ -40,7 +40,9 @@ const std::vector<Option>& options(const std::string& command) {
       {"prompt", "TEXT", "prompt text [default: the first generate.prompt_tokens tokens of data.corpus]"},
       {"config", "FILE", "YAML file (for generate.*, train.threads and data.corpus)"}};
   static const std::vector<Option> config = {{"config", "FILE", "YAML file of sections to resolve"}};
-  return command == "train" ? train : command == "generate" ? generate : config;
+  static const std::vector<Option> init = {{"out", "FILE", "the model checkpoint to write (required)"},
+                                           {"config", "FILE", "YAML file of sections: model, data, train"}};
+  return command == "train" ? train : command == "generate" ? generate : command == "init" ? init : config;
 }
 
 const char* summary(const std::string& command) {
@@ -50,6 +52,11 @@ const char* summary(const std::string& command) {
            "DIR/checkpoint.bin, then generates from the first corpus tokens and prints the text.";
   }
   if (command == "generate") return "continues a prompt with a trained checkpoint and prints the new text.";
+  if (command == "init") {
+    return "writes the initial weights a run would start from (model.init from train.seed, the vocabulary\n"
+           "from data.corpus) as a model checkpoint, computed in this stage's memory and checked equal on\n"
+           "every rank: what compares initialisations across stages and against other implementations.";
+  }
   return "prints the resolved configuration (every key, as YAML) after the file and the overrides,\n"
          "or the first error in it: what a run would be given, without running it.";
 }
@@ -60,14 +67,15 @@ std::string usage(const std::string& stage) {
       "                [--KEY VALUE ...]\n"
       "       {0} generate --checkpoint CKPT [--prompt TEXT] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} config   [--config FILE] [--KEY VALUE ...]\n"
-      "       {0} [train|generate|config] --help\n",
+      "       {0} init     --out FILE [--config FILE] [--KEY VALUE ...]\n"
+      "       {0} [train|generate|config|init] --help\n",
       stage);
 }
 
 std::string help(const std::string& stage, const std::string& note, const std::string& command) {
   std::string h = fmt::format("{}: the {} stage of the GPT-2 engine.\n\n{}", stage, stage, usage(stage));
   if (!note.empty()) h += "\n" + note;
-  for (const char* cmd : {"train", "generate", "config"}) {
+  for (const char* cmd : {"train", "generate", "config", "init"}) {
     if (!command.empty() && command != cmd) continue;
     h += fmt::format("\n{}: {}\n", cmd, summary(cmd));
     for (const Option& o : options(cmd)) {
@@ -104,15 +112,18 @@ void refuse_unused_by_generate(const CommandLine& cl) {
 
 int run(int argc, char** argv, const StageContext& ctx, const std::string& note) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) throw std::invalid_argument("no command given (expected train, generate or config; see --help)");
+  if (args.empty()) {
+    throw std::invalid_argument("no command given (expected train, generate, config or init; see --help)");
+  }
   const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     if (root) fmt::print("{}", help(ctx.stage, note, ""));
     return 0;
   }
   const std::string command = args[0];
-  if (command != "train" && command != "generate" && command != "config") {
-    throw std::invalid_argument(fmt::format("unknown command '{}' (expected train, generate or config)", command));
+  if (command != "train" && command != "generate" && command != "config" && command != "init") {
+    throw std::invalid_argument(
+        fmt::format("unknown command '{}' (expected train, generate, config or init)", command));
   }
   std::vector<std::string> keys, flags;
   for (const Option& o : options(command)) (*o.value ? keys : flags).push_back(o.name);
@@ -136,6 +147,9 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   if (command == "config") {
     validate(cfg);
     if (root) fmt::print("{}", to_yaml(cfg));
+  } else if (command == "init") {
+    if (get("out").empty()) throw std::invalid_argument("--out: the checkpoint file to write is required");
+    run_init(InitRequest{cfg, get("out")}, ctx);
   } else if (command == "train") {
     const std::string out = get("out").empty() ? default_out_dir(ctx.stage) : get("out");
     const TrainRequest req{cfg, out, get("resume"), cl.find("overwrite") != nullptr, config_file, get("hostfile")};

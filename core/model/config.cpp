@@ -23,6 +23,14 @@ void Gpt2Config::validate(bool vocab_from_tokenizer) const {
   }
 }
 
+InitKind parse_init_kind(const std::string& name) {
+  if (name == "philox") return InitKind::kPhilox;
+  if (name == "original") return InitKind::kOriginal;
+  throw std::invalid_argument(fmt::format("model.init: unknown initialisation '{}' (expected philox or original)", name));
+}
+
+std::string to_string(InitKind kind) { return kind == InitKind::kOriginal ? "original" : "philox"; }
+
 std::string Gpt2Config::describe() const {
   return fmt::format("V={} T={} L={} NH={} C={} (head size {})", V, T, L, NH, C, head_size());
 }

@@ -10,12 +10,24 @@
 
 namespace gpt2 {
 
+// How the initial weights are drawn (model/params.h, initial_weights):
+//   philox    ours: N(0, 0.02) from Philox keyed by (seed, tensor, element);
+//             any element computed alone, on any rank or device.
+//   original  the reproduced project's scheme, exactly (DESIGN.md): srand(seed)
+//             once, then glibc rand() through a single-precision Box-Muller,
+//             tensor by tensor in their order and layout.
+enum class InitKind { kPhilox, kOriginal };
+InitKind parse_init_kind(const std::string& name);  // "philox" | "original"
+std::string to_string(InitKind kind);
+inline void from_string(const std::string& name, InitKind& kind) { kind = parse_init_kind(name); }
+
 struct Gpt2Config {
   int V = 172;   // vocab_size
   int T = 256;   // block_size: the longest sequence (learned position rows)
   int L = 6;     // n_layer
   int NH = 6;    // n_head
   int C = 384;   // n_embd
+  InitKind init = InitKind::kPhilox;  // how init_weights draws (the weights' function of train.seed)
 
   int head_size() const { return C / NH; }
   // Throws std::invalid_argument naming the field and the rule it breaks.
@@ -31,6 +43,9 @@ struct Gpt2Config {
     f("n_layer", L, "transformer blocks");
     f("n_head", NH, "attention heads; must divide n_embd");
     f("n_embd", C, "channels");
+    f("init", init,
+      "initial weights from train.seed: philox (ours: Philox, any element alone) or original (the reproduced "
+      "project's srand/rand Box-Muller, exactly; their seed was 1234)");
   }
   std::string describe() const;
   bool operator==(const Gpt2Config&) const = default;

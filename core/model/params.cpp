@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <stdexcept>
 
 #include "model/rng.h"
@@ -204,7 +206,93 @@ void Gpt2::init_weights(uint64_t seed) {
   params_from_host(host);
 }
 
+namespace {
+
+// glibc's rand() (the TYPE_3 additive feedback generator of random_r, degree
+// 31, separation 3) after srand(seed), without its global state: the same
+// sequence as the C library's, which the tests check through ctypes.
+class GlibcRand {
+ public:
+  explicit GlibcRand(uint32_t seed) {
+    int32_t word = static_cast<int32_t>(seed == 0 ? 1 : seed);
+    r_[0] = word;
+    for (int i = 1; i < 31; ++i) {
+      // word = 16807 * word mod (2^31 - 1), by Schrage's method as glibc does.
+      const int32_t hi = word / 127773, lo = word % 127773;
+      word = 16807 * lo - 2836 * hi;
+      if (word < 0) word += 2147483647;
+      r_[i] = word;
+    }
+    for (int i = 31; i < 34; ++i) r_[i] = r_[i - 31];
+    n_ = 34;
+    for (int i = 34; i < 344; ++i) next_raw();
+  }
+  int32_t operator()() { return static_cast<int32_t>(next_raw() >> 1); }
+  static constexpr int32_t kRandMax = 2147483647;
+
+ private:
+  uint32_t next_raw() {
+    const uint32_t v = static_cast<uint32_t>(r_[(n_ - 31) % 34]) + static_cast<uint32_t>(r_[(n_ - 3) % 34]);
+    r_[n_ % 34] = static_cast<int32_t>(v);
+    ++n_;
+    return v;
+  }
+  int32_t r_[34] = {};
+  uint64_t n_ = 0;
+};
+
+// The reproduced project's initialisation (DESIGN.md, "Initialisation,
+// exactly"), into our layout: their Linear weights are (in, out), ours
+// (out, in); their per-head key, query and value (C, HS) are our qkv_w rows
+// C + h*HS.., h*HS.. and 2C + h*HS.. .
+std::vector<float> original_weights(const Gpt2Config& cfg, uint64_t seed) {
+  ParamTensors p;
+  const std::vector<ParamInfo> infos = layout(cfg, p);
+  std::vector<float> host(param_count(cfg), 0.0f);
+  for (const ParamInfo& info : infos) {
+    size_t n = 1;
+    for (int64_t d : info.shape) n *= static_cast<size_t>(d);
+    if (info.init == ParamInit::kOne) std::fill_n(host.data() + info.offset, n, 1.0f);
+  }
+  std::map<const Tensor*, size_t> offset_of;  // each slot of `p` (unbound) and its offset in the buffer
+  for (const ParamInfo& info : infos) offset_of[info.view] = info.offset;
+  GlibcRand rng(static_cast<uint32_t>(seed));
+  const float pi = static_cast<float>(3.14159265358979323846);
+  auto draw = [&] {
+    const float u1 = (static_cast<float>(rng()) + 1.0f) / (static_cast<float>(GlibcRand::kRandMax) + 2.0f);
+    const float u2 = (static_cast<float>(rng()) + 1.0f) / (static_cast<float>(GlibcRand::kRandMax) + 2.0f);
+    const float z = std::sqrt(-2.0f * std::log(u1)) * std::cos(2.0f * pi * u2);
+    return 0.0f + 0.02f * z;
+  };
+  const int64_t V = cfg.V, T = cfg.T, C = cfg.C, HS = cfg.head_size();
+  auto base = [&](const Tensor& t) { return host.data() + offset_of.at(&t); };
+  // An (in, out) weight drawn row by row into our (out, in) tensor at row offset `row0`.
+  auto linear = [&](float* w, int64_t in, int64_t out, int64_t row0) {
+    for (int64_t i = 0; i < in; ++i) {
+      for (int64_t j = 0; j < out; ++j) w[(row0 + j) * in + i] = draw();
+    }
+  };
+  for (int64_t k = 0; k < V * C; ++k) base(p.wte)[k] = draw();
+  for (int64_t k = 0; k < T * C; ++k) base(p.wpe)[k] = draw();
+  for (const LayerParams& h : p.layers) {
+    float* qkv = base(h.qkv_w);
+    for (int64_t head = 0; head < cfg.NH; ++head) {
+      linear(qkv, C, HS, C + head * HS);      // key
+      linear(qkv, C, HS, head * HS);          // query
+      linear(qkv, C, HS, 2 * C + head * HS);  // value
+    }
+    linear(base(h.attn_proj_w), C, C, 0);
+    linear(base(h.fc_w), C, 4 * C, 0);
+    linear(base(h.fc_proj_w), 4 * C, C, 0);
+  }
+  linear(base(p.lm_head), C, V, 0);
+  return host;
+}
+
+}  // namespace
+
 std::vector<float> initial_weights(const Gpt2Config& cfg, uint64_t seed) {
+  if (cfg.init == InitKind::kOriginal) return original_weights(cfg, seed);
   ParamTensors p;
   const std::vector<ParamInfo> infos = layout(cfg, p);
   std::vector<float> host(param_count(cfg));

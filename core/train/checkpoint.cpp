@@ -101,6 +101,8 @@ void read_section(const char* name, Section& s, const Checkpoint& ck, const std:
   f.add_section(name, s);
   for (const Field& field : f.list()) {
     const std::string* v = ck.find(field.key);
+    // model.init came later: a checkpoint without it was initialised by Philox (the field's default).
+    if (v == nullptr && field.key == "model.init") continue;
     if (v == nullptr) throw std::runtime_error(fmt::format("{}: invalid checkpoint: the header has no {}", path, field.key));
     try {
       field.set(*v);

@@ -77,6 +77,7 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["block_types"] = TpLayout{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.describe();
   p["hostfile"] = req.hostfile;
   p["seed"] = c.train.seed;
+  p["init"] = to_string(st.model_config.init);
   p["config_file"] = req.config_file;
   p["run_id"] = run_id;
   p["peak_gflops"] = round_fixed(peak.gflops, 2);
@@ -490,6 +491,28 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
     std::fflush(stdout);
   }
   if (ctx.comm) ctx.comm->barrier();
+}
+
+void run_init(const InitRequest& req, const StageContext& ctx) {
+  const RunConfig& c = req.config;
+  validate(c);
+  std::unique_ptr<Communicator> local;
+  Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
+  check_ranks_agree(c, comm);
+  Corpus corpus = load_corpus(c.data.corpus, c.data.tokenizer, nullptr, comm);
+  const Gpt2Config mc = resolve_vocab(c.model, corpus.tok.size());
+  auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, comm.local_rank()});
+  Gpt2 model(mc, be->memory());
+  model.init_weights(c.train.seed);
+  const std::vector<float> w = model.params_to_host();  // back from the backend's memory
+  const uint64_t hash = fnv1a64(w.data(), w.size() * sizeof(float));
+  if (!comm.all_equal(hash)) throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
+  if (comm.rank() == 0) {
+    save_checkpoint(req.out, mc, w, corpus.tok, nullptr, {{"train.seed", std::to_string(c.train.seed)}});
+    fmt::print(stderr, "[{}] initial weights (model.init {}, train.seed {}, {} parameters, hash {:016x}) in {}\n",
+               ctx.stage, to_string(mc.init), c.train.seed, w.size(), hash, req.out);
+  }
+  comm.barrier();
 }
 
 }  // namespace gpt2

@@ -27,6 +27,11 @@ struct TrainRequest {
   std::string hostfile;     // MPI: check the job's placement against it, or ""
 };
 
+struct InitRequest {
+  RunConfig config;  // model.*, model.init, train.seed, data.corpus (the vocabulary)
+  std::string out;   // the model checkpoint to write
+};
+
 struct GenerateRequest {
   RunConfig config;         // generate.* and train.threads; data.corpus for a corpus prompt
   std::string checkpoint;
@@ -38,6 +43,10 @@ struct GenerateRequest {
 // lost: results appear under their final names only when complete.
 void run_train(const TrainRequest& req, const StageContext& ctx);
 void run_generate(const GenerateRequest& req, const StageContext& ctx);
+// Writes the initial weights as a model checkpoint (the `init` command):
+// computed by every rank in its backend's memory, read back, checked equal
+// across ranks, written by rank 0.
+void run_init(const InitRequest& req, const StageContext& ctx);
 
 // train.threads resolved: 0 is every core.
 int resolve_threads(int threads);
