@@ -380,6 +380,94 @@ def pipeline_checks(exps, results, reports, harness, check):
           and os.path.exists(os.path.join(folder, "parallelism_timeline_zb-h1.svg")), md[:2000])
 
 
+T2O_SMOKE = """name: t2o_smoke
+base: ../configs/original.yaml
+config:
+  model.block_size: 16
+  model.n_layer: 1
+  model.n_head: 2
+  model.n_embd: 16
+  model.init: original
+  train.seed: 1234
+  train.batch_size: 2
+  train.seq_len: 16
+  train.steps: 3
+  train.peak_gflops: 10
+  generate.max_new_tokens: 0
+needs:
+  data.corpus: the original project's corpus
+reports: [table2_original]
+timeout_s: 120
+runs:
+  - stage: serial
+    threads: 1
+  - stage: mpi
+    ranks: 2
+    threads: 1
+"""
+
+
+def table2_original_checks(exps, results, reports, harness, work, check):
+    """The original-corpus experiment: skipped with what to pass, and its report from a corpus made here."""
+    with open(os.path.join(exps, "t2o_smoke.yaml"), "w") as f:
+        f.write(T2O_SMOKE)
+    r = harness("run", exp="t2o_smoke.yaml")
+    md_path = os.path.join(reports, "t2o_smoke", "table2_original.md")
+    md = open(md_path).read() if os.path.exists(md_path) else ""
+    check("table2_original without the corpus: skipped, exit 0, the report says what to pass",
+          r.returncode == 0 and "skipped" in r.stderr and "pass --set data.corpus=VALUE" in md
+          and not os.path.exists(os.path.join(results, "t2o_smoke", "runs.csv")), r.stderr[-500:] + md[-500:])
+    paper = os.path.join(work, "data", "paper")  # the paper's Table 2, where the report looks for it
+    if not os.path.isdir(paper):
+        shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "paper"), paper)
+    corpus = os.path.join(work, "made_corpus.txt")
+    with open(corpus, "w") as f:
+        for i in range(300):
+            f.write(f"a story {i % 17} of the fox , and the hen {i % 5} .\n")
+    r = harness("run", "--set", f"data.corpus={corpus}", exp="t2o_smoke.yaml")
+    md = open(md_path).read() if os.path.exists(md_path) else ""
+    check("table2_original with a corpus made here: our curves beside the paper's, deviations and where theirs part",
+          r.returncode == 0 and "paper serial" in md and "Max |ours - paper|" in md.replace("\\|", "|")
+          and "Where the paper's curves part" in md and "this corpus is not the original's" in md
+          and f"--set data.corpus={corpus}" in md, r.stderr[-800:] + md[:1500])
+    r = harness("run", "--set", "data.corpus", exp="t2o_smoke.yaml")
+    check("--set without KEY=VALUE is refused", r.returncode == 2 and "not KEY=VALUE" in r.stderr, r.stderr[-300:])
+
+
+def compare_checks(work, a_harness, env, check):
+    """harness compare on two result sets written here: ratios, the U test's warnings, CSV out."""
+    def write(name, rows):
+        d = os.path.join(work, name)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "runs.csv"), "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(RUNS_COLUMNS)
+            for k, (stage, ranks, t) in enumerate(rows):
+                row = dict.fromkeys(RUNS_COLUMNS, "")
+                row.update(experiment="x", run_id=f"{stage}-{ranks}-{k}", stage=stage, ranks=str(ranks), threads="1",
+                           repetition=str(k), tp="1", seed="1", status="ok", training_s=str(t), steps="10")
+                w.writerow([row[c] for c in RUNS_COLUMNS])
+        return d
+    a = write("cmp_a", [("serial", 1, t) for t in (1.0, 1.1, 0.9)] + [("mpi", 2, 0.5)])
+    b = write("cmp_b", [("serial", 1, t) for t in (2.0, 2.2, 1.8)] + [("mpi", 2, 0.25)] + [("mpi", 4, 0.2)])
+    out = os.path.join(work, "cmp_out")
+    r = subprocess.run([a_harness, "compare", a, b, "--out", out], capture_output=True, text=True, env=env, timeout=60)
+    lines = {l.split("|")[1].strip(): l for l in r.stdout.splitlines() if l.startswith("| ") and "|" in l[2:]}
+    serial, mpi2 = lines.get("serial r1 t1", ""), lines.get("mpi r2 t1", "")
+    check("compare: medians and the ratio B / A per configuration",
+          r.returncode == 0 and "| 2.000 |" in serial and "| 0.500 |" in mpi2, r.stdout[-1500:] + r.stderr[-300:])
+    check("compare: 3 repetitions a side get a U test (p 0.1) marked unreliable; 1 gets none",
+          "0.1000" in serial and "unreliable: 9+ repetitions recommended" in serial and "no test" in mpi2
+          and "WARNING: results unreliable" in r.stdout, r.stdout[-1500:])
+    check("compare: a configuration on one side only is listed; compare.md and compare.csv written",
+          "Only in B: mpi r4 t1" in r.stdout and os.path.exists(os.path.join(out, "compare.csv"))
+          and os.path.exists(os.path.join(out, "compare.md")), r.stdout[-600:])
+    r = subprocess.run([a_harness, "compare", a, os.path.join(work, "nowhere")], capture_output=True, text=True, env=env,
+                       timeout=60)
+    check("compare: a side that names nothing is refused", r.returncode == 2 and "not a results folder" in r.stderr,
+          r.stderr[-300:])
+
+
 def tensor_parallel_checks(exps, results, reports, harness, mpi_built, check):
     with open(os.path.join(exps, "tp_smoke.yaml"), "w") as f:
         f.write(TP_SMOKE)
@@ -459,6 +547,12 @@ def main():
     # 1. A full run of the smoke experiment.
     r = harness("run")
     check("smoke runs", r.returncode == 0, r.stderr[-1500:] if r.returncode else "")
+    progress = [l for l in r.stderr.splitlines() if ": step 3/3, loss " in l and "tokens/s" in l and "left" in l]
+    check("a progress line per completed run (output not a terminal), from the stage's metrics stream",
+          len(progress) == 3, "\n".join(progress) or r.stderr[-800:])
+    rq = harness("run", "--force", "--quiet")
+    check("--quiet: no progress lines", rq.returncode == 0 and not any(": step 3/3" in l for l in rq.stderr.splitlines()),
+          rq.stderr[-600:])
     header, runs = rows(os.path.join(results, "smoke", "runs.csv"))
     check("runs.csv has the documented columns", header == RUNS_COLUMNS, str(header))
     by_stage = {(x["stage"], x["ranks"]): x for x in runs}
@@ -658,6 +752,8 @@ def main():
     tensor_parallel_checks(exps, results, reports, harness, mpi_built, check)
     if mpi_built:
         pipeline_checks(exps, results, reports, harness, check)
+        table2_original_checks(exps, results, reports, harness, work, check)
+    compare_checks(work, a.harness, env, check)
 
     r = subprocess.run([a.harness, "list", "--experiments", exps], capture_output=True, text=True)
     check("list names the experiments and why stages are unavailable",

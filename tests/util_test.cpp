@@ -12,6 +12,7 @@
 #include "util/fields.h"
 #include "util/json.h"
 #include "util/records.h"
+#include "util/stats.h"
 
 namespace gpt2 {
 namespace {
@@ -35,6 +36,38 @@ struct Section {
     f("name", name, "a name");
   }
 };
+
+// The Mann-Whitney U test against values worked out by hand: with no ties the
+// two-sided p of samples that do not overlap is 2 / C(n1 + n2, n1).
+TEST(MannWhitneyU, ExactPValuesOfSeparatedAndInterleavedSamples) {
+  const gpt2::UTest three = gpt2::mann_whitney_u({1, 2, 3}, {4, 5, 6});
+  EXPECT_TRUE(three.exact);
+  EXPECT_EQ(three.u, 0);
+  EXPECT_NEAR(three.p, 2.0 / 20.0, 1e-12);  // C(6, 3) = 20
+  std::vector<double> a, b;
+  for (int i = 0; i < 9; ++i) {
+    a.push_back(10 + i);
+    b.push_back(i);
+  }
+  const gpt2::UTest nine = gpt2::mann_whitney_u(a, b);
+  EXPECT_EQ(nine.u, 81);
+  EXPECT_NEAR(nine.p, 2.0 / 48620.0, 1e-15);  // C(18, 9) = 48620
+  // a = {1, 4}, b = {2, 3}: U = 2 of 4, the middle of the distribution (counts 1 1 2 1 1): p = 1.
+  EXPECT_NEAR(gpt2::mann_whitney_u({1, 4}, {2, 3}).p, 1.0, 1e-12);
+  // a = {1, 3}, b = {2, 4}: U = 1, P(U <= 1) = 2/6, two-sided 4/6.
+  EXPECT_NEAR(gpt2::mann_whitney_u({1, 3}, {2, 4}).p, 4.0 / 6.0, 1e-12);
+}
+
+TEST(MannWhitneyU, TiesUseTheNormalApproximationAndEqualSamplesGiveOne) {
+  const gpt2::UTest same = gpt2::mann_whitney_u({5, 5, 5}, {5, 5, 5});
+  EXPECT_FALSE(same.exact);
+  EXPECT_EQ(same.u, 4.5);
+  EXPECT_EQ(same.p, 1.0);
+  const gpt2::UTest tied = gpt2::mann_whitney_u({1, 2, 2, 3, 9, 9, 9, 9, 9, 9}, {0, 0, 0, 0, 1, 1, 1, 1, 2, 2});
+  EXPECT_FALSE(tied.exact);
+  EXPECT_LT(tied.p, 0.01);
+  EXPECT_THROW(gpt2::mann_whitney_u({}, {1}), std::invalid_argument);
+}
 
 TEST(Fields, ParsesValidTextAndReadsItBack) {
   Section s;

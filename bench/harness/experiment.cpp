@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::vector<std::string> kTopKeys = {"kind", "name", "description", "base", "config", "reports", "repetitions",
-                                           "seeds", "timeout_s", "checkpoints", "runs"};
+                                           "seeds", "timeout_s", "checkpoints", "runs", "needs"};
 const std::vector<std::string> kRunKeys = {"stage", "ranks", "threads", "hostfile", "config"};
 
 std::string run_id(const RunSpec& r, const std::string& build_id) {
@@ -34,7 +34,8 @@ std::string run_id(const RunSpec& r, const std::string& build_id) {
 
 }  // namespace
 
-Experiment load_experiment(const fs::path& file, const std::string& build_id, ConfigResolver& resolver) {
+Experiment load_experiment(const fs::path& file, const std::string& build_id, ConfigResolver& resolver,
+                           const std::vector<std::string>& cli) {
   const ExperimentFile f = open_experiment(file, "stages", kTopKeys, "the experiment", "at least 'base' and 'runs'");
   const YAML::Node& root = f.root;
   const Reader& rd = f.rd;
@@ -64,6 +65,28 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
   if (!root["runs"] || !root["runs"].IsSequence() || root["runs"].size() == 0) {
     throw std::invalid_argument(fmt::format("{}: 'runs' must be a non-empty list of runs", file.string()));
   }
+  std::vector<Override> from_cli;
+  for (const std::string& kv : cli) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw std::invalid_argument(fmt::format("--set: '{}' is not KEY=VALUE (e.g. data.corpus=PATH)", kv));
+    }
+    from_cli.push_back(Override{kv.substr(0, eq), kv.substr(eq + 1), YAML::Node()});
+  }
+  if (root["needs"]) {
+    if (!root["needs"].IsMap()) rd.fail(root["needs"], "needs: expected a mapping of key: what to pass");
+    std::vector<std::string> missing;
+    for (const auto& kv : root["needs"]) {
+      const std::string key = rd.scalar(kv.first, "needs");
+      const bool given = std::any_of(from_cli.begin(), from_cli.end(), [&](const Override& o) { return o.key == key; });
+      if (!given) missing.push_back(fmt::format("{}, {}: pass --set {}=VALUE", key, rd.scalar(kv.second, key), key));
+    }
+    if (!missing.empty()) {
+      ex.skip_reason = "needs ";
+      for (size_t i = 0; i < missing.size(); ++i) ex.skip_reason += (i ? "; " : "") + missing[i];
+      return ex;  // nothing to resolve: the runs need what is missing
+    }
+  }
 
   std::set<std::string> ids;
   for (const auto& run : root["runs"]) {
@@ -87,6 +110,7 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
     if (run["config"]) {
       for (Override& o : rd.overrides(run["config"], "the run's config")) per_run.push_back(std::move(o));
     }
+    per_run.insert(per_run.end(), from_cli.begin(), from_cli.end());
     std::string hostfile;
     if (run["hostfile"]) {
       if (!parallel) rd.fail(run["hostfile"], fmt::format("hostfile: the {} stage does not use MPI", stage));

@@ -60,6 +60,9 @@ struct RunSpec {
 };
 
 struct Experiment : ExperimentInfo {
+  // `needs:` keys (key -> what to pass) that the command line did not set
+  // (--set KEY=VALUE): the experiment is skipped, and says what to pass.
+  std::string skip_reason;
   std::vector<std::string> reports;
   int repetitions = 1;
   double timeout_s = 3600;
@@ -70,6 +73,9 @@ struct Experiment : ExperimentInfo {
 // Parses, expands and validates; throws std::invalid_argument naming
 // file:line and the key. `build_id` (the build's git description) enters
 // every run id, so a new build does not reuse an old build's results.
-Experiment load_experiment(const std::filesystem::path& file, const std::string& build_id, ConfigResolver& resolver);
+// `cli` are the command line's --set overrides ("key=value"), applied to
+// every run after the experiment's own settings.
+Experiment load_experiment(const std::filesystem::path& file, const std::string& build_id, ConfigResolver& resolver,
+                           const std::vector<std::string>& cli = {});
 
 }  // namespace gpt2::harness

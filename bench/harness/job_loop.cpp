@@ -1,6 +1,8 @@
 // The harness's one run loop (see job_loop.h).
 #include "job_loop.h"
 
+#include "progress.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -128,7 +130,14 @@ int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool for
     Status st{"skipped", job.unavailable, 0, ""};
     if (job.unavailable.empty()) {
       const auto t0 = std::chrono::steady_clock::now();
-      st = job.run(attempt);
+      progress_begin(fmt::format("[{}/{}] {}", index, total, job.id));
+      try {
+        st = job.run(attempt);
+      } catch (...) {
+        progress_end();
+        throw;
+      }
+      progress_end();
       st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     if (st.status == "failed") ++failed;

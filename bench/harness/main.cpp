@@ -4,7 +4,7 @@
 // microbenchmarks (`kind: kernels`), our training step against PyTorch
 // (`kind: peer`) and the MPI stage's step with and without bucketed
 // allreduce (`kind: mpi_step`).
-//   harness run EXPERIMENT.yaml [--force] [--results DIR] [--reports DIR] [--build DIR]
+//   harness run EXPERIMENT.yaml [--force] [--quiet] [--set KEY=VALUE,...] [--results DIR] [--reports DIR] [--build DIR]
 //   harness report EXPERIMENT   [--results DIR] [--reports DIR] [--build DIR]
 //   harness list                [--experiments DIR] [--build DIR]
 // The harness links none of the engine: it starts the stage and benchmark
@@ -20,12 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "compare.h"
 #include "experiment.h"
 #include "job_loop.h"
 #include "kernels_experiment.h"
 #include "kernels_report.h"
 #include "mpi_step_experiment.h"
 #include "peer_experiment.h"
+#include "progress.h"
 #include "report.h"
 #include "stage_runner.h"
 #include "tables.h"
@@ -41,22 +43,37 @@ namespace {
 const char* kHelp = R"(harness: run experiments over the GPT-2 stages and report them.
 
 usage:
-  harness run EXPERIMENT.yaml [--force] [--results DIR] [--reports DIR] [--build DIR]
+  harness run EXPERIMENT.yaml [--force] [--quiet] [--set KEY=VALUE,...] [--results DIR] [--reports DIR] [--build DIR]
       Runs every job of the experiment (reusing completed ones unless --force),
       writes DIR/<experiment>/<job-id>/ for each and the experiment's index
       (runs.csv and loss.csv, programs.csv or jobs.csv), then the reports.
+      While a stage trains, a progress line follows its metrics stream (step,
+      loss, tokens/s, time left): rewritten in place on a terminal, one line
+      per run otherwise; --quiet prints none.
       Exit status: 0 all jobs ok or skipped, 1 a job failed, 2 bad input
-      (nothing is run).
+      (nothing is run). --set overrides a configuration key in every run of a
+      stages experiment (after the experiment's own settings); an experiment
+      whose `needs:` names a key not set this way is skipped, and its report
+      says what to pass (experiments/table2_original.yaml: data.corpus).
   harness report EXPERIMENT [--results DIR] [--reports DIR] [--build DIR]
       Rebuilds the reports from stored results (no run). EXPERIMENT is a file
       or a name in experiments/.
+  harness compare A B [--metric training_s] [--out DIR] [--results DIR]
+      Matches two result sets of stage runs configuration by configuration:
+      medians of the metric (a runs.csv column: training_s, step_ms,
+      inference_s, tokens_per_s, final_loss, val_loss), the ratio B / A and
+      a two-sided Mann-Whitney U test over the repetitions, warning as
+      google/benchmark's compare.py does when there are fewer than 9. A and
+      B: a folder with runs.csv, an experiment name (results/NAME), or
+      REV:NAME (that experiment's runs.csv at git revision REV). Markdown on
+      stdout; --out also writes compare.md and compare.csv.
   harness list [--experiments DIR] [--build DIR]
       The experiments, and which stages this machine can run (and why not).
   harness [COMMAND] --help
 
 Kinds of experiment (`kind:` in the file):
   stages    (default) training runs of the stage programs: reports table1,
-            table2, scaling, tensor_parallel, parallelism
+            table2, scaling, tensor_parallel, parallelism, table2_original
   kernels   the kernel microbenchmark programs of <build>/bench: kernels.md
             with a roofline chart
   peer      our training step (<build>/bench/train_step) against PyTorch
@@ -84,9 +101,12 @@ fs::path default_build() { return self_dir().parent_path(); }
 // The command line: COMMAND [EXPERIMENT] and the options of a field list
 // (util/fields.h), so an unknown option gets a "did you mean".
 struct Args {
-  std::string command, target;
+  std::string command, target, second;  // second: compare's B
+  std::string metric = "training_s", out;
   std::string results, reports, build, experiments;  // "" = the default
+  std::vector<std::string> set;                       // --set KEY=VALUE,...
   bool force = false;
+  bool quiet = false;
   bool help = false;
 };
 
@@ -94,16 +114,25 @@ Args parse(int argc, char** argv) {
   Args a;
   gpt2::Fields f;
   f.add("force", a.force, "rerun completed jobs");
+  f.add("quiet", a.quiet, "no live progress line while a run trains");
   f.add("results", a.results, "results folder", "path");
   f.add("reports", a.reports, "reports folder", "path");
   f.add("build", a.build, "the build whose programs run", "path");
   f.add("experiments", a.experiments, "the folder `list` reads", "path");
+  f.add("metric", a.metric, "compare: the runs.csv column to compare (training_s, step_ms, ...)", "name");
+  f.add("out", a.out, "compare: also write compare.md and compare.csv in this folder", "path");
+  f.add("set", a.set, "KEY=VALUE[,KEY=VALUE...] set in every run of a stages experiment (after its own settings)",
+        "list");
   const gpt2::CommandLine cl = gpt2::parse_command_line({argv + 1, argv + argc}, f);
   gpt2::apply_settings(f, cl);
   a.help = cl.help;
-  if (cl.positional.size() > 2) throw std::invalid_argument(fmt::format("unexpected argument '{}'", cl.positional[2]));
+  const size_t most = !cl.positional.empty() && cl.positional[0] == "compare" ? 3 : 2;
+  if (cl.positional.size() > most) {
+    throw std::invalid_argument(fmt::format("unexpected argument '{}'", cl.positional[most]));
+  }
   if (!cl.positional.empty()) a.command = cl.positional[0];
   if (cl.positional.size() > 1) a.target = cl.positional[1];
+  if (cl.positional.size() > 2) a.second = cl.positional[2];
   return a;
 }
 
@@ -133,18 +162,30 @@ struct Loaded {
   std::function<std::vector<fs::path>(const std::string& reproduce_command)> report;
 };
 
-Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver) {
+Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver, const std::vector<std::string>& set = {}) {
   const std::string kind = experiment_kind(file);
   Loaded l;
+  if (kind != "stages" && !set.empty()) {
+    throw std::invalid_argument(fmt::format("--set: only stages experiments take overrides ({} is kind {})",
+                                            file.string(), kind));
+  }
   if (kind == "stages") {
-    auto ex = std::make_shared<Experiment>(load_experiment(file, at.build_id, resolver));
-    l = Loaded{ex->name, ex->description, fmt::format("{:>3} runs", ex->runs.size()), "runs.csv",
+    auto ex = std::make_shared<Experiment>(load_experiment(file, at.build_id, resolver, set));
+    const std::string count =
+        ex->skip_reason.empty() ? fmt::format("{:>3} runs", ex->runs.size()) : "skipped";
+    l = Loaded{ex->name, ex->description, count, "runs.csv",
                [ex, at](bool force) {
+                 if (!ex->skip_reason.empty()) {
+                   fmt::print(stderr, "{}: skipped: this experiment {}\n", ex->name, ex->skip_reason);
+                   return 0;
+                 }
                  return run_experiment(*ex, RunnerOptions{at.results / ex->name, at.build / "stages", force});
                },
                [ex, at](const std::string& cmd) {
-                 return write_reports(ReportSpec{ex->name, ex->description, ex->reports, at.results / ex->name,
-                                                 at.reports / ex->name, at.repo / "data" / "paper", cmd});
+                 ReportSpec spec{ex->name, ex->description, ex->reports, at.results / ex->name,
+                                 at.reports / ex->name, at.repo / "data" / "paper", cmd};
+                 spec.skip_reason = ex->skip_reason;
+                 return write_reports(spec);
                }};
   } else if (kind == "kernels") {
     auto ex = std::make_shared<KernelsExperiment>(load_kernels_experiment(file, at.build_id));
@@ -213,29 +254,39 @@ int run(int argc, char** argv) {
     fmt::print("{}", kHelp);
     return a.help || !a.command.empty() ? 0 : 2;
   }
+  set_progress_mode(default_progress_mode(a.quiet));
   Places at;
   at.build = opt_path(a.build, default_build());
   at.build_id = gpt2::build_info().git_commit;
   ConfigResolver resolver(at.build / "stages" / "serial");
   if (a.command == "list") return list(a, at, resolver);
+  if (a.command == "compare") {
+    if (a.second.empty()) throw std::invalid_argument("compare: two result sets are needed: harness compare A B");
+    CompareRequest req{a.target, a.second, a.metric, fs::path(kRepoRoot), opt_path(a.results, fs::path(kRepoRoot) / "results"),
+                       a.out.empty() ? fs::path() : fs::absolute(a.out)};
+    fmt::print("{}", compare_results(req));
+    return 0;
+  }
   if (a.command != "run" && a.command != "report") {
-    throw std::invalid_argument(fmt::format("unknown command '{}' (expected run, report or list)", a.command));
+    throw std::invalid_argument(fmt::format("unknown command '{}' (expected run, report, compare or list)", a.command));
   }
   if (a.target.empty()) throw std::invalid_argument(fmt::format("{}: which experiment? (see harness --help)", a.command));
   const fs::path file = experiment_file(a.target, fs::path(kRepoRoot) / "experiments");
   at.repo = file.parent_path().parent_path();
   at.results = opt_path(a.results, at.repo / "results");
   at.reports = opt_path(a.reports, at.repo / "reports");
-  const Loaded ex = load(file, at, resolver);  // validates every job before any runs
+  const Loaded ex = load(file, at, resolver, a.set);  // validates every job before any runs
   int failed = 0;
   if (a.command == "run") {
     failed = ex.run(a.force);
-  } else if (!fs::exists(at.results / ex.name / ex.index)) {
+  } else if (ex.count != "skipped" && !fs::exists(at.results / ex.name / ex.index)) {
     throw std::invalid_argument(fmt::format("no results for '{}' in {} (run it first)", ex.name, at.results.string()));
   }
   std::error_code ec;
   const fs::path rel = fs::relative(file, at.repo, ec);
-  const auto files = ex.report(fmt::format("build/bench/harness run {}", ec ? file.string() : rel.string()));
+  std::string reproduce = fmt::format("build/bench/harness run {}", ec ? file.string() : rel.string());
+  for (const std::string& s : a.set) reproduce += " --set " + s;
+  const auto files = ex.report(reproduce);
   fmt::print(stderr, "results: {}\n", (at.results / ex.name).string());
   for (const fs::path& f : files) {
     if (f.extension() == ".md") fmt::print("report: {}\n", f.string());

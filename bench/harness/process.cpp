@@ -93,8 +93,13 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, const Laun
   setpgid(pid, pid);
   g_child_group = pid;
   const auto t0 = std::chrono::steady_clock::now();
+  auto next_tick = t0 + std::chrono::milliseconds(500);
   int status = 0;
   for (;;) {
+    if (opt.on_tick && std::chrono::steady_clock::now() >= next_tick) {
+      opt.on_tick();
+      next_tick += std::chrono::milliseconds(500);
+    }
     const pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid || (r < 0 && errno != EINTR)) break;
     if (opt.timeout_s > 0 &&

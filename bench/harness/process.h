@@ -9,6 +9,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,7 @@ struct LaunchOptions {
   std::vector<std::pair<std::string, std::string>> env;     // set in the child
   std::vector<std::string> unset_env;                       // removed in the child
   std::filesystem::path cwd;                                // the child's working directory, if not empty
+  std::function<void()> on_tick;                            // called about every 0.5 s while the child runs
 };
 
 // Runs argv with stdout and stderr to `log`, in its own process group so a

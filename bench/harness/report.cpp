@@ -28,7 +28,8 @@ const std::vector<Kind>& kinds_table() {
   static const std::vector<Kind> table = {
       {"table1", write_table1}, {"table2", write_table2}, {"scaling", write_scaling},
       {"tensor_parallel", write_tensor_parallel},
-      {"parallelism", write_parallelism}};
+      {"parallelism", write_parallelism},
+      {"table2_original", write_table2_original}};
   return table;
 }
 
@@ -93,10 +94,18 @@ std::vector<fs::path> write_reports(const ReportSpec& spec) {
     }
     if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
   }
-  const Inputs in = load_inputs(spec.results_dir / "runs.csv");
   make_reports_dir(spec.reports_dir);
-
   std::vector<fs::path> written;
+  if (!spec.skip_reason.empty()) {
+    for (const Kind* k : kinds) {
+      write_report(spec.reports_dir / (k->name + ".md"),
+                   preamble(spec, {}, k->name) + fmt::format("Skipped: this experiment {}.\n", spec.skip_reason),
+                   written);
+    }
+    return written;
+  }
+  const Inputs in = load_inputs(spec.results_dir / "runs.csv");
+
   write_runs(spec, in, written);
   for (const Kind* k : kinds) k->write(spec, in, written);
   return written;

@@ -20,6 +20,7 @@ struct ReportSpec {
   std::filesystem::path reports_dir;  // reports/<exp>: created if missing
   std::filesystem::path paper_dir;    // data/paper: paper_table1.csv, paper_table2.csv, README.md
   std::string reproduce_command;      // e.g. "build/bench/harness run experiments/table1.yaml"
+  std::string skip_reason;            // the experiment was skipped (its `needs:`): each report says why
 };
 
 // The report kinds a stage experiment may ask for, in the order they are

@@ -92,11 +92,22 @@ std::string preamble(const ReportSpec& spec, const std::vector<Run>& runs, const
 // "data/paper/README.md" (the last two folders) wherever the tree lies.
 std::string paper_readme_link(const std::filesystem::path& paper_dir, const std::filesystem::path& reports_dir);
 
+// The paper's Table 2 (data/paper/paper_table2.csv): a loss curve per stage.
+struct PaperTable2 {
+  std::filesystem::path path;
+  bool found = false;
+  std::vector<std::pair<std::string, Curve>> by_stage;  // in the file's column order
+};
+PaperTable2 load_paper_table2(const std::filesystem::path& paper_dir);
+// Max |a - b| over the epochs both curves have, and that epoch.
+std::optional<std::pair<double, int>> max_deviation(const Curve& a, const Curve& b);
+
 // One report each (report_<kind>.cpp): <kind>.md, <kind>.csv and a chart.
 void write_table1(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 void write_table2(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 void write_scaling(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 void write_tensor_parallel(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
+void write_table2_original(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 
 }  // namespace gpt2::harness

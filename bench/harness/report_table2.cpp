@@ -19,14 +19,6 @@ namespace gpt2::harness {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-struct PaperTable2 {
-  fs::path path;
-  bool found = false;
-  std::vector<std::pair<std::string, Curve>> by_stage;  // in the file's column order
-};
-
 PaperTable2 load_paper_table2(const fs::path& dir) {
   PaperTable2 p;
   p.path = dir / "paper_table2.csv";
@@ -57,8 +49,6 @@ std::optional<std::pair<double, int>> max_deviation(const Curve& a, const Curve&
   }
   return worst;
 }
-
-}  // namespace
 
 void write_table2(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
   const LossData ours = load_loss(spec.results_dir / "loss.csv", in.runs);

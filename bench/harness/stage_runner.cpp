@@ -11,6 +11,7 @@
 #include "comm_formula.h"
 #include "job_loop.h"
 #include "process.h"
+#include "progress.h"
 #include "tables.h"
 #include "util/files.h"
 #include "util/provenance.h"
@@ -211,7 +212,9 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
                              stage_train_command(r.stage, program, r.ranks, r.hostfile, dir / "run.yaml", dir);
                          LaunchOptions opt;
                          opt.timeout_s = ex.timeout_s;
+                         opt.on_tick = [&dir, &r] { progress_from_metrics(dir, r.steps); };
                          const int rc = launch(argv, dir / "log.txt", opt);
+                         progress_from_metrics(dir, r.steps);  // the last figures, however short the run
                          Status st = status_of_exit(rc, dir / "log.txt", ex.timeout_s);
                          if (st.status == "ok" && !fs::exists(dir / "metrics.jsonl")) {
                            st = Status{"failed", "the program exited 0 but wrote no metrics stream", 0, ""};

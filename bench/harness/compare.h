@@ -1,0 +1,33 @@
+// `harness compare A B`: two result sets of stage runs matched configuration
+// by configuration (stage, ranks, threads, layout): the median of a metric
+// over each side's completed repetitions, the ratio B / A, and a Mann-Whitney
+// U test over the repetitions (util/stats.h), with compare.py's warnings
+// when there are too few. A side is a results folder holding runs.csv, an
+// experiment name (results/<name>), or REV:NAME, that experiment's runs.csv
+// as commit REV holds it (git show). Markdown on stdout; with --out, also
+// compare.md and compare.csv there.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gpt2::harness {
+
+struct CompareRequest {
+  std::string a, b;                   // as given
+  std::string metric = "training_s";  // a numeric column of runs.csv
+  std::filesystem::path repo;         // the repository (results/, git)
+  std::filesystem::path results;      // the results folder names resolve in
+  std::filesystem::path out;          // "" = stdout only
+};
+
+// The columns a comparison may use, and whether smaller is better for each.
+const std::vector<std::pair<std::string, bool>>& compare_metrics();
+
+// Returns the Markdown. Throws std::invalid_argument for a side that names
+// nothing, an unknown metric, or two sides with no configuration in common.
+std::string compare_results(const CompareRequest& req);
+
+}  // namespace gpt2::harness
