@@ -3,7 +3,9 @@
 # CUDA, run the GPU suite, then the CUDA rows of Table 1 through the harness
 # (table), and the CUDA kernel microbenchmarks (kernels) and tensor
 # parallelism's layouts on mpi_cuda against cuda (tp), neither part of all.
-# Everything it writes goes under $OUT (default: gpu-session/).
+# Everything it writes goes under $OUT (default: gpu-session/). The copy of
+# the tree on the GPU machine has no git history: run scripts/stamp_source.sh
+# in the checkout first, so its builds record the real commit.
 #   usage: bash scripts/gpu_session.sh [suite|table|kernels|tp|all]
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -28,7 +28,8 @@ import time
 RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,seed,status,reason,training_s,"
                 "inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,tp_calls,tp_bytes,"
                 "dp_calls,dp_bytes,formula_tp_calls,formula_tp_bytes,formula_dp_calls,formula_dp_bytes,git_commit,"
-                "git_dirty,build_type,compiler,cpu,cores,blas_core,backend,host,date").split(",")
+                "git_dirty,build_type,compiler,cpu,cores,blas_core,backend,host,date,source_hash,build_options,"
+                "openblas,mpi,cuda").split(",")
 LOSS_COLUMNS = "experiment,run_id,stage,ranks,threads,repetition,epoch,loss,val_loss".split(",")
 
 # A tensor-parallel experiment at tiny settings: the standard model on one
@@ -563,6 +564,15 @@ def main():
     check("completed runs carry numbers and provenance",
           all(float(x["training_s"]) > 0 and float(x["final_loss"]) > 0 and x["steps"] == "3" and x["cpu"]
               and x["git_commit"] for x in ok_runs))
+    check("provenance: the sources' hash, the build options and flags, OpenBLAS's version; MPICH's on mpi runs",
+          all(len(x["source_hash"]) == 12 and "buildtype=" in x["build_options"] and "flags=" in x["build_options"]
+              and x["openblas"] for x in ok_runs)
+          and all(x["mpi"].startswith("MPICH") for x in ok_runs if x["stage"] == "mpi"),
+          str([(x["source_hash"], x["openblas"], x["mpi"]) for x in ok_runs]))
+    smoke_md = open(os.path.join(reports, "smoke", "table1.md")).read()
+    check("every report's header names the build and the libraries",
+          "(sources " in smoke_md and "options `buildtype=" in smoke_md and "OpenBLAS " in smoke_md
+          and "MPICH" in smoke_md, smoke_md[:1200])
     for st in (("cuda", "1"), ("mpi_cuda", "2")):
         x = by_stage.get(st, {})
         # Not built (no nvcc), or built and without a GPU at run time.

@@ -262,8 +262,9 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
     md += "## Machine\n\n";
     md += fmt::format("* CPU: {} ({} logical cores), host `{}`; run {}\n", ctx(m, "cpu_model"), ctx(m, "logical_cores"),
                       ctx(m, "host_name"), ctx(m, "date"));
-    md += fmt::format("* Build: {} ({}), commit `{}`; Google Benchmark's own library: {} build\n", ctx(m, "compiler"),
-                      ctx(m, "build_type"), ctx(m, "git_commit"), ctx(m, "library_build_type"));
+    md += fmt::format("* Build: {} ({}), commit `{}` (sources {}), options `{}`; Google Benchmark's own library: {} "
+                      "build\n", ctx(m, "compiler"), ctx(m, "build_type"), ctx(m, "git_commit"), ctx(m, "source_hash"),
+                      ctx(m, "build_options"), ctx(m, "library_build_type"));
     md += fmt::format("* BLAS: OpenBLAS {} with kernel **{}** (`openblas_get_corename()`); config `{}`\n",
                       ctx(m, "openblas_version"), ctx(m, "blas_core"), ctx(m, "blas_config"));
     md += fmt::format("* Environment: OPENBLAS_CORETYPE {}, OPENBLAS_L2_SIZE {}\n", ctx(m, "env_OPENBLAS_CORETYPE"),

@@ -85,10 +85,11 @@ std::vector<fs::path> write_mpi_step_report(const MpiStepExperiment& ex, const f
   if (!ex.description.empty()) md += ex.description + "\n\n";
   if (ref) {
     const Json& p = ref->provenance;
-    md += fmt::format("Measured on {} ({} cores, BLAS kernel {}), host {}, {}, communicator {}, commit {}; {} build, "
-                      "{}.\n\n",
-                      field(p, "cpu"), field(p, "cores"), field(p, "blas_core"), field(p, "host"), field(p, "date"),
-                      field(p, "communicator"), field(p, "git_commit"), field(p, "build_type"), field(p, "compiler"));
+    md += fmt::format("Measured on {} ({} cores, OpenBLAS {}, BLAS kernel {}), host {}, {}, communicator {} ({}), "
+                      "commit {} (sources {}); {} build, {}, options `{}`.\n\n",
+                      field(p, "cpu"), field(p, "cores"), field(p, "openblas"), field(p, "blas_core"), field(p, "host"),
+                      field(p, "date"), field(p, "communicator"), field(p, "mpi"), field(p, "git_commit"),
+                      field(p, "source_hash"), field(p, "build_type"), field(p, "compiler"), field(p, "build_options"));
   } else {
     md += "Measured on: nothing (no completed jobs).\n\n";
   }

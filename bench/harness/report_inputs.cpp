@@ -96,12 +96,16 @@ std::string provenance_text(const std::vector<Run>& runs) {
   auto or_unknown = [](const std::string& s) { return s.empty() ? std::string("?") : s; };
   for (const Run& r : runs) {
     if (!r.ok()) continue;
-    const std::string id =
-        fmt::format("{} ({} cores, BLAS kernel {}){}, host {}, {{dates}}, commit {}{}; {} build, {}", or_unknown(r.cpu),
-                    or_unknown(r.cores), or_unknown(r.blas_core),
-                    r.backend.starts_with("cuda") ? fmt::format(", backend {}", r.backend) : "",
-                    or_unknown(r.host), or_unknown(r.git_commit),
-                    r.dirty ? " (dirty)" : "", or_unknown(r.build_type), or_unknown(r.compiler));
+    std::string id =
+        fmt::format("{} ({} cores, {}BLAS kernel {}){}, host {}, {{dates}}, commit {}{}{}; {} build, {}", or_unknown(r.cpu),
+                    or_unknown(r.cores), r.openblas.empty() ? "" : fmt::format("OpenBLAS {}, ", r.openblas),
+                    or_unknown(r.blas_core), r.backend.starts_with("cuda") ? fmt::format(", backend {}", r.backend) : "",
+                    or_unknown(r.host), or_unknown(r.git_commit), r.dirty ? " (dirty)" : "",
+                    r.source_hash.empty() ? "" : fmt::format(" (sources {})", r.source_hash), or_unknown(r.build_type),
+                    or_unknown(r.compiler));
+    if (!r.build_options.empty()) id += fmt::format(", options `{}`", r.build_options);
+    if (!r.mpi.empty()) id += fmt::format("; {}", r.mpi);
+    if (!r.cuda.empty()) id += fmt::format("; CUDA {}", r.cuda);
     auto it = std::find_if(machines.begin(), machines.end(), [&](const auto& p) { return p.first == id; });
     if (it == machines.end()) {
       machines.emplace_back(id, Machine{id, r.date, r.date});

@@ -175,9 +175,18 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
   for (auto [column, key] : {std::pair(&RunRow::git_commit, "git_commit"), {&RunRow::git_dirty, "git_dirty"},
                              {&RunRow::build_type, "build_type"}, {&RunRow::compiler, "compiler"},
                              {&RunRow::cpu, "cpu"}, {&RunRow::cores, "cores"}, {&RunRow::blas_core, "blas_core"},
-                             {&RunRow::backend, "backend"}, {&RunRow::host, "host"}, {&RunRow::date, "date"}}) {
+                             {&RunRow::backend, "backend"}, {&RunRow::host, "host"}, {&RunRow::date, "date"},
+                             {&RunRow::source_hash, "source_hash"}, {&RunRow::build_options, "build_options"},
+                             {&RunRow::openblas, "openblas"}, {&RunRow::mpi, "mpi"}}) {
     row.*column = field_text(provenance, key);
   }
+  std::string cuda;  // the device libraries, one text
+  for (auto [key, name] : {std::pair("cuda_runtime", "runtime"), {"cuda_driver", "driver"}, {"cublas", "cuBLAS"},
+                           {"nccl", "NCCL"}}) {
+    const std::string v = field_text(provenance, key);
+    if (!v.empty()) cuda += fmt::format("{}{} {}", cuda.empty() ? "" : ", ", name, v);
+  }
+  row.cuda = cuda;
   return row;
 }
 

@@ -160,7 +160,9 @@ const std::vector<Column<RunRow>>& runs_schema() {
       col("cpu", &RunRow::cpu),               col("cores", &RunRow::cores),
       col("blas_core", &RunRow::blas_core),
       col("backend", &RunRow::backend, true),  // since the CUDA stages
-      col("host", &RunRow::host),             col("date", &RunRow::date)};
+      col("host", &RunRow::host),             col("date", &RunRow::date),
+      col("source_hash", &RunRow::source_hash, true), col("build_options", &RunRow::build_options, true),
+      col("openblas", &RunRow::openblas, true), col("mpi", &RunRow::mpi, true), col("cuda", &RunRow::cuda, true)};
   return columns;
 }
 

@@ -51,6 +51,9 @@ struct RunRow {
   std::optional<int64_t> formula_tp_calls, formula_tp_bytes, formula_dp_calls, formula_dp_bytes;
   // Provenance: the run's own when it completed, else the harness's.
   std::string git_commit, git_dirty, build_type, compiler, cpu, cores, blas_core, backend, host, date;
+  // Since the provenance issue (optional): the sources' hash, the Meson options and flags, and the
+  // libraries' versions: "0.3.21", "MPICH 4.0.2", "runtime 13.0, driver 13.0, cuBLAS 13.1.0, NCCL 2.21.5".
+  std::string source_hash, build_options, openblas, mpi, cuda;
 };
 
 struct LossRow {

@@ -194,6 +194,8 @@ void add_context(const Ceilings& c, const BenchOptions& o) {
   benchmark::AddCustomContext("env_OPENBLAS_CORETYPE", env_or_unset("OPENBLAS_CORETYPE"));
   benchmark::AddCustomContext("env_OPENBLAS_L2_SIZE", env_or_unset("OPENBLAS_L2_SIZE"));
   benchmark::AddCustomContext("git_commit", b.git_commit);
+  benchmark::AddCustomContext("source_hash", b.source_hash);
+  benchmark::AddCustomContext("build_options", b.build_options);
   benchmark::AddCustomContext("compiler", b.compiler);
   benchmark::AddCustomContext("build_type", b.build_type);
   benchmark::AddCustomContext("openblas_version", b.openblas_version);

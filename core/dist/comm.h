@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gpt2 {
@@ -55,6 +56,9 @@ class Communicator {
   // and their number (how the CUDA stages pick a GPU).
   virtual int local_rank() const { return 0; }
   virtual int local_size() const { return 1; }
+  // The communication libraries under it and their versions, for provenance:
+  // {"mpi", "MPICH 4.0.2"}, {"nccl", "2.21.5"}; none for the local one.
+  virtual std::vector<std::pair<std::string, std::string>> library_versions() const { return {}; }
 
   // ---- Collectives ----
 

@@ -55,6 +55,10 @@ class Backend {
   virtual ~Backend() = default;
   // What ran, for the record: "cpu", "reference", "cuda (NVIDIA H100 ..., sm_90)".
   virtual std::string name() const = 0;
+  // The device libraries under it and their versions, for provenance:
+  // {"cuda_runtime", "13.0"}, {"cuda_driver", "13.0"}, {"cublas", "13.1.0"}; none for host backends
+  // (the BLAS kernel is kernel_library_info's).
+  virtual std::vector<std::pair<std::string, std::string>> library_versions() const { return {}; }
   // Where this backend's tensors must live: the model, the optimizer and the
   // activations allocate their Buffers here. Token and target arrays are
   // always passed as HOST pointers; a device backend copies them itself.

@@ -66,6 +66,8 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["stage"] = ctx.stage;
   p["backend"] = st.backend->name();
   p["communicator"] = comm.name();
+  for (const auto& [k, v] : st.backend->library_versions()) p[k] = v;
+  for (const auto& [k, v] : comm.library_versions()) p[k] = v;
   p["threads"] = threads;
   p["ranks"] = comm.size();
   p["tp"] = c.parallel.tp;

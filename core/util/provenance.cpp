@@ -40,7 +40,11 @@ MachineInfo machine_info() {
 
 BuildInfo build_info() {
   BuildInfo b;
-  b.git_commit = kGitDescribe;
+  const std::string stamp = kSourceStamp;
+  const size_t bar = stamp.find('|');
+  b.git_commit = stamp.substr(0, bar);
+  b.source_hash = bar == std::string::npos ? "unknown" : stamp.substr(bar + 1);
+  b.build_options = kBuildOptions;
   b.git_dirty = b.git_commit.find("-dirty") != std::string::npos;
   b.build_type = kBuildType;
   b.compiler = fmt::format("g++ {}", __VERSION__);
@@ -60,7 +64,9 @@ Json provenance_json(const MachineInfo& m, const BuildInfo& b) {
   Json j;
   j["git_commit"] = b.git_commit;
   j["git_dirty"] = b.git_dirty;
+  j["source_hash"] = b.source_hash;
   j["build_type"] = b.build_type;
+  j["build_options"] = b.build_options;
   j["compiler"] = b.compiler;
   j["native"] = b.native == "true";
   j["fmt"] = b.fmt_version;

@@ -21,8 +21,13 @@ struct MachineInfo {
 };
 
 struct BuildInfo {
-  std::string git_commit;  // `git describe --always --dirty`: "-dirty" marks uncommitted changes
+  // `git describe --always --dirty` of the tree that was built ("-dirty" marks
+  // uncommitted changes), taken at build time by scripts/source_stamp.sh; a
+  // copy without git history uses the .source-stamp written where it was known.
+  std::string git_commit;
   bool git_dirty = false;
+  std::string source_hash;    // sha256 (12 hex) of the sources compiled: names the build with or without git
+  std::string build_options;  // Meson options and compiler flags: "buildtype=release optimization=3 ... flags=..." 
   std::string build_type;
   std::string compiler;
   std::string native;      // "true" if built with -march=native

@@ -151,6 +151,22 @@ class MpiCommunicator final : public Communicator {
   void set_chunk(size_t elements) { chunk_ = elements; }
 
   std::string name() const override { return "mpi"; }
+  // MPI_Get_library_version's first line, "MPICH Version:\t4.0.2" as "MPICH 4.0.2".
+  std::vector<std::pair<std::string, std::string>> library_versions() const override {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int len = 0;
+    MPI_Get_library_version(text, &len);
+    std::string v(text, static_cast<size_t>(std::max(len, 0)));
+    v = v.substr(0, v.find('\n'));
+    for (const char* drop : {" Version:", "Version:"}) {
+      if (const size_t at = v.find(drop); at != std::string::npos) v.erase(at, std::strlen(drop));
+    }
+    for (char& ch : v) {
+      if (ch == '\t') ch = ' ';
+    }
+    while (v.find("  ") != std::string::npos) v.erase(v.find("  "), 1);
+    return {{"mpi", v}};
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int local_rank() const override { return local_rank_; }

@@ -69,6 +69,14 @@ class Impl final : public CudaMpiCommunicator {
     if (!resolved_) return mpi_.name();
     return mode_ == DeviceAllreduce::kNccl ? "mpi+nccl" : "mpi (host-staged)";
   }
+  std::vector<std::pair<std::string, std::string>> library_versions() const override {
+    auto v = mpi_.library_versions();
+    int nccl = 0;
+    if (ncclGetVersion(&nccl) == ncclSuccess) {
+      v.emplace_back("nccl", fmt::format("{}.{}.{}", nccl / 10000, nccl / 100 % 100, nccl % 100));
+    }
+    return v;
+  }
   int rank() const override { return mpi_.rank(); }
   int size() const override { return mpi_.size(); }
   int local_rank() const override { return mpi_.local_rank(); }

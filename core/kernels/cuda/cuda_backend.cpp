@@ -107,6 +107,17 @@ class CudaBackend final : public Backend {
   std::string name() const override {
     return fmt::format("cuda ({}, sm_{}{}{})", prop_.name, prop_.major, prop_.minor, tf32_ ? ", TF32" : "");
   }
+  std::vector<std::pair<std::string, std::string>> library_versions() const override {
+    auto cuda_version = [](int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); };
+    std::vector<std::pair<std::string, std::string>> out;
+    int v = 0;
+    if (cudaRuntimeGetVersion(&v) == cudaSuccess) out.emplace_back("cuda_runtime", cuda_version(v));
+    if (cudaDriverGetVersion(&v) == cudaSuccess) out.emplace_back("cuda_driver", cuda_version(v));
+    if (cublasGetVersion(blas_, &v) == CUBLAS_STATUS_SUCCESS) {
+      out.emplace_back("cublas", fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100));
+    }
+    return out;
+  }
   Memory& memory() override { return *memory_; }
   void synchronize() override { GPT2_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   cudaStream_t stream() const { return stream_; }
