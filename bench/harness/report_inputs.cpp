@@ -93,6 +93,7 @@ std::string provenance_text(const std::vector<Run>& runs) {
     std::string first_date, last_date;
   };
   std::vector<std::pair<std::string, Machine>> machines;
+  std::vector<std::string> libraries;
   auto or_unknown = [](const std::string& s) { return s.empty() ? std::string("?") : s; };
   for (const Run& r : runs) {
     if (!r.ok()) continue;
@@ -104,8 +105,12 @@ std::string provenance_text(const std::vector<Run>& runs) {
                     r.source_hash.empty() ? "" : fmt::format(" (sources {})", r.source_hash), or_unknown(r.build_type),
                     or_unknown(r.compiler));
     if (!r.build_options.empty()) id += fmt::format(", options `{}`", r.build_options);
-    if (!r.mpi.empty()) id += fmt::format("; {}", r.mpi);
-    if (!r.cuda.empty()) id += fmt::format("; CUDA {}", r.cuda);
+    // The communication and device libraries of the runs that used them, listed after the machines.
+    for (const std::string& lib : {r.mpi, r.cuda.empty() ? std::string() : "CUDA " + r.cuda}) {
+      if (!lib.empty() && std::find(libraries.begin(), libraries.end(), lib) == libraries.end()) {
+        libraries.push_back(lib);
+      }
+    }
     auto it = std::find_if(machines.begin(), machines.end(), [&](const auto& p) { return p.first == id; });
     if (it == machines.end()) {
       machines.emplace_back(id, Machine{id, r.date, r.date});
@@ -122,10 +127,13 @@ std::string provenance_text(const std::vector<Run>& runs) {
     text.replace(text.find("{dates}"), 7, dates);
     return fmt::format("Measured on {}.", text);
   };
-  if (machines.size() == 1) return line(machines[0].second) + "\n";
+  std::string libs;
+  for (const std::string& l : libraries) libs += (libs.empty() ? "" : "; ") + l;
+  if (!libs.empty()) libs = fmt::format("Libraries of the runs that used them: {}.\n", libs);
+  if (machines.size() == 1) return line(machines[0].second) + "\n" + libs;
   std::string out = "Measured on several machines or builds:\n\n";
   for (const auto& [id, m] : machines) out += fmt::format("- {}\n", line(m));
-  return out;
+  return out + (libs.empty() ? "" : "\n" + libs);
 }
 
 }  // namespace
