@@ -27,25 +27,13 @@ usage: pipeline_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
 import argparse
-import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
-from checkpoint_file import load  # noqa: E402
-
-
-def records(run_dir, event):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["event"] == event]
-
-
-def floats(raw):
-    return struct.unpack(f"<{len(raw) // 4}f", raw)
+from layout_checks import Checks, Programs, common_args, compare as compare_runs, load, records
 
 
 def main():
@@ -54,42 +42,21 @@ def main():
         ap.add_argument("--" + k, required=True)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="pp_test_")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     B, T, C, L, NH, M = 8, 32, 64, 2, 4, 4
-    common = ["--data.corpus", os.path.abspath(a.corpus), "--model.block_size", str(T), "--model.n_layer", str(L),
-              "--model.n_head", str(NH), "--model.n_embd", str(C), "--train.batch_size", str(B),
-              "--train.seq_len", str(T), "--train.steps", "10", "--train.threads", "1", "--train.peak_gflops", "50",
-              "--optimizer.lr", "1e-3", "--generate.prompt_tokens", "8", "--generate.max_new_tokens", "4",
-              "--data.val_fraction", "0.1", "--train.eval_every", "5", "--train.eval_batches", "2"]
-    results = []
-
-    def check(title, ok, detail=""):
-        results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
-
-    def run(cmd, timeout=300):
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    common = common_args(a.corpus, B, T, C, L, NH)
+    check = Checks()
+    results = check.results
+    programs = Programs(a.mpiexec, a.mpi)
+    run = programs.run
 
     def mpi(n, args, timeout=300):
-        return run([a.mpiexec, "-n", str(n), a.mpi, "train", *args], timeout)
+        return programs.mpi(n, args, timeout)
 
     def out(name):
         return os.path.join(work, name)
 
     def compare(title, ref_dir, dir_, first=0):
-        ref_l = [r["loss"] for r in records(ref_dir, "step")][first:]
-        got_l = [r["loss"] for r in records(dir_, "step")]
-        if len(ref_l) != len(got_l) or not got_l:
-            check(title, False, f"{len(got_l)} steps against {len(ref_l)}")
-            return
-        rel = max(abs(x - y) / abs(y) for x, y in zip(got_l, ref_l))
-        pa = floats(load(os.path.join(ref_dir, "checkpoint.bin")).params)
-        pb = floats(load(os.path.join(dir_, "checkpoint.bin")).params)
-        dw = max(abs(x - y) for x, y in zip(pa, pb)) if len(pa) == len(pb) else float("inf")
-        val = [[r["val_loss"] for r in records(d, "eval")] for d in (ref_dir, dir_)]
-        val_rel = max((abs(x - y) / abs(y) for x, y in zip(val[1], val[0][-len(val[1]):])), default=float("inf"))
-        check(title, rel <= 1e-5 and dw <= 1e-5 and val_rel <= 1e-5,
-              f"worst loss {rel:.2e} relative, worst weight {dw:.2e}, validation {val_rel:.2e} relative")
+        compare_runs(check, title, ref_dir, dir_, first)
 
     # ---- Equivalence with serial ----
     r = run([a.serial, "train", *common, "--out", out("serial")])
@@ -205,8 +172,7 @@ def main():
           "unknown schedule '1f2b'")
 
     shutil.rmtree(work, ignore_errors=True)
-    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
-    return 0 if all(results) else 1
+    return check.finish()
 
 
 if __name__ == "__main__":

@@ -28,30 +28,12 @@ usage: tensor_parallel_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus 
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
 import argparse
-import json
 import os
 import shutil
-import struct
-import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
-from checkpoint_file import load  # noqa: E402
-
-
-def steps_of(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["event"] == "step"]
-
-
-def evals_of(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["event"] == "eval"]
-
-
-def floats(raw):
-    return struct.unpack(f"<{len(raw) // 4}f", raw)
+from layout_checks import Checks, Programs, common_args, compare, load, records
 
 
 def main():
@@ -60,44 +42,14 @@ def main():
         ap.add_argument("--" + k, required=True)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="tp_test_")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     B, T, C, L, NH = 8, 32, 64, 2, 4
-    common = ["--data.corpus", os.path.abspath(a.corpus), "--model.block_size", str(T), "--model.n_layer", str(L),
-              "--model.n_head", str(NH), "--model.n_embd", str(C), "--train.batch_size", str(B),
-              "--train.seq_len", str(T), "--train.steps", "10", "--train.threads", "1", "--train.peak_gflops", "50",
-              "--optimizer.lr", "1e-3", "--generate.prompt_tokens", "8", "--generate.max_new_tokens", "4",
-              "--data.val_fraction", "0.1", "--train.eval_every", "5", "--train.eval_batches", "2"]
-    results = []
-
-    def check(title, ok, detail=""):
-        results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
-
-    def run(cmd, timeout=300):
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-
-    def mpi(n, args, timeout=300, command="train"):
-        return run([a.mpiexec, "-n", str(n), a.mpi, command, *args], timeout)
+    common = common_args(a.corpus, B, T, C, L, NH)
+    check = Checks()
+    programs = Programs(a.mpiexec, a.mpi)
+    run, mpi = programs.run, programs.mpi
 
     def out(name):
         return os.path.join(work, name)
-
-    def compare(title, ref_dir, dir_, first=0):
-        ref, got = steps_of(ref_dir), steps_of(dir_)
-        ref_l = [r["loss"] for r in ref][first:]
-        got_l = [r["loss"] for r in got]
-        if len(ref_l) != len(got_l):
-            check(title, False, f"{len(got_l)} steps against {len(ref_l)}")
-            return
-        rel = max(abs(x - y) / abs(y) for x, y in zip(got_l, ref_l))
-        pa = floats(load(os.path.join(ref_dir, "checkpoint.bin")).params)
-        pb = floats(load(os.path.join(dir_, "checkpoint.bin")).params)
-        dw = max(abs(x - y) for x, y in zip(pa, pb)) if len(pa) == len(pb) else float("inf")
-        val = [[r["val_loss"] for r in evals_of(d)] for d in (ref_dir, dir_)]
-        val_rel = max((abs(x - y) / abs(y) for x, y in zip(val[1], val[0][-len(val[1]):])), default=float("inf"))
-        check(title, rel <= 1e-5 and dw <= 1e-5 and val_rel <= 1e-5,
-              f"losses {' '.join(f'{x:.6f}' for x in got_l)}; worst loss {rel:.2e} relative, worst weight {dw:.2e}, "
-              f"validation losses {val_rel:.2e} relative")
 
     # ---- Equivalence with serial ----
     r = run([a.serial, "train", *common, "--out", out("serial")])
@@ -107,7 +59,7 @@ def main():
         if r.returncode != 0:
             check(title, False, r.stderr.strip()[-400:])
             continue
-        compare(f"{title} equals serial (10 steps, losses and final weights)", out("serial"), out(f"tp2_{n}"))
+        compare(check, f"{title} equals serial (10 steps, losses and final weights)", out("serial"), out(f"tp2_{n}"))
 
     # ---- Checkpoints across layouts: a tp-2 checkpoint at step 5 resumes elsewhere ----
     r = mpi(2, [*common, "--parallel.tp", "2", "--train.steps", "5", "--out", out("tp2_half")])
@@ -122,7 +74,7 @@ def main():
         if r.returncode != 0:
             check(f"the tp-2 checkpoint resumes on {title}", False, r.stderr.strip()[-300:])
             continue
-        compare(f"the tp-2 checkpoint resumes on {title} with the uninterrupted curve", out("serial"), d)
+        compare(check, f"the tp-2 checkpoint resumes on {title} with the uninterrupted curve", out("serial"), d)
 
     # ---- Counted communication per step against the formula ----
     L4 = 4  # layers of the communication runs: room for every pattern
@@ -165,7 +117,7 @@ def main():
             V = int(load(os.path.join(d, "checkpoint.bin")).header["model.vocab_size"])
             want_tp = formula(types.split(","), 2, dp)
             want_dp = (2, 4 * local_params(V, 2) + 8) if dp > 1 else (0, 0)
-            got = [(s["tp_calls"], s["tp_bytes"], s["dp_calls"], s["dp_bytes"]) for s in steps_of(d)]
+            got = [(s["tp_calls"], s["tp_bytes"], s["dp_calls"], s["dp_bytes"]) for s in records(d, "step")]
             ok = all(g == (*want_tp, *want_dp) for g in got)
             check(f"communication of {name} on tp 2 x dp {dp} equals the formula", ok,
                   f"per step tp {got[0][0]} calls {got[0][1]} bytes, dp {got[0][2]} calls {got[0][3]} bytes; "
@@ -186,7 +138,7 @@ def main():
 
     # ---- Errors ----
     def error(title, n, args, needle, serial=False):
-        d = out("err_" + str(len(results)))
+        d = out("err_" + str(len(check.results)))
         cmd = [a.serial, "train"] if serial else [a.mpiexec, "-n", str(n), a.mpi, "train"]
         r = run([*cmd, *common, "--train.steps", "1", "--out", d, *args], timeout=120)
         lines = [l for l in r.stderr.splitlines() if "error" in l]
@@ -202,8 +154,7 @@ def main():
     error("tp > 1 on the serial stage is refused", 1, ["--parallel.tp", "2"], "runs one process", serial=True)
 
     shutil.rmtree(work, ignore_errors=True)
-    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
-    return 0 if all(results) else 1
+    return check.finish()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,82 @@
+"""What the parallel-layout tests share (tensor_parallel_test.py,
+pipeline_test.py): reading a run's metrics and checkpoint, a check list
+that prints a line per check, running the stage programs, and the
+comparison of a layout's run with the serial reference (losses and
+validation losses within 1e-5 relative, final weights within 1e-5 absolute).
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
+from checkpoint_file import load  # noqa: E402,F401  (re-exported for the tests)
+
+
+def records(run_dir, event):
+    """The metrics stream's records of one kind ("step", "eval", "summary")."""
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["event"] == event]
+
+
+def floats(raw):
+    return struct.unpack(f"<{len(raw) // 4}f", raw)
+
+
+def common_args(corpus, B, T, C, L, NH, steps=10):
+    """The small configuration every layout trains: validation held out and evaluated every 5 steps."""
+    return ["--data.corpus", os.path.abspath(corpus), "--model.block_size", str(T), "--model.n_layer", str(L),
+            "--model.n_head", str(NH), "--model.n_embd", str(C), "--train.batch_size", str(B),
+            "--train.seq_len", str(T), "--train.steps", str(steps), "--train.threads", "1",
+            "--train.peak_gflops", "50", "--optimizer.lr", "1e-3", "--generate.prompt_tokens", "8",
+            "--generate.max_new_tokens", "4", "--data.val_fraction", "0.1", "--train.eval_every", "5",
+            "--train.eval_batches", "2"]
+
+
+class Checks:
+    """A line per check ("ok   title: detail" or "FAIL ..."), then the count."""
+
+    def __init__(self):
+        self.results = []
+
+    def __call__(self, title, ok, detail=""):
+        self.results.append(bool(ok))
+        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
+
+    def finish(self):
+        passed = sum(self.results)
+        print(f"{passed} passed, {len(self.results) - passed} failed")
+        return 0 if all(self.results) else 1
+
+
+class Programs:
+    """The stage programs, run with one OpenBLAS and OpenMP thread."""
+
+    def __init__(self, mpiexec, mpi):
+        self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+        self.mpiexec, self.mpi_exe = mpiexec, mpi
+
+    def run(self, cmd, timeout=300):
+        return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=timeout)
+
+    def mpi(self, n, args, timeout=300, command="train"):
+        return self.run([self.mpiexec, "-n", str(n), self.mpi_exe, command, *args], timeout)
+
+
+def compare(check, title, ref_dir, dir_, first=0):
+    """The run in dir_ against the reference in ref_dir (from step `first` of the reference)."""
+    ref_l = [r["loss"] for r in records(ref_dir, "step")][first:]
+    got_l = [r["loss"] for r in records(dir_, "step")]
+    if len(ref_l) != len(got_l) or not got_l:
+        check(title, False, f"{len(got_l)} steps against {len(ref_l)}")
+        return
+    rel = max(abs(x - y) / abs(y) for x, y in zip(got_l, ref_l))
+    pa = floats(load(os.path.join(ref_dir, "checkpoint.bin")).params)
+    pb = floats(load(os.path.join(dir_, "checkpoint.bin")).params)
+    dw = max(abs(x - y) for x, y in zip(pa, pb)) if len(pa) == len(pb) else float("inf")
+    val = [[r["val_loss"] for r in records(d, "eval")] for d in (ref_dir, dir_)]
+    val_rel = max((abs(x - y) / abs(y) for x, y in zip(val[1], val[0][-len(val[1]):])), default=float("inf"))
+    check(title, rel <= 1e-5 and dw <= 1e-5 and val_rel <= 1e-5,
+          f"losses {' '.join(f'{x:.6f}' for x in got_l)}; worst loss {rel:.2e} relative, worst weight {dw:.2e}, "
+          f"validation losses {val_rel:.2e} relative")
