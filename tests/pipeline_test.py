@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Pipeline parallelism and ZeRO-1 on real MPI ranks, against the serial stage.
 
+  * pp 3 over 5 layers (an uneven split) under 1f1b and zb-h1 equals serial too.
   * pp 2 with 4 microbatches under gpipe, 1f1b and zb-h1 (2 ranks), ZeRO-1 on
     dp 2 (2 ranks), tp 2 x pp 2 and dp 2 x pp 2 with ZeRO-1 and zb-h1 (4 ranks)
     train the serial configuration for 10 steps: every step's loss and the
@@ -82,6 +83,21 @@ def main():
             continue
         compare(f"{title} equals serial (10 steps: losses, validation losses, final weights)", out("serial"),
                 out(name))
+
+    # ---- Three stages over an uneven split (5 layers: 2, 2, 1): every stage holds
+    # other arena counts under 1f1b (3, 2, 1), and the per-step gathers must agree ----
+    five = list(common)
+    five[five.index("--model.n_layer") + 1] = "5"
+    r = run([a.serial, "train", *five, "--out", out("serial5")])
+    check("serial reference with 5 layers", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+    for sched in ("1f1b", "zb-h1"):
+        name = f"pp3_{sched}"
+        r = mpi(3, [*five, "--parallel.pp", "3", "--parallel.microbatches", str(M), "--parallel.schedule", sched,
+                    "--out", out(name)], timeout=600)
+        if r.returncode != 0:
+            check(f"pp 3 over 5 layers, m 4, {sched}", False, r.stderr.strip()[-400:])
+            continue
+        compare(f"pp 3 over 5 layers (2, 2, 1), m 4, {sched} equals serial", out("serial5"), out(name))
 
     # ---- The B/W split adds the same products in the same order ----
     if os.path.isdir(out("1f1b")) and os.path.isdir(out("zbh1")):

@@ -57,9 +57,10 @@ std::vector<PipeAction> stage_schedule(ScheduleKind kind, int stages, int stage,
   }
   const bool split = kind == ScheduleKind::kZbH1;
   const int warmup = std::min(stages - stage - 1, m);
-  // zb-h1: W of microbatch j runs after B of microbatch j + stage (the
-  // earlier the stage, the longer its W waits: its cool-down has the most
-  // time to fill), and every W left runs in the cool-down.
+  // zb-h1: W of microbatch j runs after B of microbatch j + stage: the later
+  // the stage, the longer its W waits, so that its B (which the stage before
+  // waits for) goes first; with 1f1b's p - s - 1 warm-up forwards this holds
+  // at most p microbatches on every stage. Every W left runs in the cool-down.
   const size_t delay = static_cast<size_t>(stage);
   std::deque<int> pending_w;
   auto backward = [&](int j, PipePhase ph) {

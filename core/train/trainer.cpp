@@ -185,7 +185,11 @@ void gather_pipeline_step(ProcessGrid& grid, const PipelineEngine& pipe, int64_t
                           TimelineWriter& timeline) {
   Communicator& aux = grid.aux_comm();
   const bool with_events = step < kTimelineSteps;
-  const size_t max_events = with_events ? static_cast<size_t>(8 * pipe.microbatches() + 8 + pipe.arenas()) : 0;
+  // The same count on every rank (an all-gather's chunk): from what every
+  // stage shares, not from its own arenas (1f1b gives stages different ones).
+  // A step records at most 7m events plus one send wait per arena (<= max(m, p)).
+  const size_t max_events =
+      with_events ? static_cast<size_t>(8 * pipe.microbatches() + 8 + std::max(pipe.microbatches(), pipe.stages())) : 0;
   const size_t chunk = 4 + 4 * max_events;
   std::vector<float> mine(chunk, 0.0f), all(chunk * static_cast<size_t>(aux.size()));
   const auto& ev = pipe.timeline();
@@ -226,7 +230,7 @@ void gather_pipeline_step(ProcessGrid& grid, const PipelineEngine& pipe, int64_t
 // arena's bytes) and the most arenas in use at once.
 Json memory_per_rank(ProcessGrid& grid, const RunState& st, const PipelineEngine* pipe, size_t arena_bytes) {
   Communicator& aux = grid.aux_comm();
-  const uint64_t param_bytes = st.model->num_params() * sizeof(float);
+  const uint64_t param_bytes = st.model->padded_params() * sizeof(float);  // as allocated (ZeRO pads)
   const uint64_t values[] = {param_bytes,
                              param_bytes,
                              st.opt->state_bytes(),
