@@ -260,8 +260,8 @@ def peer_checks(exps, results, reports, harness, check):
     md = open(md_path).read() if os.path.exists(md_path) else ""
     with open(os.path.join(reports, "peer_smoke", "peer.csv"), newline="") as f:
         table = list(csv.DictReader(f))
-    check("peer.md and peer.csv: the machine, its BLAS kernel, medians of both sides, the command",
-          "OpenBLAS kernel `" in md and "PyTorch" in md and "harness run" in md and len(table) == 1
+    check("peer.md and peer.csv: the machine, its BLAS kernel, the build, medians of both sides, the command",
+          "with kernel `" in md and "(sources " in md and "PyTorch" in md and "harness run" in md and len(table) == 1
           and float(table[0]["ours_ms_median"]) > 0 and float(table[0]["peer_ms_median"]) > 0, md[:2000])
     r = harness("run", exp="peer_smoke.yaml")
     check("a rerun of the peer experiment reuses its job", r.returncode == 0 and r.stderr.count("reused") == 1,
@@ -342,6 +342,7 @@ runs:
   - {stage: mpi, ranks: 1, threads: 1}
   - {stage: mpi, ranks: 2, threads: 1, config: {parallel.zero: true}}
   - {stage: mpi, ranks: 2, threads: 1, config: {parallel.pp: 2, parallel.microbatches: 2, parallel.schedule: zb-h1}}
+  - {stage: mpi, ranks: 2, threads: 1, config: {parallel.pp: 2, parallel.microbatches: 2, parallel.schedule: 1f1b}}
 """
 
 
@@ -362,12 +363,13 @@ def pipeline_checks(exps, results, reports, harness, check):
     check("pp_smoke runs", r.returncode == 0, r.stderr[-1500:])
     _, runs = rows(os.path.join(results, "pp_smoke", "runs.csv"))
     check("runs.csv: the pipeline and ZeRO-1 layouts in the pipeline column",
-          sorted(x["pipeline"] for x in runs) == ["", "pp2 m2 zb-h1", "zero"], str([x["pipeline"] for x in runs]))
+          sorted(x["pipeline"] for x in runs) == ["", "pp2 m2 1f1b", "pp2 m2 zb-h1", "zero"],
+          str([x["pipeline"] for x in runs]))
     folder = os.path.join(reports, "pp_smoke")
     md = open(os.path.join(folder, "parallelism.md")).read() if os.path.exists(os.path.join(folder, "parallelism.md")) else ""
     with open(os.path.join(folder, "parallelism.csv"), newline="") as f:
         table = list(csv.DictReader(f))
-    pp = [x for x in table if x["pp"] == "2"]
+    pp = [x for x in table if x["pp"] == "2" and x["schedule"] == "zb-h1"]
     zero = [x for x in table if x["zero"] == "true"]
     check("parallelism.csv: per rank of the pipeline run, arenas and communication equal their formulas",
           len(pp) == 2 and all(x["arenas_counted"] == x["arenas_theory"] == "2" and x["pp_calls"] == x["formula_pp_calls"]
@@ -376,8 +378,9 @@ def pipeline_checks(exps, results, reports, harness, check):
           len(zero) == 2 and all(x["moments_bytes"] == x["formula_moments_bytes"] for x in zero)
           and float(zero[0]["moments_bytes"]) * 2 == float(next(x for x in table if x["ranks"] == "1")["moments_bytes"]),
           str(zero))
-    check("parallelism.md: the tables and the zb-h1 timeline picture",
+    check("parallelism.md: the tables, the zb-h1 timeline picture and the reading of zb-h1 against 1f1b at m 2",
           "## Memory per rank" in md and "parallelism_timeline_zb-h1.svg" in md
+          and "## Reading: zb-h1 against 1f1b" in md and "- m 2: zb-h1's bubble is" in md
           and os.path.exists(os.path.join(folder, "parallelism_timeline_zb-h1.svg")), md[:2000])
 
 

@@ -85,11 +85,12 @@ std::vector<fs::path> write_peer_report(const PeerExperiment& ex, const fs::path
   if (ref) {
     const Json& m = *ref->ours_info;
     md += fmt::format(
-        "Measured on {} ({} cores), OpenBLAS kernel `{}` (OPENBLAS_CORETYPE={}), OpenMP wait policy of ours {}, {}; "
-        "model `{}`, B {} T {}, {} GFLOP per step; PyTorch {}.\n\n",
-        m.value("cpu", "?"), m.value("cores", 0), m.value("blas_core", "?"), m.value("openblas_coretype", "?"),
-        m.value("omp_wait_policy", "?"),
-        m.value("date", "?"), m.value("model", "?"), m.value("B", 0), m.value("T", 0),
+        "Measured on {} ({} cores), OpenBLAS {} with kernel `{}` (OPENBLAS_CORETYPE={}), OpenMP wait policy of ours "
+        "{}, {}; commit {} (sources {}), options `{}`; model `{}`, B {} T {}, {} GFLOP per step; PyTorch {}.\n\n",
+        m.value("cpu", "?"), m.value("cores", 0), m.value("openblas", "?"), m.value("blas_core", "?"),
+        m.value("openblas_coretype", "?"), m.value("omp_wait_policy", "?"), m.value("date", "?"),
+        m.value("git_commit", "?"), m.value("source_hash", "?"), m.value("build_options", "?"),
+        m.value("model", "?"), m.value("B", 0), m.value("T", 0),
         sig3(m.value("flops_per_step", 0.0) / 1e9), ref->torch_version.empty() ? "?" : ref->torch_version);
   } else {
     md += "Measured on: nothing (no completed jobs).\n\n";
