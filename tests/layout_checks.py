@@ -4,6 +4,7 @@ that prints a line per check, running the stage programs, and the
 comparison of a layout's run with the serial reference (losses and
 validation losses within 1e-5 relative, final weights within 1e-5 absolute).
 """
+import argparse
 import json
 import os
 import struct
@@ -12,6 +13,14 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from checkpoint_file import load  # noqa: E402,F401  (re-exported for the tests)
+
+
+def parse_args(doc):
+    """The layout tests' arguments: --serial, --mpi, --mpiexec, --corpus."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    for k in ("serial", "mpi", "mpiexec", "corpus"):
+        ap.add_argument("--" + k, required=True)
+    return ap.parse_args()
 
 
 def records(run_dir, event):

@@ -27,37 +27,26 @@
 usage: pipeline_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
-import argparse
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 
-from layout_checks import Checks, Programs, common_args, compare as compare_runs, load, records
+from layout_checks import Checks, Programs, common_args, parse_args, compare, load, records
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    for k in ("serial", "mpi", "mpiexec", "corpus"):
-        ap.add_argument("--" + k, required=True)
-    a = ap.parse_args()
+    a = parse_args(__doc__)
     work = tempfile.mkdtemp(prefix="pp_test_")
     B, T, C, L, NH, M = 8, 32, 64, 2, 4, 4
     common = common_args(a.corpus, B, T, C, L, NH)
     check = Checks()
-    results = check.results
     programs = Programs(a.mpiexec, a.mpi)
-    run = programs.run
-
-    def mpi(n, args, timeout=300):
-        return programs.mpi(n, args, timeout)
+    run, mpi = programs.run, programs.mpi
 
     def out(name):
         return os.path.join(work, name)
-
-    def compare(title, ref_dir, dir_, first=0):
-        compare_runs(check, title, ref_dir, dir_, first)
 
     # ---- Equivalence with serial ----
     r = run([a.serial, "train", *common, "--out", out("serial")])
@@ -81,7 +70,7 @@ def main():
         if r.returncode != 0:
             check(title, False, r.stderr.strip()[-400:])
             continue
-        compare(f"{title} equals serial (10 steps: losses, validation losses, final weights)", out("serial"),
+        compare(check, f"{title} equals serial (10 steps: losses, validation losses, final weights)", out("serial"),
                 out(name))
 
     # ---- Three stages over an uneven split (5 layers: 2, 2, 1): every stage holds
@@ -97,7 +86,7 @@ def main():
         if r.returncode != 0:
             check(f"pp 3 over 5 layers, m 4, {sched}", False, r.stderr.strip()[-400:])
             continue
-        compare(f"pp 3 over 5 layers (2, 2, 1), m 4, {sched} equals serial", out("serial5"), out(name))
+        compare(check, f"pp 3 over 5 layers (2, 2, 1), m 4, {sched} equals serial", out("serial5"), out(name))
 
     # ---- The B/W split adds the same products in the same order ----
     if os.path.isdir(out("1f1b")) and os.path.isdir(out("zbh1")):
@@ -144,7 +133,7 @@ def main():
                ("zero_half", "pp 2 (zb-h1, m 4)", [a.mpiexec, "-n", "2", a.mpi, "train", "--parallel.pp", "2",
                                                   "--parallel.microbatches", "4", "--parallel.schedule", "zb-h1"]))
     for src, title, cmd in resumes:
-        d = out(f"resume_{src}_{len(results)}")
+        d = out(f"resume_{src}_{len(check.results)}")
         if not os.path.isdir(out(src)):
             check(f"the {src} checkpoint resumes on {title}", False, "no run to resume")
             continue
@@ -153,7 +142,7 @@ def main():
         if r.returncode != 0:
             check(f"the {src} checkpoint resumes on {title}", False, r.stderr.strip()[-300:])
             continue
-        compare(f"the {src.replace('_half', '')} checkpoint resumes on {title} with the uninterrupted curve",
+        compare(check, f"the {src.replace('_half', '')} checkpoint resumes on {title} with the uninterrupted curve",
                 out("serial"), d)
 
     # ---- A failing stage ends the job (no rank left waiting on a peer) ----
@@ -168,7 +157,7 @@ def main():
 
     # ---- Errors ----
     def error(title, n, args, needle, serial=False):
-        d = out("err_" + str(len(results)))
+        d = out("err_" + str(len(check.results)))
         cmd = [a.serial, "train"] if serial else [a.mpiexec, "-n", str(n), a.mpi, "train"]
         r = run([*cmd, *common, "--train.steps", "1", "--out", d, *args], timeout=120)
         lines = [l for l in r.stderr.splitlines() if "error" in l]

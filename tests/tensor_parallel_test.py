@@ -27,20 +27,16 @@
 usage: tensor_parallel_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
-import argparse
 import os
 import shutil
 import sys
 import tempfile
 
-from layout_checks import Checks, Programs, common_args, compare, load, records
+from layout_checks import Checks, Programs, common_args, parse_args, compare, load, records
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    for k in ("serial", "mpi", "mpiexec", "corpus"):
-        ap.add_argument("--" + k, required=True)
-    a = ap.parse_args()
+    a = parse_args(__doc__)
     work = tempfile.mkdtemp(prefix="tp_test_")
     B, T, C, L, NH = 8, 32, 64, 2, 4
     common = common_args(a.corpus, B, T, C, L, NH)

@@ -18,27 +18,33 @@ namespace gpt2::harness {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::pair<std::string, bool>>& compare_metrics() {
-  static const std::vector<std::pair<std::string, bool>> m = {
-      {"training_s", true}, {"step_ms", true},     {"inference_s", true},
-      {"tokens_per_s", false}, {"final_loss", true}, {"val_loss", true}};
-  return m;
-}
-
 namespace {
 
 using Field = std::optional<double> RunRow::*;
 
-Field field_of(const std::string& metric) {
-  if (metric == "training_s") return &RunRow::training_s;
-  if (metric == "step_ms") return &RunRow::step_ms;
-  if (metric == "inference_s") return &RunRow::inference_s;
-  if (metric == "tokens_per_s") return &RunRow::tokens_per_s;
-  if (metric == "final_loss") return &RunRow::final_loss;
-  if (metric == "val_loss") return &RunRow::val_loss;
+// The one list of comparable columns: name, runs.csv field, smaller is better.
+struct Metric {
+  std::string name;
+  Field field;
+  bool smaller_better;
+};
+const std::vector<Metric>& metrics() {
+  static const std::vector<Metric> m = {{"training_s", &RunRow::training_s, true},
+                                        {"step_ms", &RunRow::step_ms, true},
+                                        {"inference_s", &RunRow::inference_s, true},
+                                        {"tokens_per_s", &RunRow::tokens_per_s, false},
+                                        {"final_loss", &RunRow::final_loss, true},
+                                        {"val_loss", &RunRow::val_loss, true}};
+  return m;
+}
+
+const Metric& metric_of(const std::string& name) {
+  for (const Metric& m : metrics()) {
+    if (m.name == name) return m;
+  }
   std::string known;
-  for (const auto& [k, _] : compare_metrics()) known += (known.empty() ? "" : ", ") + k;
-  throw std::invalid_argument(fmt::format("--metric: unknown metric '{}' (expected {})", metric, known));
+  for (const Metric& m : metrics()) known += (known.empty() ? "" : ", ") + m.name;
+  throw std::invalid_argument(fmt::format("--metric: unknown metric '{}' (expected {})", name, known));
 }
 
 // A side's runs.csv: a folder holding one, results/<name>, or REV:NAME from git.
@@ -80,11 +86,9 @@ std::string p_text(const std::optional<UTest>& t) { return t ? fmt::format("{:.4
 }  // namespace
 
 std::string compare_results(const CompareRequest& req) {
-  const Field field = field_of(req.metric);
-  bool smaller_better = true;
-  for (const auto& [k, s] : compare_metrics()) {
-    if (k == req.metric) smaller_better = s;
-  }
+  const Metric& metric = metric_of(req.metric);
+  const Field field = metric.field;
+  const bool smaller_better = metric.smaller_better;
   const fs::path scratch = fs::temp_directory_path() / fmt::format("harness_compare_{}", ::getpid());
   fs::create_directories(scratch);
   const Side a = load_side(req.a, req, scratch), b = load_side(req.b, req, scratch);

@@ -10,8 +10,6 @@
 
 #include <filesystem>
 #include <string>
-#include <utility>
-#include <vector>
 
 namespace gpt2::harness {
 
@@ -22,9 +20,6 @@ struct CompareRequest {
   std::filesystem::path results;      // the results folder names resolve in
   std::filesystem::path out;          // "" = stdout only
 };
-
-// The columns a comparison may use, and whether smaller is better for each.
-const std::vector<std::pair<std::string, bool>>& compare_metrics();
 
 // Returns the Markdown. Throws std::invalid_argument for a side that names
 // nothing, an unknown metric, or two sides with no configuration in common.

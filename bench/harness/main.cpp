@@ -183,7 +183,7 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver, co
                },
                [ex, at](const std::string& cmd) {
                  ReportSpec spec{ex->name, ex->description, ex->reports, at.results / ex->name,
-                                 at.reports / ex->name, at.repo / "data" / "paper", cmd};
+                                 at.reports / ex->name, at.repo / "data" / "paper", cmd, ""};
                  // Skipped now, but results stored earlier (with the key given) still make the report.
                  if (!fs::exists(at.results / ex->name / "runs.csv")) spec.skip_reason = ex->skip_reason;
                  return write_reports(spec);

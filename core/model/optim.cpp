@@ -67,20 +67,28 @@ namespace {
 // once: with tensor parallelism the shards' sums are added over the group
 // and the replicated tensors (equal on every rank) are counted once; a
 // pipeline stage's and a ZeRO shard's sums are added over their groups.
+// Calls f(info, lo, hi) for the part [lo, hi) of each tensor inside the
+// scope's range of the flat buffer (the whole tensor without ZeRO).
+template <typename F>
+void for_each_in_scope(const Gpt2& model, const UpdateScope& scope, F&& f) {
+  for (const ParamInfo& info : model.infos()) {
+    const size_t numel = static_cast<size_t>(info.view->numel());
+    const size_t lo = std::max(info.offset, scope.begin), hi = std::min(info.offset + numel, scope.end);
+    if (lo < hi) f(info, lo, hi);
+  }
+}
+
 double grad_sum_squares(Backend& be, const Gpt2& model, size_t n, const UpdateScope& scope) {
   const TpLayout& tp = model.tp();
   double total = 0;
   if (tp.size == 1 && scope.begin == 0 && scope.end >= n) {
-    total = be.sum_squares(Tensor(model.grad_data(), {static_cast<int64_t>(n)}));
+    total = be.sum_squares(Tensor(model.grad_data(), {static_cast<int64_t>(n)}));  // one sum, as ever
   } else {
     double sharded = 0, replicated = 0;
-    for (const ParamInfo& info : model.infos()) {
-      const size_t numel = static_cast<size_t>(info.view->numel());
-      const size_t lo = std::max(info.offset, scope.begin), hi = std::min(info.offset + numel, scope.end);
-      if (lo >= hi) continue;
-      Tensor g(model.grad_data() + lo, {static_cast<int64_t>(hi - lo)});
+    for_each_in_scope(model, scope, [&](const ParamInfo& info, size_t lo, size_t hi) {
+      const Tensor g(model.grad_data() + lo, {static_cast<int64_t>(hi - lo)});
       (info.split == TpSplit::kNone ? replicated : sharded) += be.sum_squares(g);
-    }
+    });
     total = (tp.size > 1 ? tp.group->allreduce_sum(sharded) : sharded) + replicated;
   }
   if (scope.shards) total = scope.shards->allreduce_sum(total);
@@ -130,28 +138,15 @@ StepStats Optimizer::step(Backend& be, Gpt2& model) {
     k.v_scale = static_cast<float>(1.0 / std::sqrt(bc2));
   }
   const float decay = static_cast<float>(1.0 - s.lr * cfg_.weight_decay);
-  const bool whole = scope_.begin == 0 && scope_.end >= n;
-  for (const ParamInfo& info : model.infos()) {
+  // Element by element, so a tensor's part is updated as a flat range: with
+  // ZeRO-1 only the part inside this rank's shard, its moments at lo - begin.
+  for_each_in_scope(model, scope_, [&](const ParamInfo& info, size_t lo, size_t hi) {
     k.decay_factor = info.decay ? decay : 1.0f;
-    if (whole) {
-      const Tensor& p = *info.view;
-      auto at = [&](float* base) {
-        Tensor view = p;
-        view.data = base + info.offset;
-        return view;
-      };
-      be.adam_update(p, at(model.grad_data()), at(m_.data()), at(v_.data()), k);
-      continue;
-    }
-    // ZeRO-1: the part of the tensor inside this rank's shard, as a flat range.
-    const size_t numel = static_cast<size_t>(info.view->numel());
-    const size_t lo = std::max(info.offset, scope_.begin), hi = std::min(info.offset + numel, scope_.end);
-    if (lo >= hi) continue;
     const int64_t len = static_cast<int64_t>(hi - lo);
     const size_t mo = lo - scope_.begin;
     be.adam_update(Tensor(model.param_data() + lo, {len}), Tensor(model.grad_data() + lo, {len}),
                    Tensor(m_.data() + mo, {len}), Tensor(v_.data() + mo, {len}), k);
-  }
+  });
   ++step_;
   return s;
 }

@@ -163,16 +163,22 @@ void PipelineEngine::release(Slot& slot) {
   --in_use_;
 }
 
+void PipelineEngine::timed_recv(Tensor into, int peer, int mb) {
+  const double t0 = now_ms();
+  pp_.recv(into.data, static_cast<size_t>(into.numel()), peer);
+  const double t1 = now_ms();
+  wait_s_ += (t1 - t0) * 1e-3;
+  event("recv", mb, t0, t1);
+}
+
+size_t PipelineEngine::token_offset(int mb) const {
+  return static_cast<size_t>(mb) * static_cast<size_t>(mb_rows_) * static_cast<size_t>(T_);
+}
+
 double PipelineEngine::forward(Slot& slot, const int32_t* inputs, const int32_t* targets) {
   Activations& a = slot.arena->acts();
-  const size_t off = static_cast<size_t>(slot.mb) * static_cast<size_t>(mb_rows_) * static_cast<size_t>(T_);
-  if (stage_ > 0) {
-    const double t0 = now_ms();
-    pp_.recv(a.encoded.data, static_cast<size_t>(a.encoded.numel()), stage_ - 1);
-    const double t1 = now_ms();
-    wait_s_ += (t1 - t0) * 1e-3;
-    event("recv", slot.mb, t0, t1);
-  }
+  const size_t off = token_offset(slot.mb);
+  if (stage_ > 0) timed_recv(a.encoded, stage_ - 1, slot.mb);
   const double t0 = now_ms();
   const bool last = stage_ == stages_ - 1;
   const double loss = gpt2_forward(be_, model_, a, inputs + off, last && targets ? targets + off : nullptr);
@@ -187,19 +193,13 @@ double PipelineEngine::forward(Slot& slot, const int32_t* inputs, const int32_t*
 void PipelineEngine::backward(Slot& slot, const int32_t* inputs, const int32_t* targets, float dloss,
                               BackwardPart part) {
   Activations& a = slot.arena->acts();
-  const size_t off = static_cast<size_t>(slot.mb) * static_cast<size_t>(mb_rows_) * static_cast<size_t>(T_);
+  const size_t off = token_offset(slot.mb);
   const bool weights_only = part == BackwardPart::kWeight;
   // B overwrites the forward's output (the split keeps a gradient there):
   // its send must be done. (Its receiver took it before sending the
   // gradient this backward needs, so this does not wait.)
   if (!weights_only) wait_sends(slot);
-  if (!weights_only && stage_ < stages_ - 1) {
-    const double t0 = now_ms();
-    pp_.recv(a.dresidual.data, static_cast<size_t>(a.dresidual.numel()), stage_ + 1);
-    const double t1 = now_ms();
-    wait_s_ += (t1 - t0) * 1e-3;
-    event("recv", slot.mb, t0, t1);
-  }
+  if (!weights_only && stage_ < stages_ - 1) timed_recv(a.dresidual, stage_ + 1, slot.mb);
   const double t0 = now_ms();
   gpt2_backward(be_, model_, a, inputs + off, targets + off, dloss, nullptr, part);
   event(part == BackwardPart::kAll ? "BW" : weights_only ? "W" : "B", slot.mb, t0, now_ms());

@@ -68,7 +68,7 @@ int max_in_flight(const std::vector<PipeAction>& actions);
 // ("recv": inside a blocking receive; "send": waiting for a send to finish
 // before its buffer is reused). Milliseconds from the start of the step.
 struct TimelineEvent {
-  std::string kind;  // "F", "BW", "B", "W", "recv", "send"
+  const char* kind = "";  // "F", "BW", "B", "W", "recv", "send" (static strings: recording allocates nothing)
   int mb = 0;
   double t0_ms = 0, t1_ms = 0;
 };
@@ -125,6 +125,10 @@ class PipelineEngine {
   double forward(Slot& slot, const int32_t* inputs, const int32_t* targets);
   void backward(Slot& slot, const int32_t* inputs, const int32_t* targets, float dloss, BackwardPart part);
   void event(const char* kind, int mb, double t0, double t1);
+  // A blocking receive from `peer` into `into`, timed as a wait for microbatch `mb`.
+  void timed_recv(Tensor into, int peer, int mb);
+  // Where microbatch `mb`'s tokens start in the replica's rows.
+  size_t token_offset(int mb) const;
   double now_ms() const;
 
   Backend& be_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -153,77 +154,84 @@ void generate_from_corpus(const RunConfig& c, RunState& st, const Gpt2& model, R
 // Times are milliseconds from the start of the step on each rank's own clock.
 constexpr int64_t kTimelineSteps = 10;
 
-class TimelineWriter {
- public:
-  explicit TimelineWriter(const std::string& path) {
-    if (path.empty()) return;
-    out_.open(path, std::ios::trunc);
-    if (!out_) throw std::runtime_error(fmt::format("{}: cannot write the pipeline timeline", path));
-  }
-  bool active() const { return out_.is_open(); }
-  void write(const Json& line) {
-    out_ << line.dump() << '\n';
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
-
 const char* const kEventKinds[] = {"F", "BW", "B", "W", "recv", "send"};
 
-float event_code(const std::string& kind) {
+float event_code(const char* kind) {
   for (size_t i = 0; i < std::size(kEventKinds); ++i) {
-    if (kind == kEventKinds[i]) return static_cast<float>(i);
+    if (std::strcmp(kind, kEventKinds[i]) == 0) return static_cast<float>(i);
   }
   return -1.0f;
 }
 
 // Every rank's wait and arenas in use (and, for the first steps, its
-// timeline) to rank 0, over the grid's unaccounted group.
-void gather_pipeline_step(ProcessGrid& grid, const PipelineEngine& pipe, int64_t step, StepRecord& rec,
-                          TimelineWriter& timeline) {
-  Communicator& aux = grid.aux_comm();
-  const bool with_events = step < kTimelineSteps;
-  // The same count on every rank (an all-gather's chunk): from what every
-  // stage shares, not from its own arenas (1f1b gives stages different ones).
-  // A step records at most 7m events plus one send wait per arena (<= max(m, p)).
-  const size_t max_events =
-      with_events ? static_cast<size_t>(8 * pipe.microbatches() + 8 + std::max(pipe.microbatches(), pipe.stages())) : 0;
-  const size_t chunk = 4 + 4 * max_events;
-  std::vector<float> mine(chunk, 0.0f), all(chunk * static_cast<size_t>(aux.size()));
-  const auto& ev = pipe.timeline();
-  const size_t n = std::min(ev.size(), max_events);
-  mine[0] = static_cast<float>(pipe.wait_s() * 1e3);
-  mine[1] = static_cast<float>(pipe.peak_in_flight());
-  mine[2] = static_cast<float>(pipe.stage());
-  mine[3] = static_cast<float>(n);
-  for (size_t i = 0; i < n; ++i) {
-    float* e = mine.data() + 4 + 4 * i;
-    e[0] = event_code(ev[i].kind);
-    e[1] = static_cast<float>(ev[i].mb);
-    e[2] = static_cast<float>(ev[i].t0_ms);
-    e[3] = static_cast<float>(ev[i].t1_ms);
+// timeline) gathered to rank 0 after each step, over the grid's unaccounted
+// group; the timeline written beside the metrics by rank 0. The gather's
+// buffers are sized once: a step allocates nothing for them.
+class PipelineRecorder {
+ public:
+  PipelineRecorder(ProcessGrid& grid, const PipelineEngine& pipe, const std::string& timeline_path)
+      : aux_(grid.aux_comm()),
+        pipe_(pipe),
+        // The same count on every rank (an all-gather's chunk): from what every
+        // stage shares, not from its own arenas (1f1b gives stages different
+        // ones). A step records at most 7m events plus one send wait per arena
+        // (<= max(m, p)).
+        max_events_(static_cast<size_t>(8 * pipe.microbatches() + 8 + std::max(pipe.microbatches(), pipe.stages()))),
+        mine_(4 + 4 * max_events_),
+        all_(mine_.size() * static_cast<size_t>(aux_.size())) {
+    if (timeline_path.empty()) return;
+    out_.open(timeline_path, std::ios::trunc);
+    if (!out_) throw std::runtime_error(fmt::format("{}: cannot write the pipeline timeline", timeline_path));
   }
-  aux.all_gather(mine.data(), all.data(), chunk);
-  if (aux.rank() != 0) return;
-  Json ranks = Json::array();
-  for (int r = 0; r < aux.size(); ++r) {
-    const float* x = all.data() + static_cast<size_t>(r) * chunk;
-    rec.stage_wait_ms.push_back(x[0]);
-    rec.stage_arenas.push_back(static_cast<int>(x[1]));
-    if (!with_events) continue;
-    Json events = Json::array();
-    for (size_t i = 0; i < static_cast<size_t>(x[3]); ++i) {
-      const float* e = x + 4 + 4 * i;
-      const int code = static_cast<int>(e[0]);
-      events.push_back(Json::array({code >= 0 ? kEventKinds[code] : "?", static_cast<int>(e[1]),
-                                    round_fixed(e[2], 3), round_fixed(e[3], 3)}));
+
+  void gather(int64_t step, StepRecord& rec) {
+    const bool with_events = step < kTimelineSteps;
+    const size_t max_events = with_events ? max_events_ : 0;
+    const size_t chunk = 4 + 4 * max_events;
+    const auto& ev = pipe_.timeline();
+    const size_t n = std::min(ev.size(), max_events);
+    std::fill(mine_.begin(), mine_.begin() + static_cast<std::ptrdiff_t>(chunk), 0.0f);
+    mine_[0] = static_cast<float>(pipe_.wait_s() * 1e3);
+    mine_[1] = static_cast<float>(pipe_.peak_in_flight());
+    mine_[2] = static_cast<float>(pipe_.stage());
+    mine_[3] = static_cast<float>(n);
+    for (size_t i = 0; i < n; ++i) {
+      float* e = mine_.data() + 4 + 4 * i;
+      e[0] = event_code(ev[i].kind);
+      e[1] = static_cast<float>(ev[i].mb);
+      e[2] = static_cast<float>(ev[i].t0_ms);
+      e[3] = static_cast<float>(ev[i].t1_ms);
     }
-    ranks.push_back(Json{{"rank", r}, {"stage", static_cast<int>(x[2])}, {"events", events}});
+    aux_.all_gather(mine_.data(), all_.data(), chunk);
+    if (aux_.rank() != 0) return;
+    Json ranks = Json::array();
+    for (int r = 0; r < aux_.size(); ++r) {
+      const float* x = all_.data() + static_cast<size_t>(r) * chunk;
+      rec.stage_wait_ms.push_back(x[0]);
+      rec.stage_arenas.push_back(static_cast<int>(x[1]));
+      if (!with_events) continue;
+      Json events = Json::array();
+      for (size_t i = 0; i < static_cast<size_t>(x[3]); ++i) {
+        const float* e = x + 4 + 4 * i;
+        const int code = static_cast<int>(e[0]);
+        events.push_back(Json::array({code >= 0 ? kEventKinds[code] : "?", static_cast<int>(e[1]),
+                                      round_fixed(e[2], 3), round_fixed(e[3], 3)}));
+      }
+      ranks.push_back(Json{{"rank", r}, {"stage", static_cast<int>(x[2])}, {"events", events}});
+    }
+    if (with_events && out_.is_open()) {
+      out_ << Json{{"step", step}, {"ranks", ranks}}.dump() << '\n';
+      out_.flush();
+    }
   }
-  if (with_events && timeline.active()) timeline.write(Json{{"step", step}, {"ranks", ranks}});
-}
+
+ private:
+  Communicator& aux_;
+  const PipelineEngine& pipe_;
+  size_t max_events_;
+  std::vector<float> mine_, all_;
+  std::ofstream out_;
+};
 
 // Each rank's memory by kind (bytes), gathered to rank 0 for the summary:
 // parameters, gradients, optimizer moments, activations (arenas x one
@@ -330,7 +338,8 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   step.pipe = pipe.get();
   step.pp = &grid.pp_comm();
   step.zero = st->zero ? &*st->zero : nullptr;
-  TimelineWriter timeline(pipe && root ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
+  std::optional<PipelineRecorder> recorder;
+  if (pipe) recorder.emplace(grid, *pipe, root ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
   std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
   const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
   const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
@@ -358,15 +367,24 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     sum.final_loss = r.loss;
     const CommStats tp_stats = grid.tp_comm().stats(), dp_stats = grid.dp_comm().stats();
     const CommStats pp_stats = grid.pp_comm().stats();
-    StepRecord rec{s, r.loss, r.update.lr, r.update.grad_norm, dt * 1e3, tokens_per_step / dt, flops / dt,
-                   flops / dt / (peak.gflops * 1e9), comm_s * 1e3, tp_stats.bytes + dp_stats.bytes + pp_stats.bytes};
+    StepRecord rec;
+    rec.step = s;
+    rec.loss = r.loss;
+    rec.lr = r.update.lr;
+    rec.grad_norm = r.update.grad_norm;
+    rec.step_ms = dt * 1e3;
+    rec.tokens_per_s = tokens_per_step / dt;
+    rec.flops_per_s = flops / dt;
+    rec.mfu = flops / dt / (peak.gflops * 1e9);
+    rec.comm_ms = comm_s * 1e3;
+    rec.comm_bytes = tp_stats.bytes + dp_stats.bytes + pp_stats.bytes;
     rec.tp_calls = tp_stats.calls;
     rec.tp_bytes = tp_stats.bytes;
     rec.dp_calls = dp_stats.calls;
     rec.dp_bytes = dp_stats.bytes;
     rec.pp_calls = pp_stats.calls;
     rec.pp_bytes = pp_stats.bytes;
-    if (pipe) gather_pipeline_step(grid, *pipe, s, rec, timeline);
+    if (recorder) recorder->gather(s, rec);
     log.step(rec, c.train.steps, comm.size() > 1);
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
       log.eval({s, validation_loss(step, c, *st, grid.dp_comm().rank(), x.data(), y.data())}, c.train.steps);

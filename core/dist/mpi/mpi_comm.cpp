@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -158,13 +157,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Get_library_version(text, &len);
     std::string v(text, static_cast<size_t>(std::max(len, 0)));
     v = v.substr(0, v.find('\n'));
-    for (const char* drop : {" Version:", "Version:"}) {
-      if (const size_t at = v.find(drop); at != std::string::npos) v.erase(at, std::strlen(drop));
-    }
-    for (char& ch : v) {
-      if (ch == '\t') ch = ' ';
-    }
-    while (v.find("  ") != std::string::npos) v.erase(v.find("  "), 1);
+    if (const size_t at = v.find(" Version:"); at != std::string::npos) v.erase(at, std::strlen(" Version:"));
+    std::replace(v.begin(), v.end(), '\t', ' ');
+    v.erase(std::unique(v.begin(), v.end(), [](char x, char y) { return x == ' ' && y == ' '; }), v.end());
     return {{"mpi", v}};
   }
   int rank() const override { return rank_; }
@@ -292,18 +287,25 @@ class MpiCommunicator final : public Communicator {
   // One Isend per piece, as do_send_recv cuts them (the receiver's recv
   // checks each piece), kept under the ticket until wait_send.
   uint64_t do_start_send(const float* data, size_t count, int peer) override {
-    std::vector<MPI_Request>& reqs = sends_[++last_ticket_];
+    // A free slot (its request list keeps its capacity): after the first
+    // steps a send allocates nothing.
+    auto slot = std::find_if(sends_.begin(), sends_.end(), [](const SendSlot& s) { return s.ticket == 0; });
+    if (slot == sends_.end()) slot = sends_.emplace(sends_.end());
+    slot->ticket = ++last_ticket_;
+    slot->requests.clear();
     for (size_t off = 0; off < count; off += chunk_) {
-      reqs.emplace_back();
-      MPI_CHECK(MPI_Isend(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, &reqs.back()));
+      slot->requests.emplace_back();
+      MPI_CHECK(MPI_Isend(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, &slot->requests.back()));
     }
     return last_ticket_;
   }
   void do_wait_send(uint64_t ticket) override {
-    auto it = sends_.find(ticket);
-    if (it == sends_.end()) throw std::logic_error(fmt::format("wait_send: no send {} in flight", ticket));
-    idle_wait(it->second.data(), static_cast<int>(it->second.size()));
-    sends_.erase(it);
+    auto it = std::find_if(sends_.begin(), sends_.end(), [&](const SendSlot& s) { return s.ticket == ticket; });
+    if (ticket == 0 || it == sends_.end()) {
+      throw std::logic_error(fmt::format("wait_send: no send {} in flight", ticket));
+    }
+    idle_wait(it->requests.data(), static_cast<int>(it->requests.size()));
+    it->ticket = 0;
   }
 
  private:
@@ -315,7 +317,11 @@ class MpiCommunicator final : public Communicator {
   size_t chunk_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<MPI_Request> requests_;
-  std::map<uint64_t, std::vector<MPI_Request>> sends_;  // start_send's, by ticket
+  struct SendSlot {
+    uint64_t ticket = 0;  // 0: free
+    std::vector<MPI_Request> requests;
+  };
+  std::vector<SendSlot> sends_;  // start_send's in flight, by ticket
   uint64_t last_ticket_ = 0;
 };
 
