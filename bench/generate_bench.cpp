@@ -4,6 +4,9 @@
 //     re-prefill every token there: the window slides);
 //   * a short prompt (--short, default 64) that leaves room in the window,
 //     where the KV cache decodes one token at a time;
+//   * the same 256-token setting with model.position rope (the only change):
+//     keys keep their rotation as the window slides, so the cache drops its
+//     oldest row and decodes one token instead of re-prefilling;
 //   * each decode step against the time to read the parameters once at the
 //     memory bandwidth measured in the same run (a decode step reads every
 //     weight once: that is its lower bound).
@@ -16,6 +19,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -111,6 +115,29 @@ int run(int argc, char** argv) {
     if (r > 0) pre.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   const double decode_step = (short_kv - gpt2::median(pre)) / (new_tokens - 1);
+  // The original configuration with RoPE positions, same weights' seed and prompt.
+  Gpt2Config rope_cfg = cfg;
+  rope_cfg.position = PositionKind::kRope;
+  Gpt2 rope_model(rope_cfg);
+  rope_model.init_weights(1);
+  auto time_rope = [&](bool kv) {
+    GenerateConfig g;
+    g.max_new_tokens = new_tokens;
+    g.kv_cache = kv;
+    std::vector<double> s;
+    std::vector<int32_t> tokens;
+    for (int r = 0; r < reps + 1; ++r) {
+      const auto t0 = Clock::now();
+      const Generation out = generate(*be, rope_model, {prompt.data(), prompt.size()}, g, -1);
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (out.tokens.size() != static_cast<size_t>(new_tokens)) throw std::runtime_error("generation stopped early");
+      if (r > 0) s.push_back(dt);
+      tokens = out.tokens;
+    }
+    return std::pair{gpt2::median(s), tokens};
+  };
+  const auto [rope_re, rope_re_tokens] = time_rope(false);
+  const auto [rope_kv, rope_kv_tokens] = time_rope(true);
   const double bw = read_bandwidth_gbs(size_t{512} << 20, reps);
   const double param_bytes = static_cast<double>(model.num_params()) * sizeof(float);
   const double read_time = param_bytes / (bw * 1e9);
@@ -124,6 +151,11 @@ int run(int argc, char** argv) {
   fmt::print("{:<58} {:>10.3f}   ({:.1f}x faster)\n",
              fmt::format("{}-token prompt + {} tokens, KV cache", short_prompt, new_tokens), short_kv,
              short_re / short_kv);
+  fmt::print("{:<58} {:>10.3f}\n", fmt::format("RoPE: {}-token prompt + {} tokens, recompute", cfg.T, new_tokens),
+             rope_re);
+  fmt::print("{:<58} {:>10.3f}   ({:.1f}x faster; tokens {})\n",
+             fmt::format("RoPE: {}-token prompt + {} tokens, KV cache (slides)", cfg.T, new_tokens), rope_kv,
+             rope_re / rope_kv, rope_re_tokens == rope_kv_tokens ? "identical" : "DIFFER");
   fmt::print("\none decode step: {:.2f} ms; reading the {:.1f} MB of parameters once at the measured {:.1f} GB/s: "
              "{:.2f} ms; ratio {:.2f}\n",
              decode_step * 1e3, param_bytes / 1e6, bw, read_time * 1e3, decode_step / read_time);

@@ -73,13 +73,14 @@ inline void expect_match(const std::string& what, const ops::OpOutput& actual, c
 // Every op of the table on `be` (named `label`, e.g. "cpu/t2") against the
 // reference at `shape`: every output within its tolerance; every in-place
 // form (the contract's aliasing) equal to the out-of-place result exactly;
-// attention_decode within its tolerance of the last row of the reference's
-// full attention_forward. Ops `unsupported` names are skipped and printed.
+// attention_decode (multi-head and grouped) within its tolerance of the last
+// row of the reference's full attention_forward. Ops `unsupported` names (at
+// the sizes the entry runs at, KVH included) are skipped and printed.
 inline void check_every_op(Backend& be, const std::string& label, const ops::OpShape& shape,
                            const Unsupported& unsupported = {}) {
   for (const ops::OpSpec& spec : ops::op_table()) {
-    const std::string where = spec.name() + " on " + label + " at " + shape.str();
-    const std::string why = unsupported ? unsupported(spec.op, shape) : "";
+    const std::string where = spec.name() + " on " + label + " at " + spec.shape(shape).str();
+    const std::string why = unsupported ? unsupported(spec.op, spec.shape(shape)) : "";
     if (!why.empty()) {
       std::printf("not run: %s: %s\n", where.c_str(), why.c_str());
       continue;
@@ -96,20 +97,24 @@ inline void check_every_op(Backend& be, const std::string& label, const ops::OpS
       expect_match(where + ", in place against out of place", in_place[i], got[i], ops::Tolerance{});
     }
   }
-  const std::string decode = "attention_decode on " + label + " at " + shape.str();
-  const std::string why = unsupported ? unsupported("attention_decode", shape) : "";
-  if (!why.empty()) return;  // printed above
-  // Row T-1 of batch row 0 of the full forward: the decode case's qkv is that
-  // batch row (the same seed, op_cases.cpp).
-  const ops::OpOutput full = ops::run_reference(ops::op_spec("attention_forward"), shape).outputs.at(1);
-  ASSERT_EQ(full.name, "out");
-  const auto row = full.f32.begin() + (shape.T - 1) * shape.C;
-  const ops::OpOutput last_row{"out", std::vector<float>(row, row + shape.C), {}};
-  const ops::Tolerance tol =
-      ops::tolerance("attention_decode", "out", ops::Dtype::f32, ops::ToleranceFacts{shape, {}, {}});
-  const ops::OpOutput got = ops::run_on(ops::op_spec("attention_decode"), shape, be).at(0);
-  expect_match(decode + ", against the last row of the full forward", got, last_row,
-               ops::tolerance_on(be, tol, last_row));
+  for (const char* variant : {"", ".gqa"}) {
+    const ops::OpSpec& spec = ops::op_spec(std::string("attention_decode") + variant);
+    const ops::OpShape s = spec.shape(shape);
+    const std::string decode = spec.name() + " on " + label + " at " + s.str();
+    if (unsupported && !unsupported("attention_decode", s).empty()) continue;  // printed above
+    // Row T-1 of batch row 0 of the full forward: the decode case's qkv is that
+    // batch row (the same seed, op_cases.cpp).
+    const ops::OpOutput full =
+        ops::run_reference(ops::op_spec(std::string("attention_forward") + variant), shape).outputs.at(1);
+    ASSERT_EQ(full.name, "out");
+    const auto row = full.f32.begin() + (shape.T - 1) * shape.C;
+    const ops::OpOutput last_row{"out", std::vector<float>(row, row + shape.C), {}};
+    const ops::Tolerance tol =
+        ops::tolerance("attention_decode", "out", ops::Dtype::f32, ops::ToleranceFacts{s, {}, {}});
+    const ops::OpOutput got = ops::run_on(spec, shape, be).at(0);
+    expect_match(decode + ", against the last row of the full forward", got, last_row,
+                 ops::tolerance_on(be, tol, last_row));
+  }
 }
 
 }  // namespace gpt2::testing

@@ -5,9 +5,11 @@
 // What the table's cases check beyond the formula (op_table.h): '+=' outputs
 // from nonzero starts, '=' outputs over stale 7s, the contract's in-place
 // aliasing (equal to the out-of-place result exactly), matrix products with
-// and without bias. Also here: the reference's own sum is the in-order
-// double sum, its decode is the last row of its forward, and every row of
-// the tolerance table belongs to an output of the op table.
+// and without bias, attention and RoPE multi-head and grouped-query. Also
+// here: the reference's own sum is the in-order double sum, its decode is
+// the last row of its forward, its grouped-query attention is multi-head
+// attention over repeated key/value heads, and every row of the tolerance
+// table belongs to an output of the op table.
 // The reference kernels themselves are checked against finite differences
 // in gradcheck_test.cpp.
 #include <gtest/gtest.h>
@@ -68,14 +70,84 @@ TEST(BackendOps, HostSumIsTheInOrderDoubleSum) {
 }
 
 // The decode rows compare every backend with the reference's full forward;
-// the reference's own decode is that row exactly (the same attention_row).
+// the reference's own decode is that row exactly (the same attention_row),
+// multi-head and grouped.
 TEST(BackendOps, ReferenceDecodeIsTheLastRowOfItsForward) {
   for (const ops::OpShape& s : testing::backend_ops_shapes()) {
-    const ops::OpOutput full = ops::run_reference(ops::op_spec("attention_forward"), s).outputs.at(1);
-    const ops::OpOutput decode = ops::run_reference(ops::op_spec("attention_decode"), s).outputs.at(0);
-    const auto row = full.f32.begin() + (s.T - 1) * s.C;
-    testing::expect_match("reference attention_decode at " + s.str(), decode,
-                          ops::OpOutput{"out", std::vector<float>(row, row + s.C), {}}, ops::Tolerance{});
+    for (const std::string variant : {"", ".gqa"}) {
+      const ops::OpOutput full = ops::run_reference(ops::op_spec("attention_forward" + variant), s).outputs.at(1);
+      const ops::OpOutput decode = ops::run_reference(ops::op_spec("attention_decode" + variant), s).outputs.at(0);
+      const auto row = full.f32.begin() + (s.T - 1) * s.C;
+      testing::expect_match("reference attention_decode" + variant + " at " + s.str(), decode,
+                            ops::OpOutput{"out", std::vector<float>(row, row + s.C), {}}, ops::Tolerance{});
+    }
+  }
+}
+
+// The grouped-query variants really group (KVH < NH wherever NH > 1), and
+// with KVH = NH the reference's grouped-query kernels are its multi-head ones
+// exactly: a grouped layout whose key and value heads are repeated per query
+// head gives the multi-head result, each repeated head's gradient summed.
+TEST(BackendOps, ReferenceGroupedQueryAttentionIsRepeatedHeads) {
+  for (const ops::OpShape& s : testing::backend_ops_shapes()) {
+    const int NH = static_cast<int>(s.NH), KVH = static_cast<int>(ops::gqa_kv_heads(s.NH)), G = NH / KVH;
+    const int B = static_cast<int>(s.B), T = static_cast<int>(s.T), C = static_cast<int>(s.C), HS = C / NH;
+    EXPECT_LT(KVH, NH) << s.str();
+    const ops::OpSpec& fwd = ops::op_spec("attention_forward.gqa");
+    EXPECT_EQ(fwd.shape(s).KVH, KVH);
+    // The grouped qkv (B,T,(NH+2KVH)HS), and its multi-head copy (B,T,3C)
+    // with kv head h/G in place of head h.
+    const std::vector<float> g = ops::random_values(static_cast<size_t>(B * T * (NH + 2 * KVH) * HS), 31, -2, 2);
+    std::vector<float> mh(static_cast<size_t>(B * T * 3 * C));
+    for (int r = 0; r < B * T; ++r) {
+      const float* src = g.data() + static_cast<size_t>(r) * (NH + 2 * KVH) * HS;
+      float* dst = mh.data() + static_cast<size_t>(r) * 3 * C;
+      for (int h = 0; h < NH; ++h) {
+        for (int i = 0; i < HS; ++i) {
+          dst[h * HS + i] = src[h * HS + i];
+          dst[C + h * HS + i] = src[(NH + h / G) * HS + i];
+          dst[2 * C + h * HS + i] = src[(NH + KVH + h / G) * HS + i];
+        }
+      }
+    }
+    auto ref = make_reference_backend();
+    std::vector<float> out_g(static_cast<size_t>(B * T * C)), out_m(out_g.size());
+    std::vector<float> lse_g(static_cast<size_t>(B * NH * T)), lse_m(lse_g.size());
+    std::vector<float> gq(g), mq(mh);
+    ref->attention_forward(Tensor(out_g.data(), {B, T, C}), Tensor(lse_g.data(), {B, NH, T}),
+                           Tensor(gq.data(), {B, T, (NH + 2 * KVH) * HS}), NH, KVH);
+    ref->attention_forward(Tensor(out_m.data(), {B, T, C}), Tensor(lse_m.data(), {B, NH, T}),
+                           Tensor(mq.data(), {B, T, 3 * C}), NH, NH);
+    ++testing::backend_ops_checks();
+    EXPECT_EQ(out_g, out_m) << s.str();
+    EXPECT_EQ(lse_g, lse_m) << s.str();
+    // dK and dV: the grouped kernel sums the group's query heads in order,
+    // the sum of the multi-head gradients of the repeated heads (up to the
+    // order of the additions: within the backward tolerance).
+    const std::vector<float> dout = ops::random_values(out_g.size(), 32);
+    std::vector<float> d_g(g.size()), d_m(mh.size()), dout_c(dout);
+    ref->attention_backward(Tensor(d_g.data(), {B, T, (NH + 2 * KVH) * HS}), Tensor(dout_c.data(), {B, T, C}),
+                            Tensor(out_g.data(), {B, T, C}), Tensor(lse_g.data(), {B, NH, T}),
+                            Tensor(gq.data(), {B, T, (NH + 2 * KVH) * HS}), NH, KVH);
+    ref->attention_backward(Tensor(d_m.data(), {B, T, 3 * C}), Tensor(dout_c.data(), {B, T, C}),
+                            Tensor(out_m.data(), {B, T, C}), Tensor(lse_m.data(), {B, NH, T}),
+                            Tensor(mq.data(), {B, T, 3 * C}), NH, NH);
+    std::vector<float> summed(g.size(), 0.0f);
+    for (int r = 0; r < B * T; ++r) {
+      const float* src = d_m.data() + static_cast<size_t>(r) * 3 * C;
+      float* dst = summed.data() + static_cast<size_t>(r) * (NH + 2 * KVH) * HS;
+      for (int h = 0; h < NH; ++h) {
+        for (int i = 0; i < HS; ++i) {
+          dst[h * HS + i] = src[h * HS + i];
+          dst[(NH + h / G) * HS + i] += src[C + h * HS + i];
+          dst[(NH + KVH + h / G) * HS + i] += src[2 * C + h * HS + i];
+        }
+      }
+    }
+    const ops::Tolerance tol =
+        ops::tolerance("attention_backward", "dqkv", ops::Dtype::f32, ops::ToleranceFacts{fwd.shape(s), {}, {}});
+    testing::expect_match("reference attention_backward.gqa at " + s.str() + " against repeated heads",
+                          ops::OpOutput{"dqkv", d_g, {}}, ops::OpOutput{"dqkv", summed, {}}, tol);
   }
 }
 

@@ -41,7 +41,11 @@ def main():
 
     v1 = checkpoint_file.load(os.path.join(a.data, "checkpoint.bin"))
     check("version 1 reads", v1.version == 1, str(v1.version))
-    check("version 1 model sizes by name", v1.config() == {"V": 120, "T": 8, "L": 1, "NH": 2, "C": 16}, str(v1.config()))
+    sizes = {k: v1.config()[k] for k in ("V", "T", "L", "NH", "C")}
+    check("version 1 model sizes by name", sizes == {"V": 120, "T": 8, "L": 1, "NH": 2, "C": 16}, str(sizes))
+    check("version 1 reads as the default GPT-2 (no variant keys)",
+          (v1.config()["norm"], v1.config()["position"], v1.config()["KVH"]) == ("layernorm", "learned", 2),
+          str(v1.config()))
     check("version 1 parameters and moments", len(v1.params) == 4 * expected["param_count"] and
           len(v1.m) == len(v1.params) and len(v1.v) == len(v1.params))
     check("version 1 vocabulary ends with [EOS]", v1.vocab and v1.vocab[-1] == b"[EOS]")

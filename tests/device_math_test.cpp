@@ -4,7 +4,10 @@
 // functions, the same launch constants, and the same ownership and summation
 // order (lanes of a warp, the xor butterfly, row chunks of the column sums,
 // blocks of the reduction, tiles of attention). Each host path is then held
-// to the naive reference kernels on random inputs. Where the kernel adds in
+// to the naive reference kernels on random inputs, or, for RMSNorm, RoPE and
+// the ReLU/SiLU/SwiGLU activations, to backend.h's formulas written out in
+// double here; grouped-query attention to the multi-head reference on the
+// input with each key/value head repeated for its group. Where the kernel adds in
 // the reference's order the comparison is exact; elsewhere the tolerance is
 // stated next to it. What this does not check: the kernels' memory indexing,
 // FMA contraction on the device (rounding-level differences) and the CUDA
@@ -13,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -211,6 +215,88 @@ TEST(DeviceMath, LayerNormBackwardMatchesReference) {
   EXPECT_TRUE(all_close("layernorm dbias", dbias, ref_dbias, 2e-5, 1e-5));
 }
 
+// ------------------------------------------------------------ rmsnorm
+
+// rmsnorm_forward_kernel: warp per row, the sum of squares by the lanes and
+// the butterfly.
+void rmsnorm_forward_host(float* out, float* rstd, const float* inp, const float* weight, int N, int C) {
+  for (int row = 0; row < N; ++row) {
+    const float* x = inp + static_cast<int64_t>(row) * C;
+    const float s = dm::rmsnorm_rstd(warp_row_reduce(C, 0.0f, [&](int c) { return x[c] * x[c]; }, dm::SumOp{}), C);
+    for (int c = 0; c < C; ++c) out[row * C + c] = dm::rmsnorm_out(x[c], s, weight[c]);
+    rstd[row] = s;
+  }
+}
+
+// The formulas of backend.h in double: rstd = 1 / sqrt(mean(x^2) + 1e-5),
+// out = x rstd w; dinp += rstd g - x rstd^3 mean(g x) with g = dout w,
+// dweight += sum over rows of dout x rstd.
+void rmsnorm_forward_formula(double* out, double* rstd, const float* inp, const float* weight, int N, int C) {
+  for (int row = 0; row < N; ++row) {
+    const float* x = inp + static_cast<int64_t>(row) * C;
+    double sq = 0.0;
+    for (int c = 0; c < C; ++c) sq += static_cast<double>(x[c]) * x[c];
+    rstd[row] = 1.0 / std::sqrt(sq / C + 1e-5);
+    for (int c = 0; c < C; ++c) out[row * C + c] = x[c] * rstd[row] * weight[c];
+  }
+}
+
+TEST(DeviceMath, RmsNormForwardMatchesFormula) {
+  const int N = 37, C = 96;
+  auto inp = random_vec(static_cast<size_t>(N) * C, 13, -2.0f, 3.0f);
+  for (int c = 0; c < C; ++c) inp[c] = 0.001f * inp[c];  // row 0: mean(x^2) ~ 3e-6 < eps, eps matters
+  auto weight = random_vec(C, 14);
+  std::vector<float> out(inp.size()), rstd(N);
+  std::vector<double> ref_out(inp.size()), ref_rstd(N);
+  rmsnorm_forward_host(out.data(), rstd.data(), inp.data(), weight.data(), N, C);
+  rmsnorm_forward_formula(ref_out.data(), ref_rstd.data(), inp.data(), weight.data(), N, C);
+  // One float sum of C = 96 squares (~C 2^-24 relative at worst), a sqrt
+  // and a division; out <~ 3 in magnitude.
+  EXPECT_TRUE(all_close("rmsnorm rstd", rstd, ref_rstd, 1e-6, 1e-5));
+  EXPECT_TRUE(all_close("rmsnorm out", out, ref_out, 2e-6, 1e-5));
+}
+
+TEST(DeviceMath, RmsNormBackwardMatchesFormula) {
+  const int N = 600, C = 72;  // 3 row chunks; C not a multiple of 32 (a partial column tile)
+  auto inp = random_vec(static_cast<size_t>(N) * C, 27, -2.0f, 3.0f);
+  for (int c = 0; c < C; ++c) inp[c] = 0.001f * inp[c];
+  auto weight = random_vec(C, 28), dout = random_vec(inp.size(), 29);
+  std::vector<float> out(inp.size()), rstd(N);
+  rmsnorm_forward_host(out.data(), rstd.data(), inp.data(), weight.data(), N, C);
+  auto dinp = random_vec(inp.size(), 35), dweight = random_vec(C, 36);
+  auto ref_dinp = to_double(dinp), ref_dweight = to_double(dweight);
+
+  // Kernel 1: warp per row, dinp +=.
+  for (int row = 0; row < N; ++row) {
+    const float* x = inp.data() + row * C;
+    const float* d = dout.data() + row * C;
+    const float s = rstd[row];
+    const float gx_mean =
+        warp_row_reduce(C, 0.0f, [&](int c) { return d[c] * weight[c] * (x[c] * s); }, dm::SumOp{}) /
+        static_cast<float>(C);
+    for (int c = 0; c < C; ++c) dinp[row * C + c] += dm::rmsnorm_dinp(d[c] * weight[c], x[c] * s, s, gx_mean);
+  }
+  // Kernels 2 and 3: column sums of dout * x * rstd.
+  column_sums_host(dweight.data(), N, C, [&](int r, int c) { return inp[r * C + c] * rstd[r] * dout[r * C + c]; });
+
+  // The formula in double, from the same (float) rstd.
+  for (int row = 0; row < N; ++row) {
+    const double s = rstd[row];
+    double gx = 0.0;
+    for (int c = 0; c < C; ++c) gx += static_cast<double>(dout[row * C + c]) * weight[c] * inp[row * C + c];
+    const double gx_mean = gx / C;
+    for (int c = 0; c < C; ++c) {
+      const double x = inp[row * C + c], g = static_cast<double>(dout[row * C + c]) * weight[c];
+      ref_dinp[row * C + c] += s * g - x * s * s * s * gx_mean;
+      ref_dweight[c] += static_cast<double>(dout[row * C + c]) * x * s;
+    }
+  }
+  // Float against double: C = 72-term row means carried through rstd
+  // (row 0: rstd ~ 300, its dinp terms |.| <~ 300), N = 600-term column sums.
+  EXPECT_TRUE(all_close("rmsnorm dinp", dinp, ref_dinp, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close("rmsnorm dweight", dweight, ref_dweight, 2e-5, 1e-5));
+}
+
 // ------------------------------------------------------------ bias
 
 TEST(DeviceMath, AddBiasAndBiasBackwardMatchReference) {
@@ -238,13 +324,63 @@ TEST(DeviceMath, AddBiasAndBiasBackwardMatchReference) {
 
 // ------------------------------------------------------------ attention
 
+// NH query heads over KVH key/value heads (KVH = NH: plain multi-head).
 struct Shape {
-  int B, T, C, NH;
+  int B, T, C, NH, KVH;
+  int HS() const { return C / NH; }
+  int W() const { return (NH + 2 * KVH) * HS(); }  // qkv row width
+  size_t qkv_size() const { return static_cast<size_t>(B) * T * W(); }
 };
 
+// Query head h (part 0), key head h (1) or value head h (2) at (b, t): the
+// layout of attention.cu's QkvLayout.
 const float* qkv_row(const float* qkv, int part, int b, int t, int h, const Shape& s) {
-  const int HS = s.C / s.NH;
-  return qkv + (static_cast<int64_t>(b) * s.T + t) * 3 * s.C + part * s.C + h * HS;
+  const int first = part == 0 ? 0 : part == 1 ? s.NH : s.NH + s.KVH;
+  return qkv + (static_cast<int64_t>(b) * s.T + t) * s.W() + (first + h) * s.HS();
+}
+float* qkv_row(float* qkv, int part, int b, int t, int h, const Shape& s) {
+  return const_cast<float*>(qkv_row(static_cast<const float*>(qkv), part, b, t, h, s));
+}
+
+// The (B,T,3C) multi-head input equivalent to a grouped one: each query head
+// gets its own copy of its group's key and value heads.
+template <typename R>
+std::vector<R> expand_kv(const std::vector<float>& qkv, const Shape& s) {
+  const int HS = s.HS(), G = s.NH / s.KVH;
+  std::vector<R> out(static_cast<size_t>(s.B) * s.T * 3 * s.C);
+  for (int b = 0; b < s.B; ++b) {
+    for (int t = 0; t < s.T; ++t) {
+      R* row = out.data() + (static_cast<int64_t>(b) * s.T + t) * 3 * s.C;
+      for (int part = 0; part < 3; ++part) {
+        for (int h = 0; h < s.NH; ++h) {
+          const float* src = qkv_row(qkv.data(), part, b, t, part == 0 ? h : h / G, s);
+          std::copy(src, src + HS, row + part * s.C + h * HS);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Back from the expanded layout's gradient: dq as it is, a key/value head's
+// dk and dv the sum of its group's copies (in double).
+std::vector<double> reduce_kv(const std::vector<double>& dexp, const Shape& s) {
+  const int HS = s.HS(), G = s.NH / s.KVH;
+  std::vector<double> out(s.qkv_size(), 0.0);
+  for (int b = 0; b < s.B; ++b) {
+    for (int t = 0; t < s.T; ++t) {
+      const double* row = dexp.data() + (static_cast<int64_t>(b) * s.T + t) * 3 * s.C;
+      double* dst = out.data() + (static_cast<int64_t>(b) * s.T + t) * s.W();
+      for (int part = 0; part < 3; ++part) {
+        const int first = part == 0 ? 0 : part == 1 ? s.NH : s.NH + s.KVH;
+        for (int h = 0; h < s.NH; ++h) {
+          double* d = dst + (first + (part == 0 ? h : h / G)) * HS;
+          for (int i = 0; i < HS; ++i) d[i] += row[part * s.C + h * HS + i];
+        }
+      }
+    }
+  }
+  return out;
 }
 
 float dot_row_host(const float* a, const float* b, int HS) {
@@ -254,11 +390,12 @@ float dot_row_host(const float* a, const float* b, int HS) {
 }
 
 // attention_forward_kernel (attention.cu): warp per (b, h, t), online softmax
-// over tiles of 32 keys; lane l scores key s0 + l and owns output channels
-// l, l+32, ... (Which shared-memory tile a row comes from does not change
-// the arithmetic; where the tiles start does, for dk/dv below.)
+// over tiles of 32 keys of h's key/value head; lane l scores key s0 + l and
+// owns output channels l, l+32, ... (Which shared-memory tile a row comes
+// from does not change the arithmetic; where the tiles start does, for dk/dv
+// below.)
 void attention_forward_host(float* out, float* lse, const float* qkv, const Shape& s, int first_row) {
-  const int HS = s.C / s.NH, dims = HS / kWarpSize, R = s.T - first_row;
+  const int HS = s.HS(), dims = HS / kWarpSize, R = s.T - first_row, G = s.NH / s.KVH;
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   for (int b = 0; b < s.B; ++b) {
     for (int h = 0; h < s.NH; ++h) {
@@ -271,7 +408,7 @@ void attention_forward_host(float* out, float* lse, const float* qkv, const Shap
           float score[kWarpSize], p[kWarpSize], lanes[kWarpSize];
           for (int lane = 0; lane < kWarpSize; ++lane) {
             const int key = s0 + lane;
-            score[lane] = key <= t ? scale * dot_row_host(q, qkv_row(qkv, 1, b, key, h, s), HS) : -INFINITY;
+            score[lane] = key <= t ? scale * dot_row_host(q, qkv_row(qkv, 1, b, key, h / G, s), HS) : -INFINITY;
             lanes[lane] = score[lane];
           }
           const float m_new = fmaxf(m, dm::warp_butterfly(lanes, dm::MaxOp{}));
@@ -284,7 +421,7 @@ void attention_forward_host(float* out, float* lse, const float* qkv, const Shap
           for (float& a : acc) a *= corr;
           const int count = std::min(kWarpSize, t - s0 + 1);
           for (int k = 0; k < count; ++k) {
-            const float* v = qkv_row(qkv, 2, b, s0 + k, h, s);
+            const float* v = qkv_row(qkv, 2, b, s0 + k, h / G, s);
             for (int i = 0; i < dims * kWarpSize; ++i) acc[i] += p[k] * v[i];
           }
           m = m_new;
@@ -300,7 +437,7 @@ void attention_forward_host(float* out, float* lse, const float* qkv, const Shap
 // attention_backward_dq_kernel then attention_backward_dkv_kernel (attention.cu).
 void attention_backward_host(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv,
                              const Shape& s) {
-  const int HS = s.C / s.NH, T = s.T, C = s.C;
+  const int HS = s.HS(), T = s.T, C = s.C, G = s.NH / s.KVH;
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   std::vector<float> d_rows(static_cast<size_t>(s.B) * s.NH * T);
   auto dout_row = [&](int b, int t, int h) { return dout + (static_cast<int64_t>(b) * T + t) * C + h * HS; };
@@ -320,59 +457,63 @@ void attention_backward_host(float* dqkv, const float* dout, const float* out, c
             const int key = s0 + lane;
             ds[lane] = 0.0f;
             if (key <= t) {
-              const float p = expf(scale * dot_row_host(q, qkv_row(qkv, 1, b, key, h, s), HS) - lse[bh * T + t]);
-              const float dp = dot_row_host(dO, qkv_row(qkv, 2, b, key, h, s), HS);
+              const float p =
+                  expf(scale * dot_row_host(q, qkv_row(qkv, 1, b, key, h / G, s), HS) - lse[bh * T + t]);
+              const float dp = dot_row_host(dO, qkv_row(qkv, 2, b, key, h / G, s), HS);
               ds[lane] = dm::attention_dscore(p, dp, D, scale);
             }
           }
           for (int k = 0; k < std::min(kWarpSize, t - s0 + 1); ++k) {
-            const float* key = qkv_row(qkv, 1, b, s0 + k, h, s);
+            const float* key = qkv_row(qkv, 1, b, s0 + k, h / G, s);
             for (int i = 0; i < HS; ++i) acc[i] += ds[k] * key[i];
           }
         }
-        float* dq = dqkv + (static_cast<int64_t>(b) * T + t) * 3 * C + h * HS;
-        std::copy(acc.begin(), acc.end(), dq);
+        std::copy(acc.begin(), acc.end(), qkv_row(dqkv, 0, b, t, h, s));
       }
     }
   }
   for (int b = 0; b < s.B; ++b) {
-    for (int h = 0; h < s.NH; ++h) {
-      const int64_t bh = static_cast<int64_t>(b) * s.NH + h;
-      for (int j = 0; j < T; ++j) {  // pass 2: warp per key row
-        const float* k_j = qkv_row(qkv, 1, b, j, h, s);
-        const float* v_j = qkv_row(qkv, 2, b, j, h, s);
+    for (int g = 0; g < s.KVH; ++g) {
+      for (int j = 0; j < T; ++j) {  // pass 2: warp per key row of head g
+        const float* k_j = qkv_row(qkv, 1, b, j, g, s);
+        const float* v_j = qkv_row(qkv, 2, b, j, g, s);
         std::vector<float> acc_k(static_cast<size_t>(HS), 0.0f), acc_v(static_cast<size_t>(HS), 0.0f);
-        // Query tiles start at the block's first key row (blocks of kAttnWarps rows).
+        // Query tiles start at the block's first key row (blocks of kAttnWarps
+        // rows); the group's query heads one after the other.
         const int j0 = j / dm::kAttnWarps * dm::kAttnWarps;
-        for (int i0 = j0; i0 < T; i0 += kWarpSize) {
-          if (i0 + kWarpSize <= j) continue;
-          float p[kWarpSize], ds[kWarpSize];
-          for (int lane = 0; lane < kWarpSize; ++lane) {
-            const int i = i0 + lane;
-            p[lane] = ds[lane] = 0.0f;
-            if (i >= j && i < T) {
-              p[lane] = expf(scale * dot_row_host(k_j, qkv_row(qkv, 0, b, i, h, s), HS) - lse[bh * T + i]);
-              const float dp = dot_row_host(v_j, dout_row(b, i, h), HS);
-              ds[lane] = dm::attention_dscore(p[lane], dp, d_rows[bh * T + i], scale);
+        for (int h = g * G; h < (g + 1) * G; ++h) {
+          const int64_t bh = static_cast<int64_t>(b) * s.NH + h;
+          for (int i0 = j0; i0 < T; i0 += kWarpSize) {
+            if (i0 + kWarpSize <= j) continue;
+            float p[kWarpSize], ds[kWarpSize];
+            for (int lane = 0; lane < kWarpSize; ++lane) {
+              const int i = i0 + lane;
+              p[lane] = ds[lane] = 0.0f;
+              if (i >= j && i < T) {
+                p[lane] = expf(scale * dot_row_host(k_j, qkv_row(qkv, 0, b, i, h, s), HS) - lse[bh * T + i]);
+                const float dp = dot_row_host(v_j, dout_row(b, i, h), HS);
+                ds[lane] = dm::attention_dscore(p[lane], dp, d_rows[bh * T + i], scale);
+              }
             }
-          }
-          for (int k = std::max(0, j - i0); k < std::min(kWarpSize, T - i0); ++k) {
-            const float* q = qkv_row(qkv, 0, b, i0 + k, h, s);
-            const float* dO = dout_row(b, i0 + k, h);
-            for (int i = 0; i < HS; ++i) {
-              acc_v[i] += p[k] * dO[i];
-              acc_k[i] += ds[k] * q[i];
+            for (int k = std::max(0, j - i0); k < std::min(kWarpSize, T - i0); ++k) {
+              const float* q = qkv_row(qkv, 0, b, i0 + k, h, s);
+              const float* dO = dout_row(b, i0 + k, h);
+              for (int i = 0; i < HS; ++i) {
+                acc_v[i] += p[k] * dO[i];
+                acc_k[i] += ds[k] * q[i];
+              }
             }
           }
         }
-        float* dk = dqkv + (static_cast<int64_t>(b) * T + j) * 3 * C + C + h * HS;
-        std::copy(acc_k.begin(), acc_k.end(), dk);
-        std::copy(acc_v.begin(), acc_v.end(), dk + C);
+        std::copy(acc_k.begin(), acc_k.end(), qkv_row(dqkv, 1, b, j, g, s));
+        std::copy(acc_v.begin(), acc_v.end(), qkv_row(dqkv, 2, b, j, g, s));
       }
     }
   }
 }
 
+// Against the reference's multi-head kernels on the expanded input
+// (expand_kv; the identity where KVH = NH).
 class AttentionTest : public ::testing::TestWithParam<Shape> {};
 
 // Scores are |q.k| / sqrt(HS) with q, k in [-2, 2]: softmax rows are far
@@ -381,11 +522,11 @@ class AttentionTest : public ::testing::TestWithParam<Shape> {};
 // outputs of |.| <~ 2 and lse <~ 5; the tolerances leave about 10x.
 TEST_P(AttentionTest, ForwardMatchesReference) {
   const Shape s = GetParam();
-  auto qkv = random_vec(static_cast<size_t>(s.B) * s.T * 3 * s.C, 40 + s.T, -2.0f, 2.0f);
+  auto qkv = random_vec(s.qkv_size(), 40 + s.T, -2.0f, 2.0f);
   std::vector<float> out(static_cast<size_t>(s.B) * s.T * s.C), lse(static_cast<size_t>(s.B) * s.NH * s.T);
   std::vector<double> ref_out(out.size()), ref_lse(lse.size());
   attention_forward_host(out.data(), lse.data(), qkv.data(), s, 0);
-  ref::attention_forward(ref_out.data(), ref_lse.data(), to_double(qkv).data(), s.B, s.T, s.C, s.NH);
+  ref::attention_forward(ref_out.data(), ref_lse.data(), expand_kv<double>(qkv, s).data(), s.B, s.T, s.C, s.NH);
   EXPECT_TRUE(all_close("attention out", out, ref_out, 5e-6, 2e-6));
   EXPECT_TRUE(all_close("attention lse", lse, ref_lse, 2e-6, 1e-6));
 
@@ -400,40 +541,56 @@ TEST_P(AttentionTest, ForwardMatchesReference) {
     expect.insert(expect.end(), from, from + static_cast<int64_t>(R) * s.C);
   }
   EXPECT_TRUE(all_close("attention first_row", part, expect, 0, 0));
+
+  if (s.KVH != s.NH) {
+    // The grouped kernel on qkv does bitwise what the multi-head kernel
+    // does on the expanded input: sharing a head changes no arithmetic.
+    const Shape mha{s.B, s.T, s.C, s.NH, s.NH};
+    std::vector<float> out_mha(out.size()), lse_mha(lse.size());
+    attention_forward_host(out_mha.data(), lse_mha.data(), expand_kv<float>(qkv, s).data(), mha, 0);
+    EXPECT_TRUE(all_close("attention out (expanded)", out, out_mha, 0, 0));
+    EXPECT_TRUE(all_close("attention lse (expanded)", lse, lse_mha, 0, 0));
+  }
 }
 
 // Decode: B = 1, first_row = T - 1, against the reference's attention_decode.
 TEST_P(AttentionTest, DecodeMatchesReference) {
   Shape s = GetParam();
   s.B = 1;
-  auto qkv = random_vec(static_cast<size_t>(s.T) * 3 * s.C, 50 + s.T, -2.0f, 2.0f);
+  auto qkv = random_vec(s.qkv_size(), 50 + s.T, -2.0f, 2.0f);
   std::vector<float> out(static_cast<size_t>(s.C)), lse(static_cast<size_t>(s.NH));
   std::vector<double> ref_out(out.size());
   attention_forward_host(out.data(), lse.data(), qkv.data(), s, s.T - 1);
-  ref::attention_decode(ref_out.data(), to_double(qkv).data(), s.T, s.C, s.NH);
+  ref::attention_decode(ref_out.data(), expand_kv<double>(qkv, s).data(), s.T, s.C, s.NH);
   EXPECT_TRUE(all_close("attention decode", out, ref_out, 5e-6, 2e-6));
 }
 
 // dqkv holds sums over up to T terms of products of O(1) values (float
-// against double): observed <= 1.2e-6 on |.| <~ 3; about 10x margin.
+// against double): observed <= 1.2e-6 on |.| <~ 3; about 10x margin. A
+// key/value head of a group of G sums G times as many terms.
 TEST_P(AttentionTest, BackwardMatchesReference) {
   const Shape s = GetParam();
-  auto qkv = random_vec(static_cast<size_t>(s.B) * s.T * 3 * s.C, 60 + s.T, -2.0f, 2.0f);
+  auto qkv = random_vec(s.qkv_size(), 60 + s.T, -2.0f, 2.0f);
   auto dout = random_vec(static_cast<size_t>(s.B) * s.T * s.C, 61 + s.T);
   std::vector<float> out(dout.size()), lse(static_cast<size_t>(s.B) * s.NH * s.T);
   attention_forward_host(out.data(), lse.data(), qkv.data(), s, 0);
   std::vector<float> dqkv(qkv.size(), NAN);  // overwritten, every element
   attention_backward_host(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), s);
-  std::vector<double> ref_dqkv(qkv.size());
-  ref::attention_backward(ref_dqkv.data(), to_double(dout).data(), to_double(qkv).data(), s.B, s.T, s.C, s.NH);
-  EXPECT_TRUE(all_close("attention dqkv", dqkv, ref_dqkv, 1e-5, 2e-6));
+  std::vector<double> ref_dexp(static_cast<size_t>(s.B) * s.T * 3 * s.C);
+  ref::attention_backward(ref_dexp.data(), to_double(dout).data(), expand_kv<double>(qkv, s).data(), s.B, s.T, s.C,
+                          s.NH);
+  const double G = static_cast<double>(s.NH / s.KVH);
+  EXPECT_TRUE(all_close("attention dqkv", dqkv, reduce_kv(ref_dexp, s), 1e-5 * G, 2e-6 * G));
 }
 
 // T crosses the 32-key chunks (1, 2 and 3 chunks, one with a single key);
-// HS = 32, 64, 96, 128 cover the four kernel instantiations.
+// HS = 32, 64, 96, 128 cover the four kernel instantiations; the last three
+// are grouped (G = 2, 4 and 3; KVH = 1 is multi-query attention).
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
-                         ::testing::Values(Shape{2, 8, 64, 2}, Shape{2, 33, 64, 1}, Shape{2, 70, 128, 2},
-                                           Shape{1, 40, 192, 2}, Shape{2, 65, 256, 2}, Shape{2, 17, 128, 4}));
+                         ::testing::Values(Shape{2, 8, 64, 2, 2}, Shape{2, 33, 64, 1, 1}, Shape{2, 70, 128, 2, 2},
+                                           Shape{1, 40, 192, 2, 2}, Shape{2, 65, 256, 2, 2},
+                                           Shape{2, 17, 128, 4, 4}, Shape{2, 40, 128, 4, 2},
+                                           Shape{1, 70, 256, 4, 1}, Shape{2, 33, 192, 6, 2}));
 
 // ------------------------------------------------------------ elementwise
 
@@ -451,6 +608,145 @@ TEST(DeviceMath, GeluMatchesReference) {
   for (int64_t i = 0; i < n; ++i) dinp[i] = dm::gelu_grad(inp[i]) * dinp[i];
   EXPECT_TRUE(all_close("gelu_backward", dinp, ref_dinp, 1e-6, 1e-6));
 }
+
+// ReLU exactly; SiLU and its gradient against the formulas in double: a
+// few ulp of expf and of the products (|out| <~ 6, |grad| <~ 1.1).
+TEST(DeviceMath, ReluAndSiluMatchFormulas) {
+  const int64_t n = 4099;
+  auto inp = random_vec(n, 74, -6.0f, 6.0f), dout = random_vec(n, 75);
+  inp[0] = 0.0f;  // the kink: ReLU's gradient there is 0
+  inp[1] = -0.0f;
+  inp[2] = -100.0f;  // expf(100) overflows to inf: SiLU -> -0, gradient -> 0
+  inp[3] = 100.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i], d = dout[i];
+    EXPECT_EQ(dm::relu_forward(x), x > 0.0f ? x : 0.0f) << i;
+    EXPECT_EQ(dm::relu_backward(d, x), x > 0.0f ? d : 0.0f) << i;
+  }
+  std::vector<float> out(n), dinp(n);
+  std::vector<double> ref_out(n), ref_dinp(n);
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = dm::silu_forward(inp[i]);
+    dinp[i] = dm::silu_backward(dout[i], inp[i]);
+    const double x = inp[i], sig = 1.0 / (1.0 + std::exp(-x));
+    ref_out[i] = x * sig;
+    ref_dinp[i] = dout[i] * sig * (1.0 + x * (1.0 - sig));
+  }
+  EXPECT_TRUE(all_close("silu_forward", out, ref_out, 1e-6, 1e-6));
+  EXPECT_TRUE(all_close("silu_backward", dinp, ref_dinp, 1e-6, 1e-6));
+}
+
+// swiglu_forward_kernel and swiglu_backward_kernel: element (n, j) of the
+// gate half and the up half, against the formulas in double.
+TEST(DeviceMath, SwigluMatchesFormulas) {
+  const int N = 13, H = 37;
+  auto inp = random_vec(static_cast<size_t>(N) * 2 * H, 76, -6.0f, 6.0f);
+  auto dout = random_vec(static_cast<size_t>(N) * H, 77);
+  std::vector<float> out(dout.size()), dinp(inp.size(), NAN);
+  std::vector<double> ref_out(out.size()), ref_dinp(inp.size());
+  for (int n = 0; n < N; ++n) {
+    for (int j = 0; j < H; ++j) {
+      const int64_t at = static_cast<int64_t>(n) * 2 * H + j, o = static_cast<int64_t>(n) * H + j;
+      const float g = inp[at], u = inp[at + H], d = dout[o];
+      out[o] = dm::swiglu_forward(g, u);
+      dinp[at] = dm::swiglu_dgate(d, g, u);
+      dinp[at + H] = dm::swiglu_dup(d, g);
+      const double sig = 1.0 / (1.0 + std::exp(-static_cast<double>(g))), silu = g * sig;
+      ref_out[o] = silu * u;
+      ref_dinp[at] = static_cast<double>(d) * u * sig * (1.0 + g * (1.0 - sig));
+      ref_dinp[at + H] = d * silu;
+    }
+  }
+  // Products of up to four float roundings on |.| <~ 40.
+  EXPECT_TRUE(all_close("swiglu_forward", out, ref_out, 1e-6, 1e-6));
+  EXPECT_TRUE(all_close("swiglu_backward", dinp, ref_dinp, 1e-6, 1e-6));
+}
+
+// ------------------------------------------------------------ rope
+
+// The (cos, sin) of backend.h, spelled out: pow, multiply, cos and sin in
+// double, each rounded to float. rope_cos_sin must give these bits.
+dm::CosSin rope_formula(int pos, int i, int HS, float theta) {
+  const double angle = static_cast<double>(pos) * std::pow(static_cast<double>(theta), -2.0 * i / HS);
+  return {static_cast<float>(std::cos(angle)), static_cast<float>(std::sin(angle))};
+}
+
+TEST(DeviceMath, RopeCosSinIsTheDoubleFormulaBitwise) {
+  int checked = 0;
+  for (float theta : {10000.0f, 500000.0f, 2.5f}) {
+    for (int HS : {32, 64, 128, 6}) {
+      for (int pos : {0, 1, 2, 17, 1023, 1024, 4095, 131071}) {
+        for (int i = 0; i < HS / 2; ++i) {
+          const dm::CosSin got = dm::rope_cos_sin(pos, i, HS, theta), want = rope_formula(pos, i, HS, theta);
+          ASSERT_EQ(std::bit_cast<uint32_t>(got.c), std::bit_cast<uint32_t>(want.c))
+              << "cos pos " << pos << " i " << i << " HS " << HS << " theta " << theta;
+          ASSERT_EQ(std::bit_cast<uint32_t>(got.s), std::bit_cast<uint32_t>(want.s))
+              << "sin pos " << pos << " i " << i << " HS " << HS << " theta " << theta;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * 8 * (16 + 32 + 64 + 3));
+  // Position 0 is the identity; pair 0 turns by exactly pos radians.
+  EXPECT_EQ(dm::rope_cos_sin(0, 5, 64, 10000.0f).c, 1.0f);
+  EXPECT_EQ(dm::rope_cos_sin(0, 5, 64, 10000.0f).s, 0.0f);
+  EXPECT_EQ(dm::rope_cos_sin(3, 0, 64, 10000.0f).c, static_cast<float>(std::cos(3.0)));
+}
+
+// rope_kernel: thread (row n, pair i) rotates pair i of the NH + KVH query
+// and key heads of row n by the angle of position pos0 + n % T.
+void rope_host(float* qkv, int B, int T, int NH, int KVH, int HS, int pos0, float theta, bool inverse) {
+  const int W = (NH + 2 * KVH) * HS;
+  for (int64_t n = 0; n < static_cast<int64_t>(B) * T; ++n) {
+    for (int i = 0; i < HS / 2; ++i) {
+      const dm::CosSin cs = dm::rope_cos_sin(pos0 + static_cast<int>(n % T), i, HS, theta);
+      for (int h = 0; h < NH + KVH; ++h) {
+        float* x = qkv + n * W + h * HS + 2 * i;
+        dm::rope_rotate(x[0], x[1], cs, inverse);
+      }
+    }
+  }
+}
+
+class RopeTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(RopeTest, RotatesQueryAndKeyHeadsAsTheFormula) {
+  const Shape s = GetParam();
+  const int HS = s.HS(), W = s.W(), pos0 = 5;
+  const float theta = 10000.0f;
+  const auto qkv = random_vec(s.qkv_size(), 78 + s.T, -2.0f, 2.0f);
+  auto rotated = qkv;
+  rope_host(rotated.data(), s.B, s.T, s.NH, s.KVH, HS, pos0, theta, false);
+  // x'[2i] = x[2i] c - x[2i+1] s, x'[2i+1] = x[2i] s + x[2i+1] c in double,
+  // from the float (c, s); the value heads as they were.
+  std::vector<double> want(qkv.begin(), qkv.end());
+  for (int64_t n = 0; n < static_cast<int64_t>(s.B) * s.T; ++n) {
+    for (int h = 0; h < s.NH + s.KVH; ++h) {
+      for (int i = 0; i < HS / 2; ++i) {
+        const dm::CosSin cs = rope_formula(pos0 + static_cast<int>(n % s.T), i, HS, theta);
+        const int64_t at = n * W + h * HS + 2 * i;
+        const double x0 = qkv[at], x1 = qkv[at + 1];
+        want[at] = x0 * cs.c - x1 * cs.s;
+        want[at + 1] = x0 * cs.s + x1 * cs.c;
+      }
+    }
+  }
+  // Two products and a sum in float: a few ulp of |.| <~ 3.
+  EXPECT_TRUE(all_close("rope_forward", rotated, want, 1e-6, 1e-6));
+  for (int64_t n = 0; n < static_cast<int64_t>(s.B) * s.T; ++n) {
+    const int64_t v = n * W + (s.NH + s.KVH) * HS;
+    EXPECT_TRUE(std::equal(rotated.begin() + v, rotated.begin() + v + s.KVH * HS, qkv.begin() + v)) << n;
+  }
+  // The backward turns back: forward then backward is the identity to rounding.
+  auto back = rotated;
+  rope_host(back.data(), s.B, s.T, s.NH, s.KVH, HS, pos0, theta, true);
+  EXPECT_TRUE(all_close("rope_backward(rope_forward)", back, qkv, 1e-6, 1e-6));
+}
+
+// Multi-head, grouped and multi-query layouts; HS = 6 is not a multiple of 4.
+INSTANTIATE_TEST_SUITE_P(Shapes, RopeTest,
+                         ::testing::Values(Shape{2, 7, 64, 2, 2}, Shape{1, 9, 256, 4, 1}, Shape{2, 5, 24, 4, 2}));
 
 TEST(DeviceMath, ResidualMatchesReferenceExactly) {
   const int64_t n = 1001;

@@ -11,6 +11,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/activations.h"
@@ -20,6 +21,7 @@
 #include "model/params.h"
 #include "train/train_step.h"
 #include "export_writer.h"
+#include "util/fields.h"
 
 namespace {
 
@@ -31,12 +33,14 @@ struct Args {
   std::string optimizer = "adam_original";
   int steps = 10;
   int threads = 2;
+  std::vector<std::pair<std::string, std::string>> model;  // --model KEY=VALUE: model section keys
   std::string out;
 };
 
 const char* kUsage =
     "usage: export_reference --out DIR [--preset small|original] [--batch 2] [--seq T]\n"
-    "                        [--seed 1337] [--optimizer adam_original|adamw] [--steps 10] [--threads 2]\n";
+    "                        [--seed 1337] [--optimizer adam_original|adamw] [--steps 10] [--threads 2]\n"
+    "                        [--model KEY=VALUE ...]  (model keys: arch, norm, position, n_kv_head, ...)\n";
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -56,6 +60,11 @@ Args parse(int argc, char** argv) {
     else if (k == "--steps") a.steps = std::stoi(v);
     else if (k == "--threads") a.threads = std::stoi(v);
     else if (k == "--out") a.out = v;
+    else if (k == "--model") {
+      const size_t eq = v.find('=');
+      if (eq == std::string::npos) throw std::invalid_argument(fmt::format("--model {}: expected KEY=VALUE", v));
+      a.model.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+    }
     else throw std::invalid_argument(fmt::format("unknown option {}", k));
   }
   if (a.out.empty()) throw std::invalid_argument("--out DIR is required");
@@ -66,6 +75,13 @@ Args parse(int argc, char** argv) {
 int run(const Args& a) {
   using namespace gpt2;
   Gpt2Config cfg = preset(a.preset);
+  {
+    Fields f;
+    f.add_section("model", cfg);
+    for (const auto& [key, value] : a.model) f.set("model." + key, value, "--model");
+  }
+  cfg = cfg.resolved();
+  cfg.validate();
   const int B = a.batch, T = a.seq > 0 ? a.seq : cfg.T;
   OptimizerConfig oc = a.optimizer == "adamw" ? OptimizerConfig::adamw() : OptimizerConfig::original();
   oc.kind = parse_optimizer_kind(a.optimizer);
@@ -117,13 +133,17 @@ int run(const Args& a) {
   std::FILE* m = std::fopen((a.out + "/manifest.json").c_str(), "w");
   if (!m) throw std::runtime_error(fmt::format("cannot write {}/manifest.json", a.out));
   fmt::print(m,
-             "{{\n  \"config\": {{\"V\": {}, \"T\": {}, \"L\": {}, \"NH\": {}, \"C\": {}}},\n"
+             "{{\n  \"config\": {{\"V\": {}, \"T\": {}, \"L\": {}, \"NH\": {}, \"C\": {}, \"arch\": \"{}\", "
+             "\"norm\": \"{}\", \"norm_position\": \"{}\", \"position\": \"{}\", \"rope_theta\": {}, "
+             "\"activation\": \"{}\", \"mlp\": \"{}\", \"H\": {}, \"KVH\": {}, \"tie\": {}}},\n"
              "  \"B\": {}, \"seq\": {}, \"steps\": {},\n"
              "  \"optimizer\": {{\"kind\": \"{}\", \"lr\": {}, \"min_lr\": {}, \"warmup_steps\": {}, "
              "\"decay_steps\": {}, \"beta1\": {}, \"beta2\": {}, \"eps\": {}, \"weight_decay\": {}, "
              "\"grad_clip\": {}}},\n"
              "  \"params\": [{}],\n  \"arrays\": [\n{}\n  ]\n}}\n",
-             cfg.V, cfg.T, cfg.L, cfg.NH, cfg.C, B, T, a.steps, to_string(oc.kind), oc.lr, oc.min_lr,
+             cfg.V, cfg.T, cfg.L, cfg.NH, cfg.C, to_string(cfg.arch), to_string(cfg.norm),
+             to_string(cfg.norm_position), to_string(cfg.position), cfg.rope_theta, to_string(cfg.activation),
+             to_string(cfg.mlp), cfg.mlp_width(), cfg.kv_heads(), cfg.tie_embeddings ? "true" : "false", B, T, a.steps, to_string(oc.kind), oc.lr, oc.min_lr,
              oc.warmup_steps, oc.decay_steps, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.grad_clip,
              names, w.entries());
   std::fclose(m);

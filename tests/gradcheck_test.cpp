@@ -1,6 +1,7 @@
 // Every backward pass against central finite differences, in double, on the
-// reference kernels: the scalar loss is L = sum(r * out) for a fixed random
-// r (so dout = r), or dloss * sum(losses) for the cross-entropy.
+// reference kernels (attention and RoPE multi-head and grouped-query): the
+// scalar loss is L = sum(r * out) for a fixed random r (so dout = r), or
+// dloss * sum(losses) for the cross-entropy.
 // Tolerance: with h = 1e-5, the central difference has truncation error
 // ~h^2 |f'''| ~ 1e-10 and rounding error ~1e-16 |L| / h ~ 1e-10 here; a real
 // mistake in a gradient formula is O(1). atol 1e-7, rtol 1e-6 separates them.
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kernels/reference/reference_kernels.h"
@@ -95,28 +97,119 @@ TEST(GradCheck, Matmul) {
   check_gradient("matmul dbias", bias, db, loss);
 }
 
-TEST(GradCheck, Attention) {
-  Vec qkv = random_dvec(N * 3 * C, 31, -2, 2), r = random_dvec(N * C, 32);
-  Vec out(N * C), lse(B * NH * T);
+TEST(GradCheck, RmsNorm) {
+  Vec x = random_dvec(N * C, 15, -2, 3), w = random_dvec(C, 16), r = random_dvec(N * C, 17);
+  Vec out(N * C), rstd(N);
   auto loss = [&] {
-    ref::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    ref::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C);
     return dot(out, r);
   };
-  Vec dqkv(qkv.size());
-  ref::attention_backward(dqkv.data(), r.data(), qkv.data(), B, T, C, NH);
-  check_gradient("attention dqkv", qkv, dqkv, loss);
+  loss();
+  // Accumulated: start from nonzero values and check the increment.
+  Vec dx0 = random_dvec(N * C, 18), dw0 = random_dvec(C, 19), dx = dx0, dw = dw0;
+  ref::rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, C);
+  for (size_t i = 0; i < dx.size(); ++i) dx[i] -= dx0[i];
+  for (size_t i = 0; i < dw.size(); ++i) dw[i] -= dw0[i];
+  check_gradient("rmsnorm dinp", x, dx, loss);
+  check_gradient("rmsnorm dweight", w, dw, loss);
 }
 
-TEST(GradCheck, Gelu) {
+// Multi-head (KVH = NH) and grouped-query: NH 6 query heads over 3, 2 and 1
+// key/value heads (groups of 2, 3 and 6), HS 2.
+TEST(GradCheck, Attention) {
+  for (const int kvh : {NH, 1}) {
+    Vec qkv = random_dvec(N * (NH + 2 * kvh) * (C / NH), 31, -2, 2), r = random_dvec(N * C, 32);
+    Vec out(N * C), lse(B * NH * T);
+    auto loss = [&] {
+      ref::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, kvh);
+      return dot(out, r);
+    };
+    Vec dqkv(qkv.size());
+    ref::attention_backward(dqkv.data(), r.data(), qkv.data(), B, T, C, NH, kvh);
+    check_gradient(kvh == NH ? "attention dqkv" : "attention dqkv, one kv head", qkv, dqkv, loss);
+  }
+  const int NH6 = 6;
+  for (const int kvh : {3, 2, 1}) {
+    Vec qkv = random_dvec(N * (NH6 + 2 * kvh) * (C / NH6), 33, -2, 2), r = random_dvec(N * C, 34);
+    Vec out(N * C), lse(B * NH6 * T);
+    auto loss = [&] {
+      ref::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH6, kvh);
+      return dot(out, r);
+    };
+    Vec dqkv(qkv.size());
+    ref::attention_backward(dqkv.data(), r.data(), qkv.data(), B, T, C, NH6, kvh);
+    check_gradient(("attention dqkv, NH 6 KVH " + std::to_string(kvh)).c_str(), qkv, dqkv, loss);
+  }
+}
+
+// RoPE is linear, so its backward is exact: checked against finite
+// differences all the same, with value heads passed through untouched by
+// both. NH 3 over KVH 3 and 1, rows at positions 7.., HS 4.
+TEST(GradCheck, Rope) {
+  for (const int kvh : {NH, 1}) {
+    const int HS = C / NH, W = (NH + 2 * kvh) * HS, pos0 = 7;
+    const float theta = 10000.0f;
+    Vec x = random_dvec(N * W, 35), r = random_dvec(N * W, 36), out(N * W);
+    auto loss = [&] {
+      out = x;
+      ref::rope_forward(out.data(), B, T, NH, kvh, HS, pos0, theta);
+      return dot(out, r);
+    };
+    Vec dx = r;
+    ref::rope_backward(dx.data(), B, T, NH, kvh, HS, pos0, theta);
+    check_gradient(kvh == NH ? "rope dqkv" : "rope dqkv, one kv head", x, dx, loss);
+    // The backward undoes the forward (a rotation's transpose is its
+    // inverse), up to c^2 + s^2 = 1 within a few float ulps: cos and sin are
+    // rounded to float by the contract.
+    Vec y = x;
+    ref::rope_forward(y.data(), B, T, NH, kvh, HS, pos0, theta);
+    ref::rope_backward(y.data(), B, T, NH, kvh, HS, pos0, theta);
+    EXPECT_TRUE(testing::all_close("rope backward after forward", y, x, 0, 4 * 0x1.0p-24));
+  }
+}
+
+// ReLU away from its kink (|x| >= 0.1, so x +- h keeps its sign), and at
+// exactly 0, where the contract fixes the derivative at 0 (the difference
+// there would be 1/2).
+TEST(GradCheck, Relu) {
   const int n = 200;
-  Vec x = random_dvec(n, 41, -6, 6), r = random_dvec(n, 42), out(n);
+  Vec x = random_dvec(n, 43), r = random_dvec(n, 44), out(n);
+  for (double& v : x) v = v < 0 ? v - 0.1 : v + 0.1;
   auto loss = [&] {
-    ref::gelu_forward(out.data(), x.data(), n);
+    ref::relu_forward(out.data(), x.data(), n);
     return dot(out, r);
   };
   Vec dx(n);
-  ref::gelu_backward(dx.data(), r.data(), x.data(), n);
-  check_gradient("gelu dinp", x, dx, loss);
+  ref::relu_backward(dx.data(), r.data(), x.data(), n);
+  check_gradient("relu dinp", x, dx, loss);
+  const double zero = 0, d = 1;
+  double dz = 7;
+  ref::relu_backward(&dz, &d, &zero, 1);
+  EXPECT_EQ(dz, 0.0);
+}
+
+TEST(GradCheck, Silu) {
+  const int n = 200;
+  Vec x = random_dvec(n, 45, -6, 6), r = random_dvec(n, 46), out(n);
+  auto loss = [&] {
+    ref::silu_forward(out.data(), x.data(), n);
+    return dot(out, r);
+  };
+  Vec dx(n);
+  ref::silu_backward(dx.data(), r.data(), x.data(), n);
+  check_gradient("silu dinp", x, dx, loss);
+}
+
+TEST(GradCheck, Swiglu) {
+  const int H = 7;
+  Vec x = random_dvec(N * 2 * H, 47, -6, 6), r = random_dvec(N * H, 48), out(N * H);
+  auto loss = [&] {
+    ref::swiglu_forward(out.data(), x.data(), N, H);
+    return dot(out, r);
+  };
+  Vec dx(x.size());
+  ref::swiglu_backward(dx.data(), r.data(), x.data(), N, H);
+  check_gradient("swiglu dinp", x, dx, loss);
 }
 
 TEST(GradCheck, CrossEntropy) {

@@ -25,8 +25,9 @@ import sys
 import tempfile
 import time
 
-RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,seed,status,reason,training_s,"
-                "inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,tp_calls,tp_bytes,"
+RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,variant,seed,status,reason,"
+                "training_s,inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,mfu,params,"
+                "activation_bytes,tp_calls,tp_bytes,"
                 "dp_calls,dp_bytes,formula_tp_calls,formula_tp_bytes,formula_dp_calls,formula_dp_bytes,git_commit,"
                 "git_dirty,build_type,compiler,cpu,cores,blas_core,backend,host,date,source_hash,build_options,"
                 "openblas,mpi,cuda").split(",")

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/activations.h"
@@ -109,12 +111,45 @@ TrainRun train(Backend& be, int steps, OptimizerConfig oc = OptimizerConfig::ori
   return r;
 }
 
+// The small preset as each architecture variant (model/config.h).
+std::vector<std::pair<std::string, Gpt2Config>> small_variants() {
+  std::vector<std::pair<std::string, Gpt2Config>> out;
+  auto add = [&](const std::string& name, auto&& edit) {
+    Gpt2Config c = preset("small");
+    edit(c);
+    out.emplace_back(name, c.resolved());
+  };
+  add("gpt2", [](Gpt2Config&) {});
+  add("llama", [](Gpt2Config& c) { c.arch = Arch::kLlama; });
+  add("llama gqa 2 tied", [](Gpt2Config& c) {
+    c.arch = Arch::kLlama;
+    c.n_kv_head = 2;
+    c.tie_embeddings = true;
+  });
+  add("post-norm relu", [](Gpt2Config& c) {
+    c.norm_position = NormPosition::kPost;
+    c.activation = ActivationKind::kRelu;
+  });
+  add("rmsnorm silu mqa", [](Gpt2Config& c) {
+    c.norm = NormKind::kRmsNorm;
+    c.activation = ActivationKind::kSilu;
+    c.n_kv_head = 1;
+  });
+  add("rope swiglu", [](Gpt2Config& c) {
+    c.position = PositionKind::kRope;
+    c.mlp = MlpKind::kSwiglu;
+  });
+  return out;
+}
+
 TEST(Model, CpuBackendMatchesReferenceBackend) {
   auto ref = make_reference_backend();
+  for (const auto& [variant, cfg] : small_variants()) {
+  SCOPED_TRACE(variant);
   for (int threads : {1, 2}) {
     auto cpu = make_cpu_backend(threads);
     const int B = 3, T = 32;
-    Gpt2 m1(preset("small")), m2(preset("small"));
+    Gpt2 m1(cfg), m2(cfg);
     m1.init_weights(7);
     m2.init_weights(7);
     ActivationArena a1(m1.config(), B, T), a2(m2.config(), B, T);
@@ -141,6 +176,29 @@ TEST(Model, CpuBackendMatchesReferenceBackend) {
                                      1e-4 * scale + 1e-12, 1e-4));
     }
   }
+  }
+}
+
+TEST(Layout, VariantsDecideTheTensors) {
+  // llama with 2 key/value heads and tied embeddings on the small preset
+  // (V64 T32 L2 NH4 C64): no wpe, no norm biases, qkv (4 + 2*2) heads of 16,
+  // SwiGLU hidden 176 (8 x 64 / 3 rounded up to 16), no lm_head.
+  Gpt2Config c = preset("small");
+  c.arch = Arch::kLlama;
+  c.n_kv_head = 2;
+  c.tie_embeddings = true;
+  const int64_t C = 64, H = 176, per_layer = C + 128 * C + C * C + C + C + 2 * H * C + 2 * H + C * H + C;
+  EXPECT_EQ(param_count(c), static_cast<size_t>(64 * C + 2 * per_layer + C));
+  ParamTensors p;
+  std::vector<std::string> names;
+  for (const ParamInfo& info : layout(c, p)) names.push_back(info.name);
+  EXPECT_EQ(names.front(), "wte");
+  EXPECT_EQ(names[1], "h.0.ln1_w");
+  EXPECT_EQ(names.back(), "lnf_w");
+  // The default configuration is GPT-2, and "auto" is its own resolution.
+  EXPECT_TRUE(preset("original").is_gpt2());
+  EXPECT_EQ(preset("original"), preset("original").resolved());
+  EXPECT_EQ(preset("original").mlp_width(), 4 * 384);
 }
 
 TEST(Model, TrainingIsBitwiseDeterministic) {
@@ -234,20 +292,36 @@ class CountingBackend final : public Backend {
     in_.matmul_backward(dx, dw, db, d, x, w);
   }
   // Causal: query t meets t + 1 keys; Q K^T and P V are one multiply-add per
-  // (pair, channel) each.
-  static double attention_pairs(const Tensor& qkv) {
-    const double T = static_cast<double>(qkv.dim(1));
-    return qkv.dim(0) * T * (T + 1) / 2 * (qkv.dim(2) / 3);
+  // (pair, query channel) each, whatever the key/value heads: out (B,T,NH*HS).
+  static double attention_pairs(const Tensor& out) {
+    const double T = static_cast<double>(out.dim(1));
+    return out.dim(0) * T * (T + 1) / 2 * out.dim(2);
   }
-  void attention_forward(Tensor o, Tensor l, Tensor qkv, int NH) override {
-    forward += 2 * 2.0 * attention_pairs(qkv);
-    in_.attention_forward(o, l, qkv, NH);
+  void attention_forward(Tensor o, Tensor l, Tensor qkv, int NH, int KVH) override {
+    forward += 2 * 2.0 * attention_pairs(o);
+    in_.attention_forward(o, l, qkv, NH, KVH);
   }
-  void attention_backward(Tensor dqkv, Tensor d, Tensor o, Tensor l, Tensor qkv, int NH) override {
-    backward += 4 * 2.0 * attention_pairs(qkv);  // dP, dV, dQ, dK
-    in_.attention_backward(dqkv, d, o, l, qkv, NH);
+  void attention_backward(Tensor dqkv, Tensor d, Tensor o, Tensor l, Tensor qkv, int NH, int KVH) override {
+    backward += 4 * 2.0 * attention_pairs(d);  // dP, dV, dQ, dK
+    in_.attention_backward(dqkv, d, o, l, qkv, NH, KVH);
   }
-  void attention_decode(Tensor o, Tensor qkv, int NH) override { in_.attention_decode(o, qkv, NH); }
+  void attention_decode(Tensor o, Tensor qkv, int NH, int KVH) override { in_.attention_decode(o, qkv, NH, KVH); }
+  void rmsnorm_forward(Tensor o, Tensor r, Tensor x, Tensor w) override { in_.rmsnorm_forward(o, r, x, w); }
+  void rmsnorm_backward(Tensor dx, Tensor dw, Tensor d, Tensor x, Tensor w, Tensor r) override {
+    in_.rmsnorm_backward(dx, dw, d, x, w, r);
+  }
+  void rope_forward(Tensor qkv, int NH, int KVH, int pos0, float theta) override {
+    in_.rope_forward(qkv, NH, KVH, pos0, theta);
+  }
+  void rope_backward(Tensor dqkv, int NH, int KVH, int pos0, float theta) override {
+    in_.rope_backward(dqkv, NH, KVH, pos0, theta);
+  }
+  void relu_forward(Tensor o, Tensor x) override { in_.relu_forward(o, x); }
+  void relu_backward(Tensor dx, Tensor d, Tensor x) override { in_.relu_backward(dx, d, x); }
+  void silu_forward(Tensor o, Tensor x) override { in_.silu_forward(o, x); }
+  void silu_backward(Tensor dx, Tensor d, Tensor x) override { in_.silu_backward(dx, d, x); }
+  void swiglu_forward(Tensor o, Tensor x) override { in_.swiglu_forward(o, x); }
+  void swiglu_backward(Tensor dx, Tensor d, Tensor x) override { in_.swiglu_backward(dx, d, x); }
   void gelu_forward(Tensor o, Tensor x) override { in_.gelu_forward(o, x); }
   void gelu_backward(Tensor dx, Tensor d, Tensor x) override { in_.gelu_backward(dx, d, x); }
   void residual_forward(Tensor o, Tensor a, Tensor b) override { in_.residual_forward(o, a, b); }
@@ -282,6 +356,27 @@ TEST(Flops, TrainingFlopsCountWhatTheModelComputes) {
   EXPECT_DOUBLE_EQ(f.backward, counting.backward);
   // And the original configuration's figure quoted in the docs.
   EXPECT_NEAR(training_flops(preset("original"), 16, 256).total(), 277.09e9, 0.01e9);
+}
+
+TEST(Flops, VariantsCountTheirOwnWidths) {
+  // Grouped-query attention and SwiGLU change the products' widths; the
+  // count must follow them.
+  Gpt2Config c = preset("small");
+  c.arch = Arch::kLlama;
+  c.n_kv_head = 2;
+  c.tie_embeddings = true;
+  auto cpu = make_cpu_backend(1);
+  CountingBackend counting(*cpu);
+  Gpt2 model(c);
+  model.init_weights(1);
+  const int B = 2, T = 24;
+  ActivationArena arena(model, B, T);
+  auto x = testing::random_tokens(B * T + 1, c.V, 1);
+  gpt2_forward(counting, model, arena.acts(), x.data(), x.data() + 1);
+  gpt2_backward(counting, model, arena.acts(), x.data(), x.data() + 1, 1.0f / (B * T));
+  const FlopCount f = training_flops(c, B, T);
+  EXPECT_DOUBLE_EQ(f.forward, counting.forward);
+  EXPECT_DOUBLE_EQ(f.backward, counting.backward);
 }
 
 }  // namespace

@@ -7,6 +7,18 @@ and every parameter gradient of the first batch, then the losses of ten
 optimizer steps and the weights they lead to, for both optimizers, for a small
 configuration and for the original one at reduced batch.
 
+Then the architecture variants (VARIANTS), each on the small preset with
+adamw at batch 4, exported with `--model KEY=VALUE`: the llama preset (its
+resolved choices, whatever they are, with rmsnorm, rope and SwiGLU required),
+rmsnorm, post-norm blocks, rotary positions (default theta and theta 100),
+relu and silu MLPs, SwiGLU (default and explicit hidden width), 2 and 1
+key/value heads for 4 query heads, the head tied to wte, rmsnorm with
+post-norm, and llama with 2 key/value heads and tied head. The PyTorch side
+(bench/peers/torch_gpt2.py) builds each from the manifest's config, so each
+case first checks that the manifest names the variant asked for and that its
+parameters are torch_gpt2.layout's, names and shapes; an exporter that
+ignored --model fails there rather than passing as GPT-2.
+
 PyTorch runs in float64, so the differences measured are our float32 engine's
 rounding alone. Tolerances (why these numbers):
   * logits, loss: float32 forward through L layers of K-term dot products
@@ -22,6 +34,15 @@ rounding alone. Tolerances (why these numbers):
     allow 2e-5 relative on each step's loss and 1e-4 absolute on weights (one
     step's size; 2e-5 was measured here). An error in an optimizer formula
     shifts every step of every weight and the loss check catches it.
+  * variants: the same tolerances. None adds a longer chain of rounding:
+    rmsnorm and post-norm move the norms, rope adds one rotation per q and k
+    element (both sides take the angles in double; ours rounds cos and sin to
+    float32), SwiGLU's product and the grouped heads' summed key/value
+    gradients add a term or a few. All variants measured here as the base
+    cases do: logits within 4e-7, whole gradient within 4e-7, losses within
+    3e-7, weights within 1e-5. A wrong convention is far outside: rotate_half
+    RoPE gives logits 5e-3 apart, grouping query heads h % KVH instead of
+    h // (NH/KVH) 0.5.
 Exit status: 0 all agree, 1 a mismatch (the worst element is printed),
 77 (skipped) if torch cannot be imported.
 """
@@ -43,7 +64,7 @@ except ImportError as e:  # pragma: no cover
 
 # The PyTorch model and optimizers, shared with the peer benchmark.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
-from torch_gpt2 import OriginalAdam, gpt2_forward, lr_at  # noqa: E402
+from torch_gpt2 import OriginalAdam, gpt2_forward, layout, lr_at, resolve_variant  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 
@@ -102,14 +123,64 @@ def worst(name, ours, ref, atol):
     return ok, line
 
 
-def check(exporter, preset, batch, optimizer, steps, workdir):
-    out = os.path.join(workdir, f"{preset}-{optimizer}")
+# export_reference's --model KEY -> (manifest config key, parser of the value).
+MODEL_KEYS = {"arch": ("arch", str), "norm": ("norm", str), "norm_position": ("norm_position", str),
+              "position": ("position", str), "rope_theta": ("rope_theta", float),
+              "activation": ("activation", str), "mlp": ("mlp", str), "mlp_hidden": ("H", int),
+              "n_kv_head": ("KVH", int), "tie_embeddings": ("tie", lambda v: v == "true")}
+# What the llama preset must resolve to (the rest is the exporter's to choose).
+LLAMA = {"norm": "rmsnorm", "position": "rope", "mlp": "swiglu"}
+
+
+def describe(cfg):
+    """The resolved architecture in one phrase, e.g. "rmsnorm pre rope(10000) swiglu H176 KVH2 tied"."""
+    c = resolve_variant(cfg)
+    pos = f"rope({c['rope_theta']:g})" if c["position"] == "rope" else "learned"
+    mlp = "swiglu" if c["mlp"] == "swiglu" else c["activation"]
+    return (f"{c['arch']}: {c['norm']} {c['norm_position']} {pos} {mlp} H{c['H']} KVH{c['KVH']} "
+            f"{'tied' if c['tie'] else 'untied'}")
+
+
+def manifest_disagrees(cfg, names, shapes, model):
+    """Why the manifest does not describe the model asked for (--model
+    KEY=VALUE pairs) or its parameters are not layout(cfg)'s, or None."""
+    for kv in model:
+        key, value = kv.split("=", 1)
+        mkey, parse = MODEL_KEYS[key]
+        if cfg.get(mkey) != parse(value):
+            return f"asked for {kv}, the manifest's config has {mkey} = {cfg.get(mkey)!r}"
+        if kv == "arch=llama":
+            for k, v in LLAMA.items():
+                if resolve_variant(cfg)[k] != v:
+                    return f"arch=llama resolved to {k} = {resolve_variant(cfg)[k]!r}, not {v}"
+    want = layout(cfg)
+    if [(n, tuple(s)) for n, s in zip(names, shapes)] != [(n, tuple(s)) for n, s in want]:
+        return (f"the parameters are not layout(cfg)'s: manifest {list(zip(names, shapes))}, "
+                f"layout {want}")
+    return None
+
+
+def check(exporter, preset, batch, optimizer, model, steps, workdir):
+    """One case: export_reference --preset preset --model KV... against PyTorch."""
+    variant = " ".join(model) or "gpt2"
+    out = os.path.join(workdir, f"{preset}-{optimizer}-{variant.replace(' ', '-')}")
     os.makedirs(out, exist_ok=True)
-    subprocess.run([exporter, "--preset", preset, "--batch", str(batch), "--optimizer", optimizer,
-                    "--steps", str(steps), "--out", out], check=True)
+    cmd = [exporter, "--preset", preset, "--batch", str(batch), "--optimizer", optimizer,
+           "--steps", str(steps), "--out", out]
+    for kv in model:
+        cmd += ["--model", kv]
+    r = subprocess.run(cmd)
+    if r.returncode != 0:
+        print(f"{preset} [{variant}], B={batch}, {optimizer}\n  FAIL export_reference exited {r.returncode}: "
+              f"{' '.join(cmd)}")
+        return False
     manifest, arr = load(out)
     cfg, o, B, T = manifest["config"], manifest["optimizer"], manifest["B"], manifest["seq"]
     names = manifest["params"]
+    why = manifest_disagrees(cfg, names, [arr["param." + n].shape for n in names], model)
+    if why:
+        print(f"{preset} [{variant}], B={B}, {optimizer}\n  FAIL {why}")
+        return False
     params = {n: torch.tensor(arr["param." + n].astype(np.float64), requires_grad=True) for n in names}
     batches = torch.tensor(arr["batches"].astype(np.int64))
     lines, ok_all = [], True
@@ -147,8 +218,8 @@ def check(exporter, preset, batch, optimizer, steps, workdir):
     final_ours = np.concatenate([arr["final." + n].ravel() for n in names])
     final_ref = np.concatenate([params[n].detach().numpy().ravel() for n in names])
     record(worst(f"weights after {steps} steps", final_ours, final_ref, 1e-4))
-    title = (f"{preset} (V{cfg['V']} T{T} L{cfg['L']} NH{cfg['NH']} C{cfg['C']}), B={B}, {optimizer}: "
-             f"losses ours {' '.join(f'{v:.5f}' for v in arr['losses'])}")
+    title = (f"{preset} [{variant}] (V{cfg['V']} T{T} L{cfg['L']} NH{cfg['NH']} C{cfg['C']}; {describe(cfg)}), "
+             f"B={B}, {optimizer}: losses ours {' '.join(f'{v:.5f}' for v in arr['losses'])}")
     print(title)
     # On success, the per-tensor gradient lines are summarised by the worst one.
     grads = [l for l in lines if " grad " in l]
@@ -159,14 +230,23 @@ def check(exporter, preset, batch, optimizer, steps, workdir):
     return ok_all
 
 
+# The architecture variants, each on the small preset with adamw at batch 4
+# (export_reference --model KEY=VALUE, space-separated).
+VARIANTS = ["arch=llama", "norm=rmsnorm", "norm_position=post", "position=rope", "position=rope rope_theta=100",
+            "activation=relu", "activation=silu", "mlp=swiglu", "mlp=swiglu mlp_hidden=96", "n_kv_head=2",
+            "n_kv_head=1", "tie_embeddings=true", "norm=rmsnorm norm_position=post",
+            "arch=llama n_kv_head=2 tie_embeddings=true"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--exporter", required=True, help="path to the export_reference program")
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
     torch.manual_seed(0)
-    cases = [("small", 4, "adam_original"), ("small", 4, "adamw"),
-             ("original", 2, "adam_original"), ("original", 2, "adamw")]
+    cases = [("small", 4, "adam_original", ()), ("small", 4, "adamw", ()),
+             ("original", 2, "adam_original", ()), ("original", 2, "adamw", ())]
+    cases += [("small", 4, "adamw", tuple(v.split())) for v in VARIANTS]
     with tempfile.TemporaryDirectory() as work:
         results = [check(args.exporter, *case, args.steps, work) for case in cases]
     passed = sum(results)

@@ -382,6 +382,34 @@ TEST(Generate, KvCacheGivesTheRecomputedTokens) {
   }
 }
 
+TEST(Generate, RopeCacheSlidesWithTheWindow) {
+  // With RoPE a cached key keeps its rotation as the window slides: the cache
+  // drops its oldest rows (and moves back to the top of its 2T rows) instead
+  // of re-prefilling; greedy tokens must equal full recomputation of every
+  // window, long past the 32-token block size.
+  auto be = make_cpu_backend(1);
+  Gpt2Config c = preset("small");
+  c.arch = Arch::kLlama;
+  c.n_kv_head = 2;
+  Gpt2 model(c);
+  model.init_weights(21);
+  ActivationArena arena(model, 4, 32);
+  Optimizer opt(OptimizerConfig::original(), model.num_params());
+  LocalTrainStep step(*be, model, opt, arena.acts());
+  auto data = testing::random_tokens(4 * 32 + 1, 64, 5);
+  for (int s = 0; s < 20; ++s) step(data.data(), data.data() + 1);
+  for (size_t prompt_len : {1u, 31u, 40u}) {
+    GenerateConfig g;
+    g.max_new_tokens = 70;
+    const std::span<const int32_t> prompt(data.data(), prompt_len);
+    auto recompute = generate(*be, model, prompt, g, -1);
+    g.kv_cache = true;
+    auto cached = generate(*be, model, prompt, g, -1);
+    EXPECT_EQ(cached.tokens, recompute.tokens) << "prompt of " << prompt_len;
+    EXPECT_EQ(recompute.tokens.size(), 70u);
+  }
+}
+
 TEST(Generate, SamplingIsReproducibleBySeed) {
   auto be = make_cpu_backend(1);
   Gpt2 model(preset("small"));
@@ -427,10 +455,10 @@ TEST(AttentionDecode, MatchesTheLastRowOfTheFullForward) {
   std::vector<float> full(static_cast<size_t>(T * C)), lse(static_cast<size_t>(NH * T));
   auto ref = make_reference_backend();
   ref->attention_forward(Tensor(full.data(), {1, T, C}), Tensor(lse.data(), {1, NH, T}),
-                         Tensor(qkv.data(), {1, T, 3 * C}), NH);
+                         Tensor(qkv.data(), {1, T, 3 * C}), NH, NH);
   for (auto& be : {make_reference_backend(), make_cpu_backend(2)}) {
     std::vector<float> out(static_cast<size_t>(C));
-    be->attention_decode(Tensor(out.data(), {1, 1, C}), Tensor(qkv.data(), {1, T, 3 * C}), NH);
+    be->attention_decode(Tensor(out.data(), {1, 1, C}), Tensor(qkv.data(), {1, T, 3 * C}), NH, NH);
     // Same formula; the CPU kernel uses fast_exp (2 ulp) and vector sums.
     EXPECT_TRUE(testing::all_close(be->name() + " decode", out.data(), full.data() + (T - 1) * C,
                                    static_cast<size_t>(C), 1e-5, 1e-5));

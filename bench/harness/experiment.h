@@ -51,6 +51,9 @@ struct RunSpec {
   // "pp2 m4 zb-h1", "zero", "pp2 m2 1f1b zero"; "" for none of them.
   std::string pipeline;
   int pp = 1;
+  // The model's architecture keys that differ from the default GPT-2, as
+  // "key=value" words ("arch=llama n_kv_head=2"); "" for the default model.
+  std::string variant;
   int repetition = 0;
   uint64_t seed = 0;
   std::string hostfile;  // absolute path or ""

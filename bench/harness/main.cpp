@@ -73,7 +73,8 @@ usage:
 
 Kinds of experiment (`kind:` in the file):
   stages    (default) training runs of the stage programs: reports table1,
-            table2, scaling, tensor_parallel, parallelism, table2_original
+            table2, scaling, tensor_parallel, parallelism, table2_original,
+            ablation
   kernels   the kernel microbenchmark programs of <build>/bench: kernels.md
             with a roofline chart
   peer      our training step (<build>/bench/train_step) against PyTorch

@@ -29,7 +29,8 @@ const std::vector<Kind>& kinds_table() {
       {"table1", write_table1}, {"table2", write_table2}, {"scaling", write_scaling},
       {"tensor_parallel", write_tensor_parallel},
       {"parallelism", write_parallelism},
-      {"table2_original", write_table2_original}};
+      {"table2_original", write_table2_original},
+      {"ablation", write_ablation}};
   return table;
 }
 

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
+
 #include <algorithm>
 #include <tuple>
 
@@ -33,8 +35,8 @@ std::vector<Run> load_runs(const fs::path& path) {
 }
 
 bool ConfigKey::operator<(const ConfigKey& o) const {
-  return std::tuple(stage_index(stage), ranks, threads, tp, block_types, pipeline) <
-         std::tuple(stage_index(o.stage), o.ranks, o.threads, o.tp, o.block_types, o.pipeline);
+  return std::tuple(stage_index(stage), ranks, threads, tp, block_types, pipeline, variant) <
+         std::tuple(stage_index(o.stage), o.ranks, o.threads, o.tp, o.block_types, o.pipeline, o.variant);
 }
 
 std::string block_types_text(const ConfigKey& k) {
@@ -51,6 +53,7 @@ std::string block_types_text(const ConfigKey& k) {
 std::string label(const ConfigKey& k) {
   std::string base = fmt::format("{} r{} t{}", k.stage, k.ranks, k.threads);
   if (!k.pipeline.empty()) base += " " + k.pipeline;
+  if (!k.variant.empty()) base += " [" + k.variant + "]";
   return k.tp > 1 ? fmt::format("{} tp{} ({})", base, k.tp, block_types_text(k)) : base;
 }
 
@@ -64,13 +67,15 @@ std::string column_id(const ConfigKey& k) {
   }
   if (!k.pipeline.empty()) id += "_";
   for (char ch : k.pipeline) id += ch == ' ' ? '_' : ch;
+  if (!k.variant.empty()) id += "_";
+  for (char ch : k.variant) id += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
   return id;
 }
 
 namespace {
 
 ConfigKey key_of(const Run& r) {
-  return {r.stage, r.ranks, r.threads, r.tp, r.tp > 1 ? r.block_types : "", r.pipeline};
+  return {r.stage, r.ranks, r.threads, r.tp, r.tp > 1 ? r.block_types : "", r.pipeline, r.variant};
 }
 
 std::vector<ConfigRuns> group_by_config(const std::vector<Run>& runs) {

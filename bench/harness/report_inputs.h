@@ -39,6 +39,7 @@ struct ConfigKey {
   int tp = 1;               // the tensor-parallel layout: ranks = tp x dp
   std::string block_types;  // "" for all tp (and always at tp 1)
   std::string pipeline;     // pipeline stages, microbatches, schedule, ZeRO-1: "pp2 m4 1f1b zero"; "" for none
+  std::string variant;      // the architecture keys that differ from GPT-2: "arch=llama"; "" for none
   bool operator<(const ConfigKey& o) const;
   bool operator==(const ConfigKey& o) const = default;
 };
@@ -109,5 +110,6 @@ void write_scaling(const ReportSpec& spec, const Inputs& in, std::vector<std::fi
 void write_tensor_parallel(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 void write_table2_original(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
+void write_ablation(const ReportSpec& spec, const Inputs& in, std::vector<std::filesystem::path>& written);
 
 }  // namespace gpt2::harness

@@ -71,6 +71,7 @@ RunRow planned_row(const std::string& experiment, const RunSpec& r) {
   row.tp = r.tp;
   row.block_types = r.tp > 1 ? r.block_types : "";  // one rank computes the standard block whatever the list says
   row.pipeline = r.pipeline;
+  row.variant = r.variant;
   row.seed = r.seed;
   return row;
 }
@@ -140,6 +141,13 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
       std::vector<double> ms;
       for (size_t k = m.steps.size() > 1 ? 1 : 0; k < m.steps.size(); ++k) ms.push_back(m.steps[k].step_ms);
       row.step_ms = median(std::move(ms));
+      std::vector<double> mfu;
+      for (size_t k = m.steps.size() > 1 ? 1 : 0; k < m.steps.size(); ++k) mfu.push_back(m.steps[k].mfu);
+      row.mfu = median(std::move(mfu));
+      if (m.steps.front().mem_params > 0) {
+        row.params = static_cast<int64_t>(m.steps.front().mem_params / sizeof(float));
+        row.activation_bytes = static_cast<int64_t>(m.steps.front().mem_activations);
+      }
       row.tp_calls = median_count(m.steps, &StepRecord::tp_calls);
       row.tp_bytes = median_count(m.steps, &StepRecord::tp_bytes);
       row.dp_calls = median_count(m.steps, &StepRecord::dp_calls);

@@ -142,6 +142,7 @@ const std::vector<Column<RunRow>>& runs_schema() {
       col("threads", &RunRow::threads),       col("repetition", &RunRow::repetition),
       col("tp", &RunRow::tp, true),           col("block_types", &RunRow::block_types, true),
       col("pipeline", &RunRow::pipeline, true),
+      col("variant", &RunRow::variant, true),
       col("seed", &RunRow::seed),             col("status", &RunRow::status),
       col("reason", &RunRow::reason),         col("training_s", &RunRow::training_s),
       col("inference_s", &RunRow::inference_s), col("tokens_per_s", &RunRow::tokens_per_s),
@@ -149,6 +150,8 @@ const std::vector<Column<RunRow>>& runs_schema() {
       col("comm_s", &RunRow::comm_s),         col("peak_rss_mb", &RunRow::peak_rss_mb),
       // Since tensor parallelism: optional, older files lack them.
       col("step_ms", &RunRow::step_ms, true), col("val_loss", &RunRow::val_loss, true),
+      col("mfu", &RunRow::mfu, true), col("params", &RunRow::params, true),
+      col("activation_bytes", &RunRow::activation_bytes, true),
       col("tp_calls", &RunRow::tp_calls, true), col("tp_bytes", &RunRow::tp_bytes, true),
       col("dp_calls", &RunRow::dp_calls, true), col("dp_bytes", &RunRow::dp_bytes, true),
       col("formula_tp_calls", &RunRow::formula_tp_calls, true),

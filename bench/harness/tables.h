@@ -34,6 +34,8 @@ struct RunRow {
   std::string block_types;
   // Since pipeline parallelism (optional): "pp2 m4 zb-h1", "zero", ... ("" for none).
   std::string pipeline;
+  // Since the architecture variants (optional): the model keys that differ from GPT-2 ("" for none).
+  std::string variant;
   uint64_t seed = 0;
   std::string status, reason;  // ok | failed | skipped | not run (planned, no attempt recorded), and why
   // From the run's summary record; empty unless the run completed.
@@ -45,6 +47,10 @@ struct RunRow {
   // validation loss, and the communication of a step (the median over the
   // steps of this rank-0's counts; every step counts the same).
   std::optional<double> step_ms, val_loss;
+  // Since the architecture variants (optional): the median MFU over the
+  // steps after the first, the parameter count and the activation bytes (the step records').
+  std::optional<double> mfu;
+  std::optional<int64_t> params, activation_bytes;
   std::optional<int64_t> tp_calls, tp_bytes, dp_calls, dp_bytes;
   // The same four worked out from the model's shape (comm_formula.h); empty
   // where the formula does not apply (a bucketed gradient sum's dp columns).

@@ -31,7 +31,7 @@ bool is_matmul(const std::string& op) { return op == "matmul_forward" || op == "
 }  // namespace
 
 ops::OpShape BenchOp::shape(const BenchShape& s) const {
-  ops::OpShape o = op_shape(s);
+  ops::OpShape o = spec->shape(op_shape(s));
   if (!layer.empty()) {
     const Linear l = linear_of(layer, s.cfg);
     o.B = 1;

@@ -14,7 +14,7 @@
 // throughput, with one launch-and-synchronise round trip (a few
 // microseconds) spread over all the iterations.
 //
-// Benchmark names: KERNEL[.LAYER]/SHAPE/BACKEND/tTHREADS, e.g.
+// Benchmark names: KERNEL[.LAYER or .VARIANT]/SHAPE/BACKEND/tTHREADS, e.g.
 // matmul_forward.fc/original/cpu/t2 (Google Benchmark appends /real_time).
 #include <fmt/format.h>
 

@@ -25,9 +25,78 @@ class Checkpoint:
         self.v = None
 
     def config(self):
-        """The model sizes as {"V", "T", "L", "NH", "C"}."""
+        """The model as {"V", "T", "L", "NH", "C"} and the architecture
+        variant under the exporter's manifest names (VARIANT_KEYS), resolved
+        by resolve_variant: a key the header lacks (a checkpoint older than
+        the variants) or that says "auto" takes its arch's choice, GPT-2's
+        when the arch is absent too."""
         names = {"V": "vocab_size", "T": "block_size", "L": "n_layer", "NH": "n_head", "C": "n_embd"}
-        return {k: int(self.header["model." + v]) for k, v in names.items()}
+        cfg = {k: int(self.header["model." + v]) for k, v in names.items()}
+        for key, (header_key, parse) in VARIANT_KEYS.items():
+            if "model." + header_key in self.header:
+                cfg[key] = parse(self.header["model." + header_key])
+        return resolve_variant(cfg)
+
+
+def _bool(text):
+    if text.lower() in ("true", "1", "yes", "on"):
+        return True
+    if text.lower() in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+# Manifest name -> (checkpoint header key after "model.", parser of its text).
+VARIANT_KEYS = {"arch": ("arch", str), "norm": ("norm", str), "norm_position": ("norm_position", str),
+                "position": ("position", str), "rope_theta": ("rope_theta", float),
+                "activation": ("activation", str), "mlp": ("mlp", str), "H": ("mlp_hidden", int),
+                "KVH": ("n_kv_head", int), "tie": ("tie_embeddings", _bool)}
+
+# The choices of each arch preset (core/model/config.cpp), the value of a
+# component key that is absent or "auto". norm_position is pre for both;
+# activation is silu under llama or with SwiGLU, else gelu.
+ARCH_DEFAULTS = {"gpt2": {"norm": "layernorm", "position": "learned", "mlp": "standard"},
+                 "llama": {"norm": "rmsnorm", "position": "rope", "mlp": "swiglu"}}
+
+
+def resolve_variant(cfg):
+    """A copy of cfg (V T L NH C and any variant keys) with every variant key
+    present and resolved as our engine resolves it (Gpt2Config::resolved):
+    arch absent is gpt2; norm, position, mlp absent or "auto" are the arch's
+    (ARCH_DEFAULTS); norm_position is pre; activation is silu under llama or
+    with SwiGLU, else gelu; rope_theta 10000; H (MLP hidden width) absent or 0
+    is 4C for the standard MLP and ceil(C/6)*16 for SwiGLU; KVH (key and value
+    heads) absent or 0 is NH; tie false. Raises ValueError on a value our
+    engine refuses."""
+    out = dict(cfg)
+    out.setdefault("arch", "gpt2")
+    if out["arch"] not in ARCH_DEFAULTS:
+        raise ValueError(f"model arch {out['arch']!r}: not one of {', '.join(ARCH_DEFAULTS)}")
+    auto = lambda key: out.get(key, "auto") == "auto"
+    for key, value in ARCH_DEFAULTS[out["arch"]].items():
+        if auto(key):
+            out[key] = value
+    if auto("norm_position"):
+        out["norm_position"] = "pre"
+    if auto("activation"):
+        out["activation"] = "silu" if out["arch"] == "llama" or out["mlp"] == "swiglu" else "gelu"
+    out.setdefault("rope_theta", 10000.0)
+    out.setdefault("tie", False)
+    C, NH = out["C"], out["NH"]
+    if not out.get("H"):
+        out["H"] = 4 * C if out["mlp"] == "standard" else (C + 5) // 6 * 16
+    if not out.get("KVH"):
+        out["KVH"] = NH
+    allowed = {"norm": ("layernorm", "rmsnorm"), "norm_position": ("pre", "post"), "position": ("learned", "rope"),
+               "activation": ("gelu", "relu", "silu"), "mlp": ("standard", "swiglu")}
+    for key, values in allowed.items():
+        if out[key] not in values:
+            raise ValueError(f"model {key} {out[key]!r}: not one of {', '.join(values)}, auto")
+    if NH % out["KVH"] != 0:
+        raise ValueError(f"model KVH {out['KVH']} does not divide NH {NH}")
+    if out["mlp"] == "swiglu" and out["activation"] != "silu":
+        raise ValueError(f"model activation {out['activation']!r} with SwiGLU, which gates with silu")
+    return out
 
 
 class _Reader:
@@ -94,7 +163,7 @@ def load(path):
 
 
 def read_checkpoint(path):
-    """({"V", "T", "L", "NH", "C"}, raw little-endian float32 bytes of the parameters)."""
+    """(Checkpoint.config(), raw little-endian float32 bytes of the parameters)."""
     ck = load(path)
     return ck.config(), ck.params
 

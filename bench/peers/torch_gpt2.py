@@ -5,6 +5,12 @@ reference the tests check against.
 The model is written with torch.nn.functional on a dict of named tensors
 (names as our parameter layout, core/model/params.cpp); the original project's Adam
 is written out with torch's foreach kernels (PyTorch has no such variant).
+The configuration's variant keys (checkpoint_file.resolve_variant: absent
+or "auto" means the arch's choice, GPT-2's by default) select layernorm or
+rmsnorm, pre- or post-norm blocks, learned or rotary positions (LLaMA's
+interleaved pairs), gelu (tanh), relu or silu, a standard or SwiGLU MLP of H
+hidden units, KVH key/value heads shared by groups of query heads, and an
+lm_head tied to wte.
 As a program it is the peer side of the harness's `kind: peer` experiments
 (experiments/peer.yaml; bench/harness/peer_experiment.h): it loads our
 initial weights from a checkpoint written by `train_step --save-init` and
@@ -25,30 +31,72 @@ import time
 import torch
 import torch.nn.functional as F
 
-from checkpoint_file import read_checkpoint
+from checkpoint_file import read_checkpoint, resolve_variant
+
+
+def _norm(x, w, b, kind):
+    """layernorm (weight and bias) or rmsnorm (weight only), eps 1e-5, over the last dim."""
+    if kind == "rmsnorm":
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-5) * w
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)
+
+
+def rope(x, theta):
+    """Rotary position embedding on x (..., T, HS), Meta's LLaMA convention:
+    the pair (x[2i], x[2i+1]) of the token at position t turns by the angle
+    t * theta^(-2i/HS), i < HS/2 (interleaved pairs, not rotate_half).
+    The angles are computed in float64 whatever x's dtype."""
+    T, HS = x.shape[-2], x.shape[-1]
+    inv = theta ** (-torch.arange(0, HS, 2, dtype=torch.float64) / HS)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]  # (T, HS/2)
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
+_ACTIVATIONS = {"gelu": lambda a: F.gelu(a, approximate="tanh"), "relu": F.relu, "silu": F.silu}
 
 
 def gpt2_forward(p, cfg, tokens):
-    """tokens (B,T) -> logits (B,T,V). p: name -> tensor, names as our layout."""
-    L, NH, C = cfg["L"], cfg["NH"], cfg["C"]
+    """tokens (B,T) -> logits (B,T,V). p: name -> tensor, names as our layout.
+    cfg: the sizes V T L NH C and the variant keys (resolve_variant); a key
+    absent or "auto" is the arch's choice, GPT-2's when arch is absent too."""
+    cfg = resolve_variant(cfg)
+    L, NH, C, KVH, H = cfg["L"], cfg["NH"], cfg["C"], cfg["KVH"], cfg["H"]
     B, T = tokens.shape
     HS = C // NH
-    x = p["wte"][tokens] + p["wpe"][:T]
+    kind, post, use_rope = cfg["norm"], cfg["norm_position"] == "post", cfg["position"] == "rope"
+    act = _ACTIVATIONS[cfg["activation"]]
+    x = p["wte"][tokens] if use_rope else p["wte"][tokens] + p["wpe"][:T]
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    # Pre-norm: x = x + attn(norm1(x)); x = x + mlp(norm2(x)).
+    # Post-norm: x = norm1(x + attn(x)); x = norm2(x + mlp(x)).
     for l in range(L):
         w = lambda s: p[f"h.{l}.{s}"]
-        h = F.layer_norm(x, (C,), w("ln1_w"), w("ln1_b"), eps=1e-5)
-        q, k, v = (h @ w("qkv_w").T).split(C, dim=2)
-        q, k, v = (t.view(B, T, NH, HS).transpose(1, 2) for t in (q, k, v))
+        norm1 = lambda z: _norm(z, w("ln1_w"), p.get(f"h.{l}.ln1_b"), kind)  # no bias under rmsnorm
+        norm2 = lambda z: _norm(z, w("ln2_w"), p.get(f"h.{l}.ln2_b"), kind)
+        h = x if post else norm1(x)
+        q, k, v = (h @ w("qkv_w").T).split([NH * HS, KVH * HS, KVH * HS], dim=2)
+        q = q.view(B, T, NH, HS).transpose(1, 2)
+        k, v = (t.view(B, T, KVH, HS).transpose(1, 2) for t in (k, v))
+        if use_rope:
+            q, k = rope(q, cfg["rope_theta"]), rope(k, cfg["rope_theta"])
+        if KVH != NH:  # query head h reads key/value head h // (NH // KVH)
+            k, v = (t.repeat_interleave(NH // KVH, dim=1) for t in (k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(HS)
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ w("attn_proj_w").T + w("attn_proj_b")
-        h = F.layer_norm(x, (C,), w("ln2_w"), w("ln2_b"), eps=1e-5)
-        h = F.gelu(h @ w("fc_w").T + w("fc_b"), approximate="tanh")
+        if post:
+            x = norm1(x)
+        h = x if post else norm2(x)
+        a = h @ w("fc_w").T + w("fc_b")
+        h = F.silu(a[..., :H]) * a[..., H:] if cfg["mlp"] == "swiglu" else act(a)
         x = x + h @ w("fc_proj_w").T + w("fc_proj_b")
-    x = F.layer_norm(x, (C,), p["lnf_w"], p["lnf_b"], eps=1e-5)
-    return x @ p["lm_head"].T
+        if post:
+            x = norm2(x)
+    x = _norm(x, p["lnf_w"], p.get("lnf_b"), kind)
+    return x @ (p["wte"] if cfg["tie"] else p["lm_head"]).T
 
 
 def lr_at(o, step):
@@ -105,15 +153,23 @@ def load_checkpoint(path):
 
 
 def layout(cfg):
-    """Names and shapes in our buffer order (core/model/params.cpp)."""
-    V, T, L, C = cfg["V"], cfg["T"], cfg["L"], cfg["C"]
-    out = [("wte", (V, C)), ("wpe", (T, C))]
+    """Names and shapes in our buffer order (core/model/params.cpp). Biases of
+    the norms only for layernorm, wpe only for learned positions, lm_head
+    only when untied; qkv_w holds NH query, KVH key and KVH value heads."""
+    cfg = resolve_variant(cfg)
+    V, T, L, NH, C, KVH, H = (cfg[k] for k in ("V", "T", "L", "NH", "C", "KVH", "H"))
+    HS, ln = C // NH, cfg["norm"] == "layernorm"
+    fc = 2 * H if cfg["mlp"] == "swiglu" else H
+    out = [("wte", (V, C))] + ([("wpe", (T, C))] if cfg["position"] == "learned" else [])
     for l in range(L):
-        out += [(f"h.{l}.ln1_w", (C,)), (f"h.{l}.ln1_b", (C,)), (f"h.{l}.qkv_w", (3 * C, C)),
-                (f"h.{l}.attn_proj_w", (C, C)), (f"h.{l}.attn_proj_b", (C,)), (f"h.{l}.ln2_w", (C,)),
-                (f"h.{l}.ln2_b", (C,)), (f"h.{l}.fc_w", (4 * C, C)), (f"h.{l}.fc_b", (4 * C,)),
-                (f"h.{l}.fc_proj_w", (C, 4 * C)), (f"h.{l}.fc_proj_b", (C,))]
-    return out + [("lnf_w", (C,)), ("lnf_b", (C,)), ("lm_head", (V, C))]
+        out += [(f"h.{l}.ln1_w", (C,))] + ([(f"h.{l}.ln1_b", (C,))] if ln else [])
+        out += [(f"h.{l}.qkv_w", ((NH + 2 * KVH) * HS, C)), (f"h.{l}.attn_proj_w", (C, C)),
+                (f"h.{l}.attn_proj_b", (C,))]
+        out += [(f"h.{l}.ln2_w", (C,))] + ([(f"h.{l}.ln2_b", (C,))] if ln else [])
+        out += [(f"h.{l}.fc_w", (fc, C)), (f"h.{l}.fc_b", (fc,)), (f"h.{l}.fc_proj_w", (C, H)),
+                (f"h.{l}.fc_proj_b", (C,))]
+    out += [("lnf_w", (C,))] + ([("lnf_b", (C,))] if ln else [])
+    return out + ([] if cfg["tie"] else [("lm_head", (V, C))])
 
 
 def bench(a):

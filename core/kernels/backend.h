@@ -8,7 +8,7 @@
 // Accumulation rules (the backward pass relies on them):
 //   * parameter gradients (dweight, dbias, dwte, dwpe) are ACCUMULATED (+=),
 //     so zero_grad once per step and gradient accumulation both work;
-//   * layernorm_backward ACCUMULATES into dinp: the residual stream's gradient
+//   * layernorm_backward and rmsnorm_backward ACCUMULATE into dinp: the residual stream's gradient
 //     lives in one buffer and each block adds its share;
 //   * every other activation gradient is OVERWRITTEN (=).
 // Backends assume valid shapes: the model builds them; tests construct them.
@@ -84,6 +84,13 @@ class Backend {
                                  Tensor bias) = 0;
   virtual void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                                   Tensor weight, Tensor mean, Tensor rstd) = 0;
+  // RMSNorm (Zhang and Sennrich 2019), per row of inp (N,C):
+  // out = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + 1e-5); rstd (N) is
+  // kept for the backward pass. No bias and no mean subtraction.
+  virtual void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight) = 0;
+  // dinp (N,C) += (accumulated, as layernorm_backward); dweight (C) +=.
+  virtual void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
+                                Tensor rstd) = 0;
 
   // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be empty.
   virtual void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) = 0;
@@ -94,24 +101,55 @@ class Backend {
   virtual void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor weight) = 0;
 
-  // Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v, each (NH,HS)
-  // per position; out (B,T,C); lse (B,NH,T) is the log-sum-exp of each
-  // softmax row (scaled scores), kept so backward can rebuild probabilities
-  // without storing the (T,T) matrix.
-  virtual void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH) = 0;
-  // dqkv (B,T,3C) =, from dout (B,T,C) and the forward's out, lse and qkv.
-  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
-                                  int NH) = 0;
+  // Causal multi-head self-attention with NH query heads and KVH key/value
+  // heads (grouped-query attention; KVH divides NH, KVH = NH is plain
+  // multi-head). qkv (B,T,(NH+2*KVH)*HS) holds per position the NH query
+  // heads, then the KVH key heads, then the KVH value heads, each HS wide;
+  // query head h reads key/value head h / (NH / KVH). out (B,T,NH*HS);
+  // lse (B,NH,T) is the log-sum-exp of each softmax row (scaled scores),
+  // kept so backward can rebuild probabilities without storing the (T,T)
+  // matrix. HS = out.dim(2) / NH.
+  virtual void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH, int KVH) = 0;
+  // dqkv (B,T,(NH+2*KVH)*HS) =, from dout (B,T,NH*HS) and the forward's out,
+  // lse and qkv. A key/value head's gradient sums over its group's query heads.
+  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int NH,
+                                  int KVH) = 0;
 
   // One query against a key/value cache (generation with a KV cache): the
-  // query is the last row of qkv (1,P,3C), keys and values are its rows
-  // 0..P-1; out (1,1,C). The same arithmetic as row P-1 of attention_forward.
-  virtual void attention_decode(Tensor out, Tensor qkv, int NH) = 0;
+  // query is the last row of qkv (1,P,(NH+2*KVH)*HS), keys and values are
+  // its rows 0..P-1; out (1,1,NH*HS). The same arithmetic as row P-1 of
+  // attention_forward.
+  virtual void attention_decode(Tensor out, Tensor qkv, int NH, int KVH) = 0;
+
+  // Rotary position embedding (RoPE, Su et al. 2021), in place on the NH
+  // query and KVH key heads of qkv (B,T,(NH+2*KVH)*HS); value heads are left
+  // alone. Row t sits at position pos0 + t. In every rotated head the pair
+  // (x[2i], x[2i+1]), i < HS/2, turns by the angle pos * theta^(-2i/HS):
+  //   x'[2i]   = x[2i] cos - x[2i+1] sin
+  //   x'[2i+1] = x[2i] sin + x[2i+1] cos
+  // The angle, its cosine and its sine are computed in double and rounded to
+  // float, so every backend uses the same (cos, sin) for a position.
+  virtual void rope_forward(Tensor qkv, int NH, int KVH, int pos0, float theta) = 0;
+  // Its backward: the gradient turned back by the same angle (the transpose
+  // of a rotation is its inverse), in place on dqkv's query and key heads.
+  virtual void rope_backward(Tensor dqkv, int NH, int KVH, int pos0, float theta) = 0;
 
   // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   virtual void gelu_forward(Tensor out, Tensor inp) = 0;
   // dinp = dout * gelu'(inp), element by element: dinp may alias dout or inp.
   virtual void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
+  // ReLU: max(x, 0); its backward passes dout where inp > 0 (0 at inp = 0).
+  virtual void relu_forward(Tensor out, Tensor inp) = 0;
+  virtual void relu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
+  // SiLU (swish): x * sigmoid(x); dinp = dout * s (1 + x (1 - s)), s = sigmoid(x).
+  // Both backwards allow dinp to alias dout or inp, as gelu_backward.
+  virtual void silu_forward(Tensor out, Tensor inp) = 0;
+  virtual void silu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
+  // SwiGLU (Shazeer 2020): inp (N,2H) holds per row the gate g (its first H
+  // columns) and the up projection u (its last H); out (N,H) = silu(g) * u.
+  virtual void swiglu_forward(Tensor out, Tensor inp) = 0;
+  // dinp (N,2H) =: dg = dout * u * silu'(g), du = dout * silu(g); no aliasing.
+  virtual void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) = 0;
 
   // out = a + b (same shapes); out may alias a or b. Its backward is the identity into both
   // branches, which the model gets by accumulating into one dresidual buffer.

@@ -15,6 +15,9 @@ using Visit = std::function<void(Tensor&, std::initializer_list<int64_t>)>;
 void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split, Activations& a,
            const Visit& f) {
   const int64_t C = cfg.C, V = cfg.V, NH = cfg.NH;
+  const int64_t QKV = cfg.qkv_width(), H = cfg.mlp_width(), FC = cfg.fc_width();
+  const int64_t Bm = cfg.rms() ? 0 : B;  // RMSNorm keeps no mean
+  const bool swiglu = cfg.swiglu();
   a.B = B;
   a.T = T;
   a.first = stage.first;
@@ -24,28 +27,30 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
   for (int i = stage.first; i < stage.end(cfg.L); ++i) {
     LayerActivations& l = a.layers[static_cast<size_t>(i)];
     f(l.ln1, {B, T, C});
-    f(l.ln1_mean, {B, T});
+    f(l.ln1_mean, {Bm, T});
     f(l.ln1_rstd, {B, T});
-    f(l.qkv, {B, T, 3 * C / P});
+    f(l.qkv, {B, T, QKV / P});
     f(l.atty, {B, T, C / P});
     f(l.att_lse, {B, NH / P, T});
     f(l.residual2, {B, T, C});
     f(l.ln2, {B, T, C});
-    f(l.ln2_mean, {B, T});
+    f(l.ln2_mean, {Bm, T});
     f(l.ln2_rstd, {B, T});
-    f(l.fch, {B, T, 4 * C / P});
-    f(l.fch_gelu, {B, T, 4 * C / P});
+    f(l.fch, {B, T, FC / P});
+    f(l.fch_gelu, {B, T, H / P});
     f(l.residual3, {B, T, C});
     // B has finished with each of these forward tensors when it writes the
-    // gradient kept for W in its place: the split costs no memory.
+    // gradient kept for W in its place: the split costs no memory. SwiGLU's
+    // backward cannot write over its own input, so its d_fch has a place of its own.
     l.d_res3 = split ? l.residual3 : Tensor{};
-    l.d_fch = split ? l.fch : Tensor{};
+    l.d_fch = split && !swiglu ? l.fch : Tensor{};
+    if (split && swiglu) f(l.d_fch, {B, T, FC / P});
     l.d_res2 = split ? l.residual2 : Tensor{};
     l.d_qkv = split ? l.qkv : Tensor{};
   }
   const int64_t Bh = stage.head ? B : 0;
   f(a.lnf, {Bh, T, C});
-  f(a.lnf_mean, {Bh, T});
+  f(a.lnf_mean, {cfg.rms() ? 0 : Bh, T});
   f(a.lnf_rstd, {Bh, T});
   f(a.logits, {Bh, T, V});
   f(a.losses, {Bh, T});
@@ -53,8 +58,11 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
   f(a.dresidual, {B, T, C});
   f(a.dln, {B, T, C});
   f(a.datty, {B, T, C / P});
-  f(a.dqkv, {B, T, 3 * C / P});
-  f(a.dfch, {B, T, 4 * C / P});
+  f(a.dqkv, {B, T, QKV / P});
+  f(a.dfch, {B, T, FC / P});
+  f(a.dhid, {swiglu ? B : 0, T, H / P});
+  f(a.no_pos, {cfg.rope() ? T : 0, C});
+  f(a.dpos, {cfg.rope() ? T : 0, C});
   f(a.run_sum, {runs ? B : 0, T, C});
   f(a.drun, {runs ? B * T * C + 6 * C * cfg.L : 0});
   a.zero_rows.assign(runs ? static_cast<size_t>(B) * static_cast<size_t>(T) : 0, 0);
@@ -107,6 +115,10 @@ void ActivationArena::carve(int B, int T) {
     t = Tensor(buf_.data() + offset, dims);
     offset += padded(static_cast<size_t>(t.numel()));
   });
+  // The zero position table of a RoPE model's embedding (nothing writes it).
+  if (acts_.no_pos.numel() > 0) {
+    buf_.memory().zero(acts_.no_pos.data, static_cast<size_t>(acts_.no_pos.numel()) * sizeof(float));
+  }
 }
 
 }  // namespace gpt2

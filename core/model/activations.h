@@ -16,15 +16,21 @@ namespace gpt2 {
 
 // With P tensor-parallel ranks (model/tensor_parallel.h) the sharded
 // widths are this rank's: 3C/P, C/P, NH/P and 4C/P where marked "/P".
+// Widths are the GPT-2 default's; a variant (model/config.h) sets them:
+// qkv (NH + 2 KVH) HS instead of 3C, the MLP's hidden H instead of 4C, fch
+// 2H with SwiGLU; RMSNorm keeps no means (empty). With post-norm
+// (norm_position post) the block is x -> r2 = x + attn(x) -> h = norm1(r2)
+// -> r3 = h + mlp(h) -> norm2(r3), and the tensors hold: ln1 = h,
+// residual2 = r2, ln2 = r3 (norm2's input), residual3 = norm2's output.
 struct LayerActivations {
   Tensor ln1, ln1_mean, ln1_rstd;  // (B,T,C) (B,T) (B,T)
-  Tensor qkv;                      // (B,T,3C/P)
+  Tensor qkv;                      // (B,T,3C/P), RoPE already applied to q and k
   Tensor atty;                     // (B,T,C/P) attention output, before the projection
   Tensor att_lse;                  // (B,NH/P,T) log-sum-exp per softmax row
   Tensor residual2;                // (B,T,C) residual + attention projection (private layers: u, this rank's)
   Tensor ln2, ln2_mean, ln2_rstd;  // (B,T,C) (B,T) (B,T)
-  Tensor fch;                      // (B,T,4C/P) fc output, GELU input
-  Tensor fch_gelu;                 // (B,T,4C/P)
+  Tensor fch;                      // (B,T,4C/P) fc output, the activation's (or SwiGLU's) input
+  Tensor fch_gelu;                 // (B,T,4C/P) the MLP's hidden activations (H wide)
   Tensor residual3;                // (B,T,C) residual2 + MLP projection: the block's output (private
                                    // layers inside a run: this rank's stream)
   // A backward split into B (input gradients) and W (weight gradients), as
@@ -33,7 +39,7 @@ struct LayerActivations {
   // tensor that B no longer needs when it writes it (nor W after), so the
   // split arena is no larger than the whole backward's.
   Tensor d_res3;                   // (B,T,C) at the MLP projection's output; = residual3
-  Tensor d_fch;                    // (B,T,4C/P) at the fc output; = fch
+  Tensor d_fch;                    // (B,T,4C/P) at the fc output; = fch (SwiGLU: its own)
   Tensor d_res2;                   // (B,T,C) at the attention projection's output; = residual2
   Tensor d_qkv;                    // (B,T,3C/P) at the qkv output; = qkv
 };
@@ -41,6 +47,7 @@ struct LayerActivations {
 struct Activations {
   int B = 0, T = 0;
   int first = 0;   // the first layer of this arena's pipeline stage
+  int pos0 = 0;    // RoPE: the position of row 0 (set by the forward pass; the backward reads it)
   Tensor encoded;  // (B,T,C) token + position embedding; on a later pipeline stage, the stage's input
   std::vector<LayerActivations> layers;  // L, of which only the stage's layers are carved
   bool split_backward = false;           // the layers' d_* tensors are carved
@@ -53,7 +60,10 @@ struct Activations {
   Tensor dln;        // (B,T,C) gradient at a LayerNorm output
   Tensor datty;      // (B,T,C/P)
   Tensor dqkv;       // (B,T,3C/P)
-  Tensor dfch;       // (B,T,4C/P) gradient at the GELU output, then (in place) its input
+  Tensor dfch;       // (B,T,4C/P) gradient at the activation's output, then (in place) its input
+  Tensor dhid;       // (B,T,H/P) SwiGLU only: gradient at its output (dfch then takes its input's)
+  Tensor no_pos;     // (T,C) zeros: a RoPE model's embedding has no position table, else empty
+  Tensor dpos;       // (T,C) RoPE: where the embedding backward's (unused) position gradient goes
   // Private runs of tensor-parallel layers (spd, parallel), else empty:
   Tensor run_sum;    // (B,T,C) this rank's partial outputs of the run, summed over the group at its end
   Tensor drun;       // (B*T*C + 6*C*L) this rank's stream gradient (B,T,C), then the run's LayerNorm

@@ -21,6 +21,118 @@ void Gpt2Config::validate(bool vocab_from_tokenizer) const {
   if (C % NH != 0) {
     throw std::invalid_argument(fmt::format("model.n_embd: {} is not divisible by model.n_head {}", C, NH));
   }
+  if (n_kv_head < 0 || (n_kv_head > 0 && NH % n_kv_head != 0)) {
+    throw std::invalid_argument(fmt::format(
+        "model.n_kv_head: {} must divide model.n_head {} (each key/value head serves a group of query heads; 0 = "
+        "n_head)", n_kv_head, NH));
+  }
+  if (mlp_hidden < 0) throw std::invalid_argument(fmt::format("model.mlp_hidden: must be >= 0, got {}", mlp_hidden));
+  if (rope()) {
+    if (head_size() % 2 != 0 || head_size() > 512) {
+      throw std::invalid_argument(fmt::format(
+          "model.position: rope turns pairs of channels, so the head size n_embd / n_head must be even and at "
+          "most 512, got {}", head_size()));
+    }
+    if (!(rope_theta > 1.0f)) {
+      throw std::invalid_argument(fmt::format("model.rope_theta: must be > 1, got {}", rope_theta));
+    }
+  }
+  if (swiglu() && activation_kind() != ActivationKind::kSilu) {
+    throw std::invalid_argument(fmt::format(
+        "model.activation: {} with model.mlp swiglu; SwiGLU gates with silu (set model.activation to silu or auto)",
+        to_string(activation_kind())));
+  }
+}
+
+namespace {
+template <typename E>
+struct Names;
+template <> struct Names<Arch> { static constexpr const char* v[] = {"gpt2", "llama"}; static constexpr const char* key = "arch"; };
+template <> struct Names<NormKind> { static constexpr const char* v[] = {"auto", "layernorm", "rmsnorm"}; static constexpr const char* key = "norm"; };
+template <> struct Names<NormPosition> { static constexpr const char* v[] = {"auto", "pre", "post"}; static constexpr const char* key = "norm_position"; };
+template <> struct Names<PositionKind> { static constexpr const char* v[] = {"auto", "learned", "rope"}; static constexpr const char* key = "position"; };
+template <> struct Names<ActivationKind> { static constexpr const char* v[] = {"auto", "gelu", "relu", "silu"}; static constexpr const char* key = "activation"; };
+template <> struct Names<MlpKind> { static constexpr const char* v[] = {"auto", "standard", "swiglu"}; static constexpr const char* key = "mlp"; };
+
+template <typename E>
+std::string name_of(E v) { return Names<E>::v[static_cast<int>(v)]; }
+
+template <typename E>
+void parse_name(const std::string& name, E& out) {
+  std::string known;
+  int i = 0;
+  for (const char* n : Names<E>::v) {
+    if (name == n) {
+      out = static_cast<E>(i);
+      return;
+    }
+    known += (known.empty() ? "" : " | ") + std::string(n);
+    ++i;
+  }
+  throw std::invalid_argument(fmt::format("model.{}: unknown value '{}' (expected {})", Names<E>::key, name, known));
+}
+}  // namespace
+
+std::string to_string(Arch v) { return name_of(v); }
+std::string to_string(NormKind v) { return name_of(v); }
+std::string to_string(NormPosition v) { return name_of(v); }
+std::string to_string(PositionKind v) { return name_of(v); }
+std::string to_string(ActivationKind v) { return name_of(v); }
+std::string to_string(MlpKind v) { return name_of(v); }
+void from_string(const std::string& name, Arch& v) { parse_name(name, v); }
+void from_string(const std::string& name, NormKind& v) { parse_name(name, v); }
+void from_string(const std::string& name, NormPosition& v) { parse_name(name, v); }
+void from_string(const std::string& name, PositionKind& v) { parse_name(name, v); }
+void from_string(const std::string& name, ActivationKind& v) { parse_name(name, v); }
+void from_string(const std::string& name, MlpKind& v) { parse_name(name, v); }
+
+NormKind Gpt2Config::norm_kind() const {
+  if (norm != NormKind::kAuto) return norm;
+  return arch == Arch::kLlama ? NormKind::kRmsNorm : NormKind::kLayerNorm;
+}
+NormPosition Gpt2Config::norm_pos() const {
+  return norm_position != NormPosition::kAuto ? norm_position : NormPosition::kPre;
+}
+PositionKind Gpt2Config::position_kind() const {
+  if (position != PositionKind::kAuto) return position;
+  return arch == Arch::kLlama ? PositionKind::kRope : PositionKind::kLearned;
+}
+MlpKind Gpt2Config::mlp_kind() const {
+  if (mlp != MlpKind::kAuto) return mlp;
+  return arch == Arch::kLlama ? MlpKind::kSwiglu : MlpKind::kStandard;
+}
+ActivationKind Gpt2Config::activation_kind() const {
+  if (activation != ActivationKind::kAuto) return activation;
+  return arch == Arch::kLlama || mlp_kind() == MlpKind::kSwiglu ? ActivationKind::kSilu : ActivationKind::kGelu;
+}
+int Gpt2Config::mlp_width() const {
+  if (mlp_hidden > 0) return mlp_hidden;
+  return swiglu() ? (C + 5) / 6 * 16 : 4 * C;
+}
+bool Gpt2Config::is_gpt2() const {
+  return norm_kind() == NormKind::kLayerNorm && !post_norm() && !rope() &&
+         activation_kind() == ActivationKind::kGelu && !swiglu() && mlp_width() == 4 * C && kv_heads() == NH &&
+         !tie_embeddings;
+}
+
+Gpt2Config Gpt2Config::resolved() const {
+  Gpt2Config r = *this;
+  r.norm = norm_kind();
+  r.norm_position = norm_pos();
+  r.position = position_kind();
+  r.activation = activation_kind();
+  r.mlp = mlp_kind();
+  r.mlp_hidden = mlp_width();
+  r.n_kv_head = kv_heads();
+  return r;
+}
+
+bool Gpt2Config::operator==(const Gpt2Config& o) const {
+  const Gpt2Config a = resolved(), b = o.resolved();
+  return a.V == b.V && a.T == b.T && a.L == b.L && a.NH == b.NH && a.C == b.C && a.init == b.init &&
+         a.arch == b.arch && a.norm == b.norm && a.norm_position == b.norm_position && a.position == b.position &&
+         a.rope_theta == b.rope_theta && a.activation == b.activation && a.mlp == b.mlp &&
+         a.mlp_hidden == b.mlp_hidden && a.n_kv_head == b.n_kv_head && a.tie_embeddings == b.tie_embeddings;
 }
 
 InitKind parse_init_kind(const std::string& name) {
@@ -32,7 +144,14 @@ InitKind parse_init_kind(const std::string& name) {
 std::string to_string(InitKind kind) { return kind == InitKind::kOriginal ? "original" : "philox"; }
 
 std::string Gpt2Config::describe() const {
-  return fmt::format("V={} T={} L={} NH={} C={} (head size {})", V, T, L, NH, C, head_size());
+  std::string out = fmt::format("V={} T={} L={} NH={} C={} (head size {})", V, T, L, NH, C, head_size());
+  if (!is_gpt2() || arch != Arch::kGpt2) {
+    out += fmt::format(" {}: {} {}-norm, {} positions, {} {} MLP of {}, {} kv heads{}", to_string(arch),
+                       to_string(norm_kind()), to_string(norm_pos()), to_string(position_kind()),
+                       to_string(activation_kind()), to_string(mlp_kind()), mlp_width(), kv_heads(),
+                       tie_embeddings ? ", tied embeddings" : "");
+  }
+  return out;
 }
 
 Gpt2Config preset(const std::string& name) {
@@ -51,6 +170,7 @@ Gpt2Config resolve_vocab(Gpt2Config m, int tokenizer_vocab) {
     throw std::invalid_argument(fmt::format(
         "model.vocab_size: the tokenizer's vocabulary has {} tokens, more than vocab_size {}", tokenizer_vocab, m.V));
   }
+  m = m.resolved();
   m.validate();
   return m;
 }

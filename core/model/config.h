@@ -21,6 +21,32 @@ InitKind parse_init_kind(const std::string& name);  // "philox" | "original"
 std::string to_string(InitKind kind);
 inline void from_string(const std::string& name, InitKind& kind) { kind = parse_init_kind(name); }
 
+// Architecture variants (DESIGN.md "Architecture variants"; issue 17). Each
+// component is chosen by a key; `model.arch` sets the defaults of the others:
+//   gpt2   LayerNorm, pre-norm, learned positions, GELU, standard MLP (today's model, bit for bit);
+//   llama  RMSNorm, pre-norm, RoPE, SiLU, SwiGLU.
+// kAuto ("auto", the default of every component key) means "as the arch
+// says"; resolved() replaces it, so a resolved configuration (what runs
+// write and checkpoints record) names every component.
+enum class Arch { kGpt2, kLlama };
+enum class NormKind { kAuto, kLayerNorm, kRmsNorm };
+enum class NormPosition { kAuto, kPre, kPost };
+enum class PositionKind { kAuto, kLearned, kRope };
+enum class ActivationKind { kAuto, kGelu, kRelu, kSilu };
+enum class MlpKind { kAuto, kStandard, kSwiglu };
+std::string to_string(Arch v);
+std::string to_string(NormKind v);
+std::string to_string(NormPosition v);
+std::string to_string(PositionKind v);
+std::string to_string(ActivationKind v);
+std::string to_string(MlpKind v);
+void from_string(const std::string& name, Arch& v);
+void from_string(const std::string& name, NormKind& v);
+void from_string(const std::string& name, NormPosition& v);
+void from_string(const std::string& name, PositionKind& v);
+void from_string(const std::string& name, ActivationKind& v);
+void from_string(const std::string& name, MlpKind& v);
+
 struct Gpt2Config {
   int V = 172;   // vocab_size
   int T = 256;   // block_size: the longest sequence (learned position rows)
@@ -29,7 +55,44 @@ struct Gpt2Config {
   int C = 384;   // n_embd
   InitKind init = InitKind::kPhilox;  // how init_weights draws (the weights' function of train.seed)
 
+  Arch arch = Arch::kGpt2;
+  NormKind norm = NormKind::kAuto;
+  NormPosition norm_position = NormPosition::kAuto;
+  PositionKind position = PositionKind::kAuto;
+  float rope_theta = 10000.0f;
+  ActivationKind activation = ActivationKind::kAuto;
+  MlpKind mlp = MlpKind::kAuto;
+  int mlp_hidden = 0;    // 0: the rule of mlp_width()
+  int n_kv_head = 0;     // 0: n_head (multi-head attention)
+  bool tie_embeddings = false;
+
   int head_size() const { return C / NH; }
+  // The components with kAuto resolved by the arch (the getters below use
+  // these; resolved() writes them into the fields).
+  NormKind norm_kind() const;
+  NormPosition norm_pos() const;
+  PositionKind position_kind() const;
+  ActivationKind activation_kind() const;  // SwiGLU gates with SiLU, so auto is silu there
+  MlpKind mlp_kind() const;
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : NH; }
+  bool rms() const { return norm_kind() == NormKind::kRmsNorm; }
+  bool rope() const { return position_kind() == PositionKind::kRope; }
+  bool swiglu() const { return mlp_kind() == MlpKind::kSwiglu; }
+  bool post_norm() const { return norm_pos() == NormPosition::kPost; }
+  // The default GPT-2 block in every component (the layout and arithmetic of
+  // every commit before the variants).
+  bool is_gpt2() const;
+  // Widths: q, k, v of one position ((NH + 2 KVH) heads); the MLP's hidden
+  // width H: mlp_hidden if set, else 4C (standard) or 8C/3 rounded up to a
+  // multiple of 16 (SwiGLU: three matrices of C x H hold about the 8C^2
+  // parameters of the standard two); the fc output (H, or 2H for SwiGLU's
+  // gate and up halves).
+  int qkv_width() const { return (NH + 2 * kv_heads()) * head_size(); }
+  int mlp_width() const;
+  int fc_width() const { return swiglu() ? 2 * mlp_width() : mlp_width(); }
+  // A copy with every auto component and mlp_hidden / n_kv_head resolved.
+  Gpt2Config resolved() const;
+
   // Throws std::invalid_argument naming the field and the rule it breaks.
   // vocab_size 0 is accepted when `vocab_from_tokenizer` (a configuration
   // not yet resolved against its tokenizer).
@@ -46,9 +109,23 @@ struct Gpt2Config {
     f("init", init,
       "initial weights from train.seed: philox (ours: Philox, any element alone) or original (the reproduced "
       "project's srand/rand Box-Muller, exactly; their seed was 1234)");
+    f("arch", arch,
+      "architecture preset setting the defaults of the component keys: gpt2 (LayerNorm, pre-norm, learned "
+      "positions, GELU, standard MLP) or llama (RMSNorm, pre-norm, RoPE, SiLU, SwiGLU)");
+    f("norm", norm, "normalisation: layernorm | rmsnorm | auto (the arch's)");
+    f("norm_position", norm_position, "where the norms sit: pre (GPT-2) | post (original Transformer) | auto");
+    f("position", position, "positions: learned (wpe table) | rope (rotary, no table) | auto");
+    f("rope_theta", rope_theta, "RoPE base: pair i of a head turns by pos * rope_theta^(-2i/head_size)");
+    f("activation", activation, "MLP activation: gelu (tanh form) | relu | silu | auto (silu with swiglu)");
+    f("mlp", mlp, "MLP: standard (fc, activation, proj) | swiglu (silu(gate) * up, then proj) | auto");
+    f("mlp_hidden", mlp_hidden,
+      "MLP hidden width; 0 = 4 x n_embd (standard) or 8 x n_embd / 3 rounded up to a multiple of 16 (swiglu)");
+    f("n_kv_head", n_kv_head, "key/value heads (grouped-query attention); must divide n_head; 0 = n_head");
+    f("tie_embeddings", tie_embeddings, "the head reuses wte (no lm_head tensor)");
   }
   std::string describe() const;
-  bool operator==(const Gpt2Config&) const = default;
+  // Equal when the resolved configurations are (auto and what it resolves to are the same model).
+  bool operator==(const Gpt2Config& o) const;
 };
 
 // "original": the reproduced project's final configuration (DESIGN.md):

@@ -67,39 +67,58 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
   Generation out;
   Memory& mem = be.memory();
   ActivationArena full(model, 1, cfg.T);
-  // KV cache: per layer (1, T, 3C/P) rows of q, k, v (this rank's heads); and a one-token arena.
-  const int64_t width = 3 * cfg.C / model.tp().size;
-  Buffer cache_buf(opt.kv_cache ? static_cast<size_t>(cfg.L * cfg.T * width) : 0, mem);
-  std::vector<Tensor> caches;
-  for (int l = 0; opt.kv_cache && l < cfg.L; ++l) {
-    caches.emplace_back(cache_buf.data() + static_cast<size_t>(l * cfg.T * width),
-                        std::initializer_list<int64_t>{1, cfg.T, width});
-  }
+  // KV cache: per layer rows of q, k, v (this rank's heads); and a one-token
+  // arena. With learned positions a row's keys belong to its position in the
+  // window, so once the window slides the cache is rebuilt from a full
+  // forward. With RoPE a key carries its absolute position's rotation and
+  // stays valid as the window slides: the cache drops its oldest rows
+  // instead. It holds 2T rows, so that the window moves down the buffer and
+  // is copied back to the top once every T tokens (the copies never overlap).
+  const int64_t width = cfg.qkv_width() / model.tp().size;
+  const bool slide = cfg.rope();
+  const int64_t cap = slide ? 2 * cfg.T : cfg.T;  // rows per layer
+  Buffer cache_buf(opt.kv_cache ? static_cast<size_t>(cfg.L * cap * width) : 0, mem);
+  auto layer_rows = [&](int l, int64_t row) { return cache_buf.data() + (l * cap + row) * width; };
+  std::vector<Tensor> caches(opt.kv_cache ? static_cast<size_t>(cfg.L) : 0);
   std::optional<ActivationArena> one;
   if (opt.kv_cache) one.emplace(model, 1, 1);
   std::vector<float> host_logits(static_cast<size_t>(cfg.V));  // the sampled row, on the host
-  int cached = 0;  // positions held in the cache for the current window start
+  int cached = 0;  // tokens held in the cache: the `cached` tokens before the newest, from row `start`
+  int64_t start = 0;
 
   for (int i = 0; i < opt.max_new_tokens; ++i) {
     const int n = static_cast<int>(seq.size());
-    const int w = std::min(n, cfg.T);  // window: the last w tokens, at positions 0 .. w-1
+    const int w = std::min(n, cfg.T);  // window: the last w tokens
     const float* logits = nullptr;  // in the backend's memory
+    if (opt.kv_cache && slide && cached + 1 > w) {  // the window slid: drop the rows that left it
+      const int drop = cached + 1 - w;
+      start += drop;
+      cached -= drop;
+    }
     if (opt.kv_cache && cached > 0 && cached == w - 1) {
-      // The window grew by one and did not slide: one decode step.
-      gpt2_decode(be, model, one->acts(), caches, seq.back(), w - 1);
+      // The cache holds the window but its newest token: one decode step.
+      if (start + w > cap) {  // out of rows: move the window to the top
+        for (int l = 0; l < cfg.L; ++l) {
+          be.copy(Tensor(layer_rows(l, 0), {1, cached, width}), Tensor(layer_rows(l, start), {1, cached, width}));
+        }
+        start = 0;
+      }
+      for (int l = 0; l < cfg.L; ++l) caches[static_cast<size_t>(l)] = Tensor(layer_rows(l, start), {1, cap - start, width});
+      gpt2_decode(be, model, one->acts(), caches, seq.back(), w - 1, n - 1);
       logits = one->acts().logits.data;
       cached = w;
     } else {
       full.reshape(1, w);
       Activations& a = full.acts();
-      gpt2_forward(be, model, a, seq.data() + (n - w), nullptr);
+      // RoPE turns by absolute positions, as the cache's rows were (learned positions start at 0).
+      gpt2_forward(be, model, a, seq.data() + (n - w), nullptr, slide ? n - w : 0);
       logits = a.logits.data + static_cast<int64_t>(w - 1) * cfg.V;
       if (opt.kv_cache) {
         for (int l = 0; l < cfg.L; ++l) {
-          Tensor qkv = a.layers[static_cast<size_t>(l)].qkv;  // (1,w,3C)
-          be.copy(Tensor(caches[static_cast<size_t>(l)].data, {1, w, width}), qkv);
+          be.copy(Tensor(layer_rows(l, 0), {1, w, width}), a.layers[static_cast<size_t>(l)].qkv);
         }
         cached = w;
+        start = 0;
       }
     }
     mem.download(host_logits.data(), logits, host_logits.size() * sizeof(float));

@@ -21,6 +21,69 @@ void tp_sum(const TpLayout& tp, Tensor x) {
   if (tp.size > 1) tp.group->allreduce_sum(x);
 }
 
+// The variant's components (model/config.h), each a choice of kernel made
+// from the configuration: the norm, the MLP's nonlinearity, RoPE and the
+// attention's head counts. The blocks below call these, never a kernel of
+// one variant directly.
+struct Parts {
+  Backend& be;
+  const Gpt2Config& cfg;
+  int NH, KVH;  // this rank's query and key/value heads
+
+  Parts(Backend& b, const Gpt2& model)
+      : be(b), cfg(model.config()), NH(cfg.NH / model.tp().size), KVH(cfg.kv_heads() / model.tp().size) {}
+
+  void norm(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b) const {
+    if (cfg.rms()) be.rmsnorm_forward(out, rstd, inp, w);
+    else be.layernorm_forward(out, mean, rstd, inp, w, b);
+  }
+  // dinp += (both norms accumulate into their input's gradient).
+  void norm_backward(Tensor dinp, Tensor dw, Tensor db, Tensor dout, Tensor inp, Tensor w, Tensor mean,
+                     Tensor rstd) const {
+    if (cfg.rms()) be.rmsnorm_backward(dinp, dw, dout, inp, w, rstd);
+    else be.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd);
+  }
+  // The MLP's hidden activations from the fc output: act(fch), or SwiGLU's silu(gate) * up.
+  void activation(Tensor out, Tensor fch) const {
+    if (cfg.swiglu()) {
+      be.swiglu_forward(out, fch);
+      return;
+    }
+    switch (cfg.activation_kind()) {
+      case ActivationKind::kRelu: be.relu_forward(out, fch); break;
+      case ActivationKind::kSilu: be.silu_forward(out, fch); break;
+      default: be.gelu_forward(out, fch); break;
+    }
+  }
+  // dfch = from dhid, the gradient at the hidden activations. A single
+  // activation works in place (dhid may be dfch); SwiGLU needs them apart.
+  void activation_backward(Tensor dfch, Tensor dhid, Tensor fch) const {
+    if (cfg.swiglu()) {
+      be.swiglu_backward(dfch, dhid, fch);
+      return;
+    }
+    switch (cfg.activation_kind()) {
+      case ActivationKind::kRelu: be.relu_backward(dfch, dhid, fch); break;
+      case ActivationKind::kSilu: be.silu_backward(dfch, dhid, fch); break;
+      default: be.gelu_backward(dfch, dhid, fch); break;
+    }
+  }
+  // Where the gradient at the hidden activations goes: dfch itself, or (SwiGLU) a.dhid.
+  Tensor hidden_grad(const Activations& a) const { return cfg.swiglu() ? a.dhid : a.dfch; }
+  // q, k and v of rows at positions pos0.. from `in`, RoPE turned.
+  void qkv(Tensor out, Tensor in, Tensor w, int pos0) const {
+    be.matmul_forward(out, in, w, Tensor{});
+    if (cfg.rope()) be.rope_forward(out, NH, KVH, pos0, cfg.rope_theta);
+  }
+  // The attention's backward to the gradient at the qkv product's output.
+  void attention_backward(Tensor dqkv, Tensor datty, const LayerActivations& x, int pos0) const {
+    be.attention_backward(dqkv, datty, x.atty, x.att_lse, x.qkv, NH, KVH);
+    if (cfg.rope()) be.rope_backward(dqkv, NH, KVH, pos0, cfg.rope_theta);
+  }
+  // The head's matrix: lm_head, or wte when tied.
+  static Tensor head(const Gpt2Config& c, const ParamTensors& p) { return c.tie_embeddings ? p.wte : p.lm_head; }
+};
+
 // out (N,C) = in (N,C) + bias (C) on every row, as the embedding kernel with
 // one token row (bias) and `in` as the position table; zero_rows holds N
 // zeros (token ids). Its backward is bias_rows_backward.
@@ -38,24 +101,47 @@ void bias_rows_backward(Backend& be, Tensor dbias, Tensor scratch, Tensor dout, 
                       zero_rows.data());
 }
 
-// A standard (tp) block: with one rank the plain GPT-2 block; with P ranks
-// Megatron's, this rank's heads and MLP columns, the two row-parallel
-// products summed over the group (g), their biases added by rank 0 only.
+// A standard (tp) pre-norm block: with one rank the plain GPT-2 block;
+// with P ranks Megatron's, this rank's heads and MLP columns, the two
+// row-parallel products summed over the group (g), their biases added by
+// rank 0 only.
 template <typename AttentionStep>
-void standard_block(Backend& be, const TpLayout& tp, const LayerParams& w, LayerActivations& x, Tensor residual,
+void pre_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerActivations& x, Tensor residual,
                     Tensor proj, int l, const AttentionStep& attend) {
+  Backend& be = k.be;
   const bool bias_here = tp.rank == 0;
-  be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b);
-  attend(l, w, x);
+  k.norm(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b);
+  attend(l, w, x, x.ln1);
   be.matmul_forward(proj, x.atty, w.attn_proj_w, bias_here ? w.attn_proj_b : Tensor{});
   tp_sum(tp, proj);
   be.residual_forward(x.residual2, residual, proj);
-  be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2_w, w.ln2_b);
+  k.norm(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2_w, w.ln2_b);
   be.matmul_forward(x.fch, x.ln2, w.fc_w, w.fc_b);
-  be.gelu_forward(x.fch_gelu, x.fch);
+  k.activation(x.fch_gelu, x.fch);
   be.matmul_forward(proj, x.fch_gelu, w.fc_proj_w, bias_here ? w.fc_proj_b : Tensor{});
   tp_sum(tp, proj);
   be.residual_forward(x.residual3, x.residual2, proj);
+}
+
+// A post-norm block (the original Transformer's): r2 = x + attn(x),
+// h = norm1(r2), r3 = h + mlp(h), out = norm2(r3); tensor parallel as the
+// pre-norm block. Where each lands: model/activations.h.
+template <typename AttentionStep>
+void post_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerActivations& x, Tensor residual,
+                     Tensor proj, int l, const AttentionStep& attend) {
+  Backend& be = k.be;
+  const bool bias_here = tp.rank == 0;
+  attend(l, w, x, residual);
+  be.matmul_forward(proj, x.atty, w.attn_proj_w, bias_here ? w.attn_proj_b : Tensor{});
+  tp_sum(tp, proj);
+  be.residual_forward(x.residual2, residual, proj);
+  k.norm(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual2, w.ln1_w, w.ln1_b);
+  be.matmul_forward(x.fch, x.ln1, w.fc_w, w.fc_b);
+  k.activation(x.fch_gelu, x.fch);
+  be.matmul_forward(proj, x.fch_gelu, w.fc_proj_w, bias_here ? w.fc_proj_b : Tensor{});
+  tp_sum(tp, proj);
+  be.residual_forward(x.ln2, x.ln1, proj);
+  k.norm(x.residual3, x.ln2_mean, x.ln2_rstd, x.ln2, w.ln2_w, w.ln2_b);
 }
 
 // A layer of a private run (model/tensor_parallel.h) on this rank's stream s
@@ -65,8 +151,9 @@ void standard_block(Backend& be, const TpLayout& tp, const LayerParams& w, Layer
 // layer's residual3 becomes the run's output x + sum, the same on every
 // rank; inside the run it is this rank's next stream u + m_i + b.
 template <typename AttentionStep>
-void private_block(Backend& be, const TpLayout& tp, Activations& a, int l, const LayerParams& w,
+void private_block(const Parts& k, const TpLayout& tp, Activations& a, int l, const LayerParams& w,
                    const AttentionStep& attend) {
+  Backend& be = k.be;
   LayerActivations& x = a.layers[static_cast<size_t>(l)];
   const int start = tp.run_start(l);
   const bool root = tp.rank == 0, end = tp.ends_run(l);
@@ -75,15 +162,15 @@ void private_block(Backend& be, const TpLayout& tp, Activations& a, int l, const
     if (first) be.copy(a.run_sum, t);
     else be.residual_forward(a.run_sum, a.run_sum, t);
   };
-  be.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, s, w.ln1_w, w.ln1_b);
-  attend(l, w, x);
+  k.norm(x.ln1, x.ln1_mean, x.ln1_rstd, s, w.ln1_w, w.ln1_b);
+  attend(l, w, x, x.ln1);
   be.matmul_forward(a.proj, x.atty, w.attn_proj_w, Tensor{});           // a_i
   add_bias_rows(be, x.residual2, a.proj, w.attn_proj_b, a.zero_rows);  // a_i + b
   collect(root ? x.residual2 : a.proj, l == start);
   be.residual_forward(x.residual2, x.residual2, s);  // u = s + a_i + b
-  be.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2_w, w.ln2_b);
+  k.norm(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2_w, w.ln2_b);
   be.matmul_forward(x.fch, x.ln2, w.fc_w, w.fc_b);
-  be.gelu_forward(x.fch_gelu, x.fch);
+  k.activation(x.fch_gelu, x.fch);
   be.matmul_forward(a.proj, x.fch_gelu, w.fc_proj_w, Tensor{});  // m_i
   if (root || !end) add_bias_rows(be, x.residual3, a.proj, w.fc_proj_b, a.zero_rows);  // m_i + b
   collect(root ? x.residual3 : a.proj, false);
@@ -95,39 +182,54 @@ void private_block(Backend& be, const TpLayout& tp, Activations& a, int l, const
   }
 }
 
-void head_forward(Backend& be, const ParamTensors& p, Activations& a) {
-  be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers.back().residual3, p.lnf_w, p.lnf_b);
-  be.matmul_forward(a.logits, a.lnf, p.lm_head, Tensor{});
+void head_forward(const Parts& k, const ParamTensors& p, Activations& a) {
+  k.norm(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers.back().residual3, p.lnf_w, p.lnf_b);
+  k.be.matmul_forward(a.logits, a.lnf, Parts::head(k.cfg, p), Tensor{});
+}
+
+// The embedding: token rows plus learned position rows, or (RoPE) token
+// rows alone, through the same kernel with a zero position table.
+void embed(const Parts& k, const ParamTensors& p, Activations& a, Tensor out, const int32_t* tokens, int pos) {
+  const int64_t C = k.cfg.C;
+  const Tensor pos_rows = k.cfg.rope() ? a.no_pos : Tensor(p.wpe.data + pos * C, {p.wpe.dim(0) - pos, C});
+  k.be.encoder_forward(out, tokens, p.wte, pos_rows);
 }
 
 // The stage's layers and (on the last stage) the head, after the embedding
 // (both forward kinds).
 template <typename AttentionStep>
-void layers_forward(Backend& be, const Gpt2& model, Activations& a, const AttentionStep& attend) {
+void layers_forward(const Parts& k, const Gpt2& model, Activations& a, const AttentionStep& attend) {
   const TpLayout& tp = model.tp();
   const ParamTensors& p = model.params;
   for (int l = model.stage().first; l < model.stage().last; ++l) {
     const LayerParams& w = p.layers[static_cast<size_t>(l)];
+    LayerActivations& x = a.layers[static_cast<size_t>(l)];
     if (tp.is_private(l)) {
-      private_block(be, tp, a, l, w, attend);
+      private_block(k, tp, a, l, w, attend);
+    } else if (k.cfg.post_norm()) {
+      post_norm_block(k, tp, w, x, block_input(a, l), a.proj, l, attend);
     } else {
-      standard_block(be, tp, w, a.layers[static_cast<size_t>(l)], block_input(a, l), a.proj, l, attend);
+      pre_norm_block(k, tp, w, x, block_input(a, l), a.proj, l, attend);
     }
   }
-  if (model.stage().head) head_forward(be, p, a);
+  if (model.stage().head) head_forward(k, p, a);
 }
 
 }  // namespace
 
 float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t* tokens,
-                   const int32_t* targets) {
+                   const int32_t* targets, int pos0) {
   const Gpt2Config& cfg = model.config();
   const ParamTensors& p = model.params;
-  const int NH = cfg.NH / model.tp().size;  // this rank's heads
-  if (model.stage().embed) be.encoder_forward(a.encoded, tokens, p.wte, p.wpe);
-  layers_forward(be, model, a, [&](int, const LayerParams& w, LayerActivations& x) {
-    be.matmul_forward(x.qkv, x.ln1, w.qkv_w, Tensor{});
-    be.attention_forward(x.atty, x.att_lse, x.qkv, NH);
+  const Parts k(be, model);
+  if (pos0 != 0 && !cfg.rope()) {
+    throw std::invalid_argument("gpt2_forward: a window starting past position 0 needs model.position rope");
+  }
+  a.pos0 = pos0;
+  if (model.stage().embed) embed(k, p, a, a.encoded, tokens, 0);
+  layers_forward(k, model, a, [&](int, const LayerParams& w, LayerActivations& x, Tensor in) {
+    k.qkv(x.qkv, in, w.qkv_w, pos0);
+    be.attention_forward(x.atty, x.att_lse, x.qkv, k.NH, k.KVH);
   });
   if (targets == nullptr || !model.stage().head) return 0.0f;
   be.crossentropy_forward(a.losses, a.logits, targets);
@@ -136,14 +238,15 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
 
 namespace {
 
-// The backward of standard_block. On entry a.dresidual holds d(residual3),
+// The backward of pre_norm_block. On entry a.dresidual holds d(residual3),
 // the same on every rank of the group; on exit d(residual), this block's
 // input. The row-parallel biases' gradients come from that replicated
-// gradient, so they are equal on every rank; the LayerNorm input gradients
-// are summed over the group (f's backward) before the LayerNorms.
-void standard_block_backward(Backend& be, const TpLayout& tp, const LayerParams& w, LayerParams& dw,
-                             LayerActivations& x, Activations& a, Tensor residual, int NH,
+// gradient, so they are equal on every rank; the norm input gradients
+// are summed over the group (f's backward) before the norms.
+void pre_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerParams& dw,
+                             LayerActivations& x, Activations& a, Tensor residual,
                              BackwardPart part = BackwardPart::kAll) {
+  Backend& be = k.be;
   if (part == BackwardPart::kWeight) {  // W: the four products' weight gradients, from what B kept
     be.matmul_backward(Tensor{}, dw.fc_proj_w, dw.fc_proj_b, x.d_res3, x.fch_gelu, w.fc_proj_w);
     be.matmul_backward(Tensor{}, dw.fc_w, dw.fc_b, x.d_fch, x.ln2, w.fc_w);
@@ -162,20 +265,45 @@ void standard_block_backward(Backend& be, const TpLayout& tp, const LayerParams&
   auto wgrad = [&](Tensor g) { return b_only ? Tensor{} : g; };
   // dresidual flows unchanged into residual2 and into the MLP projection's output.
   const Tensor d3 = keep(x.d_res3, a.dresidual);
-  be.matmul_backward(a.dfch, wgrad(dw.fc_proj_w), wgrad(dw.fc_proj_b), d3, x.fch_gelu, w.fc_proj_w);
-  const Tensor dfch = b_only ? x.d_fch : a.dfch;  // d_fch is fch: the GELU backward reads it, then overwrites it
-  be.gelu_backward(dfch, a.dfch, x.fch);
+  const Tensor dhid = k.hidden_grad(a);
+  be.matmul_backward(dhid, wgrad(dw.fc_proj_w), wgrad(dw.fc_proj_b), d3, x.fch_gelu, w.fc_proj_w);
+  // d_fch is fch (but for SwiGLU): the activation's backward reads it, then overwrites it.
+  const Tensor dfch = b_only ? x.d_fch : a.dfch;
+  k.activation_backward(dfch, dhid, x.fch);
   be.matmul_backward(a.dln, wgrad(dw.fc_w), wgrad(dw.fc_b), dfch, x.ln2, w.fc_w);
   tp_sum(tp, a.dln);
-  be.layernorm_backward(a.dresidual, dw.ln2_w, dw.ln2_b, a.dln, x.residual2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
+  k.norm_backward(a.dresidual, dw.ln2_w, dw.ln2_b, a.dln, x.residual2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
   // dresidual now holds d(residual2).
   const Tensor d2 = keep(x.d_res2, a.dresidual);
   be.matmul_backward(a.datty, wgrad(dw.attn_proj_w), wgrad(dw.attn_proj_b), d2, x.atty, w.attn_proj_w);
-  be.attention_backward(a.dqkv, a.datty, x.atty, x.att_lse, x.qkv, NH);
+  k.attention_backward(a.dqkv, a.datty, x, a.pos0);
   const Tensor dqkv = keep(x.d_qkv, a.dqkv);  // after the attention backward has read qkv
   be.matmul_backward(a.dln, wgrad(dw.qkv_w), Tensor{}, dqkv, x.ln1, w.qkv_w);
   tp_sum(tp, a.dln);
-  be.layernorm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
+  k.norm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
+}
+
+// The backward of post_norm_block (whole passes only: the configuration
+// refuses the split schedule with post-norm). On entry a.dresidual holds
+// the gradient at the block's output, on exit at its input x.
+void post_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerParams& dw,
+                              LayerActivations& x, Activations& a, Tensor residual) {
+  Backend& be = k.be;
+  be.zero(a.dln);
+  k.norm_backward(a.dln, dw.ln2_w, dw.ln2_b, a.dresidual, x.ln2, w.ln2_w, x.ln2_mean, x.ln2_rstd);  // d(r3)
+  const Tensor dhid = k.hidden_grad(a);
+  be.matmul_backward(dhid, dw.fc_proj_w, dw.fc_proj_b, a.dln, x.fch_gelu, w.fc_proj_w);
+  k.activation_backward(a.dfch, dhid, x.fch);
+  be.matmul_backward(a.dresidual, dw.fc_w, dw.fc_b, a.dfch, x.ln1, w.fc_w);
+  tp_sum(tp, a.dresidual);
+  be.residual_forward(a.dresidual, a.dresidual, a.dln);  // d(h): through the MLP and around it
+  be.zero(a.dln);
+  k.norm_backward(a.dln, dw.ln1_w, dw.ln1_b, a.dresidual, x.residual2, w.ln1_w, x.ln1_mean, x.ln1_rstd);  // d(r2)
+  be.matmul_backward(a.datty, dw.attn_proj_w, dw.attn_proj_b, a.dln, x.atty, w.attn_proj_w);
+  k.attention_backward(a.dqkv, a.datty, x, a.pos0);
+  be.matmul_backward(a.dresidual, dw.qkv_w, Tensor{}, a.dqkv, residual, w.qkv_w);
+  tp_sum(tp, a.dresidual);
+  be.residual_forward(a.dresidual, a.dresidual, a.dln);  // d(x): through the attention and around it
 }
 
 // The six small gradients of a private layer (its LayerNorms and its
@@ -199,7 +327,8 @@ RunGrads run_grads(Activations& a, int k, int64_t C) {
 // rank 0 also G (its partial outputs carried the biases). At the run's first
 // layer the stream gradients and the small gradients are summed over the
 // group in one call, and dresidual becomes G + sum ds: d(x).
-void private_block_backward(Backend& be, Gpt2& model, Activations& a, int l, int NH) {
+void private_block_backward(const Parts& k, Gpt2& model, Activations& a, int l) {
+  Backend& be = k.be;
   const TpLayout& tp = model.tp();
   const int64_t C = model.config().C;
   const LayerParams& w = model.params.layers[static_cast<size_t>(l)];
@@ -218,17 +347,18 @@ void private_block_backward(Backend& be, Gpt2& model, Activations& a, int l, int
     dm = a.dln;
     if (!root) bias_rows_backward(be, g.fc_proj_b, a.proj, ds, a.zero_rows);
   }
-  be.matmul_backward(a.dfch, dw.fc_proj_w, root ? g.fc_proj_b : Tensor{}, dm, x.fch_gelu, w.fc_proj_w);
-  be.gelu_backward(a.dfch, a.dfch, x.fch);
+  const Tensor dhid = k.hidden_grad(a);
+  be.matmul_backward(dhid, dw.fc_proj_w, root ? g.fc_proj_b : Tensor{}, dm, x.fch_gelu, w.fc_proj_w);
+  k.activation_backward(a.dfch, dhid, x.fch);
   be.matmul_backward(a.dln, dw.fc_w, dw.fc_b, a.dfch, x.ln2, w.fc_w);
-  be.layernorm_backward(ds, g.ln2_w, g.ln2_b, a.dln, x.residual2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
+  k.norm_backward(ds, g.ln2_w, g.ln2_b, a.dln, x.residual2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
   // ds now holds d(u); d(a_i) = G + d(u).
   be.residual_forward(a.dln, G, ds);
   if (!root) bias_rows_backward(be, g.attn_proj_b, a.proj, ds, a.zero_rows);
   be.matmul_backward(a.datty, dw.attn_proj_w, root ? g.attn_proj_b : Tensor{}, a.dln, x.atty, w.attn_proj_w);
-  be.attention_backward(a.dqkv, a.datty, x.atty, x.att_lse, x.qkv, NH);
+  k.attention_backward(a.dqkv, a.datty, x, a.pos0);
   be.matmul_backward(a.dln, dw.qkv_w, Tensor{}, a.dqkv, x.ln1, w.qkv_w);
-  be.layernorm_backward(ds, g.ln1_w, g.ln1_b, a.dln, block_input(a, l), w.ln1_w, x.ln1_mean, x.ln1_rstd);
+  k.norm_backward(ds, g.ln1_w, g.ln1_b, a.dln, block_input(a, l), w.ln1_w, x.ln1_mean, x.ln1_rstd);
   // ds now holds d(s), this rank's share of the gradient at the layer's input.
   if (l != start) return;
   int end_layer = start;
@@ -239,7 +369,7 @@ void private_block_backward(Backend& be, Gpt2& model, Activations& a, int l, int
     const RunGrads r = run_grads(a, k - start, C);
     for (auto [to, from] : {std::pair{d.ln1_w, r.ln1_w}, {d.ln1_b, r.ln1_b}, {d.attn_proj_b, r.attn_proj_b},
                             {d.ln2_w, r.ln2_w}, {d.ln2_b, r.ln2_b}, {d.fc_proj_b, r.fc_proj_b}}) {
-      be.residual_forward(to, to, from);
+      if (to.data != nullptr) be.residual_forward(to, to, from);  // RMSNorm has no biases
     }
   }
   be.residual_forward(a.dresidual, a.dresidual, ds);
@@ -252,31 +382,34 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
   const Gpt2Config& cfg = model.config();
   const TpLayout& tp = model.tp();
   const StageLayers& stage = model.stage();
-  const int NH = cfg.NH / tp.size;
+  const Parts k(be, model);
   const ParamTensors& p = model.params;
   ParamTensors& g = model.grads;
   if (part != BackwardPart::kAll) hook = nullptr;
+  if (part != BackwardPart::kAll && cfg.post_norm()) {
+    throw std::invalid_argument("gpt2_backward: the split backward (zb-h1) needs pre-norm blocks");
+  }
   // Offset of a gradient view in the flat buffer: what `hook` is told.
   auto done_from = [&](const Tensor& first) {
     if (hook) hook->ready(static_cast<size_t>(first.data - model.grad_data()));
   };
+  const Tensor head_w = Parts::head(cfg, p), head_g = Parts::head(cfg, g);
   Tensor dlogits = a.logits;  // written in place over the logits
   if (part == BackwardPart::kWeight) {
-    if (stage.head) be.matmul_backward(Tensor{}, g.lm_head, Tensor{}, dlogits, a.lnf, p.lm_head);
+    if (stage.head) be.matmul_backward(Tensor{}, head_g, Tensor{}, dlogits, a.lnf, head_w);
     for (int l = stage.last - 1; l >= stage.first; --l) {
       if (tp.is_private(l)) continue;  // done whole in B
-      standard_block_backward(be, tp, p.layers[static_cast<size_t>(l)], g.layers[static_cast<size_t>(l)],
-                              a.layers[static_cast<size_t>(l)], a, Tensor{}, NH, part);
+      pre_norm_block_backward(k, tp, p.layers[static_cast<size_t>(l)], g.layers[static_cast<size_t>(l)],
+                              a.layers[static_cast<size_t>(l)], a, Tensor{}, part);
     }
     return;
   }
   if (stage.head) {
     be.crossentropy_backward(dlogits, a.logits, targets, dloss);
-    be.matmul_backward(a.dln, part == BackwardPart::kAll ? g.lm_head : Tensor{}, Tensor{}, dlogits, a.lnf,
-                       p.lm_head);
-    be.zero(a.dresidual);  // every layernorm_backward below accumulates into it
+    be.matmul_backward(a.dln, part == BackwardPart::kAll ? head_g : Tensor{}, Tensor{}, dlogits, a.lnf, head_w);
+    be.zero(a.dresidual);  // every norm backward below accumulates into it
     Tensor last = a.layers[static_cast<size_t>(stage.last - 1)].residual3;
-    be.layernorm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dln, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
+    k.norm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dln, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
     done_from(g.lnf_w);
   }  // else a.dresidual holds the gradient at the stage's output, as the caller received it
   for (int l = stage.last - 1; l >= stage.first; --l) {
@@ -284,35 +417,40 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     LayerParams& dw = g.layers[static_cast<size_t>(l)];
     LayerActivations& x = a.layers[static_cast<size_t>(l)];
     if (tp.is_private(l)) {
-      private_block_backward(be, model, a, l, NH);
+      private_block_backward(k, model, a, l);
       if (tp.run_start(l) == l) done_from(dw.ln1_w);  // the run's gradients are final once summed
     } else {
-      standard_block_backward(be, tp, w, dw, x, a, block_input(a, l), NH, part);
+      if (cfg.post_norm()) post_norm_block_backward(k, tp, w, dw, x, a, block_input(a, l));
+      else pre_norm_block_backward(k, tp, w, dw, x, a, block_input(a, l), part);
       done_from(dw.ln1_w);  // dresidual now holds d(residual), the block's input
     }
   }
   if (stage.embed) {
-    be.encoder_backward(g.wte, g.wpe, a.dresidual, tokens);
+    if (cfg.rope()) be.zero(a.dpos);  // no position table: its gradient is dropped
+    be.encoder_backward(g.wte, cfg.rope() ? a.dpos : g.wpe, a.dresidual, tokens);
     done_from(g.wte);
   }  // else a.dresidual holds the gradient at the stage's input, for the caller to send back
 }
 
 void gpt2_decode(Backend& be, const Gpt2& model, Activations& a, const std::vector<Tensor>& qkv_cache,
-                 int32_t token, int pos) {
+                 int32_t token, int row, int position) {
   const Gpt2Config& cfg = model.config();
   const ParamTensors& p = model.params;
-  const int64_t C = cfg.C;
-  const int NH = cfg.NH / model.tp().size;
+  const Parts k(be, model);
+  if (position < 0) position = row;
   if (!model.stage().whole(cfg.L)) {
     throw std::invalid_argument("gpt2_decode: generation runs on a whole model, not on one pipeline stage");
   }
-  // The position embedding row `pos` as a (1,C) table: the encoder adds its row 0.
-  be.encoder_forward(a.encoded, &token, p.wte, Tensor(p.wpe.data + pos * C, {1, C}));
-  layers_forward(be, model, a, [&](int l, const LayerParams& w, LayerActivations& x) {
-    const Tensor& cache = qkv_cache[static_cast<size_t>(l)];  // (1,T,3C/P)
+  if (position != row && !cfg.rope()) {
+    throw std::invalid_argument("gpt2_decode: a cache row apart from the token's position needs model.position rope");
+  }
+  // The position embedding row `position` as a (1,C) table: the encoder adds its row 0.
+  embed(k, p, a, a.encoded, &token, position);
+  layers_forward(k, model, a, [&](int l, const LayerParams& w, LayerActivations& x, Tensor in) {
+    const Tensor& cache = qkv_cache[static_cast<size_t>(l)];  // (1,T,qkv width/P)
     const int64_t width = cache.dim(2);
-    be.matmul_forward(Tensor(cache.data + pos * width, {1, 1, width}), x.ln1, w.qkv_w, Tensor{});
-    be.attention_decode(x.atty, Tensor(cache.data, {1, pos + 1, width}), NH);
+    k.qkv(Tensor(cache.data + row * width, {1, 1, width}), in, w.qkv_w, position);
+    be.attention_decode(x.atty, Tensor(cache.data, {1, row + 1, width}), k.NH, k.KVH);
   });
 }
 

@@ -42,8 +42,11 @@ class GradReadyHook {
 // Runs the model on tokens (B,T). With targets (B,T) it also computes the
 // per-position losses and returns their mean; without (nullptr) it stops at
 // the logits and returns 0. B and T are the arena's.
+// `pos0` (RoPE models only) is the position of the first row: generation
+// recomputing a window that slid past the start passes the window's first
+// token index, so rotations match those of its KV cache.
 float gpt2_forward(Backend& be, const Gpt2& model, Activations& acts, const int32_t* tokens,
-                   const int32_t* targets);
+                   const int32_t* targets, int pos0 = 0);
 
 // Accumulates d(loss)/d(parameters) into model.grads, where loss is
 // dloss * (sum of the per-position losses): dloss = 1 / (B*T) gives the
@@ -67,10 +70,13 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& acts, const int32_t* t
                    BackwardPart part = BackwardPart::kAll);
 
 // One token of generation with a key/value cache: runs `token` at position
-// `pos` on an arena of B = 1, T = 1. qkv_cache[l] (1, T, 3C) holds layer l's
-// q, k, v rows for positions 0 .. pos-1 (this rank's heads: (1, T, 3C/P));
-// this call writes row pos and attends over rows 0 .. pos. The logits for the next token are in acts.logits (1,1,V).
+// `position` on an arena of B = 1, T = 1. qkv_cache[l] (1, T, qkv width)
+// holds layer l's q, k, v rows 0 .. row-1 (this rank's heads: width / P);
+// this call writes row `row` and attends over rows 0 .. row. The logits for
+// the next token are in acts.logits (1,1,V). With learned positions the row
+// is the position (position -1: the same); with RoPE the cache may hold a
+// window that slid, row < position, since its keys carry their own rotation.
 void gpt2_decode(Backend& be, const Gpt2& model, Activations& acts, const std::vector<Tensor>& qkv_cache,
-                 int32_t token, int pos);
+                 int32_t token, int row, int position = -1);
 
 }  // namespace gpt2

@@ -29,37 +29,44 @@ StageLayers StageLayers::of(int n_layer, int stages, int stage) {
 }
 
 std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp, StageLayers stage) {
-  const int64_t V = cfg.V, T = cfg.T, C = cfg.C, P = tp;
+  // The variant decides which tensors exist and their widths: no wpe with
+  // RoPE, no norm biases with RMSNorm, (NH + 2 KVH) heads of q, k, v, an fc
+  // of 2H rows (gate, up) for SwiGLU, no lm_head when tied.
+  const int64_t V = cfg.V, T = cfg.T, C = cfg.C, P = tp, HS = cfg.head_size();
+  const int64_t QW = cfg.NH * HS, KW = cfg.kv_heads() * HS, H = cfg.mlp_width();
+  const bool rms = cfg.rms();
   std::vector<ParamInfo> out;
   auto add = [&out](std::string name, Tensor& view, std::vector<int64_t> shape, ParamInit init,
-                    TpSplit split = TpSplit::kNone, int row_groups = 1) {
+                    TpSplit split = TpSplit::kNone, std::vector<int64_t> groups = {}) {
     bool decay = shape.size() >= 2;
-    out.push_back({std::move(name), &view, std::move(shape), init, decay, 0, split, row_groups});
+    out.push_back({std::move(name), &view, std::move(shape), init, decay, 0, split, std::move(groups)});
   };
   p.layers.resize(static_cast<size_t>(cfg.L));
   if (stage.embed) {
     add("wte", p.wte, {V, C}, ParamInit::kNormal);
-    add("wpe", p.wpe, {T, C}, ParamInit::kNormal);
+    if (!cfg.rope()) add("wpe", p.wpe, {T, C}, ParamInit::kNormal);
   }
+  const std::vector<int64_t> fc_groups = cfg.swiglu() ? std::vector<int64_t>{H / P, H / P} : std::vector<int64_t>{};
   for (int l = stage.first; l < stage.end(cfg.L); ++l) {
     LayerParams& h = p.layers[static_cast<size_t>(l)];
     auto name = [l](const char* s) { return fmt::format("h.{}.{}", l, s); };
     add(name("ln1_w"), h.ln1_w, {C}, ParamInit::kOne);
-    add(name("ln1_b"), h.ln1_b, {C}, ParamInit::kZero);
-    add(name("qkv_w"), h.qkv_w, {3 * C / P, C}, ParamInit::kNormal, TpSplit::kRows, 3);
+    if (!rms) add(name("ln1_b"), h.ln1_b, {C}, ParamInit::kZero);
+    add(name("qkv_w"), h.qkv_w, {(QW + 2 * KW) / P, C}, ParamInit::kNormal, TpSplit::kRows,
+        {QW / P, KW / P, KW / P});
     add(name("attn_proj_w"), h.attn_proj_w, {C, C / P}, ParamInit::kNormal, TpSplit::kCols);
     add(name("attn_proj_b"), h.attn_proj_b, {C}, ParamInit::kZero);
     add(name("ln2_w"), h.ln2_w, {C}, ParamInit::kOne);
-    add(name("ln2_b"), h.ln2_b, {C}, ParamInit::kZero);
-    add(name("fc_w"), h.fc_w, {4 * C / P, C}, ParamInit::kNormal, TpSplit::kRows);
-    add(name("fc_b"), h.fc_b, {4 * C / P}, ParamInit::kZero, TpSplit::kRows);
-    add(name("fc_proj_w"), h.fc_proj_w, {C, 4 * C / P}, ParamInit::kNormal, TpSplit::kCols);
+    if (!rms) add(name("ln2_b"), h.ln2_b, {C}, ParamInit::kZero);
+    add(name("fc_w"), h.fc_w, {cfg.fc_width() / P, C}, ParamInit::kNormal, TpSplit::kRows, fc_groups);
+    add(name("fc_b"), h.fc_b, {cfg.fc_width() / P}, ParamInit::kZero, TpSplit::kRows, fc_groups);
+    add(name("fc_proj_w"), h.fc_proj_w, {C, H / P}, ParamInit::kNormal, TpSplit::kCols);
     add(name("fc_proj_b"), h.fc_proj_b, {C}, ParamInit::kZero);
   }
   if (stage.head) {
     add("lnf_w", p.lnf_w, {C}, ParamInit::kOne);
-    add("lnf_b", p.lnf_b, {C}, ParamInit::kZero);
-    add("lm_head", p.lm_head, {V, C}, ParamInit::kNormal);
+    if (!rms) add("lnf_b", p.lnf_b, {C}, ParamInit::kZero);
+    if (!cfg.tie_embeddings) add("lm_head", p.lm_head, {V, C}, ParamInit::kNormal);
   }
 
   size_t offset = 0;
@@ -112,9 +119,14 @@ void for_each_piece(const ParamInfo& local, int tp, int rank, F&& f) {
       f(size_t{0}, size_t{0}, rows * cols);
       break;
     case TpSplit::kRows: {  // each row group holds rank's slice of its rows
-      const size_t part = rows / static_cast<size_t>(local.row_groups);  // shard rows per group
-      for (size_t g = 0; g < static_cast<size_t>(local.row_groups); ++g) {
-        f((g * part * P + r * part) * cols, g * part * cols, part * cols);
+      const std::vector<int64_t> groups = local.groups.empty() ? std::vector<int64_t>{static_cast<int64_t>(rows)}
+                                                               : local.groups;
+      size_t full_start = 0, shard_start = 0;  // the group's first row in the full tensor and in the shard
+      for (int64_t g : groups) {
+        const size_t part = static_cast<size_t>(g);  // shard rows of this group
+        f((full_start + r * part) * cols, shard_start * cols, part * cols);
+        full_start += part * P;
+        shard_start += part;
       }
       break;
     }
@@ -168,7 +180,7 @@ void place_shard(const Gpt2Config& cfg, int tp, int rank, std::span<const float>
 Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpLayout tp, StageLayers stage, size_t pad_to)
     : cfg_(cfg), tp_(std::move(tp)), stage_(stage) {
   cfg_.validate();
-  tp_.validate(cfg_.L, cfg_.NH, cfg_.C);
+  tp_.validate(cfg_);
   tp_.check_group();
   stage_.last = stage_.end(cfg_.L);
   if (stage_.first < 0 || stage_.first >= stage_.last || stage_.last > cfg_.L) {
@@ -292,7 +304,14 @@ std::vector<float> original_weights(const Gpt2Config& cfg, uint64_t seed) {
 }  // namespace
 
 std::vector<float> initial_weights(const Gpt2Config& cfg, uint64_t seed) {
-  if (cfg.init == InitKind::kOriginal) return original_weights(cfg, seed);
+  if (cfg.init == InitKind::kOriginal) {
+    if (!cfg.is_gpt2()) {
+      throw std::invalid_argument(
+          "model.init: original is the reproduced project's scheme for its GPT-2 only; use philox with another "
+          "architecture");
+    }
+    return original_weights(cfg, seed);
+  }
   ParamTensors p;
   const std::vector<ParamInfo> infos = layout(cfg, p);
   std::vector<float> host(param_count(cfg));

@@ -2,7 +2,9 @@
 // flat buffer that holds them. The same layout serves parameters, gradients
 // and both Adam moments, so "tensor k" means the same slice in all four.
 //
-// Order in the buffer: wte, wpe, layer 0 .. layer L-1, lnf, lm_head. Backward
+// Order in the buffer: wte, wpe, layer 0 .. layer L-1, lnf, lm_head; the
+// architecture variant (model/config.h) leaves some out (wpe with RoPE, the
+// norm biases with RMSNorm, lm_head when tied) and sets widths. Backward
 // produces gradients from the end of the buffer towards its start, so the
 // finished part is always one contiguous suffix (what bucketed allreduce needs).
 #pragma once
@@ -30,12 +32,12 @@ enum class TpSplit { kNone, kRows, kCols };
 
 struct LayerParams {
   Tensor ln1_w, ln1_b;          // (C) (C)
-  Tensor qkv_w;                 // (3C, C) rows: q heads, k heads, v heads; no bias
+  Tensor qkv_w;                 // ((NH + 2 KVH) HS, C) rows: q heads, k heads, v heads; no bias
   Tensor attn_proj_w;           // (C, C)
   Tensor attn_proj_b;           // (C)
   Tensor ln2_w, ln2_b;          // (C) (C)
-  Tensor fc_w, fc_b;            // (4C, C) (4C)
-  Tensor fc_proj_w, fc_proj_b;  // (C, 4C) (C)
+  Tensor fc_w, fc_b;            // (H, C) (H); SwiGLU (2H, C) (2H): gate rows, then up rows
+  Tensor fc_proj_w, fc_proj_b;  // (C, H) (C); H = cfg.mlp_width(), 4C by default
 };
 
 // The layers of one pipeline stage (DESIGN.md "Parallel layouts"):
@@ -57,10 +59,10 @@ struct StageLayers {
 
 struct ParamTensors {
   Tensor wte;  // (V, C) token embedding
-  Tensor wpe;  // (T, C) learned position embedding
+  Tensor wpe;  // (T, C) learned position embedding; empty with RoPE
   std::vector<LayerParams> layers;  // L
   Tensor lnf_w, lnf_b;  // (C) (C)
-  Tensor lm_head;       // (V, C) not tied to wte
+  Tensor lm_head;       // (V, C); empty when tied (the head uses wte)
 };
 
 struct ParamInfo {
@@ -71,7 +73,9 @@ struct ParamInfo {
   bool decay;        // AdamW decays matrices (ndim >= 2) only
   size_t offset;     // in floats, from the start of the flat buffer
   TpSplit split = TpSplit::kNone;
-  int row_groups = 1;  // kRows: the rows form this many equal groups, each split (3 for qkv_w)
+  // kRows: the shard's rows per group; each group of the full tensor is split
+  // on its own (qkv_w: q, k, v heads; SwiGLU's fc: gate, up). Empty: one group.
+  std::vector<int64_t> groups;
 };
 
 // Visits every parameter slot of `p` in buffer order; the single definition of

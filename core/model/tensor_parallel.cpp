@@ -22,15 +22,26 @@ std::string to_string(BlockType t) {
   return "?";
 }
 
-void TpLayout::validate(int n_layer, int n_head, int n_embd) const {
+void TpLayout::validate(const Gpt2Config& model) const {
+  const int n_layer = model.L, n_head = model.NH;
   if (size < 1) throw std::invalid_argument(fmt::format("parallel.tp: must be >= 1, got {}", size));
   if (n_head % size != 0) {
     throw std::invalid_argument(fmt::format(
         "parallel.tp {} does not divide model.n_head {}: every rank holds whole attention heads", size, n_head));
   }
-  if ((4 * n_embd) % size != 0) {
+  if (model.kv_heads() % size != 0) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.tp {} does not divide the {} key/value heads (model.n_kv_head): every rank holds whole key/value "
+        "heads", size, model.kv_heads()));
+  }
+  if (model.mlp_width() % size != 0) {
     throw std::invalid_argument(
-        fmt::format("parallel.tp {} does not divide 4 x model.n_embd = {} (the MLP's width)", size, 4 * n_embd));
+        fmt::format("parallel.tp {} does not divide the MLP's hidden width {}", size, model.mlp_width()));
+  }
+  if (has_private() && model.post_norm()) {
+    throw std::invalid_argument(
+        "parallel.block_types: spd and parallel blocks keep private pre-norm residual streams; model.norm_position "
+        "post needs tp blocks");
   }
   if (!blocks.empty() && static_cast<int>(blocks.size()) != n_layer) {
     throw std::invalid_argument(fmt::format(

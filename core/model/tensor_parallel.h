@@ -37,6 +37,8 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
+
 #include "kernels/tensor.h"
 
 namespace gpt2 {
@@ -68,7 +70,7 @@ struct TpLayout {
 
   // Throws std::invalid_argument naming the parallel.* key that is wrong for
   // a model of `n_layer` layers, `n_head` heads and `n_embd` channels.
-  void validate(int n_layer, int n_head, int n_embd) const;
+  void validate(const Gpt2Config& model) const;
   // Throws std::invalid_argument unless `group` is this layout's (size > 1).
   void check_group() const;
   BlockType type(int layer) const { return blocks.empty() ? BlockType::kTp : blocks[static_cast<size_t>(layer)]; }

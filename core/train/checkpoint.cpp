@@ -86,6 +86,15 @@ class In {
   const std::string& path_;
 };
 
+// The model keys of the architecture variants (model/config.h).
+bool is_variant_key(const std::string& key) {
+  for (const char* k : {"model.arch", "model.norm", "model.norm_position", "model.position", "model.rope_theta",
+                        "model.activation", "model.mlp", "model.mlp_hidden", "model.n_kv_head", "model.tie_embeddings"}) {
+    if (key == k) return true;
+  }
+  return false;
+}
+
 // The key/value text of a section (util/fields.h), e.g. "model.n_embd" = "384".
 template <typename Section>
 KeyValues section_values(const char* name, Section s) {
@@ -101,8 +110,9 @@ void read_section(const char* name, Section& s, const Checkpoint& ck, const std:
   f.add_section(name, s);
   for (const Field& field : f.list()) {
     const std::string* v = ck.find(field.key);
-    // model.init came later: a checkpoint without it was initialised by Philox (the field's default).
-    if (v == nullptr && field.key == "model.init") continue;
+    // model.init and the architecture keys came later: a checkpoint without
+    // them holds the default GPT-2 (the fields' defaults), initialised by Philox.
+    if (v == nullptr && (field.key == "model.init" || is_variant_key(field.key))) continue;
     if (v == nullptr) throw std::runtime_error(fmt::format("{}: invalid checkpoint: the header has no {}", path, field.key));
     try {
       field.set(*v);
@@ -258,7 +268,7 @@ void save_checkpoint(const std::string& path, const Gpt2Config& config, std::spa
   if (n != param_count(config) || (training && (training->m.size() != n || training->v.size() != n))) {
     throw std::invalid_argument("save_checkpoint: the arrays do not match the model configuration");
   }
-  KeyValues header = section_values("model", config);
+  KeyValues header = section_values("model", config.resolved());
   header.emplace_back("data.tokenizer", to_string(tokenizer.kind()));
   if (training) {
     for (auto& kv : section_values("optimizer", training->optimizer)) header.push_back(std::move(kv));
@@ -368,7 +378,8 @@ Checkpoint load_checkpoint(const std::string& path) {
 }
 
 void expect_same_config(const Checkpoint& ck, const Gpt2Config& e, const std::string& path) {
-  const KeyValues have = section_values("model", ck.config), want = section_values("model", e);
+  // Resolved: a checkpoint older than the variants holds "auto" for what is the default GPT-2's choice.
+  const KeyValues have = section_values("model", ck.config.resolved()), want = section_values("model", e.resolved());
   for (size_t i = 0; i < have.size(); ++i) {
     if (have[i].second != want[i].second) {
       throw std::invalid_argument(fmt::format("{}: checkpoint has {} = {}, but the configuration says {}", path,

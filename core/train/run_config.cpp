@@ -69,7 +69,7 @@ void validate(const RunConfig& c) {
   c.parallel.validate();
   // Across sections.
   const TpLayout tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
-  tp.validate(c.model.L, c.model.NH, c.model.C);
+  tp.validate(c.model);
   (void)StageLayers::of(c.model.L, c.parallel.pp, 0);  // no more stages than layers
   for (int s = 0; s + 1 < c.parallel.pp; ++s) {  // a private run may not cross a stage boundary
     const int last = StageLayers::of(c.model.L, c.parallel.pp, s).last - 1;
@@ -79,6 +79,21 @@ void validate(const RunConfig& c) {
           "stages {} and {} (layers are split as evenly as possible, the first n_layer % pp stages one more); end "
           "the run at layer {} or choose another parallel.pp", last, last + 1, s, s + 1, last));
     }
+  }
+  if (c.train.layer_grad_norms && (c.parallel.tp > 1 || c.parallel.pp > 1 || c.parallel.zero)) {
+    throw std::invalid_argument(
+        "train.layer_grad_norms: per-layer norms are taken on a whole model's gradient; this layout shards it "
+        "(parallel.tp, parallel.pp or parallel.zero): turn one off");
+  }
+  if (c.model.tie_embeddings && c.parallel.pp > 1) {
+    throw std::invalid_argument(fmt::format(
+        "model.tie_embeddings with parallel.pp {}: the tied matrix would live on the first stage (embedding) and the "
+        "last (head); untie it or run without a pipeline", c.parallel.pp));
+  }
+  if (c.model.post_norm() && c.parallel.pp > 1 && parse_schedule(c.parallel.schedule) == ScheduleKind::kZbH1) {
+    throw std::invalid_argument(
+        "parallel.schedule zb-h1 splits the pre-norm block's backward; with model.norm_position post use gpipe or "
+        "1f1b");
   }
   if (c.train.batch_size % c.parallel.microbatches != 0) {
     throw std::invalid_argument(fmt::format("parallel.microbatches {} does not divide train.batch_size {}",

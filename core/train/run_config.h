@@ -37,6 +37,7 @@ struct TrainConfig {
   double peak_gflops = 0.0;     // MFU denominator; 0: measure SGEMM at start-up
   double grad_bucket_mb = 0.0;  // data parallel: allreduce buckets overlapping backward; 0: one allreduce
   double max_loss = 0.0;        // divergence bound; 0: 3 x ln(vocab_size)
+  bool layer_grad_norms = false;  // per-layer gradient norms in each step record (one pass over the gradients)
 
   // Throws std::invalid_argument naming the key.
   void validate() const;
@@ -59,6 +60,9 @@ struct TrainConfig {
     f("grad_bucket_mb", grad_bucket_mb,
       "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one allreduce "
       "after backward");
+    f("layer_grad_norms", layer_grad_norms,
+      "record each layer's gradient 2-norm (and the embeddings' and head's) in every step record; one extra pass "
+      "over the gradients; whole models (no tp, pp or ZeRO)");
     f("max_loss", max_loss,
       "stop the run (diverged) when the loss exceeds this or is not finite; 0 = 3 x ln(vocab_size), "
       "three times the loss of a uniform guess");

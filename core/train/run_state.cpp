@@ -255,7 +255,7 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   Memory& mem = st->backend->memory();
   st->model_config.validate();
   TpLayout layout = grid.layout(c.parallel.blocks());
-  layout.validate(st->model_config.L, st->model_config.NH, st->model_config.C);
+  layout.validate(st->model_config);
   const StageLayers stage = StageLayers::of(st->model_config.L, grid.pp(), grid.stage());
   const bool zero = c.parallel.zero && dp > 1;
   st->model = std::make_unique<Gpt2>(st->model_config, mem, std::move(layout), stage,

@@ -62,6 +62,7 @@ StepResult layout_step(const StepContext& s, const int32_t* inputs, const int32_
   r.loss = global_mean(s.comm, local_loss, rows, s.batch_size);
   r.comm_s = seconds_since(t0);
   check_loss(s, r.loss);
+  if (s.layer_norms && !s.zero) r.layer_grad_norms = layer_grad_norms(s.be, s.model);  // microbatches, one stage
   r.update = s.opt.step(s.be, s.model);
   if (s.zero) {
     s.be.synchronize();
@@ -73,6 +74,20 @@ StepResult layout_step(const StepContext& s, const int32_t* inputs, const int32_
 }
 
 }  // namespace
+
+std::vector<double> layer_grad_norms(Backend& be, const Gpt2& model) {
+  const int L = model.config().L;
+  std::vector<double> sq(static_cast<size_t>(L + 2), 0.0);
+  for (const ParamInfo& info : model.infos()) {
+    size_t group = static_cast<size_t>(L + 1);  // the head: lnf_*, lm_head
+    if (info.name == "wte" || info.name == "wpe") group = 0;
+    else if (info.name.rfind("h.", 0) == 0) group = 1 + static_cast<size_t>(std::stoi(info.name.substr(2)));
+    const Tensor& p = *info.view;
+    sq[group] += be.sum_squares(Tensor(model.grad_data() + (p.data - model.param_data()), {p.numel()}));
+  }
+  for (double& v : sq) v = std::sqrt(v);
+  return sq;
+}
 
 StepResult train_step(const StepContext& s, const int32_t* inputs, const int32_t* targets) {
   const int rows = s.pipe ? s.pipe->rows() : s.acts.B;
@@ -90,6 +105,7 @@ StepResult train_step(const StepContext& s, const int32_t* inputs, const int32_t
   r.loss = global_mean(s.comm, local_loss, rows, s.batch_size);
   r.comm_s = s.sync.seconds() + seconds_since(t0);
   check_loss(s, r.loss);
+  if (s.layer_norms) r.layer_grad_norms = layer_grad_norms(s.be, s.model);
   r.update = s.opt.step(s.be, s.model);
   return r;
 }

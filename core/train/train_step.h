@@ -19,6 +19,8 @@
 // parameters. Neither overlaps the gradient sum with the backward pass.
 #pragma once
 
+#include <vector>
+
 #include <cstdint>
 #include <memory>
 
@@ -48,13 +50,19 @@ struct StepContext {
   PipelineEngine* pipe = nullptr;   // pipeline stages or microbatches; null: one forward and backward
   Communicator* pp = nullptr;       // the pipeline group (with pipe)
   const ZeroShard* zero = nullptr;  // ZeRO-1's shard over `comm`; null: the gradient allreduce
+  bool layer_norms = false;         // fill StepResult::layer_grad_norms (a whole model only)
 };
 
 struct StepResult {
   double loss = 0;    // mean over the global batch, before the update
   StepStats update;   // learning rate, gradient norm, clip factor
   double comm_s = 0;  // seconds inside the gradient and loss collectives
+  std::vector<double> layer_grad_norms;  // with layer_norms: embeddings, layer 0 .. L-1, head (before clipping)
 };
+
+// The 2-norm of the gradient per group of a whole model: the embeddings,
+// each layer, then the final norm and head; L + 2 values.
+std::vector<double> layer_grad_norms(Backend& be, const Gpt2& model);
 
 // Trains one step on `inputs` and `targets` (host arrays of acts.B rows of
 // acts.T tokens: this rank's rows). Throws std::runtime_error naming the

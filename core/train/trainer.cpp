@@ -338,6 +338,11 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   step.pipe = pipe.get();
   step.pp = &grid.pp_comm();
   step.zero = st->zero ? &*st->zero : nullptr;
+  step.layer_norms = c.train.layer_grad_norms;
+  // This rank's memory by kind, for every step record (model/activations.h, model/optim.h).
+  const uint64_t param_bytes = st->model->padded_params() * sizeof(float);
+  const uint64_t activation_bytes =
+      pipe ? static_cast<uint64_t>(pipe->arena_bytes()) * static_cast<uint64_t>(pipe->arenas()) : arena->bytes();
   std::optional<PipelineRecorder> recorder;
   if (pipe) recorder.emplace(grid, *pipe, root ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
   std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
@@ -384,6 +389,12 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     rec.dp_bytes = dp_stats.bytes;
     rec.pp_calls = pp_stats.calls;
     rec.pp_bytes = pp_stats.bytes;
+    rec.mem_params = param_bytes;
+    rec.mem_grads = param_bytes;
+    rec.mem_moments = st->opt->state_bytes();
+    rec.mem_activations = activation_bytes;
+    rec.peak_rss_mb = peak_rss_mb();
+    rec.layer_grad_norms = r.layer_grad_norms;
     if (recorder) recorder->gather(s, rec);
     log.step(rec, c.train.steps, comm.size() > 1);
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {

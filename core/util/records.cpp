@@ -44,7 +44,17 @@ Json to_json(const StepRecord& r) {
               {"dp_calls", r.dp_calls},
               {"dp_bytes", r.dp_bytes},
               {"pp_calls", r.pp_calls},
-              {"pp_bytes", r.pp_bytes}};
+              {"pp_bytes", r.pp_bytes},
+              {"mem_params", r.mem_params},
+              {"mem_grads", r.mem_grads},
+              {"mem_moments", r.mem_moments},
+              {"mem_activations", r.mem_activations},
+              {"peak_rss_mb", round_fixed(r.peak_rss_mb, 1)}};
+  if (!r.layer_grad_norms.empty()) {
+    Json norms = Json::array();
+    for (double v : r.layer_grad_norms) norms.push_back(round_sig(v, 6));
+    j["layer_grad_norms"] = norms;
+  }
   if (!r.stage_wait_ms.empty()) {
     Json waits = Json::array();
     for (double w : r.stage_wait_ms) waits.push_back(round_fixed(w, 3));
@@ -104,6 +114,12 @@ StepRecord step_record(const Json& j, const std::string& where) {
   r.dp_bytes = field_or<uint64_t>(j, "dp_bytes", 0, where);
   r.pp_calls = field_or<uint64_t>(j, "pp_calls", 0, where);
   r.pp_bytes = field_or<uint64_t>(j, "pp_bytes", 0, where);
+  r.mem_params = field_or<uint64_t>(j, "mem_params", 0, where);
+  r.mem_grads = field_or<uint64_t>(j, "mem_grads", 0, where);
+  r.mem_moments = field_or<uint64_t>(j, "mem_moments", 0, where);
+  r.mem_activations = field_or<uint64_t>(j, "mem_activations", 0, where);
+  r.peak_rss_mb = field_or<double>(j, "peak_rss_mb", 0.0, where);
+  r.layer_grad_norms = field_or<std::vector<double>>(j, "layer_grad_norms", {}, where);
   if (j.contains("stage_wait_ms")) {
     r.stage_wait_ms = field<std::vector<double>>(j, "stage_wait_ms", where);
     r.stage_arenas = field_or<std::vector<int>>(j, "stage_arenas", {}, where);

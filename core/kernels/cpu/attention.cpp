@@ -3,7 +3,10 @@
 // of values are computed in a (kBlock, T) tile with single-threaded SGEMMs,
 // so the (T,T) attention matrix is never stored. Forward keeps only the
 // log-sum-exp of each row; backward rebuilds the probabilities from it.
-// Work is split over (b, h) pairs: their outputs and gradients are disjoint.
+// Grouped-query attention (KVH key/value heads for NH query heads) reads
+// key/value head h / (NH / KVH) for query head h. Forward work is split over
+// (b, h) pairs, backward over (b, kv head) pairs, the group's query heads in
+// order inside: their outputs and gradients are disjoint.
 // attention_decode (one query against a KV cache) works row-wise.
 #include <cblas.h>
 #include <omp.h>
@@ -32,16 +35,27 @@ inline void axpy(float* y, float alpha, const float* x, int64_t n) {
 }
 
 
-// Query row t of one head: base points at q of (t=0) for this (b, h), rows
-// C3 floats apart with k at +C and v at +2C. Writes the head's HS outputs to
-// o and returns the row's log-sum-exp. p: scratch of at least t+1 floats.
-float attention_row(float* o, float* p, const float* base, int64_t t, int64_t C3, int64_t C,
-                    int64_t HS) {
+// Where one head's q, k and v sit in a row of qkv ((NH + 2 KVH) heads of HS).
+struct HeadColumns {
+  int64_t width, HS, q, k, v;  // row width; offsets of query head h and of its key and value heads
+  HeadColumns(int64_t width_, int NH, int KVH, int64_t h) : width(width_), HS(width_ / (NH + 2 * KVH)) {
+    const int64_t g = h / (NH / KVH);  // the key/value head of query head h
+    q = h * HS;
+    k = (NH + g) * HS;
+    v = (NH + KVH + g) * HS;
+  }
+};
+
+// Query row t of one head: base points at row 0 of qkv for this b, rows
+// c.width floats apart. Writes the head's HS outputs to o and returns the
+// row's log-sum-exp. p: scratch of at least t+1 floats.
+float attention_row(float* o, float* p, const float* base, int64_t t, const HeadColumns& c) {
+  const int64_t C3 = c.width, HS = c.HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  const float* q = base + t * C3;
+  const float* q = base + t * C3 + c.q;
   float maxv = -INFINITY;
   for (int64_t s = 0; s <= t; ++s) {  // causal: keys at or before t
-    p[s] = dot(q, base + s * C3 + C, HS) * scale;
+    p[s] = dot(q, base + s * C3 + c.k, HS) * scale;
     maxv = p[s] > maxv ? p[s] : maxv;
   }
   float sum = 0.0f;
@@ -52,29 +66,32 @@ float attention_row(float* o, float* p, const float* base, int64_t t, int64_t C3
   }
   const float inv = 1.0f / sum;
   for (int64_t i = 0; i < HS; ++i) o[i] = 0.0f;
-  for (int64_t s = 0; s <= t; ++s) axpy(o, p[s] * inv, base + s * C3 + 2 * C, HS);
+  for (int64_t s = 0; s <= t; ++s) axpy(o, p[s] * inv, base + s * C3 + c.v, HS);
   return maxv + std::log(sum);
 }
 }  // namespace
 
-void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH) {
+void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH, int KVH) {
   // Per (b, h), in blocks of kBlock query rows [r0, r1): the block sees keys
   // [0, r1) only, so the scores S = scale Q K^T and the output O = P V are
   // GEMMs on the causal lower part (62.5% of the square at T = 256).
-  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), C = C3 / 3, HS = C / NH;
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), C = out.dim(2), HS = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   float* scratch_all = scratch(static_cast<size_t>(threads_ * kBlock * T));
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
     const int64_t b = bh / NH, h = bh % NH;
+    const HeadColumns c(C3, NH, KVH, h);
     float* S = scratch_all + omp_get_thread_num() * kBlock * T;  // (kBlock, T)
-    const float* Q = qkv.data + b * T * C3 + h * HS;  // rows C3 apart; K at +C, V at +2C
-    float* O = out.data + b * T * C + h * HS;        // rows C apart
+    const float* Q = qkv.data + b * T * C3 + c.q;  // rows C3 apart
+    const float* K = qkv.data + b * T * C3 + c.k;
+    const float* V = qkv.data + b * T * C3 + c.v;
+    float* O = out.data + b * T * C + h * HS;     // rows C apart
     for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
       const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
       // S (m, n) = scale * Q[r0:r1] K[0:n]^T
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-                  static_cast<int>(HS), scale, Q + r0 * C3, static_cast<int>(C3), Q + C, static_cast<int>(C3), 0.0f,
+                  static_cast<int>(HS), scale, Q + r0 * C3, static_cast<int>(C3), K, static_cast<int>(C3), 0.0f,
                   S, static_cast<int>(n));
       for (int64_t i = 0; i < m; ++i) {
         const int64_t t = r0 + i;  // keys 0..t are visible
@@ -95,70 +112,82 @@ void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH) {
       }
       // O[r0:r1] (m, HS) = P (m, n) V[0:n] (n, HS)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(HS),
-                  static_cast<int>(n), 1.0f, S, static_cast<int>(n), Q + 2 * C, static_cast<int>(C3), 0.0f,
+                  static_cast<int>(n), 1.0f, S, static_cast<int>(n), V, static_cast<int>(C3), 0.0f,
                   O + r0 * C, static_cast<int>(C));
     }
   }
 }
 
-void CpuBackend::attention_decode(Tensor out, Tensor qkv, int NH) {
-  const int64_t P = qkv.dim(1), C3 = qkv.dim(2), C = C3 / 3, HS = C / NH;
+void CpuBackend::attention_decode(Tensor out, Tensor qkv, int NH, int KVH) {
+  const int64_t P = qkv.dim(1), C3 = qkv.dim(2), HS = out.dim(out.ndim - 1) / NH;
   float* rows = scratch(static_cast<size_t>(threads_ * P));
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t h = 0; h < NH; ++h) {
-    attention_row(out.data + h * HS, rows + omp_get_thread_num() * P, qkv.data + h * HS, P - 1, C3, C, HS);
+    attention_row(out.data + h * HS, rows + omp_get_thread_num() * P, qkv.data, P - 1, HeadColumns(C3, NH, KVH, h));
   }
 }
 
-void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
-                                    int NH) {
+void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int NH,
+                                    int KVH) {
   // Per (b, h) and block of query rows [r0, r1) over keys [0, r1):
   //   P = exp(scale Q K^T - lse) (masked),  dP = dO V^T,
   //   D_t = sum_s P_ts dP_ts = dO_t . O_t,  dS = P * (dP - D) * scale,
   //   dQ = dS K,  dK += dS^T Q,  dV += P^T dO      (FlashAttention-2's backward)
-  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), C = C3 / 3, HS = C / NH;
+  // One thread owns a (b, kv head) pair and runs its group's query heads in
+  // order, so dK and dV accumulate over the group without races.
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), C = out.dim(2), HS = C / NH;
+  const int64_t group = NH / KVH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   float* scratch_all = scratch(static_cast<size_t>(threads_ * 2 * kBlock * T));
 #pragma omp parallel for num_threads(threads_) schedule(static)
-  for (int64_t bh = 0; bh < B * NH; ++bh) {
-    const int64_t b = bh / NH, h = bh % NH;
+  for (int64_t bg = 0; bg < B * KVH; ++bg) {
+    const int64_t b = bg / KVH, kv = bg % KVH;
     float* P = scratch_all + omp_get_thread_num() * 2 * kBlock * T;  // (kBlock, T)
     float* dP = P + kBlock * T;                                       // (kBlock, T)
-    const float* Q = qkv.data + b * T * C3 + h * HS;
-    const float* dO = dout.data + b * T * C + h * HS;
-    const float* O = out.data + b * T * C + h * HS;
-    float* dQ = dqkv.data + b * T * C3 + h * HS;  // dK at +C, dV at +2C
-    for (int64_t t = 0; t < T; ++t) {  // dK and dV accumulate over row blocks
-      for (int64_t i = 0; i < HS; ++i) dQ[t * C3 + C + i] = dQ[t * C3 + 2 * C + i] = 0.0f;
+    const HeadColumns first(C3, NH, KVH, kv * group);
+    float* dK = dqkv.data + b * T * C3 + first.k;
+    float* dV = dqkv.data + b * T * C3 + first.v;
+    for (int64_t t = 0; t < T; ++t) {  // dK and dV accumulate over row blocks and the group's heads
+      for (int64_t i = 0; i < HS; ++i) dK[t * C3 + i] = dV[t * C3 + i] = 0.0f;
     }
-    for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
-      const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
-      const int im = static_cast<int>(m), in = static_cast<int>(n), ihs = static_cast<int>(HS);
-      const int ic3 = static_cast<int>(C3), ic = static_cast<int>(C);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, scale, Q + r0 * C3, ic3, Q + C, ic3, 0.0f, P,
-                  in);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, 1.0f, dO + r0 * C, ic, Q + 2 * C, ic3, 0.0f,
-                  dP, in);
-      for (int64_t i = 0; i < m; ++i) {
-        const int64_t t = r0 + i;
-        float* p = P + i * n;
-        float* dp = dP + i * n;
-        const float row_lse = lse.data[bh * T + t];
-        const float D = dot(dO + t * C, O + t * C, HS);
+    for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
+      const int64_t bh = b * NH + h;
+      const HeadColumns c(C3, NH, KVH, h);
+      const float* Q = qkv.data + b * T * C3 + c.q;
+      const float* K = qkv.data + b * T * C3 + c.k;
+      const float* V = qkv.data + b * T * C3 + c.v;
+      const float* dO = dout.data + b * T * C + h * HS;
+      const float* O = out.data + b * T * C + h * HS;
+      float* dQ = dqkv.data + b * T * C3 + c.q;
+      for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
+        const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
+        const int im = static_cast<int>(m), in = static_cast<int>(n), ihs = static_cast<int>(HS);
+        const int ic3 = static_cast<int>(C3), ic = static_cast<int>(C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, scale, Q + r0 * C3, ic3, K, ic3, 0.0f, P,
+                    in);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, 1.0f, dO + r0 * C, ic, V, ic3, 0.0f, dP,
+                    in);
+        for (int64_t i = 0; i < m; ++i) {
+          const int64_t t = r0 + i;
+          float* p = P + i * n;
+          float* dp = dP + i * n;
+          const float row_lse = lse.data[bh * T + t];
+          const float D = dot(dO + t * C, O + t * C, HS);
 #pragma omp simd
-        for (int64_t s = 0; s <= t; ++s) {
-          p[s] = fast_exp(p[s] - row_lse);
-          dp[s] = p[s] * (dp[s] - D) * scale;  // dS
+          for (int64_t s = 0; s <= t; ++s) {
+            p[s] = fast_exp(p[s] - row_lse);
+            dp[s] = p[s] * (dp[s] - D) * scale;  // dS
+          }
+          for (int64_t s = t + 1; s < n; ++s) p[s] = dp[s] = 0.0f;  // masked
         }
-        for (int64_t s = t + 1; s < n; ++s) p[s] = dp[s] = 0.0f;  // masked
+        // dQ[r0:r1] = dS K[0:n];  dK[0:n] += dS^T Q[r0:r1];  dV[0:n] += P^T dO[r0:r1]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, ihs, in, 1.0f, dP, in, K, ic3, 0.0f,
+                    dQ + r0 * C3, ic3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, dP, in, Q + r0 * C3, ic3, 1.0f, dK,
+                    ic3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, P, in, dO + r0 * C, ic, 1.0f, dV,
+                    ic3);
       }
-      // dQ[r0:r1] = dS K[0:n];  dK[0:n] += dS^T Q[r0:r1];  dV[0:n] += P^T dO[r0:r1]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, ihs, in, 1.0f, dP, in, Q + C, ic3, 0.0f,
-                  dQ + r0 * C3, ic3);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, dP, in, Q + r0 * C3, ic3, 1.0f,
-                  dQ + C, ic3);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, P, in, dO + r0 * C, ic, 1.0f,
-                  dQ + 2 * C, ic3);
     }
   }
 }

@@ -28,12 +28,23 @@ class CpuBackend final : public Backend {
   void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
   void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                        Tensor weight) override;
-  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH) override;
-  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
-                          int NH) override;
-  void attention_decode(Tensor out, Tensor qkv, int NH) override;
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight) override;
+  void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
+                        Tensor rstd) override;
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH, int KVH) override;
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int NH,
+                          int KVH) override;
+  void attention_decode(Tensor out, Tensor qkv, int NH, int KVH) override;
+  void rope_forward(Tensor qkv, int NH, int KVH, int pos0, float theta) override;
+  void rope_backward(Tensor dqkv, int NH, int KVH, int pos0, float theta) override;
   void gelu_forward(Tensor out, Tensor inp) override;
   void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
+  void relu_forward(Tensor out, Tensor inp) override;
+  void relu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
+  void silu_forward(Tensor out, Tensor inp) override;
+  void silu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
+  void swiglu_forward(Tensor out, Tensor inp) override;
+  void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) override;
   void residual_forward(Tensor out, Tensor a, Tensor b) override;
   void crossentropy_forward(Tensor losses, Tensor logits, const int32_t* targets) override;
   void crossentropy_backward(Tensor dlogits, Tensor logits, const int32_t* targets,

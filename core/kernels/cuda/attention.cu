@@ -11,7 +11,16 @@
 // handles row l (a full HS-long dot product), and each lane accumulates its
 // own output channels lane, lane+32, ... with the tile's 32 weights
 // broadcast by shuffle. No limit on T; HS is 32, 64, 96 or 128.
-// Letters: B batch, T time, C channels, NH heads, HS = C / NH.
+//
+// Grouped-query attention: a query head h reads key/value head h / G,
+// G = NH / KVH query heads per group. The forward and dq blocks belong to a
+// query head and only read their group's K and V; a dk/dv block belongs to
+// a key/value head and walks its group's query heads one after the other,
+// in head order, inside the block: the group's sum needs no atomics and
+// no scratch, and it is the same on every run. With KVH = NH (G = 1) every
+// kernel does exactly the arithmetic of plain multi-head attention.
+// Letters: B batch, T time, NH query heads, KVH key/value heads, G = NH / KVH,
+// HS head size, C = NH * HS (out's width), W = (NH + 2 KVH) HS (qkv's).
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -32,30 +41,36 @@ constexpr int kRows = dm::kAttnWarps;  // rows per block, one per warp
 constexpr int kTile = kWarpSize;       // rows per shared-memory tile, one per lane
 constexpr int kThreads = kRows * kWarpSize;
 
-// q, k, v of head h at (b, t) start at part * C + h * HS within the 3C floats
-// of qkv (B,T,3C).
+// Within a qkv row of W floats: query head h at h * HS, key head g at
+// (NH + g) HS, value head g at (NH + KVH + g) HS. With KVH = NH these are
+// h * HS, C + g * HS and 2C + g * HS: the (B,T,3C) layout.
 struct QkvLayout {
   const float* qkv;
-  int64_t row3;  // 3C
-  int T, C, HS;
-  __device__ const float* at(int part, int b, int t, int h) const {
-    return qkv + (static_cast<int64_t>(b) * T + t) * row3 + part * C + h * HS;
-  }
+  int64_t row;  // W
+  int T, HS, k_off, v_off;
+  __device__ QkvLayout(const float* p, int T_, int HS_, int NH, int KVH)
+      : qkv(p), row(static_cast<int64_t>(NH + 2 * KVH) * HS_), T(T_), HS(HS_), k_off(NH * HS_),
+        v_off((NH + KVH) * HS_) {}
+  __device__ int64_t row_at(int b, int t) const { return (static_cast<int64_t>(b) * T + t) * row; }
+  __device__ const float* q(int b, int t, int h) const { return qkv + row_at(b, t) + h * HS; }
+  __device__ const float* k(int b, int t, int g) const { return qkv + row_at(b, t) + k_off + g * HS; }
+  __device__ const float* v(int b, int t, int g) const { return qkv + row_at(b, t) + v_off + g * HS; }
 };
 
-// The block's (b, h) and first row; `reverse` hands out the last row groups
-// first (for the causal forward and dq those are the longest).
+// The block's (b, head) and first row, for `heads` heads per batch row (NH
+// query heads, or KVH key/value heads for dk/dv); `reverse` hands out the
+// last row groups first (for the causal forward and dq those are the longest).
 struct BlockRows {
   int b, h;
-  int64_t bh;  // b * NH + h
+  int64_t bh;  // b * heads + h
   int row0;
 };
-__device__ BlockRows block_rows(int rows, int NH, bool reverse) {
+__device__ BlockRows block_rows(int rows, int heads, bool reverse) {
   const int groups = (rows + kRows - 1) / kRows;
   const int64_t bh = blockIdx.x / groups;
   int g = static_cast<int>(blockIdx.x % groups);
   if (reverse) g = groups - 1 - g;
-  return {static_cast<int>(bh / NH), static_cast<int>(bh % NH), bh, g * kRows};
+  return {static_cast<int>(bh / heads), static_cast<int>(bh % heads), bh, g * kRows};
 }
 
 // Copies rows [row0, row0 + kTile) ∩ [0, limit) of a strided (rows, HS)
@@ -118,7 +133,7 @@ __device__ void add_weighted_rows(float (&acc)[kDims], float w, const float* row
 // adds the weighted value rows to its channels.
 // No __launch_bounds__ here or below: with it ptxas caps registers and spills.
 template <int kDims>
-__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
+__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int T, int NH, int KVH,
                                          int first_row, float scale) {
   constexpr int HS = kDims * kWarpSize, kStride = kPadded<HS>;
   __shared__ float4 q_smem[kRows][HS / 4];
@@ -131,9 +146,11 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
   const bool active = r < R;  // warp-uniform
   const int t = first_row + r;
   const int t_last = first_row + min(R, blk.row0 + kRows) - 1;  // the block's last query row
-  const QkvLayout L{qkv, 3 * static_cast<int64_t>(C), T, C, HS};
+  const QkvLayout L(qkv, T, HS, NH, KVH);
+  const int kvh = blk.h / (NH / KVH);
+  const int C = NH * HS;
 
-  if (active) load_row<HS>(q_smem[warp], L.at(0, blk.b, t, blk.h), lane);
+  if (active) load_row<HS>(q_smem[warp], L.q(blk.b, t, blk.h), lane);
   float m = -INFINITY, l = 0.0f;
   float acc[kDims];
 #pragma unroll
@@ -141,8 +158,8 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
 
   for (int s0 = 0; s0 <= t_last; s0 += kTile) {
     __syncthreads();  // the previous tile is consumed
-    load_tile<HS>(k_tile, kStride, L.at(1, blk.b, 0, blk.h), L.row3, s0, t_last + 1);
-    load_tile<HS>(v_tile, HS, L.at(2, blk.b, 0, blk.h), L.row3, s0, t_last + 1);
+    load_tile<HS>(k_tile, kStride, L.k(blk.b, 0, kvh), L.row, s0, t_last + 1);
+    load_tile<HS>(v_tile, HS, L.v(blk.b, 0, kvh), L.row, s0, t_last + 1);
     __syncthreads();
     if (!active || s0 > t) continue;  // warp-uniform; the block still loads tiles for its other rows
     const int s = s0 + lane;
@@ -167,7 +184,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
 // goes to d_rows (B,NH,T) for pass 2; dq_t = scale * sum_{s<=t} dS_ts k_s.
 template <int kDims>
 __global__ void attention_backward_dq_kernel(float* dqkv, float* d_rows, const float* dout, const float* out,
-                                             const float* lse, const float* qkv, int T, int C, int NH,
+                                             const float* lse, const float* qkv, int T, int NH, int KVH,
                                              float scale) {
   constexpr int HS = kDims * kWarpSize, kStride = kPadded<HS>;
   __shared__ float4 q_smem[kRows][HS / 4];
@@ -179,12 +196,14 @@ __global__ void attention_backward_dq_kernel(float* dqkv, float* d_rows, const f
   const int t = blk.row0 + warp;
   const bool active = t < T;
   const int t_last = min(T, blk.row0 + kRows) - 1;
-  const QkvLayout L{qkv, 3 * static_cast<int64_t>(C), T, C, HS};
+  const QkvLayout L(qkv, T, HS, NH, KVH);
+  const int kvh = blk.h / (NH / KVH);
+  const int C = NH * HS;
   const int64_t out_off = (static_cast<int64_t>(blk.b) * T + t) * C + blk.h * HS;
 
   float D = 0.0f, row_lse = 0.0f;
   if (active) {
-    load_row<HS>(q_smem[warp], L.at(0, blk.b, t, blk.h), lane);
+    load_row<HS>(q_smem[warp], L.q(blk.b, t, blk.h), lane);
     load_row<HS>(do_smem[warp], dout + out_off, lane);
     float d_part = 0.0f;
 #pragma unroll
@@ -198,8 +217,8 @@ __global__ void attention_backward_dq_kernel(float* dqkv, float* d_rows, const f
   for (int j = 0; j < kDims; ++j) acc[j] = 0.0f;
   for (int s0 = 0; s0 <= t_last; s0 += kTile) {
     __syncthreads();
-    load_tile<HS>(k_tile, kStride, L.at(1, blk.b, 0, blk.h), L.row3, s0, t_last + 1);
-    load_tile<HS>(v_tile, kStride, L.at(2, blk.b, 0, blk.h), L.row3, s0, t_last + 1);
+    load_tile<HS>(k_tile, kStride, L.k(blk.b, 0, kvh), L.row, s0, t_last + 1);
+    load_tile<HS>(v_tile, kStride, L.v(blk.b, 0, kvh), L.row, s0, t_last + 1);
     __syncthreads();
     if (!active || s0 > t) continue;
     const int s = s0 + lane;
@@ -212,17 +231,19 @@ __global__ void attention_backward_dq_kernel(float* dqkv, float* d_rows, const f
     add_weighted_rows(acc, ds, k_tile, kStride, min(kTile, t - s0 + 1), lane);
   }
   if (!active) return;
-  float* dq = dqkv + (static_cast<int64_t>(blk.b) * T + t) * 3 * C + blk.h * HS;
+  float* dq = dqkv + L.row_at(blk.b, t) + blk.h * HS;
 #pragma unroll
   for (int j = 0; j < kDims; ++j) dq[lane + j * kWarpSize] = acc[j];
 }
 
-// Backward, pass 2: warp = key row j; tiles of 32 query rows from the
-// block's first key row j0 on (lane l takes query i0 + l, used when i >= j):
-//   dv_j = sum_i P_ij dO_i,   dk_j = scale * sum_i dS_ij q_i.
+// Backward, pass 2: warp = key row j of key/value head g; for each query
+// head of g's group in turn (h = g G, ..., g G + G - 1), tiles of 32 query
+// rows from the block's first key row j0 on (lane l takes query i0 + l,
+// used when i >= j):
+//   dv_j = sum_h sum_i P_ij dO_i,   dk_j = scale * sum_h sum_i dS_ij q_i.
 template <int kDims>
 __global__ void attention_backward_dkv_kernel(float* dqkv, const float* d_rows, const float* dout, const float* lse,
-                                              const float* qkv, int T, int C, int NH, float scale) {
+                                              const float* qkv, int T, int NH, int KVH, float scale) {
   constexpr int HS = kDims * kWarpSize, kStride = kPadded<HS>;
   __shared__ float4 k_smem[kRows][HS / 4];
   __shared__ float4 v_smem[kRows][HS / 4];
@@ -231,52 +252,56 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* d_rows, 
   __shared__ float lse_tile[kTile];
   __shared__ float d_tile[kTile];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const BlockRows blk = block_rows(T, NH, false);  // small j = longest loop, handed out first
+  const BlockRows blk = block_rows(T, KVH, false);  // small j = longest loop, handed out first
   const int j = blk.row0 + warp;
   const bool active = j < T;
-  const QkvLayout L{qkv, 3 * static_cast<int64_t>(C), T, C, HS};
-  const float* dout0 = dout + static_cast<int64_t>(blk.b) * T * C + blk.h * HS;
+  const QkvLayout L(qkv, T, HS, NH, KVH);
+  const int G = NH / KVH, C = NH * HS;
 
   if (active) {
-    load_row<HS>(k_smem[warp], L.at(1, blk.b, j, blk.h), lane);
-    load_row<HS>(v_smem[warp], L.at(2, blk.b, j, blk.h), lane);
+    load_row<HS>(k_smem[warp], L.k(blk.b, j, blk.h), lane);
+    load_row<HS>(v_smem[warp], L.v(blk.b, j, blk.h), lane);
   }
   float acc_k[kDims], acc_v[kDims];
 #pragma unroll
   for (int d = 0; d < kDims; ++d) acc_k[d] = acc_v[d] = 0.0f;
-  for (int i0 = blk.row0; i0 < T; i0 += kTile) {
-    __syncthreads();
-    load_tile<HS>(q_tile, kStride, L.at(0, blk.b, 0, blk.h), L.row3, i0, T);
-    load_tile<HS>(do_tile, kStride, dout0, C, i0, T);
-    if (threadIdx.x < kTile && i0 + threadIdx.x < T) {
-      lse_tile[threadIdx.x] = lse[blk.bh * T + i0 + threadIdx.x];
-      d_tile[threadIdx.x] = d_rows[blk.bh * T + i0 + threadIdx.x];
-    }
-    __syncthreads();
-    if (!active || i0 + kTile <= j) continue;  // the whole tile lies before j
-    const int i = i0 + lane;
-    float p = 0.0f, ds = 0.0f;
-    if (i >= j && i < T) {
-      p = expf(scale * dot_smem<HS>(k_smem[warp], q_tile + lane * kStride) - lse_tile[lane]);
-      const float dp = dot_smem<HS>(v_smem[warp], do_tile + lane * kStride);
-      ds = dm::attention_dscore(p, dp, d_tile[lane], scale);
-    }
-    const int begin = max(0, j - i0), count = min(kTile, T - i0);
-    for (int k = begin; k < count; ++k) {
-      const float pw = __shfl_sync(kFullMask, p, k);
-      const float dsw = __shfl_sync(kFullMask, ds, k);
-      const float* q = q_tile + k * kStride;
-      const float* dO = do_tile + k * kStride;
+  for (int h = blk.h * G; h < (blk.h + 1) * G; ++h) {
+    const int64_t bh = static_cast<int64_t>(blk.b) * NH + h;  // the query head's lse and D rows
+    const float* dout0 = dout + static_cast<int64_t>(blk.b) * T * C + h * HS;
+    for (int i0 = blk.row0; i0 < T; i0 += kTile) {
+      __syncthreads();
+      load_tile<HS>(q_tile, kStride, L.q(blk.b, 0, h), L.row, i0, T);
+      load_tile<HS>(do_tile, kStride, dout0, C, i0, T);
+      if (threadIdx.x < kTile && i0 + threadIdx.x < T) {
+        lse_tile[threadIdx.x] = lse[bh * T + i0 + threadIdx.x];
+        d_tile[threadIdx.x] = d_rows[bh * T + i0 + threadIdx.x];
+      }
+      __syncthreads();
+      if (!active || i0 + kTile <= j) continue;  // the whole tile lies before j
+      const int i = i0 + lane;
+      float p = 0.0f, ds = 0.0f;
+      if (i >= j && i < T) {
+        p = expf(scale * dot_smem<HS>(k_smem[warp], q_tile + lane * kStride) - lse_tile[lane]);
+        const float dp = dot_smem<HS>(v_smem[warp], do_tile + lane * kStride);
+        ds = dm::attention_dscore(p, dp, d_tile[lane], scale);
+      }
+      const int begin = max(0, j - i0), count = min(kTile, T - i0);
+      for (int k = begin; k < count; ++k) {
+        const float pw = __shfl_sync(kFullMask, p, k);
+        const float dsw = __shfl_sync(kFullMask, ds, k);
+        const float* q = q_tile + k * kStride;
+        const float* dO = do_tile + k * kStride;
 #pragma unroll
-      for (int d = 0; d < kDims; ++d) {
-        acc_v[d] += pw * dO[lane + d * kWarpSize];
-        acc_k[d] += dsw * q[lane + d * kWarpSize];
+        for (int d = 0; d < kDims; ++d) {
+          acc_v[d] += pw * dO[lane + d * kWarpSize];
+          acc_k[d] += dsw * q[lane + d * kWarpSize];
+        }
       }
     }
   }
   if (!active) return;
-  float* dk = dqkv + (static_cast<int64_t>(blk.b) * T + j) * 3 * C + C + blk.h * HS;
-  float* dv = dk + C;
+  float* dk = dqkv + L.row_at(blk.b, j) + L.k_off + blk.h * HS;
+  float* dv = dqkv + L.row_at(blk.b, j) + L.v_off + blk.h * HS;
 #pragma unroll
   for (int d = 0; d < kDims; ++d) {
     dk[lane + d * kWarpSize] = acc_k[d];
@@ -284,29 +309,39 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* d_rows, 
   }
 }
 
-// One block per kRows rows of each (b, h).
-int attention_blocks(const char* op, int B, int NH, int rows) {
-  const int64_t blocks = static_cast<int64_t>(B) * NH * ((rows + kRows - 1) / kRows);
+// One block per kRows rows of each (b, head), `heads` heads per batch row.
+int attention_blocks(const char* op, int B, int heads, int rows) {
+  const int64_t blocks = static_cast<int64_t>(B) * heads * ((rows + kRows - 1) / kRows);
   if (blocks > 0x7fffffff) throw std::invalid_argument(std::string(op) + ": too many rows for one grid");
   return static_cast<int>(blocks);
 }
 
-template <int kDims>
-void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int first_row,
-                              float scale, cudaStream_t stream) {
-  const int blocks = attention_blocks("attention_forward", B, NH, T - first_row);
-  attention_forward_kernel<kDims><<<blocks, kThreads, 0, stream>>>(out, lse, qkv, T, C, NH, first_row, scale);
-  check_launch("attention_forward");
+// KVH must divide NH (the launchers' front door, after the head size).
+void check_kv_heads(const char* op, int NH, int KVH) {
+  if (KVH <= 0 || NH % KVH != 0) {
+    throw std::invalid_argument(std::string(op) + ": KVH = " + std::to_string(KVH) + " does not divide NH = " +
+                                std::to_string(NH));
+  }
 }
 
 template <int kDims>
+void launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int KVH,
+                              int first_row, float scale, cudaStream_t stream) {
+  const int blocks = attention_blocks("attention_forward", B, NH, T - first_row);
+  attention_forward_kernel<kDims><<<blocks, kThreads, 0, stream>>>(out, lse, qkv, T, NH, KVH, first_row, scale);
+  check_launch("attention_forward");
+}
+
+// dq and D per query head (B NH row groups), then dk and dv per key/value
+// head (B KVH row groups, each walking its G query heads).
+template <int kDims>
 void launch_attention_backward(float* dqkv, float* scratch, const float* dout, const float* out, const float* lse,
-                               const float* qkv, int B, int T, int C, int NH, float scale, cudaStream_t stream) {
-  const int blocks = attention_blocks("attention_backward", B, NH, T);
-  attention_backward_dq_kernel<kDims>
-      <<<blocks, kThreads, 0, stream>>>(dqkv, scratch, dout, out, lse, qkv, T, C, NH, scale);
+                               const float* qkv, int B, int T, int NH, int KVH, float scale, cudaStream_t stream) {
+  attention_backward_dq_kernel<kDims><<<attention_blocks("attention_backward", B, NH, T), kThreads, 0, stream>>>(
+      dqkv, scratch, dout, out, lse, qkv, T, NH, KVH, scale);
   check_launch("attention_backward_dq");
-  attention_backward_dkv_kernel<kDims><<<blocks, kThreads, 0, stream>>>(dqkv, scratch, dout, lse, qkv, T, C, NH, scale);
+  attention_backward_dkv_kernel<kDims><<<attention_blocks("attention_backward", B, KVH, T), kThreads, 0, stream>>>(
+      dqkv, scratch, dout, lse, qkv, T, NH, KVH, scale);
   check_launch("attention_backward_dkv");
 }
 
@@ -325,9 +360,10 @@ int attention_head_size(const char* op, int C, int NH) {
   return HS;
 }
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int first_row,
-                       cudaStream_t stream) {
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int KVH,
+                       int first_row, cudaStream_t stream) {
   const int HS = attention_head_size("attention_forward", C, NH);
+  check_kv_heads("attention_forward", NH, KVH);
   if (first_row < 0 || first_row >= T) {
     throw std::invalid_argument("attention_forward: first_row = " + std::to_string(first_row) +
                                 " outside [0, T = " + std::to_string(T) + ")");
@@ -335,10 +371,10 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
   if (B <= 0) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   switch (HS / kWarpSize) {
-    case 1: launch_attention_forward<1>(out, lse, qkv, B, T, C, NH, first_row, scale, stream); break;
-    case 2: launch_attention_forward<2>(out, lse, qkv, B, T, C, NH, first_row, scale, stream); break;
-    case 3: launch_attention_forward<3>(out, lse, qkv, B, T, C, NH, first_row, scale, stream); break;
-    default: launch_attention_forward<4>(out, lse, qkv, B, T, C, NH, first_row, scale, stream); break;
+    case 1: launch_attention_forward<1>(out, lse, qkv, B, T, NH, KVH, first_row, scale, stream); break;
+    case 2: launch_attention_forward<2>(out, lse, qkv, B, T, NH, KVH, first_row, scale, stream); break;
+    case 3: launch_attention_forward<3>(out, lse, qkv, B, T, NH, KVH, first_row, scale, stream); break;
+    default: launch_attention_forward<4>(out, lse, qkv, B, T, NH, KVH, first_row, scale, stream); break;
   }
 }
 
@@ -347,15 +383,16 @@ size_t attention_backward_scratch_floats(int B, int T, int NH) {
 }
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* out, const float* lse,
-                        const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+                        const float* qkv, int B, int T, int C, int NH, int KVH, cudaStream_t stream) {
   const int HS = attention_head_size("attention_backward", C, NH);
+  check_kv_heads("attention_backward", NH, KVH);
   if (B <= 0 || T <= 0) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(HS));
   switch (HS / kWarpSize) {
-    case 1: launch_attention_backward<1>(dqkv, scratch, dout, out, lse, qkv, B, T, C, NH, scale, stream); break;
-    case 2: launch_attention_backward<2>(dqkv, scratch, dout, out, lse, qkv, B, T, C, NH, scale, stream); break;
-    case 3: launch_attention_backward<3>(dqkv, scratch, dout, out, lse, qkv, B, T, C, NH, scale, stream); break;
-    default: launch_attention_backward<4>(dqkv, scratch, dout, out, lse, qkv, B, T, C, NH, scale, stream); break;
+    case 1: launch_attention_backward<1>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, KVH, scale, stream); break;
+    case 2: launch_attention_backward<2>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, KVH, scale, stream); break;
+    case 3: launch_attention_backward<3>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, KVH, scale, stream); break;
+    default: launch_attention_backward<4>(dqkv, scratch, dout, out, lse, qkv, B, T, NH, KVH, scale, stream); break;
   }
 }
 

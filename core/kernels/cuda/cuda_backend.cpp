@@ -91,13 +91,13 @@ class CudaBackend final : public Backend {
     GPT2_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     GPT2_CUBLAS_CHECK(cublasSetMathMode(blas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     memory_ = std::make_unique<CudaMemory>(device_, stream_);
-    for (auto* s : {&ln_scratch_, &bias_scratch_, &att_scratch_, &reduce_scratch_, &tokens_, &targets_, &buckets_}) {
+    for (auto* s : {&norm_scratch_, &bias_scratch_, &att_scratch_, &reduce_scratch_, &tokens_, &targets_, &buckets_}) {
       s->emplace(*memory_);
     }
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
-    for (auto* s : {&ln_scratch_, &bias_scratch_, &att_scratch_, &reduce_scratch_, &tokens_, &targets_, &buckets_}) {
+    for (auto* s : {&norm_scratch_, &bias_scratch_, &att_scratch_, &reduce_scratch_, &tokens_, &targets_, &buckets_}) {
       s->reset();
     }
     cublasDestroy(blas_);
@@ -190,9 +190,19 @@ class CudaBackend final : public Backend {
   void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
                           Tensor mean, Tensor rstd) override {
     const int N = rows(inp), C = cols(inp);
-    float* scratch = ln_scratch_->get<float>(cuda::layernorm_backward_scratch_floats(N, C));
+    float* scratch = norm_scratch_->get<float>(cuda::layernorm_backward_scratch_floats(N, C));
     cuda::layernorm_backward(dinp.data, dweight.data, dbias.data, scratch, dout.data, inp.data, weight.data,
                              mean.data, rstd.data, N, C, stream_);
+  }
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight) override {
+    cuda::rmsnorm_forward(out.data, rstd.data, inp.data, weight.data, rows(inp), cols(inp), stream_);
+  }
+  void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
+                        Tensor rstd) override {
+    const int N = rows(inp), C = cols(inp);
+    float* scratch = norm_scratch_->get<float>(cuda::rmsnorm_backward_scratch_floats(N, C));
+    cuda::rmsnorm_backward(dinp.data, dweight.data, scratch, dout.data, inp.data, weight.data, rstd.data, N, C,
+                           stream_);
   }
 
   // Row-major products through column-major cuBLAS: a row-major (R,K) matrix
@@ -224,25 +234,49 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH) override {
+  // C = NH * HS is out's width (backend.h: HS = out.dim(2) / NH); the
+  // launchers take qkv's (NH + 2 KVH) HS from NH, KVH and HS.
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH, int KVH) override {
     const int B = static_cast<int>(qkv.dim(0)), T = static_cast<int>(qkv.dim(1));
-    const int C = static_cast<int>(qkv.dim(2) / 3);
-    cuda::attention_forward(out.data, lse.data, qkv.data, B, T, C, NH, 0, stream_);
+    cuda::attention_forward(out.data, lse.data, qkv.data, B, T, cols(out), NH, KVH, 0, stream_);
   }
-  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int NH) override {
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int NH, int KVH) override {
     const int B = static_cast<int>(qkv.dim(0)), T = static_cast<int>(qkv.dim(1));
-    const int C = static_cast<int>(qkv.dim(2) / 3);
     float* scratch = att_scratch_->get<float>(cuda::attention_backward_scratch_floats(B, T, NH));
-    cuda::attention_backward(dqkv.data, scratch, dout.data, out.data, lse.data, qkv.data, B, T, C, NH, stream_);
+    cuda::attention_backward(dqkv.data, scratch, dout.data, out.data, lse.data, qkv.data, B, T, cols(out), NH,
+                             KVH, stream_);
   }
-  void attention_decode(Tensor out, Tensor qkv, int NH) override {
-    const int P = static_cast<int>(qkv.dim(1)), C = static_cast<int>(qkv.dim(2) / 3);
-    cuda::attention_forward(out.data, nullptr, qkv.data, 1, P, C, NH, P - 1, stream_);
+  void attention_decode(Tensor out, Tensor qkv, int NH, int KVH) override {
+    const int P = static_cast<int>(qkv.dim(1));
+    cuda::attention_forward(out.data, nullptr, qkv.data, 1, P, cols(out), NH, KVH, P - 1, stream_);
+  }
+
+  // HS = qkv's width / (NH + 2 KVH).
+  void rope_forward(Tensor qkv, int NH, int KVH, int pos0, float theta) override {
+    rope(qkv, NH, KVH, pos0, theta, false);
+  }
+  void rope_backward(Tensor dqkv, int NH, int KVH, int pos0, float theta) override {
+    rope(dqkv, NH, KVH, pos0, theta, true);
   }
 
   void gelu_forward(Tensor out, Tensor inp) override { cuda::gelu_forward(out.data, inp.data, inp.numel(), stream_); }
   void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
     cuda::gelu_backward(dinp.data, dout.data, inp.data, inp.numel(), stream_);
+  }
+  void relu_forward(Tensor out, Tensor inp) override { cuda::relu_forward(out.data, inp.data, inp.numel(), stream_); }
+  void relu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
+    cuda::relu_backward(dinp.data, dout.data, inp.data, inp.numel(), stream_);
+  }
+  void silu_forward(Tensor out, Tensor inp) override { cuda::silu_forward(out.data, inp.data, inp.numel(), stream_); }
+  void silu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
+    cuda::silu_backward(dinp.data, dout.data, inp.data, inp.numel(), stream_);
+  }
+  // inp (N,2H), out and dout (N,H).
+  void swiglu_forward(Tensor out, Tensor inp) override {
+    cuda::swiglu_forward(out.data, inp.data, rows(inp), cols(inp) / 2, stream_);
+  }
+  void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
+    cuda::swiglu_backward(dinp.data, dout.data, inp.data, rows(inp), cols(inp) / 2, stream_);
   }
   void residual_forward(Tensor out, Tensor a, Tensor b) override {
     cuda::residual_forward(out.data, a.data, b.data, a.numel(), stream_);
@@ -269,6 +303,12 @@ class CudaBackend final : public Backend {
   static int rows(const Tensor& t) { return static_cast<int>(t.rows()); }
   static int cols(const Tensor& t) { return static_cast<int>(t.cols()); }
 
+  void rope(Tensor qkv, int NH, int KVH, int pos0, float theta, bool inverse) {
+    const int B = static_cast<int>(qkv.dim(0)), T = static_cast<int>(qkv.dim(1));
+    const int HS = static_cast<int>(qkv.dim(2) / (NH + 2 * KVH));
+    cuda::rope(qkv.data, B, T, NH, KVH, HS, pos0, theta, inverse, stream_);
+  }
+
   // Host integers to the device, ordered on the stream. A copy from pageable
   // memory returns once the source has been read, so the caller may reuse it.
   const int32_t* stage(Scratch& s, const int32_t* host, size_t n) {
@@ -291,7 +331,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<CudaMemory> memory_;
-  std::optional<Scratch> ln_scratch_, bias_scratch_, att_scratch_, reduce_scratch_, tokens_, targets_, buckets_;
+  std::optional<Scratch> norm_scratch_, bias_scratch_, att_scratch_, reduce_scratch_, tokens_, targets_, buckets_;
   cuda::TokenBuckets groups_;    // host side of encoder_backward's grouping
   std::vector<int32_t> packed_;  // its arrays, end to end
 };

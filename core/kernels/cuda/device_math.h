@@ -110,6 +110,63 @@ GPT2_HD inline float layernorm_dinp(float g, float xhat, float rstd, float g_mea
   return rstd * (g - g_mean - xhat * gx_mean);
 }
 
+// ---- RMSNorm: no mean, no bias; the same eps as LayerNorm ----
+constexpr float kRmsNormEps = 1e-5f;
+
+GPT2_HD inline float rmsnorm_rstd(float sum_sq, int C) {
+  return 1.0f / sqrtf(sum_sq / static_cast<float>(C) + kRmsNormEps);
+}
+GPT2_HD inline float rmsnorm_out(float x, float rstd, float weight) { return x * rstd * weight; }
+// dx = rstd g - x rstd^3 mean(g x), g = dout * weight, written as
+// rstd (g - xhat mean(g xhat)) with xhat = x rstd (layernorm_dinp without
+// the mean term).
+GPT2_HD inline float rmsnorm_dinp(float g, float xhat, float rstd, float gx_mean) {
+  return rstd * (g - xhat * gx_mean);
+}
+
+// ---- RoPE: the pair (x[2i], x[2i+1]) of a head turns by pos * theta^(-2i/HS) ----
+// The angle, cos and sin in double (pow, multiply, cos, sin), rounded to
+// float, as backend.h asks of every backend. On the device double pow, cos
+// and sin are within 2 ulp of double rather than correctly rounded, so a
+// value can differ from the host's only where the double result lies within
+// a few ulp of a float rounding boundary.
+struct CosSin {
+  float c, s;
+};
+GPT2_HD inline CosSin rope_cos_sin(int pos, int i, int HS, float theta) {
+  const double inv_freq = pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(HS));
+  const double angle = static_cast<double>(pos) * inv_freq;
+  return {static_cast<float>(cos(angle)), static_cast<float>(sin(angle))};
+}
+// Forward rotation of (x0, x1) by the angle; the backward is the rotation by
+// minus the angle (the transpose), so it flips the sign of s.
+GPT2_HD inline void rope_rotate(float& x0, float& x1, CosSin cs, bool inverse) {
+  const float s = inverse ? -cs.s : cs.s;
+  const float y0 = x0 * cs.c - x1 * s;
+  const float y1 = x0 * s + x1 * cs.c;
+  x0 = y0;
+  x1 = y1;
+}
+
+// ---- ReLU, SiLU, SwiGLU ----
+GPT2_HD inline float relu_forward(float x) { return x > 0.0f ? x : 0.0f; }
+// dout where x > 0, else 0 (also at x = 0).
+GPT2_HD inline float relu_backward(float d, float x) { return x > 0.0f ? d : 0.0f; }
+
+GPT2_HD inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+GPT2_HD inline float silu_forward(float x) { return x * sigmoid(x); }
+// d silu / dx = s (1 + x (1 - s)), s = sigmoid(x).
+GPT2_HD inline float silu_grad(float x) {
+  const float s = sigmoid(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+GPT2_HD inline float silu_backward(float d, float x) { return d * silu_grad(x); }
+
+// out = silu(g) u; dg = dout u silu'(g), du = dout silu(g).
+GPT2_HD inline float swiglu_forward(float g, float u) { return silu_forward(g) * u; }
+GPT2_HD inline float swiglu_dgate(float d, float g, float u) { return d * u * silu_grad(g); }
+GPT2_HD inline float swiglu_dup(float d, float g) { return d * silu_forward(g); }
+
 // ---- Cross-entropy from the row's max and sum of exp(z - max) ----
 GPT2_HD inline float crossentropy_loss(float z_target, float maxv, float sumexp) {
   return maxv + logf(sumexp) - z_target;

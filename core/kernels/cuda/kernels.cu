@@ -4,8 +4,8 @@
 // which thread owns which element and in what order partial results are
 // combined. That order is fixed (no floating-point atomics), so the same
 // inputs give bitwise the same outputs on every run.
-// Letters: B batch, T time, C channels, NH heads, HS = C / NH, V vocab,
-// N = B * T rows, OC output channels.
+// Letters: B batch, T time, C channels, NH query heads, KVH key/value heads,
+// HS head size, V vocab, N = B * T rows, OC output channels, H SwiGLU width.
 #include "kernels/cuda/kernels.h"
 
 #include <cstdint>
@@ -130,16 +130,20 @@ __global__ void __launch_bounds__(dm::kRowWarps * kWarpSize)
   }
 }
 
+// What column_partials_kernel sums: dout alone into partial_b (kBias);
+// LayerNorm's dout * xhat into partial_a and dout into partial_b
+// (kLayerNorm); RMSNorm's dout * x * rstd into partial_a (kRmsNorm).
+enum class ColumnSums { kBias, kLayerNorm, kRmsNorm };
+
 // Column sums, stage 1. Block (32, kColumnTileRows) covers 32 columns of a
 // chunk of kColumnChunkRows rows: thread (x, y) sums rows y, y+8, ... of the
 // chunk in order, then thread (x, 0) adds the 8 partials in y order and
 // writes partial[chunk][col]. Coalesced: a warp reads 32 adjacent floats.
-// With kLayerNorm it sums dout * xhat into partial_a and dout into
-// partial_b; otherwise only dout into partial_b.
-template <bool kLayerNorm>
+template <ColumnSums kSums>
 __global__ void __launch_bounds__(kWarpSize * dm::kColumnTileRows)
     column_partials_kernel(float* partial_a, float* partial_b, const float* dout, const float* inp,
                            const float* mean, const float* rstd, int N, int C) {
+  constexpr bool kHasA = kSums != ColumnSums::kBias, kHasB = kSums != ColumnSums::kRmsNorm;
   __shared__ float tile_a[dm::kColumnTileRows][kWarpSize];
   __shared__ float tile_b[dm::kColumnTileRows][kWarpSize];
   const int col = blockIdx.x * kWarpSize + threadIdx.x;
@@ -149,8 +153,12 @@ __global__ void __launch_bounds__(kWarpSize * dm::kColumnTileRows)
   if (col < C) {
     for (int r = chunk * dm::kColumnChunkRows + threadIdx.y; r < row_end; r += dm::kColumnTileRows) {
       const float d = dout[static_cast<int64_t>(r) * C + col];
-      if constexpr (kLayerNorm) acc_a += (inp[static_cast<int64_t>(r) * C + col] - mean[r]) * rstd[r] * d;
-      acc_b += d;
+      if constexpr (kSums == ColumnSums::kLayerNorm) {
+        acc_a += (inp[static_cast<int64_t>(r) * C + col] - mean[r]) * rstd[r] * d;
+      } else if constexpr (kSums == ColumnSums::kRmsNorm) {
+        acc_a += inp[static_cast<int64_t>(r) * C + col] * rstd[r] * d;
+      }
+      if constexpr (kHasB) acc_b += d;
     }
   }
   tile_a[threadIdx.y][threadIdx.x] = acc_a;
@@ -163,8 +171,8 @@ __global__ void __launch_bounds__(kWarpSize * dm::kColumnTileRows)
       b += tile_b[y][threadIdx.x];
     }
     const int64_t at = static_cast<int64_t>(chunk) * C + col;
-    if constexpr (kLayerNorm) partial_a[at] = a;
-    partial_b[at] = b;
+    if constexpr (kHasA) partial_a[at] = a;
+    if constexpr (kHasB) partial_b[at] = b;
   }
 }
 
@@ -176,6 +184,43 @@ __global__ void column_finalize_kernel(float* sum, const float* partial, int chu
   float acc = 0.0f;
   for (int k = 0; k < chunks; ++k) acc += partial[static_cast<int64_t>(k) * C + col];
   sum[col] += acc;
+}
+
+// ---------------------------------------------------------------- rmsnorm
+
+// One warp per row, kRowWarps rows per block: the sum of squares, then the
+// output (the re-read hits L1).
+__global__ void __launch_bounds__(dm::kRowWarps * kWarpSize)
+    rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * dm::kRowWarps + threadIdx.x / kWarpSize;
+  if (row >= N) return;  // whole warp leaves together
+  const float* x = inp + static_cast<int64_t>(row) * C;
+  float sq = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) sq += x[c] * x[c];
+  const float s = dm::rmsnorm_rstd(warp_reduce(sq, dm::SumOp{}), C);
+  float* o = out + static_cast<int64_t>(row) * C;
+  for (int c = lane; c < C; c += kWarpSize) o[c] = dm::rmsnorm_out(x[c], s, weight[c]);
+  if (lane == 0) rstd[row] = s;
+}
+
+// dinp (N,C) += per row; one warp per row. dweight goes through the column
+// sums (ColumnSums::kRmsNorm).
+__global__ void __launch_bounds__(dm::kRowWarps * kWarpSize)
+    rmsnorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
+                                 const float* rstd, int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * dm::kRowWarps + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const int64_t off = static_cast<int64_t>(row) * C;
+  const float* x = inp + off;
+  const float* d = dout + off;
+  const float s = rstd[row];
+  float gx_sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) gx_sum += d[c] * weight[c] * (x[c] * s);
+  const float gx_mean = warp_reduce(gx_sum, dm::SumOp{}) / static_cast<float>(C);
+  float* dx = dinp + off;
+  for (int c = lane; c < C; c += kWarpSize) dx[c] += dm::rmsnorm_dinp(d[c] * weight[c], x[c] * s, s, gx_mean);
 }
 
 // ---------------------------------------------------------------- bias
@@ -210,11 +255,24 @@ struct GeluForwardOp {
 struct GeluBackwardOp {  // a = dout, b = inp
   __device__ float operator()(float d, float x) const { return dm::gelu_grad(x) * d; }
 };
+struct ReluForwardOp {
+  __device__ float operator()(float x, float) const { return dm::relu_forward(x); }
+};
+struct ReluBackwardOp {  // a = dout, b = inp
+  __device__ float operator()(float d, float x) const { return dm::relu_backward(d, x); }
+};
+struct SiluForwardOp {
+  __device__ float operator()(float x, float) const { return dm::silu_forward(x); }
+};
+struct SiluBackwardOp {  // a = dout, b = inp
+  __device__ float operator()(float d, float x) const { return dm::silu_backward(d, x); }
+};
 struct AddOp {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
 
-// out[i] = op(a[i], b[i]); out may alias a (gelu backward). kVec4: float4
+// out[i] = op(a[i], b[i]); out may alias a or b (the activation backwards):
+// each element is read before it is written, by the same thread. kVec4: float4
 // over the n / 4 whole vectors, the last n % 4 elements by thread 0..2.
 template <bool kVec4, typename Op>
 __global__ void map_kernel(float* out, const float* a, const float* b, int64_t n, Op op) {
@@ -243,6 +301,51 @@ void launch_map(const char* name, float* out, const float* a, const float* b, in
     map_kernel<false><<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, a, b, n, op);
   }
   check_launch(name);
+}
+
+// ---------------------------------------------------------------- swiglu
+
+// One thread per output element (n, j): gate inp[n][j], up inp[n][H + j].
+__global__ void swiglu_forward_kernel(float* out, const float* inp, int N, int H) {
+  const int64_t total = static_cast<int64_t>(N) * H;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = i / H;
+    const float* row = inp + 2 * n * H + (i - n * H);
+    out[i] = dm::swiglu_forward(row[0], row[H]);
+  }
+}
+
+// The same ownership: thread (n, j) writes dinp[n][j] and dinp[n][H + j].
+__global__ void swiglu_backward_kernel(float* dinp, const float* dout, const float* inp, int N, int H) {
+  const int64_t total = static_cast<int64_t>(N) * H;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = i / H;
+    const int64_t at = 2 * n * H + (i - n * H);
+    const float g = inp[at], u = inp[at + H], d = dout[i];
+    dinp[at] = dm::swiglu_dgate(d, g, u);
+    dinp[at + H] = dm::swiglu_dup(d, g);
+  }
+}
+
+// ---------------------------------------------------------------- rope
+
+// One thread per (row n, pair i): (cos, sin) once, in double, then the pair
+// i of each of the NH + KVH rotated heads (adjacent threads take adjacent
+// pairs of a head). The value heads after them are not touched.
+__global__ void rope_kernel(float* qkv, int T, int64_t N, int heads, int row_width, int HS, int pos0, float theta,
+                            bool inverse) {
+  const int half = HS / 2;
+  const int64_t total = N * half;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = idx / half;
+    const int i = static_cast<int>(idx - n * half);
+    const dm::CosSin cs = dm::rope_cos_sin(pos0 + static_cast<int>(n % T), i, HS, theta);
+    float* x = qkv + n * row_width + 2 * i;
+    for (int h = 0; h < heads; ++h, x += HS) dm::rope_rotate(x[0], x[1], cs, inverse);
+  }
 }
 
 // ---------------------------------------------------------------- crossentropy
@@ -386,13 +489,43 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, float* scratc
   float* partial_b = scratch + static_cast<size_t>(chunks) * C;
   const dim3 grid((C + kWarpSize - 1) / kWarpSize, chunks);
   const dim3 block(kWarpSize, dm::kColumnTileRows);
-  column_partials_kernel<true><<<grid, block, 0, stream>>>(partial_w, partial_b, dout, inp, mean, rstd, N, C);
+  column_partials_kernel<ColumnSums::kLayerNorm>
+      <<<grid, block, 0, stream>>>(partial_w, partial_b, dout, inp, mean, rstd, N, C);
   check_launch("layernorm_backward_partials");
   const int fin_blocks = (C + kElementwiseThreads - 1) / kElementwiseThreads;
   column_finalize_kernel<<<fin_blocks, kElementwiseThreads, 0, stream>>>(dweight, partial_w, chunks, C);
   check_launch("layernorm_backward_dweight");
   column_finalize_kernel<<<fin_blocks, kElementwiseThreads, 0, stream>>>(dbias, partial_b, chunks, C);
   check_launch("layernorm_backward_dbias");
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     cudaStream_t stream) {
+  if (N <= 0) return;
+  const int blocks = (N + dm::kRowWarps - 1) / dm::kRowWarps;
+  rmsnorm_forward_kernel<<<blocks, dm::kRowWarps * kWarpSize, 0, stream>>>(out, rstd, inp, weight, N, C);
+  check_launch("rmsnorm_forward");
+}
+
+size_t rmsnorm_backward_scratch_floats(int N, int C) {
+  return static_cast<size_t>(dm::column_chunks(N)) * static_cast<size_t>(C);
+}
+
+void rmsnorm_backward(float* dinp, float* dweight, float* scratch, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  rmsnorm_backward_dinp_kernel<<<(N + dm::kRowWarps - 1) / dm::kRowWarps, dm::kRowWarps * kWarpSize, 0,
+                                 stream>>>(dinp, dout, inp, weight, rstd, N, C);
+  check_launch("rmsnorm_backward_dinp");
+  const int chunks = dm::column_chunks(N);
+  const dim3 grid((C + kWarpSize - 1) / kWarpSize, chunks);
+  const dim3 block(kWarpSize, dm::kColumnTileRows);
+  column_partials_kernel<ColumnSums::kRmsNorm>
+      <<<grid, block, 0, stream>>>(scratch, nullptr, dout, inp, nullptr, rstd, N, C);
+  check_launch("rmsnorm_backward_partials");
+  column_finalize_kernel<<<(C + kElementwiseThreads - 1) / kElementwiseThreads, kElementwiseThreads, 0, stream>>>(
+      dweight, scratch, chunks, C);
+  check_launch("rmsnorm_backward_dweight");
 }
 
 void add_bias(float* out, const float* bias, int N, int OC, cudaStream_t stream) {
@@ -415,8 +548,8 @@ void bias_backward(float* dbias, float* scratch, const float* dout, int N, int O
   const int chunks = dm::column_chunks(N);
   const dim3 grid((OC + kWarpSize - 1) / kWarpSize, chunks);
   const dim3 block(kWarpSize, dm::kColumnTileRows);
-  column_partials_kernel<false><<<grid, block, 0, stream>>>(nullptr, scratch, dout, nullptr, nullptr, nullptr, N,
-                                                            OC);
+  column_partials_kernel<ColumnSums::kBias>
+      <<<grid, block, 0, stream>>>(nullptr, scratch, dout, nullptr, nullptr, nullptr, N, OC);
   check_launch("bias_backward_partials");
   column_finalize_kernel<<<(OC + kElementwiseThreads - 1) / kElementwiseThreads, kElementwiseThreads, 0, stream>>>(
       dbias, scratch, chunks, OC);
@@ -429,6 +562,46 @@ void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t stream) 
 
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n, cudaStream_t stream) {
   launch_map("gelu_backward", dinp, dout, inp, n, stream, GeluBackwardOp{});
+}
+
+void relu_forward(float* out, const float* inp, int64_t n, cudaStream_t stream) {
+  launch_map("relu_forward", out, inp, inp, n, stream, ReluForwardOp{});
+}
+
+void relu_backward(float* dinp, const float* dout, const float* inp, int64_t n, cudaStream_t stream) {
+  launch_map("relu_backward", dinp, dout, inp, n, stream, ReluBackwardOp{});
+}
+
+void silu_forward(float* out, const float* inp, int64_t n, cudaStream_t stream) {
+  launch_map("silu_forward", out, inp, inp, n, stream, SiluForwardOp{});
+}
+
+void silu_backward(float* dinp, const float* dout, const float* inp, int64_t n, cudaStream_t stream) {
+  launch_map("silu_backward", dinp, dout, inp, n, stream, SiluBackwardOp{});
+}
+
+void swiglu_forward(float* out, const float* inp, int N, int H, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(N) * H;
+  if (total <= 0) return;
+  swiglu_forward_kernel<<<elementwise_blocks(total), kElementwiseThreads, 0, stream>>>(out, inp, N, H);
+  check_launch("swiglu_forward");
+}
+
+void swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int H, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(N) * H;
+  if (total <= 0) return;
+  swiglu_backward_kernel<<<elementwise_blocks(total), kElementwiseThreads, 0, stream>>>(dinp, dout, inp, N, H);
+  check_launch("swiglu_backward");
+}
+
+void rope(float* qkv, int B, int T, int NH, int KVH, int HS, int pos0, float theta, bool inverse,
+          cudaStream_t stream) {
+  const int64_t N = static_cast<int64_t>(B) * T;
+  const int64_t total = N * (HS / 2);
+  if (total <= 0 || NH + KVH <= 0) return;
+  rope_kernel<<<elementwise_blocks(total), kElementwiseThreads, 0, stream>>>(
+      qkv, T, N, NH + KVH, (NH + 2 * KVH) * HS, HS, pos0, theta, inverse);
+  check_launch(inverse ? "rope_backward" : "rope_forward");
 }
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream) {

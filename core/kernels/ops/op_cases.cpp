@@ -115,32 +115,84 @@ class LayernormBackward final : public TableCase {
   Output dx_, dw_, db_;               // (N,C), (C), (C), all +=
 };
 
+class RmsnormForward final : public TableCase {
+ public:
+  RmsnormForward(const OpShape& s, Memory& m)
+      : TableCase("rmsnorm_forward", s, {"rstd", "out"}),
+        x_(random_array({s.N(), s.C}, 81, m, -2.0f, 3.0f)),
+        w_(random_array({s.C}, 82, m)),
+        out_(overwritten({s.N(), s.C}, m)),
+        rstd_(overwritten({s.N()}, m)) {}
+  void reset() override {
+    out_.reset();
+    rstd_.reset();
+  }
+  void run(Backend& be) override { be.rmsnorm_forward(out_.t(), rstd_.t(), x_.t(), w_.t()); }
+  std::vector<OpOutput> outputs() override { return {out(0, rstd_.host()), out(1, out_.host())}; }
+
+ private:
+  Array x_, w_;        // (N,C), (C)
+  Output out_, rstd_;  // (N,C), (N)
+};
+
+class RmsnormBackward final : public TableCase {
+ public:
+  RmsnormBackward(const OpShape& s, Memory& m)
+      : TableCase("rmsnorm_backward", s, {"dinp", "dweight"}),
+        x_(random_array({s.N(), s.C}, 81, m, -2.0f, 3.0f)),
+        w_(random_array({s.C}, 82, m)),
+        dout_(random_array({s.N(), s.C}, 84, m)),
+        dx_(accumulated({s.N(), s.C}, 85, m)),
+        dw_(accumulated({s.C}, 86, m)) {
+    // The forward's rstd, from the reference on host copies.
+    Memory& h = host_memory();
+    const Array x = array_of({s.N(), s.C}, x_.host(), h), w = array_of({s.C}, w_.host(), h);
+    Array out({s.N(), s.C}, h), rstd({s.N()}, h);
+    make_reference_backend()->rmsnorm_forward(out.t(), rstd.t(), x.t(), w.t());
+    rstd_ = array_of({s.N()}, rstd.host(), m);
+  }
+  void reset() override {
+    dx_.reset();
+    dw_.reset();
+  }
+  void run(Backend& be) override { be.rmsnorm_backward(dx_.t(), dw_.t(), dout_.t(), x_.t(), w_.t(), rstd_.t()); }
+  std::vector<OpOutput> outputs() override { return {out(0, dx_.host()), out(1, dw_.host())}; }
+
+ private:
+  Array x_, w_, dout_, rstd_;  // (N,C), (C), (N,C), (N)
+  Output dx_, dw_;             // (N,C), (C), both +=
+};
+
+int NH(const OpShape& s) { return static_cast<int>(s.NH); }
+int KVH(const OpShape& s) { return static_cast<int>(s.kv_heads()); }
+
 // The forward's out (B,T,C) and lse (B,NH,T) of qkv, from the reference on
 // a host copy, uploaded to `m`: attention_backward's saved activations.
 std::pair<Array, Array> reference_attention(const Array& qkv, const OpShape& s, Memory& m) {
   Memory& h = host_memory();
   const Array q = array_of(qkv.dims(), qkv.host(), h);
   Array out({s.B, s.T, s.C}, h), lse({s.B, s.NH, s.T}, h);
-  make_reference_backend()->attention_forward(out.t(), lse.t(), q.t(), static_cast<int>(s.NH));
+  make_reference_backend()->attention_forward(out.t(), lse.t(), q.t(), NH(s), KVH(s));
   return {array_of(out.dims(), out.host(), m), array_of(lse.dims(), lse.host(), m)};
 }
 
+// qkv rows are W = (NH + 2 KVH) HS wide: 3C for multi-head (op_costs.h).
 class AttentionForward final : public TableCase {
  public:
   AttentionForward(const OpShape& s, Memory& m)
       : TableCase("attention_forward", s, {"lse", "out"}),
-        qkv_(random_array({s.B, s.T, 3 * s.C}, 31, m, -2.0f, 2.0f)),
+        qkv_(random_array({s.B, s.T, s.qkv_width()}, 31, m, -2.0f, 2.0f)),
         out_(overwritten({s.B, s.T, s.C}, m)),
         lse_(overwritten({s.B, s.NH, s.T}, m)) {}
   void reset() override {
     out_.reset();
     lse_.reset();
   }
-  void run(Backend& be) override { be.attention_forward(out_.t(), lse_.t(), qkv_.t(), static_cast<int>(s_.NH)); }
+  void run(Backend& be) override { be.attention_forward(out_.t(), lse_.t(), qkv_.t(), NH(s_), KVH(s_)); }
   std::vector<OpOutput> outputs() override { return {out(0, lse_.host()), out(1, out_.host())}; }
 
  private:
-  Array qkv_;         // (B,T,3C)
+  Array qkv_;         // (B,T,W)
   Output out_, lse_;  // (B,T,C), (B,NH,T)
 };
 
@@ -148,20 +200,20 @@ class AttentionBackward final : public TableCase {
  public:
   AttentionBackward(const OpShape& s, Memory& m)
       : TableCase("attention_backward", s, {"dqkv"}),
-        qkv_(random_array({s.B, s.T, 3 * s.C}, 31, m, -2.0f, 2.0f)),
+        qkv_(random_array({s.B, s.T, s.qkv_width()}, 31, m, -2.0f, 2.0f)),
         dout_(random_array({s.B, s.T, s.C}, 32, m)),
-        dqkv_(overwritten({s.B, s.T, 3 * s.C}, m)) {
+        dqkv_(overwritten({s.B, s.T, s.qkv_width()}, m)) {
     std::tie(out_, lse_) = reference_attention(qkv_, s, m);
   }
   void reset() override { dqkv_.reset(); }
   void run(Backend& be) override {
-    be.attention_backward(dqkv_.t(), dout_.t(), out_.t(), lse_.t(), qkv_.t(), static_cast<int>(s_.NH));
+    be.attention_backward(dqkv_.t(), dout_.t(), out_.t(), lse_.t(), qkv_.t(), NH(s_), KVH(s_));
   }
   std::vector<OpOutput> outputs() override { return {out(0, dqkv_.host())}; }
 
  private:
-  Array qkv_, dout_, out_, lse_;  // (B,T,3C), (B,T,C), (B,T,C), (B,NH,T)
-  Output dqkv_;                   // (B,T,3C), '=' over its 7s
+  Array qkv_, dout_, out_, lse_;  // (B,T,W), (B,T,C), (B,T,C), (B,NH,T)
+  Output dqkv_;                   // (B,T,W), '=' over its 7s
 };
 
 // One query (the last of T rows) against T keys: qkv is batch row 0 of
@@ -170,15 +222,40 @@ class AttentionDecode final : public TableCase {
  public:
   AttentionDecode(const OpShape& s, Memory& m)
       : TableCase("attention_decode", s, {"out"}),
-        qkv_(random_array({1, s.T, 3 * s.C}, 31, m, -2.0f, 2.0f)),
+        qkv_(random_array({1, s.T, s.qkv_width()}, 31, m, -2.0f, 2.0f)),
         out_(overwritten({1, 1, s.C}, m)) {}
   void reset() override { out_.reset(); }
-  void run(Backend& be) override { be.attention_decode(out_.t(), qkv_.t(), static_cast<int>(s_.NH)); }
+  void run(Backend& be) override { be.attention_decode(out_.t(), qkv_.t(), NH(s_), KVH(s_)); }
   std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
 
  private:
-  Array qkv_;   // (1,T,3C)
+  Array qkv_;   // (1,T,W)
   Output out_;  // (1,1,C)
+};
+
+// rope_forward or rope_backward, in place on a random qkv (B,T,W) (or dqkv):
+// its value heads must come back untouched. Rows start at position 5 (a
+// generation step's offset), theta 10000 (RoFormer's).
+class Rope final : public TableCase {
+ public:
+  Rope(const std::string& op, const OpShape& s, Memory& m)
+      : TableCase(op, s, {op == "rope_forward" ? "qkv" : "dqkv"}),
+        backward_(op == "rope_backward"),
+        x_(accumulated({s.B, s.T, s.qkv_width()}, backward_ ? 34 : 33, m)) {}
+  void reset() override { x_.reset(); }
+  void run(Backend& be) override {
+    if (backward_)
+      be.rope_backward(x_.t(), NH(s_), KVH(s_), kPos0, kTheta);
+    else
+      be.rope_forward(x_.t(), NH(s_), KVH(s_), kPos0, kTheta);
+  }
+  std::vector<OpOutput> outputs() override { return {out(0, x_.host())}; }
+
+ private:
+  static constexpr int kPos0 = 5;
+  static constexpr float kTheta = 10000.0f;
+  bool backward_;
+  Output x_;  // (B,T,W), updated in place
 };
 
 class GeluForward final : public TableCase {
@@ -216,6 +293,117 @@ class GeluBackward final : public TableCase {
  private:
   Array x_, dout_;  // (N,4C)
   Output dx_;       // (N,4C)
+};
+
+// relu's input: U(-1,1) with every 8th element exactly 0 (where the
+// contract fixes the derivative at 0).
+Array relu_input(const OpShape& s, Memory& m) {
+  std::vector<float> x = random_values(static_cast<size_t>(s.N() * 4 * s.C), 43);
+  for (size_t i = 0; i < x.size(); i += 8) x[i] = 0.0f;
+  return array_of({s.N(), 4 * s.C}, x, m);
+}
+
+class ReluForward final : public TableCase {
+ public:
+  ReluForward(const OpShape& s, Memory& m)
+      : TableCase("relu_forward", s, {"out"}), x_(relu_input(s, m)), out_(overwritten({s.N(), 4 * s.C}, m)) {}
+  void reset() override { out_.reset(); }
+  void run(Backend& be) override { be.relu_forward(out_.t(), x_.t()); }
+  std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
+
+ private:
+  Array x_;     // (N,4C)
+  Output out_;  // (N,4C)
+};
+
+// relu_backward or silu_backward (same arguments and aliasing as gelu_backward).
+class ActivationBackward final : public TableCase {
+ public:
+  ActivationBackward(const std::string& op, const OpShape& s, Memory& m)
+      : TableCase(op, s, {"dinp"}),
+        relu_(op == "relu_backward"),
+        x_(relu_ ? relu_input(s, m) : random_array({s.N(), 4 * s.C}, 45, m, -6.0f, 6.0f)),
+        dout_(random_array({s.N(), 4 * s.C}, relu_ ? 44 : 46, m)),
+        dx_(overwritten({s.N(), 4 * s.C}, m)) {}
+  void reset() override { dx_.reset(); }
+  void run(Backend& be) override { call(be, dx_.t(), dout_.t()); }
+  // dinp may alias dout.
+  bool run_in_place(Backend& be) override {
+    be.copy(dx_.t(), dout_.t());
+    call(be, dx_.t(), dx_.t());
+    return true;
+  }
+  std::vector<OpOutput> outputs() override { return {out(0, dx_.host())}; }
+
+ private:
+  void call(Backend& be, Tensor dinp, Tensor dout) {
+    if (relu_)
+      be.relu_backward(dinp, dout, x_.t());
+    else
+      be.silu_backward(dinp, dout, x_.t());
+  }
+  bool relu_;
+  Array x_, dout_;  // (N,4C)
+  Output dx_;       // (N,4C)
+};
+
+class SiluForward final : public TableCase {
+ public:
+  SiluForward(const OpShape& s, Memory& m)
+      : TableCase("silu_forward", s, {"out"}),
+        x_(random_array({s.N(), 4 * s.C}, 45, m, -6.0f, 6.0f)),
+        out_(overwritten({s.N(), 4 * s.C}, m)) {}
+  void reset() override { out_.reset(); }
+  void run(Backend& be) override { be.silu_forward(out_.t(), x_.t()); }
+  std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
+
+ private:
+  Array x_;     // (N,4C)
+  Output out_;  // (N,4C)
+};
+
+// SwiGLU's input (N,8C): per row the gate (4C values, U(-6,6), as silu's)
+// then the up projection (4C values, U(-1,1)); row r depends only on r.
+Array swiglu_input(const OpShape& s, Memory& m) {
+  const size_t H = static_cast<size_t>(4 * s.C), rows = static_cast<size_t>(s.N());
+  const std::vector<float> g = random_values(rows * H, 47, -6.0f, 6.0f), u = random_values(rows * H, 48);
+  std::vector<float> x(rows * 2 * H);
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t j = 0; j < H; ++j) {
+      x[r * 2 * H + j] = g[r * H + j];
+      x[r * 2 * H + H + j] = u[r * H + j];
+    }
+  }
+  return array_of({s.N(), 8 * s.C}, x, m);
+}
+
+class SwigluForward final : public TableCase {
+ public:
+  SwigluForward(const OpShape& s, Memory& m)
+      : TableCase("swiglu_forward", s, {"out"}), x_(swiglu_input(s, m)), out_(overwritten({s.N(), 4 * s.C}, m)) {}
+  void reset() override { out_.reset(); }
+  void run(Backend& be) override { be.swiglu_forward(out_.t(), x_.t()); }
+  std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
+
+ private:
+  Array x_;     // (N,8C)
+  Output out_;  // (N,4C)
+};
+
+class SwigluBackward final : public TableCase {
+ public:
+  SwigluBackward(const OpShape& s, Memory& m)
+      : TableCase("swiglu_backward", s, {"dinp"}),
+        x_(swiglu_input(s, m)),
+        dout_(random_array({s.N(), 4 * s.C}, 49, m)),
+        dx_(overwritten({s.N(), 8 * s.C}, m)) {}
+  void reset() override { dx_.reset(); }
+  void run(Backend& be) override { be.swiglu_backward(dx_.t(), dout_.t(), x_.t()); }
+  std::vector<OpOutput> outputs() override { return {out(0, dx_.host())}; }
+
+ private:
+  Array x_, dout_;  // (N,8C), (N,4C)
+  Output dx_;       // (N,8C), no aliasing
 };
 
 class ResidualForward final : public TableCase {
@@ -320,13 +508,34 @@ OpSpec spec(const std::string& op) {
           [](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> { return std::make_unique<Case>(s, m); }};
 }
 
+// A case class that takes its op's name (one class for two ops).
+template <typename Case>
+OpSpec named_spec(const std::string& op) {
+  return {op, "", Dtype::f32,
+          [op](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> { return std::make_unique<Case>(op, s, m); }};
+}
+
+// The ".gqa" variant of a spec: its case at KVH = gqa_kv_heads(NH).
+OpSpec grouped(OpSpec spec) {
+  spec.variant = "gqa";
+  spec.grouped = true;
+  spec.make = [make = spec.make](const OpShape& s, Memory& m) {
+    OpShape g = s;
+    g.KVH = gqa_kv_heads(s.NH);
+    return make(g, m);
+  };
+  return spec;
+}
+
 }  // namespace
 
 const std::vector<OpSpec>& op_table() {
   static const std::vector<OpSpec> table = [] {
     std::vector<OpSpec> v = {spec<EncoderForward>("encoder_forward"), spec<EncoderBackward>("encoder_backward"),
                              spec<LayernormForward>("layernorm_forward"),
-                             spec<LayernormBackward>("layernorm_backward")};
+                             spec<LayernormBackward>("layernorm_backward"),
+                             spec<RmsnormForward>("rmsnorm_forward"),
+                             spec<RmsnormBackward>("rmsnorm_backward")};
     for (const char* op : {"matmul_forward", "matmul_backward"}) {
       const bool forward = op == std::string("matmul_forward");
       for (const bool bias : {true, false}) {
@@ -335,11 +544,20 @@ const std::vector<OpSpec>& op_table() {
                      }});
       }
     }
-    v.push_back(spec<AttentionForward>("attention_forward"));
-    v.push_back(spec<AttentionBackward>("attention_backward"));
-    v.push_back(spec<AttentionDecode>("attention_decode"));
+    for (const OpSpec& a : {spec<AttentionForward>("attention_forward"), spec<AttentionBackward>("attention_backward"),
+                            spec<AttentionDecode>("attention_decode"), named_spec<Rope>("rope_forward"),
+                            named_spec<Rope>("rope_backward")}) {
+      v.push_back(a);
+      v.push_back(grouped(a));
+    }
     v.push_back(spec<GeluForward>("gelu_forward"));
     v.push_back(spec<GeluBackward>("gelu_backward"));
+    v.push_back(spec<ReluForward>("relu_forward"));
+    v.push_back(named_spec<ActivationBackward>("relu_backward"));
+    v.push_back(spec<SiluForward>("silu_forward"));
+    v.push_back(named_spec<ActivationBackward>("silu_backward"));
+    v.push_back(spec<SwigluForward>("swiglu_forward"));
+    v.push_back(spec<SwigluBackward>("swiglu_backward"));
     v.push_back(spec<ResidualForward>("residual_forward"));
     v.push_back(spec<CrossentropyForward>("crossentropy_forward"));
     v.push_back(spec<CrossentropyBackward>("crossentropy_backward"));
@@ -353,6 +571,13 @@ const std::vector<OpSpec>& op_table() {
     return v;
   }();
   return table;
+}
+
+int64_t gqa_kv_heads(int64_t NH) {
+  for (int64_t d = NH / 2; d > 1; --d) {
+    if (NH % d == 0) return d;
+  }
+  return 1;
 }
 
 const OpSpec& op_spec(const std::string& name) {

@@ -21,6 +21,7 @@ double causal_pairs(const OpShape& s) { return static_cast<double>(s.T) * (s.T +
 OpCost op_cost(const std::string& k, const OpShape& s) {
   const double N = static_cast<double>(s.B) * s.T, C = s.C, V = s.V, T = s.T, OC = s.OC, P = s.P;
   const double NC = N * C;
+  const double W = static_cast<double>(s.qkv_width());  // attention: qkv's row, 3C for multi-head
   if (k == "encoder_forward") {
     // out = wte[tok] + wpe[t]: 1 add per element.
     return {NC, kF * (N + std::min(V, N) * C + T * C + NC)};
@@ -46,15 +47,33 @@ OpCost op_cost(const std::string& k, const OpShape& s) {
     // dinp = dout @ weight (2 N C OC), dweight += dout^T @ inp (2 N C OC), dbias += column sums.
     return {4 * N * C * OC + N * OC, kF * (N * OC + NC + OC * C + NC + 2 * OC * C + 2 * OC)};
   }
+  if (k == "rmsnorm_forward") {
+    // mean of squares: mul, add; out: mul (rstd), mul (w). 4 per element.
+    return {4 * NC, kF * (2 * NC + C + N)};
+  }
+  if (k == "rmsnorm_backward") {
+    // xhat 1, g = w*dout 1, the row mean of g*xhat 2, dweight += 2,
+    // dinp += rstd*(g - xhat*m) 4: 10 per element. dinp and dweight accumulate.
+    return {10 * NC, kF * (2 * NC + 2 * NC + C + 2 * C + N)};
+  }
   if (k == "attention_forward") {
-    // Q K^T and P V over the visible pairs (flops.h); reads qkv, writes out and lse.
+    // Q K^T and P V over the visible pairs (flops.h), per query head whatever
+    // KVH; reads qkv (N x (NH+2KVH)HS), writes out and lse.
     const double flop = 2.0 * 2.0 * static_cast<double>(s.B) * C * causal_pairs(s);
-    return {flop, kF * (3 * NC + NC + static_cast<double>(s.B) * s.NH * T)};
+    return {flop, kF * (N * W + NC + static_cast<double>(s.B) * s.NH * T)};
   }
   if (k == "attention_backward") {
     // dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q: twice the forward.
+    // Reads qkv, dout, out, lse; writes dqkv.
     const double flop = 2.0 * 2.0 * 2.0 * static_cast<double>(s.B) * C * causal_pairs(s);
-    return {flop, kF * (3 * NC + NC + NC + static_cast<double>(s.B) * s.NH * T + 3 * NC)};
+    return {flop, kF * (N * W + NC + NC + static_cast<double>(s.B) * s.NH * T + N * W)};
+  }
+  if (k == "rope_forward" || k == "rope_backward") {
+    // Per pair of the NH query and KVH key heads: 4 mul, 2 add (3 per
+    // element), read and written in place; value heads untouched. The angles
+    // (T x HS/2 of them, in double) are not counted.
+    const double n = N * static_cast<double>(s.NH + s.kv_heads()) * static_cast<double>(s.HS());
+    return {3 * n, kF * 2 * n};
   }
   if (k == "gelu_forward") {
     // x^3 2, c*(x + 0.044715 x^3) 3, tanh 1, 1 + 1, 0.5*x*() 2: 9 per element over (N, 4C).
@@ -66,6 +85,36 @@ OpCost op_cost(const std::string& k, const OpShape& s) {
     // two terms and their sum 8, times dout 1: 18 per element.
     const double n = 4 * NC;
     return {18 * n, kF * 3 * n};
+  }
+  if (k == "relu_forward") {
+    // One compare-and-select per element over (N, 4C).
+    const double n = 4 * NC;
+    return {n, kF * 2 * n};
+  }
+  if (k == "relu_backward") {
+    const double n = 4 * NC;
+    return {n, kF * 3 * n};
+  }
+  if (k == "silu_forward") {
+    // s = 1/(1 + exp(-x)): neg, exp, add, div 4; x*s 1: 5 per element over (N, 4C).
+    const double n = 4 * NC;
+    return {5 * n, kF * 2 * n};
+  }
+  if (k == "silu_backward") {
+    // s 4, 1 - s 1, x*() 1, 1 + 1, s*() 1, dout* 1: 9 per element.
+    const double n = 4 * NC;
+    return {9 * n, kF * 3 * n};
+  }
+  if (k == "swiglu_forward") {
+    // Per output element of (N, 4C): silu(g) 5, times u 1; reads g and u (N, 8C).
+    const double n = 4 * NC;
+    return {6 * n, kF * 3 * n};
+  }
+  if (k == "swiglu_backward") {
+    // s 4, silu = g*s 1, du = dout*silu 1, silu' = s(1 + g(1 - s)) 4,
+    // dg = dout*u*silu' 2: 12 per output element; reads dout, g, u, writes dg, du.
+    const double n = 4 * NC;
+    return {12 * n, kF * 5 * n};
   }
   if (k == "residual_forward") {
     return {NC, kF * 3 * NC};
@@ -91,9 +140,10 @@ OpCost op_cost(const std::string& k, const OpShape& s) {
     return {P, kF * P};
   }
   if (k == "attention_decode") {
-    // One query row against T keys: q.k and p v over T pairs per head; reads
-    // the query and T keys and values, writes C.
-    return {2.0 * 2.0 * C * T, kF * (C + 2 * T * C + C)};
+    // One query row against T keys: q.k and p v over T pairs per query head;
+    // reads the query (C) and T rows of the KVH key and value heads, writes C.
+    const double kv = C * static_cast<double>(s.kv_heads()) / static_cast<double>(s.NH);
+    return {2.0 * 2.0 * C * T, kF * (C + 2 * T * kv + C)};
   }
   throw std::invalid_argument(fmt::format("op_cost: unknown op '{}'", k));
 }
@@ -107,7 +157,8 @@ OpCost allreduce_cost(const OpShape& s, int ranks) {
 }
 
 std::string OpShape::str() const {
-  return fmt::format("B {} T {} C {} NH {} V {} OC {} P {}", B, T, C, NH, V, OC, P);
+  const std::string s = fmt::format("B {} T {} C {} NH {} V {} OC {} P {}", B, T, C, NH, V, OC, P);
+  return KVH > 0 ? s + fmt::format(" KVH {}", KVH) : s;
 }
 
 }  // namespace gpt2::ops

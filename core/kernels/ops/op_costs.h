@@ -20,8 +20,9 @@
 // implementation moves between memory and the core, so bytes/s and the
 // roofline fraction are lower bounds of the traffic a kernel really causes.
 //
-// Sizes: B batch rows, T sequence, C channels, NH heads, HS = C/NH, V vocab,
-// N = B*T rows, OC output channels of a matmul, P elements of a flat buffer.
+// Sizes: B batch rows, T sequence, C channels, NH heads, KVH key/value heads
+// (NH unless set), HS = C/NH, V vocab, N = B*T rows, OC output channels of a
+// matmul, P elements of a flat buffer.
 #pragma once
 
 #include <cstdint>
@@ -30,18 +31,24 @@
 namespace gpt2::ops {
 
 // The sizes of one case of the op table; an op reads the fields it needs:
-//   encoder      B, T, C, V          layernorm, residual   N = B*T, C
-//   matmul       N, C -> OC          attention             B, T, C, NH
-//   attention_decode  one query against T keys (B unused), C, NH
-//   gelu         N x 4C              crossentropy          N x V
-//   adam_update, sum_squares, sum    P
+//   encoder      B, T, C, V          layernorm, rmsnorm, residual   N = B*T, C
+//   matmul       N, C -> OC          attention, rope       B, T, C, NH, KVH
+//   attention_decode  one query against T keys (B unused), C, NH, KVH
+//   gelu, relu, silu  N x 4C         swiglu                N x 8C -> N x 4C
+//   crossentropy N x V               adam_update, sum_squares, sum   P
+// KVH last, so that the aggregate {B, T, C, NH, V, OC, P} of a multi-head
+// shape stays valid.
 struct OpShape {
   int64_t B = 0, T = 0, C = 0, NH = 0, V = 0;
-  int64_t OC = 0;  // matmul: output channels (input channels are C)
-  int64_t P = 0;   // adam_update, sum_squares, sum, allreduce: elements of the flat buffer
+  int64_t OC = 0;   // matmul: output channels (input channels are C)
+  int64_t P = 0;    // adam_update, sum_squares, sum, allreduce: elements of the flat buffer
+  int64_t KVH = 0;  // attention, rope: key/value heads; 0: NH (multi-head)
   int64_t N() const { return B * T; }
   int64_t HS() const { return NH > 0 ? C / NH : 0; }
-  std::string str() const;  // "B 2 T 7 C 48 NH 3 V 37 OC 149 P 1779"
+  int64_t kv_heads() const { return KVH > 0 ? KVH : NH; }
+  // qkv's row width, (NH + 2 KVH) HS: 3C for multi-head.
+  int64_t qkv_width() const { return NH > 0 ? C * (NH + 2 * kv_heads()) / NH : 0; }
+  std::string str() const;  // "B 2 T 7 C 48 NH 3 V 37 OC 149 P 1779", then " KVH 1" where set
 };
 
 struct OpCost {

@@ -9,10 +9,13 @@
 //   * '+=' outputs (parameter gradients, layernorm's dinp) start at random
 //     values, so accumulation is checked; '=' outputs start at 7 everywhere,
 //     so a stale value shows;
-//   * the contract's aliasing (gelu_backward's dinp on dout,
-//     crossentropy_backward's dlogits on logits) has an in-place run whose
-//     outputs must equal the out-of-place run's exactly;
-//   * matrix products come with and without bias (".nobias").
+//   * the contract's aliasing (gelu_, relu_ and silu_backward's dinp on
+//     dout, crossentropy_backward's dlogits on logits) has an in-place run
+//     whose outputs must equal the out-of-place run's exactly; the RoPE ops
+//     are in place by definition (their one output starts random);
+//   * matrix products come with and without bias (".nobias");
+//   * attention and RoPE come multi-head (KVH = NH) and grouped-query
+//     (".gqa", KVH = gqa_kv_heads(NH)).
 // Token and target arrays stay on the host (the contract's rule).
 // Not here: how a result is compared (op_check.h) or what an op costs
 // (op_costs.h).
@@ -60,13 +63,25 @@ class OpCase {
   virtual std::vector<Tolerance> tolerances() = 0;
 };
 
+// The key/value heads of the grouped-query variants: NH's largest proper
+// divisor (NH/2 for even NH, 1 for a prime: groups of 2 to NH); 1 for NH = 1,
+// which has no grouped form.
+int64_t gqa_kv_heads(int64_t NH);
+
 struct OpSpec {
   std::string op;       // the Backend method, e.g. "matmul_forward"
-  std::string variant;  // "" or e.g. "nobias"
+  std::string variant;  // "" or e.g. "nobias", "gqa"
   Dtype dtype = Dtype::f32;
-  // Builds the case at `shape` with its arrays in `memory`.
+  // Builds the case at `shape` (resized by shape() below) with its arrays in `memory`.
   std::function<std::unique_ptr<OpCase>(const OpShape& shape, Memory& memory)> make;
+  bool grouped = false;  // ".gqa": KVH = gqa_kv_heads(NH), whatever the shape's
   std::string name() const { return variant.empty() ? op : op + "." + variant; }
+  // The sizes the case runs at, given the table's shape (what op_cost needs).
+  OpShape shape(const OpShape& s) const {
+    OpShape r = s;
+    if (grouped) r.KVH = gqa_kv_heads(s.NH);
+    return r;
+  }
 };
 
 // Every op of the contract (zero and copy aside, which the cases use), in

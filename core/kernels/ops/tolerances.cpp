@@ -85,6 +85,30 @@ const Row kRows[] = {
     {"layernorm_backward", "dbias", Dtype::f32,
      [](const ToleranceFacts& f) { return abs_rel(4.0 * static_cast<double>(f.shape.N()) * kU, 0); }},
 
+    // Inputs U(-2,3), as layernorm's: the mean of squares sums C terms <= 9,
+    // within t = 4 C u 9; rstd inherits t relative (half of it, the mean
+    // square being ~2.3, plus the sqrt and the division), and
+    // out = x rstd w (|x| <= 3) three times that, 4 t with a margin; rtol t
+    // for the products.
+    {"rmsnorm_forward", "rstd", Dtype::f32,
+     [](const ToleranceFacts& f) {
+       const double t = 4.0 * static_cast<double>(f.shape.C) * kU * 9;
+       return abs_rel(t, t);
+     }},
+    {"rmsnorm_forward", "out", Dtype::f32,
+     [](const ToleranceFacts& f) {
+       const double t = 4.0 * static_cast<double>(f.shape.C) * kU * 9;
+       return abs_rel(4 * t, t);
+     }},
+    // dinp (accumulated onto a U(-1,1) start): one C-term row mean of g xhat
+    // (|g| <= 1, |xhat| = |x| rstd <= ~2), times xhat rstd <= ~1.5: 4 C u 4;
+    // rtol 1e-5 for the rstd factor, as layernorm's.
+    {"rmsnorm_backward", "dinp", Dtype::f32,
+     [](const ToleranceFacts& f) { return abs_rel(4.0 * static_cast<double>(f.shape.C) * kU * 4, 1e-5); }},
+    // dweight: column sums over N rows of xhat dout, terms <= ~2.
+    {"rmsnorm_backward", "dweight", Dtype::f32,
+     [](const ToleranceFacts& f) { return abs_rel(4.0 * static_cast<double>(f.shape.N()) * kU * 2, 0); }},
+
     // out (N,OC) = inp (N,C) W^T (+ bias): K = C, the bias added once (2 u |bias|).
     {"matmul_forward", "out", Dtype::f32,
      [](const ToleranceFacts& f) { return gemm(f, "matmul_forward/out", static_cast<double>(f.shape.C), 2); }},
@@ -106,16 +130,43 @@ const Row kRows[] = {
     // The last row of attention_forward: the same arithmetic over T keys.
     {"attention_decode", "out", Dtype::f32, attention_out},
     // dqkv sums up to T terms, each a product of HS-term dots (size <= 8) and
-    // inputs <= 2: the error scales like T HS u 16.
+    // inputs <= 2: the error scales like T HS u 16. A key/value head's
+    // gradient sums those of its NH/KVH query heads: G T terms (G = 1 for
+    // multi-head).
     {"attention_backward", "dqkv", Dtype::f32,
      [](const ToleranceFacts& f) {
-       return abs_rel(4.0 * static_cast<double>(f.shape.T) * static_cast<double>(f.shape.HS()) * kU * 16, 1e-4);
+       const double G = static_cast<double>(f.shape.NH) / static_cast<double>(f.shape.kv_heads());
+       return abs_rel(4.0 * G * static_cast<double>(f.shape.T) * static_cast<double>(f.shape.HS()) * kU * 16, 1e-4);
      }},
+    // Inputs U(-1,1); every backend turns a pair by the same float (cos, sin)
+    // (backend.h). Each side rounds two products and a sum, within
+    // 2 u (|x0 c| + |x1 s|) <= 2 sqrt(2) u: 6 u between them, 8 u with FMA
+    // contraction's reordering.
+    {"rope_forward", "qkv", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(8 * kU, 0); }},
+    {"rope_backward", "dqkv", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(8 * kU, 0); }},
 
     // Inputs U(-6,6): fast_tanh's 3e-7 absolute error, times 0.5|x| <= 3.
     {"gelu_forward", "out", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(1e-6, 4 * kU); }},
     // The derivative's two terms carry that error times |x| sech^2 and |dout| <= 1.
     {"gelu_backward", "dinp", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(4e-6, 8 * kU); }},
+
+    // A compare and a select per element, no rounding: identical.
+    {"relu_forward", "out", Dtype::f32, [](const ToleranceFacts&) { return Tolerance{}; }},
+    {"relu_backward", "dinp", Dtype::f32, [](const ToleranceFacts&) { return Tolerance{}; }},
+    // Inputs U(-6,6). s = 1/(1+e), e = exp(-x) within fast_exp's 2 ulp: 1+e
+    // within 2 u relative, the add and the division 1 ulp each, so s within
+    // 4 u; x s one more: 5 u each side, 10 u between; rtol 12 u.
+    {"silu_forward", "out", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(0, 12 * kU); }},
+    // dout s (1 + x (1 - s)): 1 - s loses s's 4 u relatively but keeps it
+    // absolutely, times |x| <= 6, plus the factor's own 4 u: 28 u each side,
+    // 56 u between (64 u), times |dout| <= 1; rtol 8 u for the products.
+    {"silu_backward", "dinp", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(64 * kU, 8 * kU); }},
+    // Gates U(-6,6), up U(-1,1): silu(g) u is silu_forward's 10 u plus one
+    // product on each side: 12 u; rtol 16 u.
+    {"swiglu_forward", "out", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(0, 16 * kU); }},
+    // The gate half is silu_backward's dinp times |u| <= 1 (64 u absolute),
+    // the up half dout silu(g): silu_forward's 10 u plus a product (12 u).
+    {"swiglu_backward", "dinp", Dtype::f32, [](const ToleranceFacts&) { return abs_rel(64 * kU, 12 * kU); }},
 
     // One add per element: identical.
     {"residual_forward", "out", Dtype::f32, [](const ToleranceFacts&) { return Tolerance{}; }},

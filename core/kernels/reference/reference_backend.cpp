@@ -38,6 +38,14 @@ class ReferenceBackend final : public Backend {
     ref::layernorm_backward(dinp.data, dweight.data, dbias.data, dout.data, inp.data, weight.data,
                             mean.data, rstd.data, i32(inp.rows()), i32(inp.cols()));
   }
+  void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight) override {
+    ref::rmsnorm_forward(out.data, rstd.data, inp.data, weight.data, i32(inp.rows()), i32(inp.cols()));
+  }
+  void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
+                        Tensor rstd) override {
+    ref::rmsnorm_backward(dinp.data, dweight.data, dout.data, inp.data, weight.data, rstd.data, i32(inp.rows()),
+                          i32(inp.cols()));
+  }
   void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override {
     ref::matmul_forward(out.data, inp.data, weight.data, bias.data, i32(inp.rows()), i32(inp.cols()),
                         i32(weight.dim(0)));
@@ -47,23 +55,46 @@ class ReferenceBackend final : public Backend {
     ref::matmul_backward(dinp.data, dweight.data, dbias.data, dout.data, inp.data, weight.data,
                          i32(inp.rows()), i32(inp.cols()), i32(weight.dim(0)));
   }
-  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH) override {
-    ref::attention_forward(out.data, lse.data, qkv.data, i32(qkv.dim(0)), i32(qkv.dim(1)),
-                           i32(qkv.dim(2) / 3), NH);
+  // C = NH * HS is out's (dout's) width; qkv rows are (NH + 2 KVH) HS wide.
+  void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH, int KVH) override {
+    ref::attention_forward(out.data, lse.data, qkv.data, i32(qkv.dim(0)), i32(qkv.dim(1)), i32(out.dim(2)), NH,
+                           KVH);
   }
-  void attention_backward(Tensor dqkv, Tensor dout, Tensor /*out*/, Tensor /*lse*/, Tensor qkv,
-                          int NH) override {
-    ref::attention_backward(dqkv.data, dout.data, qkv.data, i32(qkv.dim(0)), i32(qkv.dim(1)),
-                            i32(qkv.dim(2) / 3), NH);
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor /*out*/, Tensor /*lse*/, Tensor qkv, int NH,
+                          int KVH) override {
+    ref::attention_backward(dqkv.data, dout.data, qkv.data, i32(qkv.dim(0)), i32(qkv.dim(1)), i32(dout.dim(2)), NH,
+                            KVH);
   }
-  void attention_decode(Tensor out, Tensor qkv, int NH) override {
-    ref::attention_decode(out.data, qkv.data, i32(qkv.dim(1)), i32(qkv.dim(2) / 3), NH);
+  void attention_decode(Tensor out, Tensor qkv, int NH, int KVH) override {
+    ref::attention_decode(out.data, qkv.data, i32(qkv.dim(1)), i32(out.dim(2)), NH, KVH);
+  }
+  void rope_forward(Tensor qkv, int NH, int KVH, int pos0, float theta) override {
+    ref::rope_forward(qkv.data, i32(qkv.dim(0)), i32(qkv.dim(1)), NH, KVH, i32(qkv.dim(2) / (NH + 2 * KVH)), pos0,
+                      theta);
+  }
+  void rope_backward(Tensor dqkv, int NH, int KVH, int pos0, float theta) override {
+    ref::rope_backward(dqkv.data, i32(dqkv.dim(0)), i32(dqkv.dim(1)), NH, KVH, i32(dqkv.dim(2) / (NH + 2 * KVH)),
+                       pos0, theta);
   }
   void gelu_forward(Tensor out, Tensor inp) override {
     ref::gelu_forward(out.data, inp.data, inp.numel());
   }
   void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
     ref::gelu_backward(dinp.data, dout.data, inp.data, inp.numel());
+  }
+  void relu_forward(Tensor out, Tensor inp) override { ref::relu_forward(out.data, inp.data, inp.numel()); }
+  void relu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
+    ref::relu_backward(dinp.data, dout.data, inp.data, inp.numel());
+  }
+  void silu_forward(Tensor out, Tensor inp) override { ref::silu_forward(out.data, inp.data, inp.numel()); }
+  void silu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
+    ref::silu_backward(dinp.data, dout.data, inp.data, inp.numel());
+  }
+  void swiglu_forward(Tensor out, Tensor inp) override {
+    ref::swiglu_forward(out.data, inp.data, i32(out.rows()), i32(out.cols()));
+  }
+  void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
+    ref::swiglu_backward(dinp.data, dout.data, inp.data, i32(dout.rows()), i32(dout.cols()));
   }
   void residual_forward(Tensor out, Tensor a, Tensor b) override {
     ref::residual_forward(out.data, a.data, b.data, a.numel());

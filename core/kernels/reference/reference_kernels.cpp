@@ -82,6 +82,46 @@ void layernorm_backward(R* dinp, R* dweight, R* dbias, const R* dout, const R* i
 }
 
 template <typename R>
+void rmsnorm_forward(R* out, R* rstd, const R* inp, const R* weight, int N, int C) {
+  const R eps = R(1e-5);
+  for (int i = 0; i < N; ++i) {
+    const R* x = inp + static_cast<int64_t>(i) * C;
+    R ms = 0;
+    for (int c = 0; c < C; ++c) ms += x[c] * x[c];
+    ms /= C;
+    R s = R(1) / std::sqrt(ms + eps);
+    R* o = out + static_cast<int64_t>(i) * C;
+    for (int c = 0; c < C; ++c) o[c] = x[c] * s * weight[c];
+    rstd[i] = s;
+  }
+}
+
+template <typename R>
+void rmsnorm_backward(R* dinp, R* dweight, const R* dout, const R* inp, const R* weight, const R* rstd, int N,
+                      int C) {
+  // With xhat = x * rstd and g = dout * weight (no mean, so no mean(g) term):
+  //   dx = rstd * (g - xhat * mean(g * xhat))
+  for (int i = 0; i < N; ++i) {
+    const R* x = inp + static_cast<int64_t>(i) * C;
+    const R* d = dout + static_cast<int64_t>(i) * C;
+    R* dx = dinp + static_cast<int64_t>(i) * C;
+    R gx_mean = 0;
+    for (int c = 0; c < C; ++c) {
+      R xhat = x[c] * rstd[i];
+      R g = d[c] * weight[c];
+      gx_mean += g * xhat;
+    }
+    gx_mean /= C;
+    for (int c = 0; c < C; ++c) {
+      R xhat = x[c] * rstd[i];
+      R g = d[c] * weight[c];
+      dweight[c] += xhat * d[c];
+      dx[c] += rstd[i] * (g - xhat * gx_mean);
+    }
+  }
+}
+
+template <typename R>
 void matmul_forward(R* out, const R* inp, const R* weight, const R* bias, int N, int C, int OC) {
   for (int i = 0; i < N; ++i) {
     for (int o = 0; o < OC; ++o) {
@@ -116,21 +156,34 @@ void matmul_backward(R* dinp, R* dweight, R* dbias, const R* dout, const R* inp,
   }
 }
 
-// Pointer to head h of q (part 0), k (1) or v (2) at (b, t) in qkv (B,T,3C).
-template <typename Ptr>
-static Ptr head(Ptr qkv, int part, int b, int t, int h, int T, int C, int HS) {
-  return qkv + (static_cast<int64_t>(b) * T + t) * 3 * C + part * C + h * HS;
-}
+// Where the heads of one qkv row lie (backend.h): NH query heads, then KVH
+// key heads, then KVH value heads, HS wide each. With KVH = NH this is the
+// multi-head (B,T,3C) layout.
+namespace {
+struct QkvLayout {
+  int T, NH, KVH, HS;
+  int64_t width() const { return static_cast<int64_t>(NH + 2 * KVH) * HS; }
+  // Head h of q (part 0, h < NH), k (1, h < KVH) or v (2, h < KVH) at (b, t).
+  template <typename Ptr>
+  Ptr head(Ptr qkv, int part, int b, int t, int h) const {
+    const int first = part == 0 ? 0 : (part == 1 ? NH : NH + KVH);
+    return qkv + (static_cast<int64_t>(b) * T + t) * width() + static_cast<int64_t>(first + h) * HS;
+  }
+  // The key/value head query head h reads.
+  int kv(int h) const { return h / (NH / KVH); }
+};
+}  // namespace
 
 // Query row t of head h in batch row b: writes the head's HS outputs to o
 // and returns the row's log-sum-exp. p is scratch of at least t+1 values.
 template <typename R>
-static R attention_row(R* o, R* p, const R* qkv, int b, int t, int h, int T, int C, int HS) {
+static R attention_row(R* o, R* p, const R* qkv, int b, int t, int h, const QkvLayout& L) {
+  const int HS = L.HS, kh = L.kv(h);
   const R scale = R(1) / std::sqrt(R(HS));
-  const R* q = head(qkv, 0, b, t, h, T, C, HS);
+  const R* q = L.head(qkv, 0, b, t, h);
   R maxv = -INFINITY;
   for (int s = 0; s <= t; ++s) {  // causal: keys at or before t
-    const R* k = head(qkv, 1, b, s, h, T, C, HS);
+    const R* k = L.head(qkv, 1, b, s, kh);
     R dot = 0;
     for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
     p[s] = dot * scale;
@@ -143,49 +196,53 @@ static R attention_row(R* o, R* p, const R* qkv, int b, int t, int h, int T, int
   }
   for (int i = 0; i < HS; ++i) o[i] = 0;
   for (int s = 0; s <= t; ++s) {
-    const R* v = head(qkv, 2, b, s, h, T, C, HS);
+    const R* v = L.head(qkv, 2, b, s, kh);
     for (int i = 0; i < HS; ++i) o[i] += p[s] / sum * v[i];
   }
   return maxv + std::log(sum);
 }
 
 template <typename R>
-void attention_forward(R* out, R* lse, const R* qkv, int B, int T, int C, int NH) {
-  const int HS = C / NH;
+void attention_forward(R* out, R* lse, const R* qkv, int B, int T, int C, int NH, int KVH) {
+  const QkvLayout L{T, NH, KVH, C / NH};
   std::vector<R> p(static_cast<size_t>(T));
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       for (int t = 0; t < T; ++t) {
-        R* o = out + (static_cast<int64_t>(b) * T + t) * C + h * HS;
-        lse[(static_cast<int64_t>(b) * NH + h) * T + t] = attention_row(o, p.data(), qkv, b, t, h, T, C, HS);
+        R* o = out + (static_cast<int64_t>(b) * T + t) * C + h * L.HS;
+        lse[(static_cast<int64_t>(b) * NH + h) * T + t] = attention_row(o, p.data(), qkv, b, t, h, L);
       }
     }
   }
 }
 
 template <typename R>
-void attention_decode(R* out, const R* qkv, int P, int C, int NH) {
-  const int HS = C / NH;
+void attention_decode(R* out, const R* qkv, int P, int C, int NH, int KVH) {
+  const QkvLayout L{P, NH, KVH, C / NH};
   std::vector<R> p(static_cast<size_t>(P));
-  for (int h = 0; h < NH; ++h) attention_row(out + h * HS, p.data(), qkv, 0, P - 1, h, P, C, HS);
+  for (int h = 0; h < NH; ++h) attention_row(out + h * L.HS, p.data(), qkv, 0, P - 1, h, L);
 }
 
 template <typename R>
-void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int C, int NH) {
+void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int C, int NH, int KVH) {
   // Per (b, h): P = softmax(scale * Q K^T) (causal), O = P V. Then
   //   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(dP * P)),
   //   dQ = scale * dS K,  dK = scale * dS^T Q.
-  const int HS = C / NH;
+  // A key/value head shared by a group of query heads sums their dK and dV
+  // (query heads in ascending order).
+  const QkvLayout L{T, NH, KVH, C / NH};
+  const int HS = L.HS;
   const R scale = R(1) / std::sqrt(R(HS));
   std::vector<R> P(static_cast<size_t>(T) * T), dP(static_cast<size_t>(T) * T);
-  for (int64_t i = 0; i < static_cast<int64_t>(B) * T * 3 * C; ++i) dqkv[i] = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(B) * T * L.width(); ++i) dqkv[i] = 0;
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
+      const int kh = L.kv(h);
       for (int t = 0; t < T; ++t) {
-        const R* q = head(qkv, 0, b, t, h, T, C, HS);
+        const R* q = L.head(qkv, 0, b, t, h);
         R maxv = -INFINITY;
         for (int s = 0; s <= t; ++s) {
-          const R* k = head(qkv, 1, b, s, h, T, C, HS);
+          const R* k = L.head(qkv, 1, b, s, kh);
           R dot = 0;
           for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
           P[t * T + s] = dot * scale;
@@ -199,20 +256,20 @@ void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int 
         const R* dO = dout + (static_cast<int64_t>(b) * T + t) * C + h * HS;
         R rowsum = 0;
         for (int s = 0; s <= t; ++s) {
-          const R* v = head(qkv, 2, b, s, h, T, C, HS);
+          const R* v = L.head(qkv, 2, b, s, kh);
           R dot = 0;
           for (int i = 0; i < HS; ++i) dot += dO[i] * v[i];
           dP[t * T + s] = dot;
           rowsum += dot * P[t * T + s];
-          R* dv = head(dqkv, 2, b, s, h, T, C, HS);
+          R* dv = L.head(dqkv, 2, b, s, kh);
           for (int i = 0; i < HS; ++i) dv[i] += P[t * T + s] * dO[i];
         }
-        R* dq = head(dqkv, 0, b, t, h, T, C, HS);
-        const R* q = head(qkv, 0, b, t, h, T, C, HS);
+        R* dq = L.head(dqkv, 0, b, t, h);
+        const R* q = L.head(qkv, 0, b, t, h);
         for (int s = 0; s <= t; ++s) {
           R ds = P[t * T + s] * (dP[t * T + s] - rowsum) * scale;
-          const R* k = head(qkv, 1, b, s, h, T, C, HS);
-          R* dk = head(dqkv, 1, b, s, h, T, C, HS);
+          const R* k = L.head(qkv, 1, b, s, kh);
+          R* dk = L.head(dqkv, 1, b, s, kh);
           for (int i = 0; i < HS; ++i) {
             dq[i] += ds * k[i];
             dk[i] += ds * q[i];
@@ -221,6 +278,48 @@ void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int 
       }
     }
   }
+}
+
+// RoPE's rotation of pair i at position pos: the angle pos * theta^(-2i/HS)
+// in double, its cosine and sine rounded to float (backend.h).
+static void rope_angles(float* c, float* s, int pos, int HS, float theta) {
+  for (int i = 0; i < HS / 2; ++i) {
+    const double a = static_cast<double>(pos) * std::pow(static_cast<double>(theta), -2.0 * i / HS);
+    c[i] = static_cast<float>(std::cos(a));
+    s[i] = static_cast<float>(std::sin(a));
+  }
+}
+
+// Turns every pair of the query and key heads (the row's first NH + KVH
+// heads) by +angle (sign 1, forward) or -angle (sign -1, backward).
+template <typename R>
+static void rope_rotate(R* qkv, int B, int T, int NH, int KVH, int HS, int pos0, float theta, int sign) {
+  const QkvLayout L{T, NH, KVH, HS};
+  std::vector<float> c(static_cast<size_t>(HS / 2)), sn(static_cast<size_t>(HS / 2));
+  for (int t = 0; t < T; ++t) {
+    rope_angles(c.data(), sn.data(), pos0 + t, HS, theta);
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < NH + KVH; ++h) {
+        R* x = L.head(qkv, 0, b, t, h);  // query heads, then the key heads right after them
+        for (int i = 0; i < HS / 2; ++i) {
+          const R co = R(c[i]), si = R(sign) * R(sn[i]);
+          const R x0 = x[2 * i], x1 = x[2 * i + 1];
+          x[2 * i] = x0 * co - x1 * si;
+          x[2 * i + 1] = x0 * si + x1 * co;
+        }
+      }
+    }
+  }
+}
+
+template <typename R>
+void rope_forward(R* qkv, int B, int T, int NH, int KVH, int HS, int pos0, float theta) {
+  rope_rotate(qkv, B, T, NH, KVH, HS, pos0, theta, 1);
+}
+
+template <typename R>
+void rope_backward(R* dqkv, int B, int T, int NH, int KVH, int HS, int pos0, float theta) {
+  rope_rotate(dqkv, B, T, NH, KVH, HS, pos0, theta, -1);
 }
 
 template <typename R>
@@ -243,6 +342,60 @@ void gelu_backward(R* dinp, const R* dout, const R* inp, int64_t n) {
     R sech2 = R(1) - th * th;
     R grad = R(0.5) * (R(1) + th) + R(0.5) * x * sech2 * k * (R(1) + R(3) * R(0.044715) * x * x);
     dinp[i] = grad * dout[i];
+  }
+}
+
+template <typename R>
+void relu_forward(R* out, const R* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = inp[i] > R(0) ? inp[i] : R(0);
+}
+
+template <typename R>
+void relu_backward(R* dinp, const R* dout, const R* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dinp[i] = inp[i] > R(0) ? dout[i] : R(0);
+}
+
+template <typename R>
+static R sigmoid(R x) {
+  return R(1) / (R(1) + std::exp(-x));
+}
+
+template <typename R>
+void silu_forward(R* out, const R* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = inp[i] * sigmoid(inp[i]);
+}
+
+template <typename R>
+void silu_backward(R* dinp, const R* dout, const R* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    R x = inp[i], s = sigmoid(x);
+    dinp[i] = dout[i] * s * (R(1) + x * (R(1) - s));
+  }
+}
+
+template <typename R>
+void swiglu_forward(R* out, const R* inp, int N, int H) {
+  for (int r = 0; r < N; ++r) {
+    const R* g = inp + static_cast<int64_t>(r) * 2 * H;
+    const R* u = g + H;
+    R* o = out + static_cast<int64_t>(r) * H;
+    for (int j = 0; j < H; ++j) o[j] = g[j] * sigmoid(g[j]) * u[j];
+  }
+}
+
+template <typename R>
+void swiglu_backward(R* dinp, const R* dout, const R* inp, int N, int H) {
+  for (int r = 0; r < N; ++r) {
+    const R* g = inp + static_cast<int64_t>(r) * 2 * H;
+    const R* u = g + H;
+    const R* d = dout + static_cast<int64_t>(r) * H;
+    R* dg = dinp + static_cast<int64_t>(r) * 2 * H;
+    R* du = dg + H;
+    for (int j = 0; j < H; ++j) {
+      R x = g[j], s = sigmoid(x);
+      dg[j] = d[j] * u[j] * s * (R(1) + x * (R(1) - s));
+      du[j] = d[j] * x * s;
+    }
   }
 }
 
@@ -304,13 +457,23 @@ double sum_squares(const R* x, int64_t n) {
   template void layernorm_forward<R>(R*, R*, R*, const R*, const R*, const R*, int, int);           \
   template void layernorm_backward<R>(R*, R*, R*, const R*, const R*, const R*, const R*, const R*, \
                                       int, int);                                                     \
+  template void rmsnorm_forward<R>(R*, R*, const R*, const R*, int, int);                           \
+  template void rmsnorm_backward<R>(R*, R*, const R*, const R*, const R*, const R*, int, int);      \
   template void matmul_forward<R>(R*, const R*, const R*, const R*, int, int, int);                 \
   template void matmul_backward<R>(R*, R*, R*, const R*, const R*, const R*, int, int, int);        \
-  template void attention_forward<R>(R*, R*, const R*, int, int, int, int);                         \
-  template void attention_backward<R>(R*, const R*, const R*, int, int, int, int);                  \
-  template void attention_decode<R>(R*, const R*, int, int, int);                                   \
+  template void attention_forward<R>(R*, R*, const R*, int, int, int, int, int);                    \
+  template void attention_backward<R>(R*, const R*, const R*, int, int, int, int, int);             \
+  template void attention_decode<R>(R*, const R*, int, int, int, int);                              \
+  template void rope_forward<R>(R*, int, int, int, int, int, int, float);                           \
+  template void rope_backward<R>(R*, int, int, int, int, int, int, float);                          \
   template void gelu_forward<R>(R*, const R*, int64_t);                                              \
   template void gelu_backward<R>(R*, const R*, const R*, int64_t);                                   \
+  template void relu_forward<R>(R*, const R*, int64_t);                                              \
+  template void relu_backward<R>(R*, const R*, const R*, int64_t);                                   \
+  template void silu_forward<R>(R*, const R*, int64_t);                                              \
+  template void silu_backward<R>(R*, const R*, const R*, int64_t);                                   \
+  template void swiglu_forward<R>(R*, const R*, int, int);                                           \
+  template void swiglu_backward<R>(R*, const R*, const R*, int, int);                                \
   template void residual_forward<R>(R*, const R*, const R*, int64_t);                                \
   template void crossentropy_forward<R>(R*, const R*, const int32_t*, int, int);                     \
   template void crossentropy_backward<R>(R*, const R*, const int32_t*, R, int, int);                 \

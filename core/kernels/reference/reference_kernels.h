@@ -2,7 +2,8 @@
 // plain loops that follow the formulas. Templated on the scalar so the tests
 // can run them in double (finite differences) as well as float (the oracle
 // for the optimised backends). No threads, no tricks; never fast.
-// Sizes: B batch, T time, C channels, NH heads, V vocab, N rows, OC out channels.
+// Sizes: B batch, T time, C channels, NH heads, KVH key/value heads, HS head
+// size, V vocab, N rows, OC out channels, H SwiGLU hidden width.
 // Accumulation rules are those of backend.h.
 #pragma once
 
@@ -23,26 +24,71 @@ void layernorm_backward(R* dinp, R* dweight, R* dbias, const R* dout, const R* i
                         const R* mean, const R* rstd, int N, int C);
 
 template <typename R>
+void rmsnorm_forward(R* out, R* rstd, const R* inp, const R* weight, int N, int C);
+template <typename R>
+void rmsnorm_backward(R* dinp, R* dweight, const R* dout, const R* inp, const R* weight, const R* rstd, int N,
+                      int C);
+
+template <typename R>
 void matmul_forward(R* out, const R* inp, const R* weight, const R* bias, int N, int C, int OC);
 template <typename R>
 void matmul_backward(R* dinp, R* dweight, R* dbias, const R* dout, const R* inp, const R* weight,
                      int N, int C, int OC);
 
-// Builds each (T,T) score row in full; ignores the forward's out and lse in
-// backward and recomputes the probabilities from q and k.
+// Grouped-query attention: C = NH * HS is out's width, qkv rows are
+// (NH + 2 KVH) HS wide (backend.h). Builds each (T,T) score row in full;
+// backward ignores the forward's out and lse and recomputes the
+// probabilities from q and k.
 template <typename R>
-void attention_forward(R* out, R* lse, const R* qkv, int B, int T, int C, int NH);
+void attention_forward(R* out, R* lse, const R* qkv, int B, int T, int C, int NH, int KVH);
 template <typename R>
-void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int C, int NH);
+void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int C, int NH, int KVH);
 
-// Only the last query row t = P-1 of (1,P,3C): out (C).
+// Only the last query row t = P-1 of (1,P,(NH+2KVH)HS): out (C).
 template <typename R>
-void attention_decode(R* out, const R* qkv, int P, int C, int NH);
+void attention_decode(R* out, const R* qkv, int P, int C, int NH, int KVH);
+
+// Multi-head attention (KVH = NH, qkv rows 3C wide).
+template <typename R>
+void attention_forward(R* out, R* lse, const R* qkv, int B, int T, int C, int NH) {
+  attention_forward(out, lse, qkv, B, T, C, NH, NH);
+}
+template <typename R>
+void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int C, int NH) {
+  attention_backward(dqkv, dout, qkv, B, T, C, NH, NH);
+}
+template <typename R>
+void attention_decode(R* out, const R* qkv, int P, int C, int NH) {
+  attention_decode(out, qkv, P, C, NH, NH);
+}
+
+// RoPE in place on the NH query and KVH key heads of qkv (B,T,(NH+2KVH)HS),
+// row t at position pos0 + t; cos and sin rounded to float (backend.h) in
+// both instantiations, so the double kernels rotate by the float kernels' angles.
+template <typename R>
+void rope_forward(R* qkv, int B, int T, int NH, int KVH, int HS, int pos0, float theta);
+template <typename R>
+void rope_backward(R* dqkv, int B, int T, int NH, int KVH, int HS, int pos0, float theta);
 
 template <typename R>
 void gelu_forward(R* out, const R* inp, int64_t n);
 template <typename R>
 void gelu_backward(R* dinp, const R* dout, const R* inp, int64_t n);
+
+template <typename R>
+void relu_forward(R* out, const R* inp, int64_t n);
+template <typename R>
+void relu_backward(R* dinp, const R* dout, const R* inp, int64_t n);
+template <typename R>
+void silu_forward(R* out, const R* inp, int64_t n);
+template <typename R>
+void silu_backward(R* dinp, const R* dout, const R* inp, int64_t n);
+
+// inp (N,2H): gate then up per row; out (N,H), dinp (N,2H).
+template <typename R>
+void swiglu_forward(R* out, const R* inp, int N, int H);
+template <typename R>
+void swiglu_backward(R* dinp, const R* dout, const R* inp, int N, int H);
 
 template <typename R>
 void residual_forward(R* out, const R* a, const R* b, int64_t n);
