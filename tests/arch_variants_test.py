@@ -18,7 +18,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from layout_checks import Checks, Programs, common_args, compare, load, parse_args, records  # noqa: E402
+from layout_checks import (Checks, Programs, common_args, compare, layouts_equal_serial, load, parse_args,  # noqa: E402
+                           records, refuser)
 
 
 def main():
@@ -62,13 +63,7 @@ def main():
         ("llama on pp 2, m 4, zb-h1", 2, "pp2zb", ["--parallel.pp", "2", "--parallel.microbatches", "4",
                                                    "--parallel.schedule", "zb-h1"]),
     ]
-    for title, n, name, args in layouts:
-        r = mpi(n, [*llama, *args, "--out", out(name)], timeout=600)
-        if r.returncode != 0:
-            check(title, False, r.stderr.strip()[-400:])
-            continue
-        compare(check, f"{title} equals serial (10 steps: losses, validation losses, final weights)", out("serial"),
-                out(name))
+    layouts_equal_serial(check, programs, llama, layouts, out)
 
     # Post-norm with tied embeddings: serial against tp 2.
     post = [*common, "--model.norm_position", "post", "--model.tie_embeddings", "true"]
@@ -89,13 +84,7 @@ def main():
         compare(check, "a llama checkpoint resumes (steps 5-9 equal the uninterrupted run)", out("serial"),
                 out("half"), first=0)
 
-    def error(title, n, args, needle, serial=False):
-        d = out("err_" + str(len(check.results)))
-        cmd = [a.serial, "train"] if serial else [a.mpiexec, "-n", str(n), a.mpi, "train"]
-        r = run([*cmd, *common, "--train.steps", "1", "--out", d, *args], timeout=120)
-        lines = [l for l in r.stderr.splitlines() if "error" in l]
-        check(title, r.returncode != 0 and any(needle in l for l in lines) and len(lines) == 1,
-              lines[0] if lines else f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
+    error = refuser(check, programs, a, common, out)
 
     error("tp larger than n_kv_head is refused", 4, ["--model.n_kv_head", "2", "--parallel.tp", "4"],
           "does not divide the 2 key/value heads")

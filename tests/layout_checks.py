@@ -73,6 +73,31 @@ class Programs:
         return self.run([self.mpiexec, "-n", str(n), self.mpi_exe, command, *args], timeout)
 
 
+def layouts_equal_serial(check, programs, common, layouts, out):
+    """Each (title, ranks, name, extra args) of `layouts` trained on the mpi
+    stage into out(name), against the serial run in out("serial")."""
+    for title, n, name, args in layouts:
+        r = programs.mpi(n, [*common, *args, "--out", out(name)], timeout=600)
+        if r.returncode != 0:
+            check(title, False, r.stderr.strip()[-400:])
+            continue
+        compare(check, f"{title} equals serial (10 steps: losses, validation losses, final weights)", out("serial"),
+                out(name))
+
+
+def refuser(check, programs, a, common, out):
+    """error(title, ranks, args, needle, serial=False): a one-step run with
+    `args` that must exit non-zero with exactly one error line, naming `needle`."""
+    def error(title, n, args, needle, serial=False):
+        d = out("err_" + str(len(check.results)))
+        cmd = [a.serial, "train"] if serial else [a.mpiexec, "-n", str(n), a.mpi, "train"]
+        r = programs.run([*cmd, *common, "--train.steps", "1", "--out", d, *args], timeout=120)
+        lines = [l for l in r.stderr.splitlines() if "error" in l]
+        check(title, r.returncode != 0 and any(needle in l for l in lines) and len(lines) == 1,
+              lines[0] if lines else f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
+    return error
+
+
 def compare(check, title, ref_dir, dir_, first=0):
     """The run in dir_ against the reference in ref_dir (from step `first` of the reference)."""
     ref_l = [r["loss"] for r in records(ref_dir, "step")][first:]

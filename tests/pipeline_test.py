@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 
-from layout_checks import Checks, Programs, common_args, parse_args, compare, load, records
+from layout_checks import Checks, Programs, common_args, parse_args, compare, layouts_equal_serial, load, records, refuser
 
 
 def main():
@@ -65,13 +65,7 @@ def main():
          ["--parallel.pp", "2", "--parallel.microbatches", "2", "--parallel.schedule", "zb-h1",
           "--parallel.zero", "true"]),
     ]
-    for title, n, name, args in layouts:
-        r = mpi(n, [*common, *args, "--out", out(name)], timeout=600)
-        if r.returncode != 0:
-            check(title, False, r.stderr.strip()[-400:])
-            continue
-        compare(check, f"{title} equals serial (10 steps: losses, validation losses, final weights)", out("serial"),
-                out(name))
+    layouts_equal_serial(check, programs, common, layouts, out)
 
     # ---- Three stages over an uneven split (5 layers: 2, 2, 1): every stage holds
     # other arena counts under 1f1b (3, 2, 1), and the per-step gathers must agree ----
@@ -156,13 +150,7 @@ def main():
               "the job hung (killed after 60 s)")
 
     # ---- Errors ----
-    def error(title, n, args, needle, serial=False):
-        d = out("err_" + str(len(check.results)))
-        cmd = [a.serial, "train"] if serial else [a.mpiexec, "-n", str(n), a.mpi, "train"]
-        r = run([*cmd, *common, "--train.steps", "1", "--out", d, *args], timeout=120)
-        lines = [l for l in r.stderr.splitlines() if "error" in l]
-        check(title, r.returncode != 0 and any(needle in l for l in lines) and len(lines) == 1,
-              lines[0] if lines else f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
+    error = refuser(check, programs, a, common, out)
 
     error("ranks not a product of tp and pp are refused", 3, ["--parallel.pp", "2"],
           "parallel.tp 1 x parallel.pp 2 = 2 does not divide the 3 ranks")

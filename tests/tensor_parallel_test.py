@@ -32,7 +32,7 @@ import shutil
 import sys
 import tempfile
 
-from layout_checks import Checks, Programs, common_args, parse_args, compare, load, records
+from layout_checks import Checks, Programs, common_args, parse_args, compare, load, records, refuser
 
 
 def main():
@@ -133,13 +133,7 @@ def main():
         check("a spd checkpoint to generate from", False, "the all-spd run left none")
 
     # ---- Errors ----
-    def error(title, n, args, needle, serial=False):
-        d = out("err_" + str(len(check.results)))
-        cmd = [a.serial, "train"] if serial else [a.mpiexec, "-n", str(n), a.mpi, "train"]
-        r = run([*cmd, *common, "--train.steps", "1", "--out", d, *args], timeout=120)
-        lines = [l for l in r.stderr.splitlines() if "error" in l]
-        check(title, r.returncode != 0 and any(needle in l for l in lines) and len(lines) == 1,
-              lines[0] if lines else f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
+    error = refuser(check, programs, a, common, out)
 
     error("tp not dividing n_head is refused", 3, ["--parallel.tp", "3"], "does not divide model.n_head")
     error("tp not dividing the rank count is refused", 3, ["--parallel.tp", "2"], "does not divide the 3 ranks")

@@ -170,12 +170,16 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
             const bool zero = cfg.text("parallel.zero") == "true";
             if (pp > 1 || m > 1) s.pipeline = fmt::format("pp{} m{} {}", pp, m, cfg.text("parallel.schedule"));
             if (zero && dp > 1) s.pipeline += s.pipeline.empty() ? "zero" : " zero";
+            // Gpt2Config::variant_keys() (core/model/config.h) with their defaults' text; the harness
+            // reads configurations as text and does not link the model.
             for (const auto& [key, plain] : std::initializer_list<std::pair<const char*, const char*>>{
                      {"arch", "gpt2"}, {"norm", "auto"}, {"norm_position", "auto"}, {"position", "auto"},
                      {"rope_theta", "10000"}, {"activation", "auto"}, {"mlp", "auto"}, {"mlp_hidden", "0"},
                      {"n_kv_head", "0"}, {"tie_embeddings", "false"}}) {
               const std::string v = cfg.text(std::string("model.") + key);
-              if (v != plain) s.variant += (s.variant.empty() ? "" : " ") + std::string(key) + "=" + v;
+              if (v == plain) continue;
+              if (!s.variant.empty()) s.variant += ' ';
+              s.variant.append(key).append("=").append(v);
             }
             s.repetition = rep;
             s.seed = static_cast<uint64_t>(std::stoull(cfg.text("train.seed")));

@@ -64,6 +64,7 @@ void write_ablation(const ReportSpec& spec, const Inputs& in, std::vector<fs::pa
       if (r->val_loss) base_val.emplace(r->seed, *r->val_loss);
     }
   }
+  const auto base_tps = base ? median_of(base->ok, &Run::tokens_per_s) : std::nullopt;
   std::string csv = csv_row({"variant", "stage", "ranks", "threads", "runs_ok", "runs_total", "params",
                              "val_loss_mean", "val_loss_sd", "val_diff_mean", "val_diff_sd", "seeds_paired",
                              "tokens_per_s_median", "mfu_median", "activation_mb", "peak_rss_mb_median"});
@@ -111,9 +112,7 @@ void write_ablation(const ReportSpec& spec, const Inputs& in, std::vector<fs::pa
           "- {}: {} the validation loss by {:.4f} on average over {} paired seeds ({}){}.",
           variant_name(c.key), d.mean < 0 ? "lowers" : "raises", std::fabs(d.mean), d.n,
           clear ? "more than twice its standard error" : "within twice its standard error: not distinguishable here",
-          tps && base ? fmt::format("; {:.0f} tokens/s against the baseline's {:.0f}", *tps,
-                                    median_of(base->ok, &Run::tokens_per_s).value_or(0))
-                      : ""));
+          tps && base_tps ? fmt::format("; {:.0f} tokens/s against the baseline's {:.0f}", *tps, *base_tps) : ""));
     }
     const auto it = loss.val_median.find(c.key);
     if (it != loss.val_median.end() && !it->second.empty()) {

@@ -23,6 +23,9 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
   a.first = stage.first;
   a.split_backward = split;
   a.layers.resize(static_cast<size_t>(cfg.L));
+  // First, and as long as the model's block whatever (B, T): its place and
+  // its zeros survive reshape (zeroed once, at construction).
+  f(a.no_pos, {cfg.rope() ? static_cast<int64_t>(cfg.T) : 0, C});
   f(a.encoded, {B, T, C});
   for (int i = stage.first; i < stage.end(cfg.L); ++i) {
     LayerActivations& l = a.layers[static_cast<size_t>(i)];
@@ -61,7 +64,6 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
   f(a.dqkv, {B, T, QKV / P});
   f(a.dfch, {B, T, FC / P});
   f(a.dhid, {swiglu ? B : 0, T, H / P});
-  f(a.no_pos, {cfg.rope() ? T : 0, C});
   f(a.dpos, {cfg.rope() ? T : 0, C});
   f(a.run_sum, {runs ? B : 0, T, C});
   f(a.drun, {runs ? B * T * C + 6 * C * cfg.L : 0});
@@ -96,6 +98,10 @@ ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& me
   stage_.last = stage_.end(cfg_.L);
   buf_ = Buffer(arena_floats(cfg_, B, T, tp_, private_runs_, stage_, split_), memory);
   carve(B, T);
+  // The zero position table of a RoPE model's embedding (nothing writes it).
+  if (acts_.no_pos.numel() > 0) {
+    memory.zero(acts_.no_pos.data, static_cast<size_t>(acts_.no_pos.numel()) * sizeof(float));
+  }
 }
 
 ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_backward)
@@ -115,10 +121,6 @@ void ActivationArena::carve(int B, int T) {
     t = Tensor(buf_.data() + offset, dims);
     offset += padded(static_cast<size_t>(t.numel()));
   });
-  // The zero position table of a RoPE model's embedding (nothing writes it).
-  if (acts_.no_pos.numel() > 0) {
-    buf_.memory().zero(acts_.no_pos.data, static_cast<size_t>(acts_.no_pos.numel()) * sizeof(float));
-  }
 }
 
 }  // namespace gpt2

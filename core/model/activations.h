@@ -62,7 +62,7 @@ struct Activations {
   Tensor dqkv;       // (B,T,3C/P)
   Tensor dfch;       // (B,T,4C/P) gradient at the activation's output, then (in place) its input
   Tensor dhid;       // (B,T,H/P) SwiGLU only: gradient at its output (dfch then takes its input's)
-  Tensor no_pos;     // (T,C) zeros: a RoPE model's embedding has no position table, else empty
+  Tensor no_pos;     // (block_size,C) zeros: a RoPE model's embedding has no position table, else empty
   Tensor dpos;       // (T,C) RoPE: where the embedding backward's (unused) position gradient goes
   // Private runs of tensor-parallel layers (spd, parallel), else empty:
   Tensor run_sum;    // (B,T,C) this rank's partial outputs of the run, summed over the group at its end

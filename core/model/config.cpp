@@ -115,6 +115,12 @@ bool Gpt2Config::is_gpt2() const {
          !tie_embeddings;
 }
 
+const std::vector<std::string>& Gpt2Config::variant_keys() {
+  static const std::vector<std::string> keys = {"arch", "norm", "norm_position", "position", "rope_theta",
+                                                "activation", "mlp", "mlp_hidden", "n_kv_head", "tie_embeddings"};
+  return keys;
+}
+
 Gpt2Config Gpt2Config::resolved() const {
   Gpt2Config r = *this;
   r.norm = norm_kind();

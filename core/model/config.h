@@ -92,6 +92,9 @@ struct Gpt2Config {
   int fc_width() const { return swiglu() ? 2 * mlp_width() : mlp_width(); }
   // A copy with every auto component and mlp_hidden / n_kv_head resolved.
   Gpt2Config resolved() const;
+  // The field names of the architecture keys, from "arch" to
+  // "tie_embeddings" (checkpoints older than them read as the default GPT-2).
+  static const std::vector<std::string>& variant_keys();
 
   // Throws std::invalid_argument naming the field and the rule it breaks.
   // vocab_size 0 is accepted when `vocab_from_tokenizer` (a configuration

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -88,11 +89,8 @@ class In {
 
 // The model keys of the architecture variants (model/config.h).
 bool is_variant_key(const std::string& key) {
-  for (const char* k : {"model.arch", "model.norm", "model.norm_position", "model.position", "model.rope_theta",
-                        "model.activation", "model.mlp", "model.mlp_hidden", "model.n_kv_head", "model.tie_embeddings"}) {
-    if (key == k) return true;
-  }
-  return false;
+  const auto& names = Gpt2Config::variant_keys();
+  return key.starts_with("model.") && std::find(names.begin(), names.end(), key.substr(6)) != names.end();
 }
 
 // The key/value text of a section (util/fields.h), e.g. "model.n_embd" = "384".

@@ -233,17 +233,26 @@ class PipelineRecorder {
   std::ofstream out_;
 };
 
-// Each rank's memory by kind (bytes), gathered to rank 0 for the summary:
-// parameters, gradients, optimizer moments, activations (arenas x one
-// arena's bytes) and the most arenas in use at once.
-Json memory_per_rank(ProcessGrid& grid, const RunState& st, const PipelineEngine* pipe, size_t arena_bytes) {
+// This rank's memory by kind (bytes): parameters and gradients as
+// allocated (ZeRO pads them), optimizer moments, one activation arena and
+// the most arenas in use at once.
+struct RankMemory {
+  uint64_t params = 0, grads = 0, moments = 0, arena = 0, arenas = 1;
+  uint64_t activations() const { return arena * arenas; }
+};
+RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, size_t arena_bytes) {
+  RankMemory m;
+  m.params = m.grads = st.model->padded_params() * sizeof(float);
+  m.moments = st.opt->state_bytes();
+  m.arena = pipe ? pipe->arena_bytes() : arena_bytes;
+  m.arenas = static_cast<uint64_t>(pipe ? pipe->arenas() : 1);
+  return m;
+}
+
+// Each rank's RankMemory, gathered to rank 0 for the summary.
+Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem) {
   Communicator& aux = grid.aux_comm();
-  const uint64_t param_bytes = st.model->padded_params() * sizeof(float);  // as allocated (ZeRO pads)
-  const uint64_t values[] = {param_bytes,
-                             param_bytes,
-                             st.opt->state_bytes(),
-                             pipe ? pipe->arena_bytes() : arena_bytes,
-                             static_cast<uint64_t>(pipe ? pipe->arenas() : 1),
+  const uint64_t values[] = {mem.params, mem.grads, mem.moments, mem.arena, mem.arenas,
                              static_cast<uint64_t>(grid.stage())};
   // Floats carry each value exactly as two 20-bit halves.
   constexpr uint64_t kHalf = uint64_t{1} << 20;
@@ -339,10 +348,8 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   step.pp = &grid.pp_comm();
   step.zero = st->zero ? &*st->zero : nullptr;
   step.layer_norms = c.train.layer_grad_norms;
-  // This rank's memory by kind, for every step record (model/activations.h, model/optim.h).
-  const uint64_t param_bytes = st->model->padded_params() * sizeof(float);
-  const uint64_t activation_bytes =
-      pipe ? static_cast<uint64_t>(pipe->arena_bytes()) * static_cast<uint64_t>(pipe->arenas()) : arena->bytes();
+  // This rank's memory by kind, for every step record and the summary.
+  const RankMemory mem = rank_memory(*st, pipe.get(), arena ? arena->bytes() : 0);
   std::optional<PipelineRecorder> recorder;
   if (pipe) recorder.emplace(grid, *pipe, root ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
   std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
@@ -389,10 +396,10 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     rec.dp_bytes = dp_stats.bytes;
     rec.pp_calls = pp_stats.calls;
     rec.pp_bytes = pp_stats.bytes;
-    rec.mem_params = param_bytes;
-    rec.mem_grads = param_bytes;
-    rec.mem_moments = st->opt->state_bytes();
-    rec.mem_activations = activation_bytes;
+    rec.mem_params = mem.params;
+    rec.mem_grads = mem.grads;
+    rec.mem_moments = mem.moments;
+    rec.mem_activations = mem.activations();
     rec.peak_rss_mb = peak_rss_mb();
     rec.layer_grad_norms = r.layer_grad_norms;
     if (recorder) recorder->gather(s, rec);
@@ -404,7 +411,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   }
   sum.train_wall_s = seconds_since(wall0);
   save();
-  const Json memory = memory_per_rank(grid, *st, pipe.get(), arena ? arena->bytes() : 0);
+  const Json memory = memory_per_rank(grid, mem);
   // Generation runs on data-parallel replica 0: rank 0 alone, or with tensor
   // parallelism its whole tensor-parallel group, each rank decoding with its
   // heads and shards (the same collective forward as training, on a

@@ -72,20 +72,25 @@ void CpuBackend::rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tens
 namespace {
 // Turns the query and key heads of every row of x (rows of `width` floats,
 // heads HS wide) by the row's angles; sign -1 turns back (the backward).
-// The (cos, sin) table of one row is computed once, in double, and shared
-// by the row's heads.
-void rotate(Tensor x, int NH, int KVH, int pos0, float theta, float sign, int threads) {
+// The (cos, sin) table of the T positions is computed once, in double, into
+// `table` (T * HS floats) and shared by the batch's rows and their heads.
+void rotate(Tensor x, int NH, int KVH, int pos0, float theta, float sign, int threads, float* table) {
   const int64_t T = x.dim(1), rows = x.numel() / x.dim(x.ndim - 1), width = x.dim(x.ndim - 1);
   const int64_t HS = width / (NH + 2 * KVH), heads = NH + KVH, half = HS / 2;
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    float cs[256], sn[256];  // HS <= 512 (checked by the model's validation)
-    const double pos = static_cast<double>(pos0 + r % T);
+  for (int64_t t = 0; t < T; ++t) {
+    const double pos = static_cast<double>(pos0 + t);
+    float* cs = table + t * HS;
     for (int64_t i = 0; i < half; ++i) {
       const double angle = pos * std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(HS));
       cs[i] = static_cast<float>(std::cos(angle));
-      sn[i] = sign * static_cast<float>(std::sin(angle));
+      cs[half + i] = sign * static_cast<float>(std::sin(angle));
     }
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* cs = table + (r % T) * HS;
+    const float* sn = cs + half;
     float* row = x.data + r * width;
     for (int64_t h = 0; h < heads; ++h) {
       float* v = row + h * HS;
@@ -101,11 +106,13 @@ void rotate(Tensor x, int NH, int KVH, int pos0, float theta, float sign, int th
 }  // namespace
 
 void CpuBackend::rope_forward(Tensor qkv, int NH, int KVH, int pos0, float theta) {
-  rotate(qkv, NH, KVH, pos0, theta, 1.0f, threads_);
+  const int64_t HS = qkv.dim(2) / (NH + 2 * KVH);
+  rotate(qkv, NH, KVH, pos0, theta, 1.0f, threads_, scratch(static_cast<size_t>(qkv.dim(1) * HS)));
 }
 
 void CpuBackend::rope_backward(Tensor dqkv, int NH, int KVH, int pos0, float theta) {
-  rotate(dqkv, NH, KVH, pos0, theta, -1.0f, threads_);
+  const int64_t HS = dqkv.dim(2) / (NH + 2 * KVH);
+  rotate(dqkv, NH, KVH, pos0, theta, -1.0f, threads_, scratch(static_cast<size_t>(dqkv.dim(1) * HS)));
 }
 
 void CpuBackend::relu_forward(Tensor out, Tensor inp) {

@@ -477,6 +477,28 @@ size_t layernorm_backward_scratch_floats(int N, int C) {
   return 2 * static_cast<size_t>(dm::column_chunks(N)) * static_cast<size_t>(C);
 }
 
+namespace {
+// The deterministic column sums of column_partials_kernel<Kind> (a partial
+// per chunk of rows, then each column's chunks added in order) into sum_a
+// (a weight gradient) and/or sum_b (a bias gradient): whichever the kind
+// fills, the partials of both side by side in `scratch`.
+template <ColumnSums Kind>
+void column_sums(float* sum_a, float* sum_b, float* scratch, const float* dout, const float* inp, const float* mean,
+                 const float* rstd, int N, int C, cudaStream_t stream, const char* op) {
+  const int chunks = dm::column_chunks(N);
+  float* partial_a = sum_a ? scratch : nullptr;
+  float* partial_b = sum_b ? scratch + (sum_a ? static_cast<size_t>(chunks) * C : 0) : nullptr;
+  const dim3 grid((C + kWarpSize - 1) / kWarpSize, chunks);
+  const dim3 block(kWarpSize, dm::kColumnTileRows);
+  column_partials_kernel<Kind><<<grid, block, 0, stream>>>(partial_a, partial_b, dout, inp, mean, rstd, N, C);
+  check_launch(op);
+  const int fin_blocks = (C + kElementwiseThreads - 1) / kElementwiseThreads;
+  if (sum_a) column_finalize_kernel<<<fin_blocks, kElementwiseThreads, 0, stream>>>(sum_a, partial_a, chunks, C);
+  if (sum_b) column_finalize_kernel<<<fin_blocks, kElementwiseThreads, 0, stream>>>(sum_b, partial_b, chunks, C);
+  check_launch(op);
+}
+}  // namespace
+
 void layernorm_backward(float* dinp, float* dweight, float* dbias, float* scratch, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t stream) {
@@ -484,19 +506,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, float* scratc
   layernorm_backward_dinp_kernel<<<(N + dm::kRowWarps - 1) / dm::kRowWarps, dm::kRowWarps * kWarpSize, 0,
                                    stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
   check_launch("layernorm_backward_dinp");
-  const int chunks = dm::column_chunks(N);
-  float* partial_w = scratch;
-  float* partial_b = scratch + static_cast<size_t>(chunks) * C;
-  const dim3 grid((C + kWarpSize - 1) / kWarpSize, chunks);
-  const dim3 block(kWarpSize, dm::kColumnTileRows);
-  column_partials_kernel<ColumnSums::kLayerNorm>
-      <<<grid, block, 0, stream>>>(partial_w, partial_b, dout, inp, mean, rstd, N, C);
-  check_launch("layernorm_backward_partials");
-  const int fin_blocks = (C + kElementwiseThreads - 1) / kElementwiseThreads;
-  column_finalize_kernel<<<fin_blocks, kElementwiseThreads, 0, stream>>>(dweight, partial_w, chunks, C);
-  check_launch("layernorm_backward_dweight");
-  column_finalize_kernel<<<fin_blocks, kElementwiseThreads, 0, stream>>>(dbias, partial_b, chunks, C);
-  check_launch("layernorm_backward_dbias");
+  column_sums<ColumnSums::kLayerNorm>(dweight, dbias, scratch, dout, inp, mean, rstd, N, C, stream,
+                                      "layernorm_backward_columns");
 }
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
@@ -517,15 +528,8 @@ void rmsnorm_backward(float* dinp, float* dweight, float* scratch, const float* 
   rmsnorm_backward_dinp_kernel<<<(N + dm::kRowWarps - 1) / dm::kRowWarps, dm::kRowWarps * kWarpSize, 0,
                                  stream>>>(dinp, dout, inp, weight, rstd, N, C);
   check_launch("rmsnorm_backward_dinp");
-  const int chunks = dm::column_chunks(N);
-  const dim3 grid((C + kWarpSize - 1) / kWarpSize, chunks);
-  const dim3 block(kWarpSize, dm::kColumnTileRows);
-  column_partials_kernel<ColumnSums::kRmsNorm>
-      <<<grid, block, 0, stream>>>(scratch, nullptr, dout, inp, nullptr, rstd, N, C);
-  check_launch("rmsnorm_backward_partials");
-  column_finalize_kernel<<<(C + kElementwiseThreads - 1) / kElementwiseThreads, kElementwiseThreads, 0, stream>>>(
-      dweight, scratch, chunks, C);
-  check_launch("rmsnorm_backward_dweight");
+  column_sums<ColumnSums::kRmsNorm>(dweight, nullptr, scratch, dout, inp, nullptr, rstd, N, C, stream,
+                                    "rmsnorm_backward_columns");
 }
 
 void add_bias(float* out, const float* bias, int N, int OC, cudaStream_t stream) {
@@ -545,15 +549,8 @@ size_t bias_backward_scratch_floats(int N, int OC) {
 
 void bias_backward(float* dbias, float* scratch, const float* dout, int N, int OC, cudaStream_t stream) {
   if (N <= 0 || OC <= 0) return;
-  const int chunks = dm::column_chunks(N);
-  const dim3 grid((OC + kWarpSize - 1) / kWarpSize, chunks);
-  const dim3 block(kWarpSize, dm::kColumnTileRows);
-  column_partials_kernel<ColumnSums::kBias>
-      <<<grid, block, 0, stream>>>(nullptr, scratch, dout, nullptr, nullptr, nullptr, N, OC);
-  check_launch("bias_backward_partials");
-  column_finalize_kernel<<<(OC + kElementwiseThreads - 1) / kElementwiseThreads, kElementwiseThreads, 0, stream>>>(
-      dbias, scratch, chunks, OC);
-  check_launch("bias_backward_finalize");
+  column_sums<ColumnSums::kBias>(nullptr, dbias, scratch, dout, nullptr, nullptr, nullptr, N, OC, stream,
+                                 "bias_backward");
 }
 
 void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t stream) {
