@@ -6,6 +6,7 @@
 // Run as: mpiexec -n R export_tp --out DIR --tp P --blocks tp,spd,... (R = dp x P).
 // Output: DIR/manifest.json and DIR/data.bin, as export_reference's, plus
 // "tp", "dp" and "block_types" in the manifest (no logits or gradients).
+#include <memory>
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -90,7 +91,8 @@ int run(const Args& a, gpt2::Communicator& world) {
   ActivationArena arena(model, rows, T);
   Optimizer opt(oc, model.num_params());
   GradientSync sync(grid.dp_comm(), model.grad_data(), model.num_params(), 0);
-  const StepContext step{*be, model, opt, arena.acts(), sync, grid.dp_comm(), B, 0.0};
+  const std::unique_ptr<StepFunction> step =
+      data_parallel_step({*be, model, opt, grid.dp_comm(), B, 0.0}, arena.acts(), sync);
 
   // Every rank draws the same global batches (export_reference's: batch s is
   // B*T + 1 tokens, inputs its first B*T, targets the same shifted by one);
@@ -104,7 +106,7 @@ int run(const Args& a, gpt2::Communicator& world) {
   std::vector<float> losses, norms;
   for (int s = 0; s < a.steps; ++s) {
     const int32_t* mine = batches.data() + static_cast<size_t>(s) * batch_len + static_cast<size_t>(first_row) * T;
-    const StepResult res = train_step(step, mine, mine + 1);
+    const StepResult res = step->step(mine, mine + 1);
     losses.push_back(static_cast<float>(res.loss));
     norms.push_back(static_cast<float>(res.update.grad_norm));
   }

@@ -371,7 +371,7 @@ def pipeline_checks(exps, results, reports, harness, check):
     with open(os.path.join(folder, "parallelism.csv"), newline="") as f:
         table = list(csv.DictReader(f))
     pp = [x for x in table if x["pp"] == "2" and x["schedule"] == "zb-h1"]
-    zero = [x for x in table if x["zero"] == "true"]
+    zero = [x for x in table if x["zero"] == "1"]
     check("parallelism.csv: per rank of the pipeline run, arenas and communication equal their formulas",
           len(pp) == 2 and all(x["arenas_counted"] == x["arenas_theory"] == "2" and x["pp_calls"] == x["formula_pp_calls"]
                                 and x["pp_bytes"] == x["formula_pp_bytes"] for x in pp), str(pp))

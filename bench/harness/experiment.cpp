@@ -167,9 +167,14 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
             s.tp = static_cast<int>(tp);
             s.pp = static_cast<int>(pp);
             s.block_types = cfg.text("parallel.block_types");
-            const bool zero = cfg.text("parallel.zero") == "true";
+            // parallel.zero as the stages read it (0..3; true = 1, false = 0): "zero" for stage 1
+            // (the label of earlier results), "zero2", "zero3".
+            const std::string zt = cfg.text("parallel.zero");
+            const int zero = zt == "true" ? 1 : zt.size() == 1 && zt[0] >= '0' && zt[0] <= '3' ? zt[0] - '0' : 0;
             if (pp > 1 || m > 1) s.pipeline = fmt::format("pp{} m{} {}", pp, m, cfg.text("parallel.schedule"));
-            if (zero && dp > 1) s.pipeline += s.pipeline.empty() ? "zero" : " zero";
+            if (zero > 0 && dp > 1) {
+              s.pipeline += (s.pipeline.empty() ? "" : " ") + (zero == 1 ? std::string("zero") : fmt::format("zero{}", zero));
+            }
             // Gpt2Config::variant_keys() (core/model/config.h) with their defaults' text; the harness
             // reads configurations as text and does not link the model.
             for (const auto& [key, plain] : std::initializer_list<std::pair<const char*, const char*>>{

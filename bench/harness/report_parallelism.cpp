@@ -34,7 +34,7 @@ namespace {
 struct Layout {
   int ranks = 1, tp = 1, pp = 1, m = 1, batch = 0, T = 0, C = 0;
   std::string schedule = "1f1b";
-  bool zero = false;
+  int zero = 0;  // the ZeRO stage
   int dp() const { return ranks / (tp * pp); }
 };
 
@@ -47,7 +47,8 @@ std::optional<Layout> layout_of(const fs::path& dir, int ranks) {
     l.pp = c["parallel"]["pp"].as<int>();
     l.m = c["parallel"]["microbatches"].as<int>();
     l.schedule = c["parallel"]["schedule"].as<std::string>();
-    l.zero = c["parallel"]["zero"].as<bool>();
+    const std::string z = c["parallel"]["zero"].as<std::string>();  // "0".."3" (older runs: true / false)
+    l.zero = z == "true" ? 1 : z == "false" ? 0 : std::stoi(z);
     l.batch = c["train"]["batch_size"].as<int>();
     l.T = c["train"]["seq_len"].as<int>();
     l.C = c["model"]["n_embd"].as<int>();
@@ -86,6 +87,7 @@ struct RunFacts {
   std::vector<int> arenas;     // per world rank: the most arenas in use in any step
   std::vector<int> stage;      // per world rank
   std::optional<int64_t> pp_calls, pp_bytes;
+  int64_t dp_bytes = 0;  // rank 0's data-parallel bytes in the last step
   Json memory = Json::array();
 };
 
@@ -109,6 +111,7 @@ std::optional<RunFacts> facts_of(const fs::path& dir) {
     const StepRecord& last = m.steps.back();
     f.pp_calls = static_cast<int64_t>(last.pp_calls);
     f.pp_bytes = static_cast<int64_t>(last.pp_bytes);
+    f.dp_bytes = static_cast<int64_t>(last.dp_bytes);
     if (m.summary->provenance.contains("memory")) f.memory = m.summary->provenance["memory"];
     for (const Json& r : f.memory) f.stage.push_back(r.value("stage", 0));
     return f;
@@ -278,16 +281,38 @@ void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs:
     // Memory of each rank.
     for (const Json& r : facts->memory) {
       const double params = r.value("params_bytes", 0.0), moments = r.value("moments_bytes", 0.0);
-      const double want_moments = lay->zero && lay->dp() > 1 ? 2 * params / lay->dp() : 2 * params;
+      const int zero = lay->dp() > 1 ? lay->zero : 0;
+      // The moments' share: 8 bytes per parameter of the rank's part, 1/N with any ZeRO stage (ZeRO-3 holds
+      // 1/N of the parameters too).
+      const double want_moments = zero == 3 ? 2 * params : zero > 0 ? 2 * params / lay->dp() : 2 * params;
       const int s = r.value("stage", 0);
-      mem_rows.push_back({label(c.key), std::to_string(r.value("rank", 0)), std::to_string(s), mb(params),
-                          mb(r.value("grads_bytes", 0.0)),
+      const double state = r.value("model_state_bytes", params + r.value("grads_bytes", 0.0) + moments);
+      const double formula = r.value("formula_bytes", 0.0);
+      // Data-parallel bytes per step, rank 0, by its formula in floats of the rank's part Ψ (each verb counts
+      // its buffer once): allreduce Ψ; ZeRO-1/2 a reduce-scatter and an all-gather, 2Ψ; ZeRO-3 two
+      // all-gathers and a reduce-scatter, 3Ψ; plus the scalars.
+      const double psi = formula > 0 ? formula / (zero == 0 ? 16.0 : zero == 1 ? 8.0 + 8.0 / lay->dp()
+                                                         : zero == 2 && lay->pp == 1 && lay->m == 1
+                                                             ? 4.0 + 12.0 / lay->dp()
+                                                         : zero == 2 ? 8.0 + 8.0 / lay->dp()
+                                                                     : 16.0 / lay->dp())
+                                     : 0.0;
+      const double want_dp = lay->dp() > 1 ? 4 * psi * (zero == 0 ? 1 : zero == 3 ? 3 : 2) : 0.0;
+      mem_rows.push_back({label(c.key), std::to_string(r.value("rank", 0)), std::to_string(s), std::to_string(zero),
+                          mb(params), mb(r.value("gathered_bytes", 0.0)), mb(r.value("grads_bytes", 0.0)),
+                          mb(r.value("comm_buffer_bytes", 0.0)),
                           fmt::format("{} ({})", mb(moments), mb(want_moments)),
+                          formula > 0 ? fmt::format("{} ({}, {:+.1f}%)", mb(state), mb(formula),
+                                                    100.0 * (state - formula) / formula)
+                                      : mb(state),
                           fmt::format("{} x {}", r.value("arenas", 0), mb(r.value("arena_bytes", 0.0))),
-                          mb(r.value("activations_bytes", 0.0))});
+                          mb(r.value("activations_bytes", 0.0)),
+                          r.value("rank", 0) == 0 && lay->dp() > 1
+                              ? fmt::format("{} ({})", mb(static_cast<double>(facts->dp_bytes)), mb(want_dp))
+                              : ""});
       const size_t rank = static_cast<size_t>(r.value("rank", 0));
       csv += csv_row({label(c.key), std::to_string(c.key.ranks), std::to_string(lay->dp()), std::to_string(lay->tp),
-                      std::to_string(lay->pp), std::to_string(lay->m), lay->schedule, lay->zero ? "true" : "false",
+                      std::to_string(lay->pp), std::to_string(lay->m), lay->schedule, std::to_string(lay->zero),
                       over ? "true" : "false", std::to_string(c.ok.size()),
                       exact(ms ? std::optional(ms->median) : std::nullopt), std::to_string(s),
                       rank < facts->bubble.size() ? exact(facts->bubble[rank]) : "",
@@ -332,14 +357,23 @@ void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs:
         "(oversubscribed): more ranks x threads than this machine's cores; such runs show correctness, not "
         "speed.\n\n";
     md += "## Memory per rank\n\n";
-    md += md_table({"Configuration", "Rank", "Stage", "Parameters MB", "Gradients MB", "Moments MB (formula)",
-                    "Arenas x MB", "Activations MB"},
-                   mem_rows, "lrrrrrrr");
+    md += md_table({"Configuration", "Rank", "Stage", "ZeRO", "Parameters MB", "Gathered MB", "Gradients MB",
+                    "Gradient slots MB", "Moments MB (formula)", "Model state MB (ZeRO formula)", "Arenas x MB",
+                    "Activations MB", "dp MB per step (formula)"},
+                   mem_rows, "lrrrrrrrrrrrr");
     md +=
-        "\nCounted from the buffers each rank allocated (the run summary's memory record). Moments: Adam's two "
-        "fp32 moments, 8 bytes per parameter of the rank's stage and shard, and with ZeRO-1 1/N of that over N "
-        "data-parallel ranks. Activations: the arenas the schedule allocates (one per microbatch in flight) "
-        "times one arena's bytes.\n\n";
+        "\nCounted from the buffers each rank allocated (the run summary's memory record). Parameters and "
+        "gradients: what the rank holds (ZeRO-2 and 3: 1/N shards of every layer); gathered: ZeRO-3's two "
+        "parameter slots (a layer in use, the next one prefetched); gradient slots: ZeRO-2/3's two working "
+        "gradients (one computing, one reduce-scattering). Moments: Adam's two fp32 moments, 8 bytes per "
+        "parameter of the rank's stage and shard, 1/N with ZeRO over N data-parallel ranks. Model state: "
+        "parameters + gradients + moments held, beside ZeRO's formula per parameter (Rajbhandari et al. 2020: "
+        "16, 8 + 8/N, 4 + 12/N, 16/N bytes for stages 0 to 3; stage 2 under a pipeline schedule keeps the "
+        "stage's gradient: stage 1's). dp MB: rank 0's data-parallel bytes in a step, each collective counted "
+        "once by its buffer; the formula is Ψ floats (the rank's parameters) for an allreduce, 2Ψ for ZeRO-1/2 "
+        "(reduce-scatter and all-gather), 3Ψ for ZeRO-3 (two all-gathers and a reduce-scatter), scalars aside. "
+        "Activations: the arenas the schedule allocates (one per microbatch in flight) times one arena's "
+        "bytes.\n\n";
   }
   for (const std::string& s : svgs) {
     md += fmt::format("![{} timeline](parallelism_timeline_{}.svg)\n\n", s, s);

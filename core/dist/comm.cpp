@@ -90,6 +90,29 @@ void Communicator::all_gather(const float* send, float* recv, size_t chunk) {
   do_all_gather(send, recv, chunk);
 }
 
+namespace {
+void require_out_of_place(const char* verb, const float* part, const float* whole, size_t chunk, int size) {
+  if (chunk > 0 && overlap(part, chunk, whole, chunk * static_cast<size_t>(size))) {
+    throw std::invalid_argument(fmt::format("{}: the buffers overlap (the non-blocking form is out of place only)",
+                                            verb));
+  }
+}
+}  // namespace
+
+void Communicator::start_reduce_scatter_sum(const float* send, float* recv, size_t chunk) {
+  require_part_of("start_reduce_scatter_sum", "recv", recv, "send", send, chunk, rank(), size());
+  require_out_of_place("start_reduce_scatter_sum", recv, send, chunk, size());
+  count_call(chunk * static_cast<size_t>(size()) * sizeof(float));
+  do_start_reduce_scatter_sum(send, recv, chunk);
+}
+
+void Communicator::start_all_gather(const float* send, float* recv, size_t chunk) {
+  require_part_of("start_all_gather", "send", send, "recv", recv, chunk, rank(), size());
+  require_out_of_place("start_all_gather", send, recv, chunk, size());
+  count_call(chunk * static_cast<size_t>(size()) * sizeof(float));
+  do_start_all_gather(send, recv, chunk);
+}
+
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   if (color < 0) {
     throw std::invalid_argument(fmt::format("split: color {} is negative (every rank joins a group: color >= 0)",

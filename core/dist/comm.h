@@ -127,6 +127,12 @@ class Communicator {
 
   // Non-blocking sum-allreduce of a range; completed by wait_all().
   void start_allreduce_sum(float* data, size_t count);
+  // Non-blocking reduce_scatter_sum and all_gather (out of place only; the
+  // buffers stay untouched until wait_all() returns): ZeRO-2/3's gradient
+  // pieces and prefetched weights (dist/zero.h). A communicator without a
+  // non-blocking form completes them at once.
+  void start_reduce_scatter_sum(const float* send, float* recv, size_t chunk);
+  void start_all_gather(const float* send, float* recv, size_t chunk);
   // Lets started operations advance (MPICH progresses only inside MPI calls).
   virtual void progress() = 0;
   virtual void wait_all() = 0;
@@ -151,6 +157,10 @@ class Communicator {
   virtual void do_send_recv(const char* verb, const float* send_data, size_t send_count, int dest, float* recv_data,
                             size_t recv_count, int source) = 0;
   virtual void do_start_allreduce_sum(float* data, size_t count) = 0;
+  virtual void do_start_reduce_scatter_sum(const float* send, float* recv, size_t chunk) {
+    do_reduce_scatter_sum(send, recv, chunk);
+  }
+  virtual void do_start_all_gather(const float* send, float* recv, size_t chunk) { do_all_gather(send, recv, chunk); }
   virtual uint64_t do_start_send(const float* data, size_t count, int peer);
   virtual void do_wait_send(uint64_t ticket);
 

@@ -1,27 +1,50 @@
-// GradientSync: data parallelism's one collective per step, the sum of the
-// flat gradient buffer over the ranks, started as the backward pass finishes
-// each suffix of the buffer (model/model.h, GradReadyHook).
+// Gradient reducers: data parallelism's collectives over the flat gradient
+// buffer, one object per form (Megatron's param_and_grad_buffer:
+// start_grad_sync / finish_grad_sync). A step calls
+//   start_grad_sync()            before the backward: nothing in flight
+//   ready(offset)                from the backward (model/model.h,
+//                                GradReadyHook): a suffix is final
+//   finish_grad_sync()           after the backward
+//   (the optimizer's update, over scope() of the buffer)
+//   finish_update(be)            after the update
+// GradientSync sums the whole buffer over the ranks (allreduce in buckets);
+// ContiguousShardSync is ZeRO-1's reduce-scatter of equal contiguous shards
+// and all-gather of the updated parameters. ZeRO-2/3's unit-aligned shards
+// are dist/zero.h.
 #pragma once
 
 #include <cstddef>
 
 #include "dist/comm.h"
+#include "kernels/backend.h"
 #include "model/model.h"
 
 namespace gpt2 {
+
+class GradReducer : public GradReadyHook {
+ public:
+  void ready(size_t) override {}
+  virtual void start_grad_sync() {}
+  virtual void finish_grad_sync() = 0;
+  virtual void finish_update(Backend&) {}
+  // Seconds inside communication calls since start_grad_sync().
+  double seconds() const { return seconds_; }
+
+ protected:
+  double seconds_ = 0;
+};
 
 // Sums the flat gradient buffer over ranks, in place, without packing copies.
 // bucket_floats == 0: one blocking allreduce in finish_grad_sync().
 // bucket_floats > 0: as backward finishes each suffix, complete buckets of at
 // least that many floats are started non-blocking, overlapping the rest of
 // the backward pass; finish_grad_sync() starts the remainder and waits.
-class GradientSync final : public GradReadyHook {
+class GradientSync final : public GradReducer {
  public:
   GradientSync(Communicator& comm, float* grads, size_t count, size_t bucket_floats);
-  void start_grad_sync();   // before backward: nothing is in flight
+  void start_grad_sync() override;   // before backward: nothing is in flight
   void ready(size_t offset) override;
-  void finish_grad_sync();  // after backward: grads hold the sum over ranks
-  double seconds() const { return seconds_; }  // time inside communication calls this step
+  void finish_grad_sync() override;  // after backward: grads hold the sum over ranks
   size_t bytes() const { return count_ * sizeof(float); }
 
  private:
@@ -29,7 +52,23 @@ class GradientSync final : public GradReadyHook {
   float* grads_;
   size_t count_, bucket_;
   size_t pending_end_ = 0;  // grads[pending_end_, count_) are already started
-  double seconds_ = 0;
+};
+
+// ZeRO-1 over `comm` (the data-parallel group): the buffers are padded to
+// size() x chunk floats; rank r's shard is [r x chunk, (r+1) x chunk).
+// finish_grad_sync() reduce-scatters the gradient in place (rank r's chunk
+// holds the sum; the rest is stale), finish_update() all-gathers the
+// parameters every rank updated in its chunk.
+class ContiguousShardSync final : public GradReducer {
+ public:
+  ContiguousShardSync(Communicator& comm, float* params, float* grads, size_t chunk);
+  void finish_grad_sync() override;
+  void finish_update(Backend& be) override;
+
+ private:
+  Communicator& comm_;
+  float *params_, *grads_;
+  size_t chunk_, begin_;
 };
 
 }  // namespace gpt2

@@ -197,11 +197,41 @@ void embed(const Parts& k, const ParamTensors& p, Activations& a, Tensor out, co
 
 // The stage's layers and (on the last stage) the head, after the embedding
 // (both forward kinds).
+// The unit of id `id` among a model's (a stage holds a contiguous run of them).
+const ParamUnit& unit_of(const Gpt2& model, int id) {
+  const std::vector<ParamUnit>& u = model.units();
+  return u[static_cast<size_t>(id - u.front().id)];
+}
+
+// Acquires a unit for the scope of one part of a pass, releases it at the end
+// of the scope; nothing without a hook.
+class UnitScope {
+ public:
+  UnitScope(UnitHook* hook, const Gpt2& model, int id, Pass pass)
+      : hook_(hook), unit_(hook ? &unit_of(model, id) : nullptr), pass_(pass) {
+    if (hook_) hook_->acquire(*unit_, pass_);
+  }
+  ~UnitScope() { done(); }
+  UnitScope(const UnitScope&) = delete;
+  UnitScope& operator=(const UnitScope&) = delete;
+  void done() {
+    if (hook_) hook_->release(*unit_, pass_);
+    hook_ = nullptr;
+  }
+
+ private:
+  UnitHook* hook_;
+  const ParamUnit* unit_;
+  Pass pass_;
+};
+
 template <typename AttentionStep>
-void layers_forward(const Parts& k, const Gpt2& model, Activations& a, const AttentionStep& attend) {
+void layers_forward(const Parts& k, const Gpt2& model, Activations& a, const AttentionStep& attend,
+                    UnitHook* units = nullptr) {
   const TpLayout& tp = model.tp();
   const ParamTensors& p = model.params;
   for (int l = model.stage().first; l < model.stage().last; ++l) {
+    const UnitScope scope(units, model, 1 + l, Pass::kForward);
     const LayerParams& w = p.layers[static_cast<size_t>(l)];
     LayerActivations& x = a.layers[static_cast<size_t>(l)];
     if (tp.is_private(l)) {
@@ -212,13 +242,16 @@ void layers_forward(const Parts& k, const Gpt2& model, Activations& a, const Att
       pre_norm_block(k, tp, w, x, block_input(a, l), a.proj, l, attend);
     }
   }
-  if (model.stage().head) head_forward(k, p, a);
+  if (model.stage().head) {
+    const UnitScope scope(units, model, model.config().L + 1, Pass::kForward);
+    head_forward(k, p, a);
+  }
 }
 
 }  // namespace
 
 float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t* tokens,
-                   const int32_t* targets, int pos0) {
+                   const int32_t* targets, int pos0, UnitHook* units) {
   const Gpt2Config& cfg = model.config();
   const ParamTensors& p = model.params;
   const Parts k(be, model);
@@ -226,11 +259,17 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
     throw std::invalid_argument("gpt2_forward: a window starting past position 0 needs model.position rope");
   }
   a.pos0 = pos0;
-  if (model.stage().embed) embed(k, p, a, a.encoded, tokens, 0);
-  layers_forward(k, model, a, [&](int, const LayerParams& w, LayerActivations& x, Tensor in) {
-    k.qkv(x.qkv, in, w.qkv_w, pos0);
-    be.attention_forward(x.atty, x.att_lse, x.qkv, k.NH, k.KVH);
-  });
+  if (model.stage().embed) {
+    const UnitScope scope(units, model, 0, Pass::kForward);
+    embed(k, p, a, a.encoded, tokens, 0);
+  }
+  layers_forward(
+      k, model, a,
+      [&](int, const LayerParams& w, LayerActivations& x, Tensor in) {
+        k.qkv(x.qkv, in, w.qkv_w, pos0);
+        be.attention_forward(x.atty, x.att_lse, x.qkv, k.NH, k.KVH);
+      },
+      units);
   if (targets == nullptr || !model.stage().head) return 0.0f;
   be.crossentropy_forward(a.losses, a.logits, targets);
   return static_cast<float>(be.sum(a.losses) / static_cast<double>(a.losses.numel()));
@@ -378,14 +417,18 @@ void private_block_backward(const Parts& k, Gpt2& model, Activations& a, int l) 
 }  // namespace
 
 void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* tokens,
-                   const int32_t* targets, float dloss, GradReadyHook* hook, BackwardPart part) {
+                   const int32_t* targets, float dloss, GradReadyHook* hook, BackwardPart part,
+                   UnitHook* units) {
   const Gpt2Config& cfg = model.config();
   const TpLayout& tp = model.tp();
   const StageLayers& stage = model.stage();
   const Parts k(be, model);
   const ParamTensors& p = model.params;
   ParamTensors& g = model.grads;
-  if (part != BackwardPart::kAll) hook = nullptr;
+  if (part != BackwardPart::kAll) {
+    hook = nullptr;
+    units = nullptr;
+  }
   if (part != BackwardPart::kAll && cfg.post_norm()) {
     throw std::invalid_argument("gpt2_backward: the split backward (zb-h1) needs pre-norm blocks");
   }
@@ -393,10 +436,9 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
   auto done_from = [&](const Tensor& first) {
     if (hook) hook->ready(static_cast<size_t>(first.data - model.grad_data()));
   };
-  const Tensor head_w = Parts::head(cfg, p), head_g = Parts::head(cfg, g);
   Tensor dlogits = a.logits;  // written in place over the logits
   if (part == BackwardPart::kWeight) {
-    if (stage.head) be.matmul_backward(Tensor{}, head_g, Tensor{}, dlogits, a.lnf, head_w);
+    if (stage.head) be.matmul_backward(Tensor{}, Parts::head(cfg, g), Tensor{}, dlogits, a.lnf, Parts::head(cfg, p));
     for (int l = stage.last - 1; l >= stage.first; --l) {
       if (tp.is_private(l)) continue;  // done whole in B
       pre_norm_block_backward(k, tp, p.layers[static_cast<size_t>(l)], g.layers[static_cast<size_t>(l)],
@@ -405,6 +447,8 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     return;
   }
   if (stage.head) {
+    const UnitScope scope(units, model, cfg.L + 1, Pass::kBackward);  // binds the head's views
+    const Tensor head_w = Parts::head(cfg, p), head_g = Parts::head(cfg, g);
     be.crossentropy_backward(dlogits, a.logits, targets, dloss);
     be.matmul_backward(a.dln, part == BackwardPart::kAll ? head_g : Tensor{}, Tensor{}, dlogits, a.lnf, head_w);
     be.zero(a.dresidual);  // every norm backward below accumulates into it
@@ -413,6 +457,7 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     done_from(g.lnf_w);
   }  // else a.dresidual holds the gradient at the stage's output, as the caller received it
   for (int l = stage.last - 1; l >= stage.first; --l) {
+    const UnitScope scope(units, model, 1 + l, Pass::kBackward);
     const LayerParams& w = p.layers[static_cast<size_t>(l)];
     LayerParams& dw = g.layers[static_cast<size_t>(l)];
     LayerActivations& x = a.layers[static_cast<size_t>(l)];
@@ -426,6 +471,7 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     }
   }
   if (stage.embed) {
+    const UnitScope scope(units, model, 0, Pass::kBackward);
     if (cfg.rope()) be.zero(a.dpos);  // no position table: its gradient is dropped
     be.encoder_backward(g.wte, cfg.rope() ? a.dpos : g.wpe, a.dresidual, tokens);
     done_from(g.wte);

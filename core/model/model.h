@@ -23,6 +23,21 @@ class GradReadyHook {
   virtual void ready(size_t offset) = 0;
 };
 
+// Told before and after each unit (model/params.h, ParamUnit) of a forward
+// or backward pass: what ZeRO-3 gathers a unit's weights by (acquire binds
+// them, release frees them) and ZeRO-2 hands out and collects a unit's
+// gradient by (dist/zero.h). A model whose views are all resident needs none.
+// Units come in pass order: embeddings, layers, head forward; head, layers
+// from the last, embeddings backward. Within a pass, acquire(u) comes after
+// release of the unit before it, so a hook may prefetch one unit ahead.
+enum class Pass { kForward, kBackward };
+class UnitHook {
+ public:
+  virtual ~UnitHook() = default;
+  virtual void acquire(const ParamUnit& unit, Pass pass) = 0;
+  virtual void release(const ParamUnit& unit, Pass pass) = 0;
+};
+
 // Tensor parallelism (model.tp(), model/tensor_parallel.h): with P > 1 ranks
 // every call below is collective over the model's tensor-parallel group (all
 // its ranks call it, in the same order, on their own shards); the logits,
@@ -45,8 +60,10 @@ class GradReadyHook {
 // `pos0` (RoPE models only) is the position of the first row: generation
 // recomputing a window that slid past the start passes the window's first
 // token index, so rotations match those of its KV cache.
+// `units` (optional): told around each unit's part (ZeRO-3); nullptr for a
+// model whose parameters are resident.
 float gpt2_forward(Backend& be, const Gpt2& model, Activations& acts, const int32_t* tokens,
-                   const int32_t* targets, int pos0 = 0);
+                   const int32_t* targets, int pos0 = 0, UnitHook* units = nullptr);
 
 // Accumulates d(loss)/d(parameters) into model.grads, where loss is
 // dloss * (sum of the per-position losses): dloss = 1 / (B*T) gives the
@@ -65,9 +82,10 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& acts, const int3
 // same products in the same order. Layers of a private run (spd, parallel)
 // do all their work in B. `hook` is heard with kAll only.
 enum class BackwardPart { kAll, kInput, kWeight };
+// `units` (optional, kAll only): told around each unit's backward (ZeRO-2, ZeRO-3).
 void gpt2_backward(Backend& be, Gpt2& model, Activations& acts, const int32_t* tokens,
                    const int32_t* targets, float dloss, GradReadyHook* hook = nullptr,
-                   BackwardPart part = BackwardPart::kAll);
+                   BackwardPart part = BackwardPart::kAll, UnitHook* units = nullptr);
 
 // One token of generation with a key/value cache: runs `token` at position
 // `position` on an arena of B = 1, T = 1. qkv_cache[l] (1, T, qkv width)

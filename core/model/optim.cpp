@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <numbers>
 #include <stdexcept>
 
@@ -71,22 +72,27 @@ namespace {
 // scope's range of the flat buffer (the whole tensor without ZeRO).
 template <typename F>
 void for_each_in_scope(const Gpt2& model, const UpdateScope& scope, F&& f) {
-  for (const ParamInfo& info : model.infos()) {
-    const size_t numel = static_cast<size_t>(info.view->numel());
-    const size_t lo = std::max(info.offset, scope.begin), hi = std::min(info.offset + numel, scope.end);
-    if (lo < hi) f(info, lo, hi);
+  const ShardRange whole{0, SIZE_MAX, 0};
+  const std::span<const ShardRange> ranges =
+      scope.ranges.empty() ? std::span<const ShardRange>(&whole, 1) : std::span<const ShardRange>(scope.ranges);
+  for (const ShardRange& r : ranges) {
+    for (const ParamInfo& info : model.infos()) {
+      const size_t numel = static_cast<size_t>(info.view->numel());
+      const size_t lo = std::max(info.offset, r.lo), hi = std::min(info.offset + numel, r.hi);
+      if (lo < hi) f(info, r, lo, hi);
+    }
   }
 }
 
-double grad_sum_squares(Backend& be, const Gpt2& model, size_t n, const UpdateScope& scope) {
+double grad_sum_squares(Backend& be, const Gpt2& model, size_t n, const UpdateScope& scope, StateAt grads) {
   const TpLayout& tp = model.tp();
   double total = 0;
-  if (tp.size == 1 && scope.begin == 0 && scope.end >= n) {
-    total = be.sum_squares(Tensor(model.grad_data(), {static_cast<int64_t>(n)}));  // one sum, as ever
+  if (tp.size == 1 && scope.ranges.empty() && !grads.packed) {
+    total = be.sum_squares(Tensor(grads.base, {static_cast<int64_t>(n)}));  // one sum, as ever
   } else {
     double sharded = 0, replicated = 0;
-    for_each_in_scope(model, scope, [&](const ParamInfo& info, size_t lo, size_t hi) {
-      const Tensor g(model.grad_data() + lo, {static_cast<int64_t>(hi - lo)});
+    for_each_in_scope(model, scope, [&](const ParamInfo& info, const ShardRange& r, size_t lo, size_t hi) {
+      const Tensor g(grads.at(r, lo), {static_cast<int64_t>(hi - lo)});
       (info.split == TpSplit::kNone ? replicated : sharded) += be.sum_squares(g);
     });
     total = (tp.size > 1 ? tp.group->allreduce_sum(sharded) : sharded) + replicated;
@@ -96,13 +102,18 @@ double grad_sum_squares(Backend& be, const Gpt2& model, size_t n, const UpdateSc
   return total;
 }
 
+// The floats of the moments: the packed shard's length (the whole model without ranges).
 size_t scope_floats(const UpdateScope& scope, size_t num_params) {
-  const size_t end = std::min(scope.end, num_params);
-  if (scope.begin > end) {
-    throw std::invalid_argument(fmt::format("optimizer shard [{}, {}) outside the {} parameters", scope.begin,
-                                            scope.end, num_params));
+  if (scope.ranges.empty()) return num_params;
+  size_t floats = 0;
+  for (const ShardRange& r : scope.ranges) {
+    if (r.lo > r.hi || r.hi > num_params) {
+      throw std::invalid_argument(fmt::format("optimizer shard [{}, {}) outside the {} parameters", r.lo, r.hi,
+                                              num_params));
+    }
+    floats = std::max(floats, r.pos + (r.hi - r.lo));
   }
-  return end - scope.begin;
+  return floats;
 }
 }  // namespace
 
@@ -112,14 +123,13 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, size_t num_params, Memory& memo
       m_(scope_floats(scope, num_params), memory),
       v_(scope_floats(scope, num_params), memory) {
   cfg_.validate();
-  scope_.end = std::min(scope_.end, num_params);
 }
 
-StepStats Optimizer::step(Backend& be, Gpt2& model) {
+StepStats Optimizer::step(Backend& be, const Gpt2& model, StateAt params, StateAt grads) {
   StepStats s;
   const size_t n = model.num_params();
   s.lr = learning_rate(cfg_, step_);
-  s.grad_norm = std::sqrt(grad_sum_squares(be, model, n, scope_));
+  s.grad_norm = std::sqrt(grad_sum_squares(be, model, n, scope_, grads));
   if (cfg_.grad_clip > 0) s.grad_scale = std::min(1.0, cfg_.grad_clip / (s.grad_norm + 1e-6));
 
   const double t = static_cast<double>(step_ + 1);
@@ -139,13 +149,13 @@ StepStats Optimizer::step(Backend& be, Gpt2& model) {
   }
   const float decay = static_cast<float>(1.0 - s.lr * cfg_.weight_decay);
   // Element by element, so a tensor's part is updated as a flat range: with
-  // ZeRO-1 only the part inside this rank's shard, its moments at lo - begin.
-  for_each_in_scope(model, scope_, [&](const ParamInfo& info, size_t lo, size_t hi) {
+  // ZeRO only the parts inside this rank's shard, its moments packed.
+  for_each_in_scope(model, scope_, [&](const ParamInfo& info, const ShardRange& r, size_t lo, size_t hi) {
     k.decay_factor = info.decay ? decay : 1.0f;
     const int64_t len = static_cast<int64_t>(hi - lo);
-    const size_t mo = lo - scope_.begin;
-    be.adam_update(Tensor(model.param_data() + lo, {len}), Tensor(model.grad_data() + lo, {len}),
-                   Tensor(m_.data() + mo, {len}), Tensor(v_.data() + mo, {len}), k);
+    const size_t mo = r.pos + (lo - r.lo);
+    be.adam_update(Tensor(params.at(r, lo), {len}), Tensor(grads.at(r, lo), {len}), Tensor(m_.data() + mo, {len}),
+                   Tensor(v_.data() + mo, {len}), k);
   });
   ++step_;
   return s;

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/buffer.h"
@@ -74,20 +75,37 @@ struct StepStats {
   double grad_scale = 1;  // the clipping factor applied
 };
 
+// A part of the flat parameter buffer [lo, hi) that one rank updates, and
+// where it sits in that rank's packed shard: at pos .. pos + hi - lo.
+struct ShardRange {
+  size_t lo = 0, hi = 0, pos = 0;
+};
+
 // What one rank's update covers, and over whom the gradient norm is summed
 // (set once by the parallel layout; the default is one whole model).
-//   begin, end     ZeRO-1: this rank's shard [begin, end) of the flat buffer
-//                  (its moments are that long; the rest of the parameters is
-//                  updated by the other data-parallel ranks).
+//   ranges         ZeRO: the parts of the flat buffer this rank updates (one
+//                  contiguous range for ZeRO-1, a piece of every unit for
+//                  ZeRO-2/3, dist/zero.h); its moments are packed in that
+//                  order; the rest is updated by the other data-parallel
+//                  ranks. Empty: the whole buffer.
 //   stages         the pipeline group: each stage holds other parameters, so
 //                  their squared norms add.
-//   shards         ZeRO-1's data-parallel group: each rank's shard is other
+//   shards         ZeRO's data-parallel group: each rank's shard is other
 //                  parameters, so their squared norms add.
 // (The tensor-parallel group is the model's own: model.tp().group.)
 struct UpdateScope {
-  size_t begin = 0, end = SIZE_MAX;
+  std::vector<ShardRange> ranges;
   TpGroup* stages = nullptr;
   TpGroup* shards = nullptr;
+};
+
+// Where a scope's parameters or gradients are: in the model's flat layout
+// (element i at base + i) or packed in the scope's shard order (element i of
+// range r at base + r.pos + i - r.lo).
+struct StateAt {
+  float* base = nullptr;
+  bool packed = false;
+  float* at(const ShardRange& r, size_t i) const { return packed ? base + r.pos + (i - r.lo) : base + i; }
 };
 
 // Holds Adam's two moment buffers (same layout as the parameters, or as the
@@ -97,7 +115,12 @@ class Optimizer {
   // The moments live in `memory`, beside the model's parameters.
   Optimizer(const OptimizerConfig& cfg, size_t num_params, Memory& memory = host_memory(), UpdateScope scope = {});
   // Clips and applies the gradients in model.grads; advances the step count.
-  StepStats step(Backend& be, Gpt2& model);
+  StepStats step(Backend& be, Gpt2& model) {
+    return step(be, model, {model.param_data(), false}, {model.grad_data(), false});
+  }
+  // The same, on parameters and gradients held where `params` and `grads`
+  // say (ZeRO-2 keeps the gradient shard packed, ZeRO-3 both).
+  StepStats step(Backend& be, const Gpt2& model, StateAt params, StateAt grads);
   int64_t steps_done() const { return step_; }
   const OptimizerConfig& config() const { return cfg_; }
   // The moments to / from the host (checkpoints).

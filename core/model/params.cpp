@@ -92,7 +92,7 @@ namespace {
 void bind(std::vector<ParamInfo>& infos, float* base) {
   for (ParamInfo& info : infos) {
     Tensor& t = *info.view;
-    t = Tensor(base + info.offset, {});
+    t = Tensor(base ? base + info.offset : nullptr, {});  // null: shaped but not bound (model/params.h, Residency)
     for (int64_t d : info.shape) t.shape[static_cast<size_t>(t.ndim++)] = d;
   }
 }
@@ -177,8 +177,26 @@ void place_shard(const Gpt2Config& cfg, int tp, int rank, std::span<const float>
   copy_shards(cfg, tp, rank, stage, shard, full, false);
 }
 
-Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpLayout tp, StageLayers stage, size_t pad_to)
-    : cfg_(cfg), tp_(std::move(tp)), stage_(stage) {
+int unit_id(const std::string& name, int n_layer) {
+  if (name == "wte" || name == "wpe") return 0;
+  if (name.rfind("h.", 0) == 0) return 1 + std::stoi(name.substr(2));
+  return n_layer + 1;  // lnf_*, lm_head
+}
+
+std::vector<ParamUnit> param_units(const Gpt2Config& cfg, const std::vector<ParamInfo>& infos) {
+  std::vector<ParamUnit> units;
+  for (const ParamInfo& info : infos) {
+    const int id = unit_id(info.name, cfg.L);
+    const size_t n = static_cast<size_t>(info.view->numel());
+    if (units.empty() || units.back().id != id) units.push_back({id, info.offset, 0});
+    units.back().count = info.offset + n - units.back().offset;
+  }
+  return units;
+}
+
+Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpLayout tp, StageLayers stage, size_t pad_to,
+           Residency residency)
+    : cfg_(cfg), tp_(std::move(tp)), stage_(stage), memory_(&memory), residency_(residency) {
   cfg_.validate();
   tp_.validate(cfg_);
   tp_.check_group();
@@ -189,16 +207,41 @@ Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpLayout tp, StageLayers stage
   }
   n_ = param_count(cfg_, tp_.size, stage_);
   pad_to = std::max<size_t>(pad_to, 1);
-  const size_t padded = (n_ + pad_to - 1) / pad_to * pad_to;
-  params_buf_ = Buffer(padded, memory);
-  grads_buf_ = Buffer(padded, memory);
-  if (padded > n_) params_buf_.zero();
-  grads = bind_params(cfg_, grads_buf_.data(), tp_.size, stage_);
+  padded_ = (n_ + pad_to - 1) / pad_to * pad_to;
+  if (residency_ != Residency::kNone) params_buf_ = Buffer(padded_, memory);
+  if (residency_ == Residency::kWhole) grads_buf_ = Buffer(padded_, memory);
+  if (padded_ > n_ && params_buf_.size() > 0) params_buf_.zero();
+  grad_infos_ = layout(cfg_, grads, tp_.size, stage_);
   infos_ = layout(cfg_, params, tp_.size, stage_);
-  bind(infos_, params_buf_.data());
+  bind(grad_infos_, grads_buf_.size() > 0 ? grads_buf_.data() : nullptr);
+  bind(infos_, params_buf_.size() > 0 ? params_buf_.data() : nullptr);
+  units_ = param_units(cfg_, infos_);  // from the shaped views
+}
+
+void Gpt2::bind_unit(const ParamUnit& u, float* params_at, float* grads_at) {
+  auto rebind = [&](std::vector<ParamInfo>& infos, float* base) {
+    for (ParamInfo& info : infos) {
+      if (info.offset < u.offset || info.offset >= u.offset + u.count) continue;
+      info.view->data = base ? base + (info.offset - u.offset) : nullptr;
+    }
+  };
+  if (residency_ == Residency::kNone) rebind(infos_, params_at);
+  if (residency_ != Residency::kWhole) rebind(grad_infos_, grads_at);
+}
+
+std::vector<float> Gpt2::params_to_host() const {
+  if (residency_ == Residency::kNone) {
+    throw std::logic_error("Gpt2::params_to_host: the parameters are sharded (ZeRO-3); gather them first");
+  }
+  std::vector<float> host = params_buf_.download();
+  host.resize(n_);
+  return host;
 }
 
 void Gpt2::params_from_host(std::span<const float> host) {
+  if (residency_ == Residency::kNone) {
+    throw std::logic_error("Gpt2::params_from_host: the parameters are sharded (ZeRO-3); load the shards");
+  }
   if (host.size() != n_) {
     throw std::invalid_argument(fmt::format("Gpt2::params_from_host: {} floats for a model of {}", host.size(), n_));
   }

@@ -89,6 +89,26 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp = 1
 // of one stage's tensors).
 size_t param_count(const Gpt2Config& cfg, int tp = 1, StageLayers stage = {});
 
+// The units a layer-wise sharding moves (ZeRO-2 and ZeRO-3, DESIGN.md
+// "Memory"): the embeddings (wte, wpe), each layer, the head (final norm
+// and lm_head), each one contiguous run [offset, offset + count) of the flat
+// buffer, in buffer order. `id` is 0 for the embeddings, 1 + l for layer l and
+// L + 1 for the head, on every stage; a stage lists only the units it holds.
+struct ParamUnit {
+  int id = 0;
+  size_t offset = 0, count = 0;
+};
+std::vector<ParamUnit> param_units(const Gpt2Config& cfg, const std::vector<ParamInfo>& infos);
+// The unit id of a parameter name ("wte" 0, "h.3.fc_w" 4, "lnf_w" L + 1).
+int unit_id(const std::string& name, int n_layer);
+
+// What the model's own buffers hold. kWhole: the parameters and gradients
+// (every layout but ZeRO-2/3). kParams: the parameters; each unit's gradient
+// views are bound by a UnitHook to working memory while the backward computes
+// it (ZeRO-2). kNone: neither; a unit's parameter views are bound only while
+// a pass uses them (ZeRO-3). Outside those windows the views are empty.
+enum class Residency { kWhole, kParams, kNone };
+
 // Binds every view of a ParamTensors to consecutive slices of `base`.
 ParamTensors bind_params(const Gpt2Config& cfg, float* base, int tp = 1, StageLayers stage = {});
 
@@ -114,7 +134,7 @@ std::vector<float> initial_weights(const Gpt2Config& cfg, uint64_t seed);
 class Gpt2 {
  public:
   explicit Gpt2(const Gpt2Config& cfg, Memory& memory = host_memory(), TpLayout tp = {}, StageLayers stage = {},
-                size_t pad_to = 1);
+                size_t pad_to = 1, Residency residency = Residency::kWhole);
   Gpt2(const Gpt2&) = delete;
   Gpt2& operator=(const Gpt2&) = delete;
 
@@ -126,18 +146,23 @@ class Gpt2 {
   // and device, and the same global weights for every layout.
   void init_weights(uint64_t seed);
   void zero_grad() { grads_buf_.zero(); }
-  // The whole parameter buffer to / from the host (checkpoints, checksums).
-  std::vector<float> params_to_host() const {
-    std::vector<float> host = params_buf_.download();
-    host.resize(n_);
-    return host;
-  }
+  // The whole parameter buffer to / from the host (checkpoints, checksums);
+  // a model without its parameters (Residency::kNone) throws std::logic_error.
+  std::vector<float> params_to_host() const;
   void params_from_host(std::span<const float> host);
-  Memory& memory() const { return params_buf_.memory(); }
+  Memory& memory() const { return *memory_; }
+  Residency residency() const { return residency_; }
+
+  // This model's units (a stage's own), and their views rebound: unit `u`'s
+  // parameter views to consecutive slices of `params`, its gradient views to
+  // those of `grads` (nullptr: that side unbound). Only for kParams (grads)
+  // and kNone (both); a resident side stays bound to the model's buffer.
+  const std::vector<ParamUnit>& units() const { return units_; }
+  void bind_unit(const ParamUnit& u, float* params, float* grads);
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
   size_t num_params() const { return n_; }
-  size_t padded_params() const { return params_buf_.size(); }  // num_params() rounded up to pad_to
+  size_t padded_params() const { return padded_; }  // num_params() rounded up to pad_to
   float* param_data() const { return params_buf_.data(); }
   float* grad_data() const { return grads_buf_.data(); }
 
@@ -148,10 +173,14 @@ class Gpt2 {
   Gpt2Config cfg_;
   TpLayout tp_;
   StageLayers stage_;
-  size_t n_ = 0;
-  Buffer params_buf_;
-  Buffer grads_buf_;
-  std::vector<ParamInfo> infos_;  // views point into `params`
+  size_t n_ = 0, padded_ = 0;
+  Memory* memory_;
+  Residency residency_;
+  Buffer params_buf_;  // empty with Residency::kNone
+  Buffer grads_buf_;   // empty unless Residency::kWhole
+  std::vector<ParamInfo> infos_;       // views point into `params`
+  std::vector<ParamInfo> grad_infos_;  // the same list, views into `grads`
+  std::vector<ParamUnit> units_;
 };
 
 }  // namespace gpt2

@@ -42,6 +42,15 @@ void TrainConfig::validate() const {
   non_negative("max_loss", max_loss);
 }
 
+std::string to_string(ZeroStage z) { return std::to_string(static_cast<int>(z)); }
+
+void from_string(const std::string& text, ZeroStage& z) {
+  if (text == "true") z = ZeroStage::k1;
+  else if (text == "false") z = ZeroStage::k0;
+  else if (text.size() == 1 && text[0] >= '0' && text[0] <= '3') z = static_cast<ZeroStage>(text[0] - '0');
+  else throw std::invalid_argument(fmt::format("parallel.zero: '{}' is not a ZeRO stage (0, 1, 2 or 3; true = 1, false = 0)", text));
+}
+
 void ParallelConfig::validate() const {
   if (tp < 1) throw std::invalid_argument(fmt::format("parallel.tp: must be >= 1, got {}", tp));
   if (pp < 1) throw std::invalid_argument(fmt::format("parallel.pp: must be >= 1, got {}", pp));
@@ -80,10 +89,27 @@ void validate(const RunConfig& c) {
           "the run at layer {} or choose another parallel.pp", last, last + 1, s, s + 1, last));
     }
   }
-  if (c.train.layer_grad_norms && (c.parallel.tp > 1 || c.parallel.pp > 1 || c.parallel.zero)) {
+  if (c.train.layer_grad_norms && (c.parallel.tp > 1 || c.parallel.pp > 1 || c.parallel.zero_stage() > 0)) {
     throw std::invalid_argument(
         "train.layer_grad_norms: per-layer norms are taken on a whole model's gradient; this layout shards it "
         "(parallel.tp, parallel.pp or parallel.zero): turn one off");
+  }
+  const int zero = c.parallel.zero_stage();
+  if (zero == 3 && c.parallel.pipelined()) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.zero 3 with parallel.pp {} and parallel.microbatches {}: fully sharded parameters run without a "
+        "pipeline schedule (pp 1, microbatches 1); with a pipeline use parallel.zero 2 or 1",
+        c.parallel.pp, c.parallel.microbatches));
+  }
+  if (zero >= 2 && c.model.tie_embeddings) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.zero {} with model.tie_embeddings: the tied matrix is used by the embedding and the head, two "
+        "units apart, so its gradient cannot be released after either; untie it or use parallel.zero 1", zero));
+  }
+  if (zero >= 2 && tp.has_private()) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.zero {} with spd or parallel blocks: a private run's gradients are final only at the run's "
+        "start, not after each layer; use tp blocks or parallel.zero 1", zero));
   }
   if (c.model.tie_embeddings && c.parallel.pp > 1) {
     throw std::invalid_argument(fmt::format(

@@ -69,18 +69,29 @@ struct TrainConfig {
   }
 };
 
+// ZeRO's stage over the data-parallel group (DESIGN.md "Memory"): 0 none, 1
+// the Adam moments sharded, 2 also the gradients, 3 also the parameters.
+// Written as the number; `true` and `false` read as 1 and 0.
+enum class ZeroStage { k0, k1, k2, k3 };
+std::string to_string(ZeroStage z);
+void from_string(const std::string& text, ZeroStage& z);  // throws std::invalid_argument naming parallel.zero
+
 // The parallel layout (DESIGN.md "Parallel layouts"): ranks = dp x tp x pp,
 // with tensor-parallel groups of tp consecutive ranks, then pipeline stages,
 // then data-parallel replicas (dist/process_grid.h); the block type of each
 // layer (model/tensor_parallel.h); the pipeline's microbatches and schedule
-// (train/pipeline.h); ZeRO-1 over the data-parallel group.
+// (train/pipeline.h); the ZeRO stage over the data-parallel group.
 struct ParallelConfig {
   int tp = 1;
   std::vector<std::string> block_types;  // one per layer; empty: all tp
   int pp = 1;
   int microbatches = 1;
   std::string schedule = "1f1b";
-  bool zero = false;
+  ZeroStage zero = ZeroStage::k0;
+
+  int zero_stage() const { return static_cast<int>(zero); }
+  // Pipeline stages or microbatches: the step runs a schedule (train/pipeline.h).
+  bool pipelined() const { return pp > 1 || microbatches > 1; }
 
   // The checks that need no model or rank count (those are in validate(RunConfig)
   // and at start-up); throws std::invalid_argument naming the key.
@@ -106,8 +117,12 @@ struct ParallelConfig {
       "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (warm-up, one forward one backward, "
       "cool-down) or zb-h1 (1f1b with each backward split into B and W, W delayed into the bubbles)");
     f("zero", zero,
-      "ZeRO-1: Adam moments sharded over the data-parallel group (gradients reduce-scattered, each rank updates "
-      "its shard, parameters all-gathered)");
+      "ZeRO stage over the data-parallel group: 0 off; 1 Adam moments sharded (gradients reduce-scattered, each "
+      "rank updates its shard, parameters all-gathered); 2 also the gradients (each layer's reduce-scattered as "
+      "the backward finishes it); 3 also the parameters (each layer's all-gathered before its forward and "
+      "backward, freed after); true/false = 1/0. Does nothing with one data-parallel rank. 2 with pipeline stages "
+      "or microbatches keeps the stage's gradient for the accumulation (stage 1's memory); 3 needs pp 1 and "
+      "microbatches 1; 2 and 3 need untied embeddings and tp blocks, on the mpi stage");
   }
 };
 

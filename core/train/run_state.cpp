@@ -257,14 +257,24 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   TpLayout layout = grid.layout(c.parallel.blocks());
   layout.validate(st->model_config);
   const StageLayers stage = StageLayers::of(st->model_config.L, grid.pp(), grid.stage());
-  const bool zero = c.parallel.zero && dp > 1;
+  // ZeRO: stage 1 (or 2 under a pipeline schedule) in contiguous shards of
+  // a padded buffer; stages 2 and 3 otherwise in unit-aligned shards, the
+  // model holding its parameters (2) or nothing (3).
+  st->zero_stage = dp > 1 ? c.parallel.zero_stage() : 0;
+  const bool contiguous = st->zero_stage == 1 || (st->zero_stage == 2 && c.parallel.pipelined());
+  const Residency residency = contiguous || st->zero_stage < 2 ? Residency::kWhole
+                              : st->zero_stage == 2           ? Residency::kParams
+                                                              : Residency::kNone;
   st->model = std::make_unique<Gpt2>(st->model_config, mem, std::move(layout), stage,
-                                     zero ? static_cast<size_t>(dp) : 1);
+                                     contiguous ? static_cast<size_t>(dp) : 1, residency);
   UpdateScope scope;
-  if (zero) {
+  if (contiguous) {
     st->zero = zero_shard(*st->model, dp, dp_rank);
-    scope.begin = st->zero->begin;
-    scope.end = st->zero->end;
+    scope.ranges = {{st->zero->begin, st->zero->end, 0}};
+    scope.shards = &grid.dp_group();
+  } else if (st->zero_stage >= 2) {
+    st->sharded = std::make_unique<ZeroShards>(*st->model, grid.dp_comm(), st->zero_stage);
+    scope.ranges = st->sharded->shards().ranges;
     scope.shards = &grid.dp_group();
   }
   if (grid.pp() > 1) scope.stages = &grid.pp_group();
@@ -279,8 +289,16 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
     if (st->zero) {
       part = std::vector<float>(part.begin() + static_cast<std::ptrdiff_t>(st->zero->begin),
                                 part.begin() + static_cast<std::ptrdiff_t>(st->zero->end));
+    } else if (st->sharded) {
+      part = st->sharded->shards().pack(part);
     }
   };
+  // The weights into the model (or, ZeRO-3, this rank's pieces into the shard).
+  auto set_params = [&](const std::vector<float>& local) {
+    if (st->zero_stage == 3) st->sharded->load_params(local);
+    else st->model->params_from_host(local);
+  };
+  std::vector<float> w;  // this rank's weights (its tp shard of its stage), for the check below
   if (!resume.empty()) {
     HostState hs;
     if (rank == 0) {
@@ -296,15 +314,21 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
     for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) shard(*v);  // this rank's shard of each
     zero_part(hs.m);
     zero_part(hs.v);
-    st->model->params_from_host(hs.params);
+    set_params(hs.params);
     st->opt->moments_from_host(hs.m, hs.v);
     st->opt->set_steps_done(hs.counters[0]);
     st->loader->restore(hs.counters[1], hs.counters[2]);
+    if (st->zero_stage == 3) w = std::move(hs.params);
+  } else if (st->zero_stage == 3) {
+    w = initial_weights(st->model_config, c.train.seed);
+    shard(w);
+    set_params(w);
   } else {
     st->model->init_weights(c.train.seed);
   }
-  // Every data-parallel replica holds the same shard.
-  const std::vector<float> w = st->model->params_to_host();
+  // Every data-parallel replica holds the same weights (ZeRO-3: before its
+  // pieces were cut; otherwise as the model's memory holds them).
+  if (st->zero_stage != 3) w = st->model->params_to_host();
   if (!grid.dp_comm().all_equal(fnv1a64(w.data(), w.size() * sizeof(float)))) {
     throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
   }
@@ -327,8 +351,15 @@ uint64_t replicated_hash(const Gpt2& model, const std::vector<float>& local) {
 
 void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
                               const std::string& run_id, ProcessGrid& grid) {
-  // ZeRO-1: the moments' shards first, over the data-parallel group (every rank).
+  // ZeRO: the moments' shards first (and ZeRO-3's parameters), over the
+  // data-parallel group (every rank).
   std::vector<float> m = st.opt->m_to_host(), v = st.opt->v_to_host();
+  std::vector<float> local;
+  if (st.sharded) {
+    m = st.sharded->gather(m);
+    v = st.sharded->gather(v);
+    if (st.zero_stage == 3) local = st.sharded->gather(st.sharded->param_shard());
+  }
   if (st.zero) {
     for (std::vector<float>* x : {&m, &v}) {
       std::vector<float> whole(st.zero->chunk * static_cast<size_t>(grid.dp()));
@@ -347,7 +378,7 @@ void save_training_checkpoint(const std::string& path, const RunState& st, const
   ts.steps_done = st.opt->steps_done();
   KeyValues extra = curve_entries(c, st.tokens.size(), st.corpus_hash);
   extra.emplace_back("run.id", run_id);
-  const std::vector<float> local = st.model->params_to_host();
+  if (st.zero_stage != 3) local = st.model->params_to_host();
   if (grid.tp() > 1 && !grid.tp_comm().all_equal(replicated_hash(*st.model, local))) {
     throw std::runtime_error("the replicated parameters differ across the tensor-parallel group");
   }

@@ -14,6 +14,7 @@
 
 #include "dist/comm.h"
 #include "dist/process_grid.h"
+#include "dist/zero.h"
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/dataloader.h"
@@ -24,9 +25,11 @@
 
 namespace gpt2 {
 
-// ZeRO-1: this rank's shard [begin, end) of its flat parameter buffer, cut
-// into equal chunks of `chunk` floats over the data-parallel group (the
-// buffer is padded to a multiple of the group's size).
+// ZeRO-1 (and ZeRO-2 under a pipeline schedule, which keeps the stage's
+// gradient for the microbatches' accumulation): this rank's shard [begin,
+// end) of its flat parameter buffer, cut into equal chunks of `chunk` floats
+// over the data-parallel group (the buffer is padded to a multiple of the
+// group's size).
 struct ZeroShard {
   size_t begin = 0, end = 0, chunk = 0;
 };
@@ -45,7 +48,12 @@ struct RunState {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Gpt2> model;  // in the backend's memory
   std::unique_ptr<Optimizer> opt;
-  std::optional<ZeroShard> zero;     // parallel.zero with more than one data-parallel rank
+  // parallel.zero with more than one data-parallel rank: the stage in force
+  // (0 with one rank), and its shards: contiguous (`zero`: stage 1, or 2 under
+  // a pipeline) or unit-aligned (`sharded`: stages 2 and 3, dist/zero.h).
+  int zero_stage = 0;
+  std::optional<ZeroShard> zero;
+  std::unique_ptr<ZeroShards> sharded;
   std::optional<DataLoader> loader;  // this rank's rows of the training split
   bool eval_on = false;              // train.eval_every > 0 and a validation split
   int64_t first_step = 0;            // > 0 when resumed

@@ -7,26 +7,15 @@
 #include <stdexcept>
 
 #include "model/model.h"
-#include "train/run_state.h"
 
 namespace gpt2 {
 
-double global_mean(Communicator& comm, double local_mean, int rows, int batch_size) {
-  return comm.allreduce_sum(local_mean * rows / batch_size);
-}
-
-LocalTrainStep::LocalTrainStep(Backend& be, Gpt2& model, Optimizer& opt, Activations& acts)
-    : comm_(make_local_communicator()),
-      sync_(*comm_, model.grad_data(), model.num_params(), 0),
-      ctx_{be, model, opt, acts, sync_, *comm_, acts.B} {}
-
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-void check_loss(const StepContext& s, double loss) {
+void check_loss(const StepParts& s, double loss) {
   if (!std::isfinite(loss) || (s.max_loss > 0 && loss > s.max_loss)) {
     throw std::runtime_error(fmt::format(
         "step {}: the loss is {:.6g}{} (training diverged); no update was made, and the last checkpoint, if any, is "
@@ -35,79 +24,152 @@ void check_loss(const StepContext& s, double loss) {
   }
 }
 
-// Pipeline stages, microbatches or ZeRO-1 (see train_step.h).
-StepResult layout_step(const StepContext& s, const int32_t* inputs, const int32_t* targets, int rows) {
-  const int T = s.pipe ? s.pipe->seq_len() : s.acts.T;
-  const float dloss = 1.0f / static_cast<float>(s.batch_size * T);
-  s.model.zero_grad();
-  double local_loss = 0;
-  if (s.pipe) {
-    local_loss = s.pipe->step(inputs, targets, dloss);
-  } else {
-    local_loss = gpt2_forward(s.be, s.model, s.acts, inputs, targets);
-    gpt2_backward(s.be, s.model, s.acts, inputs, targets, dloss);
-  }
-  StepResult r;
-  const auto t0 = std::chrono::steady_clock::now();
-  if (s.pp && s.pp->size() > 1) local_loss = s.pp->allreduce_sum(local_loss);  // from the last stage
-  size_t chunk = 0, begin = 0;
-  if (s.zero) {
-    chunk = s.zero->chunk;
-    begin = static_cast<size_t>(s.comm.rank()) * chunk;
-    s.comm.reduce_scatter_sum(s.model.grad_data(), s.model.grad_data() + begin, chunk);
-  } else {
-    s.sync.start_grad_sync();
-    s.sync.finish_grad_sync();
-  }
-  r.loss = global_mean(s.comm, local_loss, rows, s.batch_size);
-  r.comm_s = seconds_since(t0);
+// Each position's loss weighs 1 / (global B*T): summed over the ranks, the
+// gradients are those of the global mean.
+float loss_weight(const StepParts& s, int T) { return 1.0f / static_cast<float>(s.batch_size * T); }
+
+// The end every step shares: the global mean loss (checked), then the update.
+// `comm_s` gets the loss collective's time.
+void mean_and_update(const StepParts& s, StepResult& r, double local_loss, int rows, StateAt params, StateAt grads) {
+  const auto t0 = Clock::now();
+  r.loss = global_mean(s.dp, local_loss, rows, s.batch_size);
+  r.comm_s += seconds_since(t0);
   check_loss(s, r.loss);
-  if (s.layer_norms && !s.zero) r.layer_grad_norms = layer_grad_norms(s.be, s.model);  // microbatches, one stage
-  r.update = s.opt.step(s.be, s.model);
-  if (s.zero) {
-    s.be.synchronize();
-    const auto t1 = std::chrono::steady_clock::now();
-    s.comm.all_gather(s.model.param_data() + begin, s.model.param_data(), chunk);
-    r.comm_s += seconds_since(t1);
-  }
-  return r;
+  if (s.layer_norms) r.layer_grad_norms = layer_grad_norms(s.be, s.model);
+  r.update = s.opt.step(s.be, s.model, params, grads);
 }
+
+StateAt resident_params(const StepParts& s) { return {s.model.param_data(), false}; }
+StateAt resident_grads(const StepParts& s) { return {s.model.grad_data(), false}; }
+
+class DataParallelStep final : public StepFunction {
+ public:
+  DataParallelStep(const StepParts& parts, Activations& acts, GradReducer& reducer)
+      : StepFunction(parts), acts_(acts), reducer_(reducer) {}
+
+  StepResult step(const int32_t* inputs, const int32_t* targets) override {
+    const StepParts& s = parts_;
+    s.model.zero_grad();
+    const double local_loss = gpt2_forward(s.be, s.model, acts_, inputs, targets);
+    reducer_.start_grad_sync();
+    gpt2_backward(s.be, s.model, acts_, inputs, targets, loss_weight(s, acts_.T), &reducer_);
+    reducer_.finish_grad_sync();
+    StepResult r;
+    mean_and_update(s, r, local_loss, acts_.B, resident_params(s), resident_grads(s));
+    reducer_.finish_update(s.be);
+    r.comm_s += reducer_.seconds();
+    return r;
+  }
+  double forward_loss(const int32_t* inputs, const int32_t* targets) override {
+    return gpt2_forward(parts_.be, parts_.model, acts_, inputs, targets);
+  }
+  int rows() const override { return acts_.B; }
+  int seq_len() const override { return acts_.T; }
+
+ private:
+  Activations& acts_;
+  GradReducer& reducer_;
+};
+
+class PipelinedStep final : public StepFunction {
+ public:
+  PipelinedStep(const StepParts& parts, PipelineEngine& pipe, Communicator& pp, GradReducer& reducer)
+      : StepFunction(parts), pipe_(pipe), pp_(pp), reducer_(reducer) {}
+
+  StepResult step(const int32_t* inputs, const int32_t* targets) override {
+    const StepParts& s = parts_;
+    s.model.zero_grad();
+    double local_loss = pipe_.step(inputs, targets, loss_weight(s, pipe_.seq_len()));
+    StepResult r;
+    const auto t0 = Clock::now();
+    local_loss = from_last_stage(local_loss);
+    reducer_.start_grad_sync();
+    reducer_.finish_grad_sync();
+    r.comm_s = seconds_since(t0);
+    mean_and_update(s, r, local_loss, pipe_.rows(), resident_params(s), resident_grads(s));
+    const auto t1 = Clock::now();
+    reducer_.finish_update(s.be);
+    r.comm_s += seconds_since(t1);
+    return r;
+  }
+  double forward_loss(const int32_t* inputs, const int32_t* targets) override {
+    return from_last_stage(pipe_.forward_loss(inputs, targets));
+  }
+  int rows() const override { return pipe_.rows(); }
+  int seq_len() const override { return pipe_.seq_len(); }
+
+ private:
+  // The replica's loss, which only the last stage computed (0 elsewhere).
+  double from_last_stage(double local) { return pp_.size() > 1 ? pp_.allreduce_sum(local) : local; }
+
+  PipelineEngine& pipe_;
+  Communicator& pp_;
+  GradReducer& reducer_;
+};
+
+class ShardedStep final : public StepFunction {
+ public:
+  ShardedStep(const StepParts& parts, Activations& acts, ZeroShards& shards)
+      : StepFunction(parts), acts_(acts), shards_(shards) {}
+
+  StepResult step(const int32_t* inputs, const int32_t* targets) override {
+    const StepParts& s = parts_;
+    shards_.reset_seconds();
+    // No zero_grad: each unit's gradient slot is zeroed as the backward acquires it.
+    const double local_loss = gpt2_forward(s.be, s.model, acts_, inputs, targets, 0, &shards_);
+    gpt2_backward(s.be, s.model, acts_, inputs, targets, loss_weight(s, acts_.T), nullptr, BackwardPart::kAll,
+                  &shards_);
+    shards_.finish_grads();
+    StepResult r;
+    mean_and_update(s, r, local_loss, acts_.B, shards_.params(), shards_.grads());
+    shards_.finish_update();
+    r.comm_s += shards_.seconds();
+    return r;
+  }
+  double forward_loss(const int32_t* inputs, const int32_t* targets) override {
+    return gpt2_forward(parts_.be, parts_.model, acts_, inputs, targets, 0, &shards_);
+  }
+  int rows() const override { return acts_.B; }
+  int seq_len() const override { return acts_.T; }
+
+ private:
+  Activations& acts_;
+  ZeroShards& shards_;
+};
 
 }  // namespace
 
+std::unique_ptr<StepFunction> data_parallel_step(const StepParts& parts, Activations& acts, GradReducer& reducer) {
+  return std::make_unique<DataParallelStep>(parts, acts, reducer);
+}
+
+std::unique_ptr<StepFunction> pipelined_step(const StepParts& parts, PipelineEngine& pipe, Communicator& pp,
+                                             GradReducer& reducer) {
+  return std::make_unique<PipelinedStep>(parts, pipe, pp, reducer);
+}
+
+std::unique_ptr<StepFunction> sharded_step(const StepParts& parts, Activations& acts, ZeroShards& shards) {
+  return std::make_unique<ShardedStep>(parts, acts, shards);
+}
+
+double global_mean(Communicator& comm, double local_mean, int rows, int batch_size) {
+  return comm.allreduce_sum(local_mean * rows / batch_size);
+}
+
+LocalTrainStep::LocalTrainStep(Backend& be, Gpt2& model, Optimizer& opt, Activations& acts)
+    : comm_(make_local_communicator()),
+      sync_(*comm_, model.grad_data(), model.num_params(), 0),
+      step_(data_parallel_step({be, model, opt, *comm_, acts.B}, acts, sync_)) {}
+
 std::vector<double> layer_grad_norms(Backend& be, const Gpt2& model) {
-  const int L = model.config().L;
-  std::vector<double> sq(static_cast<size_t>(L + 2), 0.0);
+  std::vector<double> sq(static_cast<size_t>(model.config().L + 2), 0.0);
   for (const ParamInfo& info : model.infos()) {
-    size_t group = static_cast<size_t>(L + 1);  // the head: lnf_*, lm_head
-    if (info.name == "wte" || info.name == "wpe") group = 0;
-    else if (info.name.rfind("h.", 0) == 0) group = 1 + static_cast<size_t>(std::stoi(info.name.substr(2)));
     const Tensor& p = *info.view;
-    sq[group] += be.sum_squares(Tensor(model.grad_data() + (p.data - model.param_data()), {p.numel()}));
+    sq[static_cast<size_t>(unit_id(info.name, model.config().L))] +=
+        be.sum_squares(Tensor(model.grad_data() + (p.data - model.param_data()), {p.numel()}));
   }
   for (double& v : sq) v = std::sqrt(v);
   return sq;
-}
-
-StepResult train_step(const StepContext& s, const int32_t* inputs, const int32_t* targets) {
-  const int rows = s.pipe ? s.pipe->rows() : s.acts.B;
-  if (s.pipe || s.zero) return layout_step(s, inputs, targets, rows);
-  // Each position's loss weighs 1 / (global B*T): summed over the ranks, the
-  // gradients are those of the global mean.
-  const float dloss = 1.0f / static_cast<float>(s.batch_size * s.acts.T);
-  s.model.zero_grad();
-  const double local_loss = gpt2_forward(s.be, s.model, s.acts, inputs, targets);
-  s.sync.start_grad_sync();
-  gpt2_backward(s.be, s.model, s.acts, inputs, targets, dloss, &s.sync);
-  s.sync.finish_grad_sync();
-  StepResult r;
-  const auto t0 = std::chrono::steady_clock::now();
-  r.loss = global_mean(s.comm, local_loss, rows, s.batch_size);
-  r.comm_s = s.sync.seconds() + seconds_since(t0);
-  check_loss(s, r.loss);
-  if (s.layer_norms) r.layer_grad_norms = layer_grad_norms(s.be, s.model);
-  r.update = s.opt.step(s.be, s.model);
-  return r;
 }
 
 }  // namespace gpt2

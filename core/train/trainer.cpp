@@ -76,7 +76,7 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["dp"] = comm.size() / (c.parallel.tp * c.parallel.pp);
   p["microbatches"] = c.parallel.microbatches;
   p["schedule"] = c.parallel.schedule;
-  p["zero"] = c.parallel.zero;
+  p["zero"] = st.zero_stage;
   p["block_types"] = TpLayout{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.describe();
   p["hostfile"] = req.hostfile;
   p["seed"] = c.train.seed;
@@ -114,10 +114,21 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
                          c.parallel.pp, stages, c.parallel.microbatches, st.rows / c.parallel.microbatches,
                          c.parallel.schedule));
   }
+  const int dp = comm.size() / c.parallel.tp / c.parallel.pp;
   if (st.zero) {
-    log.note(fmt::format("ZeRO-1: Adam moments sharded over {} data-parallel ranks ({} of {} parameters here)",
-                         comm.size() / c.parallel.tp / c.parallel.pp, st.zero->end - st.zero->begin,
-                         st.model->num_params()));
+    log.note(fmt::format("ZeRO-{}: Adam moments sharded over {} data-parallel ranks ({} of {} parameters here){}",
+                         st.zero_stage, dp, st.zero->end - st.zero->begin, st.model->num_params(),
+                         st.zero_stage == 2 ? "; the pipeline schedule accumulates the stage's whole gradient over its "
+                                              "microbatches, so stage 2 keeps stage 1's memory"
+                                            : ""));
+  } else if (st.sharded) {
+    log.note(fmt::format("ZeRO-{}: {} sharded over {} data-parallel ranks ({} of {} parameters here, in {} units)",
+                         st.zero_stage, st.zero_stage == 2 ? "moments and gradients" : "moments, gradients and parameters",
+                         dp, st.sharded->shards().shard_floats, st.model->num_params(),
+                         st.sharded->shards().pieces.size()));
+  } else if (c.parallel.zero_stage() > 0) {
+    log.note(fmt::format("parallel.zero {} does nothing with one data-parallel rank: nothing to shard over",
+                         c.parallel.zero_stage()));
   }
   if (!st.unchecked.empty()) {
     std::string keys;
@@ -128,7 +139,7 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
 
 // The loss on the first train.eval_batches batches of the validation split,
 // over the global batch (every data-parallel replica takes its rows).
-double validation_loss(const StepContext& step, const RunConfig& c, const RunState& st, int replica, int32_t* x,
+double validation_loss(StepFunction& step, const RunConfig& c, const RunState& st, int replica, int32_t* x,
                        int32_t* y) {
   DataLoader val(st.split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed,
                  replica * st.rows, st.rows);
@@ -233,33 +244,55 @@ class PipelineRecorder {
   std::ofstream out_;
 };
 
-// This rank's memory by kind (bytes): parameters and gradients as
-// allocated (ZeRO pads them), optimizer moments, one activation arena and
-// the most arenas in use at once.
+// This rank's memory by kind (bytes), as allocated: parameters and
+// gradients held (ZeRO pads them; ZeRO-2/3 hold shards), optimizer moments,
+// one activation arena and the most arenas in use at once, ZeRO-3's
+// gathered parameter slots and ZeRO-2/3's gradient slots; and the ZeRO
+// formula for the model state (parameters + gradients + moments).
 struct RankMemory {
-  uint64_t params = 0, grads = 0, moments = 0, arena = 0, arenas = 1;
+  uint64_t params = 0, grads = 0, moments = 0, arena = 0, arenas = 1, gathered = 0, comm_buffers = 0, formula = 0;
   uint64_t activations() const { return arena * arenas; }
 };
-RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, size_t arena_bytes) {
+
+// Rajbhandari et al. (2020), fp32 Adam over N data-parallel ranks, per
+// parameter: stage 0 16 bytes, 1 8 + 8/N, 2 4 + 12/N, 3 16/N. ZeRO-2 under a
+// pipeline schedule keeps the stage's gradient: stage 1's.
+uint64_t zero_formula_bytes(size_t params, int N, int stage, bool contiguous) {
+  const double psi = static_cast<double>(params), n = static_cast<double>(N);
+  const int s = contiguous ? 1 : stage;
+  const double per = s == 0 ? 16.0 : s == 1 ? 8.0 + 8.0 / n : s == 2 ? 4.0 + 12.0 / n : 16.0 / n;
+  return static_cast<uint64_t>(std::llround(per * psi));
+}
+
+RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, size_t arena_bytes, int dp) {
   RankMemory m;
-  m.params = m.grads = st.model->padded_params() * sizeof(float);
+  const Gpt2& model = *st.model;
+  const uint64_t whole = model.padded_params() * sizeof(float);
+  m.params = model.residency() == Residency::kNone ? st.sharded->param_shard_bytes() : whole;
+  m.grads = model.residency() == Residency::kWhole ? whole : st.sharded->grad_shard_bytes();
   m.moments = st.opt->state_bytes();
   m.arena = pipe ? pipe->arena_bytes() : arena_bytes;
   m.arenas = static_cast<uint64_t>(pipe ? pipe->arenas() : 1);
+  if (st.sharded) {
+    m.gathered = st.sharded->param_slot_bytes();
+    m.comm_buffers = st.sharded->grad_slot_bytes();
+  }
+  m.formula = zero_formula_bytes(model.num_params(), dp, st.zero_stage, st.zero.has_value());
   return m;
 }
 
 // Each rank's RankMemory, gathered to rank 0 for the summary.
-Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem) {
+Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
   Communicator& aux = grid.aux_comm();
-  const uint64_t values[] = {mem.params, mem.grads, mem.moments, mem.arena, mem.arenas,
-                             static_cast<uint64_t>(grid.stage())};
-  // Floats carry each value exactly as two 20-bit halves.
-  constexpr uint64_t kHalf = uint64_t{1} << 20;
+  const uint64_t values[] = {mem.params,   mem.grads,        mem.moments, mem.arena, mem.arenas,
+                             mem.gathered, mem.comm_buffers, mem.formula, static_cast<uint64_t>(grid.stage())};
+  // Floats carry each value exactly as three 20-bit parts.
+  constexpr uint64_t kPart = uint64_t{1} << 20;
   std::vector<float> mine;
   for (uint64_t v : values) {
-    mine.push_back(static_cast<float>(v / kHalf));
-    mine.push_back(static_cast<float>(v % kHalf));
+    mine.push_back(static_cast<float>(v / kPart / kPart));
+    mine.push_back(static_cast<float>(v / kPart % kPart));
+    mine.push_back(static_cast<float>(v % kPart));
   }
   std::vector<float> all(mine.size() * static_cast<size_t>(aux.size()));
   aux.all_gather(mine.data(), all.data(), mine.size());
@@ -267,33 +300,95 @@ Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem) {
   for (int r = 0; r < aux.size(); ++r) {
     const float* x = all.data() + static_cast<size_t>(r) * mine.size();
     auto at = [&](int i) {
-      return static_cast<int64_t>(x[2 * i]) * static_cast<int64_t>(kHalf) + static_cast<int64_t>(x[2 * i + 1]);
+      const auto part = [&](int k) { return static_cast<int64_t>(x[3 * i + k]); };
+      return (part(0) * static_cast<int64_t>(kPart) + part(1)) * static_cast<int64_t>(kPart) + part(2);
     };
-    out.push_back(Json{{"rank", r}, {"stage", at(5)}, {"params_bytes", at(0)}, {"grads_bytes", at(1)},
-                       {"moments_bytes", at(2)}, {"arena_bytes", at(3)}, {"arenas", at(4)},
-                       {"activations_bytes", at(3) * at(4)}});
+    out.push_back(Json{{"rank", r}, {"stage", at(8)}, {"zero", zero_stage}, {"params_bytes", at(0)},
+                       {"grads_bytes", at(1)}, {"moments_bytes", at(2)}, {"arena_bytes", at(3)}, {"arenas", at(4)},
+                       {"activations_bytes", at(3) * at(4)}, {"gathered_bytes", at(5)},
+                       {"comm_buffer_bytes", at(6)}, {"model_state_bytes", at(0) + at(1) + at(2)},
+                       {"formula_bytes", at(7)}});
   }
   return out;
 }
 
-}  // namespace
+// The run's layout, made once from the configuration (DESIGN.md "Memory":
+// one step function per layout): the activation arena, or the pipeline's
+// arenas; the gradient reducer; the step function; the pipeline's recorder;
+// this rank's memory.
+struct Layout {
+  std::unique_ptr<PipelineEngine> pipe;
+  std::optional<ActivationArena> arena;
+  std::unique_ptr<GradReducer> reducer;
+  std::unique_ptr<StepFunction> step;
+  std::optional<PipelineRecorder> recorder;
+  RankMemory mem;
+};
 
-int resolve_threads(int threads) {
-  return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGrid& grid, double max_loss,
+                                    const std::string& timeline_path) {
+  auto lay = std::make_unique<Layout>();
+  Backend& be = *st.backend;
+  Gpt2& model = *st.model;
+  // The gradient sum and the loss over the data-parallel group; the
+  // tensor-parallel sums happen inside the model (model.tp()).
+  Communicator& dp = grid.dp_comm();
+  const StepParts parts{be, model, *st.opt, dp, c.train.batch_size, max_loss, c.train.layer_grad_norms};
+  if (st.zero) {
+    lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
+  } else if (!st.sharded) {
+    lay->reducer = std::make_unique<GradientSync>(dp, model.grad_data(), model.num_params(),
+                                                  static_cast<size_t>(c.train.grad_bucket_mb * (1 << 20) / sizeof(float)));
+  }
+  if (c.parallel.pipelined()) {  // the schedule's arenas, one per microbatch in flight
+    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), parse_schedule(c.parallel.schedule),
+                                                 c.parallel.microbatches, st.rows, c.train.seq_len);
+    lay->step = pipelined_step(parts, *lay->pipe, grid.pp_comm(), *lay->reducer);
+    lay->recorder.emplace(grid, *lay->pipe, timeline_path);
+  } else {
+    lay->arena.emplace(model, st.rows, c.train.seq_len);
+    lay->step = st.sharded ? sharded_step(parts, lay->arena->acts(), *st.sharded)
+                           : data_parallel_step(parts, lay->arena->acts(), *lay->reducer);
+  }
+  lay->mem = rank_memory(st, lay->pipe.get(), lay->arena ? lay->arena->bytes() : 0, grid.dp());
+  return lay;
 }
 
-void run_train(const TrainRequest& req, const StageContext& ctx) {
-  const RunConfig& c = req.config;
-  validate(c);
-  std::unique_ptr<Communicator> local;
-  Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
-  const bool root = comm.rank() == 0;
-  const int threads = resolve_threads(c.train.threads);
-  if (!req.hostfile.empty()) check_placement(read_hostfile(req.hostfile), req.hostfile, comm);
-  if (req.overwrite && !req.resume.empty()) {
-    throw std::invalid_argument("--overwrite and --resume together: --resume continues the directory's run, "
-                                "--overwrite discards it; give one");
-  }
+// One step's record: the step's loss and update, its time and throughput,
+// each group's communication, this rank's memory.
+StepRecord step_record(int64_t s, const StepResult& r, double dt, double comm_s, ProcessGrid& grid,
+                       const RankMemory& mem, double tokens, double flops, double peak_gflops) {
+  StepRecord rec;
+  const CommStats tp = grid.tp_comm().stats(), dp = grid.dp_comm().stats(), pp = grid.pp_comm().stats();
+  rec.step = s;
+  rec.loss = r.loss;
+  rec.lr = r.update.lr;
+  rec.grad_norm = r.update.grad_norm;
+  rec.step_ms = dt * 1e3;
+  rec.tokens_per_s = tokens / dt;
+  rec.flops_per_s = flops / dt;
+  rec.mfu = flops / dt / (peak_gflops * 1e9);
+  rec.comm_ms = comm_s * 1e3;
+  rec.comm_bytes = tp.bytes + dp.bytes + pp.bytes;
+  rec.tp_calls = tp.calls;
+  rec.tp_bytes = tp.bytes;
+  rec.dp_calls = dp.calls;
+  rec.dp_bytes = dp.bytes;
+  rec.pp_calls = pp.calls;
+  rec.pp_bytes = pp.bytes;
+  rec.mem_params = mem.params;
+  rec.mem_grads = mem.grads;
+  rec.mem_moments = mem.moments;
+  rec.mem_activations = mem.activations();
+  rec.mem_gathered = mem.gathered;
+  rec.mem_comm_buffers = mem.comm_buffers;
+  rec.peak_rss_mb = peak_rss_mb();
+  rec.layer_grad_norms = r.layer_grad_norms;
+  return rec;
+}
+
+// The layouts a stage cannot run, refused before anything is written.
+void check_stage_runs(const RunConfig& c, const StageContext& ctx) {
   if (ctx.comm == nullptr && c.parallel.tp > 1) {
     throw std::invalid_argument(fmt::format(
         "parallel.tp {}: the {} stage runs one process; tensor parallelism runs on the mpi and mpi_cuda stages "
@@ -309,14 +404,90 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
         "parallel.pp {}: pipeline stages run on the mpi stage only for now (the {} communicator has no non-blocking "
         "send)", c.parallel.pp, ctx.comm->name()));
   }
-  RunLogger log(ctx.stage, root);
+  if (c.parallel.zero_stage() >= 2 && ctx.comm != nullptr && ctx.comm->name() != "mpi") {
+    throw std::invalid_argument(fmt::format(
+        "parallel.zero {}: ZeRO-2 and ZeRO-3 run on the mpi stage only for now (their working slots are host "
+        "memory); use parallel.zero 1 on {}", c.parallel.zero_stage(), ctx.stage));
+  }
+}
+
+// The end of a run, after the last step: the checkpoint is written; then
+// generation on data-parallel replica 0: rank 0 alone, or with tensor
+// parallelism its whole tensor-parallel group, each rank decoding with its
+// heads and shards (the same collective forward as training, on a
+// one-token arena) and drawing the same tokens from the same logits.
+// Pipeline stages first gather the whole model (every stage's tensors) on
+// the first stage's ranks, which generate; the other stages wait. ZeRO-3's
+// shards are first gathered over the data-parallel group.
+void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLogger& log,
+                RunSummary& sum, const Json& memory, const Json& provenance) {
+  const RunConfig& c = req.config;
+  Communicator& comm = grid.world();
+  std::vector<float> local;  // ZeRO-3: this replica's weights, gathered
+  if (st.zero_stage == 3) local = st.sharded->gather(st.sharded->param_shard());
+  if (grid.dp_comm().rank() != 0) {
+    comm.barrier();  // idle (no spinning) while replica 0 generates
+    return;
+  }
+  std::unique_ptr<Gpt2> whole;
+  Backend& be = *st.backend;
+  if (grid.pp() > 1) {
+    const std::vector<float> full =
+        gather_full(st.model_config, grid, st.model->params_to_host(), st.model->stage());
+    if (grid.stage() != 0) {
+      comm.barrier();
+      return;
+    }
+    whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks()));
+    whole->params_from_host(shard_of(st.model_config, grid.tp(), grid.tp_comm().rank(), full));
+  } else if (st.zero_stage == 3) {
+    whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks()));
+    whole->params_from_host(local);
+  }
+  generate_from_corpus(c, st, whole ? *whole : *st.model, sum);  // inference as in the original
+  if (comm.rank() != 0) {
+    comm.barrier();
+    return;
+  }
+  const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
+  sum.steps = c.train.steps;
+  sum.first_step = st.first_step;
+  sum.ranks = comm.size();
+  sum.tokens_per_s = sum.train_s > 0 ? (c.train.steps - st.first_step) * tokens_per_step / sum.train_s : 0.0;
+  sum.peak_rss_mb = peak_rss_mb();
+  sum.checkpoint = c.train.save_checkpoint ? (fs::path(req.out_dir) / "checkpoint.bin").string() : "";
+  sum.provenance = provenance;
+  sum.provenance["memory"] = memory;
+  log.finish(sum);
+  comm.barrier();
+}
+
+}  // namespace
+
+int resolve_threads(int threads) {
+  return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+void run_train(const TrainRequest& req, const StageContext& ctx) {
+  const RunConfig& c = req.config;
+  validate(c);
+  std::unique_ptr<Communicator> local;
+  Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
+  const int threads = resolve_threads(c.train.threads);
+  if (!req.hostfile.empty()) check_placement(read_hostfile(req.hostfile), req.hostfile, comm);
+  if (req.overwrite && !req.resume.empty()) {
+    throw std::invalid_argument("--overwrite and --resume together: --resume continues the directory's run, "
+                                "--overwrite discards it; give one");
+  }
+  check_stage_runs(c, ctx);
+  // Make: the run directory, the grid, the state, the layout.
+  RunLogger log(ctx.stage, comm.rank() == 0);
   log.claim(req.out_dir, !req.resume.empty() ? DirIntent::kResume
                          : req.overwrite     ? DirIntent::kOverwrite
                                              : DirIntent::kNew);
   check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
   ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp);
   const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, {threads, c.train.tf32, 0}, grid);
-  Backend& be = *st->backend;
   if (!req.resume.empty()) log.check_resume(req.resume, st->checkpoint_run_id);
   RunConfig resolved = c;
   resolved.model = st->model_config;
@@ -326,40 +497,18 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   // The divergence bound: train.max_loss, or three times the loss of a uniform guess.
   const double max_loss = c.train.max_loss > 0 ? c.train.max_loss : 3.0 * std::log(st->model_config.V);
   announce(log, c, *st, comm, threads, peak, max_loss);
-
-  // Pipeline stages or microbatches: the schedule's arenas, one per
-  // microbatch in flight; else one arena of the replica's rows.
-  std::unique_ptr<PipelineEngine> pipe;
-  std::optional<ActivationArena> arena;
-  if (c.parallel.pp > 1 || c.parallel.microbatches > 1) {
-    pipe = std::make_unique<PipelineEngine>(be, *st->model, grid.pp_comm(), parse_schedule(c.parallel.schedule),
-                                            c.parallel.microbatches, st->rows, c.train.seq_len);
-  } else {
-    arena.emplace(*st->model, st->rows, c.train.seq_len);
-  }
-  // The gradient sum and the loss over the data-parallel group; the
-  // tensor-parallel sums happen inside the model (model.tp()).
-  Communicator& dp = grid.dp_comm();
-  GradientSync sync(dp, st->model->grad_data(), st->model->num_params(),
-                    static_cast<size_t>(c.train.grad_bucket_mb * (1 << 20) / sizeof(float)));
-  StepContext step{be, *st->model, *st->opt, pipe ? pipe->first_acts() : arena->acts(), sync, dp,
-                   c.train.batch_size, max_loss};
-  step.pipe = pipe.get();
-  step.pp = &grid.pp_comm();
-  step.zero = st->zero ? &*st->zero : nullptr;
-  step.layer_norms = c.train.layer_grad_norms;
-  // This rank's memory by kind, for every step record and the summary.
-  const RankMemory mem = rank_memory(*st, pipe.get(), arena ? arena->bytes() : 0);
-  std::optional<PipelineRecorder> recorder;
-  if (pipe) recorder.emplace(grid, *pipe, root ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
+  const std::unique_ptr<Layout> lay =
+      make_layout(c, *st, grid, max_loss, comm.rank() == 0 ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
   std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
   const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
   const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
-  const std::string ckpt_path = (fs::path(req.out_dir) / "checkpoint.bin").string();
   auto save = [&] {
-    if (c.train.save_checkpoint) save_training_checkpoint(ckpt_path, *st, c, log.run_id(), grid);
+    if (c.train.save_checkpoint) {
+      save_training_checkpoint((fs::path(req.out_dir) / "checkpoint.bin").string(), *st, c, log.run_id(), grid);
+    }
   };
 
+  // Loop.
   RunSummary sum;
   const auto wall0 = Clock::now();
   for (int64_t s = st->first_step; s < c.train.steps; ++s) {
@@ -369,85 +518,30 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     }
     st->loader->next(x.data(), y.data());
     grid.reset_stats();
-    const StepResult r = train_step(step, x.data(), y.data());
-    be.synchronize();  // a device backend's update is still running: count it in this step
+    const StepResult r = lay->step->step(x.data(), y.data());
+    st->backend->synchronize();  // a device backend's update is still running: count it in this step
     const double dt = seconds_since(t0);
     const double comm_s = r.comm_s + grid.tp_group().seconds() + grid.pp_group().seconds() +
-                          grid.dp_group().seconds() + (pipe ? pipe->wait_s() : 0.0);
+                          grid.dp_group().seconds() + (lay->pipe ? lay->pipe->wait_s() : 0.0);
     sum.train_s += dt;
     sum.comm_s += comm_s;
     sum.final_loss = r.loss;
-    const CommStats tp_stats = grid.tp_comm().stats(), dp_stats = grid.dp_comm().stats();
-    const CommStats pp_stats = grid.pp_comm().stats();
-    StepRecord rec;
-    rec.step = s;
-    rec.loss = r.loss;
-    rec.lr = r.update.lr;
-    rec.grad_norm = r.update.grad_norm;
-    rec.step_ms = dt * 1e3;
-    rec.tokens_per_s = tokens_per_step / dt;
-    rec.flops_per_s = flops / dt;
-    rec.mfu = flops / dt / (peak.gflops * 1e9);
-    rec.comm_ms = comm_s * 1e3;
-    rec.comm_bytes = tp_stats.bytes + dp_stats.bytes + pp_stats.bytes;
-    rec.tp_calls = tp_stats.calls;
-    rec.tp_bytes = tp_stats.bytes;
-    rec.dp_calls = dp_stats.calls;
-    rec.dp_bytes = dp_stats.bytes;
-    rec.pp_calls = pp_stats.calls;
-    rec.pp_bytes = pp_stats.bytes;
-    rec.mem_params = mem.params;
-    rec.mem_grads = mem.grads;
-    rec.mem_moments = mem.moments;
-    rec.mem_activations = mem.activations();
-    rec.peak_rss_mb = peak_rss_mb();
-    rec.layer_grad_norms = r.layer_grad_norms;
-    if (recorder) recorder->gather(s, rec);
+    StepRecord rec = step_record(s, r, dt, comm_s, grid, lay->mem, tokens_per_step, flops, peak.gflops);
+    if (lay->recorder) lay->recorder->gather(s, rec);
     log.step(rec, c.train.steps, comm.size() > 1);
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
-      log.eval({s, validation_loss(step, c, *st, grid.dp_comm().rank(), x.data(), y.data())}, c.train.steps);
+      log.eval({s, validation_loss(*lay->step, c, *st, grid.dp_comm().rank(), x.data(), y.data())}, c.train.steps);
     }
     if (c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0) save();
   }
+
+  // Finish.
   sum.train_wall_s = seconds_since(wall0);
   save();
-  const Json memory = memory_per_rank(grid, mem);
-  // Generation runs on data-parallel replica 0: rank 0 alone, or with tensor
-  // parallelism its whole tensor-parallel group, each rank decoding with its
-  // heads and shards (the same collective forward as training, on a
-  // one-token arena) and drawing the same tokens from the same logits.
-  // Pipeline stages first gather the whole model (every stage's tensors) on
-  // the first stage's ranks, which generate; the other stages wait.
-  if (grid.dp_comm().rank() != 0) {
-    comm.barrier();  // idle (no spinning) while replica 0 generates
-    return;
-  }
-  std::unique_ptr<Gpt2> whole;
-  if (grid.pp() > 1) {
-    const std::vector<float> full =
-        gather_full(st->model_config, grid, st->model->params_to_host(), st->model->stage());
-    if (grid.stage() != 0) {
-      comm.barrier();
-      return;
-    }
-    whole = std::make_unique<Gpt2>(st->model_config, be.memory(), grid.layout(c.parallel.blocks()));
-    whole->params_from_host(shard_of(st->model_config, grid.tp(), grid.tp_comm().rank(), full));
-  }
-  generate_from_corpus(c, *st, whole ? *whole : *st->model, sum);  // inference as in the original
-  if (!root) {
-    comm.barrier();
-    return;
-  }
-  sum.steps = c.train.steps;
-  sum.first_step = st->first_step;
-  sum.ranks = comm.size();
-  sum.tokens_per_s = sum.train_s > 0 ? (c.train.steps - st->first_step) * tokens_per_step / sum.train_s : 0.0;
-  sum.peak_rss_mb = peak_rss_mb();
-  sum.checkpoint = c.train.save_checkpoint ? ckpt_path : "";
-  sum.provenance = run_provenance(req, ctx, *st, comm, threads, peak, log.run_id());
-  sum.provenance["memory"] = memory;
-  log.finish(sum);
-  comm.barrier();
+  const Json memory = memory_per_rank(grid, lay->mem, st->zero_stage);
+  const Json provenance =
+      comm.rank() == 0 ? run_provenance(req, ctx, *st, comm, threads, peak, log.run_id()) : Json::object();
+  finish_run(req, *st, grid, log, sum, memory, provenance);
 }
 
 namespace {

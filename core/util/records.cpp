@@ -49,6 +49,8 @@ Json to_json(const StepRecord& r) {
               {"mem_grads", r.mem_grads},
               {"mem_moments", r.mem_moments},
               {"mem_activations", r.mem_activations},
+              {"mem_gathered", r.mem_gathered},
+              {"mem_comm_buffers", r.mem_comm_buffers},
               {"peak_rss_mb", round_fixed(r.peak_rss_mb, 1)}};
   if (!r.layer_grad_norms.empty()) {
     Json norms = Json::array();
@@ -118,6 +120,8 @@ StepRecord step_record(const Json& j, const std::string& where) {
   r.mem_grads = field_or<uint64_t>(j, "mem_grads", 0, where);
   r.mem_moments = field_or<uint64_t>(j, "mem_moments", 0, where);
   r.mem_activations = field_or<uint64_t>(j, "mem_activations", 0, where);
+  r.mem_gathered = field_or<uint64_t>(j, "mem_gathered", 0, where);
+  r.mem_comm_buffers = field_or<uint64_t>(j, "mem_comm_buffers", 0, where);
   r.peak_rss_mb = field_or<double>(j, "peak_rss_mb", 0.0, where);
   r.layer_grad_norms = field_or<std::vector<double>>(j, "layer_grad_norms", {}, where);
   if (j.contains("stage_wait_ms")) {

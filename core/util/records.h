@@ -43,10 +43,14 @@ struct StepRecord {
   // buffer was needed again) and the most activation arenas in use at once.
   std::vector<double> stage_wait_ms;
   std::vector<int> stage_arenas;
-  // This rank's memory in the step, in bytes: parameters, gradients,
-  // optimizer moments, activations (arenas in use x an arena's bytes), and
-  // the process's peak resident set so far (getrusage; 0 = not recorded).
+  // This rank's memory in the step, in bytes, as the engine allocated it:
+  // parameters and gradients held (ZeRO-2/3: their shards), optimizer moments,
+  // activations (arenas in use x an arena's bytes), parameters gathered at
+  // peak (ZeRO-3's working slots), communication buffers (ZeRO-2/3's gradient
+  // slots: one computing, one reduce-scattering), and the process's peak
+  // resident set so far (getrusage; 0 = not recorded).
   uint64_t mem_params = 0, mem_grads = 0, mem_moments = 0, mem_activations = 0;
+  uint64_t mem_gathered = 0, mem_comm_buffers = 0;
   double peak_rss_mb = 0;
   // train.layer_grad_norms: the gradient's 2-norm per group before clipping:
   // the embeddings, each layer, then the head (final norm and lm_head); else empty.

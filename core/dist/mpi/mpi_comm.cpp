@@ -217,6 +217,20 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // One non-blocking call when the count fits an int; else the blocking form.
+  void do_start_reduce_scatter_sum(const float* send, float* recv, size_t chunk) override {
+    if (chunk > chunk_) return do_reduce_scatter_sum(send, recv, chunk);
+    requests_.emplace_back();
+    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, static_cast<int>(chunk), MPI_FLOAT, MPI_SUM, comm_,
+                                        &requests_.back()));
+  }
+  void do_start_all_gather(const float* send, float* recv, size_t chunk) override {
+    if (chunk > chunk_) return do_all_gather(send, recv, chunk);
+    requests_.emplace_back();
+    MPI_CHECK(MPI_Iallgather(send, static_cast<int>(chunk), MPI_FLOAT, recv, static_cast<int>(chunk), MPI_FLOAT,
+                             comm_, &requests_.back()));
+  }
+
   void do_reduce_scatter_sum(const float* send, float* recv, size_t chunk) override {
     const size_t mine = static_cast<size_t>(rank_) * chunk;
     const bool in_place = recv == send + mine;

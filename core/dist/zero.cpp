@@ -1,0 +1,166 @@
+#include "dist/zero.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+namespace gpt2 {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+UnitShards UnitShards::of(const std::vector<ParamUnit>& units, int ranks, int rank) {
+  UnitShards s;
+  const size_t N = static_cast<size_t>(ranks), r = static_cast<size_t>(rank);
+  for (const ParamUnit& u : units) {
+    const size_t chunk = (u.count + N - 1) / N;
+    const size_t end = u.offset + u.count;
+    const size_t lo = std::min(u.offset + r * chunk, end), hi = std::min(u.offset + (r + 1) * chunk, end);
+    s.pieces.push_back({u, chunk, s.shard_floats});
+    s.ranges.push_back({lo, hi, s.shard_floats});
+    s.shard_floats += chunk;
+    s.max_padded = std::max(s.max_padded, N * chunk);
+  }
+  return s;
+}
+
+std::vector<float> UnitShards::pack(std::span<const float> flat) const {
+  std::vector<float> packed(shard_floats, 0.0f);
+  for (const ShardRange& r : ranges) std::copy(flat.begin() + r.lo, flat.begin() + r.hi, packed.begin() + r.pos);
+  return packed;
+}
+
+ZeroShards::ZeroShards(Gpt2& model, Communicator& dp, int stage)
+    : model_(model),
+      dp_(dp),
+      stage_(stage),
+      shards_(UnitShards::of(model.units(), dp.size(), dp.rank())) {
+  if (stage != 2 && stage != 3) throw std::invalid_argument(fmt::format("ZeroShards: stage {} (2 or 3)", stage));
+  if (!model.memory().is_host()) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.zero {}: the sharded stages keep their working memory on the host for now; the model is in {} "
+        "(run ZeRO-2/3 on the mpi stage, or parallel.zero 1)", stage, model.memory().name()));
+  }
+  const Residency want = stage == 2 ? Residency::kParams : Residency::kNone;
+  if (model.residency() != want) throw std::logic_error("ZeroShards: the model's residency does not fit the stage");
+  Memory& mem = model.memory();
+  grad_shard_ = Buffer(shards_.shard_floats, mem);
+  for (Buffer& b : grad_slots_) b = Buffer(shards_.max_padded, mem);
+  if (stage == 3) {
+    param_shard_ = Buffer(shards_.shard_floats, mem);
+    for (Buffer& b : param_slots_) b = Buffer(shards_.max_padded, mem);
+  }
+}
+
+StateAt ZeroShards::params() const {
+  return stage_ == 3 ? StateAt{param_shard_.data(), true} : StateAt{model_.param_data(), false};
+}
+
+const UnitShards::Piece& ZeroShards::piece(const ParamUnit& unit) const {
+  return shards_.pieces[static_cast<size_t>(unit.id - shards_.pieces.front().unit.id)];
+}
+
+void ZeroShards::wait() {
+  if (!in_flight_) return;
+  const auto t0 = Clock::now();
+  dp_.wait_all();
+  in_flight_ = false;
+  seconds_ += since(t0);
+}
+
+void ZeroShards::start_gather(const UnitShards::Piece& p, int slot) {
+  const auto t0 = Clock::now();
+  dp_.start_all_gather(param_shard_.data() + p.pos, param_slots_[slot].data(), p.chunk);
+  slot_unit_[slot] = p.unit.id;
+  in_flight_ = true;
+  seconds_ += since(t0);
+}
+
+float* ZeroShards::gathered(const ParamUnit& unit, Pass pass) {
+  int s = slot_unit_[0] == unit.id ? 0 : slot_unit_[1] == unit.id ? 1 : -1;
+  if (s < 0) {  // not prefetched: gather it now, into a free slot
+    s = slot_unit_[0] == -1 ? 0 : 1;
+    start_gather(piece(unit), s);
+  }
+  wait();
+  // Prefetch the next unit of this pass into the other slot; it arrives while this one computes.
+  const int next = unit.id + (pass == Pass::kForward ? 1 : -1);
+  const int first = shards_.pieces.front().unit.id, last = shards_.pieces.back().unit.id;
+  if (next >= first && next <= last && slot_unit_[1 - s] == -1) {
+    start_gather(shards_.pieces[static_cast<size_t>(next - first)], 1 - s);
+  }
+  return param_slots_[s].data();
+}
+
+void ZeroShards::acquire(const ParamUnit& unit, Pass pass) {
+  float* w = stage_ == 3 ? gathered(unit, pass) : nullptr;
+  float* g = nullptr;
+  if (pass == Pass::kBackward) {
+    Buffer& slot = grad_slots_[grad_slot_];
+    g = slot.data();
+    // The backward accumulates into its gradient, and the padding past the
+    // unit is summed by the reduce-scatter: all of it starts at zero.
+    slot.memory().zero(g, dp_.size() * piece(unit).chunk * sizeof(float));
+  }
+  model_.bind_unit(unit, w, g);
+}
+
+void ZeroShards::release(const ParamUnit& unit, Pass pass) {
+  if (pass == Pass::kBackward) {
+    wait();  // the previous unit's pieces: its slot is the one the next acquire takes
+    const UnitShards::Piece& p = piece(unit);
+    const auto t0 = Clock::now();
+    dp_.start_reduce_scatter_sum(grad_slots_[grad_slot_].data(), grad_shard_.data() + p.pos, p.chunk);
+    in_flight_ = true;
+    seconds_ += since(t0);
+    grad_slot_ ^= 1;
+  }
+  model_.bind_unit(unit, nullptr, nullptr);
+  for (int& u : slot_unit_) {
+    if (u == unit.id) u = -1;
+  }
+}
+
+void ZeroShards::finish_grads() { wait(); }
+
+void ZeroShards::finish_update() {
+  if (stage_ != 2) return;
+  const auto t0 = Clock::now();
+  float* send = grad_slots_[1].data();  // the gradient slots are free after the update
+  float* recv = grad_slots_[0].data();
+  for (size_t k = 0; k < shards_.pieces.size(); ++k) {
+    const UnitShards::Piece& p = shards_.pieces[k];
+    const ShardRange& r = shards_.ranges[k];
+    std::fill_n(send, p.chunk, 0.0f);
+    std::copy(model_.param_data() + r.lo, model_.param_data() + r.hi, send);
+    dp_.all_gather(send, recv, p.chunk);
+    std::copy_n(recv, p.unit.count, model_.param_data() + p.unit.offset);
+  }
+  seconds_ += since(t0);
+}
+
+void ZeroShards::load_params(std::span<const float> flat) {
+  if (stage_ != 3) throw std::logic_error("ZeroShards::load_params: stage 3 only");
+  param_shard_.upload(shards_.pack(flat));
+}
+
+std::vector<float> ZeroShards::gather(std::span<const float> packed) {
+  if (packed.size() != shards_.shard_floats) {
+    throw std::invalid_argument(fmt::format("ZeroShards::gather: {} floats for a shard of {}", packed.size(),
+                                            shards_.shard_floats));
+  }
+  std::vector<float> flat(model_.num_params());
+  std::vector<float> whole(shards_.max_padded);
+  for (const UnitShards::Piece& p : shards_.pieces) {
+    dp_.all_gather(packed.data() + p.pos, whole.data(), p.chunk);
+    std::copy_n(whole.data(), p.unit.count, flat.data() + p.unit.offset);
+  }
+  return flat;
+}
+
+}  // namespace gpt2

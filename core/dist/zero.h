@@ -1,0 +1,130 @@
+// ZeRO stages 2 and 3 over the data-parallel group (Rajbhandari et al.,
+// 2020; DESIGN.md "Memory"): the gradient (stage 2) and also the parameters
+// (stage 3) held as 1/N shards, a unit (model/params.h: the embeddings, a
+// layer, the head) at a time in full only while a pass uses it.
+//
+// The shard: every unit of this rank's flat buffer [offset, offset + count)
+// is cut into N pieces of chunk = ceil(count / N) floats (the last padded with
+// zeros); data-parallel rank r holds piece r of every unit, packed one after
+// another in buffer order. So every collective is one unit's: a
+// reduce-scatter of its padded gradient (N x chunk floats) and an all-gather
+// of its weights, with equal counts on every rank (the verbs of
+// dist/comm.h, as NCCL has them too).
+//
+//   stage 2  The model keeps its parameters (Residency::kParams). The
+//            backward's acquire(unit) binds the unit's gradient views to a
+//            zeroed working slot; its release starts the reduce-scatter of
+//            that slot into the gradient shard, which runs while the next
+//            unit's backward computes (two slots: one computing, one in
+//            flight). The optimizer updates this rank's pieces of the
+//            model's parameters in place; finish_update() all-gathers every
+//            unit's pieces back into the model.
+//   stage 3  The model keeps nothing (Residency::kNone): the parameter shard
+//            is this object's. acquire(unit) all-gathers the unit's weights
+//            into a working slot and binds them (the gather of the next
+//            unit in pass order is started at once, so it overlaps this
+//            unit's compute: two slots); release unbinds. The backward gathers
+//            again; gradients as stage 2. The optimizer updates the shard.
+//
+// Working memory, counted: stage 2 holds 2 gradient slots of the largest
+// padded unit; stage 3 also 2 parameter slots. Host memory only for now
+// (the mpi stage): the constructor refuses device memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "dist/comm.h"
+#include "kernels/buffer.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "model/params.h"
+
+namespace gpt2 {
+
+// Unit-aligned shards of a model's flat buffer over `ranks` ranks, for
+// `rank`: the ranges of the flat buffer it holds, each with its place in the
+// packed shard (ShardRange::pos), and each unit's chunk.
+struct UnitShards {
+  struct Piece {
+    ParamUnit unit;
+    size_t chunk = 0;  // floats per rank for this unit
+    size_t pos = 0;    // where this rank's piece starts in the packed shard
+  };
+  std::vector<Piece> pieces;   // one per unit, in buffer order
+  std::vector<ShardRange> ranges;  // this rank's part of each unit (may be empty), for UpdateScope
+  size_t shard_floats = 0;     // the packed shard's length (chunks, padding included)
+  size_t max_padded = 0;       // the largest unit's N x chunk
+
+  static UnitShards of(const std::vector<ParamUnit>& units, int ranks, int rank);
+  // This rank's pieces of a flat array (parameters or moments) laid out like
+  // the model's buffer, packed (zeros in the padding).
+  std::vector<float> pack(std::span<const float> flat) const;
+};
+
+class ZeroShards final : public UnitHook {
+ public:
+  // `stage` 2 or 3. The model was made with Residency::kParams (2) or kNone
+  // (3) and lives in host memory; `dp` is the data-parallel group.
+  ZeroShards(Gpt2& model, Communicator& dp, int stage);
+  ZeroShards(const ZeroShards&) = delete;
+  ZeroShards& operator=(const ZeroShards&) = delete;
+
+  int stage() const { return stage_; }
+  const UnitShards& shards() const { return shards_; }
+  // Where the optimizer finds this rank's parameters and gradients.
+  StateAt params() const;
+  StateAt grads() const { return {grad_shard_.data(), true}; }
+
+  void acquire(const ParamUnit& unit, Pass pass) override;
+  void release(const ParamUnit& unit, Pass pass) override;
+  // After the backward: waits for the last gradient pieces.
+  void finish_grads();
+  // After the update (stage 2): every unit's parameters all-gathered back
+  // into the model's buffer. Stage 3: nothing (the shard is the state).
+  void finish_update();
+  // Seconds inside communication calls since the last reset.
+  double seconds() const { return seconds_; }
+  void reset_seconds() { seconds_ = 0; }
+
+  // Stage 3: this rank's parameter pieces from the local flat array (init,
+  // resume). Collective-free.
+  void load_params(std::span<const float> flat);
+  // The local flat array (num_params floats) from every rank's packed shard
+  // `packed` (parameters or moments): all-gathered unit by unit. Collective
+  // over the data-parallel group.
+  std::vector<float> gather(std::span<const float> packed);
+  // Stage 3: the packed parameter shard, on the host.
+  std::vector<float> param_shard() const { return param_shard_.download(); }
+
+  // Bytes this rank holds: the parameter shard (stage 3), the gradient shard,
+  // and the working slots (gathered parameters; gradients computing or in flight).
+  uint64_t param_shard_bytes() const { return param_shard_.bytes(); }
+  uint64_t grad_shard_bytes() const { return grad_shard_.bytes(); }
+  uint64_t param_slot_bytes() const { return (param_slots_[0].bytes() + param_slots_[1].bytes()); }
+  uint64_t grad_slot_bytes() const { return (grad_slots_[0].bytes() + grad_slots_[1].bytes()); }
+
+ private:
+  const UnitShards::Piece& piece(const ParamUnit& unit) const;
+  // Stage 3: the slot holding `unit`'s gathered weights (gathering it now if
+  // no prefetch started it), then a prefetch of the unit after it in `pass`.
+  float* gathered(const ParamUnit& unit, Pass pass);
+  void start_gather(const UnitShards::Piece& p, int slot);
+  void wait();
+
+  Gpt2& model_;
+  Communicator& dp_;
+  int stage_;
+  UnitShards shards_;
+  Buffer param_shard_;  // stage 3
+  Buffer grad_shard_;
+  Buffer param_slots_[2], grad_slots_[2];
+  int slot_unit_[2] = {-1, -1};  // stage 3: the unit id each parameter slot holds (or is gathering)
+  int grad_slot_ = 0;            // the gradient slot the next acquire takes
+  bool in_flight_ = false;       // a started collective not yet waited for
+  double seconds_ = 0;
+};
+
+}  // namespace gpt2
