@@ -15,28 +15,20 @@ kind; and the combinations we cannot run are refused with one clear line.
 import math
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from layout_checks import (Checks, Programs, common_args, compare, layouts_equal_serial, load, parse_args,  # noqa: E402
+from layout_checks import (LayoutTest, common_args, compare, layouts_equal_serial, load,  # noqa: E402
                            records, refuser)
 
 
 def main():
-    a = parse_args(__doc__)
-    work = tempfile.mkdtemp(prefix="arch_test_")
+    t = LayoutTest(__doc__, "arch_test_")
+    a, check, programs, out = t.a, t.check, t.programs, t.out
+    run, mpi = programs.run, programs.mpi
     B, T, C, L, NH = 8, 32, 64, 2, 4
     common = common_args(a.corpus, B, T, C, L, NH)
     llama = [*common, "--model.arch", "llama", "--model.n_kv_head", "2"]
-    check = Checks()
-    programs = Programs(a.mpiexec, a.mpi)
-    run, mpi = programs.run, programs.mpi
-
-    def out(name):
-        return os.path.join(work, name)
-
-    r = run([a.serial, "train", *llama, "--train.layer_grad_norms", "true", "--out", out("serial")])
-    check("llama (n_kv_head 2) serial reference", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+    r = t.serial([*llama, "--train.layer_grad_norms", "true"], "llama (n_kv_head 2) serial reference")
     if r.returncode == 0:
         head = load(os.path.join(out("serial"), "checkpoint.bin")).header
         want = {"model.arch": "llama", "model.norm": "rmsnorm", "model.position": "rope", "model.mlp": "swiglu",

@@ -1,5 +1,6 @@
 """What the parallel-layout tests share (tensor_parallel_test.py,
-pipeline_test.py): reading a run's metrics and checkpoint, a check list
+pipeline_test.py, zero_test.py, arch_variants_test.py): their opening
+(arguments, a work folder, the checks, the programs), reading a run's metrics and checkpoint, a check list
 that prints a line per check, running the stage programs, and the
 comparison of a layout's run with the serial reference (losses and
 validation losses within 1e-5 relative, final weights within 1e-5 absolute).
@@ -10,6 +11,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from checkpoint_file import load  # noqa: E402,F401  (re-exported for the tests)
@@ -21,6 +23,26 @@ def parse_args(doc):
     for k in ("serial", "mpi", "mpiexec", "corpus"):
         ap.add_argument("--" + k, required=True)
     return ap.parse_args()
+
+
+class LayoutTest:
+    """A layout test's opening: its arguments (parse_args), a work folder,
+    the check list and the stage programs; out(name) is a path in the folder."""
+
+    def __init__(self, doc, prefix):
+        self.a = parse_args(doc)
+        self.work = tempfile.mkdtemp(prefix=prefix)
+        self.check = Checks()
+        self.programs = Programs(self.a.mpiexec, self.a.mpi)
+
+    def out(self, name):
+        return os.path.join(self.work, name)
+
+    def serial(self, args, title="serial reference"):
+        """The serial stage trained with `args` into out("serial"), checked; its result."""
+        r = self.programs.run([self.a.serial, "train", *args, "--out", self.out("serial")])
+        self.check(title, r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+        return r
 
 
 def records(run_dir, event):

@@ -31,26 +31,18 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
-from layout_checks import Checks, Programs, common_args, parse_args, compare, layouts_equal_serial, load, records, refuser
+from layout_checks import LayoutTest, common_args, compare, layouts_equal_serial, load, records, refuser
 
 
 def main():
-    a = parse_args(__doc__)
-    work = tempfile.mkdtemp(prefix="pp_test_")
+    t = LayoutTest(__doc__, "pp_test_")
+    a, work, check, programs, out = t.a, t.work, t.check, t.programs, t.out
+    run, mpi = programs.run, programs.mpi
     B, T, C, L, NH, M = 8, 32, 64, 2, 4, 4
     common = common_args(a.corpus, B, T, C, L, NH)
-    check = Checks()
-    programs = Programs(a.mpiexec, a.mpi)
-    run, mpi = programs.run, programs.mpi
-
-    def out(name):
-        return os.path.join(work, name)
-
     # ---- Equivalence with serial ----
-    r = run([a.serial, "train", *common, "--out", out("serial")])
-    check("serial reference", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+    t.serial(common)
     layouts = [
         ("pp 2, m 4, gpipe", 2, "gpipe", ["--parallel.pp", "2", "--parallel.microbatches", str(M),
                                            "--parallel.schedule", "gpipe"]),

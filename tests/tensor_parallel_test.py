@@ -30,26 +30,18 @@ Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 import os
 import shutil
 import sys
-import tempfile
 
-from layout_checks import Checks, Programs, common_args, parse_args, compare, load, records, refuser
+from layout_checks import LayoutTest, common_args, compare, load, records, refuser
 
 
 def main():
-    a = parse_args(__doc__)
-    work = tempfile.mkdtemp(prefix="tp_test_")
+    t = LayoutTest(__doc__, "tp_test_")
+    a, work, check, programs, out = t.a, t.work, t.check, t.programs, t.out
+    run, mpi = programs.run, programs.mpi
     B, T, C, L, NH = 8, 32, 64, 2, 4
     common = common_args(a.corpus, B, T, C, L, NH)
-    check = Checks()
-    programs = Programs(a.mpiexec, a.mpi)
-    run, mpi = programs.run, programs.mpi
-
-    def out(name):
-        return os.path.join(work, name)
-
     # ---- Equivalence with serial ----
-    r = run([a.serial, "train", *common, "--out", out("serial")])
-    check("serial reference", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+    t.serial(common)
     for n, title in ((2, "tp 2 on 2 ranks"), (4, "tp 2 x dp 2 on 4 ranks")):
         r = mpi(n, [*common, "--parallel.tp", "2", "--out", out(f"tp2_{n}")], timeout=600)
         if r.returncode != 0:

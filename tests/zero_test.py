@@ -33,9 +33,8 @@ import json
 import math
 import os
 import shutil
-import tempfile
 
-from layout_checks import Checks, Programs, common_args, parse_args, compare, layouts_equal_serial, records, refuser
+from layout_checks import LayoutTest, common_args, compare, layouts_equal_serial, records, refuser
 
 
 def units(V, T, C, L):
@@ -45,20 +44,13 @@ def units(V, T, C, L):
 
 
 def main():
-    a = parse_args(__doc__)
-    work = tempfile.mkdtemp(prefix="zero_test_")
+    t = LayoutTest(__doc__, "zero_test_")
+    a, work, check, programs, out = t.a, t.work, t.check, t.programs, t.out
+    run, mpi = programs.run, programs.mpi
     B, T, C, L, NH = 8, 32, 64, 2, 4
     common = common_args(a.corpus, B, T, C, L, NH)
-    check = Checks()
-    programs = Programs(a.mpiexec, a.mpi)
-    run, mpi = programs.run, programs.mpi
-
-    def out(name):
-        return os.path.join(work, name)
-
     # ---- Equivalence with serial ----
-    r = run([a.serial, "train", *common, "--out", out("serial")])
-    check("serial reference", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+    t.serial(common)
     layouts = []
     for n in (2, 4):
         for z in (0, 1, 2, 3):

@@ -288,15 +288,10 @@ void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs:
       const int s = r.value("stage", 0);
       const double state = r.value("model_state_bytes", params + r.value("grads_bytes", 0.0) + moments);
       const double formula = r.value("formula_bytes", 0.0);
-      // Data-parallel bytes per step, rank 0, by its formula in floats of the rank's part Ψ (each verb counts
-      // its buffer once): allreduce Ψ; ZeRO-1/2 a reduce-scatter and an all-gather, 2Ψ; ZeRO-3 two
-      // all-gathers and a reduce-scatter, 3Ψ; plus the scalars.
-      const double psi = formula > 0 ? formula / (zero == 0 ? 16.0 : zero == 1 ? 8.0 + 8.0 / lay->dp()
-                                                         : zero == 2 && lay->pp == 1 && lay->m == 1
-                                                             ? 4.0 + 12.0 / lay->dp()
-                                                         : zero == 2 ? 8.0 + 8.0 / lay->dp()
-                                                                     : 16.0 / lay->dp())
-                                     : 0.0;
+      // Data-parallel bytes per step, rank 0, by its formula in floats of the rank's parameters Ψ (as the
+      // engine counted them; each verb counts its buffer once): allreduce Ψ; ZeRO-1/2 a reduce-scatter and
+      // an all-gather, 2Ψ; ZeRO-3 two all-gathers and a reduce-scatter, 3Ψ; plus the scalars.
+      const double psi = r.value("params", 0.0);
       const double want_dp = lay->dp() > 1 ? 4 * psi * (zero == 0 ? 1 : zero == 3 ? 3 : 2) : 0.0;
       mem_rows.push_back({label(c.key), std::to_string(r.value("rank", 0)), std::to_string(s), std::to_string(zero),
                           mb(params), mb(r.value("gathered_bytes", 0.0)), mb(r.value("grads_bytes", 0.0)),

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <stdexcept>
 
 namespace gpt2 {
@@ -128,6 +127,11 @@ void ZeroShards::release(const ParamUnit& unit, Pass pass) {
 
 void ZeroShards::finish_grads() { wait(); }
 
+void ZeroShards::gather_unit(const UnitShards::Piece& p, const float* mine, float* whole, float* flat) {
+  dp_.all_gather(mine, whole, p.chunk);
+  std::copy_n(whole, p.unit.count, flat + p.unit.offset);
+}
+
 void ZeroShards::finish_update() {
   if (stage_ != 2) return;
   const auto t0 = Clock::now();
@@ -138,8 +142,7 @@ void ZeroShards::finish_update() {
     const ShardRange& r = shards_.ranges[k];
     std::fill_n(send, p.chunk, 0.0f);
     std::copy(model_.param_data() + r.lo, model_.param_data() + r.hi, send);
-    dp_.all_gather(send, recv, p.chunk);
-    std::copy_n(recv, p.unit.count, model_.param_data() + p.unit.offset);
+    gather_unit(p, send, recv, model_.param_data());
   }
   seconds_ += since(t0);
 }
@@ -156,10 +159,7 @@ std::vector<float> ZeroShards::gather(std::span<const float> packed) {
   }
   std::vector<float> flat(model_.num_params());
   std::vector<float> whole(shards_.max_padded);
-  for (const UnitShards::Piece& p : shards_.pieces) {
-    dp_.all_gather(packed.data() + p.pos, whole.data(), p.chunk);
-    std::copy_n(whole.data(), p.unit.count, flat.data() + p.unit.offset);
-  }
+  for (const UnitShards::Piece& p : shards_.pieces) gather_unit(p, packed.data() + p.pos, whole.data(), flat.data());
   return flat;
 }
 

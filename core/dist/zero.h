@@ -72,7 +72,6 @@ class ZeroShards final : public UnitHook {
   ZeroShards(const ZeroShards&) = delete;
   ZeroShards& operator=(const ZeroShards&) = delete;
 
-  int stage() const { return stage_; }
   const UnitShards& shards() const { return shards_; }
   // Where the optimizer finds this rank's parameters and gradients.
   StateAt params() const;
@@ -113,6 +112,10 @@ class ZeroShards final : public UnitHook {
   float* gathered(const ParamUnit& unit, Pass pass);
   void start_gather(const UnitShards::Piece& p, int slot);
   void wait();
+  // Blocking: every rank's piece `mine` (p.chunk floats) of unit p all-gathered
+  // into `whole` (N x chunk floats), the unit's floats then copied to `flat` +
+  // the unit's offset.
+  void gather_unit(const UnitShards::Piece& p, const float* mine, float* whole, float* flat);
 
   Gpt2& model_;
   Communicator& dp_;

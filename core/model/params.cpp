@@ -98,13 +98,6 @@ void bind(std::vector<ParamInfo>& infos, float* base) {
 }
 }  // namespace
 
-ParamTensors bind_params(const Gpt2Config& cfg, float* base, int tp, StageLayers stage) {
-  ParamTensors p;
-  auto infos = layout(cfg, p, tp, stage);
-  bind(infos, base);
-  return p;
-}
-
 namespace {
 // Calls f(full_offset, shard_offset, count) for each contiguous piece of one
 // tensor's shard: offsets within the tensor in the full buffer and in the

@@ -109,9 +109,6 @@ int unit_id(const std::string& name, int n_layer);
 // a pass uses them (ZeRO-3). Outside those windows the views are empty.
 enum class Residency { kWhole, kParams, kNone };
 
-// Binds every view of a ParamTensors to consecutive slices of `base`.
-ParamTensors bind_params(const Gpt2Config& cfg, float* base, int tp = 1, StageLayers stage = {});
-
 // Tensor-parallel rank `rank` of `tp`'s shard of a pipeline stage's tensors,
 // cut from a full buffer in layout order (parameters, gradients or Adam
 // moments alike), and its inverse: the part written back into its places of

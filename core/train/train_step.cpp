@@ -42,10 +42,27 @@ void mean_and_update(const StepParts& s, StepResult& r, double local_loss, int r
 StateAt resident_params(const StepParts& s) { return {s.model.param_data(), false}; }
 StateAt resident_grads(const StepParts& s) { return {s.model.grad_data(), false}; }
 
-class DataParallelStep final : public StepFunction {
+// A step over one arena of this rank's rows (no pipeline schedule); `units`
+// hears the forward's units (ZeRO-3 gathers them), nullptr for a resident model.
+class ArenaStep : public StepFunction {
+ public:
+  ArenaStep(const StepParts& parts, Activations& acts, UnitHook* units)
+      : StepFunction(parts), acts_(acts), units_(units) {}
+  double forward_loss(const int32_t* inputs, const int32_t* targets) override {
+    return gpt2_forward(parts_.be, parts_.model, acts_, inputs, targets, 0, units_);
+  }
+  int rows() const override { return acts_.B; }
+  int seq_len() const override { return acts_.T; }
+
+ protected:
+  Activations& acts_;
+  UnitHook* units_;
+};
+
+class DataParallelStep final : public ArenaStep {
  public:
   DataParallelStep(const StepParts& parts, Activations& acts, GradReducer& reducer)
-      : StepFunction(parts), acts_(acts), reducer_(reducer) {}
+      : ArenaStep(parts, acts, nullptr), reducer_(reducer) {}
 
   StepResult step(const int32_t* inputs, const int32_t* targets) override {
     const StepParts& s = parts_;
@@ -60,14 +77,8 @@ class DataParallelStep final : public StepFunction {
     r.comm_s += reducer_.seconds();
     return r;
   }
-  double forward_loss(const int32_t* inputs, const int32_t* targets) override {
-    return gpt2_forward(parts_.be, parts_.model, acts_, inputs, targets);
-  }
-  int rows() const override { return acts_.B; }
-  int seq_len() const override { return acts_.T; }
 
  private:
-  Activations& acts_;
   GradReducer& reducer_;
 };
 
@@ -107,10 +118,10 @@ class PipelinedStep final : public StepFunction {
   GradReducer& reducer_;
 };
 
-class ShardedStep final : public StepFunction {
+class ShardedStep final : public ArenaStep {
  public:
   ShardedStep(const StepParts& parts, Activations& acts, ZeroShards& shards)
-      : StepFunction(parts), acts_(acts), shards_(shards) {}
+      : ArenaStep(parts, acts, &shards), shards_(shards) {}
 
   StepResult step(const int32_t* inputs, const int32_t* targets) override {
     const StepParts& s = parts_;
@@ -126,14 +137,8 @@ class ShardedStep final : public StepFunction {
     r.comm_s += shards_.seconds();
     return r;
   }
-  double forward_loss(const int32_t* inputs, const int32_t* targets) override {
-    return gpt2_forward(parts_.be, parts_.model, acts_, inputs, targets, 0, &shards_);
-  }
-  int rows() const override { return acts_.B; }
-  int seq_len() const override { return acts_.T; }
 
  private:
-  Activations& acts_;
   ZeroShards& shards_;
 };
 

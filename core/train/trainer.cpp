@@ -251,6 +251,7 @@ class PipelineRecorder {
 // formula for the model state (parameters + gradients + moments).
 struct RankMemory {
   uint64_t params = 0, grads = 0, moments = 0, arena = 0, arenas = 1, gathered = 0, comm_buffers = 0, formula = 0;
+  uint64_t count = 0;  // the rank's parameters (its tp shard of its stage): the formula's Ψ
   uint64_t activations() const { return arena * arenas; }
 };
 
@@ -277,7 +278,8 @@ RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, size_t ar
     m.gathered = st.sharded->param_slot_bytes();
     m.comm_buffers = st.sharded->grad_slot_bytes();
   }
-  m.formula = zero_formula_bytes(model.num_params(), dp, st.zero_stage, st.zero.has_value());
+  m.count = model.num_params();
+  m.formula = zero_formula_bytes(m.count, dp, st.zero_stage, st.zero.has_value());
   return m;
 }
 
@@ -285,7 +287,8 @@ RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, size_t ar
 Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
   Communicator& aux = grid.aux_comm();
   const uint64_t values[] = {mem.params,   mem.grads,        mem.moments, mem.arena, mem.arenas,
-                             mem.gathered, mem.comm_buffers, mem.formula, static_cast<uint64_t>(grid.stage())};
+                             mem.gathered, mem.comm_buffers, mem.formula, static_cast<uint64_t>(grid.stage()),
+                             mem.count};
   // Floats carry each value exactly as three 20-bit parts.
   constexpr uint64_t kPart = uint64_t{1} << 20;
   std::vector<float> mine;
@@ -307,7 +310,7 @@ Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
                        {"grads_bytes", at(1)}, {"moments_bytes", at(2)}, {"arena_bytes", at(3)}, {"arenas", at(4)},
                        {"activations_bytes", at(3) * at(4)}, {"gathered_bytes", at(5)},
                        {"comm_buffer_bytes", at(6)}, {"model_state_bytes", at(0) + at(1) + at(2)},
-                       {"formula_bytes", at(7)}});
+                       {"formula_bytes", at(7)}, {"params", at(9)}});
   }
   return out;
 }
