@@ -15,6 +15,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from checkpoint_file import load  # noqa: E402,F401  (re-exported for the tests)
+from checks import Checks  # noqa: E402  (LayoutTest's; re-exported for the tests)
 
 
 def parse_args(doc):
@@ -65,22 +66,6 @@ def common_args(corpus, B, T, C, L, NH, steps=10):
             "--train.eval_batches", "2"]
 
 
-class Checks:
-    """A line per check ("ok   title: detail" or "FAIL ..."), then the count."""
-
-    def __init__(self):
-        self.results = []
-
-    def __call__(self, title, ok, detail=""):
-        self.results.append(bool(ok))
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
-
-    def finish(self):
-        passed = sum(self.results)
-        print(f"{passed} passed, {len(self.results) - passed} failed")
-        return 0 if all(self.results) else 1
-
-
 class Programs:
     """The stage programs, run with one OpenBLAS and OpenMP thread."""
 
@@ -105,6 +90,36 @@ def layouts_equal_serial(check, programs, common, layouts, out):
             continue
         compare(check, f"{title} equals serial (10 steps: losses, validation losses, final weights)", out("serial"),
                 out(name))
+        plan_agrees(check, programs, title, n, [*common, *args], out(name))
+
+
+# The memory record's kinds (the run summary's, per rank) that a plan states.
+PLAN_MEMORY = ("params", "params_bytes", "grads_bytes", "moments_bytes", "arena_bytes", "arenas",
+               "activations_bytes", "gathered_bytes", "comm_buffer_bytes", "model_state_bytes", "formula_bytes")
+
+
+def plan_agrees(check, programs, title, n, args, run_dir):
+    """The mpi stage's plan of `args` on n ranks (`mpi plan`) against what the
+    run in run_dir counted: every rank's memory by kind (the summary's memory
+    record) and rank 0's calls and bytes per group in every step."""
+    r = programs.mpi(1, [*args, "--ranks", str(n)], command="plan")
+    if r.returncode != 0:
+        check(f"{title}: plan", False, r.stderr.strip()[-300:])
+        return
+    plan = json.loads(r.stdout)
+    memory = records(run_dir, "summary")[0]["provenance"]["memory"]
+    wrong = [f"rank {got['rank']} {k}: counted {got.get(k)}, planned {want['memory'][k]}"
+             for got, want in zip(memory, plan["per_rank"]) for k in PLAN_MEMORY if got.get(k) != want["memory"][k]]
+    if len(memory) != len(plan["per_rank"]):
+        wrong.append(f"{len(memory)} ranks counted, {len(plan['per_rank'])} planned")
+    steps = records(run_dir, "step")
+    for g in ("tp", "dp", "pp"):
+        want = plan["per_rank"][0]["comm"][g]
+        got = {(s[g + "_calls"], s[g + "_bytes"]) for s in steps}
+        if got != {(want["calls"], want["bytes"])}:
+            wrong.append(f"{g}: counted (calls, bytes) {sorted(got)}, planned {(want['calls'], want['bytes'])}")
+    check(f"{title}: the plan equals the counts (memory on {n} ranks, rank 0's communication in {len(steps)} steps)",
+          not wrong and bool(steps), "; ".join(wrong[:4]))
 
 
 def refuser(check, programs, a, common, out):

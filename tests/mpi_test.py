@@ -28,6 +28,7 @@ import time
 # Our checkpoint format, read with the standard library (shared with the PyTorch peer).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from checkpoint_file import read_params  # noqa: E402
+from layout_checks import Programs, plan_agrees  # noqa: E402
 
 
 def losses(run_dir):
@@ -81,6 +82,8 @@ def main():
             diff = max(abs(x - y) for x, y in zip(p, ref_params))
             check(f"R={n} bucket {bucket} MiB: final weights equal serial", len(p) == len(ref_params) and diff <= 1e-5,
                   f"max |difference| {diff:.2e} over {len(p)} weights, tolerance 1e-5")
+            plan_agrees(check, Programs(a.mpiexec, a.mpi), f"R={n} bucket {bucket} MiB", n,
+                        ["--train.grad_bucket_mb", bucket] + common, d)
             with open(os.path.join(d, "metrics.jsonl")) as f:
                 rec = [json.loads(l) for l in f]
             step = next(x for x in rec if x["event"] == "step")

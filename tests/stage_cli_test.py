@@ -10,6 +10,7 @@ Prints one line per case and "N passed, N failed"; exit 0 only if all pass.
 """
 import argparse
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -153,6 +154,22 @@ def main():
          ["--model.n_layer: generate takes the model from the checkpoint; this key has no effect"]),
         ("an optimizer key given to generate", [stage, "generate", "--checkpoint", ckpt, "--prompt", "the cat",
                                                 "--optimizer.lr", "0.1"], ["--optimizer.lr", "no effect"]),
+        # A plan refuses as a run would: the same message.
+        ("plan: tensor parallelism on one process", [stage, "plan"] + small + ["--parallel.tp", "2"],
+         [f"parallel.tp 2: the {name} stage runs one process"]),
+        ("plan: ranks that the grid does not divide", [stage, "plan", "--stage", "mpi", "--ranks", "3"] + small +
+         ["--parallel.tp", "2"], ["parallel.tp 2 does not divide the 3 ranks"]),
+        ("plan: a batch the replicas do not divide", [stage, "plan", "--stage", "mpi", "--ranks", "3"] + small,
+         ["train.batch_size 2 is not divisible by the 3 ranks"]),
+        ("plan: microbatches that do not divide the rows", [stage, "plan", "--stage", "mpi", "--ranks", "2"] + small
+         + ["--parallel.pp", "2", "--model.n_layer", "2", "--parallel.microbatches", "4"],
+         ["parallel.microbatches 4 does not divide train.batch_size 2"]),
+        ("plan: ZeRO-2 off the mpi stage", [stage, "plan", "--stage", "mpi_cuda", "--ranks", "2"] + small
+         + ["--parallel.zero", "2"], ["parallel.zero 2: ZeRO-2 and ZeRO-3 run on the mpi stage only"]),
+        ("plan: a count that is not one", [stage, "plan", "--ranks", "two"] + small, ["--ranks: 'two'"]),
+        ("plan: an unknown stage", [stage, "plan", "--stage", "tpu"] + small, ["--stage: unknown stage 'tpu'"]),
+        ("plan: a missing corpus", [stage, "plan"] + small + ["--data.corpus", w("nope.txt")],
+         ["data.corpus", "nope.txt", "no such file"]),
     ]
     passed = failed = 0
     for title, cmd, needles in cases:
@@ -190,6 +207,35 @@ def main():
         else:
             failed += 1
             print(f"FAIL the original checkpoint no longer generates{' with --config' if extra else ''}: {g.stderr}")
+    # --help lists every section's keys, parallel.* included; a plan is JSON.
+    h = subprocess.run([stage, "train", "--help"], capture_output=True, text=True)
+    keys = ("parallel.tp", "parallel.pp", "parallel.zero", "parallel.microbatches", "parallel.schedule")
+    missing = [k for k in keys if k not in h.stdout]
+    ok = h.returncode == 0 and not missing
+    passed, failed = passed + ok, failed + (not ok)
+    print(f"{'ok  ' if ok else 'FAIL'} train --help lists the parallel.* keys{': lacks ' + str(missing) if missing else ''}")
+    p = subprocess.run([stage, "plan", "--stage", "mpi", "--ranks", "2"] + small + ["--parallel.zero", "1"],
+                       capture_output=True, text=True)
+    try:
+        plan = json.loads(p.stdout)
+        ranks = plan["per_rank"]
+        ok = (p.returncode == 0 and plan["ok"] and plan["layout"]["dp"] == 2 and plan["layout"]["zero"] == 1
+              and len(ranks) == 2 and ranks[1]["dp_rank"] == 1 and ranks[0]["memory"]["moments_bytes"] > 0
+              and ranks[0]["comm"]["dp"]["calls"] == 4)
+    except (ValueError, KeyError) as e:
+        ok, plan = False, str(e)
+    passed, failed = passed + ok, failed + (not ok)
+    print(f"{'ok  ' if ok else 'FAIL'} plan of ZeRO-1 on 2 ranks: JSON with both ranks, their shards and 4 dp calls a step"
+          + ("" if ok else f": {p.stdout[:300]} {p.stderr}"))
+    r = subprocess.run([stage, "plan"] + small + ["--parallel.tp", "2"], capture_output=True, text=True)
+    try:
+        refusal = json.loads(r.stdout)
+        ok = r.returncode == 2 and refusal["ok"] is False and refusal["error"] in r.stderr
+    except (ValueError, KeyError):
+        ok = False
+    passed, failed = passed + ok, failed + (not ok)
+    print(f"{'ok  ' if ok else 'FAIL'} a refused plan is JSON with the run's one-line error on stdout, exit 2"
+          + ("" if ok else f": {r.stdout!r} {r.stderr!r}"))
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 

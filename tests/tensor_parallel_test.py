@@ -31,7 +31,7 @@ import os
 import shutil
 import sys
 
-from layout_checks import LayoutTest, common_args, compare, load, records, refuser
+from layout_checks import LayoutTest, common_args, compare, load, plan_agrees, records, refuser
 
 
 def main():
@@ -48,6 +48,7 @@ def main():
             check(title, False, r.stderr.strip()[-400:])
             continue
         compare(check, f"{title} equals serial (10 steps, losses and final weights)", out("serial"), out(f"tp2_{n}"))
+        plan_agrees(check, programs, title, n, [*common, "--parallel.tp", "2"], out(f"tp2_{n}"))
 
     # ---- Checkpoints across layouts: a tp-2 checkpoint at step 5 resumes elsewhere ----
     r = mpi(2, [*common, "--parallel.tp", "2", "--train.steps", "5", "--out", out("tp2_half")])
@@ -110,6 +111,8 @@ def main():
             check(f"communication of {name} on tp 2 x dp {dp} equals the formula", ok,
                   f"per step tp {got[0][0]} calls {got[0][1]} bytes, dp {got[0][2]} calls {got[0][3]} bytes; "
                   f"formula tp {want_tp[0]} / {want_tp[1]}, dp {want_dp[0]} / {want_dp[1]}")
+            plan_agrees(check, programs, f"{name} on tp 2 x dp {dp}", n,
+                        [*four, "--parallel.tp", "2", "--parallel.block_types", types], d)
 
     # ---- Generation from a spd checkpoint ----
     spd_ck = os.path.join(out("comm_2_all_spd"), "checkpoint.bin")

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "app/config_file.h"
+#include "train/plan.h"
 #include "kernels/cpu/omp_wait.h"
 
 namespace gpt2 {
@@ -40,9 +41,17 @@ const std::vector<Option>& options(const std::string& command) {
       {"prompt", "TEXT", "prompt text [default: the first generate.prompt_tokens tokens of data.corpus]"},
       {"config", "FILE", "YAML file (for generate.*, train.threads and data.corpus)"}};
   static const std::vector<Option> config = {{"config", "FILE", "YAML file of sections to resolve"}};
+  static const std::vector<Option> plan = {
+      {"config", "FILE", "YAML file of sections: the run to plan"},
+      {"ranks", "N", "the job's ranks (mpiexec -n N) [default: 1]"},
+      {"stage", "NAME", "the stage program the run is for: serial, mpi, cuda or mpi_cuda [default: this one]"}};
   static const std::vector<Option> init = {{"out", "FILE", "the model checkpoint to write (required)"},
                                            {"config", "FILE", "YAML file of sections: model, data, train"}};
-  return command == "train" ? train : command == "generate" ? generate : command == "init" ? init : config;
+  return command == "train"      ? train
+         : command == "generate" ? generate
+         : command == "init"     ? init
+         : command == "plan"     ? plan
+                                 : config;
 }
 
 const char* summary(const std::string& command) {
@@ -57,6 +66,12 @@ const char* summary(const std::string& command) {
            "from data.corpus) as a model checkpoint, computed in this stage's memory and checked equal on\n"
            "every rank: what compares initialisations across stages and against other implementations.";
   }
+  if (command == "plan") {
+    return "prints, as JSON (docs/plan.md), what each of the job's N ranks would hold and do: its grid\n"
+           "coordinates, its memory by kind, its groups' communication per step, the step's FLOPs; or the\n"
+           "refusal a run would give (then also on stderr, exit status 2). Reads data.corpus (the vocabulary);\n"
+           "allocates and runs nothing.";
+  }
   return "prints the resolved configuration (every key, as YAML) after the file and the overrides,\n"
          "or the first error in it: what a run would be given, without running it.";
 }
@@ -68,14 +83,15 @@ std::string usage(const std::string& stage) {
       "       {0} generate --checkpoint CKPT [--prompt TEXT] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} config   [--config FILE] [--KEY VALUE ...]\n"
       "       {0} init     --out FILE [--config FILE] [--KEY VALUE ...]\n"
-      "       {0} [train|generate|config|init] --help\n",
+      "       {0} plan     [--config FILE] [--ranks N] [--stage NAME] [--KEY VALUE ...]\n"
+      "       {0} [train|generate|config|init|plan] --help\n",
       stage);
 }
 
 std::string help(const std::string& stage, const std::string& note, const std::string& command) {
   std::string h = fmt::format("{}: the {} stage of the GPT-2 engine.\n\n{}", stage, stage, usage(stage));
   if (!note.empty()) h += "\n" + note;
-  for (const char* cmd : {"train", "generate", "config", "init"}) {
+  for (const char* cmd : {"train", "generate", "config", "init", "plan"}) {
     if (!command.empty() && command != cmd) continue;
     h += fmt::format("\n{}: {}\n", cmd, summary(cmd));
     for (const Option& o : options(cmd)) {
@@ -84,9 +100,22 @@ std::string help(const std::string& stage, const std::string& note, const std::s
   }
   RunConfig defaults;
   h += "\nconfiguration keys (--KEY VALUE or --KEY=VALUE) [type: default]:\n";
-  h += command == "generate" ? run_fields(defaults).help({"data", "train", "generate"})
-                             : run_fields(defaults).help({"model", "data", "train", "optimizer", "generate"});
+  h += command == "generate"
+           ? run_fields(defaults).help({"data", "train", "generate"})
+           : run_fields(defaults).help({"model", "data", "train", "optimizer", "generate", "parallel"});
   return h;
+}
+
+int parse_ranks(const std::string& text) {
+  size_t used = 0;
+  int n = 0;
+  try {
+    n = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || n < 1) throw std::invalid_argument(fmt::format("--ranks: '{}' is not a count >= 1", text));
+  return n;
 }
 
 std::string default_out_dir(const std::string& stage) {
@@ -110,10 +139,24 @@ void refuse_unused_by_generate(const CommandLine& cl) {
   }
 }
 
+// The plan command: the plan as JSON on stdout, or the refusal as JSON on
+// stdout and thrown (stderr, exit status 2) as a run would refuse it.
+void print_plan(const RunConfig& cfg, const std::string& ranks_text, const std::string& stage, bool root) {
+  int ranks = 1;
+  try {
+    if (!ranks_text.empty()) ranks = parse_ranks(ranks_text);
+    const Json plan = plan_json(plan_run(cfg, ranks, stage));
+    if (root) fmt::print("{}\n", plan.dump(1));
+  } catch (const std::invalid_argument& e) {
+    if (root) fmt::print("{}\n", refusal_json(stage, ranks, e.what()).dump(1));
+    throw;
+  }
+}
+
 int run(int argc, char** argv, const StageContext& ctx, const std::string& note) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    throw std::invalid_argument("no command given (expected train, generate, config or init; see --help)");
+    throw std::invalid_argument("no command given (expected train, generate, config, init or plan; see --help)");
   }
   const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
@@ -121,9 +164,9 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
     return 0;
   }
   const std::string command = args[0];
-  if (command != "train" && command != "generate" && command != "config" && command != "init") {
+  if (command != "train" && command != "generate" && command != "config" && command != "init" && command != "plan") {
     throw std::invalid_argument(
-        fmt::format("unknown command '{}' (expected train, generate, config or init)", command));
+        fmt::format("unknown command '{}' (expected train, generate, config, init or plan)", command));
   }
   std::vector<std::string> keys, flags;
   for (const Option& o : options(command)) (*o.value ? keys : flags).push_back(o.name);
@@ -147,6 +190,8 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   if (command == "config") {
     validate(cfg);
     if (root) fmt::print("{}", to_yaml(cfg));
+  } else if (command == "plan") {
+    print_plan(cfg, get("ranks"), get("stage").empty() ? ctx.stage : get("stage"), root);
   } else if (command == "init") {
     if (get("out").empty()) throw std::invalid_argument("--out: the checkpoint file to write is required");
     run_init(InitRequest{cfg, get("out")}, ctx);

@@ -20,15 +20,21 @@ double CommTpGroup::allreduce_sum(double x) {
   return sum;
 }
 
-namespace {
-Communicator& checked(Communicator& world, int tp, int pp) {
-  if (tp < 1 || pp < 1 || world.size() % (tp * pp) != 0) {
+void check_grid(int ranks, int tp, int pp) {
+  if (tp < 1 || pp < 1 || ranks % (tp * pp) != 0) {
     throw std::invalid_argument(
         pp == 1 ? fmt::format("parallel.tp {} does not divide the {} ranks: ranks = data-parallel size x parallel.tp",
-                              tp, world.size())
+                              tp, ranks)
                 : fmt::format("parallel.tp {} x parallel.pp {} = {} does not divide the {} ranks: ranks = "
-                              "data-parallel size x parallel.tp x parallel.pp", tp, pp, tp * pp, world.size()));
+                              "data-parallel size x parallel.tp x parallel.pp", tp, pp, tp * pp, ranks));
   }
+}
+
+GridCoords grid_coords(int rank, int tp, int pp) { return {rank % tp, rank / tp % pp, rank / (tp * pp)}; }
+
+namespace {
+Communicator& checked(Communicator& world, int tp, int pp) {
+  check_grid(world.size(), tp, pp);
   return world;
 }
 }  // namespace

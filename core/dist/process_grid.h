@@ -35,6 +35,16 @@ class CommTpGroup final : public TpGroup {
   double seconds_ = 0;
 };
 
+// A world rank's place in the grid of `tp` x `pp` (the formula above), and
+// the grid's check: throws std::invalid_argument naming parallel.tp and
+// parallel.pp when tp x pp does not divide `ranks` (ProcessGrid's check,
+// and a plan's, train/plan.h).
+struct GridCoords {
+  int tp_rank = 0, stage = 0, dp_rank = 0;
+};
+GridCoords grid_coords(int rank, int tp, int pp);
+void check_grid(int ranks, int tp, int pp);
+
 class ProcessGrid {
  public:
   // Collective over `world`. Throws std::invalid_argument naming parallel.tp

@@ -74,7 +74,6 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
 size_t padded(size_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
-namespace {
 size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split) {
   Activations scratch;
   size_t total = 0;
@@ -85,7 +84,6 @@ size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, Stage
   });
   return total;
 }
-}  // namespace
 
 ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory, const TpLayout& tp,
                                  StageLayers stage, bool split_backward)

@@ -71,6 +71,12 @@ struct Activations {
   std::vector<int32_t> zero_rows;  // B*T zeros, host: bias rows through the embedding kernels
 };
 
+// The floats of an arena of (B, T) for `cfg` sharded over P tensor-parallel
+// ranks (`runs`: the layout has private runs), holding `stage`'s layers, with
+// the split backward's tensors when `split`: what ActivationArena allocates,
+// and what a run's plan states (train/plan.h).
+size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split);
+
 // The arena of one pipeline stage (the whole model by default) holds that
 // stage's layers only, and the head's tensors on the last stage; with
 // `split_backward` also the layers' d_* tensors.

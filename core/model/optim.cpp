@@ -102,7 +102,8 @@ double grad_sum_squares(Backend& be, const Gpt2& model, size_t n, const UpdateSc
   return total;
 }
 
-// The floats of the moments: the packed shard's length (the whole model without ranges).
+}  // namespace
+
 size_t scope_floats(const UpdateScope& scope, size_t num_params) {
   if (scope.ranges.empty()) return num_params;
   size_t floats = 0;
@@ -115,7 +116,6 @@ size_t scope_floats(const UpdateScope& scope, size_t num_params) {
   }
   return floats;
 }
-}  // namespace
 
 Optimizer::Optimizer(const OptimizerConfig& cfg, size_t num_params, Memory& memory, UpdateScope scope)
     : cfg_(cfg),

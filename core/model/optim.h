@@ -108,6 +108,11 @@ struct StateAt {
   float* at(const ShardRange& r, size_t i) const { return packed ? base + r.pos + (i - r.lo) : base + i; }
 };
 
+// The floats of each moment buffer for `scope`: the packed shard's length
+// (num_params without ranges). Throws std::invalid_argument for a range
+// outside the parameters.
+size_t scope_floats(const UpdateScope& scope, size_t num_params);
+
 // Holds Adam's two moment buffers (same layout as the parameters, or as the
 // scope's shard) and the step count; applies one update per call to step().
 class Optimizer {

@@ -180,7 +180,8 @@ std::vector<ParamUnit> param_units(const Gpt2Config& cfg, const std::vector<Para
   std::vector<ParamUnit> units;
   for (const ParamInfo& info : infos) {
     const int id = unit_id(info.name, cfg.L);
-    const size_t n = static_cast<size_t>(info.view->numel());
+    size_t n = 1;  // from the shape: the views of a layout not yet bound have none
+    for (int64_t d : info.shape) n *= static_cast<size_t>(d);
     if (units.empty() || units.back().id != id) units.push_back({id, info.offset, 0});
     units.back().count = info.offset + n - units.back().offset;
   }

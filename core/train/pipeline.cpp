@@ -85,6 +85,11 @@ std::vector<PipeAction> stage_schedule(ScheduleKind kind, int stages, int stage,
   return out;
 }
 
+double schedule_bubble(ScheduleKind kind, int stages, int m) {
+  const double p = stages, mb = m;
+  return kind == ScheduleKind::kZbH1 ? (p - 1) / (3 * mb + p - 1) : (p - 1) / (mb + p - 1);
+}
+
 int max_in_flight(const std::vector<PipeAction>& actions) {
   int now = 0, peak = 0;
   for (const PipeAction& a : actions) {

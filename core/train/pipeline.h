@@ -64,6 +64,10 @@ std::vector<PipeAction> stage_schedule(ScheduleKind kind, int stages, int stage,
 // not yet): the activation arenas the stage needs.
 int max_in_flight(const std::vector<PipeAction>& actions);
 
+// The share of a step each stage idles when F, B and W take equal time:
+// (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1.
+double schedule_bubble(ScheduleKind kind, int stages, int m);
+
 // One entry of a stage's timeline: an action, or a wait for a peer
 // ("recv": inside a blocking receive; "send": waiting for a send to finish
 // before its buffer is reused). Milliseconds from the start of the step.

@@ -188,10 +188,41 @@ std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const s
   return full;
 }
 
+int replica_rows(const RunConfig& c, int ranks, int tp, int pp) {
+  check_grid(ranks, tp, pp);
+  const int dp = ranks / (tp * pp);
+  if (c.train.batch_size % dp != 0) {
+    throw std::invalid_argument(
+        tp * pp == 1
+            ? fmt::format("train.batch_size {} is not divisible by the {} ranks", c.train.batch_size, dp)
+            : fmt::format("train.batch_size {} is not divisible by the {} data-parallel replicas ({} ranks / "
+                          "(parallel.tp {} x parallel.pp {}))", c.train.batch_size, dp, ranks, tp, pp));
+  }
+  const int rows = c.train.batch_size / dp;
+  if (rows % c.parallel.microbatches != 0) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.microbatches {} does not divide the {} rows of each data-parallel replica (train.batch_size {} / "
+        "{} replicas)", c.parallel.microbatches, rows, c.train.batch_size, dp));
+  }
+  return rows;
+}
+
+ZeroLayout zero_layout(const RunConfig& c, int dp) {
+  ZeroLayout z;
+  z.stage = dp > 1 ? c.parallel.zero_stage() : 0;
+  z.contiguous = z.stage == 1 || (z.stage == 2 && c.parallel.pipelined());
+  z.residency = z.contiguous || z.stage < 2 ? Residency::kWhole : z.stage == 2 ? Residency::kParams : Residency::kNone;
+  return z;
+}
+
+ZeroShard zero_shard(size_t num_params, size_t padded, int dp, int dp_rank) {
+  const size_t chunk = padded / static_cast<size_t>(dp);
+  const size_t begin = std::min(static_cast<size_t>(dp_rank) * chunk, num_params);
+  return {begin, std::min(begin + chunk, num_params), chunk};
+}
+
 ZeroShard zero_shard(const Gpt2& model, int dp, int dp_rank) {
-  const size_t chunk = model.padded_params() / static_cast<size_t>(dp);
-  const size_t begin = std::min(static_cast<size_t>(dp_rank) * chunk, model.num_params());
-  return {begin, std::min(begin + chunk, model.num_params()), chunk};
+  return zero_shard(model.num_params(), model.padded_params(), dp, dp_rank);
 }
 
 std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
@@ -199,20 +230,7 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   Communicator& comm = grid.world();
   auto st = std::make_unique<RunState>();
   const int dp = grid.dp(), rank = comm.rank(), dp_rank = grid.dp_comm().rank();
-  if (c.train.batch_size % dp != 0) {
-    throw std::invalid_argument(
-        grid.tp() * grid.pp() == 1
-            ? fmt::format("train.batch_size {} is not divisible by the {} ranks", c.train.batch_size, dp)
-            : fmt::format("train.batch_size {} is not divisible by the {} data-parallel replicas ({} ranks / "
-                          "(parallel.tp {} x parallel.pp {}))", c.train.batch_size, dp, comm.size(), grid.tp(),
-                          grid.pp()));
-  }
-  st->rows = c.train.batch_size / dp;
-  if (st->rows % c.parallel.microbatches != 0) {
-    throw std::invalid_argument(fmt::format(
-        "parallel.microbatches {} does not divide the {} rows of each data-parallel replica (train.batch_size {} / "
-        "{} replicas)", c.parallel.microbatches, st->rows, c.train.batch_size, dp));
-  }
+  st->rows = replica_rows(c, comm.size(), grid.tp(), grid.pp());
 
   // Data: rank 0 reads the checkpoint and the corpus; every rank gets tokens.
   std::optional<Checkpoint> ckpt;
@@ -257,16 +275,11 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   TpLayout layout = grid.layout(c.parallel.blocks());
   layout.validate(st->model_config);
   const StageLayers stage = StageLayers::of(st->model_config.L, grid.pp(), grid.stage());
-  // ZeRO: stage 1 (or 2 under a pipeline schedule) in contiguous shards of
-  // a padded buffer; stages 2 and 3 otherwise in unit-aligned shards, the
-  // model holding its parameters (2) or nothing (3).
-  st->zero_stage = dp > 1 ? c.parallel.zero_stage() : 0;
-  const bool contiguous = st->zero_stage == 1 || (st->zero_stage == 2 && c.parallel.pipelined());
-  const Residency residency = contiguous || st->zero_stage < 2 ? Residency::kWhole
-                              : st->zero_stage == 2           ? Residency::kParams
-                                                              : Residency::kNone;
+  const ZeroLayout zl = zero_layout(c, dp);
+  st->zero_stage = zl.stage;
+  const bool contiguous = zl.contiguous;
   st->model = std::make_unique<Gpt2>(st->model_config, mem, std::move(layout), stage,
-                                     contiguous ? static_cast<size_t>(dp) : 1, residency);
+                                     contiguous ? static_cast<size_t>(dp) : 1, zl.residency);
   UpdateScope scope;
   if (contiguous) {
     st->zero = zero_shard(*st->model, dp, dp_rank);

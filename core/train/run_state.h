@@ -109,7 +109,25 @@ std::string parallel_function(const ParallelConfig& p);
 std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local,
                                StageLayers stage = {});
 
+// This replica's rows of every global batch over `ranks` = dp x tp x pp;
+// throws std::invalid_argument naming the key when the grid, the batch or
+// parallel.microbatches does not divide (what a run and its plan refuse).
+int replica_rows(const RunConfig& c, int ranks, int tp, int pp);
+
+// How ZeRO lays a run out over `dp` data-parallel ranks: the stage in force
+// (0 with one rank); contiguous shards of a padded buffer (stage 1, or 2
+// under a pipeline schedule) or unit-aligned ones (dist/zero.h); what the
+// model's buffers hold.
+struct ZeroLayout {
+  int stage = 0;
+  bool contiguous = false;
+  Residency residency = Residency::kWhole;
+};
+ZeroLayout zero_layout(const RunConfig& c, int dp);
+
 // ZeRO-1's shard of `model`'s buffer for data-parallel rank `dp_rank` of `dp`.
 ZeroShard zero_shard(const Gpt2& model, int dp, int dp_rank);
+// The same for a buffer of `num_params` floats padded to `padded`.
+ZeroShard zero_shard(size_t num_params, size_t padded, int dp, int dp_rank);
 
 }  // namespace gpt2

@@ -21,6 +21,7 @@
 #include "train/corpus.h"
 #include "train/mfu_peak.h"
 #include "train/pipeline.h"
+#include "train/plan.h"
 #include "train/run_logger.h"
 #include "train/run_state.h"
 #include "train/train_step.h"
@@ -244,27 +245,7 @@ class PipelineRecorder {
   std::ofstream out_;
 };
 
-// This rank's memory by kind (bytes), as allocated: parameters and
-// gradients held (ZeRO pads them; ZeRO-2/3 hold shards), optimizer moments,
-// one activation arena and the most arenas in use at once, ZeRO-3's
-// gathered parameter slots and ZeRO-2/3's gradient slots; and the ZeRO
-// formula for the model state (parameters + gradients + moments).
-struct RankMemory {
-  uint64_t params = 0, grads = 0, moments = 0, arena = 0, arenas = 1, gathered = 0, comm_buffers = 0, formula = 0;
-  uint64_t count = 0;  // the rank's parameters (its tp shard of its stage): the formula's Ψ
-  uint64_t activations() const { return arena * arenas; }
-};
-
-// Rajbhandari et al. (2020), fp32 Adam over N data-parallel ranks, per
-// parameter: stage 0 16 bytes, 1 8 + 8/N, 2 4 + 12/N, 3 16/N. ZeRO-2 under a
-// pipeline schedule keeps the stage's gradient: stage 1's.
-uint64_t zero_formula_bytes(size_t params, int N, int stage, bool contiguous) {
-  const double psi = static_cast<double>(params), n = static_cast<double>(N);
-  const int s = contiguous ? 1 : stage;
-  const double per = s == 0 ? 16.0 : s == 1 ? 8.0 + 8.0 / n : s == 2 ? 4.0 + 12.0 / n : 16.0 / n;
-  return static_cast<uint64_t>(std::llround(per * psi));
-}
-
+// This rank's memory by kind (bytes), as allocated (RankMemory, train/plan.h).
 RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, size_t arena_bytes, int dp) {
   RankMemory m;
   const Gpt2& model = *st.model;
@@ -390,30 +371,6 @@ StepRecord step_record(int64_t s, const StepResult& r, double dt, double comm_s,
   return rec;
 }
 
-// The layouts a stage cannot run, refused before anything is written.
-void check_stage_runs(const RunConfig& c, const StageContext& ctx) {
-  if (ctx.comm == nullptr && c.parallel.tp > 1) {
-    throw std::invalid_argument(fmt::format(
-        "parallel.tp {}: the {} stage runs one process; tensor parallelism runs on the mpi and mpi_cuda stages "
-        "(mpiexec -n <dp x tp>)", c.parallel.tp, ctx.stage));
-  }
-  if (ctx.comm == nullptr && c.parallel.pp > 1) {
-    throw std::invalid_argument(fmt::format(
-        "parallel.pp {}: the {} stage runs one process; pipeline stages run on the mpi stage (mpiexec -n <dp x tp x "
-        "pp>)", c.parallel.pp, ctx.stage));
-  }
-  if (c.parallel.pp > 1 && ctx.comm != nullptr && ctx.comm->name() != "mpi") {
-    throw std::invalid_argument(fmt::format(
-        "parallel.pp {}: pipeline stages run on the mpi stage only for now (the {} communicator has no non-blocking "
-        "send)", c.parallel.pp, ctx.comm->name()));
-  }
-  if (c.parallel.zero_stage() >= 2 && ctx.comm != nullptr && ctx.comm->name() != "mpi") {
-    throw std::invalid_argument(fmt::format(
-        "parallel.zero {}: ZeRO-2 and ZeRO-3 run on the mpi stage only for now (their working slots are host "
-        "memory); use parallel.zero 1 on {}", c.parallel.zero_stage(), ctx.stage));
-  }
-}
-
 // The end of a run, after the last step: the checkpoint is written; then
 // generation on data-parallel replica 0: rank 0 alone, or with tensor
 // parallelism its whole tensor-parallel group, each rank decoding with its
@@ -482,7 +439,7 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
     throw std::invalid_argument("--overwrite and --resume together: --resume continues the directory's run, "
                                 "--overwrite discards it; give one");
   }
-  check_stage_runs(c, ctx);
+  check_stage_runs(c, ctx.stage, ctx.comm != nullptr);
   // Make: the run directory, the grid, the state, the layout.
   RunLogger log(ctx.stage, comm.rank() == 0);
   log.claim(req.out_dir, !req.resume.empty() ? DirIntent::kResume

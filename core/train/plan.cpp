@@ -1,0 +1,320 @@
+// A run's plan from the engine's own functions (see plan.h).
+#include "train/plan.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "dist/process_grid.h"
+#include "dist/zero.h"
+#include "model/activations.h"
+#include "model/flops.h"
+#include "model/optim.h"
+#include "train/corpus.h"
+#include "train/pipeline.h"
+#include "train/run_state.h"
+#include "util/fields.h"
+
+namespace gpt2 {
+
+uint64_t zero_formula_bytes(size_t params, int N, int stage, bool contiguous) {
+  const double psi = static_cast<double>(params), n = static_cast<double>(N);
+  const int s = contiguous ? 1 : stage;
+  const double per = s == 0 ? 16.0 : s == 1 ? 8.0 + 8.0 / n : s == 2 ? 4.0 + 12.0 / n : 16.0 / n;
+  return static_cast<uint64_t>(std::llround(per * psi));
+}
+
+bool stage_is_multi_process(const std::string& stage) {
+  if (stage == "serial" || stage == "cuda") return false;
+  if (stage == "mpi" || stage == "mpi_cuda") return true;
+  throw std::invalid_argument(fmt::format("--stage: unknown stage '{}' (expected serial, mpi, cuda or mpi_cuda)", stage));
+}
+
+void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_process) {
+  if (!multi_process && c.parallel.tp > 1) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.tp {}: the {} stage runs one process; tensor parallelism runs on the mpi and mpi_cuda stages "
+        "(mpiexec -n <dp x tp>)", c.parallel.tp, stage));
+  }
+  if (!multi_process && c.parallel.pp > 1) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.pp {}: the {} stage runs one process; pipeline stages run on the mpi stage (mpiexec -n <dp x tp x "
+        "pp>)", c.parallel.pp, stage));
+  }
+  if (c.parallel.pp > 1 && stage != "mpi") {
+    throw std::invalid_argument(fmt::format(
+        "parallel.pp {}: pipeline stages run on the mpi stage only for now (the {} stage's communicator has no "
+        "non-blocking send)", c.parallel.pp, stage));
+  }
+  if (c.parallel.zero_stage() >= 2 && multi_process && stage != "mpi") {
+    throw std::invalid_argument(fmt::format(
+        "parallel.zero {}: ZeRO-2 and ZeRO-3 run on the mpi stage only for now (their working slots are host "
+        "memory); use parallel.zero 1 on {}", c.parallel.zero_stage(), stage));
+  }
+}
+
+namespace {
+
+// What a rank's plan is worked out from.
+struct RankShape {
+  const RunConfig& c;
+  const Gpt2Config& cfg;
+  TpLayout tp;
+  StageLayers layers;
+  ZeroLayout zero;
+  int dp = 1, dp_rank = 0, stage = 0, rows = 0;
+};
+
+// The buffers a rank allocates (init_or_resume, make_layout), by size.
+RankMemory plan_memory(const RankShape& r) {
+  RankMemory m;
+  const size_t n = param_count(r.cfg, r.tp.size, r.layers);
+  const size_t pad_to = r.zero.contiguous ? static_cast<size_t>(r.dp) : 1;
+  const size_t padded = (n + pad_to - 1) / pad_to * pad_to;
+  ParamTensors scratch;
+  const std::vector<ParamUnit> units = param_units(r.cfg, layout(r.cfg, scratch, r.tp.size, r.layers));
+  const bool sharded = r.zero.stage >= 2 && !r.zero.contiguous;
+  const UnitShards shards = sharded ? UnitShards::of(units, r.dp, r.dp_rank) : UnitShards{};
+  UpdateScope scope;
+  if (r.zero.contiguous) {
+    const ZeroShard z = zero_shard(n, padded, r.dp, r.dp_rank);
+    scope.ranges = {{z.begin, z.end, 0}};
+  } else if (sharded) {
+    scope.ranges = shards.ranges;
+  }
+  m.params = (r.zero.residency == Residency::kNone ? shards.shard_floats : padded) * sizeof(float);
+  m.grads = (r.zero.residency == Residency::kWhole ? padded : shards.shard_floats) * sizeof(float);
+  m.moments = 2 * scope_floats(scope, n) * sizeof(float);
+  if (sharded) m.comm_buffers = 2 * shards.max_padded * sizeof(float);
+  if (r.zero.stage == 3) m.gathered = 2 * shards.max_padded * sizeof(float);
+  const int T = r.c.train.seq_len;
+  if (r.c.parallel.pipelined()) {  // one arena per microbatch in flight
+    const ScheduleKind kind = parse_schedule(r.c.parallel.schedule);
+    const int mb = r.rows / r.c.parallel.microbatches;
+    m.arena = arena_floats(r.cfg, mb, T, r.tp.size, r.tp.has_private(), r.layers, kind == ScheduleKind::kZbH1) *
+              sizeof(float);
+    m.arenas = static_cast<uint64_t>(
+        max_in_flight(stage_schedule(kind, r.c.parallel.pp, r.stage, r.c.parallel.microbatches)));
+  } else {
+    m.arena = arena_floats(r.cfg, r.rows, T, r.tp.size, r.tp.has_private(), r.layers, false) * sizeof(float);
+  }
+  m.count = n;
+  m.formula = zero_formula_bytes(n, r.dp, r.zero.stage, r.zero.contiguous);
+  return m;
+}
+
+
+// The tensor-parallel sums of a step (docs/tensor_parallel.md,
+// "Communication"), N = the replica's rows x seq_len over all microbatches:
+// per `tp` layer 4 per microbatch (2 forward, 2 backward) of N x C floats
+// in all; per private run of k layers 2 per microbatch, N x C floats forward
+// and N x C + 6 x C x k per microbatch backward; one double (the shards'
+// squared gradient norm).
+GroupTraffic tp_traffic(const RankShape& r) {
+  GroupTraffic t;
+  if (r.tp.size == 1) return t;
+  const uint64_t m = static_cast<uint64_t>(r.c.parallel.microbatches), C = static_cast<uint64_t>(r.cfg.C);
+  const uint64_t N = static_cast<uint64_t>(r.rows) * static_cast<uint64_t>(r.c.train.seq_len);
+  uint64_t calls = 1;
+  t.bytes = sizeof(double);
+  for (int l = r.layers.first; l < r.layers.last;) {
+    if (!r.tp.is_private(l)) {
+      calls += 4 * m;
+      t.bytes += 4 * N * C * sizeof(float);
+      ++l;
+      continue;
+    }
+    int k = 1;
+    while (!r.tp.ends_run(l + k - 1)) ++k;
+    calls += 2 * m;
+    t.bytes += (2 * N * C + 6 * C * static_cast<uint64_t>(k) * m) * sizeof(float);
+    l += k;
+  }
+  t.calls = calls;
+  return t;
+}
+
+// The allreduce calls of a bucketed gradient sum (GradientSync): the backward
+// reports each finished suffix from the start of the head, of each layer (of
+// each private run) and of the embeddings (model.cpp's done_from); a bucket
+// goes once it holds bucket floats, and the rest at the end.
+uint64_t bucket_calls(const RankShape& r, const std::vector<ParamUnit>& units, size_t n, size_t bucket) {
+  std::vector<size_t> ready;
+  auto unit_offset = [&](int id) {
+    for (const ParamUnit& u : units) {
+      if (u.id == id) return u.offset;
+    }
+    throw std::logic_error(fmt::format("plan: no parameter unit {}", id));
+  };
+  if (r.layers.head) ready.push_back(unit_offset(r.cfg.L + 1));
+  for (int l = r.layers.last - 1; l >= r.layers.first; --l) {
+    if (!r.tp.is_private(l) || r.tp.run_start(l) == l) ready.push_back(unit_offset(1 + l));
+  }
+  if (r.layers.embed) ready.push_back(0);
+  uint64_t calls = 0;
+  size_t pending_end = n;
+  for (size_t offset : ready) {
+    if (pending_end - offset >= bucket) {
+      ++calls;
+      pending_end = offset;
+    }
+  }
+  return calls + (pending_end > 0 ? 1 : 0);
+}
+
+// The data-parallel group's step: the loss (one double); the gradient's
+// allreduce (whole or in buckets) without ZeRO; with contiguous shards a
+// reduce-scatter and an all-gather of the padded buffer; with unit shards a
+// reduce-scatter per unit (ZeRO-2: and an all-gather per unit after the
+// update; ZeRO-3: two all-gathers per unit, forward and backward), each of
+// N x chunk floats; with either, the shards' squared gradient norm (a double).
+GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem, const std::vector<ParamUnit>& units) {
+  GroupTraffic t;
+  if (r.dp == 1) return t;
+  uint64_t calls = 1;
+  t.bytes = sizeof(double);
+  if (r.zero.stage == 0) {
+    const size_t bucket = static_cast<size_t>(r.c.train.grad_bucket_mb * (1 << 20) / sizeof(float));
+    calls += bucket == 0 || r.c.parallel.pipelined() ? 1 : bucket_calls(r, units, mem.count, bucket);
+    t.bytes += mem.count * sizeof(float);
+  } else if (r.zero.contiguous) {
+    calls += 3;
+    t.bytes += 2 * mem.grads + sizeof(double);
+  } else {
+    const UnitShards shards = UnitShards::of(units, r.dp, r.dp_rank);
+    uint64_t floats = 0;
+    for (const UnitShards::Piece& p : shards.pieces) floats += p.chunk * static_cast<uint64_t>(r.dp);
+    const uint64_t passes = r.zero.stage == 3 ? 3 : 2;
+    calls += passes * shards.pieces.size() + 1;
+    t.bytes += passes * floats * sizeof(float) + sizeof(double);
+  }
+  t.calls = calls;
+  return t;
+}
+
+// The pipeline group's step on stage s of p: per microbatch an activation
+// received from stage s - 1 and its gradient sent back, an activation sent
+// to stage s + 1 and its gradient received (rows / m x seq_len x n_embd
+// floats each); the loss and the squared gradient norm (two doubles).
+GroupTraffic pp_traffic(const RankShape& r) {
+  GroupTraffic t;
+  const int p = r.c.parallel.pp;
+  if (p == 1) return t;
+  const uint64_t m = static_cast<uint64_t>(r.c.parallel.microbatches);
+  const uint64_t msg = static_cast<uint64_t>(r.rows) / m * static_cast<uint64_t>(r.c.train.seq_len) *
+                       static_cast<uint64_t>(r.cfg.C) * sizeof(float);
+  const uint64_t messages = (r.stage > 0 ? 2 * m : 0) + (r.stage < p - 1 ? 2 * m : 0);
+  t.calls = messages + 2;
+  t.bytes = messages * msg + 2 * sizeof(double);
+  return t;
+}
+
+}  // namespace
+
+Plan make_plan(const RunConfig& c, int ranks, const std::string& stage) {
+  if (ranks < 1) throw std::invalid_argument(fmt::format("--ranks: must be >= 1, got {}", ranks));
+  const bool multi = stage_is_multi_process(stage);
+  validate(c);
+  if (!multi && ranks > 1) {
+    throw std::invalid_argument(
+        fmt::format("{} ranks: the {} stage runs one process (the mpi and mpi_cuda stages run several)", ranks, stage));
+  }
+  check_stage_runs(c, stage, multi);
+  const Gpt2Config& cfg = c.model;
+  cfg.validate();
+  Plan p;
+  p.stage = stage;
+  p.ranks = ranks;
+  p.tp = c.parallel.tp;
+  p.pp = c.parallel.pp;
+  p.rows = replica_rows(c, ranks, p.tp, p.pp);  // checks the grid first
+  p.dp = ranks / (p.tp * p.pp);
+  p.microbatches = c.parallel.microbatches;
+  p.schedule = c.parallel.schedule;
+  const ZeroLayout zero = zero_layout(c, p.dp);
+  p.zero = zero.stage;
+  p.zero_contiguous = zero.contiguous;
+  p.vocab = cfg.V;
+  p.params_total = static_cast<int64_t>(param_count(cfg));
+  p.flops_per_step = training_flops(cfg, c.train.batch_size, c.train.seq_len).total();
+  p.bubble = p.pp > 1 ? schedule_bubble(parse_schedule(p.schedule), p.pp, p.microbatches) : 0.0;
+  for (int k = 0; k < ranks; ++k) {
+    const GridCoords at = grid_coords(k, p.tp, p.pp);
+    RankShape r{c, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr},
+                StageLayers::of(cfg.L, p.pp, at.stage), zero, p.dp, at.dp_rank, at.stage, p.rows};
+    r.tp.validate(cfg);
+    r.layers.last = r.layers.end(cfg.L);
+    ParamTensors scratch;
+    const std::vector<ParamUnit> units = param_units(cfg, layout(cfg, scratch, r.tp.size, r.layers));
+    RankPlan rp;
+    rp.rank = k;
+    rp.tp_rank = at.tp_rank;
+    rp.stage = at.stage;
+    rp.dp_rank = at.dp_rank;
+    rp.first_layer = r.layers.first;
+    rp.end_layer = r.layers.last;
+    rp.mem = plan_memory(r);
+    rp.tp = tp_traffic(r);
+    rp.dp = dp_traffic(r, rp.mem, units);
+    rp.pp = pp_traffic(r);
+    p.rank.push_back(rp);
+  }
+  return p;
+}
+
+std::string variant_label(const RunConfig& c) {
+  RunConfig given = c, plain;
+  const Fields a = run_fields(given), b = run_fields(plain);
+  std::string label;
+  for (const std::string& key : Gpt2Config::variant_keys()) {
+    const std::string v = a.find("model." + key)->get();
+    if (v == b.find("model." + key)->get()) continue;
+    label += fmt::format("{}{}={}", label.empty() ? "" : " ", key, v);
+  }
+  return label;
+}
+
+Plan plan_run(const RunConfig& c, int ranks, const std::string& stage) {
+  validate(c);
+  const std::unique_ptr<Communicator> local = make_local_communicator();
+  const Corpus corpus = load_corpus(c.data.corpus, c.data.tokenizer, nullptr, *local);
+  RunConfig resolved = c;
+  resolved.model = resolve_vocab(c.model, corpus.tok.size());
+  Plan p = make_plan(resolved, ranks, stage);
+  p.variant = variant_label(c);
+  return p;
+}
+
+namespace {
+Json traffic_json(const GroupTraffic& t) {
+  return Json{{"calls", t.calls ? Json(*t.calls) : Json(nullptr)}, {"bytes", t.bytes}};
+}
+}  // namespace
+
+Json plan_json(const Plan& p) {
+  Json ranks = Json::array();
+  for (const RankPlan& r : p.rank) {
+    const RankMemory& m = r.mem;
+    ranks.push_back(Json{
+        {"rank", r.rank}, {"tp_rank", r.tp_rank}, {"stage", r.stage}, {"dp_rank", r.dp_rank},
+        {"layers", Json::array({r.first_layer, r.end_layer})},
+        {"memory", Json{{"params", m.count}, {"params_bytes", m.params}, {"grads_bytes", m.grads},
+                        {"moments_bytes", m.moments}, {"arena_bytes", m.arena}, {"arenas", m.arenas},
+                        {"activations_bytes", m.activations()}, {"gathered_bytes", m.gathered},
+                        {"comm_buffer_bytes", m.comm_buffers}, {"model_state_bytes", m.model_state()},
+                        {"formula_bytes", m.formula}}},
+        {"comm", Json{{"tp", traffic_json(r.tp)}, {"dp", traffic_json(r.dp)}, {"pp", traffic_json(r.pp)}}}});
+  }
+  return Json{{"schema", "gpt2-plan/1"}, {"stage", p.stage}, {"ranks", p.ranks}, {"ok", true},
+              {"layout", Json{{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"microbatches", p.microbatches},
+                              {"schedule", p.schedule}, {"zero", p.zero}, {"zero_contiguous", p.zero_contiguous}}},
+              {"variant", p.variant}, {"rows_per_replica", p.rows}, {"vocab", p.vocab}, {"params_total", p.params_total},
+              {"flops_per_step", p.flops_per_step}, {"bubble", p.bubble}, {"per_rank", ranks}};
+}
+
+Json refusal_json(const std::string& stage, int ranks, const std::string& error) {
+  return Json{{"schema", "gpt2-plan/1"}, {"stage", stage}, {"ranks", ranks}, {"ok", false}, {"error", error}};
+}
+
+}  // namespace gpt2
