@@ -18,11 +18,13 @@ class Checks:
     """The checks of one test script, in order (`results`: each one's outcome).
 
     passes: what a passing check prints. "detail" (the default): its title
-    and detail. "title": its title alone, for details that only explain a
-    failure (a program's stderr). "silent": nothing, for many small
-    assertions whose titles name what failed; finish() still counts them."""
+    and detail. "short": its detail only when shorter than 160 characters
+    (long ones are program outputs that explain a failure). "title": its
+    title alone, for details that only explain a failure (a program's
+    stderr). "silent": nothing, for many small assertions whose titles name
+    what failed; finish() still counts them."""
 
-    PASSES = ("detail", "title", "silent")
+    PASSES = ("detail", "short", "title", "silent")
 
     def __init__(self, passes="detail"):
         if passes not in self.PASSES:
@@ -35,7 +37,7 @@ class Checks:
         self.results.append(ok)
         if ok and self.passes == "silent":
             return
-        if ok and self.passes == "title":
+        if ok and (self.passes == "title" or (self.passes == "short" and len(detail) >= 160)):
             detail = ""
         print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
 

@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from checks import Checks
+
 RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,variant,seed,status,reason,"
                 "training_s,inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,mfu,params,"
                 "activation_bytes,tp_calls,tp_bytes,"
@@ -344,6 +346,7 @@ runs:
   - {stage: mpi, ranks: 2, threads: 1, config: {parallel.zero: true}}
   - {stage: mpi, ranks: 2, threads: 1, config: {parallel.pp: 2, parallel.microbatches: 2, parallel.schedule: zb-h1}}
   - {stage: mpi, ranks: 2, threads: 1, config: {parallel.pp: 2, parallel.microbatches: 2, parallel.schedule: 1f1b}}
+  - {stage: mpi, ranks: 2, threads: 1, config: {model.mlp: swiglu, model.n_kv_head: 1, model.tie_embeddings: true}}
 """
 
 
@@ -356,7 +359,7 @@ def pipeline_checks(exps, results, reports, harness, check):
                               "pipeline stages run on the mpi stage"),
            "pp_ranks.yaml": (PP_SMOKE.replace("ranks: 2, threads: 1, config: {parallel.pp",
                                               "ranks: 3, threads: 1, config: {parallel.pp"),
-                             "3 ranks are not a multiple of parallel.tp 1 x parallel.pp 2")}
+                             "parallel.tp 1 x parallel.pp 2 = 2 does not divide the 3 ranks")}
     check_bad_files(bad, "bad pipeline experiment", exps, results, harness, check)
     for name in bad:
         os.remove(os.path.join(exps, name))
@@ -364,8 +367,22 @@ def pipeline_checks(exps, results, reports, harness, check):
     check("pp_smoke runs", r.returncode == 0, r.stderr[-1500:])
     _, runs = rows(os.path.join(results, "pp_smoke", "runs.csv"))
     check("runs.csv: the pipeline and ZeRO-1 layouts in the pipeline column",
-          sorted(x["pipeline"] for x in runs) == ["", "pp2 m2 1f1b", "pp2 m2 zb-h1", "zero"],
+          sorted(x["pipeline"] for x in runs) == ["", "", "pp2 m2 1f1b", "pp2 m2 zb-h1", "zero"],
           str([x["pipeline"] for x in runs]))
+    # The formula columns are the engine's plan (plan.json in each run folder), for every layout: a
+    # variant's parameter count is its own (the harness once used GPT-2's for every model).
+    counted = [(x["variant"], x["pipeline"], [(x[k], x["formula_" + k]) for k in ("tp_calls", "tp_bytes", "dp_calls", "dp_bytes")])
+               for x in runs]
+    check("runs.csv: every layout's counted communication equals its plan, the variant's dp bytes included",
+          all(got == want != "" for _, _, pairs in counted for got, want in pairs)
+          and any(v == "mlp=swiglu n_kv_head=1 tie_embeddings=true" and pairs[3][0] != "0" for v, _, pairs in counted)
+          and all(os.path.exists(os.path.join(results, "pp_smoke", x["run_id"], "plan.json")) for x in runs),
+          str(counted))
+    before = {f: open(os.path.join(results, "pp_smoke", f)).read() for f in ("runs.csv", "loss.csv")}
+    r = harness("reindex", exp=os.path.join(results, "pp_smoke"))
+    after = {f: open(os.path.join(results, "pp_smoke", f)).read() for f in ("runs.csv", "loss.csv")}
+    check("reindex rebuilds runs.csv and loss.csv from the run folders, unchanged", r.returncode == 0 and before == after,
+          r.stderr[-300:])
     folder = os.path.join(reports, "pp_smoke")
     md = open(os.path.join(folder, "parallelism.md")).read() if os.path.exists(os.path.join(folder, "parallelism.md")) else ""
     with open(os.path.join(folder, "parallelism.csv"), newline="") as f:
@@ -479,9 +496,9 @@ def tensor_parallel_checks(exps, results, reports, harness, mpi_built, check):
     bad = {
         "tp_serial.yaml": (TP_SMOKE.replace("  - stage: mpi\n    ranks: 1\n", "  - stage: serial\n    config: {parallel.tp: 2}\n"),
                            "parallel.tp 2: the serial stage runs one process"),
-        "tp_ranks.yaml": (TP_SMOKE.replace("ranks: 2", "ranks: 3", 1), "3 ranks do not split into tensor-parallel groups"),
+        "tp_ranks.yaml": (TP_SMOKE.replace("ranks: 2", "ranks: 3", 1), "parallel.tp 2 does not divide the 3 ranks"),
         "tp_batch.yaml": (TP_SMOKE.replace("ranks: 2", "ranks: [2, 6]", 1),
-                          "not divisible by 3 data-parallel replicas (6 ranks / parallel.tp 2)"),
+                          "is not divisible by the 3 data-parallel replicas (6 ranks / (parallel.tp 2 x parallel.pp 1))"),
         "tp_types.yaml": (TP_SMOKE.replace("[tp, tp, tp]", "[tp, tp]"), "block_types"),
         "tp_name.yaml": (TP_SMOKE.replace("[tp, tp, tp]", "[tp, tp, spx]"), "spx"),
     }
@@ -538,12 +555,7 @@ def main():
         f.write(base)
     results, reports = os.path.join(work, "results"), os.path.join(work, "reports")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    checks = []
-
-    def check(title, ok, detail=""):
-        checks.append(ok)
-        shown = detail if not ok or len(detail) < 160 else ""  # long details only for failures
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + shown if shown else ''}", flush=True)
+    check = Checks(passes="short")  # long details only for failures
 
     def harness(*args, exp="smoke.yaml", timeout=300):
         return subprocess.run([a.harness, *args, os.path.join(exps, exp), "--results", results, "--reports", reports],
@@ -658,8 +670,8 @@ def main():
     real_serial = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(a.harness))), "stages", "serial")
     stand_in = os.path.join(empty_build, "stages", "serial")
     with open(stand_in, "w") as f:
-        f.write(f'#!/bin/sh\nif [ "$1" = config ]; then exec "{real_serial}" "$@"; fi\n'
-                'echo "serial: error: this stand-in only resolves configurations" >&2\nexit 1\n')
+        f.write(f'#!/bin/sh\ncase "$1" in config|plan) exec "{real_serial}" "$@";; esac\n'
+                'echo "serial: error: this stand-in only resolves and plans configurations" >&2\nexit 1\n')
     os.chmod(stand_in, 0o755)
     r = harness("run", "--force", "--build", empty_build)
     _, runs4 = rows(os.path.join(results, "smoke", "runs.csv"))
@@ -712,7 +724,8 @@ def main():
         "nocorpus.yaml": ("base: ../configs/original.yaml\nconfig: {data.corpus: nope.txt}\nruns:\n  - stage: serial\n",
                           "nope.txt"),
         "zero.yaml": ("base: ../configs/original.yaml\nconfig: {train.steps: 0}\nruns:\n  - stage: serial\n", "train.steps"),
-        "ranks.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: mpi\n    ranks: [2, 3]\n", "not divisible by 3"),
+        "ranks.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: mpi\n    ranks: [2, 3]\n",
+                       "ranks.yaml:4: train.batch_size 16 is not divisible by the 3 ranks"),
         "stage.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: mpii\n", "did you mean 'mpi'"),
         "bigrep.yaml": ("base: ../configs/original.yaml\nrepetitions: 99999999999\nruns:\n  - stage: serial\n",
                         "bigrep.yaml:2: repetitions: '99999999999' is out of range (allowed 1..1073741824)"),
@@ -778,9 +791,7 @@ def main():
           r.stdout)
     check("list names the peer and mpi_step experiments", "peer_smoke" in r.stdout and "peer jobs" in r.stdout
           and "mpi_step_smoke" in r.stdout and "MPI jobs" in r.stdout, r.stdout)
-    passed = sum(checks)
-    print(f"{passed} passed, {len(checks) - passed} failed")
-    return 0 if all(checks) else 1
+    return check.finish()
 
 
 if __name__ == "__main__":

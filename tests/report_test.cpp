@@ -18,7 +18,6 @@
 #include <tuple>
 #include <vector>
 
-#include "comm_formula.h"
 #include "csv.h"
 
 namespace gpt2::harness {
@@ -412,51 +411,6 @@ TEST_F(ReportTest, BadRunsFileNamesFileRowAndKey) {
   }
   write_file(spec_.results_dir / "runs.csv", "experiment,run_id,stage\nfx,a,serial\n");
   EXPECT_THROW(write_reports(spec_), std::runtime_error);
-}
-
-// The formula worked out by hand for V 10, block 8, L 2, C 8, batch 4 x 8
-// tokens: N = rows per replica x 8.
-CommShape tiny_shape(int tp, int dp, std::vector<std::string> types) {
-  CommShape s;
-  s.vocab = 10, s.block_size = 8, s.n_layer = 2, s.n_embd = 8, s.batch = 4, s.seq_len = 8;
-  s.tp = tp, s.dp = dp, s.block_types = std::move(types);
-  return s;
-}
-
-TEST(CommFormula, CountsAndBytesByBlockType) {
-  // tp then spd, N = 32: the tp layer 4 calls of 4 x 32 x 8 floats (4096 bytes);
-  // spd 2 calls, 1024 + 4 x (256 + 6 x 8) = 2240 bytes; the norm's double.
-  CommCounts c = expected_comm(tiny_shape(2, 1, {"tp", "spd"}));
-  EXPECT_EQ(c.tp_calls, 4 + 2 + 1);
-  EXPECT_EQ(c.tp_bytes, 4096 + 2240 + 8);
-  EXPECT_EQ(c.dp_calls, 0);
-  EXPECT_EQ(c.dp_bytes, 0);
-  // Two parallel layers are one run: 2 calls, 1024 + 4 x (256 + 6 x 8 x 2) = 2432 bytes.
-  c = expected_comm(tiny_shape(2, 1, {"parallel", "parallel"}));
-  EXPECT_EQ(c.tp_calls, 3);
-  EXPECT_EQ(c.tp_bytes, 2432 + 8);
-  // An empty list is all tp; dp 2 halves N (16 rows... 2 rows x 8 = 16) and sums
-  // the shard's gradient: per layer 2C + 3C^2/2 + C^2/2 + C + 2C + 4C^2/2 + 4C/2 +
-  // 4C^2/2 + C = 16 + 96 + 32 + 8 + 16 + 128 + 16 + 128 + 8 = 448; with wte,
-  // wpe, lnf and lm_head 80 + 64 + 896 + 16 + 80 = 1136 parameters.
-  c = expected_comm(tiny_shape(2, 2, {}));
-  EXPECT_EQ(c.tp_calls, 2 * 4 + 1);
-  EXPECT_EQ(c.tp_bytes, 2 * 4 * 4 * 16 * 8 + 8);
-  EXPECT_EQ(shard_parameters(tiny_shape(2, 2, {})), 1136);
-  EXPECT_EQ(c.dp_calls, 2);
-  EXPECT_EQ(c.dp_bytes, 4 * 1136 + 8);
-  // tp 1: no tensor-parallel group; the whole model, 12C^2 + 10C = 848 a layer: 1936.
-  c = expected_comm(tiny_shape(1, 2, {"spd", "parallel"}));
-  EXPECT_EQ(c.tp_calls, 0);
-  EXPECT_EQ(c.tp_bytes, 0);
-  EXPECT_EQ(c.dp_bytes, 4 * 1936 + 8);
-  // A bucketed gradient sum: no dp formula.
-  CommShape b = tiny_shape(1, 2, {});
-  b.bucketed = true;
-  EXPECT_FALSE(expected_comm(b).dp_calls.has_value());
-  EXPECT_THROW(expected_comm(tiny_shape(2, 1, {"tp"})), std::invalid_argument);
-  EXPECT_THROW(expected_comm(tiny_shape(2, 1, {"tp", "spx"})), std::invalid_argument);
-  EXPECT_THROW(expected_comm(tiny_shape(3, 1, {})), std::invalid_argument);
 }
 
 // A tensor-parallel experiment: the standard model (seeds 1-3: validation

@@ -44,18 +44,8 @@ TEST(CommittedResults, RunDirectoriesGiveTheirRunsAndLossRows) {
       ASSERT_TRUE(st.has_value());
       EXPECT_EQ(st->status, want.status);
       EXPECT_EQ(st->reason, want.reason);
-      RunSpec spec;
-      spec.stage = want.stage;
-      spec.ranks = want.ranks;
-      spec.threads = want.threads;
-      spec.tp = want.tp;
-      spec.block_types = want.block_types;
-      spec.pipeline = want.pipeline;
-      spec.repetition = want.repetition;
-      spec.seed = want.seed;
-      spec.id = want.run_id;
       std::vector<LossRow> loss;
-      const RunRow got = run_row(want.experiment, spec, *st, dir, loss);
+      const RunRow got = run_row(want.experiment, spec_of_row(want), *st, dir, loss);
       if (want.status != "ok") continue;  // provenance of a run that did not complete is the reader's machine
       ++runs_checked;
       EXPECT_EQ(got.training_s, want.training_s);

@@ -23,6 +23,7 @@
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/mfu_peak.h"
+#include "train/plan.h"
 #include "train/run_config.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
@@ -502,6 +503,89 @@ TEST(MfuPeak, ABusyStartUpDoesNotLowerThePeak) {
   std::ofstream(dir / "mfu_peak.json") << "{not json";                // a damaged cache is started again
   EXPECT_EQ(best_known_peak("machine|1x2", 70.0).gflops, 70.0);
   unsetenv("GPT2_CACHE_DIR");
+}
+
+// A plan worked out by hand for V 10, block 8, L 2, C 8, NH 2, batch 4 x 8
+// tokens on the mpi stage (N = rows per replica x 8 tokens).
+RunConfig tiny_plan_config(int tp, std::vector<std::string> types) {
+  RunConfig c;
+  c.model.V = 10, c.model.T = 8, c.model.L = 2, c.model.C = 8, c.model.NH = 2;
+  c.model = c.model.resolved();
+  c.train.batch_size = 4, c.train.seq_len = 8;
+  c.parallel.tp = tp;
+  c.parallel.block_types = std::move(types);
+  return c;
+}
+
+std::pair<uint64_t, uint64_t> traffic(const GroupTraffic& t) { return {t.calls.value_or(~0ull), t.bytes}; }
+
+TEST(Plan, TensorParallelTrafficByHand) {
+  // tp then spd, N = 32: the tp layer 4 calls of 4 x 32 x 8 floats (4096 bytes);
+  // spd 2 calls, 1024 + 4 x (256 + 6 x 8) = 2240 bytes; the norm's double.
+  Plan p = make_plan(tiny_plan_config(2, {"tp", "spd"}), 2, "mpi");
+  ASSERT_EQ(p.rank.size(), 2u);
+  EXPECT_EQ(traffic(p.rank[0].tp), std::make_pair(uint64_t{4 + 2 + 1}, uint64_t{4096 + 2240 + 8}));
+  EXPECT_EQ(traffic(p.rank[1].dp), std::make_pair(uint64_t{0}, uint64_t{0}));
+  EXPECT_EQ(p.rank[1].tp_rank, 1);
+  // Two parallel layers are one run: 2 calls, 1024 + 4 x (256 + 6 x 8 x 2) = 2432 bytes.
+  p = make_plan(tiny_plan_config(2, {"parallel", "parallel"}), 2, "mpi");
+  EXPECT_EQ(traffic(p.rank[0].tp), std::make_pair(uint64_t{3}, uint64_t{2432 + 8}));
+  // An empty list is all tp; dp 2 halves N (2 rows x 8 = 16) and sums the
+  // shard's gradient: per layer 2C + 3C^2/2 + C^2/2 + C + 2C + 4C^2/2 + 4C/2 +
+  // 4C^2/2 + C = 16 + 96 + 32 + 8 + 16 + 128 + 16 + 128 + 8 = 448; with wte,
+  // wpe, lnf and lm_head 80 + 64 + 896 + 16 + 80 = 1136 parameters; the loss's double.
+  p = make_plan(tiny_plan_config(2, {}), 4, "mpi");
+  EXPECT_EQ(p.dp, 2);
+  EXPECT_EQ(p.rank[2].dp_rank, 1);
+  EXPECT_EQ(traffic(p.rank[0].tp), std::make_pair(uint64_t{2 * 4 + 1}, uint64_t{2 * 4 * 4 * 16 * 8 + 8}));
+  EXPECT_EQ(p.rank[0].mem.count, 1136u);
+  EXPECT_EQ(traffic(p.rank[0].dp), std::make_pair(uint64_t{2}, uint64_t{4 * 1136 + 8}));
+  // tp 1: no tensor-parallel group; the whole model, 12C^2 + 10C = 848 a layer: 1936.
+  p = make_plan(tiny_plan_config(1, {"spd", "parallel"}), 2, "mpi");
+  EXPECT_EQ(traffic(p.rank[0].tp), std::make_pair(uint64_t{0}, uint64_t{0}));
+  EXPECT_EQ(traffic(p.rank[0].dp), std::make_pair(uint64_t{2}, uint64_t{4 * 1936 + 8}));
+  // Buckets of 1000 floats: the backward reports the head (offset 1936 - 96 =
+  // 1840: 96 floats pending), layer 1 (1840 - 848 = 992: 944 pending), layer 0
+  // (144: 1792 pending, a bucket) and the embeddings (0: 144 pending); the
+  // rest at the end: 2 calls and the loss.
+  RunConfig b = tiny_plan_config(1, {});
+  b.train.grad_bucket_mb = 1000.0 * sizeof(float) / (1 << 20);
+  EXPECT_EQ(traffic(make_plan(b, 2, "mpi").rank[0].dp), std::make_pair(uint64_t{3}, uint64_t{4 * 1936 + 8}));
+  EXPECT_THROW(make_plan(tiny_plan_config(2, {"tp"}), 2, "mpi"), std::invalid_argument);
+  EXPECT_THROW(make_plan(tiny_plan_config(3, {}), 3, "mpi"), std::invalid_argument);
+  EXPECT_THROW(make_plan(tiny_plan_config(2, {}), 3, "mpi"), std::invalid_argument);
+  EXPECT_THROW(make_plan(tiny_plan_config(2, {}), 2, "serial"), std::invalid_argument);
+}
+
+TEST(Plan, ZeroAndPipelineByHand) {
+  // ZeRO-1 over 3 ranks of the 1936-float model: padded to 1938, chunks of
+  // 646; each rank's moments are its 646 (the last one's 644) floats twice.
+  RunConfig c = tiny_plan_config(1, {});
+  c.train.batch_size = 3;
+  c.parallel.zero = ZeroStage::k1;
+  Plan p = make_plan(c, 3, "mpi");
+  EXPECT_EQ(p.zero, 1);
+  EXPECT_EQ(p.rank[0].mem.params, 1938u * 4);
+  EXPECT_EQ(p.rank[0].mem.moments, 2u * 646 * 4);
+  EXPECT_EQ(p.rank[2].mem.moments, 2u * 644 * 4);
+  EXPECT_EQ(p.rank[0].mem.formula, static_cast<uint64_t>(std::llround((8 + 8.0 / 3) * 1936)));
+  // A reduce-scatter and an all-gather of the padded buffer, the loss and the norm.
+  EXPECT_EQ(traffic(p.rank[0].dp), std::make_pair(uint64_t{4}, uint64_t{2 * 1938 * 4 + 16}));
+  // Two stages of one layer each, 2 microbatches of 2 rows x 8 tokens x 8
+  // channels (512 bytes): stage 0 sends 2 activations and receives 2
+  // gradients; both stages sum the loss and the norm (two doubles). 1f1b
+  // holds 2 arenas on stage 0 and 1 on stage 1; the bubble (p-1)/(m+p-1) = 1/3.
+  c = tiny_plan_config(1, {});
+  c.parallel.pp = 2;
+  c.parallel.microbatches = 2;
+  p = make_plan(c, 2, "mpi");
+  EXPECT_EQ(traffic(p.rank[0].pp), std::make_pair(uint64_t{6}, uint64_t{4 * 512 + 16}));
+  EXPECT_EQ(p.rank[0].first_layer, 0);
+  EXPECT_EQ(p.rank[1].first_layer, 1);
+  EXPECT_EQ(p.rank[0].mem.arenas, 2u);
+  EXPECT_EQ(p.rank[1].mem.arenas, 1u);
+  EXPECT_DOUBLE_EQ(p.bubble, 1.0 / 3);
+  EXPECT_THROW(make_plan(c, 2, "mpi_cuda"), std::invalid_argument);  // pipelines run on the mpi stage only
 }
 
 }  // namespace

@@ -25,9 +25,10 @@
 //
 // Every run is resolved to a full stage configuration by the serial stage
 // program (stage_config.h: base, the experiment's config, the run's config,
-// then threads, seed and checkpoints) and validated before anything runs;
-// errors name the file, line and key, with a "did you mean" hint for
-// unknown keys.
+// then threads, seed and checkpoints) and planned by it (`serial plan
+// --stage S --ranks N`: the layout checks are the engine's own) before
+// anything runs; errors name the file, line and key, with a "did you mean"
+// hint for unknown keys.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,7 @@ struct RunSpec {
   uint64_t seed = 0;
   std::string hostfile;  // absolute path or ""
   std::string config;    // the resolved configuration the stage is given (run.yaml)
+  std::string plan;      // the engine's plan of the run (plan.json; docs/plan.md)
   int64_t steps = 0;     // its train.steps
   std::string id;        // stage-rR-tT[-tpP][-ppS]-repK-<hash of the resolved run and the build>
 };

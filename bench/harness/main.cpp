@@ -7,6 +7,7 @@
 //   harness run EXPERIMENT.yaml [--force] [--quiet] [--set KEY=VALUE,...] [--results DIR] [--reports DIR] [--build DIR]
 //   harness report EXPERIMENT   [--results DIR] [--reports DIR] [--build DIR]
 //   harness list                [--experiments DIR] [--build DIR]
+//   harness reindex NAME        [--results DIR]
 // The harness links none of the engine: it starts the stage and benchmark
 // programs as processes and reads what they write (util/records.h).
 #include <fmt/format.h>
@@ -69,6 +70,12 @@ usage:
       stdout; --out also writes compare.md and compare.csv.
   harness list [--experiments DIR] [--build DIR]
       The experiments, and which stages this machine can run (and why not).
+  harness reindex NAME [--results DIR]
+      Rebuilds a stages experiment's stored runs.csv and loss.csv from the run
+      folders its runs.csv lists (each folder's status, metrics stream and
+      plan.json), after a change to what a row holds; rows of folders not
+      kept stay as they were. NAME: a folder of DIR (results/), or a path to
+      a folder with runs.csv. Runs nothing; `report` then rebuilds the reports.
   harness [COMMAND] --help
 
 Kinds of experiment (`kind:` in the file):
@@ -250,6 +257,19 @@ int list(const Args& a, const Places& at, ConfigResolver& resolver) {
   return 0;
 }
 
+int reindex(const Args& a) {
+  if (a.target.empty()) throw std::invalid_argument("reindex: which results? (a name in results/, or a folder)");
+  fs::path dir = a.target;
+  if (!fs::exists(dir / "runs.csv")) dir = opt_path(a.results, fs::path(kRepoRoot) / "results") / a.target;
+  if (!fs::exists(dir / "runs.csv")) {
+    throw std::invalid_argument(fmt::format("reindex: '{}' is not a stages experiment's results (no runs.csv in {})",
+                                            a.target, dir.string()));
+  }
+  const int rebuilt = reindex_results(dir);
+  fmt::print(stderr, "{}: {} rows rebuilt from their run folders\n", (dir / "runs.csv").string(), rebuilt);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
   if (a.help || a.command.empty() || a.command == "help") {
@@ -269,8 +289,10 @@ int run(int argc, char** argv) {
     fmt::print("{}", compare_results(req));
     return 0;
   }
+  if (a.command == "reindex") return reindex(a);
   if (a.command != "run" && a.command != "report") {
-    throw std::invalid_argument(fmt::format("unknown command '{}' (expected run, report, compare or list)", a.command));
+    throw std::invalid_argument(
+        fmt::format("unknown command '{}' (expected run, report, compare, list or reindex)", a.command));
   }
   if (a.target.empty()) throw std::invalid_argument(fmt::format("{}: which experiment? (see harness --help)", a.command));
   const fs::path file = experiment_file(a.target, fs::path(kRepoRoot) / "experiments");

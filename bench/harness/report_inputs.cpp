@@ -244,8 +244,13 @@ std::string reasons(const ConfigRuns& c) {
 }
 
 std::string preamble(const ReportSpec& spec, const std::vector<Run>& runs, const std::string& title) {
+  return preamble(spec, runs, title, spec.description);
+}
+
+std::string preamble(const ReportSpec& spec, const std::vector<Run>& runs, const std::string& title,
+                     const std::string& lead) {
   std::string out = fmt::format("# {}: {}\n\n", spec.experiment, title);
-  if (!spec.description.empty()) out += spec.description + "\n\n";
+  if (!lead.empty()) out += lead + "\n\n";
   out += provenance_text(runs) + "\n";
   out += reproduce_block(spec.reproduce_command);
   return out;

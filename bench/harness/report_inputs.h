@@ -89,6 +89,10 @@ std::string reasons(const ConfigRuns& c);
 // "# <exp>: <title>", the description, the machines the completed runs ran
 // on, and the command that reproduces the report.
 std::string preamble(const ReportSpec& spec, const std::vector<Run>& runs, const std::string& title);
+// The same with `lead` in place of the experiment's description: for a
+// report whose subject is not the experiment's (table1's Table 2).
+std::string preamble(const ReportSpec& spec, const std::vector<Run>& runs, const std::string& title,
+                     const std::string& lead);
 // A Markdown link from the reports folder to the paper's README, shown as
 // "data/paper/README.md" (the last two folders) wherever the tree lies.
 std::string paper_readme_link(const std::filesystem::path& paper_dir, const std::filesystem::path& reports_dir);

@@ -5,12 +5,12 @@
 // loss deviation from the one-rank run; one SVG timeline of a step per
 // schedule. parallelism.md, parallelism.csv, parallelism_timeline_<schedule>.svg.
 // Reads what the stages wrote in each run's folder (metrics.jsonl with its
-// per-rank waits and arenas, the summary's memory record, timeline.jsonl,
-// config.yaml).
+// per-rank waits and arenas, the summary's memory record, timeline.jsonl)
+// and the engine's plan of the run (plan.json): every "theory" and
+// "formula" figure is the plan's (docs/plan.md).
 #include "report_inputs.h"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +21,7 @@
 
 #include "csv.h"
 #include "report_format.h"
+#include "run_plan.h"
 #include "util/json.h"
 #include "util/records.h"
 
@@ -30,56 +31,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// What the parallelism report needs of a run's configuration.
+// The layout of a run, as its plan states it.
 struct Layout {
-  int ranks = 1, tp = 1, pp = 1, m = 1, batch = 0, T = 0, C = 0;
-  std::string schedule = "1f1b";
-  int zero = 0;  // the ZeRO stage
-  int dp() const { return ranks / (tp * pp); }
+  int ranks = 1, dp = 1, tp = 1, pp = 1, m = 1, zero = 0;
+  std::string schedule;
 };
 
-std::optional<Layout> layout_of(const fs::path& dir, int ranks) {
-  try {
-    const YAML::Node c = YAML::LoadFile((dir / "config.yaml").string());
-    Layout l;
-    l.ranks = ranks;
-    l.tp = c["parallel"]["tp"].as<int>();
-    l.pp = c["parallel"]["pp"].as<int>();
-    l.m = c["parallel"]["microbatches"].as<int>();
-    l.schedule = c["parallel"]["schedule"].as<std::string>();
-    const std::string z = c["parallel"]["zero"].as<std::string>();  // "0".."3" (older runs: true / false)
-    l.zero = z == "true" ? 1 : z == "false" ? 0 : std::stoi(z);
-    l.batch = c["train"]["batch_size"].as<int>();
-    l.T = c["train"]["seq_len"].as<int>();
-    l.C = c["model"]["n_embd"].as<int>();
-    return l;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
-// The bubble of a stage as a share of the step when F, B and W take equal
-// time: (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1.
-double theory_bubble(const Layout& l) {
-  if (l.pp == 1) return 0;
-  const double p = l.pp, m = l.m;
-  return l.schedule == "zb-h1" ? (p - 1) / (3 * m + p - 1) : (p - 1) / (m + p - 1);
-}
-
-// Arenas in flight on stage s: gpipe m, 1f1b min(p - s, m), zb-h1 min(p, m) (the schedules of train/pipeline.h).
-int theory_arenas(const Layout& l, int s) {
-  if (l.schedule == "gpipe") return l.m;
-  if (l.schedule == "zb-h1") return std::min(l.pp, l.m);
-  return std::min(l.pp - s, l.m);
-}
-
-// Rank 0's (the first stage's) pipeline calls and bytes per step: m
-// activations sent and m gradients received, each a microbatch of
-// rows x T x C floats, plus the loss and the gradient norm (two doubles).
-std::pair<int64_t, int64_t> theory_pp(const Layout& l) {
-  if (l.pp == 1) return {0, 0};
-  const int64_t mb = static_cast<int64_t>(l.batch / l.dp() / l.m) * l.T * l.C;
-  return {2 * l.m + 2, 2 * l.m * mb * 4 + 16};
+Layout layout_of(const Json& plan) {
+  const Json& l = plan["layout"];
+  return Layout{plan["ranks"].get<int>(), l["dp"].get<int>(), l["tp"].get<int>(), l["pp"].get<int>(),
+                l["microbatches"].get<int>(), l["zero"].get<int>(), l["schedule"].get<std::string>()};
 }
 
 struct RunFacts {
@@ -119,6 +80,29 @@ std::optional<RunFacts> facts_of(const fs::path& dir) {
     return std::nullopt;
   }
 }
+
+// One configuration's first completed run, with what the tables need of it.
+struct RunView {
+  const ConfigRuns* c = nullptr;
+  fs::path dir;
+  Json plan;
+  Layout lay;
+  RunFacts facts;
+  std::optional<Summary> ms;
+  std::optional<double> dev;  // the largest relative loss deviation from the reference
+  bool over = false;          // more ranks x threads than this machine's cores
+  std::map<int, std::pair<double, int>> per_stage;  // stage -> (mean bubble, most arenas)
+
+  const Json& rank_plan(size_t r) const { return plan["per_rank"][r]; }
+  int64_t planned_pp(const char* what) const { return rank_plan(0)["comm"]["pp"][what].get<int64_t>(); }
+  // The schedule's arenas on stage s: the plan's, on the stage's first rank.
+  int64_t planned_arenas(int s) const {
+    for (const Json& r : plan["per_rank"]) {
+      if (r["stage"].get<int>() == s) return r["memory"]["arenas"].get<int64_t>();
+    }
+    return 0;
+  }
+};
 
 std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
 std::string mb(double bytes) { return fmt::format("{:.2f}", bytes / 1e6); }
@@ -181,9 +165,34 @@ std::string timeline_svg(const fs::path& timeline, int step, const std::string& 
   return svg;
 }
 
-}  // namespace
+// The largest relative gap of c's median loss curve from the reference's.
+std::optional<double> loss_deviation(const LossData& loss, const ConfigRuns& c, const ConfigRuns* reference) {
+  if (!reference || &c == reference) return std::nullopt;
+  const auto a = loss.median.find(c.key), b = loss.median.find(reference->key);
+  if (a == loss.median.end() || b == loss.median.end()) return std::nullopt;
+  double worst = 0;
+  for (const auto& [e, l] : a->second) {
+    const auto it = b->second.find(e);
+    if (it != b->second.end() && it->second != 0) worst = std::max(worst, std::fabs(l - it->second) / it->second);
+  }
+  return worst;
+}
 
-void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
+// Per stage: the mean over its ranks of the measured bubble, the most arenas.
+void stage_means(RunView& v) {
+  std::map<int, int> stage_ranks;
+  for (size_t r = 0; r < v.facts.bubble.size() && r < v.facts.stage.size(); ++r) {
+    auto& [b, n] = v.per_stage[v.facts.stage[r]];
+    b += v.facts.bubble[r];
+    n = std::max(n, r < v.facts.arenas.size() ? v.facts.arenas[r] : 0);
+    ++stage_ranks[v.facts.stage[r]];
+  }
+  for (auto& [s, bn] : v.per_stage) bn.first /= stage_ranks[s];
+}
+
+// The configurations in run order, each its first completed run's view; the
+// others as "label (why)".
+std::vector<RunView> views_of(const ReportSpec& spec, const Inputs& in, std::vector<std::string>& not_run) {
   const LossData loss = load_loss(spec.results_dir / "loss.csv", in.runs);
   // The reference of the loss deviation: the first completed one-rank configuration.
   const ConfigRuns* reference = nullptr;
@@ -197,186 +206,124 @@ void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs:
   for (const ConfigRuns& c : in.configs) configs.push_back(&c);
   std::stable_sort(configs.begin(), configs.end(),
                    [](const ConfigRuns* a, const ConfigRuns* b) { return a->all.front() < b->all.front(); });
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<RunView> views;
+  for (const ConfigRuns* cp : configs) {
+    if (cp->ok.empty()) {
+      not_run.push_back(fmt::format("{} ({})", label(cp->key), status_text(*cp)));
+      continue;
+    }
+    RunView v;
+    v.c = cp;
+    v.dir = spec.results_dir / cp->ok.front()->run_id;
+    const std::optional<Json> plan = read_plan(v.dir);
+    const std::optional<RunFacts> facts = facts_of(v.dir);
+    if (!plan || !facts) {
+      not_run.push_back(fmt::format("{} (its run folder lacks plan.json or metrics)", label(cp->key)));
+      continue;
+    }
+    v.plan = *plan;
+    v.lay = layout_of(v.plan);
+    v.facts = *facts;
+    v.ms = stats_of(cp->ok, &Run::step_ms);
+    v.dev = loss_deviation(loss, *cp, reference);
+    v.over = static_cast<unsigned>(cp->key.ranks) * static_cast<unsigned>(cp->key.threads) > cores;
+    stage_means(v);
+    views.push_back(std::move(v));
+  }
+  return views;
+}
 
-  std::string csv = csv_row({"configuration", "ranks", "dp", "tp", "pp", "microbatches", "schedule", "zero",
-                             "oversubscribed", "runs_ok", "step_ms_median", "stage", "bubble_measured",
-                             "bubble_theory", "arenas_counted", "arenas_theory", "pp_calls", "formula_pp_calls",
-                             "pp_bytes", "formula_pp_bytes", "params_bytes", "grads_bytes", "moments_bytes",
-                             "formula_moments_bytes", "activations_bytes", "max_loss_deviation"});
-  std::vector<std::vector<std::string>> time_rows, mem_rows;
-  std::vector<std::string> not_run, svgs;
-  std::map<std::string, bool> drawn;  // schedule -> timeline drawn
-  // Two stages, one replica: per (m, schedule) the step, the stages' bubbles and the peak activations over ranks.
+// The step-time table's row of a run.
+std::vector<std::string> time_row(const RunView& v, const ConfigRuns* reference_marker) {
+  const Layout& l = v.lay;
+  std::string bubbles, arenas;
+  for (const auto& [s, bn] : v.per_stage) {
+    bubbles += fmt::format("{}{}", bubbles.empty() ? "" : " / ", pct(bn.first));
+    arenas += fmt::format("{}{} ({})", arenas.empty() ? "" : " / ", bn.second, v.planned_arenas(s));
+  }
+  const int64_t fcalls = v.planned_pp("calls"), fbytes = v.planned_pp("bytes");
+  const bool pp_ok = v.facts.pp_calls == fcalls && v.facts.pp_bytes == fbytes;
+  const std::string ne = pp_ok ? "" : " ≠";
+  return {label(v.c->key) + (v.over ? " (oversubscribed)" : ""), fmt::format("dp {} x tp {} x pp {}", l.dp, l.tp, l.pp),
+          l.pp > 1 || l.m > 1 ? fmt::format("{}, m {}", l.schedule, l.m) : "",
+          fmt::format("{}/{}", v.c->ok.size(), v.c->all.size()), v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
+          bubbles, l.pp > 1 ? pct(v.plan["bubble"].get<double>()) : "", arenas,
+          l.pp > 1 ? fmt::format("{} ({}){}", v.facts.pp_calls.value_or(0), fcalls, ne) : "",
+          l.pp > 1 ? fmt::format("{} ({}){}", mb(static_cast<double>(v.facts.pp_bytes.value_or(0))),
+                                 mb(static_cast<double>(fbytes)), ne)
+                   : "",
+          v.dev ? fmt::format("{:.1e}", *v.dev) : (v.c == reference_marker ? "(reference)" : "")};
+}
+
+// The memory table's rows of a run (one per rank) and their CSV lines.
+void memory_rows(const RunView& v, std::vector<std::vector<std::string>>& rows, std::string& csv) {
+  const Layout& l = v.lay;
+  for (const Json& r : v.facts.memory) {
+    const size_t rank = static_cast<size_t>(r.value("rank", 0));
+    const Json& planned = v.rank_plan(rank)["memory"];
+    const double params = r.value("params_bytes", 0.0), moments = r.value("moments_bytes", 0.0);
+    const double want_moments = planned["moments_bytes"].get<double>();
+    const int s = r.value("stage", 0);
+    const double state = r.value("model_state_bytes", params + r.value("grads_bytes", 0.0) + moments);
+    const double formula = r.value("formula_bytes", 0.0);
+    const double want_dp = l.dp > 1 ? v.rank_plan(0)["comm"]["dp"]["bytes"].get<double>() : 0.0;
+    rows.push_back({label(v.c->key), std::to_string(rank), std::to_string(s), std::to_string(l.zero), mb(params),
+                    mb(r.value("gathered_bytes", 0.0)), mb(r.value("grads_bytes", 0.0)),
+                    mb(r.value("comm_buffer_bytes", 0.0)), fmt::format("{} ({})", mb(moments), mb(want_moments)),
+                    formula > 0 ? fmt::format("{} ({}, {:+.1f}%)", mb(state), mb(formula),
+                                              100.0 * (state - formula) / formula)
+                                : mb(state),
+                    fmt::format("{} x {}", r.value("arenas", 0), mb(r.value("arena_bytes", 0.0))),
+                    mb(r.value("activations_bytes", 0.0)),
+                    rank == 0 && l.dp > 1 ? fmt::format("{} ({})", mb(static_cast<double>(v.facts.dp_bytes)), mb(want_dp))
+                                          : ""});
+    csv += csv_row({label(v.c->key), std::to_string(v.c->key.ranks), std::to_string(l.dp), std::to_string(l.tp),
+                    std::to_string(l.pp), std::to_string(l.m), l.schedule, std::to_string(l.zero),
+                    v.over ? "true" : "false", std::to_string(v.c->ok.size()),
+                    exact(v.ms ? std::optional(v.ms->median) : std::nullopt), std::to_string(s),
+                    rank < v.facts.bubble.size() ? exact(v.facts.bubble[rank]) : "", exact(v.plan["bubble"].get<double>()),
+                    rank < v.facts.arenas.size() ? std::to_string(v.facts.arenas[rank]) : "",
+                    std::to_string(planned["arenas"].get<int64_t>()), std::to_string(v.facts.pp_calls.value_or(0)),
+                    std::to_string(v.planned_pp("calls")), std::to_string(v.facts.pp_bytes.value_or(0)),
+                    std::to_string(v.planned_pp("bytes")), exact(params), exact(r.value("grads_bytes", 0.0)),
+                    exact(moments), exact(want_moments), exact(r.value("activations_bytes", 0.0)), exact(v.dev)});
+  }
+}
+
+// One timeline per schedule: the first two-stage configuration with 4
+// microbatches (else any); the schedules drawn, in order.
+std::vector<std::string> draw_timelines(const ReportSpec& spec, const std::vector<RunView>& views,
+                                        std::vector<fs::path>& written) {
+  std::vector<std::string> svgs;
+  std::map<std::string, bool> drawn;  // schedule -> drawn with 4 microbatches
+  for (const RunView& v : views) {
+    const Layout& l = v.lay;
+    if (l.pp == 1 || (drawn.count(l.schedule) && (drawn[l.schedule] || l.m != 4))) continue;
+    const std::string svg =
+        timeline_svg(v.dir / "timeline.jsonl", 1, fmt::format("{}: step 1 of {}", l.schedule, label(v.c->key)));
+    if (svg.empty()) continue;
+    write_report(spec.reports_dir / ("parallelism_timeline_" + l.schedule + ".svg"), svg, written);
+    if (!drawn.count(l.schedule)) svgs.push_back(l.schedule);
+    drawn[l.schedule] = l.m == 4;
+  }
+  return svgs;
+}
+
+// zb-h1 against 1f1b on two stages of one replica, per microbatch count.
+std::string zb_reading(const std::vector<RunView>& views) {
   struct SchedulePoint {
     double step_ms = 0, peak_activations = 0;
     std::vector<double> bubble;
   };
   std::map<std::pair<int, std::string>, SchedulePoint> points;
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  for (const ConfigRuns* cp : configs) {
-    const ConfigRuns& c = *cp;
-    if (c.ok.empty()) {
-      not_run.push_back(fmt::format("{} ({})", label(c.key), status_text(c)));
-      continue;
-    }
-    const fs::path dir = spec.results_dir / c.ok.front()->run_id;
-    const std::optional<Layout> lay = layout_of(dir, c.key.ranks);
-    const std::optional<RunFacts> facts = facts_of(dir);
-    if (!lay || !facts) {
-      not_run.push_back(fmt::format("{} (its run folder lacks config.yaml or metrics)", label(c.key)));
-      continue;
-    }
-    const auto ms = stats_of(c.ok, &Run::step_ms);
-    // Loss deviation from the reference: the largest relative gap of the median curves.
-    std::optional<double> dev;
-    if (reference && &c != reference) {
-      const auto a = loss.median.find(c.key), b = loss.median.find(reference->key);
-      if (a != loss.median.end() && b != loss.median.end()) {
-        double worst = 0;
-        for (const auto& [e, l] : a->second) {
-          const auto it = b->second.find(e);
-          if (it != b->second.end() && it->second != 0) worst = std::max(worst, std::fabs(l - it->second) / it->second);
-        }
-        dev = worst;
-      }
-    }
-    const bool over = static_cast<unsigned>(c.key.ranks) * static_cast<unsigned>(c.key.threads) > cores;
-    const std::string layout_text = fmt::format("dp {} x tp {} x pp {}", lay->dp(), lay->tp, lay->pp);
-    const std::string sched = lay->pp > 1 || lay->m > 1 ? fmt::format("{}, m {}", lay->schedule, lay->m) : "";
-    const auto [fcalls, fbytes] = theory_pp(*lay);
-    // Per stage: the mean over its ranks of the measured bubble, the most arenas.
-    std::map<int, std::pair<double, int>> per_stage;
-    std::map<int, int> stage_ranks;
-    for (size_t r = 0; r < facts->bubble.size() && r < facts->stage.size(); ++r) {
-      auto& [b, n] = per_stage[facts->stage[r]];
-      b += facts->bubble[r];
-      n = std::max(n, r < facts->arenas.size() ? facts->arenas[r] : 0);
-      ++stage_ranks[facts->stage[r]];
-    }
-    std::string bubbles, arenas;
-    for (auto& [s, bn] : per_stage) {
-      bn.first /= stage_ranks[s];
-      bubbles += fmt::format("{}{}", bubbles.empty() ? "" : " / ", pct(bn.first));
-      arenas += fmt::format("{}{} ({})", arenas.empty() ? "" : " / ", bn.second, theory_arenas(*lay, s));
-    }
-    if (lay->pp == 2 && lay->tp == 1 && lay->dp() == 1 && !lay->zero && ms) {
-      SchedulePoint& pt = points[{lay->m, lay->schedule}];
-      pt.step_ms = ms->median;
-      for (const auto& [s, bn] : per_stage) pt.bubble.push_back(bn.first);
-      for (const Json& r : facts->memory) {
-        pt.peak_activations = std::max(pt.peak_activations, r.value("activations_bytes", 0.0));
-      }
-    }
-    const bool pp_ok = facts->pp_calls == fcalls && facts->pp_bytes == fbytes;
-    time_rows.push_back({label(c.key) + (over ? " (oversubscribed)" : ""), layout_text, sched,
-                         fmt::format("{}/{}", c.ok.size(), c.all.size()),
-                         ms ? fmt::format("{:.1f}", ms->median) : "", bubbles.empty() ? "" : bubbles,
-                         lay->pp > 1 ? pct(theory_bubble(*lay)) : "", arenas,
-                         lay->pp > 1 ? fmt::format("{} ({}){}", facts->pp_calls.value_or(0), fcalls, pp_ok ? "" : " ≠")
-                                     : "",
-                         lay->pp > 1 ? fmt::format("{} ({}){}", mb(static_cast<double>(facts->pp_bytes.value_or(0))),
-                                                   mb(static_cast<double>(fbytes)), pp_ok ? "" : " ≠")
-                                     : "",
-                         dev ? fmt::format("{:.1e}", *dev) : (&c == reference ? "(reference)" : "")});
-    // Memory of each rank.
-    for (const Json& r : facts->memory) {
-      const double params = r.value("params_bytes", 0.0), moments = r.value("moments_bytes", 0.0);
-      const int zero = lay->dp() > 1 ? lay->zero : 0;
-      // The moments' share: 8 bytes per parameter of the rank's part, 1/N with any ZeRO stage (ZeRO-3 holds
-      // 1/N of the parameters too).
-      const double want_moments = zero == 3 ? 2 * params : zero > 0 ? 2 * params / lay->dp() : 2 * params;
-      const int s = r.value("stage", 0);
-      const double state = r.value("model_state_bytes", params + r.value("grads_bytes", 0.0) + moments);
-      const double formula = r.value("formula_bytes", 0.0);
-      // Data-parallel bytes per step, rank 0, by its formula in floats of the rank's parameters Ψ (as the
-      // engine counted them; each verb counts its buffer once): allreduce Ψ; ZeRO-1/2 a reduce-scatter and
-      // an all-gather, 2Ψ; ZeRO-3 two all-gathers and a reduce-scatter, 3Ψ; plus the scalars.
-      const double psi = r.value("params", 0.0);
-      const double want_dp = lay->dp() > 1 ? 4 * psi * (zero == 0 ? 1 : zero == 3 ? 3 : 2) : 0.0;
-      mem_rows.push_back({label(c.key), std::to_string(r.value("rank", 0)), std::to_string(s), std::to_string(zero),
-                          mb(params), mb(r.value("gathered_bytes", 0.0)), mb(r.value("grads_bytes", 0.0)),
-                          mb(r.value("comm_buffer_bytes", 0.0)),
-                          fmt::format("{} ({})", mb(moments), mb(want_moments)),
-                          formula > 0 ? fmt::format("{} ({}, {:+.1f}%)", mb(state), mb(formula),
-                                                    100.0 * (state - formula) / formula)
-                                      : mb(state),
-                          fmt::format("{} x {}", r.value("arenas", 0), mb(r.value("arena_bytes", 0.0))),
-                          mb(r.value("activations_bytes", 0.0)),
-                          r.value("rank", 0) == 0 && lay->dp() > 1
-                              ? fmt::format("{} ({})", mb(static_cast<double>(facts->dp_bytes)), mb(want_dp))
-                              : ""});
-      const size_t rank = static_cast<size_t>(r.value("rank", 0));
-      csv += csv_row({label(c.key), std::to_string(c.key.ranks), std::to_string(lay->dp()), std::to_string(lay->tp),
-                      std::to_string(lay->pp), std::to_string(lay->m), lay->schedule, std::to_string(lay->zero),
-                      over ? "true" : "false", std::to_string(c.ok.size()),
-                      exact(ms ? std::optional(ms->median) : std::nullopt), std::to_string(s),
-                      rank < facts->bubble.size() ? exact(facts->bubble[rank]) : "",
-                      exact(theory_bubble(*lay)),
-                      rank < facts->arenas.size() ? std::to_string(facts->arenas[rank]) : "",
-                      std::to_string(theory_arenas(*lay, s)), std::to_string(facts->pp_calls.value_or(0)),
-                      std::to_string(fcalls), std::to_string(facts->pp_bytes.value_or(0)), std::to_string(fbytes),
-                      exact(params), exact(r.value("grads_bytes", 0.0)), exact(moments), exact(want_moments),
-                      exact(r.value("activations_bytes", 0.0)), exact(dev)});
-    }
-    // One timeline per schedule: the first two-stage configuration with 4 microbatches (else any).
-    if (lay->pp > 1 && (!drawn.count(lay->schedule) || (!drawn[lay->schedule] && lay->m == 4))) {
-      const std::string name = "parallelism_timeline_" + lay->schedule;
-      const std::string svg =
-          timeline_svg(dir / "timeline.jsonl", 1, fmt::format("{}: step 1 of {}", lay->schedule, label(c.key)));
-      if (!svg.empty()) {
-        write_report(spec.reports_dir / (name + ".svg"), svg, written);
-        if (!drawn.count(lay->schedule)) svgs.push_back(lay->schedule);
-        drawn[lay->schedule] = lay->m == 4;
-      }
-    }
-  }
-
-  std::string md = preamble(spec, in.runs, "parallel layouts: pipeline schedules, ZeRO-1, the grid");
-  if (time_rows.empty()) {
-    md += fmt::format("Nothing to compare: {}.\n\n", kNoRuns);
-  } else {
-    md += "## Step time, bubble and pipeline communication\n\n";
-    md += md_table({"Configuration", "Layout", "Schedule", "Runs ok", "Step ms (median)",
-                    "Bubble per stage, measured", "Bubble, theory", "Arenas in flight per stage (theory)",
-                    "pp calls (formula)", "pp MB (formula)", "Largest loss deviation vs 1 rank"},
-                   time_rows, "lllrrrrrrrr");
-    md +=
-        "\nBubble: the share of a step a stage's ranks spent waiting for a pipeline peer (inside a receive, or for "
-        "a send whose buffer was needed again), the median over the steps after the first; theory: (p-1)/(m+p-1) "
-        "for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1, which assume forward, input-gradient and weight-gradient "
-        "passes of equal time. Arenas: the most microbatches a stage held at once (counted while it ran) and, in "
-        "brackets, the schedule's bound. pp calls and MB: rank 0's (the first stage's) pipeline-group calls in a "
-        "step and their bytes (MB = 10^6 bytes); the formula is 2m messages of one microbatch's activations "
-        "(rows x seq_len x n_embd floats) plus two doubles (the loss and the gradient norm). Loss deviation: the "
-        "largest relative difference of the median training-loss curve from the one-rank run's. "
-        "(oversubscribed): more ranks x threads than this machine's cores; such runs show correctness, not "
-        "speed.\n\n";
-    md += "## Memory per rank\n\n";
-    md += md_table({"Configuration", "Rank", "Stage", "ZeRO", "Parameters MB", "Gathered MB", "Gradients MB",
-                    "Gradient slots MB", "Moments MB (formula)", "Model state MB (ZeRO formula)", "Arenas x MB",
-                    "Activations MB", "dp MB per step (formula)"},
-                   mem_rows, "lrrrrrrrrrrrr");
-    md +=
-        "\nCounted from the buffers each rank allocated (the run summary's memory record). Parameters and "
-        "gradients: what the rank holds (ZeRO-2 and 3: 1/N shards of every layer); gathered: ZeRO-3's two "
-        "parameter slots (a layer in use, the next one prefetched); gradient slots: ZeRO-2/3's two working "
-        "gradients (one computing, one reduce-scattering). Moments: Adam's two fp32 moments, 8 bytes per "
-        "parameter of the rank's stage and shard, 1/N with ZeRO over N data-parallel ranks. Model state: "
-        "parameters + gradients + moments held, beside ZeRO's formula per parameter (Rajbhandari et al. 2020: "
-        "16, 8 + 8/N, 4 + 12/N, 16/N bytes for stages 0 to 3; stage 2 under a pipeline schedule keeps the "
-        "stage's gradient: stage 1's). dp MB: rank 0's data-parallel bytes in a step, each collective counted "
-        "once by its buffer; the formula is Ψ floats (the rank's parameters) for an allreduce, 2Ψ for ZeRO-1/2 "
-        "(reduce-scatter and all-gather), 3Ψ for ZeRO-3 (two all-gathers and a reduce-scatter), scalars aside. "
-        "Activations: the arenas the schedule allocates (one per microbatch in flight) times one arena's "
-        "bytes.\n\n";
-  }
-  for (const std::string& s : svgs) {
-    md += fmt::format("![{} timeline](parallelism_timeline_{}.svg)\n\n", s, s);
-  }
-  if (!svgs.empty()) {
-    md += "Timelines: step 1 (the second) of one run per schedule, a row per rank, each on its own clock from the "
-          "step's start: F forward, B input gradients (BW: the whole backward), W weight gradients, grey waiting for "
-          "a peer.\n\n";
+  for (const RunView& v : views) {
+    const Layout& l = v.lay;
+    if (l.pp != 2 || l.tp != 1 || l.dp != 1 || l.zero || !v.ms) continue;
+    SchedulePoint& pt = points[{l.m, l.schedule}];
+    pt.step_ms = v.ms->median;
+    for (const auto& [s, bn] : v.per_stage) pt.bubble.push_back(bn.first);
+    for (const Json& r : v.facts.memory) pt.peak_activations = std::max(pt.peak_activations, r.value("activations_bytes", 0.0));
   }
   std::string reading;
   for (const auto& [key, one] : points) {
@@ -397,6 +344,84 @@ void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs:
         one.step_ms > 0 ? zb->second.step_ms / one.step_ms : 0.0, mb(zb->second.peak_activations),
         mb(one.peak_activations), one.peak_activations > 0 ? zb->second.peak_activations / one.peak_activations : 0.0);
   }
+  return reading;
+}
+
+// The two tables with their notes.
+std::string tables_md(const std::vector<std::vector<std::string>>& time_rows,
+                      const std::vector<std::vector<std::string>>& mem_rows) {
+  std::string md;
+  md += "## Step time, bubble and pipeline communication\n\n";
+  md += md_table({"Configuration", "Layout", "Schedule", "Runs ok", "Step ms (median)",
+                  "Bubble per stage, measured", "Bubble, theory", "Arenas in flight per stage (theory)",
+                  "pp calls (formula)", "pp MB (formula)", "Largest loss deviation vs 1 rank"},
+                 time_rows, "lllrrrrrrrr");
+  md +=
+      "\nBubble: the share of a step a stage's ranks spent waiting for a pipeline peer (inside a receive, or for "
+      "a send whose buffer was needed again), the median over the steps after the first; theory: (p-1)/(m+p-1) "
+      "for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1, which assume forward, input-gradient and weight-gradient "
+      "passes of equal time. Arenas: the most microbatches a stage held at once (counted while it ran) and, in "
+      "brackets, the schedule's bound. pp calls and MB: rank 0's (the first stage's) pipeline-group calls in a "
+      "step and their bytes (MB = 10^6 bytes); the formula is 2m messages of one microbatch's activations "
+      "(rows x seq_len x n_embd floats) plus two doubles (the loss and the gradient norm). Loss deviation: the "
+      "largest relative difference of the median training-loss curve from the one-rank run's. "
+      "(oversubscribed): more ranks x threads than this machine's cores; such runs show correctness, not "
+      "speed.\n\n";
+  md += "## Memory per rank\n\n";
+  md += md_table({"Configuration", "Rank", "Stage", "ZeRO", "Parameters MB", "Gathered MB", "Gradients MB",
+                  "Gradient slots MB", "Moments MB (formula)", "Model state MB (ZeRO formula)", "Arenas x MB",
+                  "Activations MB", "dp MB per step (formula)"},
+                 mem_rows, "lrrrrrrrrrrrr");
+  md +=
+      "\nCounted from the buffers each rank allocated (the run summary's memory record). Parameters and "
+      "gradients: what the rank holds (ZeRO-2 and 3: 1/N shards of every layer); gathered: ZeRO-3's two "
+      "parameter slots (a layer in use, the next one prefetched); gradient slots: ZeRO-2/3's two working "
+      "gradients (one computing, one reduce-scattering). Moments: Adam's two fp32 moments, 8 bytes per "
+      "parameter of the rank's stage and shard, 1/N with ZeRO over N data-parallel ranks. Model state: "
+      "parameters + gradients + moments held, beside ZeRO's formula per parameter (Rajbhandari et al. 2020: "
+      "16, 8 + 8/N, 4 + 12/N, 16/N bytes for stages 0 to 3; stage 2 under a pipeline schedule keeps the "
+      "stage's gradient: stage 1's). dp MB: rank 0's data-parallel bytes in a step, each collective counted "
+      "once by its buffer; the formula is Ψ floats (the rank's parameters) for an allreduce, 2Ψ for ZeRO-1/2 "
+      "(reduce-scatter and all-gather), 3Ψ for ZeRO-3 (two all-gathers and a reduce-scatter), scalars aside. "
+      "Activations: the arenas the schedule allocates (one per microbatch in flight) times one arena's "
+      "bytes.\n\n";
+  return md;
+}
+
+}  // namespace
+
+void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
+  std::vector<std::string> not_run;
+  const std::vector<RunView> views = views_of(spec, in, not_run);
+  const ConfigRuns* reference = nullptr;  // the run whose deviation column says "(reference)"
+  for (const ConfigRuns& c : in.configs) {
+    if (c.key.ranks == 1 && c.key.pipeline.empty() && !c.ok.empty()) {
+      reference = &c;
+      break;
+    }
+  }
+  std::string csv = csv_row({"configuration", "ranks", "dp", "tp", "pp", "microbatches", "schedule", "zero",
+                             "oversubscribed", "runs_ok", "step_ms_median", "stage", "bubble_measured",
+                             "bubble_theory", "arenas_counted", "arenas_theory", "pp_calls", "formula_pp_calls",
+                             "pp_bytes", "formula_pp_bytes", "params_bytes", "grads_bytes", "moments_bytes",
+                             "formula_moments_bytes", "activations_bytes", "max_loss_deviation"});
+  std::vector<std::vector<std::string>> time_rows, mem_rows;
+  for (const RunView& v : views) {
+    time_rows.push_back(time_row(v, reference));
+    memory_rows(v, mem_rows, csv);
+  }
+  const std::vector<std::string> svgs = draw_timelines(spec, views, written);
+  std::string md = preamble(spec, in.runs, "parallel layouts: pipeline schedules, ZeRO-1, the grid");
+  md += time_rows.empty() ? fmt::format("Nothing to compare: {}.\n\n", kNoRuns) : tables_md(time_rows, mem_rows);
+  for (const std::string& s : svgs) {
+    md += fmt::format("![{} timeline](parallelism_timeline_{}.svg)\n\n", s, s);
+  }
+  if (!svgs.empty()) {
+    md += "Timelines: step 1 (the second) of one run per schedule, a row per rank, each on its own clock from the "
+          "step's start: F forward, B input gradients (BW: the whole backward), W weight gradients, grey waiting for "
+          "a peer.\n\n";
+  }
+  const std::string reading = zb_reading(views);
   if (!reading.empty()) {
     md += "## Reading: zb-h1 against 1f1b on two stages\n\n" + reading +
           "\nThe bubble is measured, not modelled: it includes the stages' imbalance (the last stage carries the "

@@ -92,6 +92,26 @@ const ResolvedConfig& ConfigResolver::resolve(const fs::path& experiment, const 
   throw StageConfigError(message);
 }
 
+const PlanAnswer& ConfigResolver::plan(const fs::path& base, const std::vector<Override>& overrides,
+                                       const std::string& stage, int ranks) {
+  std::vector<std::string> argv = {serial_.string(), "plan", "--stage", stage, "--ranks", std::to_string(ranks),
+                                   "--config", base.string()};
+  for (const Override& o : overrides) argv.insert(argv.end(), {"--" + o.key, o.value});
+  if (auto it = plans_.find(argv); it != plans_.end()) return it->second;
+  const Captured c = capture(argv);
+  PlanAnswer a;
+  a.text = c.out;
+  a.json = Json::parse(c.out, nullptr, false);
+  const bool answered = a.json.is_object() && a.json.contains("ok") && a.json["ok"].is_boolean();
+  if (!answered || (c.status != 0 && c.status != 2) || a.json["ok"].get<bool>() != (c.status == 0)) {
+    throw std::runtime_error(fmt::format("{} plan answered neither a plan nor a refusal (exit status {}): {}",
+                                         serial_.string(), c.status, c.err.empty() ? c.out.substr(0, 300) : c.err));
+  }
+  a.ok = c.status == 0;
+  if (!a.ok) a.error = field_text(a.json, "error");
+  return plans_.emplace(argv, std::move(a)).first->second;
+}
+
 StageBase read_stage_base(const ExperimentFile& f) {
   const YAML::Node& root = f.root;
   if (!root["base"]) {
@@ -103,25 +123,29 @@ StageBase read_stage_base(const ExperimentFile& f) {
   return b;
 }
 
+void fail_for_run(const Reader& rd, const StageBase& base, const std::vector<Override>& overrides,
+                  const YAML::Node& fallback, const std::string& msg, const std::string& fallback_prefix) {
+  // The override the message names first; of a key given twice, the later (the one in effect).
+  const Override* named = nullptr;
+  size_t first = std::string::npos;
+  for (const Override& o : overrides) {
+    const size_t pos = mention(msg, o.key);
+    if (o.node.IsDefined() && pos != std::string::npos && (named == nullptr || pos <= first)) {
+      named = &o;
+      first = pos;
+    }
+  }
+  if (named) rd.fail(named->node, without_prefix(without_prefix(msg, "command line: "), "--" + named->key + ": "));
+  if (msg.rfind(base.file.string() + ":", 0) == 0) rd.fail(base.node, "base: " + msg);
+  rd.fail(fallback, fallback_prefix + msg);
+}
+
 const ResolvedConfig& resolve_for_run(ConfigResolver& resolver, const Reader& rd, const StageBase& base,
                                       const std::vector<Override>& overrides, const YAML::Node& run_node) {
   try {
     return resolver.resolve(rd.file(), base.file, overrides);
   } catch (const StageConfigError& e) {
-    const std::string msg = e.what();
-    // The override the message names first; of a key given twice, the later (the one in effect).
-    const Override* named = nullptr;
-    size_t first = std::string::npos;
-    for (const Override& o : overrides) {
-      const size_t pos = mention(msg, o.key);
-      if (o.node.IsDefined() && pos != std::string::npos && (named == nullptr || pos <= first)) {
-        named = &o;
-        first = pos;
-      }
-    }
-    if (named) rd.fail(named->node, without_prefix(without_prefix(msg, "command line: "), "--" + named->key + ": "));
-    if (msg.rfind(base.file.string() + ":", 0) == 0) rd.fail(base.node, "base: " + msg);
-    rd.fail(run_node, "this run's configuration is invalid: " + msg);
+    fail_for_run(rd, base, overrides, run_node, e.what(), "this run's configuration is invalid: ");
   }
 }
 

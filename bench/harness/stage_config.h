@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "util/json.h"
 #include "yaml_reader.h"
 
 namespace gpt2::harness {
@@ -39,6 +40,15 @@ struct ResolvedConfig {
   int64_t integer(const std::string& key) const;
 };
 
+// What `serial plan --stage S --ranks N` answered for a run (the engine's
+// plan, docs/plan.md): the plan, or the refusal a run would give.
+struct PlanAnswer {
+  bool ok = false;
+  std::string error;  // the refusal's one-line message
+  std::string text;   // the plan as printed (plan.json in the run's folder)
+  Json json;
+};
+
 class ConfigResolver {
  public:
   explicit ConfigResolver(std::filesystem::path serial) : serial_(std::move(serial)) {}
@@ -49,11 +59,17 @@ class ConfigResolver {
   // the configuration.
   const ResolvedConfig& resolve(const std::filesystem::path& experiment, const std::filesystem::path& base,
                                 const std::vector<Override>& overrides);
+  // The plan of that configuration on `ranks` ranks of `stage` (a
+  // configuration resolve() accepted). Throws std::runtime_error when the
+  // program answers neither a plan nor a refusal.
+  const PlanAnswer& plan(const std::filesystem::path& base, const std::vector<Override>& overrides,
+                         const std::string& stage, int ranks);
 
  private:
   std::filesystem::path serial_;
   std::map<std::vector<std::string>, ResolvedConfig> resolved_;
   std::map<std::vector<std::string>, std::string> rejected_;
+  std::map<std::vector<std::string>, PlanAnswer> plans_;
 };
 
 // A stage configuration as an experiment gives it: `base` (a configuration
@@ -73,6 +89,13 @@ StageBase read_stage_base(const ExperimentFile& f);
 // message names (the latest one given, for a key given twice), else the
 // base's line for an error in the base file, else the run's line ("this
 // run's configuration is invalid: ..."). Throws std::invalid_argument.
+// Fails (Reader::fail, std::invalid_argument) with a stage's message about a
+// run: at the override the message names, else at the base for an error in
+// the base file, else at `fallback` with `fallback_prefix`.
+[[noreturn]] void fail_for_run(const Reader& rd, const StageBase& base, const std::vector<Override>& overrides,
+                               const YAML::Node& fallback, const std::string& msg,
+                               const std::string& fallback_prefix = "");
+
 const ResolvedConfig& resolve_for_run(ConfigResolver& resolver, const Reader& rd, const StageBase& base,
                                       const std::vector<Override>& overrides, const YAML::Node& run_node);
 

@@ -8,10 +8,10 @@
 
 #include <algorithm>
 
-#include "comm_formula.h"
 #include "job_loop.h"
 #include "process.h"
 #include "progress.h"
+#include "run_plan.h"
 #include "tables.h"
 #include "util/files.h"
 #include "util/provenance.h"
@@ -76,33 +76,15 @@ RunRow planned_row(const std::string& experiment, const RunSpec& r) {
   return row;
 }
 
-// The model's shape from the configuration the program wrote (config.yaml in
-// the run directory: the vocabulary there is the corpus's), or none if a key
-// is missing (a program older than the key).
-std::optional<CommShape> comm_shape(const fs::path& config_yaml, const RunSpec& r) {
-  try {
-    const YAML::Node c = YAML::LoadFile(config_yaml.string());
-    CommShape s;
-    s.vocab = c["model"]["vocab_size"].as<int64_t>();
-    s.block_size = c["model"]["block_size"].as<int64_t>();
-    s.n_layer = c["model"]["n_layer"].as<int64_t>();
-    s.n_embd = c["model"]["n_embd"].as<int64_t>();
-    s.batch = c["train"]["batch_size"].as<int64_t>();
-    s.seq_len = c["train"]["seq_len"].as<int64_t>();
-    s.bucketed = c["train"]["grad_bucket_mb"].as<double>() > 0;
-    s.tp = r.tp;
-    s.dp = r.ranks / r.tp;
-    if (r.tp > 1 && !r.block_types.empty()) {
-      for (size_t at = 0; at <= r.block_types.size();) {
-        const size_t comma = std::min(r.block_types.find(',', at), r.block_types.size());
-        s.block_types.push_back(r.block_types.substr(at, comma - at));
-        at = comma + 1;
-      }
-    }
-    return s;
-  } catch (const YAML::Exception&) {
-    return std::nullopt;
-  }
+// The formula columns from rank 0's plan: its groups' calls and bytes per step.
+void set_formula(RunRow& row, const Json& plan) {
+  const Json& rank0 = plan["per_rank"][0];
+  const Json& comm = rank0["comm"];
+  row.formula_tp_calls = comm["tp"]["calls"].get<int64_t>();
+  row.formula_tp_bytes = comm["tp"]["bytes"].get<int64_t>();
+  if (!comm["dp"]["calls"].is_null()) row.formula_dp_calls = comm["dp"]["calls"].get<int64_t>();
+  row.formula_dp_bytes = comm["dp"]["bytes"].get<int64_t>();
+  row.params = rank0["memory"]["params"].get<int64_t>();
 }
 
 // The median of a per-step count (every step counts the same; the median
@@ -153,21 +135,7 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
       row.dp_calls = median_count(m.steps, &StepRecord::dp_calls);
       row.dp_bytes = median_count(m.steps, &StepRecord::dp_bytes);
     }
-    // The tensor-parallel formula knows no pipeline stages or ZeRO shards
-    // (the parallelism report works theirs out itself).
-    const std::optional<CommShape> shape =
-        r.pipeline.empty() ? comm_shape(dir / "config.yaml", r) : std::optional<CommShape>{};
-    if (shape) {
-      try {
-        const CommCounts f = expected_comm(*shape);
-        row.formula_tp_calls = f.tp_calls;
-        row.formula_tp_bytes = f.tp_bytes;
-        row.formula_dp_calls = f.dp_calls;
-        row.formula_dp_bytes = f.dp_bytes;
-      } catch (const std::invalid_argument&) {
-        // A layout the stage ran but the formula does not know: the columns stay empty.
-      }
-    }
+    if (const std::optional<Json> plan = read_plan(dir)) set_formula(row, *plan);
     if (m.summary) {
       const RunSummary& sum = *m.summary;
       row.training_s = sum.train_s;
@@ -218,6 +186,43 @@ void write_results_csv(const Experiment& ex, const fs::path& results_dir) {
   write_file_atomically(results_dir / "loss.csv", loss_csv(loss));
 }
 
+RunSpec spec_of_row(const RunRow& row) {
+  RunSpec s;
+  s.stage = row.stage;
+  s.ranks = row.ranks;
+  s.threads = row.threads;
+  s.tp = row.tp;
+  s.block_types = row.block_types;
+  s.pipeline = row.pipeline;
+  s.variant = row.variant;
+  s.repetition = row.repetition;
+  s.seed = row.seed;
+  s.id = row.run_id;
+  return s;
+}
+
+int reindex_results(const fs::path& results_dir) {
+  std::vector<RunRow> runs = read_runs_csv(results_dir / "runs.csv");
+  const std::vector<LossRow> old_loss = read_loss_csv(results_dir / "loss.csv");
+  std::vector<LossRow> loss;
+  int rebuilt = 0;
+  for (RunRow& row : runs) {
+    const fs::path dir = results_dir / row.run_id;
+    const std::optional<Status> st = fs::is_directory(dir) ? read_status(dir) : std::nullopt;
+    if (!st) {
+      for (const LossRow& l : old_loss) {
+        if (l.run_id == row.run_id) loss.push_back(l);
+      }
+      continue;
+    }
+    row = run_row(row.experiment, spec_of_row(row), *st, dir, loss);
+    ++rebuilt;
+  }
+  write_file_atomically(results_dir / "runs.csv", runs_csv(runs));
+  write_file_atomically(results_dir / "loss.csv", loss_csv(loss));
+  return rebuilt;
+}
+
 int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
   std::vector<Job> jobs;
   for (const RunSpec& r : ex.runs) {
@@ -225,6 +230,7 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
     jobs.push_back(Job{r.id, "", fmt::format("{} steps, timeout {:.0f} s", r.steps, ex.timeout_s), av.reason, nullptr,
                        [&ex, &r, program = av.program](const fs::path& dir) {
                          write_file_atomically(dir / "run.yaml", r.config);
+                         write_file_atomically(dir / "plan.json", r.plan);
                          const auto argv =
                              stage_train_command(r.stage, program, r.ranks, r.hostfile, dir / "run.yaml", dir);
                          LaunchOptions opt;

@@ -54,4 +54,14 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
 // Rebuilds results/<experiment>/runs.csv and loss.csv from the run directories.
 void write_results_csv(const Experiment& ex, const std::filesystem::path& results_dir);
 
+// What run_row needs of a run, from its row of runs.csv (for stored results
+// whose experiment file has since changed: ids hash the build).
+RunSpec spec_of_row(const RunRow& row);
+
+// Rebuilds the runs.csv and loss.csv of stored results (results_dir) from
+// the run folders its runs.csv lists, through run_row: after a change to
+// what a row holds. Rows (and losses) of folders not kept stay as they were.
+// Returns the number of rows rebuilt.
+int reindex_results(const std::filesystem::path& results_dir);
+
 }  // namespace gpt2::harness

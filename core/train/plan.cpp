@@ -283,6 +283,9 @@ Plan plan_run(const RunConfig& c, int ranks, const std::string& stage) {
   resolved.model = resolve_vocab(c.model, corpus.tok.size());
   Plan p = make_plan(resolved, ranks, stage);
   p.variant = variant_label(c);
+  p.corpus = c.data.corpus;
+  p.tokenizer = to_string(c.data.tokenizer);
+  p.corpus_tokens = static_cast<int64_t>(corpus.tokens.size());
   return p;
 }
 
@@ -309,7 +312,9 @@ Json plan_json(const Plan& p) {
   return Json{{"schema", "gpt2-plan/1"}, {"stage", p.stage}, {"ranks", p.ranks}, {"ok", true},
               {"layout", Json{{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"microbatches", p.microbatches},
                               {"schedule", p.schedule}, {"zero", p.zero}, {"zero_contiguous", p.zero_contiguous}}},
-              {"variant", p.variant}, {"rows_per_replica", p.rows}, {"vocab", p.vocab}, {"params_total", p.params_total},
+              {"variant", p.variant},
+              {"data", Json{{"corpus", p.corpus}, {"tokenizer", p.tokenizer}, {"tokens", p.corpus_tokens}}},
+              {"rows_per_replica", p.rows}, {"vocab", p.vocab}, {"params_total", p.params_total},
               {"flops_per_step", p.flops_per_step}, {"bubble", p.bubble}, {"per_rank", ranks}};
 }
 

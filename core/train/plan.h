@@ -66,6 +66,8 @@ struct Plan {
   int zero = 0;              // the ZeRO stage in force (0 with one data-parallel rank)
   bool zero_contiguous = false;
   int rows = 0;              // per replica per step
+  std::string corpus, tokenizer;  // data.corpus and data.tokenizer (plan_run)
+  int64_t corpus_tokens = 0;      // its tokens, [EOS] included
   int64_t vocab = 0, params_total = 0;
   double flops_per_step = 0;  // the whole model, forward and backward, every rank together
   double bubble = 0;          // the schedule's idle share of a step per stage, F = B = W
