@@ -18,6 +18,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 import checkpoint_file  # noqa: E402
+from checks import Checks  # noqa: E402
 
 
 def fnv1a64(data):
@@ -33,12 +34,7 @@ def main():
     ap.add_argument("--data", required=True)
     a = ap.parse_args()
     expected = json.load(open(os.path.join(a.data, "expected.json")))
-    checks = []
-
-    def check(title, ok, detail=""):
-        checks.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail and not ok else ''}")
-
+    check = Checks(passes="title")
     v1 = checkpoint_file.load(os.path.join(a.data, "checkpoint.bin"))
     check("version 1 reads", v1.version == 1, str(v1.version))
     sizes = {k: v1.config()[k] for k in ("V", "T", "L", "NH", "C")}
@@ -52,12 +48,12 @@ def main():
 
     tmp = tempfile.mkdtemp(prefix="checkpoint_reader_test_")
     try:
-        return run_checks(a, expected, v1, tmp, check, checks)
+        return run_checks(a, expected, v1, tmp, check)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_checks(a, expected, v1, out, check, checks):
+def run_checks(a, expected, v1, out, check):
     raw = open(os.path.join(a.data, "checkpoint.bin"), "rb").read()
     for name, data in [("short", raw[:20]), ("half", raw[: len(raw) // 2])]:
         path = os.path.join(out, name + ".bin")
@@ -90,9 +86,7 @@ def run_checks(a, expected, v1, out, check, checks):
             print(f"note: resumed weights not compared bit for bit: OpenBLAS runs the {core} kernel here, the "
                   f"expected hash is the {expected['final_params_blas_core']} kernel's")
         check("version 3 vocabulary is the checkpoint's", v2.vocab == v1.vocab)
-    failed = checks.count(False)
-    print(f"{len(checks) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.finish()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import Checks
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -29,11 +31,7 @@ def main():
     a = ap.parse_args()
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     work = tempfile.mkdtemp(prefix="cuda_cli_test_")
-    results = []
-
-    def check(title, ok, detail=""):
-        results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
+    check = Checks()
 
     def run(cmd, extra=None):
         return subprocess.run(cmd, capture_output=True, text=True, env=dict(env, **(extra or {})), timeout=300)
@@ -76,9 +74,7 @@ def main():
                 check("mpi_cuda --hostfile (this machine) passes the placement check, then exit 3 for the device",
                       r.returncode == 3 and r.stderr.count("no CUDA device (") == 1, r.stderr.strip()[-800:])
 
-    passed = sum(results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if all(results) else 1
+    return check.finish()
 
 
 if __name__ == "__main__":

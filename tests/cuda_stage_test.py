@@ -26,6 +26,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from checkpoint_file import read_params  # noqa: E402
+from checks import Checks  # noqa: E402
 
 
 def losses(run_dir):
@@ -52,11 +53,7 @@ def main():
               "--model.n_head", "2", "--model.n_embd", "64", "--train.batch_size", "8", "--train.seq_len", "64",
               "--train.steps", "8", "--train.threads", "1", "--train.peak_gflops", "50", "--optimizer.lr", "1e-3",
               "--generate.prompt_tokens", "16", "--generate.max_new_tokens", "12"]
-    results = []
-
-    def check(title, ok, detail=""):
-        results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
+    check = Checks()
 
     def run(cmd, extra_env=None):
         return subprocess.run(cmd, capture_output=True, text=True, env=dict(env, **(extra_env or {})), timeout=600)
@@ -67,15 +64,13 @@ def main():
         print(f"SKIP: {r.stderr.strip().splitlines()[-1]}")
         return 77
     if r.returncode != 0:
-        print(f"FAIL the cuda stage run: exit {r.returncode}: {r.stderr[-3000:]}")
-        print("0 passed, 1 failed")
-        return 1
+        check("the cuda stage run", False, f"exit {r.returncode}: {r.stderr[-3000:]}")
+        return check.finish()
     serial_dir = os.path.join(work, "serial")
     r = run([a.serial, "train", "--out", serial_dir] + common)
     if r.returncode != 0:
-        print(f"FAIL the serial reference run: {r.stderr[-2000:]}")
-        print("0 passed, 1 failed")
-        return 1
+        check("the serial reference run", False, r.stderr[-2000:])
+        return check.finish()
 
     ref, got = losses(serial_dir), losses(cuda_dir)
     rel = max_rel(got, ref)
@@ -137,9 +132,7 @@ def main():
             check(f"mpi_cuda R={n} ({mode}): final weights equal cuda", len(pm) == len(pc) and worst <= 2e-4,
                   f"max |diff| {worst:.2e}")
 
-    passed = sum(results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if all(results) else 1
+    return check.finish()
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from checkpoint_file import load  # noqa: E402
+from checks import Checks  # noqa: E402
 
 V_TEXT = "the cat sat on the mat . the dog ran to the park , and the cat ran home . 1 2 3 4\n"
 
@@ -80,11 +81,7 @@ def main():
     common = ["--data.corpus", corpus, "--model.block_size", str(T), "--model.n_layer", str(L), "--model.n_head",
               str(NH), "--model.n_embd", str(C), "--train.seq_len", str(T), "--train.threads", "1"]
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    results = []
-
-    def check(title, ok, detail=""):
-        results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
+    check = Checks()
 
     def run(cmd):
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
@@ -97,8 +94,7 @@ def main():
     serial_path, r = init([a.serial], "serial.bin")
     check("serial init writes the original initialisation", r.returncode == 0, r.stderr.strip()[-300:])
     if r.returncode != 0:
-        print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
-        return 1
+        return check.finish()
     ck = load(serial_path)
     V = int(ck.header["model.vocab_size"])
     w = np.frombuffer(ck.params, dtype="<f4")
@@ -156,8 +152,7 @@ def main():
     check("an unknown model.init is refused", r.returncode == 2 and "unknown initialisation 'glorot'" in r.stderr,
           r.stderr.strip()[-300:])
 
-    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
-    return 0 if all(results) else 1
+    return check.finish()
 
 
 if __name__ == "__main__":

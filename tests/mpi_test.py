@@ -28,6 +28,7 @@ import time
 # Our checkpoint format, read with the standard library (shared with the PyTorch peer).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from checkpoint_file import read_params  # noqa: E402
+from checks import Checks  # noqa: E402
 from layout_checks import Programs, plan_agrees  # noqa: E402
 
 
@@ -47,11 +48,7 @@ def main():
               "--model.n_head", "4", "--model.n_embd", "64", "--train.batch_size", "8", "--train.seq_len", "64",
               "--train.steps", "12", "--train.threads", "1", "--train.peak_gflops", "50",
               "--optimizer.lr", "1e-3", "--generate.prompt_tokens", "16", "--generate.max_new_tokens", "4"]
-    results = []
-
-    def check(title, ok, detail=""):
-        results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}")
+    check = Checks()
 
     def mpirun(n, args, timeout=300, extra=()):
         start = time.time()
@@ -62,9 +59,8 @@ def main():
     serial_dir = os.path.join(work, "serial")
     r = subprocess.run([a.serial, "train", "--out", serial_dir] + common, capture_output=True, text=True, env=env)
     if r.returncode != 0:
-        print(f"FAIL the serial reference run: {r.stderr}")
-        print("0 passed, 1 failed")
-        return 1
+        check("the serial reference run", False, r.stderr)
+        return check.finish()
     ref_losses, ref_params = losses(serial_dir), read_params(os.path.join(serial_dir, "checkpoint.bin"))
 
     for n in (2, 4):
@@ -124,9 +120,7 @@ def main():
         f.write("# one slot only, but the job has two ranks here\nlocalhost:1\n")
     one_error("hostfile with fewer slots than ranks", 2,
               ["train", "--hostfile", hostfile, "--out", os.path.join(work, "x5")] + common, "hostfile")
-    passed = sum(results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if all(results) else 1
+    return check.finish()
 
 
 if __name__ == "__main__":

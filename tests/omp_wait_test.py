@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import Checks
+
 TINY = ["--model.block_size", "16", "--model.n_layer", "1", "--model.n_head", "2", "--model.n_embd", "16",
         "--train.batch_size", "2", "--train.seq_len", "16", "--train.steps", "1", "--train.threads", "2",
         "--train.peak_gflops", "10", "--generate.max_new_tokens", "0"]
@@ -49,11 +51,7 @@ def main():
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     corpus = ["--config", os.path.join(repo, "configs", "small.yaml")]
     work = tempfile.mkdtemp(prefix="omp_wait_test_")
-    results = []
-
-    def check(name, ok, detail=""):
-        results.append(ok)
-        print(f"{'PASS' if ok else 'FAIL'} {name}" + ("" if ok else f": {detail}"), flush=True)
+    check = Checks(passes="title")
 
     serial = [os.path.abspath(a.serial), "train"] + corpus + TINY
     got, shown = stage_policy(serial, os.path.join(work, "engine"), env_with())
@@ -78,9 +76,7 @@ def main():
         check("mpi under mpiexec, nothing set: re-executed before MPI_Init", got == "GOMP_SPINCOUNT=300 (engine)",
               str(got))
 
-    passed = sum(results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if passed == len(results) else 1
+    return check.finish()
 
 
 if __name__ == "__main__":

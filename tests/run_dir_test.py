@@ -36,6 +36,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checkpoint_file  # noqa: E402
+from checks import Checks  # noqa: E402
 from stage_cli_test import digest_tree  # noqa: E402
 
 WORDS = "the cat sat on a mat while dogs ran in the park and birds sang over quiet green hills".split()
@@ -71,11 +72,7 @@ def main():
 
 def run(a, work):
     w = lambda *p: os.path.join(work, *p)
-    results = []
-
-    def check(title, ok, detail=""):
-        results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail and not ok else ''}")
+    check = Checks(passes="title")
 
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     for name, n, seed in [("corpus.txt", 3000, 0), ("other.txt", 3000, 3)]:
@@ -264,9 +261,7 @@ def run(a, work):
               and secs < 10 and first.returncode == 0, f"{r.returncode} {secs:.1f} s: {r.stderr.strip()[-300:]} "
               f"first: {first.returncode} {first_log.read()[-300:]}")
 
-    failed = results.count(False)
-    print(f"{len(results) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return check.finish()
 
 
 if __name__ == "__main__":

@@ -17,17 +17,15 @@ import subprocess
 import sys
 import tempfile
 
+from checks import Checks
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repo", required=True)
     a = ap.parse_args()
     script = os.path.join(os.path.abspath(a.repo), "scripts", "source_stamp.sh")
-    results = []
-
-    def check(title, ok, detail=""):
-        results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
+    check = Checks()
 
     def stamp(root):
         return subprocess.run(["bash", script, root], capture_output=True, text=True, timeout=60).stdout.strip()
@@ -58,8 +56,7 @@ def main():
     check("a source changed after stamping: the stale stamp is ignored, the hash changes",
           changed.split("|")[0] == "unknown" and changed.split("|")[1] != src, changed)
     shutil.rmtree(work, ignore_errors=True)
-    print(f"{sum(results)} passed, {len(results) - sum(results)} failed")
-    return 0 if all(results) else 1
+    return check.finish()
 
 
 if __name__ == "__main__":

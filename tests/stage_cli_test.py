@@ -16,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 
+from checks import Checks
+
 WORDS = "the cat sat on a mat . dog ran to river , and saw bird ! it was happy day".split()
 
 
@@ -55,11 +57,12 @@ def main():
              "--train.steps", "2", "--train.threads", "1", "--train.peak_gflops", "10",
              "--generate.prompt_tokens", "8", "--generate.max_new_tokens", "4"]
 
+    check = Checks()
     # A finished run, and the files the cases must not damage.
     done = subprocess.run([stage, "train", "--out", w("finished")] + small, capture_output=True, text=True)
     if done.returncode != 0:
-        print(f"setup: the reference run failed:\n{done.stderr}")
-        return 1
+        check("setup: the reference run", False, done.stderr)
+        return check.finish()
     ckpt = w("finished", "checkpoint.bin")
     raw = open(ckpt, "rb").read()
     for fname, data in [("truncated.bin", raw[: len(raw) // 2]),
@@ -171,7 +174,6 @@ def main():
         ("plan: a missing corpus", [stage, "plan"] + small + ["--data.corpus", w("nope.txt")],
          ["data.corpus", "nope.txt", "no such file"]),
     ]
-    passed = failed = 0
     for title, cmd, needles in cases:
         r = subprocess.run(cmd, capture_output=True, text=True, cwd=work, timeout=120)
         lines = [l for l in r.stderr.splitlines() if l.strip()]
@@ -186,34 +188,26 @@ def main():
         for d, before in protected.items():
             if digest_tree(w(d)) != before:
                 problems.append(f"{d}/ was modified")
-        if problems:
-            failed += 1
-            print(f"FAIL {title}: " + "; ".join(problems) + f"\n     message: {r.stderr.strip()}")
-        else:
-            passed += 1
-            print(f"ok   {title}: exit {r.returncode}: {lines[0]}")
+        check(title, not problems, "; ".join(problems) + f"\n     message: {r.stderr.strip()}" if problems
+              else f"exit {r.returncode}: {lines[0]}")
     if os.path.exists(w("--overwrite")):
-        failed += 1
-        print("FAIL a directory named '--overwrite' was created")
+        check("a directory named '--overwrite' was created", False)
     # The good checkpoint still generates, also given the training run's own
     # configuration file (which holds model and optimizer sections).
     for extra in ([], ["--config", w("finished", "config.yaml")]):
         g = subprocess.run([stage, "generate", "--checkpoint", ckpt, "--prompt", "the cat sat"] + extra,
                            capture_output=True, text=True, cwd=work)
         if g.returncode == 0 and g.stdout.strip():
-            passed += 1
-            print(f"ok   the original checkpoint still generates{' with ' + ' '.join(extra) if extra else ''}: "
+            check(f"the original checkpoint still generates{' with ' + ' '.join(extra) if extra else ''}", True,
                   f"{g.stdout.strip()!r}")
         else:
-            failed += 1
-            print(f"FAIL the original checkpoint no longer generates{' with --config' if extra else ''}: {g.stderr}")
+            check(f"the original checkpoint no longer generates{' with --config' if extra else ''}", False, g.stderr)
     # --help lists every section's keys, parallel.* included; a plan is JSON.
     h = subprocess.run([stage, "train", "--help"], capture_output=True, text=True)
     keys = ("parallel.tp", "parallel.pp", "parallel.zero", "parallel.microbatches", "parallel.schedule")
     missing = [k for k in keys if k not in h.stdout]
-    ok = h.returncode == 0 and not missing
-    passed, failed = passed + ok, failed + (not ok)
-    print(f"{'ok  ' if ok else 'FAIL'} train --help lists the parallel.* keys{': lacks ' + str(missing) if missing else ''}")
+    check("train --help lists the parallel.* keys", h.returncode == 0 and not missing,
+          "lacks " + str(missing) if missing else "")
     p = subprocess.run([stage, "plan", "--stage", "mpi", "--ranks", "2"] + small + ["--parallel.zero", "1"],
                        capture_output=True, text=True)
     try:
@@ -224,20 +218,17 @@ def main():
               and ranks[0]["comm"]["dp"]["calls"] == 4)
     except (ValueError, KeyError) as e:
         ok, plan = False, str(e)
-    passed, failed = passed + ok, failed + (not ok)
-    print(f"{'ok  ' if ok else 'FAIL'} plan of ZeRO-1 on 2 ranks: JSON with both ranks, their shards and 4 dp calls a step"
-          + ("" if ok else f": {p.stdout[:300]} {p.stderr}"))
+    check("plan of ZeRO-1 on 2 ranks: JSON with both ranks, their shards and 4 dp calls a step", ok,
+          "" if ok else f"{p.stdout[:300]} {p.stderr}")
     r = subprocess.run([stage, "plan"] + small + ["--parallel.tp", "2"], capture_output=True, text=True)
     try:
         refusal = json.loads(r.stdout)
         ok = r.returncode == 2 and refusal["ok"] is False and refusal["error"] in r.stderr
     except (ValueError, KeyError):
         ok = False
-    passed, failed = passed + ok, failed + (not ok)
-    print(f"{'ok  ' if ok else 'FAIL'} a refused plan is JSON with the run's one-line error on stdout, exit 2"
-          + ("" if ok else f": {r.stdout!r} {r.stderr!r}"))
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+    check("a refused plan is JSON with the run's one-line error on stdout, exit 2", ok,
+          "" if ok else f"{r.stdout!r} {r.stderr!r}")
+    return check.finish()
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ except ImportError as e:  # pragma: no cover
 # The PyTorch model and optimizers, shared with the peer benchmark.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from torch_gpt2 import OriginalAdam, gpt2_forward, layout, lr_at, resolve_variant  # noqa: E402
+from checks import Checks  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 
@@ -160,8 +161,9 @@ def manifest_disagrees(cfg, names, shapes, model):
     return None
 
 
-def check(exporter, preset, batch, optimizer, model, steps, workdir):
-    """One case: export_reference --preset preset --model KV... against PyTorch."""
+def check_case(check, exporter, preset, batch, optimizer, model, steps, workdir):
+    """One case, one check: export_reference --preset preset --model KV... against
+    PyTorch; the case's line is followed by one line per comparison."""
     variant = " ".join(model) or "gpt2"
     out = os.path.join(workdir, f"{preset}-{optimizer}-{variant.replace(' ', '-')}")
     os.makedirs(out, exist_ok=True)
@@ -171,16 +173,16 @@ def check(exporter, preset, batch, optimizer, model, steps, workdir):
         cmd += ["--model", kv]
     r = subprocess.run(cmd)
     if r.returncode != 0:
-        print(f"{preset} [{variant}], B={batch}, {optimizer}\n  FAIL export_reference exited {r.returncode}: "
-              f"{' '.join(cmd)}")
-        return False
+        check(f"{preset} [{variant}], B={batch}, {optimizer}", False,
+              f"export_reference exited {r.returncode}: {' '.join(cmd)}")
+        return
     manifest, arr = load(out)
     cfg, o, B, T = manifest["config"], manifest["optimizer"], manifest["B"], manifest["seq"]
     names = manifest["params"]
     why = manifest_disagrees(cfg, names, [arr["param." + n].shape for n in names], model)
     if why:
-        print(f"{preset} [{variant}], B={B}, {optimizer}\n  FAIL {why}")
-        return False
+        check(f"{preset} [{variant}], B={B}, {optimizer}", False, why)
+        return
     params = {n: torch.tensor(arr["param." + n].astype(np.float64), requires_grad=True) for n in names}
     batches = torch.tensor(arr["batches"].astype(np.int64))
     lines, ok_all = [], True
@@ -218,16 +220,14 @@ def check(exporter, preset, batch, optimizer, model, steps, workdir):
     final_ours = np.concatenate([arr["final." + n].ravel() for n in names])
     final_ref = np.concatenate([params[n].detach().numpy().ravel() for n in names])
     record(worst(f"weights after {steps} steps", final_ours, final_ref, 1e-4))
-    title = (f"{preset} [{variant}] (V{cfg['V']} T{T} L{cfg['L']} NH{cfg['NH']} C{cfg['C']}; {describe(cfg)}), "
-             f"B={B}, {optimizer}: losses ours {' '.join(f'{v:.5f}' for v in arr['losses'])}")
-    print(title)
+    check(f"{preset} [{variant}] (V{cfg['V']} T{T} L{cfg['L']} NH{cfg['NH']} C{cfg['C']}; {describe(cfg)}), "
+          f"B={B}, {optimizer}", ok_all, f"losses ours {' '.join(f'{v:.5f}' for v in arr['losses'])}")
     # On success, the per-tensor gradient lines are summarised by the worst one.
     grads = [l for l in lines if " grad " in l]
     shown = lines if not ok_all else [l for l in lines if " grad " not in l]
     if ok_all:
         print(f"  ok   {len(grads)} gradient tensors within tolerance")
     print("\n".join(shown))
-    return ok_all
 
 
 # The architecture variants, each on the small preset with adamw at batch 4
@@ -247,11 +247,11 @@ def main():
     cases = [("small", 4, "adam_original", ()), ("small", 4, "adamw", ()),
              ("original", 2, "adam_original", ()), ("original", 2, "adamw", ())]
     cases += [("small", 4, "adamw", tuple(v.split())) for v in VARIANTS]
+    check = Checks()
     with tempfile.TemporaryDirectory() as work:
-        results = [check(args.exporter, *case, args.steps, work) for case in cases]
-    passed = sum(results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if all(results) else 1
+        for case in cases:
+            check_case(check, args.exporter, *case, args.steps, work)
+    return check.finish()
 
 
 if __name__ == "__main__":

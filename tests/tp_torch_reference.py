@@ -73,6 +73,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bench", "peers"))
 sys.path.insert(0, HERE)
 from torch_gpt2 import ORIGINAL_ADAM, gpt2_forward, layout  # noqa: E402
+from checks import Checks  # noqa: E402
 from torch_crosscheck import load, train  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
@@ -198,10 +199,10 @@ def tp_forward(p, cfg, tokens, block_types, P):
 # Checking an export
 # ---------------------------------------------------------------------------
 
-def check_export(directory, expect=None):
-    """Compares one export directory with the reference; prints its lines.
-    expect: (P, dp, block_types) the run was asked for, checked against the
-    manifest. Returns True if everything agrees."""
+def check_export(check, directory, expect=None):
+    """Compares one export directory with the reference: one check, its line
+    followed by one line per comparison. expect: (P, dp, block_types) the run
+    was asked for, checked against the manifest."""
     manifest, arr = load(directory)
     cfg, o, B, T = manifest["config"], manifest["optimizer"], manifest["B"], manifest["seq"]
     P, dp, block_types = manifest["tp"], manifest["dp"], manifest["block_types"]
@@ -209,12 +210,12 @@ def check_export(directory, expect=None):
     title = (f"P={P} dp={dp} [{','.join(block_types)}] (V{cfg['V']} T{T} L{cfg['L']} NH{cfg['NH']} "
              f"C{cfg['C']}), B={B}, {o['kind']}")
     if expect is not None and (P, dp, list(block_types)) != (expect[0], expect[1], list(expect[2])):
-        print(f"{title}\n  FAIL the manifest does not describe the run asked for: "
-              f"P={expect[0]} dp={expect[1]} [{','.join(expect[2])}]")
-        return False
+        check(title, False, "the manifest does not describe the run asked for: "
+                            f"P={expect[0]} dp={expect[1]} [{','.join(expect[2])}]")
+        return
     if [n for n, _ in layout(cfg)] != list(names):
-        print(f"{title}\n  FAIL the manifest's parameter names are not our layout's")
-        return False
+        check(title, False, "the manifest's parameter names are not our layout's")
+        return
 
     params = {n: torch.tensor(arr["param." + n].astype(np.float64), requires_grad=True) for n in names}
     batches = torch.tensor(arr["batches"].astype(np.int64))
@@ -245,9 +246,8 @@ def check_export(directory, expect=None):
     ref_w = params[worst_name].detach().numpy().flat[worst_i]
     record(worst_d <= 1e-4, f"weights after {steps} steps: max |diff| {worst_d:.3e} in {worst_name}[{worst_i}] "
                             f"(ours {ours_w:.8g}, torch {ref_w:.8g}), tolerance 1e-04")
-    print(f"{title}: losses ours {' '.join(f'{v:.5f}' for v in arr['losses'])}")
+    check(title, ok_all, f"losses ours {' '.join(f'{v:.5f}' for v in arr['losses'])}")
     print("\n".join(lines))
-    return ok_all
 
 
 def run_exporter(args, P, dp, block_types, out):
@@ -322,7 +322,7 @@ def self_test():
     g = torch.Generator().manual_seed(2)
     tokens = torch.randint(0, cfg["V"], (B, T + 1), generator=g)
     x, y = tokens[:, :-1], tokens[:, 1:]
-    results = []
+    check = Checks()
 
     def logits_and_grads(forward):
         for q in p.values():
@@ -341,17 +341,13 @@ def self_test():
         lb, gb = logits_and_grads(ref_forward)
         dl = max_diff(la, lb) / max(1.0, lb.abs().max().item())
         dg = max(max_diff(ga[n], gb[n]) / max(gb[n].abs().max().item(), 1e-300) for n in names)
-        ok = dl <= tol and dg <= tol
-        results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}: logits rel. diff {dl:.1e}, "
-              f"gradients rel. diff {dg:.1e} (tolerance {tol:.0e})")
+        check(title, dl <= tol and dg <= tol,
+              f"logits rel. diff {dl:.1e}, gradients rel. diff {dg:.1e} (tolerance {tol:.0e})")
 
     def differ(title, forward, ref_forward, floor=1e-3):
         """forward and ref_forward give clearly different logits."""
         d = max_diff(logits_and_grads(forward)[0], logits_and_grads(ref_forward)[0])
-        ok = d > floor
-        results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}: max |logit diff| {d:.3f} (must exceed {floor:.0e})")
+        check(title, d > floor, f"max |logit diff| {d:.3f} (must exceed {floor:.0e})")
 
     standard = lambda q, t: gpt2_forward(q, cfg, t)
     tp = lambda blocks, P: (lambda q, t: tp_forward(q, cfg, t, blocks, P))
@@ -381,14 +377,11 @@ def self_test():
     dl = np.abs(finals[0][0] - finals[1][0]).max()
     dn = np.abs(finals[0][1] - finals[1][1]).max() / finals[1][1].max()
     dw = max_diff(finals[0][2], finals[1][2])
-    ok = dl <= 1e-12 and dn <= 1e-12 and dw <= 1e-12
-    results.append(ok)
-    print(f"{'ok  ' if ok else 'FAIL'} (f) P=1 [{','.join(mix)}] 3 adam_original steps equal torch_gpt2's: "
+    check(f"(f) P=1 [{','.join(mix)}] 3 adam_original steps equal torch_gpt2's",
+          dl <= 1e-12 and dn <= 1e-12 and dw <= 1e-12,
           f"losses {' '.join(f'{v:.5f}' for v in finals[0][0])}, max diff loss {dl:.1e}, "
           f"grad norm {dn:.1e}, weight {dw:.1e} (tolerance 1e-12)")
-    passed = sum(results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if all(results) else 1
+    return check.finish()
 
 
 def main():
@@ -406,25 +399,23 @@ def main():
 
     if args.self_test:
         return self_test()
+    check = Checks()
     if args.manifest:
-        results = [check_export(d) for d in args.manifest]
+        for d in args.manifest:
+            check_export(check, d)
     else:
         if not args.exporter or not args.mpiexec:
             ap.error("--exporter and --mpiexec are required (or --manifest DIR, or --self-test)")
-        results = []
         with tempfile.TemporaryDirectory(prefix="tp_ref_") as work:
             for n, (P, dp, blocks) in enumerate(args.case or DEFAULT_CASES):
                 out = os.path.join(work, f"case{n}")
                 os.makedirs(out)
                 error = run_exporter(args, P, dp, blocks, out)
                 if error:
-                    print(f"P={P} dp={dp} [{','.join(blocks)}]\n  FAIL the exporter run: {error}")
-                    results.append(False)
+                    check(f"P={P} dp={dp} [{','.join(blocks)}]", False, f"the exporter run: {error}")
                 else:
-                    results.append(check_export(out, expect=(P, dp, blocks)))
-    passed = sum(results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if all(results) else 1
+                    check_export(check, out, expect=(P, dp, blocks))
+    return check.finish()
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ import sys
 import tempfile
 import time
 
+from checks import Checks
+
 SKIP = 77
 STEPS = 10
 IFACE = "veth0"  # the veth end's name inside each namespace (same name in both)
@@ -151,11 +153,7 @@ def main():
         print(f"skipped: {', '.join(missing)} not found")
         return SKIP
 
-    results = []
-
-    def check(title, ok, detail=""):
-        results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}")
+    check = Checks()
 
     work = tempfile.mkdtemp(prefix="two_host_test_")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
@@ -182,7 +180,7 @@ def main():
                            env=env, timeout=60)
         if r.returncode != 0:
             check("the serial reference run", False, r.stderr[-2000:])
-            return 1
+            return check.finish()
         ref = losses(serial_dir)
 
         def mpi_job(out_dir, stage_hostfile, timeout=60):
@@ -268,9 +266,7 @@ def main():
     left = hosts.leftovers()
     check("the namespaces, the veth pair and /etc/netns entries are gone", not left, f"left: {left}" if left else "")
     print(f"({time.time() - started:.1f} s)")
-    passed = sum(results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if all(results) else 1
+    return check.finish()
 
 
 if __name__ == "__main__":
