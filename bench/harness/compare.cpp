@@ -20,21 +20,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Field = std::optional<double> RunRow::*;
-
-// The one list of comparable columns: name, runs.csv field, smaller is better.
+// The one list of comparable columns: a runs.csv counter, smaller is better.
 struct Metric {
   std::string name;
-  Field field;
   bool smaller_better;
 };
 const std::vector<Metric>& metrics() {
-  static const std::vector<Metric> m = {{"training_s", &RunRow::training_s, true},
-                                        {"step_ms", &RunRow::step_ms, true},
-                                        {"inference_s", &RunRow::inference_s, true},
-                                        {"tokens_per_s", &RunRow::tokens_per_s, false},
-                                        {"final_loss", &RunRow::final_loss, true},
-                                        {"val_loss", &RunRow::val_loss, true}};
+  static const std::vector<Metric> m = {{"training_s", true},   {"step_ms", true},    {"inference_s", true},
+                                        {"tokens_per_s", false}, {"final_loss", true}, {"val_loss", true}};
   return m;
 }
 
@@ -87,7 +80,7 @@ std::string p_text(const std::optional<UTest>& t) { return t ? fmt::format("{:.4
 
 std::string compare_results(const CompareRequest& req) {
   const Metric& metric = metric_of(req.metric);
-  const Field field = metric.field;
+  const std::string& field = metric.name;
   const bool smaller_better = metric.smaller_better;
   const fs::path scratch = fs::temp_directory_path() / fmt::format("harness_compare_{}", ::getpid());
   fs::create_directories(scratch);
@@ -109,10 +102,10 @@ std::string compare_results(const CompareRequest& req) {
     }
     std::vector<double> va, vb;
     for (const Run* r : ca.ok) {
-      if (r->*field) va.push_back(*(r->*field));
+      if (const auto v = r->get(field)) va.push_back(*v);
     }
     for (const Run* r : it->second->ok) {
-      if (r->*field) vb.push_back(*(r->*field));
+      if (const auto v = r->get(field)) vb.push_back(*v);
     }
     in_b.erase(it);
     std::optional<double> ma, mb, ratio;

@@ -54,8 +54,8 @@ void write_runs(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>&
       const ConfigKey k{r.stage, r.ranks, r.threads, r.tp, r.block_types, r.pipeline};
       row.push_back(r.tp > 1 ? fmt::format("tp{} ({})", r.tp, block_types_text(k)) : "standard");
     }
-    row.insert(row.end(), {std::to_string(r.repetition), r.status, r.reason, seconds(r.training_s),
-                           seconds(r.inference_s), rate(r.tokens_per_s), loss4(r.final_loss)});
+    row.insert(row.end(), {std::to_string(r.repetition), r.status, r.reason, seconds(r.get("training_s")),
+                           seconds(r.get("inference_s")), rate(r.get("tokens_per_s")), loss4(r.get("final_loss"))});
     rows.push_back(std::move(row));
   }
   if (!rows.empty()) {

@@ -61,10 +61,10 @@ void write_ablation(const ReportSpec& spec, const Inputs& in, std::vector<fs::pa
   std::map<uint64_t, double> base_val;  // by seed
   if (base) {
     for (const Run* r : base->ok) {
-      if (r->val_loss) base_val.emplace(r->seed, *r->val_loss);
+      if (const auto v = r->get("val_loss")) base_val.emplace(r->seed, *v);
     }
   }
-  const auto base_tps = base ? median_of(base->ok, &Run::tokens_per_s) : std::nullopt;
+  const auto base_tps = base ? median_of(base->ok, "tokens_per_s") : std::nullopt;
   std::string csv = csv_row({"variant", "stage", "ranks", "threads", "runs_ok", "runs_total", "params",
                              "val_loss_mean", "val_loss_sd", "val_diff_mean", "val_diff_sd", "seeds_paired",
                              "tokens_per_s_median", "mfu_median", "activation_mb", "peak_rss_mb_median"});
@@ -81,16 +81,17 @@ void write_ablation(const ReportSpec& spec, const Inputs& in, std::vector<fs::pa
     std::vector<double> vals, diffs;
     std::optional<int64_t> params, act;
     for (const Run* r : c.ok) {
-      if (r->val_loss) vals.push_back(*r->val_loss);
+      const auto v = r->get("val_loss");
+      if (v) vals.push_back(*v);
       const auto it = base_val.find(r->seed);
-      if (r->val_loss && it != base_val.end()) diffs.push_back(*r->val_loss - it->second);
-      if (r->params) params = r->params;
-      if (r->activation_bytes) act = r->activation_bytes;
+      if (v && it != base_val.end()) diffs.push_back(*v - it->second);
+      if (const auto p = r->get("params")) params = static_cast<int64_t>(*p);
+      if (const auto a = r->get("activation_bytes")) act = static_cast<int64_t>(*a);
     }
     const MeanSd v = mean_sd(vals), d = mean_sd(diffs);
-    const auto tps = median_of(c.ok, &Run::tokens_per_s);
-    const auto mfu = median_of(c.ok, &Run::mfu);
-    const auto rss = median_of(c.ok, &Run::peak_rss_mb);
+    const auto tps = median_of(c.ok, "tokens_per_s");
+    const auto mfu = median_of(c.ok, "mfu");
+    const auto rss = median_of(c.ok, "peak_rss_mb");
     const bool is_base = &c == base;
     rows.push_back({variant_name(c.key), fmt::format("{}/{}", c.ok.size(), c.all.size()),
                     params ? fmt::format("{:.3f} M", static_cast<double>(*params) / 1e6) : "",

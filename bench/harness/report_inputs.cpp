@@ -151,16 +151,16 @@ Inputs load_inputs(const fs::path& runs_csv) {
   return in;
 }
 
-std::optional<Summary> stats_of(const std::vector<const Run*>& runs, std::optional<double> RunRow::*field) {
+std::optional<Summary> stats_of(const std::vector<const Run*>& runs, const std::string& counter) {
   std::vector<double> v;
   for (const Run* r : runs) {
-    if (r->*field) v.push_back(*(r->*field));
+    if (const std::optional<double> x = r->get(counter)) v.push_back(*x);
   }
   return summarize(v);
 }
 
-std::optional<double> median_of(const std::vector<const Run*>& runs, std::optional<double> RunRow::*field) {
-  auto s = stats_of(runs, field);
+std::optional<double> median_of(const std::vector<const Run*>& runs, const std::string& counter) {
+  auto s = stats_of(runs, counter);
   return s ? std::optional<double>(s->median) : std::nullopt;
 }
 

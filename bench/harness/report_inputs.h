@@ -64,8 +64,8 @@ struct Inputs {
 Inputs load_inputs(const std::filesystem::path& runs_csv);
 
 // Statistics of one column over runs (those with a value).
-std::optional<Summary> stats_of(const std::vector<const Run*>& runs, std::optional<double> RunRow::*field);
-std::optional<double> median_of(const std::vector<const Run*>& runs, std::optional<double> RunRow::*field);
+std::optional<Summary> stats_of(const std::vector<const Run*>& runs, const std::string& counter);
+std::optional<double> median_of(const std::vector<const Run*>& runs, const std::string& counter);
 
 using Curve = std::map<int, double>;  // epoch -> loss
 

@@ -225,7 +225,7 @@ std::vector<RunView> views_of(const ReportSpec& spec, const Inputs& in, std::vec
     v.plan = *plan;
     v.lay = layout_of(v.plan);
     v.facts = *facts;
-    v.ms = stats_of(cp->ok, &Run::step_ms);
+    v.ms = stats_of(cp->ok, "step_ms");
     v.dev = loss_deviation(loss, *cp, reference);
     v.over = static_cast<unsigned>(cp->key.ranks) * static_cast<unsigned>(cp->key.threads) > cores;
     stage_means(v);

@@ -39,16 +39,17 @@ void write_scaling(const ReportSpec& spec, const Inputs& in, std::vector<fs::pat
   for (const auto& [id, configs] : by_series) {
     const ConfigRuns* base = nullptr;
     for (const ConfigRuns* c : configs) {
-      if (!base && median_of(c->ok, &Run::training_s)) base = c;
+      if (!base && median_of(c->ok, "training_s")) base = c;
     }
-    const auto base_s = base ? median_of(base->ok, &Run::training_s) : std::nullopt;
+    const auto base_s = base ? median_of(base->ok, "training_s") : std::nullopt;
     Series s{fmt::format("{} t{}", configs[0]->key.stage, id.second), {}, false};
     for (const ConfigRuns* c : configs) {
-      const auto train = median_of(c->ok, &Run::training_s);
-      const auto tokens = median_of(c->ok, &Run::tokens_per_s);
+      const auto train = median_of(c->ok, "training_s");
+      const auto tokens = median_of(c->ok, "tokens_per_s");
       std::vector<double> shares;
       for (const Run* r : c->ok) {
-        if (r->comm_s && r->training_s && *r->training_s > 0) shares.push_back(*r->comm_s / *r->training_s);
+        const auto comm = r->get("comm_s"), train_s = r->get("training_s");
+        if (comm && train_s && *train_s > 0) shares.push_back(*comm / *train_s);
       }
       const auto share = summarize(shares);
       std::optional<double> speedup, efficiency;

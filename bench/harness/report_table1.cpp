@@ -50,9 +50,9 @@ void write_table1(const ReportSpec& spec, const Inputs& in, std::vector<fs::path
   const PaperTable1 paper = load_paper_table1(spec.paper_dir);
   const ConfigRuns* serial = nullptr;
   for (const ConfigRuns& c : in.configs) {
-    if (!serial && c.key.stage == "serial" && median_of(c.ok, &Run::training_s)) serial = &c;
+    if (!serial && c.key.stage == "serial" && median_of(c.ok, "training_s")) serial = &c;
   }
-  const std::optional<double> serial_s = serial ? median_of(serial->ok, &Run::training_s) : std::nullopt;
+  const std::optional<double> serial_s = serial ? median_of(serial->ok, "training_s") : std::nullopt;
   auto ratio = [](std::optional<double> num, std::optional<double> den) {
     return num && den && *den > 0 ? std::optional<double>(*num / *den) : std::nullopt;
   };
@@ -65,10 +65,10 @@ void write_table1(const ReportSpec& spec, const Inputs& in, std::vector<fs::path
   std::string dat = "# configuration ours_training_s_median paper_training_s\n";
   bool any_paper_bar = false;
   for (const ConfigRuns& c : in.configs) {
-    const auto train = stats_of(c.ok, &Run::training_s), inf = stats_of(c.ok, &Run::inference_s);
+    const auto train = stats_of(c.ok, "training_s"), inf = stats_of(c.ok, "inference_s");
     const auto train_med = train ? std::optional(train->median) : std::nullopt;
     const auto inf_med = inf ? std::optional(inf->median) : std::nullopt;
-    const auto tokens = median_of(c.ok, &Run::tokens_per_s), loss = median_of(c.ok, &Run::final_loss);
+    const auto tokens = median_of(c.ok, "tokens_per_s"), loss = median_of(c.ok, "final_loss");
     const auto speedup = ratio(serial_s, train_med);
     std::optional<double> paper_train, paper_inf;
     if (auto it = paper.by_stage.find(c.key.stage); it != paper.by_stage.end()) {

@@ -23,19 +23,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Count = std::optional<int64_t> RunRow::*;
-
 // One count of a configuration's completed runs: the value, or none when a
 // run lacks it or the runs disagree (`varies` says which).
 struct CountCell {
   std::optional<int64_t> value;
   bool varies = false;
 };
-CountCell count_of(const ConfigRuns& c, Count field) {
+CountCell count_of(const ConfigRuns& c, const std::string& counter) {
   std::set<int64_t> seen;
   for (const Run* r : c.ok) {
-    if (!(r->*field)) return {};
-    seen.insert(*(r->*field));
+    const std::optional<double> v = r->get(counter);
+    if (!v) return {};
+    seen.insert(static_cast<int64_t>(*v));
   }
   if (seen.size() == 1) return {*seen.begin(), false};
   return {std::nullopt, seen.size() > 1};
@@ -88,16 +87,17 @@ void write_tensor_parallel(const ReportSpec& spec, const Inputs& in, std::vector
   for (const ConfigRuns& c : in.configs) {
     if (c.key.tp != 1 || c.ok.empty()) continue;
     if (!standard) standard = &c;
-    if (stats_of(c.ok, &Run::val_loss)) {
-      if (!stats_of(standard->ok, &Run::val_loss)) standard = &c;
+    if (stats_of(c.ok, "val_loss")) {
+      if (!stats_of(standard->ok, "val_loss")) standard = &c;
       break;
     }
   }
-  const auto standard_ms = standard ? median_of(standard->ok, &Run::step_ms) : std::nullopt;
+  const auto standard_ms = standard ? median_of(standard->ok, "step_ms") : std::nullopt;
   std::map<uint64_t, double> standard_val;  // by seed
   if (standard) {
     for (const Run* r : standard->ok) {
-      if (r->val_loss && !standard_val.count(r->seed)) standard_val[r->seed] = *r->val_loss;
+      const auto v = r->get("val_loss");
+      if (v && !standard_val.count(r->seed)) standard_val[r->seed] = *v;
     }
   }
 
@@ -123,21 +123,22 @@ void write_tensor_parallel(const ReportSpec& spec, const Inputs& in, std::vector
       not_run.push_back(fmt::format("{} ({})", label(c.key), status_text(c)));
       continue;
     }
-    const auto ms = stats_of(c.ok, &Run::step_ms);
-    const auto val = stats_of(c.ok, &Run::val_loss);
+    const auto ms = stats_of(c.ok, "step_ms");
+    const auto val = stats_of(c.ok, "val_loss");
     std::optional<double> speedup;
     if (standard_ms && ms && ms->median > 0) speedup = *standard_ms / ms->median;
     std::vector<double> diffs;
     for (const Run* r : c.ok) {
       const auto it = standard_val.find(r->seed);
-      if (r->val_loss && it != standard_val.end()) diffs.push_back(*r->val_loss - it->second);
+      const auto v = r->get("val_loss");
+      if (v && it != standard_val.end()) diffs.push_back(*v - it->second);
     }
     const auto diff = summarize(diffs);
 
-    const CountCell tc = count_of(c, &RunRow::tp_calls), tb = count_of(c, &RunRow::tp_bytes),
-                    dc = count_of(c, &RunRow::dp_calls), db = count_of(c, &RunRow::dp_bytes);
-    const CountCell ftc = count_of(c, &RunRow::formula_tp_calls), ftb = count_of(c, &RunRow::formula_tp_bytes),
-                    fdc = count_of(c, &RunRow::formula_dp_calls), fdb = count_of(c, &RunRow::formula_dp_bytes);
+    const CountCell tc = count_of(c, "tp_calls"), tb = count_of(c, "tp_bytes"), dc = count_of(c, "dp_calls"),
+                    db = count_of(c, "dp_bytes");
+    const CountCell ftc = count_of(c, "formula_tp_calls"), ftb = count_of(c, "formula_tp_bytes"),
+                    fdc = count_of(c, "formula_dp_calls"), fdb = count_of(c, "formula_dp_bytes");
     std::string equal;  // "true", "false", or "" where there is no formula
     if (ftc.value && ftb.value) {
       any_formula = true;
@@ -153,7 +154,7 @@ void write_tensor_parallel(const ReportSpec& spec, const Inputs& in, std::vector
                          pair_text(tb, ftb, true), pair_text(dc, fdc, false), pair_text(db, fdb, true)});
     loss_rows.push_back({label(c.key), types, std::to_string(val ? val->n : 0), loss_range(val),
                          &c == standard ? "(reference)" : signed_range(diff),
-                         loss_range(stats_of(c.ok, &Run::final_loss))});
+                         loss_range(stats_of(c.ok, "final_loss"))});
     auto cell = [](const CountCell& x) { return x.value ? std::to_string(*x.value) : std::string(); };
     csv += csv_row({c.key.stage, std::to_string(c.key.ranks), std::to_string(c.key.threads), std::to_string(c.key.tp),
                     std::to_string(c.key.ranks / c.key.tp), c.key.tp > 1 ? block_types_text(c.key) : "",

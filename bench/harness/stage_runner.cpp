@@ -76,24 +76,78 @@ RunRow planned_row(const std::string& experiment, const RunSpec& r) {
   return row;
 }
 
-// The formula columns from rank 0's plan: its groups' calls and bytes per step.
-void set_formula(RunRow& row, const Json& plan) {
+// The formula columns from rank 0's plan: its groups' calls and bytes per
+// step, and its parameter count.
+void set_from_plan(Counters& c, const Json& plan) {
   const Json& rank0 = plan["per_rank"][0];
   const Json& comm = rank0["comm"];
-  row.formula_tp_calls = comm["tp"]["calls"].get<int64_t>();
-  row.formula_tp_bytes = comm["tp"]["bytes"].get<int64_t>();
-  if (!comm["dp"]["calls"].is_null()) row.formula_dp_calls = comm["dp"]["calls"].get<int64_t>();
-  row.formula_dp_bytes = comm["dp"]["bytes"].get<int64_t>();
-  row.params = rank0["memory"]["params"].get<int64_t>();
+  auto number = [](const Json& j) { return j.is_null() ? std::nullopt : std::optional(j.get<double>()); };
+  c.set("formula_tp_calls", number(comm["tp"]["calls"]));
+  c.set("formula_tp_bytes", number(comm["tp"]["bytes"]));
+  c.set("formula_dp_calls", number(comm["dp"]["calls"]));
+  c.set("formula_dp_bytes", number(comm["dp"]["bytes"]));
+  c.set("params", number(rank0["memory"]["params"]));
+}
+
+// The median of a per-step time over the steps after the first (the first
+// pays for the first touch of every buffer: not the steady state).
+double median_after_first(const std::vector<StepRecord>& steps, double StepRecord::*field) {
+  std::vector<double> v;
+  for (size_t k = steps.size() > 1 ? 1 : 0; k < steps.size(); ++k) v.push_back(steps[k].*field);
+  return median(std::move(v));
 }
 
 // The median of a per-step count (every step counts the same; the median
 // keeps one odd step from deciding).
-int64_t median_count(const std::vector<StepRecord>& steps, uint64_t StepRecord::*field) {
+double median_count(const std::vector<StepRecord>& steps, uint64_t StepRecord::*field) {
   std::vector<uint64_t> v;
   for (const StepRecord& s : steps) v.push_back(s.*field);
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return static_cast<int64_t>(v[v.size() / 2]);
+  return static_cast<double>(v[v.size() / 2]);
+}
+
+// The counters of the step and eval records, and the loss rows.
+void set_from_steps(Counters& c, const MetricsStream& m) {
+  if (!m.evals.empty()) c.set("val_loss", m.evals.back().val_loss);
+  if (m.steps.empty()) return;
+  c.set("step_ms", median_after_first(m.steps, &StepRecord::step_ms));
+  c.set("mfu", median_after_first(m.steps, &StepRecord::mfu));
+  if (m.steps.front().mem_params > 0) {
+    c.set("params", static_cast<double>(m.steps.front().mem_params / sizeof(float)));
+    c.set("activation_bytes", static_cast<double>(m.steps.front().mem_activations));
+  }
+  for (auto [name, field] : {std::pair("tp_calls", &StepRecord::tp_calls), {"tp_bytes", &StepRecord::tp_bytes},
+                             {"dp_calls", &StepRecord::dp_calls}, {"dp_bytes", &StepRecord::dp_bytes}}) {
+    c.set(name, median_count(m.steps, field));
+  }
+}
+
+void set_from_summary(Counters& c, const RunSummary& sum) {
+  c.set("training_s", sum.train_s);
+  c.set("inference_s", sum.inference_s);
+  c.set("tokens_per_s", sum.tokens_per_s);
+  c.set("final_loss", sum.final_loss);
+  c.set("steps", static_cast<double>(sum.steps));
+  c.set("comm_s", sum.comm_s);
+  c.set("peak_rss_mb", sum.peak_rss_mb);
+}
+
+void set_provenance(RunRow& row, const Json& provenance) {
+  for (auto [column, key] : {std::pair(&RunRow::git_commit, "git_commit"), {&RunRow::git_dirty, "git_dirty"},
+                             {&RunRow::build_type, "build_type"}, {&RunRow::compiler, "compiler"},
+                             {&RunRow::cpu, "cpu"}, {&RunRow::cores, "cores"}, {&RunRow::blas_core, "blas_core"},
+                             {&RunRow::backend, "backend"}, {&RunRow::host, "host"}, {&RunRow::date, "date"},
+                             {&RunRow::source_hash, "source_hash"}, {&RunRow::build_options, "build_options"},
+                             {&RunRow::openblas, "openblas"}, {&RunRow::mpi, "mpi"}}) {
+    row.*column = field_text(provenance, key);
+  }
+  std::string cuda;  // the device libraries, one text
+  for (auto [key, name] : {std::pair("cuda_runtime", "runtime"), {"cuda_driver", "driver"}, {"cublas", "cuBLAS"},
+                           {"nccl", "NCCL"}}) {
+    const std::string v = field_text(provenance, key);
+    if (!v.empty()) cuda += fmt::format("{}{} {}", cuda.empty() ? "" : ", ", name, v);
+  }
+  row.cuda = cuda;
 }
 
 }  // namespace
@@ -117,52 +171,14 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
       loss.push_back(LossRow{experiment, r.id, r.stage, r.ranks, r.threads, r.repetition, s.step, s.loss,
                              v == val.end() ? std::nullopt : std::optional(v->second)});
     }
-    if (!m.evals.empty()) row.val_loss = m.evals.back().val_loss;
-    if (!m.steps.empty()) {
-      // The first step pays for the first touch of every buffer: not the steady state.
-      std::vector<double> ms;
-      for (size_t k = m.steps.size() > 1 ? 1 : 0; k < m.steps.size(); ++k) ms.push_back(m.steps[k].step_ms);
-      row.step_ms = median(std::move(ms));
-      std::vector<double> mfu;
-      for (size_t k = m.steps.size() > 1 ? 1 : 0; k < m.steps.size(); ++k) mfu.push_back(m.steps[k].mfu);
-      row.mfu = median(std::move(mfu));
-      if (m.steps.front().mem_params > 0) {
-        row.params = static_cast<int64_t>(m.steps.front().mem_params / sizeof(float));
-        row.activation_bytes = static_cast<int64_t>(m.steps.front().mem_activations);
-      }
-      row.tp_calls = median_count(m.steps, &StepRecord::tp_calls);
-      row.tp_bytes = median_count(m.steps, &StepRecord::tp_bytes);
-      row.dp_calls = median_count(m.steps, &StepRecord::dp_calls);
-      row.dp_bytes = median_count(m.steps, &StepRecord::dp_bytes);
-    }
-    if (const std::optional<Json> plan = read_plan(dir)) set_formula(row, *plan);
+    set_from_steps(row.counters, m);
+    if (const std::optional<Json> plan = read_plan(dir)) set_from_plan(row.counters, *plan);
     if (m.summary) {
-      const RunSummary& sum = *m.summary;
-      row.training_s = sum.train_s;
-      row.inference_s = sum.inference_s;
-      row.tokens_per_s = sum.tokens_per_s;
-      row.final_loss = sum.final_loss;
-      row.steps = sum.steps;
-      row.comm_s = sum.comm_s;
-      row.peak_rss_mb = sum.peak_rss_mb;
-      provenance = sum.provenance;
+      set_from_summary(row.counters, *m.summary);
+      provenance = m.summary->provenance;
     }
   }
-  for (auto [column, key] : {std::pair(&RunRow::git_commit, "git_commit"), {&RunRow::git_dirty, "git_dirty"},
-                             {&RunRow::build_type, "build_type"}, {&RunRow::compiler, "compiler"},
-                             {&RunRow::cpu, "cpu"}, {&RunRow::cores, "cores"}, {&RunRow::blas_core, "blas_core"},
-                             {&RunRow::backend, "backend"}, {&RunRow::host, "host"}, {&RunRow::date, "date"},
-                             {&RunRow::source_hash, "source_hash"}, {&RunRow::build_options, "build_options"},
-                             {&RunRow::openblas, "openblas"}, {&RunRow::mpi, "mpi"}}) {
-    row.*column = field_text(provenance, key);
-  }
-  std::string cuda;  // the device libraries, one text
-  for (auto [key, name] : {std::pair("cuda_runtime", "runtime"), {"cuda_driver", "driver"}, {"cublas", "cuBLAS"},
-                           {"nccl", "NCCL"}}) {
-    const std::string v = field_text(provenance, key);
-    if (!v.empty()) cuda += fmt::format("{}{} {}", cuda.empty() ? "" : ", ", name, v);
-  }
-  row.cuda = cuda;
+  set_provenance(row, provenance);
   return row;
 }
 

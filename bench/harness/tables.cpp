@@ -45,6 +45,58 @@ int64_t parse_integer(const std::string& text, const fs::path& path, size_t row,
   return v;
 }
 
+const std::vector<CounterSpec>& run_counters() {
+  // From the run's summary record, then (since tensor parallelism) from its step and eval records:
+  // medians over the steps after the first; the communication of a step (the median over the steps
+  // of rank 0's counts); the same four from rank 0's plan (plan.json).
+  static const std::vector<CounterSpec> counters = {
+      {"training_s", false, true, "the sum of the step times, seconds"},
+      {"inference_s", false, true, "the final generation, seconds"},
+      {"tokens_per_s", false, true, "training tokens per second"},
+      {"final_loss", false, true, "the last step's training loss"},
+      {"steps", true, true, "train.steps"},
+      {"comm_s", false, true, "communication time over the run, seconds"},
+      {"peak_rss_mb", false, true, "rank 0's peak resident memory, MB"},
+      {"step_ms", false, false, "the median step time after the first step, ms"},
+      {"val_loss", false, false, "the last validation loss"},
+      {"mfu", false, false, "the median model FLOPs utilisation after the first step"},
+      {"params", true, false, "rank 0's parameters (its plan's; else its step records' bytes / 4)"},
+      {"activation_bytes", true, false, "rank 0's activation arenas, bytes"},
+      {"tp_calls", true, false, "rank 0's tensor-parallel calls per step, counted"},
+      {"tp_bytes", true, false, "rank 0's tensor-parallel bytes per step, counted"},
+      {"dp_calls", true, false, "rank 0's data-parallel calls per step, counted"},
+      {"dp_bytes", true, false, "rank 0's data-parallel bytes per step, counted"},
+      {"formula_tp_calls", true, false, "tp_calls as the plan states it"},
+      {"formula_tp_bytes", true, false, "tp_bytes as the plan states it"},
+      {"formula_dp_calls", true, false, "dp_calls as the plan states it"},
+      {"formula_dp_bytes", true, false, "dp_bytes as the plan states it"}};
+  return counters;
+}
+
+namespace {
+const CounterSpec& counter_spec(const std::string& name) {
+  for (const CounterSpec& c : run_counters()) {
+    if (name == c.name) return c;
+  }
+  throw std::logic_error(fmt::format("runs.csv has no counter '{}'", name));
+}
+}  // namespace
+
+std::optional<double> Counters::get(const std::string& name) const {
+  (void)counter_spec(name);
+  const auto it = values_.find(name);
+  return it == values_.end() ? std::nullopt : std::optional(it->second);
+}
+
+void Counters::set(const std::string& name, std::optional<double> value) {
+  (void)counter_spec(name);
+  if (value) {
+    values_[name] = *value;
+  } else {
+    values_.erase(name);
+  }
+}
+
 namespace {
 
 // Where a cell is, for errors.
@@ -135,8 +187,33 @@ std::vector<Row> read_table(const std::vector<Column<Row>>& columns, const fs::p
   return rows;
 }
 
+// A counter as a column: an integer or a number, absent where it has no value.
+Column<RunRow> counter_column(const CounterSpec& c) {
+  const std::string name = c.name;
+  const bool integer = c.integer;
+  return Column<RunRow>{
+      name,
+      [name, integer](const RunRow& r) {
+        const std::optional<double> v = r.counters.get(name);
+        return integer ? to_cell(v ? std::optional(static_cast<int64_t>(*v)) : std::nullopt) : to_cell(v);
+      },
+      [name, integer](RunRow& r, const std::string& text, const Cell& cell) {
+        if (integer) {
+          std::optional<int64_t> v;
+          from_cell(text, v, cell);
+          r.counters.set(name, v ? std::optional(static_cast<double>(*v)) : std::nullopt);
+        } else {
+          std::optional<double> v;
+          from_cell(text, v, cell);
+          r.counters.set(name, v);
+        }
+      },
+      !c.since_start};
+}
+
 const std::vector<Column<RunRow>>& runs_schema() {
-  static const std::vector<Column<RunRow>> columns = {
+  static const std::vector<Column<RunRow>> columns = [] {
+    std::vector<Column<RunRow>> fixed = {
       col("experiment", &RunRow::experiment), col("run_id", &RunRow::run_id),
       col("stage", &RunRow::stage),           col("ranks", &RunRow::ranks),
       col("threads", &RunRow::threads),       col("repetition", &RunRow::repetition),
@@ -144,20 +221,7 @@ const std::vector<Column<RunRow>>& runs_schema() {
       col("pipeline", &RunRow::pipeline, true),
       col("variant", &RunRow::variant, true),
       col("seed", &RunRow::seed),             col("status", &RunRow::status),
-      col("reason", &RunRow::reason),         col("training_s", &RunRow::training_s),
-      col("inference_s", &RunRow::inference_s), col("tokens_per_s", &RunRow::tokens_per_s),
-      col("final_loss", &RunRow::final_loss), col("steps", &RunRow::steps),
-      col("comm_s", &RunRow::comm_s),         col("peak_rss_mb", &RunRow::peak_rss_mb),
-      // Since tensor parallelism: optional, older files lack them.
-      col("step_ms", &RunRow::step_ms, true), col("val_loss", &RunRow::val_loss, true),
-      col("mfu", &RunRow::mfu, true), col("params", &RunRow::params, true),
-      col("activation_bytes", &RunRow::activation_bytes, true),
-      col("tp_calls", &RunRow::tp_calls, true), col("tp_bytes", &RunRow::tp_bytes, true),
-      col("dp_calls", &RunRow::dp_calls, true), col("dp_bytes", &RunRow::dp_bytes, true),
-      col("formula_tp_calls", &RunRow::formula_tp_calls, true),
-      col("formula_tp_bytes", &RunRow::formula_tp_bytes, true),
-      col("formula_dp_calls", &RunRow::formula_dp_calls, true),
-      col("formula_dp_bytes", &RunRow::formula_dp_bytes, true),
+      col("reason", &RunRow::reason),         // the counters (run_counters()) go here
       col("git_commit", &RunRow::git_commit), col("git_dirty", &RunRow::git_dirty),
       col("build_type", &RunRow::build_type), col("compiler", &RunRow::compiler),
       col("cpu", &RunRow::cpu),               col("cores", &RunRow::cores),
@@ -166,6 +230,13 @@ const std::vector<Column<RunRow>>& runs_schema() {
       col("host", &RunRow::host),             col("date", &RunRow::date),
       col("source_hash", &RunRow::source_hash, true), col("build_options", &RunRow::build_options, true),
       col("openblas", &RunRow::openblas, true), col("mpi", &RunRow::mpi, true), col("cuda", &RunRow::cuda, true)};
+    // Identity, layout and status, then the counters, then provenance.
+    const auto provenance = std::find_if(fixed.begin(), fixed.end(), [](const auto& c) { return c.name == "git_commit"; });
+    std::vector<Column<RunRow>> all(fixed.begin(), provenance);
+    for (const CounterSpec& c : run_counters()) all.push_back(counter_column(c));
+    all.insert(all.end(), provenance, fixed.end());
+    return all;
+  }();
   return columns;
 }
 

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,36 +26,48 @@ namespace gpt2::harness {
 // The stage programs, in report order: what RunRow::stage may name.
 inline const std::vector<std::string> kStages = {"serial", "mpi", "cuda", "mpi_cuda"};
 
+// A run's numbers, measured or planned, by name: the counter columns of
+// runs.csv, written in the order of run_counters(). A new metric is a line
+// there and a set() where stage_runner.cpp's run_row reads it; no struct
+// changes. `integer`: written as an integer (counts, bytes); `since_start`:
+// every runs.csv has the column (later ones may be missing from older files).
+struct CounterSpec {
+  const char* name;
+  bool integer;
+  bool since_start;
+  const char* meaning;  // for docs and errors
+};
+const std::vector<CounterSpec>& run_counters();
+
+// A run's counters: name -> value; a name not set has no value (a run that
+// did not complete has no times). Names are checked against run_counters():
+// an unknown one throws std::logic_error (a typo in a report, not bad input).
+class Counters {
+ public:
+  std::optional<double> get(const std::string& name) const;
+  void set(const std::string& name, std::optional<double> value);
+  bool operator==(const Counters&) const = default;
+
+ private:
+  std::map<std::string, double> values_;
+};
+
+// One row of runs.csv: which run it is, its resolved layout, what became of
+// it, its counters, and where it ran (provenance).
 struct RunRow {
+  // Identity.
   std::string experiment, run_id, stage;
   int ranks = 0, threads = 0, repetition = 0;
-  // The layout (since tensor parallelism; files without it are tp 1):
-  // ranks = tp x dp; block_types "" for all tp.
-  int tp = 1;
-  std::string block_types;
-  // Since pipeline parallelism (optional): "pp2 m4 zb-h1", "zero", ... ("" for none).
-  std::string pipeline;
-  // Since the architecture variants (optional): the model keys that differ from GPT-2 ("" for none).
-  std::string variant;
   uint64_t seed = 0;
+  // The layout (since tensor parallelism; files without it are tp 1):
+  // ranks = tp x dp; block_types "" for all tp. Since pipeline parallelism:
+  // "pp2 m4 zb-h1", "zero", ... ("" for none). Since the architecture
+  // variants: the model keys that differ from GPT-2 ("" for none).
+  int tp = 1;
+  std::string block_types, pipeline, variant;
   std::string status, reason;  // ok | failed | skipped | not run (planned, no attempt recorded), and why
-  // From the run's summary record; empty unless the run completed.
-  std::optional<double> training_s, inference_s, tokens_per_s, final_loss;
-  std::optional<int64_t> steps;
-  std::optional<double> comm_s, peak_rss_mb;
-  // From the step and eval records (since tensor parallelism; empty in older
-  // files): the median step time over the steps after the first, the last
-  // validation loss, and the communication of a step (the median over the
-  // steps of this rank-0's counts; every step counts the same).
-  std::optional<double> step_ms, val_loss;
-  // Since the architecture variants (optional): the median MFU over the
-  // steps after the first, the parameter count and the activation bytes (the step records').
-  std::optional<double> mfu;
-  std::optional<int64_t> params, activation_bytes;
-  std::optional<int64_t> tp_calls, tp_bytes, dp_calls, dp_bytes;
-  // The same four worked out from the model's shape (comm_formula.h); empty
-  // where the formula does not apply (a bucketed gradient sum's dp columns).
-  std::optional<int64_t> formula_tp_calls, formula_tp_bytes, formula_dp_calls, formula_dp_bytes;
+  Counters counters;
+  std::optional<double> get(const std::string& counter) const { return counters.get(counter); }
   // Provenance: the run's own when it completed, else the harness's.
   std::string git_commit, git_dirty, build_type, compiler, cpu, cores, blas_core, backend, host, date;
   // Since the provenance issue (optional): the sources' hash, the Meson options and flags, and the
