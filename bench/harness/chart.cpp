@@ -88,4 +88,14 @@ std::string draw_chart(const fs::path& dir, const std::string& name, const std::
                      name);
 }
 
+std::string step_chart(const std::filesystem::path& dir, const std::string& name, const std::string& title,
+                       const std::vector<Series>& series, const std::string& ylabel, const std::string& style,
+                       std::vector<std::filesystem::path>& written) {
+  if (series.empty()) return fmt::format("(plot {} not drawn: no {} in loss.csv)\n\n", name, ylabel);
+  const std::string body = fmt::format("set title {}\nset xlabel \"step\"\nset ylabel {}\nset key top right\n",
+                                       gnuplot_string(title), gnuplot_string(ylabel)) +
+                           line_chart_plot(name, series, style);
+  return draw_chart(dir, name, title, line_chart_data("step", series), body, written) + "\n";
+}
+
 }  // namespace gpt2::harness

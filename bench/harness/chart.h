@@ -39,4 +39,11 @@ std::string draw_chart(const std::filesystem::path& dir, const std::string& name
                        const std::string& data, const std::string& commands,
                        std::vector<std::filesystem::path>& written);
 
+// A line chart of curves by step (loss curves): <name> drawn with `style`,
+// titled `title`, the y axis `ylabel`; or, with no series, the line saying
+// it was not drawn. Markdown, ending in a blank line.
+std::string step_chart(const std::filesystem::path& dir, const std::string& name, const std::string& title,
+                       const std::vector<Series>& series, const std::string& ylabel, const std::string& style,
+                       std::vector<std::filesystem::path>& written);
+
 }  // namespace gpt2::harness

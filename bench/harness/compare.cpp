@@ -76,11 +76,46 @@ Side load_side(const std::string& given, const CompareRequest& req, const fs::pa
 
 std::string p_text(const std::optional<UTest>& t) { return t ? fmt::format("{:.4f}", t->p) : ""; }
 
+// One configuration on both sides: the values, their medians, the test.
+struct Matched {
+  std::vector<double> va, vb;
+  std::optional<double> ma, mb, ratio;
+  std::optional<UTest> t;
+  std::string note;
+  bool unreliable = false;
+};
+
+Matched match(const ConfigRuns& ca, const ConfigRuns& cb, const Metric& metric) {
+  Matched m;
+  for (const Run* r : ca.ok) {
+    if (const auto v = r->get(metric.name)) m.va.push_back(*v);
+  }
+  for (const Run* r : cb.ok) {
+    if (const auto v = r->get(metric.name)) m.vb.push_back(*v);
+  }
+  if (!m.va.empty()) m.ma = median(m.va);
+  if (!m.vb.empty()) m.mb = median(m.vb);
+  if (m.ma && m.mb && *m.ma != 0) m.ratio = *m.mb / *m.ma;
+  if (m.va.size() < kUTestMinRepetitions || m.vb.size() < kUTestMinRepetitions) {
+    m.note = fmt::format("no test: fewer than {} repetitions", kUTestMinRepetitions);
+    return m;
+  }
+  m.t = mann_whitney_u(m.va, m.vb);
+  if (m.va.size() < kUTestOptimalRepetitions || m.vb.size() < kUTestOptimalRepetitions) {
+    m.note = fmt::format("unreliable: {}+ repetitions recommended", kUTestOptimalRepetitions);
+    m.unreliable = true;
+  } else if (m.t->p < 0.05) {
+    m.note = (m.ratio && ((*m.ratio < 1) == metric.smaller_better)) ? "B better" : "B worse";
+  } else {
+    m.note = "no significant difference";
+  }
+  return m;
+}
+
 }  // namespace
 
 std::string compare_results(const CompareRequest& req) {
   const Metric& metric = metric_of(req.metric);
-  const std::string& field = metric.name;
   const bool smaller_better = metric.smaller_better;
   const fs::path scratch = fs::temp_directory_path() / fmt::format("harness_compare_{}", ::getpid());
   fs::create_directories(scratch);
@@ -100,38 +135,15 @@ std::string compare_results(const CompareRequest& req) {
       only_a.push_back(label(ca.key));
       continue;
     }
-    std::vector<double> va, vb;
-    for (const Run* r : ca.ok) {
-      if (const auto v = r->get(field)) va.push_back(*v);
-    }
-    for (const Run* r : it->second->ok) {
-      if (const auto v = r->get(field)) vb.push_back(*v);
-    }
+    const Matched m = match(ca, *it->second, metric);
     in_b.erase(it);
-    std::optional<double> ma, mb, ratio;
-    if (!va.empty()) ma = median(va);
-    if (!vb.empty()) mb = median(vb);
-    if (ma && mb && *ma != 0) ratio = *mb / *ma;
-    std::optional<UTest> t;
-    std::string note;
-    if (va.size() < kUTestMinRepetitions || vb.size() < kUTestMinRepetitions) {
-      note = fmt::format("no test: fewer than {} repetitions", kUTestMinRepetitions);
-    } else {
-      t = mann_whitney_u(va, vb);
-      if (va.size() < kUTestOptimalRepetitions || vb.size() < kUTestOptimalRepetitions) {
-        note = fmt::format("unreliable: {}+ repetitions recommended", kUTestOptimalRepetitions);
-        any_unreliable = true;
-      } else if (t->p < 0.05) {
-        note = (ratio && ((*ratio < 1) == smaller_better)) ? "B better" : "B worse";
-      } else {
-        note = "no significant difference";
-      }
-    }
+    any_unreliable = any_unreliable || m.unreliable;
     auto num = [](std::optional<double> x) { return x ? sig3(*x) : std::string(); };
-    rows.push_back({label(ca.key), std::to_string(va.size()), std::to_string(vb.size()), num(ma), num(mb),
-                    ratio ? fmt::format("{:.3f}", *ratio) : "", p_text(t), note});
-    csv += csv_row({label(ca.key), req.metric, std::to_string(va.size()), std::to_string(vb.size()), exact(ma),
-                    exact(mb), exact(ratio), t ? exact(t->u) : "", t ? exact(t->p) : "", note});
+    rows.push_back({label(ca.key), std::to_string(m.va.size()), std::to_string(m.vb.size()), num(m.ma), num(m.mb),
+                    m.ratio ? fmt::format("{:.3f}", *m.ratio) : "", p_text(m.t), m.note});
+    csv += csv_row({label(ca.key), req.metric, std::to_string(m.va.size()), std::to_string(m.vb.size()),
+                    exact(m.ma), exact(m.mb), exact(m.ratio), m.t ? exact(m.t->u) : "", m.t ? exact(m.t->p) : "",
+                    m.note});
   }
   for (const auto& [k, _] : in_b) only_b.push_back(label(k));
   if (rows.empty()) {

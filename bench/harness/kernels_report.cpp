@@ -218,10 +218,11 @@ std::vector<KernelResult> read_benchmark_json(const fs::path& file, const std::s
   return out;
 }
 
-std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs::path& results_dir,
-                                           const fs::path& reports_dir, const std::string& reproduce_command) {
-  // The programs of the last run, from its index (not from ids derived from
-  // this build: a report must not depend on which build reads the results).
+namespace {
+
+// The programs of the last run, from its index (not from ids derived from
+// this build: a report must not depend on which build reads the results).
+std::vector<ProgramResult> read_programs(const fs::path& results_dir) {
   std::vector<ProgramResult> programs;
   for (const JobRow& row : read_job_index(results_dir / kKernelsIndex, "program")) {
     const std::string& program = row.label;
@@ -242,14 +243,112 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
     }
     programs.push_back(std::move(pr));
   }
-  make_reports_dir(reports_dir);
+  return programs;
+}
 
-  const ReportCeilings ceilings = best_ceilings(programs);
-  // The machine: from the first program that ran (every program records it).
+// The ceilings each program measured, the report's (the best), and a warning
+// for a program whose two threads did not get two cores.
+std::string ceilings_md(const std::vector<ProgramResult>& programs, const ReportCeilings& ceilings,
+                        const ProgramResult& m) {
+  std::string md = fmt::format("Ceilings, measured at the start of each program ({}):\n\n", ctx(m, "ceiling_method"));
+  md += "| program | threads | SGEMM GFLOP/s | memcpy GB/s | triad GB/s | bandwidth ceiling GB/s | load average at start |\n"
+        "|---|---:|---:|---:|---:|---:|---|\n";
+  for (const ProgramResult& p : programs) {
+    if (p.context.empty()) continue;
+    for (int t = 1; t <= 2; ++t) {
+      md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", p.program, t,
+                        ctx(p, fmt::format("ceiling_sgemm_gflops_t{}", t)), ctx(p, fmt::format("memcpy_gbs_t{}", t)),
+                        ctx(p, fmt::format("triad_gbs_t{}", t)), ctx(p, fmt::format("ceiling_bandwidth_gbs_t{}", t)),
+                        t == 1 ? ctx(p, "load_avg") : "");
+    }
+  }
+  for (int t = 1; t <= 2; ++t) {
+    md += fmt::format("| **this report's ceiling** (the best above) | {} | **{:.2f}** | | | **{:.2f}** | |\n", t,
+                      ceilings.gflops[t - 1], ceilings.gbs[t - 1]);
+  }
+  // Two threads on two cores should come close to twice one thread's SGEMM;
+  // much less means the other core was taken by another process meanwhile.
+  for (const ProgramResult& p : programs) {
+    const auto t1 = p.context.find("ceiling_sgemm_gflops_t1"), t2 = p.context.find("ceiling_sgemm_gflops_t2");
+    if (t1 == p.context.end() || t2 == p.context.end()) continue;
+    const double ratio = std::stod(t2->second) / std::stod(t1->second);
+    if (ratio < 1.5) {
+      md += fmt::format("\n**{}: its 2-thread SGEMM ceiling is only {:.2f}x its 1-thread one**: another process held "
+                        "a core while it was measured, so this program's own `roofline` counters overstate its "
+                        "2-thread percentages, and its 2-thread times may include waiting for a core. The tables "
+                        "below use this report's ceiling.\n",
+                        p.program, ratio);
+    }
+  }
+  return md + "\n";
+}
+
+// The machine (from the first program that ran: every program records it) and its ceilings.
+std::string machine_md(const std::vector<ProgramResult>& programs, const ReportCeilings& ceilings) {
   const ProgramResult* ref = nullptr;
   for (const ProgramResult& p : programs) {
     if (!p.context.empty() && !ref) ref = &p;
   }
+  if (!ref) return "";
+  const ProgramResult& m = *ref;
+  std::string md = "## Machine\n\n";
+  md += fmt::format("* CPU: {} ({} logical cores), host `{}`; run {}\n", ctx(m, "cpu_model"), ctx(m, "logical_cores"),
+                    ctx(m, "host_name"), ctx(m, "date"));
+  md += fmt::format("* Build: {} ({}), commit `{}` (sources {}), options `{}`; Google Benchmark's own library: {} "
+                    "build\n", ctx(m, "compiler"), ctx(m, "build_type"), ctx(m, "git_commit"), ctx(m, "source_hash"),
+                    ctx(m, "build_options"), ctx(m, "library_build_type"));
+  md += fmt::format("* BLAS: OpenBLAS {} with kernel **{}** (`openblas_get_corename()`); config `{}`\n",
+                    ctx(m, "openblas_version"), ctx(m, "blas_core"), ctx(m, "blas_config"));
+  md += fmt::format("* Environment: OPENBLAS_CORETYPE {}, OPENBLAS_L2_SIZE {}\n", ctx(m, "env_OPENBLAS_CORETYPE"),
+                    ctx(m, "env_OPENBLAS_L2_SIZE"));
+  if (ceilings.gpu_gflops > 0) {
+    md += fmt::format("* GPU: {}; its ceilings, which the CUDA rows' roofline uses: SGEMM **{:.2f}** GFLOP/s, device "
+                      "copy **{:.2f}** GB/s ({}). The roofline chart draws the host's ceilings only.\n",
+                      ctx(m, "gpu"), ceilings.gpu_gflops, ceilings.gpu_gbs, ctx(m, "ceiling_gpu_method"));
+  }
+  return md + "\n" + ceilings_md(programs, ceilings, m);
+}
+
+// One kernel's table (rows by shape, then variant) and its CSV lines.
+void kernel_table(const std::string& k, std::vector<const KernelResult*> rows, const ReportCeilings& ceilings,
+                  std::string& md, std::string& csv) {
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const KernelResult* a, const KernelResult* b) { return shape_rank(a->shape) < shape_rank(b->shape); });
+  md += fmt::format("### {}\n\n| shape | variant | time ms | GFLOP/s | GB/s | FLOP/byte | % of roofline | speed-up over naive |\n"
+                    "|---|---|---:|---:|---:|---:|---:|---:|\n", k);
+  const bool has_naive = std::any_of(rows.begin(), rows.end(),
+                                     [](const KernelResult* o) { return o->variant.rfind("naive/", 0) == 0; });
+  for (const KernelResult* r : rows) {
+    std::optional<double> naive;
+    for (const KernelResult* o : rows) {
+      if (o->shape == r->shape && o->variant.rfind("naive/", 0) == 0 && o->error.empty()) naive = o->time_ms;
+    }
+    if (!r->error.empty()) {
+      md += fmt::format("| {} | {} | **error** | | | | | {} |\n", r->shape, r->variant, r->error);
+      csv += csv_row({k, r->shape, r->variant, "", "", "", "", "", "", "", r->error});
+      continue;
+    }
+    const std::string speedup = naive      ? fmt::format("{:.1f}x", *naive / r->time_ms)
+                                : has_naive ? "naive not timed"
+                                            : "no naive variant";
+    const std::string note = r->samples <= 1 ? " (1 run)" : "";
+    const double ai = r->bytes > 0 ? r->flop / r->bytes : 0;
+    md += fmt::format("| {} | {} | {}{} | {} | {} | {} | {:.0f}% | {} |\n", r->shape, r->variant, sig3(r->time_ms), note,
+                      sig3(r->gflops), sig3(r->gbs), sig3(ai), 100 * ceilings.fraction(*r), speedup);
+    csv += csv_row({k, r->shape, r->variant, fmt::format("{:.6g}", r->time_ms), fmt::format("{:.6g}", r->gflops),
+                    fmt::format("{:.6g}", r->gbs), fmt::format("{:.6g}", ai), fmt::format("{:.4g}", 100 * ceilings.fraction(*r)),
+                    naive ? fmt::format("{:.4g}", *naive / r->time_ms) : "", std::to_string(r->samples), ""});
+  }
+  md += "\n";
+}
+
+}  // namespace
+
+std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs::path& results_dir,
+                                           const fs::path& reports_dir, const std::string& reproduce_command) {
+  const std::vector<ProgramResult> programs = read_programs(results_dir);
+  make_reports_dir(reports_dir);
+  const ReportCeilings ceilings = best_ceilings(programs);
   std::string md = fmt::format("# Kernel microbenchmarks: {}\n\n", ex.name);
   if (!ex.description.empty()) md += ex.description + "\n\n";
   md += fmt::format("Reproduce: `{}` (then `build/bench/harness report {}` rebuilds this page from results/).\n\n",
@@ -257,63 +356,13 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
   md += fmt::format("Medians over {} repetitions (`--benchmark_min_time={}` s each) unless a row says otherwise; "
                     "every benchmark was checked against the naive reference before it was timed.\n\n",
                     ex.repetitions, ex.min_time);
-  if (ref) {
-    const ProgramResult& m = *ref;
-    md += "## Machine\n\n";
-    md += fmt::format("* CPU: {} ({} logical cores), host `{}`; run {}\n", ctx(m, "cpu_model"), ctx(m, "logical_cores"),
-                      ctx(m, "host_name"), ctx(m, "date"));
-    md += fmt::format("* Build: {} ({}), commit `{}` (sources {}), options `{}`; Google Benchmark's own library: {} "
-                      "build\n", ctx(m, "compiler"), ctx(m, "build_type"), ctx(m, "git_commit"), ctx(m, "source_hash"),
-                      ctx(m, "build_options"), ctx(m, "library_build_type"));
-    md += fmt::format("* BLAS: OpenBLAS {} with kernel **{}** (`openblas_get_corename()`); config `{}`\n",
-                      ctx(m, "openblas_version"), ctx(m, "blas_core"), ctx(m, "blas_config"));
-    md += fmt::format("* Environment: OPENBLAS_CORETYPE {}, OPENBLAS_L2_SIZE {}\n", ctx(m, "env_OPENBLAS_CORETYPE"),
-                      ctx(m, "env_OPENBLAS_L2_SIZE"));
-    if (ceilings.gpu_gflops > 0) {
-      md += fmt::format("* GPU: {}; its ceilings, which the CUDA rows' roofline uses: SGEMM **{:.2f}** GFLOP/s, device "
-                        "copy **{:.2f}** GB/s ({}). The roofline chart draws the host's ceilings only.\n",
-                        ctx(m, "gpu"), ceilings.gpu_gflops, ceilings.gpu_gbs, ctx(m, "ceiling_gpu_method"));
-    }
-    md += "\n";
-    md += fmt::format("Ceilings, measured at the start of each program ({}):\n\n", ctx(m, "ceiling_method"));
-    md += "| program | threads | SGEMM GFLOP/s | memcpy GB/s | triad GB/s | bandwidth ceiling GB/s | load average at start |\n"
-          "|---|---:|---:|---:|---:|---:|---|\n";
-    for (const ProgramResult& p : programs) {
-      if (p.context.empty()) continue;
-      for (int t = 1; t <= 2; ++t) {
-        md += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", p.program, t,
-                          ctx(p, fmt::format("ceiling_sgemm_gflops_t{}", t)), ctx(p, fmt::format("memcpy_gbs_t{}", t)),
-                          ctx(p, fmt::format("triad_gbs_t{}", t)), ctx(p, fmt::format("ceiling_bandwidth_gbs_t{}", t)),
-                          t == 1 ? ctx(p, "load_avg") : "");
-      }
-    }
-    for (int t = 1; t <= 2; ++t) {
-      md += fmt::format("| **this report's ceiling** (the best above) | {} | **{:.2f}** | | | **{:.2f}** | |\n", t,
-                        ceilings.gflops[t - 1], ceilings.gbs[t - 1]);
-    }
-    // Two threads on two cores should come close to twice one thread's SGEMM;
-    // much less means the other core was taken by another process meanwhile.
-    for (const ProgramResult& p : programs) {
-      const auto t1 = p.context.find("ceiling_sgemm_gflops_t1"), t2 = p.context.find("ceiling_sgemm_gflops_t2");
-      if (t1 == p.context.end() || t2 == p.context.end()) continue;
-      const double ratio = std::stod(t2->second) / std::stod(t1->second);
-      if (ratio < 1.5) {
-        md += fmt::format("\n**{}: its 2-thread SGEMM ceiling is only {:.2f}x its 1-thread one**: another process held "
-                          "a core while it was measured, so this program's own `roofline` counters overstate its "
-                          "2-thread percentages, and its 2-thread times may include waiting for a core. The tables "
-                          "below use this report's ceiling.\n",
-                          p.program, ratio);
-      }
-    }
-    md += "\n";
-  }
+  md += machine_md(programs, ceilings);
   md += "## Programs\n\n| program | status | reason | seconds |\n|---|---|---|---:|\n";
   for (const ProgramResult& p : programs) {
     md += fmt::format("| {} | {} | {} | {} |\n", p.program, p.status ? p.status->status : "not run",
                       p.status ? p.status->reason : "", p.status ? fixed(p.status->seconds, 1) : "");
   }
   md += "\n";
-
   // Rows grouped by kernel in first-seen order, then by shape and variant.
   std::vector<std::string> kernels;
   std::map<std::string, std::vector<const KernelResult*>> by_kernel;
@@ -333,37 +382,7 @@ std::vector<fs::path> write_kernels_report(const KernelsExperiment& ex, const fs
         "bandwidth ceiling), as a "
         "percentage of the time it took. Speed-up: the naive reference's time at the same shape over this "
         "one's.\n\n";
-  for (const std::string& k : kernels) {
-    auto rows = by_kernel[k];
-    std::stable_sort(rows.begin(), rows.end(),
-                     [](const KernelResult* a, const KernelResult* b) { return shape_rank(a->shape) < shape_rank(b->shape); });
-    md += fmt::format("### {}\n\n| shape | variant | time ms | GFLOP/s | GB/s | FLOP/byte | % of roofline | speed-up over naive |\n"
-                      "|---|---|---:|---:|---:|---:|---:|---:|\n", k);
-    for (const KernelResult* r : rows) {
-      std::optional<double> naive;
-      for (const KernelResult* o : rows) {
-        if (o->shape == r->shape && o->variant.rfind("naive/", 0) == 0 && o->error.empty()) naive = o->time_ms;
-      }
-      if (!r->error.empty()) {
-        md += fmt::format("| {} | {} | **error** | | | | | {} |\n", r->shape, r->variant, r->error);
-        csv += csv_row({k, r->shape, r->variant, "", "", "", "", "", "", "", r->error});
-        continue;
-      }
-      const bool has_naive = std::any_of(rows.begin(), rows.end(),
-                                         [](const KernelResult* o) { return o->variant.rfind("naive/", 0) == 0; });
-      const std::string speedup = naive      ? fmt::format("{:.1f}x", *naive / r->time_ms)
-                                  : has_naive ? "naive not timed"
-                                              : "no naive variant";
-      const std::string note = r->samples <= 1 ? " (1 run)" : "";
-      const double ai = r->bytes > 0 ? r->flop / r->bytes : 0;
-      md += fmt::format("| {} | {} | {}{} | {} | {} | {} | {:.0f}% | {} |\n", r->shape, r->variant, sig3(r->time_ms), note,
-                        sig3(r->gflops), sig3(r->gbs), sig3(ai), 100 * ceilings.fraction(*r), speedup);
-      csv += csv_row({k, r->shape, r->variant, fmt::format("{:.6g}", r->time_ms), fmt::format("{:.6g}", r->gflops),
-                      fmt::format("{:.6g}", r->gbs), fmt::format("{:.6g}", ai), fmt::format("{:.4g}", 100 * ceilings.fraction(*r)),
-                      naive ? fmt::format("{:.4g}", *naive / r->time_ms) : "", std::to_string(r->samples), ""});
-    }
-    md += "\n";
-  }
+  for (const std::string& k : kernels) kernel_table(k, by_kernel[k], ceilings, md, csv);
   std::vector<fs::path> written;
   md += "## Roofline\n\n";
   md += ceilings.found() ? roofline_chart(reports_dir, all, ceilings, written) : "(no roofline: no program ran)\n";

@@ -68,14 +68,8 @@ std::string rounds_text(const std::vector<double>& ms, bool exact_values = false
   return out;
 }
 
-}  // namespace
-
-std::vector<fs::path> write_peer_report(const PeerExperiment& ex, const fs::path& results_dir,
-                                        const fs::path& reports_dir, const std::string& reproduce_command) {
-  std::vector<PeerJob> jobs;
-  for (JobRecord& j : read_job_records(results_dir, kJobsIndex, "job")) jobs.push_back(read_peer_job(std::move(j)));
-  make_reports_dir(reports_dir);
-
+// The machine and build the completed jobs ran on (the first one's), and the reproduce command.
+std::string peer_preamble(const PeerExperiment& ex, const std::vector<PeerJob>& jobs, const std::string& command) {
   const PeerJob* ref = nullptr;  // the machine: from the first job that completed
   for (const PeerJob& p : jobs) {
     if (!ref && p.ours_info) ref = &p;
@@ -95,19 +89,83 @@ std::vector<fs::path> write_peer_report(const PeerExperiment& ex, const fs::path
   } else {
     md += "Measured on: nothing (no completed jobs).\n\n";
   }
-  md += reproduce_block(reproduce_command);
+  md += reproduce_block(command);
   md += fmt::format(
       "Each job alternates ours and PyTorch for {} rounds of {} untimed and {} timed steps per side; a round's "
       "figure is the median of its timed steps, and the table gives the median over rounds.\n\n",
       ex.rounds, ex.warmup, ex.steps);
+  return md;
+}
 
+// A completed job's figures: medians, throughput, and under load each side against its own idle time.
+struct PeerRow {
+  const PeerJob* p = nullptr;
+  double om = 0, pm = 0, ours_tps = 0, peer_tps = 0, ours_x = 0, peer_x = 0;
+  bool has_idle = false;
+};
+
+PeerRow row_of(const PeerJob& p, const std::vector<PeerJob>& jobs) {
+  PeerRow r{&p, median(p.ours_ms), median(p.peer_ms)};
+  const Json& info = *p.ours_info;
+  const double tokens = static_cast<double>(info.value("B", 0)) * info.value("T", 0);
+  r.ours_tps = tokens / r.om * 1e3;
+  r.peer_tps = tokens / r.pm * 1e3;
+  const PeerJob* idle = p.busy > 0 ? idle_job(jobs, p) : nullptr;
+  r.has_idle = idle != nullptr;
+  if (idle) {
+    r.ours_x = r.om / median(idle->ours_ms);
+    r.peer_x = r.pm / median(idle->peer_ms);
+  }
+  return r;
+}
+
+// The table (with the busy-process columns when any job ran under load), its notes and the per-round lines.
+std::string peer_md(const std::vector<PeerRow>& rows, bool loaded) {
+  std::vector<std::vector<std::string>> cells;
+  std::string rounds;
+  for (const PeerRow& r : rows) {
+    const PeerJob& p = *r.p;
+    std::vector<std::string> row = {std::to_string(p.threads)};
+    if (loaded) row.push_back(std::to_string(p.busy));
+    row.insert(row.end(), {rate(r.om), rate(r.pm), rate(r.ours_tps), rate(r.peer_tps), fmt::format("{:.2f}x", r.pm / r.om)});
+    if (loaded) {
+      row.push_back(r.has_idle ? fmt::format("{:.2f}x", r.ours_x) : "");
+      row.push_back(r.has_idle ? fmt::format("{:.2f}x", r.peer_x) : "");
+    }
+    cells.push_back(row);
+    rounds += fmt::format("- {} thread(s){}: {} / {}\n", p.threads, p.busy > 0 ? fmt::format(", {} busy", p.busy) : "",
+                          rounds_text(p.ours_ms), rounds_text(p.peer_ms));
+  }
+  std::vector<std::string> head = {"threads"};
+  if (loaded) head.push_back("busy processes");
+  head.insert(head.end(), {"ours ms/step (median)", "PyTorch ms/step (median)", "ours tokens/s", "PyTorch tokens/s",
+                           "ours / PyTorch"});
+  if (loaded) head.insert(head.end(), {"ours / ours idle", "PyTorch / PyTorch idle"});
+  std::string md = md_table(head, cells, std::string(head.size(), 'r'));
+  md += "\nours / PyTorch: PyTorch's step time over ours (above 1: ours is faster).";
+  if (loaded) {
+    md += " busy processes: processes that only spin, running through every round of both sides; ours / ours "
+          "idle (and PyTorch's): the step time over the same side's without busy processes at the same thread "
+          "count (1.00x: the load costs nothing).";
+  }
+  return md + "\n\nPer-round medians (ms), ours / PyTorch:\n\n" + rounds + "\n";
+}
+
+}  // namespace
+
+std::vector<fs::path> write_peer_report(const PeerExperiment& ex, const fs::path& results_dir,
+                                        const fs::path& reports_dir, const std::string& reproduce_command) {
+  std::vector<PeerJob> jobs;
+  for (JobRecord& j : read_job_records(results_dir, kJobsIndex, "job")) jobs.push_back(read_peer_job(std::move(j)));
+  make_reports_dir(reports_dir);
+  std::string md = peer_preamble(ex, jobs, reproduce_command);
   bool loaded = false;  // any job with busy processes: then the table has their columns
   for (const PeerJob& p : jobs) loaded = loaded || p.busy > 0;
   std::string csv = csv_row({"threads", "busy_processes", "status", "reason", "rounds", "ours_ms_median",
                              "peer_ms_median", "ours_tokens_per_s", "peer_tokens_per_s", "ours_over_peer_tokens_per_s",
                              "ours_rounds_ms", "peer_rounds_ms", "ours_over_idle", "peer_over_idle"});
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> round_lines, not_run;
+  std::vector<PeerRow> rows;
+  std::vector<std::string> not_run;
   for (const PeerJob& p : jobs) {
     if (!p.job.ok()) {
       not_run.push_back(p.job.not_measured());
@@ -115,47 +173,14 @@ std::vector<fs::path> write_peer_report(const PeerExperiment& ex, const fs::path
                       "", "", "", "", "", "", "", ""});
       continue;
     }
-    const double om = median(p.ours_ms), pm = median(p.peer_ms);
-    const Json& info = *p.ours_info;
-    const double tokens = static_cast<double>(info.value("B", 0)) * info.value("T", 0);
-    const double ours_tps = tokens / om * 1e3, peer_tps = tokens / pm * 1e3;
-    // Under load: each side's step time over its own without load (same thread count).
-    const PeerJob* idle = p.busy > 0 ? idle_job(jobs, p) : nullptr;
-    const double ours_x = idle ? om / median(idle->ours_ms) : 0, peer_x = idle ? pm / median(idle->peer_ms) : 0;
-    std::vector<std::string> row = {std::to_string(p.threads)};
-    if (loaded) row.push_back(std::to_string(p.busy));
-    row.insert(row.end(), {rate(om), rate(pm), rate(ours_tps), rate(peer_tps), fmt::format("{:.2f}x", pm / om)});
-    if (loaded) {
-      row.push_back(idle ? fmt::format("{:.2f}x", ours_x) : "");
-      row.push_back(idle ? fmt::format("{:.2f}x", peer_x) : "");
-    }
-    rows.push_back(row);
+    const PeerRow r = row_of(p, jobs);
+    rows.push_back(r);
     csv += csv_row({std::to_string(p.threads), std::to_string(p.busy), "ok", "", std::to_string(p.ours_ms.size()),
-                    exact(om), exact(pm), exact(ours_tps), exact(peer_tps), exact(pm / om),
-                    rounds_text(p.ours_ms, true), rounds_text(p.peer_ms, true), idle ? exact(ours_x) : "",
-                    idle ? exact(peer_x) : ""});
-    round_lines.push_back(fmt::format("- {} thread(s){}: {} / {}", p.threads,
-                                      p.busy > 0 ? fmt::format(", {} busy", p.busy) : "", rounds_text(p.ours_ms),
-                                      rounds_text(p.peer_ms)));
+                    exact(r.om), exact(r.pm), exact(r.ours_tps), exact(r.peer_tps), exact(r.pm / r.om),
+                    rounds_text(p.ours_ms, true), rounds_text(p.peer_ms, true), r.has_idle ? exact(r.ours_x) : "",
+                    r.has_idle ? exact(r.peer_x) : ""});
   }
-  if (!rows.empty()) {
-    std::vector<std::string> head = {"threads"};
-    if (loaded) head.push_back("busy processes");
-    head.insert(head.end(), {"ours ms/step (median)", "PyTorch ms/step (median)", "ours tokens/s", "PyTorch tokens/s",
-                             "ours / PyTorch"});
-    if (loaded) head.insert(head.end(), {"ours / ours idle", "PyTorch / PyTorch idle"});
-    md += md_table(head, rows, std::string(head.size(), 'r'));
-    md += "\nours / PyTorch: PyTorch's step time over ours (above 1: ours is faster).";
-    if (loaded) {
-      md += " busy processes: processes that only spin, running through every round of both sides; ours / ours "
-            "idle (and PyTorch's): the step time over the same side's without busy processes at the same thread "
-            "count (1.00x: the load costs nothing).";
-    }
-    md += "\n\n";
-    md += "Per-round medians (ms), ours / PyTorch:\n\n";
-    for (const std::string& l : round_lines) md += l + "\n";
-    md += "\n";
-  }
+  if (!rows.empty()) md += peer_md(rows, loaded);
   md += joined("Not measured: ", not_run);
   md += "PyTorch runs `bench/peers/torch_gpt2.py`, the model the PyTorch cross-check tests against, loaded with our "
         "initial weights, with `torch.set_num_threads(N)`, `OPENBLAS_NUM_THREADS=N` and `OMP_NUM_THREADS=N` so its "

@@ -44,117 +44,142 @@ MeanSd mean_sd(const std::vector<double>& v) {
 
 std::string variant_name(const ConfigKey& k) { return k.variant.empty() ? "gpt2 (default)" : k.variant; }
 
-}  // namespace
+// The baseline: the first variant with a completed run; its validation loss by seed, its tokens/s.
+struct Baseline {
+  const ConfigRuns* c = nullptr;
+  std::map<uint64_t, double> val;
+  std::optional<double> tps;
+};
 
-void write_ablation(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
-  std::vector<const ConfigRuns*> configs;
-  for (const ConfigRuns& c : in.configs) configs.push_back(&c);
-  std::stable_sort(configs.begin(), configs.end(),
-                   [](const ConfigRuns* a, const ConfigRuns* b) { return a->all.front() < b->all.front(); });
-  const ConfigRuns* base = nullptr;
+Baseline baseline_of(const std::vector<const ConfigRuns*>& configs) {
+  Baseline b;
   for (const ConfigRuns* c : configs) {
-    if (!c->ok.empty()) {
-      base = c;
-      break;
+    if (c->ok.empty()) continue;
+    b.c = c;
+    for (const Run* r : c->ok) {
+      if (const auto v = r->get("val_loss")) b.val.emplace(r->seed, *v);
     }
+    b.tps = median_of(c->ok, "tokens_per_s");
+    break;
   }
-  std::map<uint64_t, double> base_val;  // by seed
-  if (base) {
-    for (const Run* r : base->ok) {
-      if (const auto v = r->get("val_loss")) base_val.emplace(r->seed, *v);
-    }
+  return b;
+}
+
+// One variant's figures: the tidy row the table, the CSV and the reading are written from.
+struct VariantRow {
+  const ConfigRuns* c = nullptr;
+  MeanSd val, diff;
+  std::optional<int64_t> params, act;
+  std::optional<double> tps, mfu, rss;
+};
+
+VariantRow row_of(const ConfigRuns& c, const Baseline& base) {
+  VariantRow row;
+  row.c = &c;
+  std::vector<double> vals, diffs;
+  for (const Run* r : c.ok) {
+    const auto v = r->get("val_loss");
+    if (v) vals.push_back(*v);
+    const auto it = base.val.find(r->seed);
+    if (v && it != base.val.end()) diffs.push_back(*v - it->second);
+    if (const auto p = r->get("params")) row.params = static_cast<int64_t>(*p);
+    if (const auto a = r->get("activation_bytes")) row.act = static_cast<int64_t>(*a);
   }
-  const auto base_tps = base ? median_of(base->ok, "tokens_per_s") : std::nullopt;
+  row.val = mean_sd(vals);
+  row.diff = mean_sd(diffs);
+  row.tps = median_of(c.ok, "tokens_per_s");
+  row.mfu = median_of(c.ok, "mfu");
+  row.rss = median_of(c.ok, "peak_rss_mb");
+  return row;
+}
+
+std::string ablation_csv(const std::vector<VariantRow>& rows) {
   std::string csv = csv_row({"variant", "stage", "ranks", "threads", "runs_ok", "runs_total", "params",
                              "val_loss_mean", "val_loss_sd", "val_diff_mean", "val_diff_sd", "seeds_paired",
                              "tokens_per_s_median", "mfu_median", "activation_mb", "peak_rss_mb_median"});
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> not_run, readings;
+  for (const VariantRow& r : rows) {
+    const ConfigKey& k = r.c->key;
+    const MeanSd &v = r.val, &d = r.diff;
+    csv += csv_row({k.variant, k.stage, std::to_string(k.ranks), std::to_string(k.threads),
+                    std::to_string(r.c->ok.size()), std::to_string(r.c->all.size()),
+                    r.params ? std::to_string(*r.params) : "", v.n ? exact(v.mean) : "", v.n > 1 ? exact(v.sd) : "",
+                    d.n ? exact(d.mean) : "", d.n > 1 ? exact(d.sd) : "", std::to_string(d.n), exact(r.tps),
+                    exact(r.mfu), r.act ? exact(static_cast<double>(*r.act) / 1e6) : "", exact(r.rss)});
+  }
+  return csv;
+}
+
+// A variant's line of the reading: a difference counts when it exceeds twice its standard error over the seeds.
+std::string reading_of(const VariantRow& r, const Baseline& base) {
+  const MeanSd& d = r.diff;
+  const double se = d.n > 1 ? d.sd / std::sqrt(static_cast<double>(d.n)) : 0.0;
+  const bool clear = d.n > 1 && std::fabs(d.mean) > 2 * se;
+  return fmt::format(
+      "- {}: {} the validation loss by {:.4f} on average over {} paired seeds ({}){}.", variant_name(r.c->key),
+      d.mean < 0 ? "lowers" : "raises", std::fabs(d.mean), d.n,
+      clear ? "more than twice its standard error" : "within twice its standard error: not distinguishable here",
+      r.tps && base.tps ? fmt::format("; {:.0f} tokens/s against the baseline's {:.0f}", *r.tps, *base.tps) : "");
+}
+
+std::string ablation_md(const std::vector<VariantRow>& rows, const Baseline& base) {
+  std::vector<std::vector<std::string>> cells;
+  std::string reading;
+  for (const VariantRow& r : rows) {
+    const MeanSd &v = r.val, &d = r.diff;
+    const bool is_base = r.c == base.c;
+    cells.push_back({variant_name(r.c->key), fmt::format("{}/{}", r.c->ok.size(), r.c->all.size()),
+                     r.params ? fmt::format("{:.3f} M", static_cast<double>(*r.params) / 1e6) : "",
+                     v.n ? fmt::format("{:.4f} ± {:.4f}", v.mean, v.sd) : "",
+                     is_base ? "(baseline)" : d.n ? fmt::format("{:+.4f} ± {:.4f}", d.mean, d.sd) : "",
+                     r.tps ? fmt::format("{:.0f}", *r.tps) : "", r.mfu ? fmt::format("{:.1f}%", *r.mfu * 100) : "",
+                     r.act ? fmt::format("{:.1f}", static_cast<double>(*r.act) / 1e6) : "",
+                     r.rss ? fmt::format("{:.0f}", *r.rss) : ""});
+    if (!is_base && d.n > 0) reading += reading_of(r, base) + "\n";
+  }
+  std::string md = "## Final validation loss, speed and memory per variant\n\n";
+  md += md_table({"Variant", "Runs ok", "Parameters", "Validation loss, mean ± sd",
+                  base.c ? fmt::format("Paired difference vs {}", variant_name(base.c->key)) : "Paired difference",
+                  "Tokens/s (median)", "MFU (median)", "Activations MB", "Peak RSS MB"},
+                 cells, "lrrrrrrrr");
+  md +=
+      "\nValidation loss: each run's last evaluation on the held-out part of the corpus; mean and sample "
+      "standard deviation over the seeds. Paired difference: the variant's loss minus the baseline's with the "
+      "same seed (the same data order; the initial weights differ where the tensors do), mean ± sd. MFU counts "
+      "each variant's own matrix products (core/model/flops.h) against the SGEMM peak the run measured or was "
+      "given. Activations MB: one arena's bytes (model/activations.h); peak RSS: the process's resident peak.\n\n";
+  md += "## Reading\n\n";
+  md += reading.empty() ? "Only the baseline completed.\n" : reading;
+  return md + "\n";
+}
+
+}  // namespace
+
+void write_ablation(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
+  const std::vector<const ConfigRuns*> configs = in_run_order(in);
+  const Baseline base = baseline_of(configs);
+  std::vector<VariantRow> rows;
+  std::vector<std::string> not_run;
   std::vector<Series> val_series;
   const LossData loss = load_loss(spec.results_dir / "loss.csv", in.runs);
-  for (const ConfigRuns* cp : configs) {
-    const ConfigRuns& c = *cp;
-    if (c.ok.empty()) {
-      not_run.push_back(fmt::format("{} ({})", variant_name(c.key), status_text(c)));
+  for (const ConfigRuns* c : configs) {
+    if (c->ok.empty()) {
+      not_run.push_back(fmt::format("{} ({})", variant_name(c->key), status_text(*c)));
       continue;
     }
-    std::vector<double> vals, diffs;
-    std::optional<int64_t> params, act;
-    for (const Run* r : c.ok) {
-      const auto v = r->get("val_loss");
-      if (v) vals.push_back(*v);
-      const auto it = base_val.find(r->seed);
-      if (v && it != base_val.end()) diffs.push_back(*v - it->second);
-      if (const auto p = r->get("params")) params = static_cast<int64_t>(*p);
-      if (const auto a = r->get("activation_bytes")) act = static_cast<int64_t>(*a);
-    }
-    const MeanSd v = mean_sd(vals), d = mean_sd(diffs);
-    const auto tps = median_of(c.ok, "tokens_per_s");
-    const auto mfu = median_of(c.ok, "mfu");
-    const auto rss = median_of(c.ok, "peak_rss_mb");
-    const bool is_base = &c == base;
-    rows.push_back({variant_name(c.key), fmt::format("{}/{}", c.ok.size(), c.all.size()),
-                    params ? fmt::format("{:.3f} M", static_cast<double>(*params) / 1e6) : "",
-                    v.n ? fmt::format("{:.4f} ± {:.4f}", v.mean, v.sd) : "",
-                    is_base ? "(baseline)" : d.n ? fmt::format("{:+.4f} ± {:.4f}", d.mean, d.sd) : "",
-                    tps ? fmt::format("{:.0f}", *tps) : "", mfu ? fmt::format("{:.1f}%", *mfu * 100) : "",
-                    act ? fmt::format("{:.1f}", static_cast<double>(*act) / 1e6) : "",
-                    rss ? fmt::format("{:.0f}", *rss) : ""});
-    csv += csv_row({c.key.variant, c.key.stage, std::to_string(c.key.ranks), std::to_string(c.key.threads),
-                    std::to_string(c.ok.size()), std::to_string(c.all.size()),
-                    params ? std::to_string(*params) : "", v.n ? exact(v.mean) : "", v.n > 1 ? exact(v.sd) : "",
-                    d.n ? exact(d.mean) : "", d.n > 1 ? exact(d.sd) : "", std::to_string(d.n), exact(tps), exact(mfu),
-                    act ? exact(static_cast<double>(*act) / 1e6) : "", exact(rss)});
-    if (!is_base && d.n > 0) {
-      // A difference counts when it exceeds twice its standard error over the seeds.
-      const double se = d.n > 1 ? d.sd / std::sqrt(static_cast<double>(d.n)) : 0.0;
-      const bool clear = d.n > 1 && std::fabs(d.mean) > 2 * se;
-      readings.push_back(fmt::format(
-          "- {}: {} the validation loss by {:.4f} on average over {} paired seeds ({}){}.",
-          variant_name(c.key), d.mean < 0 ? "lowers" : "raises", std::fabs(d.mean), d.n,
-          clear ? "more than twice its standard error" : "within twice its standard error: not distinguishable here",
-          tps && base_tps ? fmt::format("; {:.0f} tokens/s against the baseline's {:.0f}", *tps, *base_tps) : ""));
-    }
-    const auto it = loss.val_median.find(c.key);
+    rows.push_back(row_of(*c, base));
+    const auto it = loss.val_median.find(c->key);
     if (it != loss.val_median.end() && !it->second.empty()) {
-      Series s{variant_name(c.key), {}, false};
+      Series s{variant_name(c->key), {}, false};
       for (const auto& [epoch, l] : it->second) s.points[epoch] = l;
       val_series.push_back(std::move(s));
     }
   }
-
   std::string md = preamble(spec, in.runs, "architecture ablation");
-  if (rows.empty()) {
-    md += fmt::format("Nothing to compare: {}.\n\n", kNoRuns);
-  } else {
-    md += "## Final validation loss, speed and memory per variant\n\n";
-    md += md_table({"Variant", "Runs ok", "Parameters", "Validation loss, mean ± sd",
-                    base ? fmt::format("Paired difference vs {}", variant_name(base->key)) : "Paired difference",
-                    "Tokens/s (median)", "MFU (median)", "Activations MB", "Peak RSS MB"},
-                   rows, "lrrrrrrrr");
-    md +=
-        "\nValidation loss: each run's last evaluation on the held-out part of the corpus; mean and sample "
-        "standard deviation over the seeds. Paired difference: the variant's loss minus the baseline's with the "
-        "same seed (the same data order; the initial weights differ where the tensors do), mean ± sd. MFU counts "
-        "each variant's own matrix products (core/model/flops.h) against the SGEMM peak the run measured or was "
-        "given. Activations MB: one arena's bytes (model/activations.h); peak RSS: the process's resident peak.\n\n";
-    md += "## Reading\n\n";
-    if (readings.empty()) md += "Only the baseline completed.\n";
-    for (const std::string& line : readings) md += line + "\n";
-    md += "\n";
-  }
+  md += rows.empty() ? fmt::format("Nothing to compare: {}.\n\n", kNoRuns) : ablation_md(rows, base);
   md += joined("Not in the tables (no completed runs): ", not_run);
-  if (val_series.empty()) {
-    md += "(plot ablation_val not drawn: no validation loss in loss.csv)\n\n";
-  } else {
-    const std::string title = "Validation loss (median over seeds)";
-    const std::string body = fmt::format("set title {}\nset xlabel \"step\"\nset ylabel {}\nset key top right\n",
-                                         gnuplot_string(title), gnuplot_string("validation loss")) +
-                             line_chart_plot("ablation_val", val_series, "linespoints");
-    md += draw_chart(spec.reports_dir, "ablation_val", title, line_chart_data("step", val_series), body, written) +
-          "\n";
-  }
-  write_report(spec.reports_dir / "ablation.csv", csv, written);
+  md += step_chart(spec.reports_dir, "ablation_val", "Validation loss (median over seeds)", val_series,
+                   "validation loss", "linespoints", written);
+  write_report(spec.reports_dir / "ablation.csv", ablation_csv(rows), written);
   write_report(spec.reports_dir / "ablation.md", md, written);
 }
 

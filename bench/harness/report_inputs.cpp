@@ -151,6 +151,14 @@ Inputs load_inputs(const fs::path& runs_csv) {
   return in;
 }
 
+std::vector<const ConfigRuns*> in_run_order(const Inputs& in) {
+  std::vector<const ConfigRuns*> configs;
+  for (const ConfigRuns& c : in.configs) configs.push_back(&c);
+  std::stable_sort(configs.begin(), configs.end(),
+                   [](const ConfigRuns* a, const ConfigRuns* b) { return a->all.front() < b->all.front(); });
+  return configs;
+}
+
 std::optional<Summary> stats_of(const std::vector<const Run*>& runs, const std::string& counter) {
   std::vector<double> v;
   for (const Run* r : runs) {

@@ -63,6 +63,11 @@ struct Inputs {
 };
 Inputs load_inputs(const std::filesystem::path& runs_csv);
 
+// The configurations in the order the experiment lists them (runs.csv's
+// order of their first runs), not by key: the layouts or variants read as the
+// experiment file sets them out.
+std::vector<const ConfigRuns*> in_run_order(const Inputs& in);
+
 // Statistics of one column over runs (those with a value).
 std::optional<Summary> stats_of(const std::vector<const Run*>& runs, const std::string& counter);
 std::optional<double> median_of(const std::vector<const Run*>& runs, const std::string& counter);

@@ -202,10 +202,7 @@ std::vector<RunView> views_of(const ReportSpec& spec, const Inputs& in, std::vec
       break;
     }
   }
-  std::vector<const ConfigRuns*> configs;
-  for (const ConfigRuns& c : in.configs) configs.push_back(&c);
-  std::stable_sort(configs.begin(), configs.end(),
-                   [](const ConfigRuns* a, const ConfigRuns* b) { return a->all.front() < b->all.front(); });
+  const std::vector<const ConfigRuns*> configs = in_run_order(in);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<RunView> views;
   for (const ConfigRuns* cp : configs) {

@@ -61,8 +61,12 @@ std::string our_corpus(const ReportSpec& spec, const Inputs& in) {
     const std::optional<Json> plan = read_plan(spec.results_dir / r.run_id);
     if (!plan || !plan->contains("data")) continue;
     const Json& d = (*plan)["data"];
-    std::string tokens = std::to_string(d["tokens"].get<int64_t>());
-    for (int at = static_cast<int>(tokens.size()) - 3; at > 0; at -= 3) tokens.insert(static_cast<size_t>(at), ",");
+    const std::string digits = std::to_string(d["tokens"].get<int64_t>());
+    std::string tokens;  // with thousands separators
+    for (size_t k = 0; k < digits.size(); ++k) {
+      if (k > 0 && (digits.size() - k) % 3 == 0) tokens += ',';
+      tokens += digits[k];
+    }
     return fmt::format("`{}` ({} {} tokens, a vocabulary of {})",
                        fs::path(d["corpus"].get<std::string>()).filename().string(), tokens,
                        d["tokenizer"].get<std::string>(), (*plan)["vocab"].get<int64_t>());
@@ -90,31 +94,30 @@ std::string table2_lead(const std::string& ours, const std::string& finals) {
 
 }  // namespace
 
-void write_table2(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
-  const LossData ours = load_loss(spec.results_dir / "loss.csv", in.runs);
-  const PaperTable2 paper = load_paper_table2(spec.paper_dir);
-  // Our curves in report order, then the paper's; each is compared with the
-  // first serial curve of its own source.
-  struct NamedCurve {
-    std::string label, column_id, stage;
-    const Curve* curve;
-    bool paper;
-  };
+namespace {
+
+// A loss curve of ours (a configuration's median) or the paper's (a stage's).
+struct NamedCurve {
+  std::string label, column_id, stage;
+  const Curve* curve;
+  bool paper;
+};
+
+// Ours in report order, then the paper's.
+std::vector<NamedCurve> curves_of(const Inputs& in, const LossData& ours, const PaperTable2& paper) {
   std::vector<NamedCurve> curves;
   for (const ConfigRuns& c : in.configs) {
     auto it = ours.median.find(c.key);
     if (it != ours.median.end()) curves.push_back({label(c.key), column_id(c.key), c.key.stage, &it->second, false});
   }
-  const size_t n_ours = curves.size();
   for (const auto& [stage, curve] : paper.by_stage) {
     curves.push_back({fmt::format("paper {}", stage), fmt::format("paper_{}", stage), stage, &curve, true});
   }
-  const NamedCurve *our_ref = nullptr, *paper_ref = nullptr;
-  for (const NamedCurve& c : curves) {
-    const NamedCurve*& ref = c.paper ? paper_ref : our_ref;
-    if (!ref && c.stage == "serial") ref = &c;
-  }
+  return curves;
+}
 
+// The loss per epoch of every curve: the CSV and the Markdown table.
+std::pair<std::string, std::string> epoch_tables(const std::vector<NamedCurve>& curves) {
   std::set<int> epochs;
   std::vector<std::string> header = {"epoch"}, md_header = {"Epoch"};
   for (const NamedCurve& c : curves) {
@@ -135,10 +138,21 @@ void write_table2(const ReportSpec& spec, const Inputs& in, std::vector<fs::path
     csv += csv_row(row);
     rows.push_back(md_row);
   }
+  return {csv, md_table(md_header, rows, std::string(md_header.size(), 'r'))};
+}
 
-  std::string summary = "curve,source,reference,max_abs_deviation,at_epoch,final_epoch,final_loss\n";
-  std::vector<std::vector<std::string>> dev_rows;
+// Each curve against the first serial curve of its own source: the summary
+// CSV and the Markdown table; and the chart's series.
+struct Deviations {
+  std::string csv, md;
   std::vector<Series> series;
+};
+
+Deviations deviations_of(const std::vector<NamedCurve>& curves, const NamedCurve* our_ref,
+                         const NamedCurve* paper_ref) {
+  Deviations d;
+  d.csv = "curve,source,reference,max_abs_deviation,at_epoch,final_epoch,final_loss\n";
+  std::vector<std::vector<std::string>> rows;
   for (const NamedCurve& c : curves) {
     const NamedCurve* ref = c.paper ? paper_ref : our_ref;
     const auto dev = ref ? max_deviation(*c.curve, *ref->curve) : std::nullopt;
@@ -146,15 +160,31 @@ void write_table2(const ReportSpec& spec, const Inputs& in, std::vector<fs::path
     const std::string at_epoch = dev ? std::to_string(dev->second) : "";
     const auto final_loss = c.curve->empty() ? std::nullopt : std::optional(c.curve->rbegin()->second);
     const std::string final_epoch = c.curve->empty() ? "" : std::to_string(c.curve->rbegin()->first);
-    summary += csv_row({c.label, c.paper ? "paper" : "ours", ref ? ref->label : "", exact(dev_v), at_epoch, final_epoch,
-                        exact(final_loss)});
-    dev_rows.push_back({c.label, ref ? ref->label : "(no serial curve)", dev ? fmt::format("{:.4f}", *dev_v) : "",
-                        at_epoch, final_epoch, loss4(final_loss)});
+    d.csv += csv_row({c.label, c.paper ? "paper" : "ours", ref ? ref->label : "", exact(dev_v), at_epoch, final_epoch,
+                      exact(final_loss)});
+    rows.push_back({c.label, ref ? ref->label : "(no serial curve)", dev ? fmt::format("{:.4f}", *dev_v) : "",
+                    at_epoch, final_epoch, loss4(final_loss)});
     Series s{c.label, {}, c.paper};
     for (const auto& [e, l] : *c.curve) s.points[e] = l;
-    if (!s.points.empty()) series.push_back(std::move(s));
+    if (!s.points.empty()) d.series.push_back(std::move(s));
   }
+  d.md = md_table({"Curve", "Against", "Max |loss - serial|", "At epoch", "Last epoch", "Final loss"}, rows, "llrrrr");
+  return d;
+}
 
+}  // namespace
+
+void write_table2(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
+  const LossData ours = load_loss(spec.results_dir / "loss.csv", in.runs);
+  const PaperTable2 paper = load_paper_table2(spec.paper_dir);
+  const std::vector<NamedCurve> curves = curves_of(in, ours, paper);
+  const NamedCurve *our_ref = nullptr, *paper_ref = nullptr;  // each source's first serial curve
+  for (const NamedCurve& c : curves) {
+    const NamedCurve*& ref = c.paper ? paper_ref : our_ref;
+    if (!ref && c.stage == "serial") ref = &c;
+  }
+  const auto [csv, epochs_md] = epoch_tables(curves);
+  const Deviations dev = deviations_of(curves, our_ref, paper_ref);
   std::string finals;
   if (our_ref && paper_ref && !our_ref->curve->empty() && !paper_ref->curve->empty()) {
     finals = fmt::format("{} at its last epoch against our {}", loss4(paper_ref->curve->rbegin()->second),
@@ -170,13 +200,11 @@ void write_table2(const ReportSpec& spec, const Inputs& in, std::vector<fs::path
   if (!paper.found) md += fmt::format("Paper figures not found: {}.\n\n", paper.path.generic_string());
   if (!curves.empty()) {
     md += "Median loss over the completed repetitions of each configuration, then the paper's loss per stage.\n\n";
-    md += md_table(md_header, rows, std::string(md_header.size(), 'r'));
+    md += epochs_md;
     md +=
         "\nLargest deviation from the serial curve (ours against our serial configuration, the paper's against "
         "the paper's serial stage) over the epochs both have, and the loss at the last epoch:\n\n";
-    md += md_table({"Curve", "Against", "Max |loss - serial|", "At epoch", "Last epoch", "Final loss"}, dev_rows,
-                   "llrrrr");
-    md += "\n";
+    md += dev.md + "\n";
   }
   std::vector<std::string> without;
   for (const ConfigRuns& c : in.configs) {
@@ -185,18 +213,19 @@ void write_table2(const ReportSpec& spec, const Inputs& in, std::vector<fs::path
   md += joined("No loss curve for: ", without);
   md += fmt::format("The paper's runs also used other machines and another initialisation (see {}).\n\n",
                     paper_readme_link(spec.paper_dir, spec.reports_dir));
-  if (n_ours == 0) {
+  const bool any_ours = std::any_of(curves.begin(), curves.end(), [](const NamedCurve& c) { return !c.paper; });
+  if (!any_ours) {
     md += fmt::format("(plot not drawn: {})\n", kNoRuns);
   } else {
     const std::string body =
         "set title \"Training loss per epoch (ours solid, paper dashed)\"\n"
         "set xlabel \"epoch\"\nset ylabel \"loss\"\nset key top right\n" +
-        line_chart_plot("table2_loss", series, "lines");
-    md +=
-        draw_chart(spec.reports_dir, "table2_loss", "Loss per epoch", line_chart_data("epoch", series), body, written);
+        line_chart_plot("table2_loss", dev.series, "lines");
+    md += draw_chart(spec.reports_dir, "table2_loss", "Loss per epoch", line_chart_data("epoch", dev.series), body,
+                     written);
   }
   write_report(spec.reports_dir / "table2.csv", csv, written);
-  write_report(spec.reports_dir / "table2_summary.csv", summary, written);
+  write_report(spec.reports_dir / "table2_summary.csv", dev.csv, written);
   write_report(spec.reports_dir / "table2.md", md, written);
 }
 
