@@ -11,7 +11,7 @@
 #include <iterator>
 #include <string>
 
-#include "kernels_report.h"
+#include "reports/kernels_report.h"
 
 namespace gpt2::harness {
 namespace {

@@ -3,7 +3,7 @@
 // worked out by hand (medians and ranges of three repetitions, speed-ups,
 // paper ratios, deviations from serial, scaling efficiency). Whether gnuplot
 // is installed is never asserted; only what the reports say when it is not.
-#include "report.h"
+#include "reports/report.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 #include <tuple>
 #include <vector>
 
-#include "csv.h"
+#include "records/csv.h"
 
 namespace gpt2::harness {
 namespace {

@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include "job_loop.h"
-#include "stage_runner.h"
-#include "tables.h"
+#include "runner/job_loop.h"
+#include "runner/stage_runner.h"
+#include "records/tables.h"
 
 namespace gpt2::harness {
 namespace {

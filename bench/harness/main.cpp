@@ -21,20 +21,20 @@
 #include <string>
 #include <vector>
 
-#include "compare.h"
-#include "experiment.h"
-#include "job_loop.h"
-#include "kernels_experiment.h"
-#include "kernels_report.h"
-#include "mpi_step_experiment.h"
-#include "peer_experiment.h"
-#include "progress.h"
-#include "report.h"
-#include "stage_runner.h"
-#include "tables.h"
+#include "reports/compare.h"
+#include "runner/experiment.h"
+#include "runner/job_loop.h"
+#include "runner/kernels_experiment.h"
+#include "reports/kernels_report.h"
+#include "runner/mpi_step_experiment.h"
+#include "runner/peer_experiment.h"
+#include "runner/progress.h"
+#include "reports/report.h"
+#include "runner/stage_runner.h"
+#include "records/tables.h"
 #include "util/fields.h"
 #include "util/provenance.h"
-#include "yaml_reader.h"
+#include "runner/yaml_reader.h"
 
 namespace fs = std::filesystem;
 using namespace gpt2::harness;

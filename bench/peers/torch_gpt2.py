@@ -12,7 +12,7 @@ interleaved pairs), gelu (tanh), relu or silu, a standard or SwiGLU MLP of H
 hidden units, KVH key/value heads shared by groups of query heads, and an
 lm_head tied to wte.
 As a program it is the peer side of the harness's `kind: peer` experiments
-(experiments/peer.yaml; bench/harness/peer_experiment.h): it loads our
+(experiments/peer.yaml; bench/harness/runner/peer_experiment.h): it loads our
 initial weights from a checkpoint written by `train_step --save-init` and
 times training steps (forward, backward, clipping, Adam) with the same
 configuration and thread count; the harness alternates it with ours and

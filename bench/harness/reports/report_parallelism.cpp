@@ -1,0 +1,432 @@
+// The parallel layouts side by side (report.h): per configuration the step
+// time, the measured pipeline bubble of each stage beside the schedule's
+// theory, the pipeline's communication per step beside its formula, each
+// rank's memory by kind beside the formula (ZeRO-1's moments 1/N), and the
+// loss deviation from the one-rank run; one SVG timeline of a step per
+// schedule. parallelism.md, parallelism.csv, parallelism_timeline_<schedule>.svg.
+// Reads what the stages wrote in each run's folder (metrics.jsonl with its
+// per-rank waits and arenas, the summary's memory record, timeline.jsonl)
+// and the engine's plan of the run (plan.json): every "theory" and
+// "formula" figure is the plan's (docs/plan.md).
+#include "reports/report_inputs.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "records/csv.h"
+#include "render/report_format.h"
+#include "records/run_plan.h"
+#include "util/json.h"
+#include "util/records.h"
+
+namespace gpt2::harness {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The layout of a run, as its plan states it.
+struct Layout {
+  int ranks = 1, dp = 1, tp = 1, pp = 1, m = 1, zero = 0;
+  std::string schedule;
+};
+
+Layout layout_of(const Json& plan) {
+  const Json& l = plan["layout"];
+  return Layout{plan["ranks"].get<int>(), l["dp"].get<int>(), l["tp"].get<int>(), l["pp"].get<int>(),
+                l["microbatches"].get<int>(), l["zero"].get<int>(), l["schedule"].get<std::string>()};
+}
+
+struct RunFacts {
+  std::vector<double> bubble;  // per world rank: median over steps (after the first) of wait / step time
+  std::vector<int> arenas;     // per world rank: the most arenas in use in any step
+  std::vector<int> stage;      // per world rank
+  std::optional<int64_t> pp_calls, pp_bytes;
+  int64_t dp_bytes = 0;  // rank 0's data-parallel bytes in the last step
+  Json memory = Json::array();
+};
+
+std::optional<RunFacts> facts_of(const fs::path& dir) {
+  try {
+    const MetricsStream m = read_metrics_stream(dir / "metrics.jsonl");
+    if (!m.summary || m.steps.empty()) return std::nullopt;
+    RunFacts f;
+    const size_t ranks = m.steps.front().stage_wait_ms.size();
+    std::vector<std::vector<double>> shares(ranks);
+    f.arenas.assign(ranks, 0);
+    for (size_t k = 0; k < m.steps.size(); ++k) {
+      const StepRecord& s = m.steps[k];
+      if (s.stage_wait_ms.size() != ranks) continue;
+      for (size_t r = 0; r < ranks; ++r) {
+        if (k > 0 && s.step_ms > 0) shares[r].push_back(s.stage_wait_ms[r] / s.step_ms);
+        if (r < s.stage_arenas.size()) f.arenas[r] = std::max(f.arenas[r], s.stage_arenas[r]);
+      }
+    }
+    for (auto& v : shares) f.bubble.push_back(v.empty() ? 0.0 : median(std::move(v)));
+    const StepRecord& last = m.steps.back();
+    f.pp_calls = static_cast<int64_t>(last.pp_calls);
+    f.pp_bytes = static_cast<int64_t>(last.pp_bytes);
+    f.dp_bytes = static_cast<int64_t>(last.dp_bytes);
+    if (m.summary->provenance.contains("memory")) f.memory = m.summary->provenance["memory"];
+    for (const Json& r : f.memory) f.stage.push_back(r.value("stage", 0));
+    return f;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// One configuration's first completed run, with what the tables need of it.
+struct RunView {
+  const ConfigRuns* c = nullptr;
+  fs::path dir;
+  Json plan;
+  Layout lay;
+  RunFacts facts;
+  std::optional<Summary> ms;
+  std::optional<double> dev;  // the largest relative loss deviation from the reference
+  bool over = false;          // more ranks x threads than this machine's cores
+  std::map<int, std::pair<double, int>> per_stage;  // stage -> (mean bubble, most arenas)
+
+  const Json& rank_plan(size_t r) const { return plan["per_rank"][r]; }
+  int64_t planned_pp(const char* what) const { return rank_plan(0)["comm"]["pp"][what].get<int64_t>(); }
+  // The schedule's arenas on stage s: the plan's, on the stage's first rank.
+  int64_t planned_arenas(int s) const {
+    for (const Json& r : plan["per_rank"]) {
+      if (r["stage"].get<int>() == s) return r["memory"]["arenas"].get<int64_t>();
+    }
+    return 0;
+  }
+};
+
+std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
+std::string mb(double bytes) { return fmt::format("{:.2f}", bytes / 1e6); }
+
+// One step's timeline (timeline.jsonl's line for `step`) as an SVG: a row per
+// rank, a box per event, coloured by kind.
+std::string timeline_svg(const fs::path& timeline, int step, const std::string& title) {
+  std::ifstream in(timeline);
+  std::string line;
+  Json chosen;
+  while (std::getline(in, line)) {
+    const Json j = Json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("step", -1) == step) chosen = j;
+  }
+  if (!chosen.is_object()) return "";
+  double end = 0;
+  for (const Json& r : chosen["ranks"]) {
+    for (const Json& e : r["events"]) end = std::max(end, e[3].get<double>());
+  }
+  if (end <= 0) return "";
+  const int W = 900, left = 115, row = 28, top = 40;
+  const int rows = static_cast<int>(chosen["ranks"].size());
+  const std::map<std::string, std::string> colour = {{"F", "#4c78a8"}, {"BW", "#54a24b"}, {"B", "#54a24b"},
+                                                     {"W", "#f58518"}, {"recv", "#d0d0d0"}, {"send", "#e8e8e8"}};
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"11\">\n<text x=\"{}\" y=\"18\" font-size=\"13\">{}</text>\n",
+      W + left + 20, top + rows * row + 50, left, title);
+  const double scale = W / end;
+  int i = 0;
+  for (const Json& r : chosen["ranks"]) {
+    const int y = top + i * row;
+    svg += fmt::format("<text x=\"4\" y=\"{}\">rank {} (stage {})</text>\n", y + 17, r["rank"].get<int>(),
+                       r["stage"].get<int>());
+    for (const Json& e : r["events"]) {
+      const std::string kind = e[0].get<std::string>();
+      const double x0 = e[2].get<double>() * scale, x1 = e[3].get<double>() * scale;
+      const auto c = colour.find(kind);
+      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" stroke=\"white\" "
+                         "stroke-width=\"0.5\"><title>{} {} {:.3f}-{:.3f} ms</title></rect>\n",
+                         left + x0, y + 4, std::max(0.5, x1 - x0), row - 8,
+                         c == colour.end() ? "#999" : c->second, kind, e[1].get<int>(), e[2].get<double>(),
+                         e[3].get<double>());
+      if (kind != "recv" && kind != "send" && x1 - x0 > 14) {
+        svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" fill=\"white\">{}{}</text>\n", left + x0 + 2, y + 18, kind,
+                           e[1].get<int>());
+      }
+    }
+    ++i;
+  }
+  const int ly = top + rows * row + 20;
+  int lx = left;
+  for (const auto& [k, name] : std::vector<std::pair<std::string, std::string>>{
+           {"F", "F forward"}, {"BW", "B / BW backward"}, {"W", "W weight gradients"}, {"recv", "waiting for a peer"}}) {
+    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}"
+                       "</text>\n", lx, ly, colour.at(k), lx + 16, ly + 10, name);
+    lx += 170;
+  }
+  svg += fmt::format("<text x=\"{}\" y=\"{}\">0 to {:.2f} ms</text>\n</svg>\n", left + W - 100, ly + 10, end);
+  return svg;
+}
+
+// The largest relative gap of c's median loss curve from the reference's.
+std::optional<double> loss_deviation(const LossData& loss, const ConfigRuns& c, const ConfigRuns* reference) {
+  if (!reference || &c == reference) return std::nullopt;
+  const auto a = loss.median.find(c.key), b = loss.median.find(reference->key);
+  if (a == loss.median.end() || b == loss.median.end()) return std::nullopt;
+  double worst = 0;
+  for (const auto& [e, l] : a->second) {
+    const auto it = b->second.find(e);
+    if (it != b->second.end() && it->second != 0) worst = std::max(worst, std::fabs(l - it->second) / it->second);
+  }
+  return worst;
+}
+
+// Per stage: the mean over its ranks of the measured bubble, the most arenas.
+void stage_means(RunView& v) {
+  std::map<int, int> stage_ranks;
+  for (size_t r = 0; r < v.facts.bubble.size() && r < v.facts.stage.size(); ++r) {
+    auto& [b, n] = v.per_stage[v.facts.stage[r]];
+    b += v.facts.bubble[r];
+    n = std::max(n, r < v.facts.arenas.size() ? v.facts.arenas[r] : 0);
+    ++stage_ranks[v.facts.stage[r]];
+  }
+  for (auto& [s, bn] : v.per_stage) bn.first /= stage_ranks[s];
+}
+
+// The configurations in run order, each its first completed run's view; the
+// others as "label (why)".
+std::vector<RunView> views_of(const ReportSpec& spec, const Inputs& in, std::vector<std::string>& not_run) {
+  const LossData loss = load_loss(spec.results_dir / "loss.csv", in.runs);
+  // The reference of the loss deviation: the first completed one-rank configuration.
+  const ConfigRuns* reference = nullptr;
+  for (const ConfigRuns& c : in.configs) {
+    if (c.key.ranks == 1 && c.key.pipeline.empty() && !c.ok.empty()) {
+      reference = &c;
+      break;
+    }
+  }
+  const std::vector<const ConfigRuns*> configs = in_run_order(in);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<RunView> views;
+  for (const ConfigRuns* cp : configs) {
+    if (cp->ok.empty()) {
+      not_run.push_back(fmt::format("{} ({})", label(cp->key), status_text(*cp)));
+      continue;
+    }
+    RunView v;
+    v.c = cp;
+    v.dir = spec.results_dir / cp->ok.front()->run_id;
+    const std::optional<Json> plan = read_plan(v.dir);
+    const std::optional<RunFacts> facts = facts_of(v.dir);
+    if (!plan || !facts) {
+      not_run.push_back(fmt::format("{} (its run folder lacks plan.json or metrics)", label(cp->key)));
+      continue;
+    }
+    v.plan = *plan;
+    v.lay = layout_of(v.plan);
+    v.facts = *facts;
+    v.ms = stats_of(cp->ok, "step_ms");
+    v.dev = loss_deviation(loss, *cp, reference);
+    v.over = static_cast<unsigned>(cp->key.ranks) * static_cast<unsigned>(cp->key.threads) > cores;
+    stage_means(v);
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
+// The step-time table's row of a run.
+std::vector<std::string> time_row(const RunView& v, const ConfigRuns* reference_marker) {
+  const Layout& l = v.lay;
+  std::string bubbles, arenas;
+  for (const auto& [s, bn] : v.per_stage) {
+    bubbles += fmt::format("{}{}", bubbles.empty() ? "" : " / ", pct(bn.first));
+    arenas += fmt::format("{}{} ({})", arenas.empty() ? "" : " / ", bn.second, v.planned_arenas(s));
+  }
+  const int64_t fcalls = v.planned_pp("calls"), fbytes = v.planned_pp("bytes");
+  const bool pp_ok = v.facts.pp_calls == fcalls && v.facts.pp_bytes == fbytes;
+  const std::string ne = pp_ok ? "" : " ≠";
+  return {label(v.c->key) + (v.over ? " (oversubscribed)" : ""), fmt::format("dp {} x tp {} x pp {}", l.dp, l.tp, l.pp),
+          l.pp > 1 || l.m > 1 ? fmt::format("{}, m {}", l.schedule, l.m) : "",
+          fmt::format("{}/{}", v.c->ok.size(), v.c->all.size()), v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
+          bubbles, l.pp > 1 ? pct(v.plan["bubble"].get<double>()) : "", arenas,
+          l.pp > 1 ? fmt::format("{} ({}){}", v.facts.pp_calls.value_or(0), fcalls, ne) : "",
+          l.pp > 1 ? fmt::format("{} ({}){}", mb(static_cast<double>(v.facts.pp_bytes.value_or(0))),
+                                 mb(static_cast<double>(fbytes)), ne)
+                   : "",
+          v.dev ? fmt::format("{:.1e}", *v.dev) : (v.c == reference_marker ? "(reference)" : "")};
+}
+
+// The memory table's rows of a run (one per rank) and their CSV lines.
+void memory_rows(const RunView& v, std::vector<std::vector<std::string>>& rows, std::string& csv) {
+  const Layout& l = v.lay;
+  for (const Json& r : v.facts.memory) {
+    const size_t rank = static_cast<size_t>(r.value("rank", 0));
+    const Json& planned = v.rank_plan(rank)["memory"];
+    const double params = r.value("params_bytes", 0.0), moments = r.value("moments_bytes", 0.0);
+    const double want_moments = planned["moments_bytes"].get<double>();
+    const int s = r.value("stage", 0);
+    const double state = r.value("model_state_bytes", params + r.value("grads_bytes", 0.0) + moments);
+    const double formula = r.value("formula_bytes", 0.0);
+    const double want_dp = l.dp > 1 ? v.rank_plan(0)["comm"]["dp"]["bytes"].get<double>() : 0.0;
+    rows.push_back({label(v.c->key), std::to_string(rank), std::to_string(s), std::to_string(l.zero), mb(params),
+                    mb(r.value("gathered_bytes", 0.0)), mb(r.value("grads_bytes", 0.0)),
+                    mb(r.value("comm_buffer_bytes", 0.0)), fmt::format("{} ({})", mb(moments), mb(want_moments)),
+                    formula > 0 ? fmt::format("{} ({}, {:+.1f}%)", mb(state), mb(formula),
+                                              100.0 * (state - formula) / formula)
+                                : mb(state),
+                    fmt::format("{} x {}", r.value("arenas", 0), mb(r.value("arena_bytes", 0.0))),
+                    mb(r.value("activations_bytes", 0.0)),
+                    rank == 0 && l.dp > 1 ? fmt::format("{} ({})", mb(static_cast<double>(v.facts.dp_bytes)), mb(want_dp))
+                                          : ""});
+    csv += csv_row({label(v.c->key), std::to_string(v.c->key.ranks), std::to_string(l.dp), std::to_string(l.tp),
+                    std::to_string(l.pp), std::to_string(l.m), l.schedule, std::to_string(l.zero),
+                    v.over ? "true" : "false", std::to_string(v.c->ok.size()),
+                    exact(v.ms ? std::optional(v.ms->median) : std::nullopt), std::to_string(s),
+                    rank < v.facts.bubble.size() ? exact(v.facts.bubble[rank]) : "", exact(v.plan["bubble"].get<double>()),
+                    rank < v.facts.arenas.size() ? std::to_string(v.facts.arenas[rank]) : "",
+                    std::to_string(planned["arenas"].get<int64_t>()), std::to_string(v.facts.pp_calls.value_or(0)),
+                    std::to_string(v.planned_pp("calls")), std::to_string(v.facts.pp_bytes.value_or(0)),
+                    std::to_string(v.planned_pp("bytes")), exact(params), exact(r.value("grads_bytes", 0.0)),
+                    exact(moments), exact(want_moments), exact(r.value("activations_bytes", 0.0)), exact(v.dev)});
+  }
+}
+
+// One timeline per schedule: the first two-stage configuration with 4
+// microbatches (else any); the schedules drawn, in order.
+std::vector<std::string> draw_timelines(const ReportSpec& spec, const std::vector<RunView>& views,
+                                        std::vector<fs::path>& written) {
+  std::vector<std::string> svgs;
+  std::map<std::string, bool> drawn;  // schedule -> drawn with 4 microbatches
+  for (const RunView& v : views) {
+    const Layout& l = v.lay;
+    if (l.pp == 1 || (drawn.count(l.schedule) && (drawn[l.schedule] || l.m != 4))) continue;
+    const std::string svg =
+        timeline_svg(v.dir / "timeline.jsonl", 1, fmt::format("{}: step 1 of {}", l.schedule, label(v.c->key)));
+    if (svg.empty()) continue;
+    write_report(spec.reports_dir / ("parallelism_timeline_" + l.schedule + ".svg"), svg, written);
+    if (!drawn.count(l.schedule)) svgs.push_back(l.schedule);
+    drawn[l.schedule] = l.m == 4;
+  }
+  return svgs;
+}
+
+// zb-h1 against 1f1b on two stages of one replica, per microbatch count.
+std::string zb_reading(const std::vector<RunView>& views) {
+  struct SchedulePoint {
+    double step_ms = 0, peak_activations = 0;
+    std::vector<double> bubble;
+  };
+  std::map<std::pair<int, std::string>, SchedulePoint> points;
+  for (const RunView& v : views) {
+    const Layout& l = v.lay;
+    if (l.pp != 2 || l.tp != 1 || l.dp != 1 || l.zero || !v.ms) continue;
+    SchedulePoint& pt = points[{l.m, l.schedule}];
+    pt.step_ms = v.ms->median;
+    for (const auto& [s, bn] : v.per_stage) pt.bubble.push_back(bn.first);
+    for (const Json& r : v.facts.memory) pt.peak_activations = std::max(pt.peak_activations, r.value("activations_bytes", 0.0));
+  }
+  std::string reading;
+  for (const auto& [key, one] : points) {
+    if (key.second != "1f1b") continue;
+    const auto zb = points.find({key.first, "zb-h1"});
+    if (zb == points.end() || zb->second.bubble.size() != one.bubble.size() || one.bubble.empty()) continue;
+    std::string ratios;
+    bool half = true;
+    for (size_t s = 0; s < one.bubble.size(); ++s) {
+      const double r = one.bubble[s] > 0 ? zb->second.bubble[s] / one.bubble[s] : 0;
+      half = half && r <= 0.5;
+      ratios += fmt::format("{}{:.2f}", s ? " / " : "", r);
+    }
+    reading += fmt::format(
+        "- m {}: zb-h1's bubble is {} of 1f1b's on stages 0 / 1 (goal: at most 0.5: {}); its step {:.1f} ms against "
+        "{:.1f} ({:.2f}x); its peak activations over the ranks {} MB against {} MB ({:.2f}x).\n",
+        key.first, ratios, half ? "met" : "not met", zb->second.step_ms, one.step_ms,
+        one.step_ms > 0 ? zb->second.step_ms / one.step_ms : 0.0, mb(zb->second.peak_activations),
+        mb(one.peak_activations), one.peak_activations > 0 ? zb->second.peak_activations / one.peak_activations : 0.0);
+  }
+  return reading;
+}
+
+// The two tables with their notes.
+std::string tables_md(const std::vector<std::vector<std::string>>& time_rows,
+                      const std::vector<std::vector<std::string>>& mem_rows) {
+  std::string md;
+  md += "## Step time, bubble and pipeline communication\n\n";
+  md += md_table({"Configuration", "Layout", "Schedule", "Runs ok", "Step ms (median)",
+                  "Bubble per stage, measured", "Bubble, theory", "Arenas in flight per stage (theory)",
+                  "pp calls (formula)", "pp MB (formula)", "Largest loss deviation vs 1 rank"},
+                 time_rows, "lllrrrrrrrr");
+  md +=
+      "\nBubble: the share of a step a stage's ranks spent waiting for a pipeline peer (inside a receive, or for "
+      "a send whose buffer was needed again), the median over the steps after the first; theory: (p-1)/(m+p-1) "
+      "for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1, which assume forward, input-gradient and weight-gradient "
+      "passes of equal time. Arenas: the most microbatches a stage held at once (counted while it ran) and, in "
+      "brackets, the schedule's bound. pp calls and MB: rank 0's (the first stage's) pipeline-group calls in a "
+      "step and their bytes (MB = 10^6 bytes); the formula is 2m messages of one microbatch's activations "
+      "(rows x seq_len x n_embd floats) plus two doubles (the loss and the gradient norm). Loss deviation: the "
+      "largest relative difference of the median training-loss curve from the one-rank run's. "
+      "(oversubscribed): more ranks x threads than this machine's cores; such runs show correctness, not "
+      "speed.\n\n";
+  md += "## Memory per rank\n\n";
+  md += md_table({"Configuration", "Rank", "Stage", "ZeRO", "Parameters MB", "Gathered MB", "Gradients MB",
+                  "Gradient slots MB", "Moments MB (formula)", "Model state MB (ZeRO formula)", "Arenas x MB",
+                  "Activations MB", "dp MB per step (formula)"},
+                 mem_rows, "lrrrrrrrrrrrr");
+  md +=
+      "\nCounted from the buffers each rank allocated (the run summary's memory record). Parameters and "
+      "gradients: what the rank holds (ZeRO-2 and 3: 1/N shards of every layer); gathered: ZeRO-3's two "
+      "parameter slots (a layer in use, the next one prefetched); gradient slots: ZeRO-2/3's two working "
+      "gradients (one computing, one reduce-scattering). Moments: Adam's two fp32 moments, 8 bytes per "
+      "parameter of the rank's stage and shard, 1/N with ZeRO over N data-parallel ranks. Model state: "
+      "parameters + gradients + moments held, beside ZeRO's formula per parameter (Rajbhandari et al. 2020: "
+      "16, 8 + 8/N, 4 + 12/N, 16/N bytes for stages 0 to 3; stage 2 under a pipeline schedule keeps the "
+      "stage's gradient: stage 1's). dp MB: rank 0's data-parallel bytes in a step, each collective counted "
+      "once by its buffer; the formula is Ψ floats (the rank's parameters) for an allreduce, 2Ψ for ZeRO-1/2 "
+      "(reduce-scatter and all-gather), 3Ψ for ZeRO-3 (two all-gathers and a reduce-scatter), scalars aside. "
+      "Activations: the arenas the schedule allocates (one per microbatch in flight) times one arena's "
+      "bytes.\n\n";
+  return md;
+}
+
+}  // namespace
+
+void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
+  std::vector<std::string> not_run;
+  const std::vector<RunView> views = views_of(spec, in, not_run);
+  const ConfigRuns* reference = nullptr;  // the run whose deviation column says "(reference)"
+  for (const ConfigRuns& c : in.configs) {
+    if (c.key.ranks == 1 && c.key.pipeline.empty() && !c.ok.empty()) {
+      reference = &c;
+      break;
+    }
+  }
+  std::string csv = csv_row({"configuration", "ranks", "dp", "tp", "pp", "microbatches", "schedule", "zero",
+                             "oversubscribed", "runs_ok", "step_ms_median", "stage", "bubble_measured",
+                             "bubble_theory", "arenas_counted", "arenas_theory", "pp_calls", "formula_pp_calls",
+                             "pp_bytes", "formula_pp_bytes", "params_bytes", "grads_bytes", "moments_bytes",
+                             "formula_moments_bytes", "activations_bytes", "max_loss_deviation"});
+  std::vector<std::vector<std::string>> time_rows, mem_rows;
+  for (const RunView& v : views) {
+    time_rows.push_back(time_row(v, reference));
+    memory_rows(v, mem_rows, csv);
+  }
+  const std::vector<std::string> svgs = draw_timelines(spec, views, written);
+  std::string md = preamble(spec, in.runs, "parallel layouts: pipeline schedules, ZeRO-1, the grid");
+  md += time_rows.empty() ? fmt::format("Nothing to compare: {}.\n\n", kNoRuns) : tables_md(time_rows, mem_rows);
+  for (const std::string& s : svgs) {
+    md += fmt::format("![{} timeline](parallelism_timeline_{}.svg)\n\n", s, s);
+  }
+  if (!svgs.empty()) {
+    md += "Timelines: step 1 (the second) of one run per schedule, a row per rank, each on its own clock from the "
+          "step's start: F forward, B input gradients (BW: the whole backward), W weight gradients, grey waiting for "
+          "a peer.\n\n";
+  }
+  const std::string reading = zb_reading(views);
+  if (!reading.empty()) {
+    md += "## Reading: zb-h1 against 1f1b on two stages\n\n" + reading +
+          "\nThe bubble is measured, not modelled: it includes the stages' imbalance (the last stage carries the "
+          "head and the loss) and the time a receive ends late, which no schedule removes (docs/pipeline.md).\n\n";
+  }
+  md += joined("Not in the tables: ", not_run);
+  write_report(spec.reports_dir / "parallelism.csv", csv, written);
+  write_report(spec.reports_dir / "parallelism.md", md, written);
+}
+
+}  // namespace gpt2::harness
