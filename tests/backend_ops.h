@@ -1,10 +1,11 @@
-// The backend-ops checks (ggml's test-backend-ops): every op of the op table
-// (core/kernels/ops/op_table.h) on one backend against the reference
-// backend, at one shape, with the tolerance table (tolerances.h). Shared by
-// backend_ops_test.cpp (the reference and CPU backends, suite core) and
-// cuda_backend_ops_test.cpp (the CUDA backend, suite cuda). A failure names
-// the op, the backend, the shape, the output, the worst index, the expected
-// and actual values and the tolerance.
+// The backend-ops checks (ggml's test-backend-ops): an op of the op table
+// (core/kernels/ops/op_table.h), or every op, on one backend against the
+// reference backend, at one shape, with the tolerance table (tolerances.h).
+// Shared by backend_ops_test.cpp (the reference and CPU backends, suite
+// core), cuda_backend_ops_test.cpp (the CUDA backend at the same shapes) and
+// cuda_kernels_test.cpp (each CUDA kernel at the shapes its code paths need;
+// both suite cuda). A failure names the op, the backend, the shape, the
+// output, the worst index, the expected and actual values and the tolerance.
 #pragma once
 
 #include <fmt/format.h>
@@ -70,51 +71,66 @@ inline void expect_match(const std::string& what, const ops::OpOutput& actual, c
   EXPECT_TRUE(err.empty()) << what << ": " << err;
 }
 
-// Every op of the table on `be` (named `label`, e.g. "cpu/t2") against the
-// reference at `shape`: every output within its tolerance; every in-place
-// form (the contract's aliasing) equal to the out-of-place result exactly;
-// attention_decode (multi-head and grouped) within its tolerance of the last
-// row of the reference's full attention_forward. Ops `unsupported` names (at
-// the sizes the entry runs at, KVH included) are skipped and printed.
+// Op `spec` on `be` (named `label`, e.g. "cpu/t2") against the reference at
+// `shape`: every output within its tolerance (the table's, with the device
+// adjustment on a GPU); its in-place form (the contract's aliasing), where
+// it has one, equal to the out-of-place result exactly; with `twice`, a
+// second run bitwise equal to the first (run-to-run determinism). Skipped
+// and printed where `unsupported` names a reason (at the sizes the entry
+// runs at, KVH included).
+inline void check_op(Backend& be, const std::string& label, const ops::OpSpec& spec, const ops::OpShape& shape,
+                     const Unsupported& unsupported = {}, bool twice = false) {
+  const std::string where = spec.name() + " on " + label + " at " + spec.shape(shape).str();
+  const std::string why = unsupported ? unsupported(spec.op, spec.shape(shape)) : "";
+  if (!why.empty()) {
+    std::printf("not run: %s: %s\n", where.c_str(), why.c_str());
+    return;
+  }
+  const ops::Expected expected = ops::run_reference(spec, shape);
+  const std::vector<ops::OpOutput> got = ops::run_on(spec, shape, be);
+  ASSERT_EQ(got.size(), expected.outputs.size()) << where;
+  for (size_t i = 0; i < got.size(); ++i) {
+    expect_match(where, got[i], expected.outputs[i],
+                 ops::tolerance_on(be, expected.tolerances[i], expected.outputs[i]));
+  }
+  const std::vector<ops::OpOutput> in_place = ops::run_on(spec, shape, be, true);
+  for (size_t i = 0; i < in_place.size(); ++i) {
+    expect_match(where + ", in place against out of place", in_place[i], got[i], ops::Tolerance{});
+  }
+  if (twice) {
+    const std::vector<ops::OpOutput> again = ops::run_on(spec, shape, be);
+    for (size_t i = 0; i < again.size(); ++i) {
+      expect_match(where + ", a second run against the first", again[i], got[i], ops::Tolerance{});
+    }
+  }
+}
+
+// attention_decode (`variant` "" or ".gqa") on `be` within its tolerance of
+// the last row of the reference's full attention_forward at `shape` (the
+// decode case's qkv is batch row 0 of the forward's: the same seed,
+// op_cases.cpp). Skipped where `unsupported` names a reason (printed by
+// check_op).
+inline void check_decode_is_last_row(Backend& be, const std::string& label, const std::string& variant,
+                                     const ops::OpShape& shape, const Unsupported& unsupported = {}) {
+  const ops::OpSpec& spec = ops::op_spec("attention_decode" + variant);
+  const ops::OpShape s = spec.shape(shape);
+  if (unsupported && !unsupported("attention_decode", s).empty()) return;
+  const ops::OpOutput full = ops::run_reference(ops::op_spec("attention_forward" + variant), shape).outputs.at(1);
+  ASSERT_EQ(full.name, "out");
+  const auto row = full.f32.begin() + (shape.T - 1) * shape.C;
+  const ops::OpOutput last_row{"out", std::vector<float>(row, row + shape.C), {}};
+  const ops::Tolerance tol = ops::tolerance("attention_decode", "out", ops::Dtype::f32, ops::ToleranceFacts{s, {}, {}});
+  const ops::OpOutput got = ops::run_on(spec, shape, be).at(0);
+  expect_match(spec.name() + " on " + label + " at " + s.str() + ", against the last row of the full forward", got,
+               last_row, ops::tolerance_on(be, tol, last_row));
+}
+
+// Every op of the table on `be` at `shape` (check_op), and attention_decode
+// (multi-head and grouped) against the last row of the full forward.
 inline void check_every_op(Backend& be, const std::string& label, const ops::OpShape& shape,
                            const Unsupported& unsupported = {}) {
-  for (const ops::OpSpec& spec : ops::op_table()) {
-    const std::string where = spec.name() + " on " + label + " at " + spec.shape(shape).str();
-    const std::string why = unsupported ? unsupported(spec.op, spec.shape(shape)) : "";
-    if (!why.empty()) {
-      std::printf("not run: %s: %s\n", where.c_str(), why.c_str());
-      continue;
-    }
-    const ops::Expected expected = ops::run_reference(spec, shape);
-    const std::vector<ops::OpOutput> got = ops::run_on(spec, shape, be);
-    ASSERT_EQ(got.size(), expected.outputs.size()) << where;
-    for (size_t i = 0; i < got.size(); ++i) {
-      expect_match(where, got[i], expected.outputs[i],
-                   ops::tolerance_on(be, expected.tolerances[i], expected.outputs[i]));
-    }
-    const std::vector<ops::OpOutput> in_place = ops::run_on(spec, shape, be, true);
-    for (size_t i = 0; i < in_place.size(); ++i) {
-      expect_match(where + ", in place against out of place", in_place[i], got[i], ops::Tolerance{});
-    }
-  }
-  for (const char* variant : {"", ".gqa"}) {
-    const ops::OpSpec& spec = ops::op_spec(std::string("attention_decode") + variant);
-    const ops::OpShape s = spec.shape(shape);
-    const std::string decode = spec.name() + " on " + label + " at " + s.str();
-    if (unsupported && !unsupported("attention_decode", s).empty()) continue;  // printed above
-    // Row T-1 of batch row 0 of the full forward: the decode case's qkv is that
-    // batch row (the same seed, op_cases.cpp).
-    const ops::OpOutput full =
-        ops::run_reference(ops::op_spec(std::string("attention_forward") + variant), shape).outputs.at(1);
-    ASSERT_EQ(full.name, "out");
-    const auto row = full.f32.begin() + (shape.T - 1) * shape.C;
-    const ops::OpOutput last_row{"out", std::vector<float>(row, row + shape.C), {}};
-    const ops::Tolerance tol =
-        ops::tolerance("attention_decode", "out", ops::Dtype::f32, ops::ToleranceFacts{s, {}, {}});
-    const ops::OpOutput got = ops::run_on(spec, shape, be).at(0);
-    expect_match(decode + ", against the last row of the full forward", got, last_row,
-                 ops::tolerance_on(be, tol, last_row));
-  }
+  for (const ops::OpSpec& spec : ops::op_table()) check_op(be, label, spec, shape, unsupported);
+  for (const char* variant : {"", ".gqa"}) check_decode_is_last_row(be, label, variant, shape, unsupported);
 }
 
 }  // namespace gpt2::testing

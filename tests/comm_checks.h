@@ -1,15 +1,19 @@
 // The Communicator's verbs (dist/comm.h) checked with exact values, on any
 // communicator and in either memory: comm_test runs them on host memory
-// (local and MPI), nccl_test on device memory (NCCL and host-staged MPI).
+// (local and MPI), nccl_test on device memory (NCCL and host-staged MPI),
+// both as GoogleTest programs under mpiexec (mpi_test_main.h).
 // Every rank puts (world rank + 1) * 1000 + i % 1000 at index i: small
 // integers, so sums over a few ranks are exact in float, and each value names
 // the rank it came from. A group is checked against who is in it (its
 // members, in the order of its ranks), so a wrong split fails too.
-// Not a gtest: the ranks of a job check together, each printing its failures
-// (rank 0 also its passes), and main() agrees on the count.
+// The checks are gtest expectations (never assertions: a check that fails
+// must not skip the collectives after it, or the other ranks would wait for
+// them forever), each counted (comm_checks) so that a program can state how
+// many it made.
 #pragma once
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -27,51 +31,48 @@ namespace gpt2::testing {
 
 inline float value(int world_rank, size_t i) { return static_cast<float>((world_rank + 1) * 1000 + i % 1000); }
 
-// Counts failures; prints each failure on the rank that saw it, passes on
-// world rank 0 only.
-class Checks {
- public:
-  explicit Checks(int world_rank) : world_rank_(world_rank) {}
-  void check(bool ok, const std::string& what) {
-    ++count_;
-    failures_ += ok ? 0 : 1;
-    if (!ok) std::printf("FAIL rank %d: %s\n", world_rank_, what.c_str());
-    if (ok && world_rank_ == 0) std::printf("ok   %s\n", what.c_str());
-    std::fflush(stdout);
-  }
-  // got == expected exactly; a failure names the first wrong index.
-  void equal(const std::string& what, const std::vector<float>& got, const std::vector<float>& expected) {
-    size_t bad = 0, first = got.size();
-    for (size_t i = 0; i < std::min(got.size(), expected.size()); ++i) {
-      if (got[i] != expected[i] && bad++ == 0) first = i;
-    }
-    if (got.size() != expected.size()) {
-      check(false, fmt::format("{}: {} values, expected {}", what, got.size(), expected.size()));
-    } else if (bad > 0) {
-      check(false, fmt::format("{}: {} of {} wrong, first at {}: expected {}, got {}", what, bad, got.size(), first,
-                               expected[first], got[first]));
-    } else {
-      check(true, what);
-    }
-  }
-  // fn() throws an Error (std::invalid_argument: a bad argument) whose
-  // message contains `needle`.
-  template <typename Error = std::invalid_argument>
-  void rejects(const std::string& what, const std::function<void()>& fn, const std::string& needle) {
-    try {
-      fn();
-      check(false, fmt::format("{}: no error", what));
-    } catch (const Error& e) {
-      const std::string msg = e.what();
-      check(msg.find(needle) != std::string::npos, fmt::format("{}: \"{}\"", what, msg));
-    }
-  }
-  int count() const { return count_; }
-  int failures() const { return failures_; }
+// The checks made on this rank so far, for the program's summary line.
+inline int& comm_checks() {
+  static int n = 0;
+  return n;
+}
 
- private:
-  int world_rank_, count_ = 0, failures_ = 0;
-};
+// One check, counted; a failure is reported with `what` (the group, the
+// communicator, the verb and the values).
+inline void expect(bool ok, const std::string& what) {
+  ++comm_checks();
+  if (!ok) ADD_FAILURE() << what;
+}
+
+// got == expected exactly; a failure names the first wrong index.
+inline void expect_equal(const std::string& what, const std::vector<float>& got, const std::vector<float>& expected) {
+  size_t bad = 0, first = got.size();
+  for (size_t i = 0; i < std::min(got.size(), expected.size()); ++i) {
+    if (got[i] != expected[i] && bad++ == 0) first = i;
+  }
+  if (got.size() != expected.size()) {
+    expect(false, fmt::format("{}: {} values, expected {}", what, got.size(), expected.size()));
+  } else {
+    expect(bad == 0, bad == 0 ? what
+                              : fmt::format("{}: {} of {} wrong, first at {}: expected {}, got {}", what, bad,
+                                            got.size(), first, expected[first], got[first]));
+  }
+}
+
+// fn() throws an Error (std::invalid_argument: a bad argument) whose message
+// contains `needle`. An exception of another type propagates: the program
+// ends the job (no rank may go on alone after a verb failed half-way).
+template <typename Error = std::invalid_argument>
+void expect_rejects(const std::string& what, const std::function<void()>& fn, const std::string& needle) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    expect(msg.find(needle) != std::string::npos, fmt::format("{}: \"{}\" does not say \"{}\"", what, msg, needle));
+    return;
+  }
+  expect(false, fmt::format("{}: no error (expected one saying \"{}\")", what, needle));
+}
 
 // Where a check's float arrays live: the host, or a backend's device memory.
 class Arrays {
@@ -121,7 +122,8 @@ inline std::vector<int> split_members(const Group& parent, const std::function<i
 
 // The world and its sub-groups: pairs (rank / 2), parities (rank % 2, keys
 // reversing the order), and nested splits of those (parities reversed back;
-// pairs split into single ranks). Owns the sub-groups.
+// pairs split into single ranks). Owns the sub-groups. Every rank of `world`
+// builds it (the splits are collective), in the same order.
 struct Groups {
   std::vector<std::unique_ptr<Communicator>> owned;
   std::vector<Group> list;
@@ -137,6 +139,11 @@ struct Groups {
     add(parities, "parities reversed back (nested)", [](int) { return 0; }, [](int r) { return -r; });
     add(pairs, "pairs split into ranks (nested)", [](int r) { return r; }, [](int) { return 0; });
   }
+  // The entries of `list`, in order, as gtest parameter names (the same at
+  // any number of ranks: a group of one rank is still a group).
+  static std::vector<std::string> names() {
+    return {"World", "Pairs", "Parities", "ParitiesReversedBack", "PairsSplitIntoRanks"};
+  }
 
  private:
   Group add(const Group& parent, const std::string& label, const std::function<int(int)>& color,
@@ -151,7 +158,7 @@ struct Groups {
 // Every verb on `g`, its float arrays in `arrays`, with counts of n floats
 // (allreduce, broadcast, point to point) and chunks of k floats per rank
 // (reduce_scatter, all_gather). Every rank of the group calls it.
-inline void check_verbs(Checks& c, const Group& g, Arrays& arrays, size_t n, size_t k) {
+inline void check_verbs(const Group& g, Arrays& arrays, size_t n, size_t k) {
   Communicator& comm = *g.comm;
   const int R = comm.size(), w = g.world_rank;
   const int me = static_cast<int>(std::find(g.members.begin(), g.members.end(), w) - g.members.begin());
@@ -170,47 +177,46 @@ inline void check_verbs(Checks& c, const Group& g, Arrays& arrays, size_t n, siz
     return v;
   };
 
-  c.check(R == static_cast<int>(g.members.size()) && comm.rank() == me,
-          fmt::format("{}: rank {} of {} (expected {} of {})", at, comm.rank(), R, me, g.members.size()));
+  expect(R == static_cast<int>(g.members.size()) && comm.rank() == me,
+         fmt::format("{}: rank {} of {} (expected {} of {})", at, comm.rank(), R, me, g.members.size()));
   // Every test job runs on one machine.
-  c.check(comm.local_size() == R && comm.local_rank() == comm.rank(),
-          fmt::format("{}: local rank {} of {} on one machine", at, comm.local_rank(), comm.local_size()));
+  expect(comm.local_size() == R && comm.local_rank() == comm.rank(),
+         fmt::format("{}: local rank {} of {} on one machine", at, comm.local_rank(), comm.local_size()));
 
   // ---- Collectives ----
   float* data = arrays.make(values(w, n));
   comm.allreduce_sum(data, n);
-  c.equal(at + ": allreduce_sum", arrays.read(data, n), sum_over_members(n, 0));
+  expect_equal(at + ": allreduce_sum", arrays.read(data, n), sum_over_members(n, 0));
 
   float* buckets = arrays.make(values(w, n));
   comm.start_allreduce_sum(buckets + n / 2, n - n / 2);  // backward finishes the end first
   comm.progress();
   comm.start_allreduce_sum(buckets, n / 2);
   comm.wait_all();
-  c.equal(at + ": start_allreduce_sum in two buckets, wait_all", arrays.read(buckets, n), sum_over_members(n, 0));
+  expect_equal(at + ": start_allreduce_sum in two buckets, wait_all", arrays.read(buckets, n), sum_over_members(n, 0));
 
   const double total = comm.allreduce_sum(static_cast<double>(w + 1));
   double expected_total = 0;
   for (int m : g.members) expected_total += m + 1;
-  c.check(total == expected_total, fmt::format("{}: allreduce_sum(double) {} (expected {})", at, total,
-                                               expected_total));
-  c.check(comm.all_equal(42) && comm.all_equal(static_cast<uint64_t>(w)) == (R == 1),
-          at + ": all_equal of one value and of the ranks' own");
+  expect(total == expected_total, fmt::format("{}: allreduce_sum(double) {} (expected {})", at, total, expected_total));
+  expect(comm.all_equal(42) && comm.all_equal(static_cast<uint64_t>(w)) == (R == 1),
+         at + ": all_equal of one value and of the ranks' own");
 
   const int root = R - 1;  // not 0 where there are several ranks
   std::vector<float> bytes = comm.rank() == root ? values(w, n) : std::vector<float>(n, -1.0f);
   comm.broadcast(bytes.data(), n * sizeof(float), root);
-  c.equal(fmt::format("{}: broadcast from rank {} (host memory)", at, root), bytes, values(member(root), n));
+  expect_equal(fmt::format("{}: broadcast from rank {} (host memory)", at, root), bytes, values(member(root), n));
 
   const size_t all = k * static_cast<size_t>(R), mine = k * static_cast<size_t>(comm.rank());
   const float* send = arrays.make(values(w, all));
   float* recv = arrays.make(std::vector<float>(k, -1.0f));
   comm.reduce_scatter_sum(send, recv, k);
-  c.equal(at + ": reduce_scatter_sum out of place", arrays.read(recv, k), sum_over_members(k, mine));
-  c.equal(at + ": reduce_scatter_sum leaves send alone", arrays.read(send, all), values(w, all));
+  expect_equal(at + ": reduce_scatter_sum out of place", arrays.read(recv, k), sum_over_members(k, mine));
+  expect_equal(at + ": reduce_scatter_sum leaves send alone", arrays.read(send, all), values(w, all));
 
   float* shards = arrays.make(values(w, all));
   comm.reduce_scatter_sum(shards, shards + mine, k);
-  c.equal(at + ": reduce_scatter_sum in place", arrays.read(shards + mine, k), sum_over_members(k, mine));
+  expect_equal(at + ": reduce_scatter_sum in place", arrays.read(shards + mine, k), sum_over_members(k, mine));
 
   std::vector<float> gathered(all);
   for (int r = 0; r < R; ++r) {
@@ -220,13 +226,13 @@ inline void check_verbs(Checks& c, const Group& g, Arrays& arrays, size_t n, siz
   const float* part = arrays.make(values(w, k));
   float* whole = arrays.make(std::vector<float>(all, -1.0f));
   comm.all_gather(part, whole, k);
-  c.equal(at + ": all_gather out of place", arrays.read(whole, all), gathered);
+  expect_equal(at + ": all_gather out of place", arrays.read(whole, all), gathered);
 
   std::vector<float> own(all, -1.0f);
   std::copy_n(values(w, k).begin(), k, own.begin() + static_cast<std::ptrdiff_t>(mine));
   float* params = arrays.make(own);
   comm.all_gather(params + mine, params, k);
-  c.equal(at + ": all_gather in place", arrays.read(params, all), gathered);
+  expect_equal(at + ": all_gather in place", arrays.read(params, all), gathered);
 
   comm.barrier();
 
@@ -244,7 +250,8 @@ inline void check_verbs(Checks& c, const Group& g, Arrays& arrays, size_t n, siz
       comm.recv(theirs, n, peer);
       comm.send(mine_out, n, peer);
     }
-    c.equal(fmt::format("{}: send and recv with rank {}", at, peer), arrays.read(theirs, n), values(member(peer), n));
+    expect_equal(fmt::format("{}: send and recv with rank {}", at, peer), arrays.read(theirs, n),
+                 values(member(peer), n));
 
     // A ring of blocking sends: even ranks send first, so some rank always receives.
     float* from_prev = arrays.make(std::vector<float>(n, -1.0f));
@@ -255,7 +262,7 @@ inline void check_verbs(Checks& c, const Group& g, Arrays& arrays, size_t n, siz
       comm.recv(from_prev, n, prev);
       comm.send(mine_out, n, next);
     }
-    c.equal(at + ": ring of send and recv", arrays.read(from_prev, n), values(member(prev), n));
+    expect_equal(at + ": ring of send and recv", arrays.read(from_prev, n), values(member(prev), n));
   }
   // A ring of send_recv (with one rank, a copy to itself), each rank sending
   // n + its rank floats: the two counts of one call differ.
@@ -263,15 +270,15 @@ inline void check_verbs(Checks& c, const Group& g, Arrays& arrays, size_t n, siz
   const float* ring_out = arrays.make(values(w, out_count));
   float* ring_in = arrays.make(std::vector<float>(in_count, -1.0f));
   comm.send_recv(ring_out, out_count, next, ring_in, in_count, prev);
-  c.equal(fmt::format("{}: send_recv ring, {} floats out, {} in", at, out_count, in_count),
-          arrays.read(ring_in, in_count), values(member(prev), in_count));
+  expect_equal(fmt::format("{}: send_recv ring, {} floats out, {} in", at, out_count, in_count),
+               arrays.read(ring_in, in_count), values(member(prev), in_count));
   comm.barrier();
 }
 
 // Bad arguments are refused at the front door, before any communication (so
 // no rank waits for another), with the verb and the values named. Host
 // pointers: no verb dereferences them.
-inline void check_argument_errors(Checks& c, const Group& g) {
+inline void check_argument_errors(const Group& g) {
   Communicator& comm = *g.comm;
   const int R = comm.size(), me = comm.rank();
   const std::string at = fmt::format("{} [{}]: ", g.label, comm.name());
@@ -279,34 +286,36 @@ inline void check_argument_errors(Checks& c, const Group& g) {
   float* b = buf.data();
   const size_t mine = 2 * static_cast<size_t>(me);
 
-  c.rejects(at + "send to a rank past the end", [&] { comm.send(b, 1, R); },
-            fmt::format("send: peer {} is out of range for a communicator of {} rank(s)", R, R));
-  c.rejects(at + "recv from rank -1", [&] { comm.recv(b, 1, -1); }, "recv: peer -1 is out of range");
-  c.rejects(at + "send to itself", [&] { comm.send(b, 1, me); }, fmt::format("send: peer {} is this rank", me));
-  c.rejects(at + "recv from itself", [&] { comm.recv(b, 1, me); }, fmt::format("recv: peer {} is this rank", me));
-  c.rejects(at + "send of null", [&] { comm.send(nullptr, 3, (me + 1) % R); }, "send: data is null with a count of 3");
-  c.rejects(at + "broadcast from a root past the end", [&] { comm.broadcast(b, 4, R); },
-            fmt::format("broadcast: root {} is out of range", R));
-  c.rejects(at + "broadcast of null", [&] { comm.broadcast(nullptr, 4, 0); }, "broadcast: data is null with a count of 4");
-  c.rejects(at + "allreduce_sum of null", [&] { comm.allreduce_sum(nullptr, 3); },
-            "allreduce_sum: data is null with a count of 3");
-  c.rejects(at + "start_allreduce_sum of null", [&] { comm.start_allreduce_sum(nullptr, 3); },
-            "start_allreduce_sum: data is null with a count of 3");
-  c.rejects(at + "reduce_scatter_sum from null", [&] { comm.reduce_scatter_sum(nullptr, b, 2); },
-            fmt::format("reduce_scatter_sum: send is null with a count of {}", 2 * R));
-  c.rejects(at + "reduce_scatter_sum into a shifted chunk", [&] { comm.reduce_scatter_sum(b, b + mine + 1, 2); },
-            "reduce_scatter_sum: recv overlaps send but is not this rank's chunk");
-  c.rejects(at + "all_gather into null", [&] { comm.all_gather(b, nullptr, 2); },
-            fmt::format("all_gather: recv is null with a count of {}", 2 * R));
-  c.rejects(at + "all_gather from a shifted chunk", [&] { comm.all_gather(b + mine + 1, b, 2); },
-            "all_gather: send overlaps recv but is not this rank's chunk");
-  c.rejects(at + "send_recv with overlapping buffers", [&] { comm.send_recv(b, 3, 0, b + 2, 3, 0); },
-            "send_recv: send_data (3 floats) and recv_data (3 floats) overlap");
-  c.rejects(at + "send_recv to a rank past the end", [&] { comm.send_recv(b, 1, R, b + 2, 1, 0); },
-            fmt::format("send_recv: dest {} is out of range", R));
-  c.rejects(at + "send_recv with itself of two counts", [&] { comm.send_recv(b, 1, me, b + 2, 2, me); },
-            "send_recv: with itself, sends 1 floats but receives 2");
-  c.rejects(at + "split with a negative color", [&] { comm.split(-1, 0); }, "split: color -1 is negative");
+  expect_rejects(at + "send to a rank past the end", [&] { comm.send(b, 1, R); },
+                 fmt::format("send: peer {} is out of range for a communicator of {} rank(s)", R, R));
+  expect_rejects(at + "recv from rank -1", [&] { comm.recv(b, 1, -1); }, "recv: peer -1 is out of range");
+  expect_rejects(at + "send to itself", [&] { comm.send(b, 1, me); }, fmt::format("send: peer {} is this rank", me));
+  expect_rejects(at + "recv from itself", [&] { comm.recv(b, 1, me); }, fmt::format("recv: peer {} is this rank", me));
+  expect_rejects(at + "send of null", [&] { comm.send(nullptr, 3, (me + 1) % R); },
+                 "send: data is null with a count of 3");
+  expect_rejects(at + "broadcast from a root past the end", [&] { comm.broadcast(b, 4, R); },
+                 fmt::format("broadcast: root {} is out of range", R));
+  expect_rejects(at + "broadcast of null", [&] { comm.broadcast(nullptr, 4, 0); },
+                 "broadcast: data is null with a count of 4");
+  expect_rejects(at + "allreduce_sum of null", [&] { comm.allreduce_sum(nullptr, 3); },
+                 "allreduce_sum: data is null with a count of 3");
+  expect_rejects(at + "start_allreduce_sum of null", [&] { comm.start_allreduce_sum(nullptr, 3); },
+                 "start_allreduce_sum: data is null with a count of 3");
+  expect_rejects(at + "reduce_scatter_sum from null", [&] { comm.reduce_scatter_sum(nullptr, b, 2); },
+                 fmt::format("reduce_scatter_sum: send is null with a count of {}", 2 * R));
+  expect_rejects(at + "reduce_scatter_sum into a shifted chunk", [&] { comm.reduce_scatter_sum(b, b + mine + 1, 2); },
+                 "reduce_scatter_sum: recv overlaps send but is not this rank's chunk");
+  expect_rejects(at + "all_gather into null", [&] { comm.all_gather(b, nullptr, 2); },
+                 fmt::format("all_gather: recv is null with a count of {}", 2 * R));
+  expect_rejects(at + "all_gather from a shifted chunk", [&] { comm.all_gather(b + mine + 1, b, 2); },
+                 "all_gather: send overlaps recv but is not this rank's chunk");
+  expect_rejects(at + "send_recv with overlapping buffers", [&] { comm.send_recv(b, 3, 0, b + 2, 3, 0); },
+                 "send_recv: send_data (3 floats) and recv_data (3 floats) overlap");
+  expect_rejects(at + "send_recv to a rank past the end", [&] { comm.send_recv(b, 1, R, b + 2, 1, 0); },
+                 fmt::format("send_recv: dest {} is out of range", R));
+  expect_rejects(at + "send_recv with itself of two counts", [&] { comm.send_recv(b, 1, me, b + 2, 2, me); },
+                 "send_recv: with itself, sends 1 floats but receives 2");
+  expect_rejects(at + "split with a negative color", [&] { comm.split(-1, 0); }, "split: color -1 is negative");
 }
 
 }  // namespace gpt2::testing

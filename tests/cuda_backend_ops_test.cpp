@@ -4,9 +4,10 @@
 // device adjustment) through the Backend interface, so the host staging of
 // tokens and targets, cuBLAS's products and the device memory are included.
 // Attention at a head size the CUDA kernels do not take (HS 16 at the first
-// shape) is skipped and printed (cuda_unsupported). The launchers themselves
-// are tested in cuda_kernels_test.cpp. Exits 77 (meson: skipped) where there
-// is no CUDA device.
+// shape) is skipped and printed (cuda_unsupported). cuda_kernels_test.cpp
+// runs the same checks on each kernel at the shapes its code paths need, and
+// tests what the op table cannot express on the launchers. Exits 77 (meson:
+// skipped) where there is no CUDA device.
 #include <gtest/gtest.h>
 
 #include <memory>

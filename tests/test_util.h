@@ -1,32 +1,28 @@
 // Helpers for the tests: seeded random inputs and a comparison that, on
 // failure, reports the worst element (index, expected, actual, tolerance).
+// The random inputs are the op table's scheme (kernels/ops/op_arrays.h:
+// element i a function of (seed, i)): a test's own arrays and the op table's
+// cases (backend_ops.h, the kernel benchmarks) are drawn one way.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/ops/op_arrays.h"
+
 namespace gpt2::testing {
 
+// U(lo, hi) floats.
 inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(gen);
-  return v;
+  return ops::random_values(n, seed, lo, hi);
 }
 
-inline std::vector<int32_t> random_tokens(size_t n, int V, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int32_t> d(0, V - 1);
-  std::vector<int32_t> v(n);
-  for (int32_t& x : v) x = d(gen);
-  return v;
-}
+// Token ids uniform in [0, V).
+inline std::vector<int32_t> random_tokens(size_t n, int V, uint32_t seed) { return ops::random_tokens(n, V, seed); }
 
 template <typename A, typename B>
 ::testing::AssertionResult all_close(const std::string& what, const A* actual, const B* expected,

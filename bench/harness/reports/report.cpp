@@ -51,7 +51,7 @@ void write_runs(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>&
   for (const Run& r : in.runs) {
     std::vector<std::string> row = {r.run_id, r.stage, std::to_string(r.ranks), std::to_string(r.threads)};
     if (layouts) {
-      const ConfigKey k{r.stage, r.ranks, r.threads, r.tp, r.block_types, r.pipeline};
+      const ConfigKey k{r.stage, r.ranks, r.threads, r.tp, r.block_types, r.pipeline, r.variant};
       row.push_back(r.tp > 1 ? fmt::format("tp{} ({})", r.tp, block_types_text(k)) : "standard");
     }
     row.insert(row.end(), {std::to_string(r.repetition), r.status, r.reason, seconds(r.get("training_s")),

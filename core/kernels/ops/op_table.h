@@ -3,7 +3,8 @@
 // memory of the backend it will run on (the host's, or a GPU's), can run the
 // op on that backend, names its outputs and derives the tolerance of each
 // from the tolerance table (tolerances.h). One table, read by the
-// backend-ops tests (tests/backend_ops_test.cpp, tests/cuda_backend_ops_test.cpp),
+// backend-ops tests (tests/backend_ops_test.cpp, tests/cuda_backend_ops_test.cpp,
+// and the launcher checks of tests/cuda_kernels_test.cpp),
 // the kernel benchmarks (bench/kernels) and, through op_cost, the cost table.
 // What a case's inputs are, and what they check beyond the formula:
 //   * '+=' outputs (parameter gradients, layernorm's dinp) start at random

@@ -62,9 +62,9 @@ std::vector<std::string> tolerance_keys(Dtype dtype);
 // the device's expf / tanhf / rsqrtf (within 2 ulp) change each by a few ulp
 // of operands no larger than the output's largest element. A device
 // backend's tolerance therefore gains rtol 4u and atol 4u max|expected| over
-// the host derivation (tests/cuda_kernels_test.cpp holds the kernels
-// themselves to fixed tolerances of the same size). Sums keep their K u
-// bounds, which hold in any order.
+// the host derivation (tests/cuda_kernels_test.cpp and
+// tests/cuda_backend_ops_test.cpp hold the kernels to these). Sums keep
+// their K u bounds, which hold in any order.
 Tolerance device_tolerance(Tolerance t, double max_abs_expected);
 
 }  // namespace gpt2::ops
