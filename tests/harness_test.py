@@ -184,6 +184,7 @@ def kernels_checks(a, exps, results, reports, env, check):
         "k_empty.yaml": ("kind: kernels\nbenchmarks: []\n", "non-empty list"),
         "k_time.yaml": ("kind: kernels\nmin_time: -1\nbenchmarks:\n  - program: kernel_bench\n", "min_time"),
         "k_prog.yaml": ("kind: kernels\nbenchmarks:\n  - progam: kernel_bench\n", "did you mean 'program'"),
+        "k_dotdot.yaml": ("kind: kernels\nbenchmarks:\n  - program: ..\n", "program: '..' must be a program name"),
     }
     check_bad_files(bad, "bad kernels experiment", exps, results, harness, check)
     for name in bad:
@@ -735,8 +736,19 @@ def main():
                         "dupkey.yaml:3: duplicate key 'repetitions' (first at line 2)"),
         "dupcfg.yaml": ("base: ../configs/original.yaml\nruns:\n  - stage: serial\n    config:\n      train.steps: 1\n"
                         "      train.steps: 2\n", "dupcfg.yaml:6: duplicate key 'train.steps' (first at line 5)"),
+        # Names that would escape the results and reports folders.
+        "dotdot.yaml": ("name: ..\nbase: ../configs/original.yaml\nruns:\n  - stage: serial\n", "name: '..' must be a plain word"),
+        "dot.yaml": ("name: .\nbase: ../configs/original.yaml\nruns:\n  - stage: serial\n", "name: '.' must be a plain word"),
+        "slash.yaml": ("name: a/b\nbase: ../configs/original.yaml\nruns:\n  - stage: serial\n", "must be a plain word"),
+        # Nested aliases: nine levels would expand to 9^9 nodes; refused before anything is built.
+        "aliases.yaml": ("base: ../configs/original.yaml\nx0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+                         + "".join(f"x{k}: &a{k} [{', '.join(['*a' + str(k - 1)] * 9)}]\n" for k in range(1, 9))
+                         + "runs:\n  - stage: serial\n", "YAML aliases (*name) are not accepted"),
     }
+    around = {d: sorted(os.listdir(d)) for d in (work, results, reports)}
     check_bad_files(bad, "bad experiment", exps, results, harness, check)
+    check("names that would escape ('..', '.', 'a/b') wrote nothing beside the results and reports folders",
+          around == {d: sorted(os.listdir(d)) for d in (work, results, reports)}, str(around))
     r = harness("run", exp="unknown.yaml")
     check("an unknown key's error names its line", "unknown.yaml:2:" in r.stderr, r.stderr)
     r = subprocess.run([os.path.abspath(a.harness), "run", os.path.join(exps, "smoke.yaml"), "--results", "--force"],

@@ -100,7 +100,7 @@ def main():
     except Exception:  # noqa: BLE001 - any parse failure means it is not complete
         complete = False
     check("a rank failing at step 5 ends the job", r.returncode != 0 and secs < 30 and count == 1
-          and "metrics.jsonl" not in left and complete and not any(f.endswith(".tmp") for f in left),
+          and "metrics.jsonl" not in left and complete and not any(".tmp" in f for f in left),
           f"exit {r.returncode} after {secs:.1f} s, message printed {count} time(s), left {left}")
 
     # Input errors: each reported once, non-zero exit.

@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,12 @@ def digest_tree(path):
             with open(p, "rb") as fh:
                 out[os.path.relpath(p, path)] = hashlib.sha256(fh.read()).hexdigest()
     return out
+
+
+def memory_cap():
+    """A 2 GiB address-space limit for a case's process: reading a device or a
+    huge file whole would fail here instead of taking the machine."""
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
 
 def main():
@@ -85,6 +92,11 @@ def main():
             f.write(text)
     os.makedirs(w("a_dir"))
     os.mkfifo(w("fifo"))
+    with open(w("aliases.yaml"), "w") as f:  # nine levels of nested aliases: 9^9 nodes once expanded
+        f.write("a: &a [x, x, x, x, x, x, x, x, x]\n")
+        for k in "bcdefghi":
+            prev = chr(ord(k) - 1)
+            f.write(f"{k}: &{k} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n")
     with open(w("huge.txt"), "wb") as f:  # sparse: 1 GiB and one byte, without writing them
         f.truncate((1 << 30) + 1)
     protected = {"finished": digest_tree(w("finished"))}
@@ -151,6 +163,24 @@ def main():
                                                                             "not a regular file"]),
         ("a FIFO as the corpus", train + ["--data.corpus", w("fifo")], ["data.corpus", "fifo", "not a regular file"]),
         ("a corpus above the size limit", train + ["--data.corpus", w("huge.txt")], ["huge.txt", "1 GiB"]),
+        # Every input is refused by its kind or size before it is read: nothing blocks, nothing grows
+        # (these cases run, like all, under a 2 GiB address-space limit and a 30 s timeout).
+        ("a device as --checkpoint", [stage, "generate", "--checkpoint", "/dev/zero", "--prompt", "the cat"],
+         ["/dev/zero", "not a regular file (a character device), expected a checkpoint file"]),
+        ("a FIFO as --checkpoint", [stage, "generate", "--checkpoint", w("fifo"), "--prompt", "the cat"],
+         ["fifo", "not a regular file (a FIFO), expected a checkpoint file"]),
+        ("a huge sparse file as --checkpoint", [stage, "generate", "--checkpoint", w("huge.txt"), "--prompt", "the cat"],
+         ["huge.txt", "not a checkpoint (no GPT2CKPT magic)"]),
+        ("a FIFO as --resume", [stage, "train", "--out", w("resumed4"), "--resume", w("fifo")] + small,
+         ["fifo", "a FIFO"]),
+        ("a device as --resume", [stage, "train", "--out", w("resumed5"), "--resume", "/dev/zero"] + small,
+         ["/dev/zero", "a character device"]),
+        ("a FIFO as --config", train + ["--config", w("fifo")], ["fifo", "a FIFO), expected a YAML file"]),
+        ("a device as --config", train + ["--config", "/dev/zero"], ["/dev/zero", "expected a YAML file"]),
+        ("a FIFO as --hostfile", train + ["--hostfile", w("fifo")], ["hostfile", "fifo", "a FIFO"]),
+        ("a device as --hostfile", train + ["--hostfile", "/dev/zero"], ["hostfile", "/dev/zero", "a character device"]),
+        ("YAML aliases in a configuration", train + ["--config", w("aliases.yaml")],
+         ["aliases.yaml:2", "YAML aliases (*name) are not accepted"]),
         ("an empty prompt", [stage, "generate", "--checkpoint", ckpt, "--prompt", ""], ["--prompt: empty prompt"]),
         ("a model key given to generate", [stage, "generate", "--checkpoint", ckpt, "--prompt", "the cat",
                                            "--model.n_layer", "3"],
@@ -175,7 +205,11 @@ def main():
          ["data.corpus", "nope.txt", "no such file"]),
     ]
     for title, cmd, needles in cases:
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=work, timeout=120)
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=work, timeout=30, preexec_fn=memory_cap)
+        except subprocess.TimeoutExpired:
+            check(title, False, "still running after 30 s")
+            continue
         lines = [l for l in r.stderr.splitlines() if l.strip()]
         problems = []
         if r.returncode != 2:

@@ -95,7 +95,9 @@ TEST(Checkpoint, RoundTripGivesSameLossAndTokens) {
   Tokenizer tok = Tokenizer::from_vocab(TokenizerKind::kWord, vocab);
   const std::string path = (dir / "m.bin").string();
   save_checkpoint(path, model, tok);
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  for (const auto& e : fs::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "left behind: " << e.path();
+  }
 
   Checkpoint ck = load_checkpoint(path);
   EXPECT_EQ(ck.config, model.config());
@@ -244,7 +246,7 @@ TEST_F(BadCheckpoint, WrongVersion) {
 
 TEST_F(BadCheckpoint, NotACheckpoint) {
   expect_error(write("text.bin", "hello world, not a checkpoint"), "not a checkpoint");
-  expect_error((dir / "missing.bin").string(), "cannot open");
+  expect_error((dir / "missing.bin").string(), "no such file");
 }
 
 TEST_F(BadCheckpoint, WrongConfigIsNamed) {

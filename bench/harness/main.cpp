@@ -187,24 +187,24 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver, co
                    fmt::print(stderr, "{}: skipped: this experiment {}\n", ex->name, ex->skip_reason);
                    return 0;
                  }
-                 return run_experiment(*ex, RunnerOptions{at.results / ex->name, at.build / "stages", force});
+                 return run_experiment(*ex, RunnerOptions{child_of(at.results, ex->name), at.build / "stages", force});
                },
                [ex, at](const std::string& cmd) {
-                 ReportSpec spec{ex->name, ex->description, ex->reports, at.results / ex->name,
-                                 at.reports / ex->name, at.repo / "data" / "paper", cmd, ""};
+                 ReportSpec spec{ex->name, ex->description, ex->reports, child_of(at.results, ex->name),
+                                 child_of(at.reports, ex->name), at.repo / "data" / "paper", cmd, ""};
                  // Skipped now, but results stored earlier (with the key given) still make the report.
-                 if (!fs::exists(at.results / ex->name / "runs.csv")) spec.skip_reason = ex->skip_reason;
+                 if (!fs::exists(child_of(at.results, ex->name) / "runs.csv")) spec.skip_reason = ex->skip_reason;
                  return write_reports(spec);
                }};
   } else if (kind == "kernels") {
     auto ex = std::make_shared<KernelsExperiment>(load_kernels_experiment(file, at.build_id));
     l = Loaded{ex->name, ex->description, fmt::format("{:>3} benchmark programs", ex->programs.size()), kKernelsIndex,
                [ex, at](bool force) {
-                 return run_indexed_jobs(kernels_jobs(*ex, at.build / "bench"), at.results / ex->name, force,
+                 return run_indexed_jobs(kernels_jobs(*ex, at.build / "bench"), child_of(at.results, ex->name), force,
                                          programs_identity(at.build / "bench"), kKernelsIndex, "program");
                },
                [ex, at](const std::string& cmd) {
-                 return write_kernels_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);
+                 return write_kernels_report(*ex, child_of(at.results, ex->name), child_of(at.reports, ex->name), cmd);
                }};
   } else if (kind == "peer") {
     auto ex = std::make_shared<PeerExperiment>(load_peer_experiment(file));
@@ -212,21 +212,21 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver, co
                [ex, at](bool force) {
                  const fs::path script = fs::path(kRepoRoot) / "bench" / "peers" / "torch_gpt2.py";
                  return run_indexed_jobs(peer_jobs(*ex, at.build_id, at.build / "bench", script),
-                                         at.results / ex->name, force, programs_identity(at.build / "bench"),
+                                         child_of(at.results, ex->name), force, programs_identity(at.build / "bench"),
                                          kJobsIndex, "job");
                },
                [ex, at](const std::string& cmd) {
-                 return write_peer_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);
+                 return write_peer_report(*ex, child_of(at.results, ex->name), child_of(at.reports, ex->name), cmd);
                }};
   } else {
     auto ex = std::make_shared<MpiStepExperiment>(load_mpi_step_experiment(file, resolver));
     l = Loaded{ex->name, ex->description, fmt::format("{:>3} MPI jobs", ex->jobs.size()), kJobsIndex,
                [ex, at](bool force) {
-                 return run_indexed_jobs(mpi_step_jobs(*ex, at.build_id, at.build / "stages"), at.results / ex->name,
+                 return run_indexed_jobs(mpi_step_jobs(*ex, at.build_id, at.build / "stages"), child_of(at.results, ex->name),
                                          force, programs_identity(at.build / "stages"), kJobsIndex, "job");
                },
                [ex, at](const std::string& cmd) {
-                 return write_mpi_step_report(*ex, at.results / ex->name, at.reports / ex->name, cmd);
+                 return write_mpi_step_report(*ex, child_of(at.results, ex->name), child_of(at.reports, ex->name), cmd);
                }};
   }
   return l;
@@ -303,7 +303,7 @@ int run(int argc, char** argv) {
   int failed = 0;
   if (a.command == "run") {
     failed = ex.run(a.force);
-  } else if (ex.count != "skipped" && !fs::exists(at.results / ex.name / ex.index)) {
+  } else if (ex.count != "skipped" && !fs::exists(child_of(at.results, ex.name) / ex.index)) {
     throw std::invalid_argument(fmt::format("no results for '{}' in {} (run it first)", ex.name, at.results.string()));
   }
   std::error_code ec;
@@ -311,7 +311,7 @@ int run(int argc, char** argv) {
   std::string reproduce = fmt::format("build/bench/harness run {}", ec ? file.string() : rel.string());
   for (const std::string& s : a.set) reproduce += " --set " + s;
   const auto files = ex.report(reproduce);
-  fmt::print(stderr, "results: {}\n", (at.results / ex.name).string());
+  fmt::print(stderr, "results: {}\n", (child_of(at.results, ex.name)).string());
   for (const fs::path& f : files) {
     if (f.extension() == ".md") fmt::print("report: {}\n", f.string());
   }

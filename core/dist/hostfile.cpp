@@ -8,7 +8,10 @@
 
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <stdexcept>
+
+#include "util/files.h"
 
 namespace gpt2 {
 
@@ -54,8 +57,7 @@ bool names_this_machine(const std::string& entry, const std::string& me, const s
 }  // namespace
 
 std::vector<HostEntry> read_hostfile(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw std::invalid_argument(fmt::format("hostfile '{}': cannot read it", path));
+  std::istringstream f(read_input_file(path, kMaxTextInputBytes, "hostfile", "an MPICH hostfile"));
   std::vector<HostEntry> hosts;
   int n = 0;
   for (std::string line; std::getline(f, line);) {

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "util/fields.h"
+#include "util/files.h"
 #include "util/hash.h"
 
 namespace gpt2 {
@@ -220,8 +221,11 @@ void read_v2_body(In& in, uint32_t flags, Checkpoint& ck, TokenizerKind& kind, s
 }
 
 void write_atomically(const std::string& path, const std::vector<unsigned char>& data) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  // A fresh temporary, created exclusively and not through a link, renamed over `path`.
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(std::filesystem::symlink_status(tmp, ec))) std::filesystem::remove(tmp, ec);
+  std::FILE* f = ::fdopen(create_new_file(tmp), "wb");
   if (!f) throw std::runtime_error(fmt::format("{}: cannot write checkpoint: {}", tmp, std::strerror(errno)));
   bool ok = std::fwrite(data.data(), 1, data.size(), f) == data.size();
   ok = std::fflush(f) == 0 && ok;
@@ -301,38 +305,54 @@ void save_checkpoint(const std::string& path, const Gpt2Config& config, std::spa
   write_atomically(path, out.data());
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
-  // A directory opens as a stream on Linux and fails only when read ("basic_filebuf::underflow").
-  if (std::filesystem::is_directory(path)) {
-    throw std::runtime_error(fmt::format("{}: is a directory, expected a checkpoint file", path));
-  }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error(fmt::format("{}: cannot open checkpoint: {}", path, std::strerror(errno)));
-  std::vector<unsigned char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+namespace {
+
+// The bytes of a checkpoint file, read with its kind, size and header checked
+// before the body: a device or FIFO is refused by its type (util/files.h),
+// the magic is read first, and a version-2/3 file's recorded size must equal
+// the file's before the rest is read (a huge sparse file, or a truncated
+// one, costs nothing). Fills version and flags.
+std::vector<unsigned char> read_checkpoint_bytes(const std::string& path, uint32_t& version, uint32_t& flags) {
+  InputFile f(path, kMaxCheckpointBytes, "", "a checkpoint file");
+  std::vector<unsigned char> b(static_cast<size_t>(std::min<uint64_t>(f.size(), 24)));
+  f.read(b.data(), b.size());
   if (b.size() < sizeof kMagic || std::memcmp(b.data(), kMagic, sizeof kMagic) != 0) {
     throw std::runtime_error(fmt::format("{}: not a checkpoint (no GPT2CKPT magic)", path));
   }
   if (b.size() < sizeof kMagic + 8 + 8) throw std::runtime_error(fmt::format("{}: truncated checkpoint", path));
-  uint32_t version, flags;
   std::memcpy(&version, b.data() + 8, 4);
   std::memcpy(&flags, b.data() + 12, 4);
   if (version < 1 || version > 3) {
     throw std::runtime_error(fmt::format("{}: checkpoint format version {}, this program reads versions 1 to 3",
                                          path, version));
   }
-  size_t begin = 16;
   if (version >= 2) {
     uint64_t size = 0;
     std::memcpy(&size, b.data() + 16, sizeof size);
-    if (b.size() < size) {
+    if (f.size() < size) {
       throw std::runtime_error(
-          fmt::format("{}: truncated checkpoint: {} bytes of the {} it was written with", path, b.size(), size));
+          fmt::format("{}: truncated checkpoint: {} bytes of the {} it was written with", path, f.size(), size));
     }
-    if (b.size() != size || size < 32) {  // 32: the 24 header bytes and the checksum
-      throw std::runtime_error(fmt::format("{}: corrupted checkpoint: {} bytes, but it records {}", path, b.size(), size));
+    if (f.size() != size || size < 32) {  // 32: the 24 header bytes and the checksum
+      throw std::runtime_error(fmt::format("{}: corrupted checkpoint: {} bytes, but it records {}", path, f.size(), size));
     }
-    begin = 24;
   }
+  const std::string rest = f.read_rest();
+  b.insert(b.end(), rest.begin(), rest.end());
+  return b;
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& path) {
+  uint32_t version = 0, flags = 0;
+  std::vector<unsigned char> b;
+  try {
+    b = read_checkpoint_bytes(path, version, flags);
+  } catch (const std::invalid_argument& e) {  // the file's kind or size: the caller's error type
+    throw std::runtime_error(e.what());
+  }
+  const size_t begin = version >= 2 ? 24 : 16;
   const size_t body = b.size() - sizeof(uint64_t);
   uint64_t stored;
   std::memcpy(&stored, b.data() + body, sizeof stored);

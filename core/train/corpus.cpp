@@ -4,47 +4,20 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
+
+#include "util/files.h"
 
 namespace gpt2 {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// The whole corpus is held in memory (and tokenized there): a larger file is
-// more likely a mistake than a corpus for this engine.
-constexpr uintmax_t kMaxCorpusBytes = uintmax_t{1} << 30;
-
-}  // namespace
-
 std::string read_corpus(const std::string& path) {
   if (path.empty()) throw std::invalid_argument("data.corpus: no corpus file given");
-  // Checked before reading: a device (/dev/zero) or a FIFO never ends, and
-  // reading it would end in bad_alloc rather than an error naming the file.
-  std::error_code ec;
-  const fs::file_status st = fs::status(path, ec);
-  if (fs::exists(st) && !fs::is_regular_file(st)) {
-    throw std::invalid_argument(fmt::format("data.corpus: '{}' is {}, expected a regular file", path,
-                                            fs::is_directory(st) ? "a directory" : "not a regular file"));
-  }
-  if (fs::exists(st)) {
-    const uintmax_t size = fs::file_size(path, ec);
-    if (!ec && size > kMaxCorpusBytes) {
-      throw std::invalid_argument(
-          fmt::format("data.corpus: '{}' is {} bytes, above the limit of 1 GiB ({} bytes)", path, size, kMaxCorpusBytes));
-    }
-  }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    throw std::invalid_argument(fmt::format("data.corpus: cannot read '{}': {}", path,
-                                            fs::exists(path) ? "not a readable file" : "no such file"));
-  }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
+  // The whole corpus is held in memory (and tokenized there): a larger file
+  // is more likely a mistake than a corpus for this engine. Its kind and size
+  // are checked before anything is read: a device (/dev/zero) or a FIFO never ends.
+  std::string text = read_input_file(path, kMaxCorpusBytes, "data.corpus", "a text corpus");
   if (text.find_first_not_of(" \t\r\n\v\f") == std::string::npos) {
     throw std::invalid_argument(fmt::format("data.corpus: '{}' is empty", path));
   }

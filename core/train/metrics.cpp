@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "util/files.h"
+
 namespace gpt2 {
 
 MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_steps_before)
@@ -35,7 +37,7 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_steps_before)
   // The kept lines go to a new file renamed over the old partial stream, so
   // a failure here leaves the interrupted stream as it was.
   const std::string fresh = partial_ + ".new";
-  f_ = std::fopen(fresh.c_str(), "w");
+  f_ = ::fdopen(open_output(fresh), "w");
   if (!f_) throw std::runtime_error(fmt::format("{}: cannot write metrics: {}", fresh, std::strerror(errno)));
   for (const std::string& l : kept) line(l);
   if (std::rename(fresh.c_str(), partial_.c_str()) != 0) {

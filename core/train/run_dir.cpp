@@ -2,10 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 #include "util/json.h"
 
@@ -15,10 +21,38 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The files a run writes into its directory (and their temporaries).
-const char* const kRunFiles[] = {"config.yaml",          "config.yaml.tmp",     "metrics.jsonl",
-                                 "metrics.jsonl.partial", "checkpoint.bin",      "checkpoint.bin.tmp",
-                                 "run.json",             "run.json.tmp",        "metrics.jsonl.partial.new"};
+// The files a run writes into its directory; each one's temporaries are
+// "<name>.tmp" followed by anything (util/files.h).
+const char* const kRunFiles[] = {"config.yaml",    "metrics.jsonl", "metrics.jsonl.partial", "metrics.jsonl.partial.new",
+                                 "checkpoint.bin", "run.json",      "timeline.jsonl"};
+
+// Whether `name` is a run file or one of their temporaries.
+bool is_run_file(const std::string& name) {
+  for (const char* f : kRunFiles) {
+    const std::string base = f;
+    if (name == base || name.rfind(base + ".tmp", 0) == 0) return true;
+  }
+  return false;
+}
+
+// Same file (the user may name the directory's checkpoint by another path).
+bool same_file(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  return fs::equivalent(a, b, ec) && !ec;
+}
+
+// The run files (and temporaries) `out` holds, links included (never
+// followed), but none of the run's `inputs`.
+std::vector<fs::path> run_files_in(const fs::path& out, const std::vector<fs::path>& inputs) {
+  std::vector<fs::path> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    if (!is_run_file(e.path().filename().string())) continue;
+    if (std::any_of(inputs.begin(), inputs.end(), [&](const fs::path& in) { return same_file(in, e.path()); })) continue;
+    found.push_back(e.path());
+  }
+  return found;
+}
 
 const fs::path& created(const fs::path& out) {
   std::error_code ec;
@@ -41,11 +75,6 @@ std::string read_run_id(const fs::path& file) {
                                           "run or pass --overwrite", file.string()));
 }
 
-// Same file (the user may name the directory's checkpoint by another path).
-bool same_file(const fs::path& a, const fs::path& b) {
-  std::error_code ec;
-  return fs::equivalent(a, b, ec) && !ec;
-}
 
 }  // namespace
 
@@ -55,15 +84,14 @@ std::string new_run_id() {
   return fmt::format("{:016x}", x);
 }
 
-RunDirectory::RunDirectory(const fs::path& out, DirIntent intent, const std::string& stage)
-    : out_(out), stage_(stage), lock_(created(out), "--out", "run.json"), intent_(intent) {
-  const fs::path probe = out / ".write-test";
-  {
-    std::ofstream f(probe);
-    if (!f) throw std::invalid_argument(fmt::format("--out: '{}' is not writable", out.string()));
+RunDirectory::RunDirectory(const fs::path& out, DirIntent intent, const std::string& stage,
+                           const std::vector<fs::path>& inputs)
+    : out_(out), stage_(stage), lock_(created(out), "--out", "run.json"), intent_(intent), inputs_(inputs) {
+  // Checked without writing anything: a refused run leaves the directory as it was.
+  if (::access(out.c_str(), W_OK | X_OK) != 0) {
+    throw std::invalid_argument(fmt::format("--out: '{}' is not writable: {}", out.string(), std::strerror(errno)));
   }
-  fs::remove(probe);
-  for (const char* name : kRunFiles) holds_run_ = holds_run_ || fs::exists(out / name);
+  holds_run_ = !run_files_in(out, inputs_).empty();
   const bool finished = fs::exists(out / "metrics.jsonl");
   dir_run_id_ = read_run_id(out / "run.json");
   run_id_ = new_run_id();  // a resumed run takes its checkpoint's instead (check_resume)
@@ -97,10 +125,10 @@ void RunDirectory::check_resume(const std::string& checkpoint_path, const std::s
 
 void RunDirectory::begin() {
   if (intent_ == DirIntent::kOverwrite && holds_run_) {
-    for (const char* name : kRunFiles) {
+    for (const fs::path& f : run_files_in(out_, inputs_)) {  // a link is removed, not what it points to
       std::error_code ec;
-      fs::remove(out_ / name, ec);
-      if (ec) throw std::runtime_error(fmt::format("--out: cannot remove '{}': {}", (out_ / name).string(), ec.message()));
+      fs::remove(f, ec);
+      if (ec) throw std::runtime_error(fmt::format("--out: cannot remove '{}': {}", f.string(), ec.message()));
     }
     holds_run_ = false;
   }

@@ -16,6 +16,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "util/files.h"
 
@@ -28,7 +29,10 @@ class RunDirectory {
   // Creates `out` if needed, locks it, checks that it is writable and that
   // what it holds allows `intent`; writes nothing into it. Throws
   // std::invalid_argument naming --out and the directory.
-  RunDirectory(const std::filesystem::path& out, DirIntent intent, const std::string& stage);
+  // `inputs` (the run's --config file) are never taken for run files: not
+  // counted as a run the directory holds, never removed by --overwrite.
+  RunDirectory(const std::filesystem::path& out, DirIntent intent, const std::string& stage,
+               const std::vector<std::filesystem::path>& inputs = {});
 
   // Resume only: refuses a checkpoint that does not belong to the run in the
   // directory (its run.id differs from run.json's; or, for a checkpoint or a
@@ -50,6 +54,7 @@ class RunDirectory {
   std::string stage_;
   DirectoryLock lock_;
   DirIntent intent_;
+  std::vector<std::filesystem::path> inputs_;
   bool holds_run_ = false;    // any run file is there
   std::string dir_run_id_;    // run.json's id, "" if none
   std::string run_id_;

@@ -10,8 +10,8 @@ namespace gpt2 {
 
 namespace fs = std::filesystem;
 
-void RunLogger::claim(const fs::path& out, DirIntent intent) {
-  if (active_) dir_.emplace(out, intent, stage_);
+void RunLogger::claim(const fs::path& out, DirIntent intent, const std::vector<fs::path>& inputs) {
+  if (active_) dir_.emplace(out, intent, stage_, inputs);
 }
 
 void RunLogger::check_resume(const std::string& checkpoint_path, const std::string& checkpoint_run_id) {

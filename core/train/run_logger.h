@@ -22,7 +22,8 @@ class RunLogger {
 
   // Takes the output directory (train/run_dir.h: locked, and refused when
   // it holds a run the intent does not allow). Called before any work.
-  void claim(const std::filesystem::path& out, DirIntent intent);
+  // `inputs`: files the run reads (its --config), which are never taken for run files.
+  void claim(const std::filesystem::path& out, DirIntent intent, const std::vector<std::filesystem::path>& inputs = {});
   // Resuming: the checkpoint must belong to the directory's run.
   void check_resume(const std::string& checkpoint_path, const std::string& checkpoint_run_id);
   // The run's id (run.json, and "run.id" in its checkpoints); "" off rank 0.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include "train/run_state.h"
 #include "train/train_step.h"
 #include "util/fields.h"
+#include "util/files.h"
 #include "util/hash.h"
 #include "util/provenance.h"
 
@@ -192,9 +194,14 @@ class PipelineRecorder {
         mine_(4 + 4 * max_events_),
         all_(mine_.size() * static_cast<size_t>(aux_.size())) {
     if (timeline_path.empty()) return;
-    out_.open(timeline_path, std::ios::trunc);
+    out_ = ::fdopen(open_output(timeline_path), "w");
     if (!out_) throw std::runtime_error(fmt::format("{}: cannot write the pipeline timeline", timeline_path));
   }
+  ~PipelineRecorder() {
+    if (out_) std::fclose(out_);
+  }
+  PipelineRecorder(const PipelineRecorder&) = delete;
+  PipelineRecorder& operator=(const PipelineRecorder&) = delete;
 
   void gather(int64_t step, StepRecord& rec) {
     const bool with_events = step < kTimelineSteps;
@@ -231,9 +238,11 @@ class PipelineRecorder {
       }
       ranks.push_back(Json{{"rank", r}, {"stage", static_cast<int>(x[2])}, {"events", events}});
     }
-    if (with_events && out_.is_open()) {
-      out_ << Json{{"step", step}, {"ranks", ranks}}.dump() << '\n';
-      out_.flush();
+    if (with_events && out_) {
+      const std::string line = Json{{"step", step}, {"ranks", ranks}}.dump() + "\n";
+      if (std::fputs(line.c_str(), out_) < 0 || std::fflush(out_) != 0) {
+        throw std::runtime_error("timeline.jsonl: writing the pipeline timeline failed");
+      }
     }
   }
 
@@ -242,7 +251,7 @@ class PipelineRecorder {
   const PipelineEngine& pipe_;
   size_t max_events_;
   std::vector<float> mine_, all_;
-  std::ofstream out_;
+  std::FILE* out_ = nullptr;
 };
 
 // This rank's memory by kind (bytes), as allocated (RankMemory, train/plan.h).
@@ -442,9 +451,11 @@ void run_train(const TrainRequest& req, const StageContext& ctx) {
   check_stage_runs(c, ctx.stage, ctx.comm != nullptr);
   // Make: the run directory, the grid, the state, the layout.
   RunLogger log(ctx.stage, comm.rank() == 0);
-  log.claim(req.out_dir, !req.resume.empty() ? DirIntent::kResume
-                         : req.overwrite     ? DirIntent::kOverwrite
-                                             : DirIntent::kNew);
+  std::vector<fs::path> inputs;  // never taken for the directory's run files
+  if (!req.config_file.empty()) inputs.push_back(req.config_file);
+  log.claim(req.out_dir,
+            !req.resume.empty() ? DirIntent::kResume : req.overwrite ? DirIntent::kOverwrite : DirIntent::kNew,
+            inputs);
   check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
   ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp);
   const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, {threads, c.train.tf32, 0}, grid);

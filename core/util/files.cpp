@@ -3,8 +3,11 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -16,14 +19,144 @@
 
 namespace gpt2 {
 
+namespace {
+
+// What kind of file a status names, for errors.
+std::string kind_of(const struct stat& st) {
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  if (S_ISCHR(st.st_mode)) return "not a regular file (a character device)";
+  if (S_ISBLK(st.st_mode)) return "not a regular file (a block device)";
+  if (S_ISFIFO(st.st_mode)) return "not a regular file (a FIFO)";
+  if (S_ISSOCK(st.st_mode)) return "not a regular file (a socket)";
+  if (S_ISLNK(st.st_mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+void write_all(int fd, const char* data, size_t n, const std::filesystem::path& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw std::runtime_error(fmt::format("{}: write failed: {}", path.string(), std::strerror(errno)));
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+}  // namespace
+
+int create_new_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd >= 0) return fd;
+  const int err = errno;
+  struct stat st {};
+  if (err == EEXIST && ::lstat(path.c_str(), &st) == 0) {
+    throw std::invalid_argument(fmt::format("{}: already exists ({}); nothing is written through or over it",
+                                            path.string(), S_ISLNK(st.st_mode) ? "a symbolic link" : "a file"));
+  }
+  throw std::runtime_error(fmt::format("{}: cannot create: {}", path.string(), std::strerror(err)));
+}
+
+int open_output(const std::filesystem::path& path, bool append) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd >= 0) return fd;
+  const int err = errno;
+  if (err == ELOOP) {
+    throw std::invalid_argument(
+        fmt::format("{}: is a symbolic link; nothing is written through it (remove it, or choose another directory)",
+                    path.string()));
+  }
+  throw std::runtime_error(fmt::format("{}: cannot write: {}", path.string(), std::strerror(err)));
+}
+
 void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << text;
-    if (!f.flush()) throw std::runtime_error(fmt::format("{}: write failed", tmp.string()));
+  // A fresh name each time: a stale temporary (or a link planted in its
+  // place) is never opened.
+  static std::atomic<uint64_t> serial{0};
+  const std::filesystem::path tmp =
+      fmt::format("{}.tmp.{}.{}", path.string(), ::getpid(), serial.fetch_add(1, std::memory_order_relaxed));
+  const int fd = create_new_file(tmp);
+  try {
+    write_all(fd, text.data(), text.size(), tmp);
+    if (::close(fd) != 0) throw std::runtime_error(fmt::format("{}: write failed: {}", tmp.string(), std::strerror(errno)));
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw;
   }
   std::filesystem::rename(tmp, path);
+}
+
+InputFile::InputFile(const std::filesystem::path& path, uint64_t max_bytes, const std::string& what,
+                     const std::string& expected)
+    : path_(path), what_(what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw std::invalid_argument(error(errno == ENOENT ? "no such file" : std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) throw std::invalid_argument(error(fmt::format("is {}, expected {}", kind_of(st), expected)));
+  // O_NONBLOCK: should the path have become a FIFO since, opening it does not wait for a writer.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd_ < 0) throw std::invalid_argument(error(fmt::format("cannot read: {}", std::strerror(errno))));
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw std::invalid_argument(error(fmt::format("is {}, expected {}", kind_of(st), expected)));
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ > max_bytes) {
+    ::close(fd_);
+    fd_ = -1;
+    const bool gib = max_bytes % (uint64_t{1} << 30) == 0, mib = max_bytes % (uint64_t{1} << 20) == 0;
+    const std::string limit = gib   ? fmt::format("{} GiB", max_bytes >> 30)
+                              : mib ? fmt::format("{} MiB", max_bytes >> 20)
+                                    : fmt::format("{} bytes", max_bytes);
+    throw std::invalid_argument(error(fmt::format("is {} bytes, above the limit of {} ({} bytes) for {}", size_, limit,
+                                                  max_bytes, expected)));
+  }
+}
+
+InputFile::~InputFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string InputFile::error(const std::string& problem) const {
+  return fmt::format("{}{}: {}", what_.empty() ? "" : what_ + ": ", path_.string(), problem);
+}
+
+void InputFile::read(void* dst, size_t n) {
+  char* out = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t r = ::read(fd_, out, n);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r < 0) throw std::invalid_argument(error(fmt::format("read failed: {}", std::strerror(errno))));
+    if (r == 0) throw std::invalid_argument(error(fmt::format("truncated: {} bytes, more were expected", pos_)));
+    out += r;
+    n -= static_cast<size_t>(r);
+    pos_ += static_cast<uint64_t>(r);
+  }
+}
+
+std::string InputFile::read_rest() {
+  // Up to the size checked at open: a file that grew since is read no further.
+  std::string text(static_cast<size_t>(size_ - std::min(pos_, size_)), '\0');
+  char* out = text.data();
+  size_t n = text.size(), got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd_, out + got, n - got);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r < 0) throw std::invalid_argument(error(fmt::format("read failed: {}", std::strerror(errno))));
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  text.resize(got);
+  pos_ += got;
+  return text;
+}
+
+std::string read_input_file(const std::filesystem::path& path, uint64_t max_bytes, const std::string& what,
+                            const std::string& expected) {
+  InputFile f(path, max_bytes, what, expected);
+  return f.read_rest();
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // Small file helpers shared by the trainer and the harness.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 
@@ -8,9 +9,67 @@
 
 namespace gpt2 {
 
-// Writes `text` to "<path>.tmp" and renames it over `path`: readers see the
-// old file or the new one, never a half-written one.
+// Writes `text` to a fresh temporary beside `path` (created exclusively, not
+// through a link: O_CREAT | O_EXCL | O_NOFOLLOW) and renames it over `path`:
+// readers see the old file or the new one, never a half-written one, and a
+// symbolic link named `path` is replaced, never written through.
 void write_file_atomically(const std::filesystem::path& path, const std::string& text);
+
+// Creates `path` for writing as a new file, never through a symbolic link
+// (O_NOFOLLOW) and never an existing one (O_EXCL): the one way a run or the
+// harness creates a file in place. Returns the descriptor; throws
+// std::runtime_error naming the file and the reason (std::invalid_argument
+// for a link or an existing file at `path`: bad input, say what is there).
+int create_new_file(const std::filesystem::path& path);
+
+// Opens `path` for writing in place (truncated, or appended to with
+// `append`), never through a symbolic link (O_NOFOLLOW): for the streams a
+// run extends as it goes (the metrics stream, the pipeline timeline, a log).
+// Returns the descriptor; throws std::invalid_argument for a link at `path`,
+// std::runtime_error otherwise, naming the file.
+int open_output(const std::filesystem::path& path, bool append = false);
+
+// An input file, opened with its kind and size checked before anything is
+// read (docs/guarantees.md): a regular file only (a directory, a device, a
+// FIFO or a socket is refused by its type, without opening it for reading,
+// so nothing blocks and nothing endless is read), at most `max_bytes`.
+// Errors are std::invalid_argument "<what>: <path>: <problem>" (`what`: the
+// key or option that named it, "" for none), where `expected` says what the
+// file should have been ("a checkpoint file", "a YAML file").
+class InputFile {
+ public:
+  InputFile(const std::filesystem::path& path, uint64_t max_bytes, const std::string& what,
+            const std::string& expected);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  uint64_t size() const { return size_; }
+  uint64_t position() const { return pos_; }
+  // Exactly n bytes; fewer (the file shrank) throws "truncated".
+  void read(void* dst, size_t n);
+  // The rest of the file.
+  std::string read_rest();
+  // "<what>: <path>: <problem>": for the callers' own checks of the content.
+  std::string error(const std::string& problem) const;
+
+ private:
+  std::filesystem::path path_;
+  std::string what_;
+  int fd_ = -1;
+  uint64_t size_ = 0, pos_ = 0;
+};
+
+// The whole of a small input file (configurations, hostfiles, experiment
+// files, results): InputFile's checks, then its text.
+std::string read_input_file(const std::filesystem::path& path, uint64_t max_bytes, const std::string& what,
+                            const std::string& expected);
+
+// Size bounds of the inputs (docs/guarantees.md).
+inline constexpr uint64_t kMaxTextInputBytes = uint64_t{16} << 20;  // configurations, hostfiles, experiments, records
+inline constexpr uint64_t kMaxCorpusBytes = uint64_t{1} << 30;      // data.corpus
+inline constexpr uint64_t kMaxCheckpointBytes = uint64_t{64} << 30;  // above any model this engine trains
+inline constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 30;       // metrics streams, runs.csv, loss.csv, results
 
 // An exclusive lock on a directory, held while the object lives: flock() on
 // the directory itself, so taking it writes nothing into the directory (a run

@@ -1,8 +1,10 @@
 #include "util/records.h"
+#include "util/files.h"
 
 #include <fmt/format.h>
 
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace gpt2 {
@@ -159,8 +161,12 @@ RunSummary run_summary(const Json& j, const std::string& where) {
 }
 
 MetricsStream read_metrics_stream(const std::filesystem::path& path) {
-  std::ifstream f(path);
-  if (!f) throw std::runtime_error(fmt::format("{}: cannot read the metrics stream", path.string()));
+  std::istringstream f;
+  try {
+    f.str(read_input_file(path, kMaxRecordBytes, "", "a metrics stream"));
+  } catch (const std::invalid_argument& e) {  // this reader's callers take a runtime_error
+    throw std::runtime_error(fmt::format("cannot read the metrics stream: {}", e.what()));
+  }
   MetricsStream m;
   int n = 0;
   for (std::string line; std::getline(f, line);) {

@@ -9,16 +9,18 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "util/files.h"
+
 namespace gpt2::harness {
 
 namespace {
 
 std::string slurp(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(fmt::format("{}: cannot open: {}", path.string(), std::strerror(errno)));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw std::runtime_error(fmt::format("{}: read failed: {}", path.string(), std::strerror(errno)));
-  return text;
+  try {
+    return read_input_file(path, kMaxRecordBytes, "", "a CSV file");
+  } catch (const std::invalid_argument& e) {  // this reader's callers take a runtime_error
+    throw std::runtime_error(e.what());
+  }
 }
 
 // A record and the line it starts on (records may span lines inside quotes).

@@ -3,9 +3,9 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
+
+#include "util/files.h"
 
 namespace gpt2::harness {
 
@@ -14,10 +14,13 @@ namespace fs = std::filesystem;
 std::optional<Json> read_plan(const fs::path& run_dir) {
   const fs::path file = run_dir / "plan.json";
   if (!fs::exists(file)) return std::nullopt;
-  std::ifstream in(file);
-  std::stringstream text;
-  text << in.rdbuf();
-  Json j = Json::parse(text.str(), nullptr, false);
+  std::string text;
+  try {
+    text = read_input_file(file, kMaxRecordBytes, "", "a run's plan");
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
+  }
+  Json j = Json::parse(text, nullptr, false);
   if (!j.is_object() || !j.value("ok", false) || !j.contains("per_rank") || !j["per_rank"].is_array() ||
       j["per_rank"].empty() || !j.contains("layout")) {
     throw std::runtime_error(fmt::format("{}: not a run's plan (docs/plan.md)", file.string()));

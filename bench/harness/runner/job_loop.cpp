@@ -50,10 +50,13 @@ std::string programs_identity(const fs::path& dir) {
 }
 
 std::optional<Json> read_json_file(const fs::path& p) {
-  std::ifstream f(p);
-  if (!f) return std::nullopt;
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return parse_json(text, p.string());
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(p, ec))) return std::nullopt;
+  try {
+    return parse_json(read_input_file(p, kMaxRecordBytes, "", "a JSON record"), p.string());
+  } catch (const std::invalid_argument& e) {  // a device, a FIFO, a huge file: this reader's callers take a runtime_error
+    throw std::runtime_error(e.what());
+  }
 }
 
 std::optional<Status> read_status(const fs::path& dir) {

@@ -75,7 +75,7 @@ KernelsExperiment load_kernels_experiment(const fs::path& file, const std::strin
     if (!b["program"]) rd.fail(b, "a benchmark program needs 'program' (e.g. kernel_bench)");
     KernelProgram p;
     p.program = rd.scalar(b["program"], "program");
-    if (p.program.empty() || p.program.find('/') != std::string::npos) {
+    if (!is_plain_name(p.program)) {
       rd.fail(b["program"], fmt::format("program: '{}' must be a program name in the build's bench/ folder", p.program));
     }
     if (b["args"]) p.args = rd.strings(b["args"], "args");

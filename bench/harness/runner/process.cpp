@@ -65,7 +65,7 @@ std::string command_text(const std::vector<std::string>& argv) {
 int launch(const std::vector<std::string>& argv, const fs::path& log, const LaunchOptions& opt) {
   signal(SIGINT, forward_and_exit);
   signal(SIGTERM, forward_and_exit);
-  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | (opt.append_log ? O_APPEND : O_TRUNC), 0644);
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (opt.append_log ? O_APPEND : O_TRUNC), 0644);
   if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot write the log: {}", log.string(), std::strerror(errno)));
   if (opt.append_log) {
     const std::string line = "$ " + command_text(argv) + "\n";

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -65,11 +66,27 @@ ExperimentFile open_experiment(const fs::path& file, const std::string& kind, co
   if (k != kind) rd.fail(root["kind"], fmt::format("kind: this file is a '{}' experiment, not '{}'", k, kind));
   std::string& name = f.info.name;
   name = root["name"] ? rd.scalar(root["name"], "name") : file.stem().string();
-  if (name.empty() || name.find_first_of("/\\ ") != std::string::npos) {
-    rd.fail(root["name"], fmt::format("name: '{}' must be a plain word (it names a directory)", name));
+  if (!is_plain_name(name)) {
+    rd.fail(root["name"] ? root["name"] : root,
+            fmt::format("name: '{}' must be a plain word of letters, digits, '_', '-' and '.', not starting with '.' "
+                        "or '-' (it names the experiment's results and reports folders)", name));
   }
   if (root["description"]) f.info.description = rd.scalar(root["description"], "description");
   return f;
+}
+
+bool is_plain_name(const std::string& name) {
+  if (name.empty() || name.size() > 100 || name[0] == '.' || name[0] == '-') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+std::filesystem::path child_of(const std::filesystem::path& root, const std::string& name) {
+  if (!is_plain_name(name)) {
+    throw std::invalid_argument(fmt::format("'{}' would not name a folder inside {}", name, root.string()));
+  }
+  return root / name;
 }
 
 std::string Reader::at(const YAML::Node& n) const { return fmt::format("{}:{}", file_.string(), n.Mark().line + 1); }

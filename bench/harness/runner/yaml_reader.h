@@ -35,6 +35,16 @@ struct Override {
   YAML::Node node;
 };
 
+// Whether `name` can name one folder or file inside another, and nothing
+// else: non-empty, at most 100 characters of letters, digits, '_', '-' and
+// '.', not starting with '.' or '-' (so never "." or ".." or hidden).
+bool is_plain_name(const std::string& name);
+
+// `root / name` for a name that must stay under `root` (an experiment's
+// results or reports folder, a job's folder): throws std::invalid_argument
+// for a name that is not plain.
+std::filesystem::path child_of(const std::filesystem::path& root, const std::string& name);
+
 class Reader {
  public:
   explicit Reader(std::filesystem::path file) : file_(std::move(file)) {}
