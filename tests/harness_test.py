@@ -27,7 +27,7 @@ import time
 
 from checks import Checks
 
-RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,variant,seed,status,reason,"
+RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,variant,config_digest,seed,status,reason,"
                 "training_s,inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,mfu,params,"
                 "activation_bytes,tp_calls,tp_bytes,"
                 "dp_calls,dp_bytes,formula_tp_calls,formula_tp_bytes,formula_dp_calls,formula_dp_bytes,git_commit,"
@@ -430,6 +430,43 @@ runs:
 """
 
 
+MIXED = """name: mixed
+base: ../configs/original.yaml
+config:
+  model.block_size: 32
+  model.n_layer: 1
+  model.n_head: 2
+  model.n_embd: 32
+  train.batch_size: 4
+  train.seq_len: 32
+  train.steps: 3
+  train.peak_gflops: 10
+  generate.max_new_tokens: 0
+reports: [table1, table2]
+timeout_s: 120
+runs:
+  - {stage: serial, threads: 1, config: {optimizer.lr: 0.001}}
+  - {stage: serial, threads: 1, config: {optimizer.lr: 0.002, train.steps: 4}}
+"""
+
+
+def mixed_checks(exps, results, reports, harness, check):
+    """Two settings on one stage are two report rows, each naming what sets it apart."""
+    with open(os.path.join(exps, "mixed.yaml"), "w") as f:
+        f.write(MIXED)
+    r = harness("run", exp="mixed.yaml")
+    _, runs = rows(os.path.join(results, "mixed", "runs.csv"))
+    check("mixed: two settings of one stage run, each with its own configuration digest",
+          r.returncode == 0 and len(runs) == 2 and len({x["config_digest"] for x in runs}) == 2, r.stderr[-800:])
+    t1 = open(os.path.join(reports, "mixed", "table1.md")).read() if r.returncode == 0 else ""
+    t2 = open(os.path.join(reports, "mixed", "table2.md")).read() if r.returncode == 0 else ""
+    row_lines = [l for l in t1.splitlines() if l.startswith("| serial")]
+    check("mixed: Table 1 has a row per setting (not one 'ok 2/2'), Table 2 a curve per setting, each named by the "
+          "keys it differs in", len(row_lines) == 2 and all("ok 1/1" in l for l in row_lines) and "ok 2/2" not in t1
+          and "{optimizer.lr=0.001 train.steps=3}" in t2 and "{optimizer.lr=0.002 train.steps=4}" in t2,
+          "\n".join(row_lines) + t2[:1500])
+
+
 def table2_original_checks(exps, results, reports, harness, work, check):
     """The original-corpus experiment: skipped with what to pass, and its report from a corpus made here."""
     with open(os.path.join(exps, "t2o_smoke.yaml"), "w") as f:
@@ -789,6 +826,7 @@ def main():
     # 10. Tensor parallelism's layouts and their report.
     mpi_built = any(x["stage"] == "mpi" and x["status"] == "ok" for x in runs)
     tensor_parallel_checks(exps, results, reports, harness, mpi_built, check)
+    mixed_checks(exps, results, reports, harness, check)
     if mpi_built:
         pipeline_checks(exps, results, reports, harness, check)
         table2_original_checks(exps, results, reports, harness, work, check)

@@ -20,6 +20,10 @@ diverging run stops.
   divergence    a loss above train.max_loss (or not finite) stops the run with
                 exit 1, keeping the checkpoint written before
 
+  links         links named like a run's files in --out: a refused run
+                writes nothing through them; --overwrite removes the links,
+                never what they point to
+
 Every refused case must leave the directories it touched byte-identical.
 
 usage: run_dir_test.py --stage SERIAL [--mpi MPI --mpiexec MPIEXEC] [--harness HARNESS]
@@ -147,6 +151,25 @@ def run(a, work):
     r, _ = train(w("A"), "--overwrite", "--data.corpus", w("missing.txt"), steps_=2)
     refused("--overwrite with bad input removes nothing", r, "missing.txt", before, digest_tree(w("A")))
 
+    # ---- links: nothing is ever written through a symbolic link in --out ----
+    victim = w("victim.txt")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    os.makedirs(w("L"))
+    names = ("config.yaml", "metrics.jsonl.partial.new", "run.json.tmp", "checkpoint.bin.tmp", ".write-test",
+             "timeline.jsonl")
+    for name in names:
+        os.symlink(victim, w("L", name))
+    before = digest_tree(w("L"))
+    r, _ = train(w("L"))
+    check("a run refused for a folder of links (taken for a run's files) writes nothing through them",
+          one_line_error(r, "holds an interrupted run") and open(victim).read() == "precious\n"
+          and digest_tree(w("L")) == before, r.stderr.strip()[-300:])
+    r, _ = train(w("L"), "--overwrite")
+    check("--overwrite removes the links, not what they point to, and the run writes its own files",
+          r.returncode == 0 and open(victim).read() == "precious\n" and os.path.isfile(w("L", "metrics.jsonl"))
+          and not any(os.path.islink(w("L", n)) for n in names if n != ".write-test"), r.stderr.strip()[-300:])
+
     # ---- races ----
     # A run of a few seconds (a larger model than `small`), its output to a file
     # (a pipe nobody reads would fill and stop it).
@@ -229,6 +252,22 @@ def run(a, work):
                       f"exit {r.returncode} after {secs:.1f} s: {r.stderr.strip()[-400:]}")
             except subprocess.TimeoutExpired:
                 check(f"ranks with a different {title} stop at once", False, "hung (60 s)")
+        # Ranks given another command, or --resume on one rank only, would wait in different collectives.
+        for title, second in [("another command (generate)", ["generate", "--checkpoint", w("A", "checkpoint.bin"),
+                                                               "--prompt", "the cat"]),
+                              ("--resume on one rank only", ["train", "--out", w("mpi-cmd"), *small, "--resume",
+                                                             w("A", "checkpoint.bin")])]:
+            cmd = [a.mpiexec, "-n", "1", a.mpi, "train", "--out", w("mpi-cmd"), *small, ":", "-n", "1", a.mpi, *second]
+            t0 = time.time()
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+                secs = time.time() - t0
+                check(f"a rank given {title} stops every rank at once, naming the rank",
+                      r.returncode == 2 and "different commands or options: rank(s) 1 differ from rank 0's 'train"
+                      in r.stderr and secs < 20 and not os.path.exists(w("mpi-cmd", "metrics.jsonl")),
+                      f"exit {r.returncode} after {secs:.1f} s: {r.stderr.strip()[-400:]}")
+            except subprocess.TimeoutExpired:
+                check(f"a rank given {title} stops every rank at once", False, "hung (60 s)")
     else:
         print("skip ranks that disagree: no --mpi/--mpiexec")
 

@@ -13,6 +13,7 @@
 
 #include "app/config_file.h"
 #include "train/plan.h"
+#include "util/hash.h"
 #include "kernels/cpu/omp_wait.h"
 
 namespace gpt2 {
@@ -139,6 +140,42 @@ void refuse_unused_by_generate(const CommandLine& cl) {
   }
 }
 
+// Collective: every rank of the job must have been started with one command
+// and the same options (mpiexec's MPMD form can give ranks different ones:
+// `train` on one and `generate` on another, or --resume on one rank only,
+// would each wait in a different collective forever). Every rank throws the
+// same error, naming the ranks that differ from rank 0 and rank 0's command.
+void check_command_lines_agree(const std::vector<std::string>& args, Communicator& comm) {
+  if (comm.size() == 1) return;
+  std::string text;
+  for (const std::string& a : args) text += a + '\0';
+  if (comm.all_equal(fnv1a64(text.data(), text.size()))) return;
+  uint64_t len = text.size();
+  comm.broadcast(&len, sizeof len, 0);
+  std::string root(len, '\0');
+  if (comm.rank() == 0) root = text;
+  comm.broadcast(root.data(), len, 0);
+  const float differs = root == text ? 0.0f : 1.0f;
+  std::vector<float> all(static_cast<size_t>(comm.size()));
+  comm.all_gather(&differs, all.data(), 1);
+  std::string ranks;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (all[static_cast<size_t>(r)] != 0.0f) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", r);
+  }
+  std::string shown;  // rank 0's command and the options it was given
+  for (size_t at = 0; at < root.size();) {
+    const size_t end = root.find('\0', at);
+    if (end > at) {
+      if (!shown.empty()) shown += ' ';
+      shown.append(root, at, end - at);
+    }
+    at = end + 1;
+  }
+  throw std::invalid_argument(fmt::format(
+      "the ranks were started with different commands or options: rank(s) {} differ from rank 0's '{}'; start "
+      "every rank with one command line (mpiexec -n N program ARGS)", ranks.empty() ? "?" : ranks, shown));
+}
+
 // The plan command: the plan as JSON on stdout, or the refusal as JSON on
 // stdout and thrown (stderr, exit status 2) as a run would refuse it.
 void print_plan(const RunConfig& cfg, const std::string& ranks_text, const std::string& stage, bool root) {
@@ -173,6 +210,17 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   RunConfig cfg;
   const Fields fields = run_fields(cfg);
   const CommandLine cl = parse_command_line({args.begin() + 1, args.end()}, fields, keys, flags);
+  if (ctx.comm) {
+    // The command and its options (the configuration keys are compared key by
+    // key later, check_ranks_agree, with a message naming the key).
+    std::vector<std::string> given = {command};
+    for (const Option& o : options(command)) {
+      const std::string* v = cl.find(o.name);
+      given.push_back(v ? fmt::format("--{} {}", o.name, *v) : "");
+    }
+    given.push_back(cl.help ? "--help" : "");
+    check_command_lines_agree(given, *ctx.comm);
+  }
   if (cl.help) {
     if (root) fmt::print("{}", help(ctx.stage, note, command));
     return 0;

@@ -219,7 +219,7 @@ const std::vector<Column<RunRow>>& runs_schema() {
       col("threads", &RunRow::threads),       col("repetition", &RunRow::repetition),
       col("tp", &RunRow::tp, true),           col("block_types", &RunRow::block_types, true),
       col("pipeline", &RunRow::pipeline, true),
-      col("variant", &RunRow::variant, true),
+      col("variant", &RunRow::variant, true), col("config_digest", &RunRow::config_digest, true),
       col("seed", &RunRow::seed),             col("status", &RunRow::status),
       col("reason", &RunRow::reason),         // the counters (run_counters()) go here
       col("git_commit", &RunRow::git_commit), col("git_dirty", &RunRow::git_dirty),

@@ -65,6 +65,9 @@ struct RunRow {
   // variants: the model keys that differ from GPT-2 ("" for none).
   int tp = 1;
   std::string block_types, pipeline, variant;
+  // Since the hostile-input issue (optional): the resolved configuration's
+  // digest but train.seed (runner/experiment.h); "" in older files.
+  std::string config_digest;
   std::string status, reason;  // ok | failed | skipped | not run (planned, no attempt recorded), and why
   Counters counters;
   std::optional<double> get(const std::string& counter) const { return counters.get(counter); }

@@ -2,13 +2,15 @@
 #include "reports/report_inputs.h"
 
 #include <fmt/format.h>
-
-#include <cctype>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
+#include <set>
 #include <tuple>
 
 #include "render/report_format.h"
+#include "util/files.h"
 
 namespace gpt2::harness {
 
@@ -19,10 +21,68 @@ int stage_index(const std::string& stage) {
   return it == kStages.end() ? -1 : static_cast<int>(it - kStages.begin());
 }
 
+namespace {
+
+// A run's resolved configuration as "section.key" -> value text, from its
+// run.yaml (what the stage was given); empty if the folder has none.
+std::map<std::string, std::string> configuration_of(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  try {
+    const YAML::Node root = YAML::Load(read_input_file(dir / "run.yaml", kMaxTextInputBytes, "", "a run.yaml"));
+    for (const auto& section : root) {
+      if (!section.second.IsMap()) continue;
+      for (const auto& kv : section.second) {
+        out[section.first.as<std::string>() + "." + kv.first.as<std::string>()] = YAML::Dump(kv.second);
+      }
+    }
+  } catch (const std::exception&) {
+    out.clear();
+  }
+  return out;
+}
+
+// Runs of one stage, ranks, threads and layout whose configurations differ
+// (other config_digests) get Run::differs: the keys in which their
+// configuration differs from the others' (but train.seed), or the digest
+// where no run.yaml tells.
+void name_differences(std::vector<Run>& runs, const fs::path& results_dir) {
+  std::map<std::tuple<std::string, int, int, int, std::string, std::string, std::string>, std::vector<Run*>> groups;
+  for (Run& r : runs) {
+    groups[{r.stage, r.ranks, r.threads, r.tp, r.tp > 1 ? r.block_types : "", r.pipeline, r.variant}].push_back(&r);
+  }
+  for (auto& [key, members] : groups) {
+    std::map<std::string, std::map<std::string, std::string>> by_digest;  // digest -> its configuration
+    for (Run* r : members) {
+      if (!by_digest.count(r->config_digest)) by_digest[r->config_digest] = configuration_of(results_dir / r->run_id);
+    }
+    if (by_digest.size() < 2) continue;
+    std::set<std::string> keys;  // keys whose values are not the same in every configuration
+    for (const auto& [d, cfg] : by_digest) {
+      for (const auto& [k, v] : cfg) {
+        for (const auto& [d2, cfg2] : by_digest) {
+          const auto it = cfg2.find(k);
+          if (k != "train.seed" && (it == cfg2.end() || it->second != v)) keys.insert(k);
+        }
+      }
+    }
+    for (Run* r : members) {
+      const auto& cfg = by_digest[r->config_digest];
+      std::string text;
+      for (const std::string& k : keys) {
+        const auto it = cfg.find(k);
+        text += fmt::format("{}{}={}", text.empty() ? "" : " ", k, it == cfg.end() ? "?" : it->second);
+      }
+      r->differs = text.empty() ? "config " + r->config_digest.substr(0, 8) : text;
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<Run> load_runs(const fs::path& path) {
   std::vector<Run> runs;
   for (RunRow& row : read_runs_csv(path)) {
-    Run r{std::move(row)};
+    Run r{std::move(row), false, ""};
     // `git describe --dirty` already ends in "-dirty"; keep the flag, not the suffix.
     r.dirty = r.git_dirty == "true" || r.git_dirty == "1" || r.git_dirty == "yes";
     if (r.git_commit.size() > 6 && r.git_commit.ends_with("-dirty")) {
@@ -31,12 +91,14 @@ std::vector<Run> load_runs(const fs::path& path) {
     }
     runs.push_back(std::move(r));
   }
+  name_differences(runs, path.parent_path());
   return runs;
 }
 
 bool ConfigKey::operator<(const ConfigKey& o) const {
-  return std::tuple(stage_index(stage), ranks, threads, tp, block_types, pipeline, variant) <
-         std::tuple(stage_index(o.stage), o.ranks, o.threads, o.tp, o.block_types, o.pipeline, o.variant);
+  return std::tuple(stage_index(stage), ranks, threads, tp, block_types, pipeline, variant, config_digest) <
+         std::tuple(stage_index(o.stage), o.ranks, o.threads, o.tp, o.block_types, o.pipeline, o.variant,
+                    o.config_digest);
 }
 
 std::string block_types_text(const ConfigKey& k) {
@@ -54,6 +116,7 @@ std::string label(const ConfigKey& k) {
   std::string base = fmt::format("{} r{} t{}", k.stage, k.ranks, k.threads);
   if (!k.pipeline.empty()) base += " " + k.pipeline;
   if (!k.variant.empty()) base += " [" + k.variant + "]";
+  if (!k.differs.empty()) base += " {" + k.differs + "}";
   return k.tp > 1 ? fmt::format("{} tp{} ({})", base, k.tp, block_types_text(k)) : base;
 }
 
@@ -69,13 +132,18 @@ std::string column_id(const ConfigKey& k) {
   for (char ch : k.pipeline) id += ch == ' ' ? '_' : ch;
   if (!k.variant.empty()) id += "_";
   for (char ch : k.variant) id += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  if (!k.differs.empty()) id += "_" + k.config_digest.substr(0, 8);
   return id;
 }
 
 namespace {
 
 ConfigKey key_of(const Run& r) {
-  return {r.stage, r.ranks, r.threads, r.tp, r.tp > 1 ? r.block_types : "", r.pipeline, r.variant};
+  // Runs of one configuration share a key; config_digest splits any other
+  // difference, but only where it is named (differs): files without digests
+  // group as before.
+  return {r.stage, r.ranks, r.threads, r.tp, r.tp > 1 ? r.block_types : "", r.pipeline, r.variant,
+          r.differs.empty() ? "" : r.config_digest, r.differs};
 }
 
 std::vector<ConfigRuns> group_by_config(const std::vector<Run>& runs) {

@@ -29,8 +29,15 @@ int stage_index(const std::string& stage);
 // --dirty` marked keeps the flag, not the suffix.
 struct Run : RunRow {
   bool dirty = false;
+  // Where runs of one stage, ranks, threads and layout were given different
+  // configurations (config_digest): the keys this run's configuration sets
+  // apart from the others', "optimizer.lr=0.001 train.steps=50" (read from
+  // the runs' run.yaml), so that their rows are told apart; "" otherwise.
+  std::string differs;
   bool ok() const { return status == "ok"; }
 };
+// The runs of a runs.csv, with Run::differs worked out from the run folders
+// beside it.
 std::vector<Run> load_runs(const std::filesystem::path& path);
 
 struct ConfigKey {
@@ -40,6 +47,8 @@ struct ConfigKey {
   std::string block_types;  // "" for all tp (and always at tp 1)
   std::string pipeline;     // pipeline stages, microbatches, schedule, ZeRO-1: "pp2 m4 1f1b zero"; "" for none
   std::string variant;      // the architecture keys that differ from GPT-2: "arch=llama"; "" for none
+  std::string config_digest;  // the resolved configuration but train.seed; "" in older results
+  std::string differs;        // Run::differs: shown in the label where it is not ""
   bool operator<(const ConfigKey& o) const;
   bool operator==(const ConfigKey& o) const = default;
 };

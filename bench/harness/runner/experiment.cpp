@@ -11,6 +11,7 @@
 #include "runner/job_loop.h"
 #include "reports/report.h"
 #include "records/tables.h"
+#include "util/hash.h"
 #include "util/json.h"
 
 namespace gpt2::harness {
@@ -117,6 +118,21 @@ RunEntry read_run_entry(const Reader& rd, const YAML::Node& run, const StageBase
   return e;
 }
 
+// 16 hex digits of FNV-1a over every "section.key=value" of the resolved
+// configuration except train.seed (the seeds axis repeats a configuration).
+std::string config_digest(const ResolvedConfig& cfg) {
+  std::string text;
+  for (const auto& section : cfg.root) {
+    if (!section.second.IsMap()) continue;
+    for (const auto& kv : section.second) {
+      const std::string key = section.first.as<std::string>() + "." + kv.first.as<std::string>();
+      if (key == "train.seed") continue;
+      text += key + "=" + YAML::Dump(kv.second) + "\n";
+    }
+  }
+  return fmt::format("{:016x}", fnv1a64(text.data(), text.size()));
+}
+
 // The layout columns of a run from its plan: the tensor- and pipeline-parallel
 // sizes, and the pipeline and ZeRO as one text ("pp2 m4 zb-h1", "zero",
 // "pp2 m2 1f1b zero2"; ZeRO only where it is in force, over more than one
@@ -162,6 +178,7 @@ void expand_entry(Experiment& ex, const ExperimentFile& f, const StageBase& base
           s.hostfile = e.hostfile;
           s.config = cfg.yaml;
           s.plan = plan.text;
+          s.config_digest = config_digest(cfg);
           s.steps = cfg.integer("train.steps");
           s.id = run_id(s, build_id);
           if (!ids.insert(s.id).second) rd.fail(e.node, fmt::format("this run repeats an earlier run ({})", s.id));

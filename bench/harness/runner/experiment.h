@@ -60,6 +60,10 @@ struct RunSpec {
   std::string hostfile;  // absolute path or ""
   std::string config;    // the resolved configuration the stage is given (run.yaml)
   std::string plan;      // the engine's plan of the run (plan.json; docs/plan.md)
+  // A digest of the resolved configuration but train.seed: runs with equal
+  // digests (repetitions, seeds) share a report row; any other difference
+  // splits them (reports/report_inputs.h).
+  std::string config_digest;
   int64_t steps = 0;     // its train.steps
   std::string id;        // stage-rR-tT[-tpP][-ppS]-repK-<hash of the resolved run and the build>
 };

@@ -72,6 +72,7 @@ RunRow planned_row(const std::string& experiment, const RunSpec& r) {
   row.block_types = r.tp > 1 ? r.block_types : "";  // one rank computes the standard block whatever the list says
   row.pipeline = r.pipeline;
   row.variant = r.variant;
+  row.config_digest = r.config_digest;
   row.seed = r.seed;
   return row;
 }
@@ -211,6 +212,7 @@ RunSpec spec_of_row(const RunRow& row) {
   s.block_types = row.block_types;
   s.pipeline = row.pipeline;
   s.variant = row.variant;
+  s.config_digest = row.config_digest;
   s.repetition = row.repetition;
   s.seed = row.seed;
   s.id = row.run_id;
