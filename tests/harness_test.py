@@ -430,24 +430,11 @@ runs:
 """
 
 
-MIXED = """name: mixed
-base: ../configs/original.yaml
-config:
-  model.block_size: 32
-  model.n_layer: 1
-  model.n_head: 2
-  model.n_embd: 32
-  train.batch_size: 4
-  train.seq_len: 32
-  train.steps: 3
-  train.peak_gflops: 10
-  generate.max_new_tokens: 0
-reports: [table1, table2]
-timeout_s: 120
-runs:
-  - {stage: serial, threads: 1, config: {optimizer.lr: 0.001}}
-  - {stage: serial, threads: 1, config: {optimizer.lr: 0.002, train.steps: 4}}
-"""
+# PP_SMOKE's model and settings, two settings of one stage.
+MIXED = (PP_SMOKE.split("reports:")[0].replace("name: pp_smoke", "name: mixed")
+         + "reports: [table1, table2]\ntimeout_s: 120\nruns:\n"
+         "  - {stage: serial, threads: 1, config: {optimizer.lr: 0.001, train.steps: 3}}\n"
+         "  - {stage: serial, threads: 1, config: {optimizer.lr: 0.002}}\n")
 
 
 def mixed_checks(exps, results, reports, harness, check):
