@@ -513,6 +513,13 @@ def compare_checks(work, a_harness, env, check):
                        timeout=60)
     check("compare: a side that names nothing is refused", r.returncode == 2 and "not a results folder" in r.stderr,
           r.stderr[-300:])
+    garbage = os.path.join(work, "cmp_garbage")
+    os.makedirs(garbage, exist_ok=True)
+    with open(os.path.join(garbage, "runs.csv"), "w") as f:
+        f.write("not,a\nruns,csv\n")
+    r = subprocess.run([a_harness, "compare", a, garbage], capture_output=True, text=True, env=env, timeout=60)
+    check("compare: an unreadable runs.csv is bad input (exit 2, one line naming it)",
+          r.returncode == 2 and "cmp_garbage" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-300:])
 
 
 def tensor_parallel_checks(exps, results, reports, harness, mpi_built, check):
@@ -775,6 +782,27 @@ def main():
           around == {d: sorted(os.listdir(d)) for d in (work, results, reports)}, str(around))
     r = harness("run", exp="unknown.yaml")
     check("an unknown key's error names its line", "unknown.yaml:2:" in r.stderr, r.stderr)
+    # --set takes configuration keys only, and its errors name the option (there is no line of the file to name).
+    for value, needle in [("config=/etc/hostname", "--set: 'config' is not a configuration key"),
+                          ("out=/tmp/x", "--set: 'out' is not a configuration key"),
+                          ("help=1", "--set: 'help' is not a configuration key"),
+                          ("train.steps=0", "--set train.steps=0: train.steps: must be positive")]:
+        r = harness("run", "--set", value)
+        check(f"--set {value}: one error naming the option, nothing run", r.returncode == 2
+              and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1 and ".yaml:0" not in r.stderr,
+              r.stderr[-300:])
+    # "Reproduce with" is shell-quoted: a value with spaces, quotes or $(...) pastes back as itself.
+    odd = os.path.join(work, "my corpus $(touch pwned) 'q'.txt")
+    shutil.copy(os.path.join(a.repo, "data", "tiny_tales.txt"), odd)
+    scratch = os.path.join(work, "quoted-reports")
+    r = subprocess.run([a.harness, "report", os.path.join(exps, "smoke.yaml"), "--set", f"data.corpus={odd}",
+                        "--results", results, "--reports", scratch], capture_output=True, text=True, env=env, timeout=120)
+    md = open(os.path.join(scratch, "smoke", "table1.md")).read() if r.returncode == 0 else ""
+    line = next((l for l in md.splitlines() if l.startswith("build/bench/harness run")), "")
+    echoed = subprocess.run(["bash", "-c", "printf '%s\\n' " + line.split(" --set ", 1)[-1]], capture_output=True,
+                            text=True, cwd=work, timeout=10).stdout.strip() if line else ""
+    check("'Reproduce with' quotes a --set value with spaces, quotes and $(...): the shell reads it back whole",
+          echoed == f"data.corpus={odd}" and not os.path.exists(os.path.join(work, "pwned")), f"{line!r} -> {echoed!r}")
     r = subprocess.run([os.path.abspath(a.harness), "run", os.path.join(exps, "smoke.yaml"), "--results", "--force"],
                        capture_output=True, text=True, env=env, cwd=work)
     check("an option where a value is expected: exit 2, one line, no folder named '--force'",

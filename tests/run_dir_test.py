@@ -151,6 +151,18 @@ def run(a, work):
     r, _ = train(w("A"), "--overwrite", "--data.corpus", w("missing.txt"), steps_=2)
     refused("--overwrite with bad input removes nothing", r, "missing.txt", before, digest_tree(w("A")))
 
+    # ---- a garbage run.json: refused without --overwrite, replaced with it ----
+    os.makedirs(w("J"))
+    with open(w("J", "run.json"), "w") as f:
+        f.write("{not json")
+    before = digest_tree(w("J"))
+    r, _ = train(w("J"))
+    refused("a directory whose run.json is unreadable is refused, naming --overwrite", r, "--overwrite", before,
+            digest_tree(w("J")))
+    r, _ = train(w("J"), "--overwrite")
+    check("... and --overwrite then replaces it (it used to give the same error)",
+          r.returncode == 0 and json.load(open(w("J", "run.json"))).get("run_id"), r.stderr.strip()[-300:])
+
     # ---- links: nothing is ever written through a symbolic link in --out ----
     victim = w("victim.txt")
     with open(victim, "w") as f:

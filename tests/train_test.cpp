@@ -286,6 +286,31 @@ TEST(Resume, StopAndResumeGivesTheUninterruptedCurve) {
   }
 }
 
+TEST(Resume, NegativeCountersInATrainingCheckpointAreRefused) {
+  fs::path dir = temp_dir("negative");
+  std::ofstream(dir / "corpus.txt") << small_corpus();
+  RunConfig c = small_run(dir / "corpus.txt");
+  c.train.steps = 2;
+  run_train({c, (dir / "run").string(), "", false, "", ""}, kSerial);
+  std::ifstream f(dir / "run" / "checkpoint.bin", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  EXPECT_NO_THROW(load_checkpoint((dir / "run" / "checkpoint.bin").string()));
+  for (const char* key : {"state.steps_done", "state.loader_position", "state.loader_batches"}) {
+    const fs::path bad = dir / fmt::format("{}.bin", key);
+    std::ofstream(bad, std::ios::binary) << rewrite_header(bytes, [key](KeyValues& h) {
+      for (auto& [k, v] : h)
+        if (k == key) v = "-3";
+    });
+    try {
+      load_checkpoint(bad.string());
+      ADD_FAILURE() << key << " -3 loaded";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(fmt::format("header entry {} is -3 (negative)", key)), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(Resume, RefusesAFinishedRunAndAMismatchedCheckpoint) {
   fs::path dir = temp_dir("refuse");
   std::ofstream(dir / "corpus.txt") << small_corpus();

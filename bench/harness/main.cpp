@@ -28,6 +28,7 @@
 #include "reports/kernels_report.h"
 #include "runner/mpi_step_experiment.h"
 #include "runner/peer_experiment.h"
+#include "runner/process.h"
 #include "runner/progress.h"
 #include "reports/report.h"
 #include "runner/stage_runner.h"
@@ -308,8 +309,10 @@ int run(int argc, char** argv) {
   }
   std::error_code ec;
   const fs::path rel = fs::relative(file, at.repo, ec);
-  std::string reproduce = fmt::format("build/bench/harness run {}", ec ? file.string() : rel.string());
-  for (const std::string& s : a.set) reproduce += " --set " + s;
+  // Shell-quoted: a path with spaces or `$(...)` in it pastes as itself.
+  std::vector<std::string> command = {"build/bench/harness", "run", ec ? file.string() : rel.string()};
+  for (const std::string& s : a.set) command.insert(command.end(), {"--set", s});
+  const std::string reproduce = command_text(command);
   const auto files = ex.report(reproduce);
   fmt::print(stderr, "results: {}\n", (child_of(at.results, ex.name)).string());
   for (const fs::path& f : files) {

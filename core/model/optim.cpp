@@ -35,6 +35,7 @@ void OptimizerConfig::validate() const {
   if (!(beta2 >= 0 && beta2 < 1)) fail("beta2", fmt::format("must be in [0, 1), got {}", beta2));
   if (!(eps > 0)) fail("eps", fmt::format("must be positive, got {}", eps));
   if (!(weight_decay >= 0)) fail("weight_decay", fmt::format("must be >= 0, got {}", weight_decay));
+  if (!(grad_clip >= 0)) fail("grad_clip", fmt::format("must be >= 0 (0 turns clipping off), got {}", grad_clip));
 }
 
 OptimizerKind parse_optimizer_kind(const std::string& name) {

@@ -39,7 +39,7 @@ struct OptimizerConfig {
   float beta2 = 0.95f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;     // decoupled, on matrices (ParamInfo::decay)
-  float grad_clip = 1.0f;        // <= 0 turns clipping off
+  float grad_clip = 1.0f;        // 0 turns clipping off; negative is refused
 
   static OptimizerConfig original();  // the reproduced project's Adam and schedule
   static OptimizerConfig adamw();     // AdamW lr 3e-4, wd 0.1, warm-up 10, cosine

@@ -214,6 +214,10 @@ void read_v2_body(In& in, uint32_t flags, Checkpoint& ck, TokenizerKind& kind, s
     s.steps_done = header_int<int64_t>(ck, "state.steps_done", path);
     s.loader_position = header_int<int64_t>(ck, "state.loader_position", path);
     s.loader_batches = header_int<int64_t>(ck, "state.loader_batches", path);
+    for (auto [key, v] : {std::pair("state.steps_done", s.steps_done), {"state.loader_position", s.loader_position},
+                          {"state.loader_batches", s.loader_batches}}) {
+      if (v < 0) throw std::runtime_error(fmt::format("{}: invalid checkpoint: header entry {} is {} (negative)", path, key, v));
+    }
     s.m = in.floats(n, "Adam m");
     s.v = in.floats(n, "Adam v");
     ck.training = std::move(s);

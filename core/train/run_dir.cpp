@@ -93,7 +93,12 @@ RunDirectory::RunDirectory(const fs::path& out, DirIntent intent, const std::str
   }
   holds_run_ = !run_files_in(out, inputs_).empty();
   const bool finished = fs::exists(out / "metrics.jsonl");
-  dir_run_id_ = read_run_id(out / "run.json");
+  // An unreadable run.json is the old run's to lose under --overwrite; otherwise it is an error.
+  try {
+    dir_run_id_ = read_run_id(out / "run.json");
+  } catch (const std::invalid_argument&) {
+    if (intent != DirIntent::kOverwrite) throw;
+  }
   run_id_ = new_run_id();  // a resumed run takes its checkpoint's instead (check_resume)
   if (!holds_run_) return;
   if (intent == DirIntent::kNew) {

@@ -70,7 +70,11 @@ Side load_side(const std::string& given, const CompareRequest& req, const fs::pa
   s.where = colon != std::string::npos && csv.parent_path() == scratch
                 ? fmt::format("results/{}/runs.csv at {}", given.substr(colon + 1), given.substr(0, colon))
                 : csv.string();
-  s.in = load_inputs(csv);
+  try {
+    s.in = load_inputs(csv);
+  } catch (const std::runtime_error& e) {  // an unreadable or malformed runs.csv: bad input, exit 2
+    throw std::invalid_argument(fmt::format("{}: {}", given, e.what()));
+  }
   return s;
 }
 

@@ -59,6 +59,14 @@ std::vector<Override> cli_overrides(const std::vector<std::string>& cli) {
     if (eq == std::string::npos || eq == 0) {
       throw std::invalid_argument(fmt::format("--set: '{}' is not KEY=VALUE (e.g. data.corpus=PATH)", kv));
     }
+    // A configuration key (section.name), never one of the stage program's own options (--config, --out, --help).
+    const std::string key = kv.substr(0, eq);
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == key.size() || key.find_first_of(" /=-") != std::string::npos) {
+      throw std::invalid_argument(fmt::format(
+          "--set: '{}' is not a configuration key (section.name, e.g. train.steps=50; see build/stages/serial "
+          "train --help)", key));
+    }
     out.push_back(Override{kv.substr(0, eq), kv.substr(eq + 1), YAML::Node()});
   }
   return out;

@@ -56,8 +56,15 @@ std::vector<char*> c_args(const std::vector<std::string>& argv) {
 std::string command_text(const std::vector<std::string>& argv) {
   std::string out;
   for (const std::string& a : argv) {
-    const bool plain = !a.empty() && a.find_first_of(" \t\n'\"\\$`*?;&|<>()") == std::string::npos;
-    out += (out.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
+    const bool plain = !a.empty() && a.find_first_of(" \t\n'\"\\$`*?;&|<>()#~{}[]!") == std::string::npos;
+    if (!out.empty()) out += ' ';
+    if (plain) {
+      out += a;
+      continue;
+    }
+    out += '\'';  // single quotes keep everything but a single quote, written as '\''
+    for (char ch : a) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    out += '\'';
   }
   return out;
 }

@@ -135,7 +135,14 @@ void fail_for_run(const Reader& rd, const StageBase& base, const std::vector<Ove
       first = pos;
     }
   }
-  if (named) rd.fail(named->node, without_prefix(without_prefix(msg, "command line: "), "--" + named->key + ": "));
+  if (named) {
+    const std::string what = without_prefix(without_prefix(msg, "command line: "), "--" + named->key + ": ");
+    // An override from the command line (--set) has no line in the file: name the option instead.
+    if (named->node.Mark().line < 0) {
+      throw std::invalid_argument(fmt::format("--set {}={}: {}", named->key, named->value, what));
+    }
+    rd.fail(named->node, what);
+  }
   if (msg.rfind(base.file.string() + ":", 0) == 0) rd.fail(base.node, "base: " + msg);
   rd.fail(fallback, fallback_prefix + msg);
 }
