@@ -118,6 +118,8 @@ def main():
         ("negative layers", train + ["--model.n_layer", "-1"], ["model.n_layer", "positive"]),
         ("zero steps", train + ["--train.steps", "0"], ["train.steps", "positive"]),
         ("a negative gradient clip", train + ["--optimizer.grad_clip", "-1"], ["optimizer.grad_clip", "must be >= 0"]),
+        ("a huge RoPE block_size", train + ["--model.position", "rope", "--model.block_size", "2000000000"],
+         ["model.block_size: at most 1048576 positions"]),
         ("n_embd not divisible by n_head", train + ["--model.n_head", "3"], ["n_embd", "n_head"]),
         ("seq_len above block_size", train + ["--train.seq_len", "32"], ["train.seq_len", "block_size"]),
         ("vocab_size below the vocabulary", train + ["--model.vocab_size", "5"], ["vocab_size", "5"]),

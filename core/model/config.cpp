@@ -15,6 +15,11 @@ void Gpt2Config::validate(bool vocab_from_tokenizer) const {
   }
   if (!vocab_from_tokenizer || V != 0) positive("vocab_size", V);
   positive("block_size", T);
+  // Every arena and the position table are sized by it (a RoPE model's zero table too): a bound that names
+  // the key before gigabytes are allocated for a tiny model.
+  if (T > kMaxBlockSize) {
+    throw std::invalid_argument(fmt::format("model.block_size: at most {} positions, got {}", kMaxBlockSize, T));
+  }
   positive("n_layer", L);
   positive("n_head", NH);
   positive("n_embd", C);

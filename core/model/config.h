@@ -47,6 +47,10 @@ void from_string(const std::string& name, PositionKind& v);
 void from_string(const std::string& name, ActivationKind& v);
 void from_string(const std::string& name, MlpKind& v);
 
+// The longest block_size accepted: every activation arena and the position
+// table are sized by it (model.block_size above it is refused).
+inline constexpr int kMaxBlockSize = 1 << 20;
+
 struct Gpt2Config {
   int V = 172;   // vocab_size
   int T = 256;   // block_size: the longest sequence (learned position rows)

@@ -67,7 +67,11 @@ std::vector<Override> cli_overrides(const std::vector<std::string>& cli) {
           "--set: '{}' is not a configuration key (section.name, e.g. train.steps=50; see build/stages/serial "
           "train --help)", key));
     }
-    out.push_back(Override{kv.substr(0, eq), kv.substr(eq + 1), YAML::Node()});
+    std::string value = kv.substr(eq + 1);
+    // A relative path on the command line means the current folder: made absolute here, so the plan
+    // checks, and every run uses, the same file (a run's folder is not the current one).
+    if (key == "data.corpus" && !value.empty() && fs::path(value).is_relative()) value = fs::absolute(value).string();
+    out.push_back(Override{key, value, YAML::Node()});
   }
   return out;
 }
