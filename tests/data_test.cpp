@@ -43,6 +43,18 @@ TEST(WordTokenizer, LetterDigitRunsAreOneToken) {
   EXPECT_EQ(tok.eos_id(), 2);
 }
 
+TEST(WordTokenizer, PiecesConcatenateToTheDecodedText) {
+  // What generate streams, a piece per token, is what decode gives for the whole sequence.
+  for (TokenizerKind kind : {TokenizerKind::kWord, TokenizerKind::kChar}) {
+    const std::string text = "the cat, said \"hello\" to 2 dogs. The end!";
+    const Tokenizer tok = Tokenizer::build(kind, text);
+    const std::vector<int32_t> ids = tok.encode(text);
+    std::string streamed;
+    for (size_t i = 0; i < ids.size(); ++i) streamed += tok.piece(ids[i], i);
+    EXPECT_EQ(streamed, tok.decode(ids));
+  }
+}
+
 TEST(WordTokenizer, PunctuationIsOneTokenPerByte) {
   Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "Hello, world! don't... x");
   EXPECT_EQ(tok.vocab(), (Vocab{"Hello", ",", "world", "!", "don", "'", "t", ".", "x", "[EOS]"}));

@@ -52,7 +52,7 @@ int32_t pick_token(std::span<const float> logits, float temperature, int top_k, 
 }
 
 Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> prompt,
-                    const GenerateConfig& opt, int32_t eos_id) {
+                    const GenerateConfig& opt, int32_t eos_id, const std::function<void(int32_t)>& on_token) {
   const Gpt2Config& cfg = model.config();
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt is empty");
   if (opt.max_new_tokens < 0) {
@@ -133,6 +133,7 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
     }
     seq.push_back(next);
     out.tokens.push_back(next);
+    if (on_token) on_token(next);
   }
   return out;
 }

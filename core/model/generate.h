@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -48,8 +49,11 @@ struct Generation {
 };
 
 // Continues `prompt` (non-empty; only its last block_size tokens are seen).
+// `on_token`, when given, is called with each new token as soon as it is
+// chosen (the caller prints as it goes; the tokens are also returned).
 Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> prompt,
-                    const GenerateConfig& opt, int32_t eos_id);
+                    const GenerateConfig& opt, int32_t eos_id,
+                    const std::function<void(int32_t)>& on_token = {});
 
 // The next token from one row of V logits: argmax when temperature == 0 (the
 // first maximum on ties), otherwise a draw with uniform number u in (0, 1).

@@ -181,12 +181,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, std::string_view s
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const std::string& tok = token(ids[i]);
-    if (kind_ == TokenizerKind::kWord && i > 0 && !is_punctuation(tok)) out += ' ';
-    out += tok;
-  }
+  for (size_t i = 0; i < ids.size(); ++i) out += piece(ids[i], i);
   return out;
+}
+
+std::string Tokenizer::piece(int32_t id, size_t index) const {
+  const std::string& tok = token(id);
+  return kind_ == TokenizerKind::kWord && index > 0 && !is_punctuation(tok) ? " " + tok : tok;
 }
 
 uint64_t Tokenizer::vocab_hash() const {

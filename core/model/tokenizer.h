@@ -62,6 +62,9 @@ class Tokenizer {
   // before a punctuation token (a single byte that is not an ASCII letter or
   // digit). kChar: plain concatenation.
   std::string decode(std::span<const int32_t> ids) const;
+  // Token `id`'s text as decode() joins it at position `index` of a
+  // sequence: decode(ids) is the concatenation of piece(ids[i], i).
+  std::string piece(int32_t id, size_t index) const;
 
   // FNV-1a 64 over the kind's name, a 0 byte, then every entry as its length
   // (4 bytes, little-endian) followed by its bytes. The length prefix is the

@@ -588,14 +588,20 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   const auto g0 = Clock::now();
   GenerateConfig gen_cfg = c.generate;
   gen_cfg.vocab_limit = ck->tokenizer.size();
-  const Generation gen = generate(*be, model, prompt, gen_cfg, ck->tokenizer.eos_id());
+  // Printed as it is generated (rank 0): a long generation shows its text at once, not at the end.
+  size_t printed = 0;
+  const Generation gen = generate(*be, model, prompt, gen_cfg, ck->tokenizer.eos_id(), [&](int32_t t) {
+    if (rank != 0) return;
+    fmt::print("{}", ck->tokenizer.piece(t, printed++));
+    std::fflush(stdout);
+  });
   const double s = seconds_since(g0);
   if (rank == 0) {
+    fmt::print("\n");
+    std::fflush(stdout);
     fmt::print(stderr, "[{}] prompt of {} tokens; generated {} tokens in {:.3f} s{}{}\n", ctx.stage, prompt.size(),
                gen.tokens.size(), s, gen.stopped_at_eos ? " (stopped at [EOS])" : "",
                layout.size > 1 ? fmt::format(" on {} tensor-parallel ranks", layout.size) : "");
-    fmt::print("{}\n", ck->tokenizer.decode(gen.tokens));
-    std::fflush(stdout);
   }
   if (ctx.comm) ctx.comm->barrier();
 }
