@@ -163,6 +163,16 @@ def run(a, work):
     check("... and --overwrite then replaces it (it used to give the same error)",
           r.returncode == 0 and json.load(open(w("J", "run.json"))).get("run_id"), r.stderr.strip()[-300:])
 
+    # ---- a FIFO named run.json in --out: refused at once, not waited on ----
+    os.makedirs(w("K"))
+    os.mkfifo(w("K", "run.json"))
+    r, secs = train(w("K"), timeout=30)
+    check("a FIFO named run.json in --out is refused at once, naming its kind", one_line_error(r, "a FIFO")
+          and secs < 10, f"{secs:.1f} s: {r.stderr.strip()[-300:]}")
+    r, secs = train(w("K"), "--overwrite", timeout=30)
+    check("... and --overwrite replaces it", r.returncode == 0 and os.path.isfile(w("K", "run.json")) and secs < 30,
+          r.stderr.strip()[-300:])
+
     # ---- links: nothing is ever written through a symbolic link in --out ----
     victim = w("victim.txt")
     with open(victim, "w") as f:

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <filesystem>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -19,7 +21,11 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_steps_before)
   if (keep_steps_before >= 0) {
     // An interrupted stream, or else the finished one a longer run extends
     // (which stays in place until this one finishes).
-    std::ifstream old(std::ifstream(partial_) ? partial_ : path_);
+    std::error_code ec;
+    const std::string from = std::filesystem::exists(std::filesystem::symlink_status(partial_, ec)) ? partial_ : path_;
+    std::istringstream old(std::filesystem::exists(std::filesystem::symlink_status(from, ec))
+                               ? read_input_file(from, kMaxRecordBytes, "--resume", "the run's metrics stream")
+                               : std::string());
     for (std::string l; std::getline(old, l);) {
       Json j;
       try {

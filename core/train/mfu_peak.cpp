@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "util/json.h"
+#include "util/files.h"
 
 namespace gpt2 {
 
@@ -30,16 +31,11 @@ MfuPeak best_known_peak(const std::string& key, double measured) {
   const std::string path = mfu_peak_cache_path();
   if (path.empty()) return p;
   Json cache = Json::object();
-  {
-    std::ifstream f(path);
-    if (f) {
-      try {
-        cache = Json::parse(f);
-        if (!cache.is_object()) cache = Json::object();
-      } catch (const Json::exception&) {
-        cache = Json::object();  // unreadable: started again
-      }
-    }
+  try {  // through the bounded reader: a FIFO or a device planted there is skipped, not waited on
+    cache = Json::parse(read_input_file(path, kMaxTextInputBytes, "", "the SGEMM peak cache"));
+    if (!cache.is_object()) cache = Json::object();
+  } catch (const std::exception&) {
+    cache = Json::object();  // missing or unreadable: started again
   }
   const auto it = cache.find(key);
   if (it != cache.end() && it->is_number() && it->get<double>() > measured) {
@@ -51,14 +47,8 @@ MfuPeak best_known_peak(const std::string& key, double measured) {
   try {
     std::error_code ec;
     fs::create_directories(fs::path(path).parent_path(), ec);
-    // A unique temporary: runs starting at once each write a whole file.
-    const fs::path tmp = fmt::format("{}.{}.tmp", path, ::getpid());
-    {
-      std::ofstream f(tmp);
-      f << json_text(cache, 1) << "\n";
-      if (!f.flush()) throw std::runtime_error("write failed");
-    }
-    fs::rename(tmp, path);
+    // A fresh exclusive temporary renamed into place: runs starting at once each write a whole file.
+    write_file_atomically(path, json_text(cache, 1) + "\n");
     p.source = fmt::format("measured SGEMM, the best on this machine so far ({})", path);
   } catch (const std::exception&) {
     // The cache is a convenience; the measurement stands.

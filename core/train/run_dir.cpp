@@ -63,9 +63,9 @@ const fs::path& created(const fs::path& out) {
 }
 
 std::string read_run_id(const fs::path& file) {
-  std::ifstream f(file);
-  if (!f) return "";
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(file, ec))) return "";
+  const std::string text = read_input_file(file, kMaxTextInputBytes, "--out", "the run's run.json");
   try {
     const Json j = Json::parse(text);
     if (j.contains("run_id") && j["run_id"].is_string()) return j["run_id"].get<std::string>();

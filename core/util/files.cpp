@@ -170,8 +170,12 @@ std::string utc_now() {
 
 // "pid 12, host h, since T" from the holder's file, or why it is unknown.
 std::string describe_holder(const std::filesystem::path& file) {
-  std::ifstream f(file);
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string text;
+  try {
+    text = read_input_file(file, kMaxTextInputBytes, "", "a lock holder's record");
+  } catch (const std::invalid_argument&) {
+    return "it has not yet recorded itself in " + file.filename().string();
+  }
   try {
     const Json j = Json::parse(text);
     if (j.contains("pid") && j.contains("host") && j.contains("started")) {
