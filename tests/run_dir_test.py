@@ -290,6 +290,22 @@ def run(a, work):
                       f"exit {r.returncode} after {secs:.1f} s: {r.stderr.strip()[-400:]}")
             except subprocess.TimeoutExpired:
                 check(f"a rank given {title} stops every rank at once", False, "hung (60 s)")
+        # One path, two files: each rank reads its own hostfile (here through its own working folder).
+        for d, text in (("hostsA", "localhost:2\n"), ("hostsB", "localhost:3\n")):
+            os.makedirs(w(d))
+            with open(w(d, "hosts"), "w") as f:
+                f.write(text)
+        base = [os.path.abspath(a.mpi), "train", "--out", w("mpi-hosts"), *small, "--hostfile", "hosts"]
+        cmd = [a.mpiexec, "-n", "1", "-wdir", w("hostsA"), *base, ":", "-n", "1", "-wdir", w("hostsB"), *base]
+        try:
+            t0 = time.time()
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+            secs = time.time() - t0
+            check("ranks reading different hostfiles under one path stop at once, naming the content",
+                  r.returncode == 2 and "rank(s) 1 differ" in r.stderr and "(content " in r.stderr and secs < 20,
+                  f"exit {r.returncode} after {secs:.1f} s: {r.stderr.strip()[-400:]}")
+        except subprocess.TimeoutExpired:
+            check("ranks reading different hostfiles stop at once", False, "hung (60 s)")
     else:
         print("skip ranks that disagree: no --mpi/--mpiexec")
 

@@ -13,6 +13,7 @@
 
 #include "app/config_file.h"
 #include "train/plan.h"
+#include "util/files.h"
 #include "util/hash.h"
 #include "kernels/cpu/omp_wait.h"
 
@@ -217,6 +218,17 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
     for (const Option& o : options(command)) {
       const std::string* v = cl.find(o.name);
       given.push_back(v ? fmt::format("--{} {}", o.name, *v) : "");
+      // The hostfile every rank reads itself: its content must agree too (one path may name
+      // different files on different hosts; a --config's resolved keys are compared one by one
+      // later, naming the key). An unreadable one is left to the reader's own error.
+      if (v && std::string(o.name) == "hostfile") {
+        try {
+          const std::string text = read_input_file(*v, kMaxTextInputBytes, "", "a file");
+          given.push_back(fmt::format("(content {:016x})", fnv1a64(text.data(), text.size())));
+        } catch (const std::exception&) {
+          given.push_back("");
+        }
+      }
     }
     given.push_back(cl.help ? "--help" : "");
     check_command_lines_agree(given, *ctx.comm);
