@@ -196,7 +196,7 @@ double PipelineEngine::forward(Slot& slot, const int32_t* inputs, const int32_t*
 }
 
 void PipelineEngine::backward(Slot& slot, const int32_t* inputs, const int32_t* targets, float dloss,
-                              BackwardPart part) {
+                              BackwardPart part, GradReadyHook* hook) {
   Activations& a = slot.arena->acts();
   const size_t off = token_offset(slot.mb);
   const bool weights_only = part == BackwardPart::kWeight;
@@ -206,27 +206,33 @@ void PipelineEngine::backward(Slot& slot, const int32_t* inputs, const int32_t* 
   if (!weights_only) wait_sends(slot);
   if (!weights_only && stage_ < stages_ - 1) timed_recv(a.dresidual, stage_ + 1, slot.mb);
   const double t0 = now_ms();
-  gpt2_backward(be_, model_, a, inputs + off, targets + off, dloss, nullptr, part);
+  gpt2_backward(be_, model_, a, inputs + off, targets + off, dloss, hook, part);
   event(part == BackwardPart::kAll ? "BW" : weights_only ? "W" : "B", slot.mb, t0, now_ms());
   if (!weights_only && stage_ > 0) {
     slot.sends.push_back(pp_.start_send(a.dresidual.data, static_cast<size_t>(a.dresidual.numel()), stage_ - 1));
   }
 }
 
-double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float dloss) {
+double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float dloss, GradReadyHook* hook) {
   t0_ns_ = steady_ns();
   events_.clear();
   wait_s_ = 0;
   peak_ = 0;
   double loss = 0;
-  for (const PipeAction& act : actions_) {
+  // The stage's last whole backward: after it every gradient is final.
+  size_t last_backward = actions_.size();
+  for (size_t k = 0; k < actions_.size(); ++k) {
+    if (actions_[k].op == PipeOp::kBackward) last_backward = k;
+  }
+  for (size_t k = 0; k < actions_.size(); ++k) {
+    const PipeAction& act = actions_[k];
     switch (act.op) {
       case PipeOp::kForward:
         loss += forward(take(act.mb), inputs, targets);
         break;
       case PipeOp::kBackward: {
         Slot& s = holding(act.mb);
-        backward(s, inputs, targets, dloss, BackwardPart::kAll);
+        backward(s, inputs, targets, dloss, BackwardPart::kAll, k == last_backward ? hook : nullptr);
         release(s);
         break;
       }

@@ -93,7 +93,11 @@ class PipelineEngine {
   // host), each position's loss weighted by `dloss`. Returns the replica's
   // mean loss on the last stage, 0 on the others (sum it over the pipeline
   // group). Collective over the pipeline group and the model's tp group.
-  double step(const int32_t* inputs, const int32_t* targets, float dloss);
+  // `hook` (data parallelism's bucketed gradient sum) is told of the
+  // gradients the stage's last backward finishes: accumulated over every
+  // microbatch, they are final then, so their allreduce overlaps that last
+  // backward (a split backward, zb-h1, tells nothing: the sum follows).
+  double step(const int32_t* inputs, const int32_t* targets, float dloss, GradReadyHook* hook = nullptr);
   // Forward only (validation): the mean loss on the last stage, 0 elsewhere.
   double forward_loss(const int32_t* inputs, const int32_t* targets);
 
@@ -127,7 +131,8 @@ class PipelineEngine {
   void release(Slot& slot);
   void wait_sends(Slot& slot);
   double forward(Slot& slot, const int32_t* inputs, const int32_t* targets);
-  void backward(Slot& slot, const int32_t* inputs, const int32_t* targets, float dloss, BackwardPart part);
+  void backward(Slot& slot, const int32_t* inputs, const int32_t* targets, float dloss, BackwardPart part,
+                GradReadyHook* hook = nullptr);
   void event(const char* kind, int mb, double t0, double t1);
   // A blocking receive from `peer` into `into`, timed as a wait for microbatch `mb`.
   void timed_recv(Tensor into, int peer, int mb);

@@ -176,7 +176,9 @@ GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem, const std::ve
   t.bytes = sizeof(double);
   if (r.zero.stage == 0) {
     const size_t bucket = static_cast<size_t>(r.c.train.grad_bucket_mb * (1 << 20) / sizeof(float));
-    calls += bucket == 0 || r.c.parallel.pipelined() ? 1 : bucket_calls(r, units, mem.count, bucket);
+    // Under a schedule the buckets go during the stage's last whole backward (none with zb-h1's split one).
+    const bool split = r.c.parallel.pipelined() && parse_schedule(r.c.parallel.schedule) == ScheduleKind::kZbH1;
+    calls += bucket == 0 || split ? 1 : bucket_calls(r, units, mem.count, bucket);
     t.bytes += mem.count * sizeof(float);
   } else if (r.zero.contiguous) {
     calls += 3;
@@ -212,8 +214,10 @@ GroupTraffic pp_traffic(const RankShape& r) {
 
 }  // namespace
 
-Plan make_plan(const RunConfig& c, int ranks, const std::string& stage) {
+Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   if (ranks < 1) throw std::invalid_argument(fmt::format("--ranks: must be >= 1, got {}", ranks));
+  validate(given);
+  const RunConfig c = resolve_micro_batch(given, ranks);
   const bool multi = stage_is_multi_process(stage);
   validate(c);
   if (!multi && ranks > 1) {

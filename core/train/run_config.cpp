@@ -31,6 +31,10 @@ void TrainConfig::validate() const {
     if (v < 0) fail(key, fmt::format("must be >= 0, got {}", v));
   };
   positive("batch_size", batch_size);
+  if (micro_batch < 0) fail("micro_batch", fmt::format("must be >= 0 (0 = all of a rank's rows), got {}", micro_batch));
+  if (micro_batch > batch_size) {
+    fail("micro_batch", fmt::format("{} is above train.batch_size {}", micro_batch, batch_size));
+  }
   positive("seq_len", seq_len);
   positive("steps", steps);
   if (threads < 0) fail("threads", fmt::format("must be >= 0 (0 = every core), got {}", threads));

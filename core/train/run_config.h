@@ -25,6 +25,7 @@ namespace gpt2 {
 
 struct TrainConfig {
   int batch_size = 16;          // global batch rows
+  int micro_batch = 0;          // rows of one forward/backward on a rank; 0: all its rows (no accumulation)
   int seq_len = 256;
   int steps = 50;               // optimizer steps (the original's "epochs")
   uint64_t seed = 1337;         // initial weights (Philox) and random windows
@@ -45,6 +46,9 @@ struct TrainConfig {
   template <typename F>
   void visit_fields(F&& f) {
     f("batch_size", batch_size, "global batch rows per step");
+    f("micro_batch", micro_batch,
+      "rows of one forward and backward on a rank (gradient accumulation: the rank's rows / micro_batch "
+      "micro-steps per optimizer step, the pipeline's microbatches without stages); 0 = all its rows");
     f("seq_len", seq_len, "tokens per row, <= model.block_size");
     f("steps", steps, "optimizer steps (the original's 'epochs': one global batch each)");
     f("seed", seed, "seed of the weights (Philox) and of random windows");

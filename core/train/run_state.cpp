@@ -188,6 +188,27 @@ std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const s
   return full;
 }
 
+RunConfig resolve_micro_batch(const RunConfig& c, int ranks) {
+  const int mb = c.train.micro_batch, grid = c.parallel.tp * c.parallel.pp;
+  if (mb == 0 || grid < 1 || ranks % grid != 0 || c.train.batch_size % (ranks / grid) != 0) return c;
+  const int dp = ranks / grid, rows = c.train.batch_size / dp;
+  if (rows % mb != 0) {
+    throw std::invalid_argument(fmt::format(
+        "train.micro_batch {} does not divide the {} rows of each data-parallel replica (train.batch_size {} / {} "
+        "replicas)", mb, rows, c.train.batch_size, dp));
+  }
+  const int m = rows / mb;
+  if (c.parallel.microbatches != 1 && c.parallel.microbatches != m) {
+    throw std::invalid_argument(fmt::format(
+        "train.micro_batch {} makes {} micro-steps of the {} rows of each replica, but parallel.microbatches is {}; "
+        "give one of them", mb, m, rows, c.parallel.microbatches));
+  }
+  RunConfig r = c;
+  r.parallel.microbatches = m;
+  validate(r);  // what accumulation turns on (a schedule of m > 1) must suit the rest of the layout
+  return r;
+}
+
 int replica_rows(const RunConfig& c, int ranks, int tp, int pp) {
   check_grid(ranks, tp, pp);
   const int dp = ranks / (tp * pp);

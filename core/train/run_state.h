@@ -109,6 +109,14 @@ std::string parallel_function(const ParallelConfig& p);
 std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local,
                                StageLayers stage = {});
 
+// `c` with train.micro_batch turned into parallel.microbatches for a job of
+// `ranks` ranks: the replica's rows / micro_batch micro-steps (gradient
+// accumulation is the pipeline's microbatches on one stage: one mechanism).
+// Throws std::invalid_argument naming train.micro_batch when it does not
+// divide the rows, or disagrees with a parallel.microbatches also given; a
+// grid that does not divide the ranks is left for replica_rows to refuse.
+RunConfig resolve_micro_batch(const RunConfig& c, int ranks);
+
 // This replica's rows of every global batch over `ranks` = dp x tp x pp;
 // throws std::invalid_argument naming the key when the grid, the batch or
 // parallel.microbatches does not divide (what a run and its plan refuse).

@@ -90,11 +90,13 @@ class PipelinedStep final : public StepFunction {
   StepResult step(const int32_t* inputs, const int32_t* targets) override {
     const StepParts& s = parts_;
     s.model.zero_grad();
-    double local_loss = pipe_.step(inputs, targets, loss_weight(s, pipe_.seq_len()));
+    // The gradient sum starts during the last microbatch's backward (bucketed), once every micro-step
+    // has accumulated into it: accumulation costs no extra communication.
+    reducer_.start_grad_sync();
+    double local_loss = pipe_.step(inputs, targets, loss_weight(s, pipe_.seq_len()), &reducer_);
     StepResult r;
     const auto t0 = Clock::now();
     local_loss = from_last_stage(local_loss);
-    reducer_.start_grad_sync();
     reducer_.finish_grad_sync();
     r.comm_s = seconds_since(t0);
     mean_and_update(s, r, local_loss, pipe_.rows(), resident_params(s), resident_grads(s));

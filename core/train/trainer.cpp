@@ -437,11 +437,14 @@ int resolve_threads(int threads) {
   return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-void run_train(const TrainRequest& req, const StageContext& ctx) {
-  const RunConfig& c = req.config;
-  validate(c);
+void run_train(const TrainRequest& given, const StageContext& ctx) {
+  validate(given.config);
   std::unique_ptr<Communicator> local;
   Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
+  // train.micro_batch becomes the replica's microbatch count once the ranks are known.
+  TrainRequest req = given;
+  req.config = resolve_micro_batch(given.config, comm.size());
+  const RunConfig& c = req.config;
   const int threads = resolve_threads(c.train.threads);
   if (!req.hostfile.empty()) check_placement(read_hostfile(req.hostfile), req.hostfile, comm);
   if (req.overwrite && !req.resume.empty()) {
