@@ -95,7 +95,8 @@ def layouts_equal_serial(check, programs, common, layouts, out):
 
 # The memory record's kinds (the run summary's, per rank) that a plan states.
 PLAN_MEMORY = ("params", "params_bytes", "grads_bytes", "moments_bytes", "arena_bytes", "arenas",
-               "activations_bytes", "gathered_bytes", "comm_buffer_bytes", "model_state_bytes", "formula_bytes")
+               "activations_bytes", "gathered_bytes", "comm_buffer_bytes", "model_state_bytes", "formula_bytes",
+               "arena_embed_bytes", "arena_layers_bytes", "arena_head_bytes", "arena_scratch_bytes")
 
 
 def plan_agrees(check, programs, title, n, args, run_dir):

@@ -584,6 +584,27 @@ TEST(Plan, TensorParallelTrafficByHand) {
   EXPECT_THROW(make_plan(tiny_plan_config(2, {}), 2, "serial"), std::invalid_argument);
 }
 
+TEST(Plan, ActivationBytesFollowTheFormula) {
+  // docs/memory.md, "Activations": a layer keeps 4C + QKV/P + C/P + FC/P + H/P + NH/P + 4 floats per token
+  // (two LayerNorms' mean and rstd: + 4; RMSNorm: + 2). Shapes chosen so no tensor needs padding.
+  Gpt2Config cfg;
+  cfg.V = 64, cfg.T = 16, cfg.L = 3, cfg.C = 64, cfg.NH = 4;
+  cfg = cfg.resolved();
+  const int B = 2, T = 16;
+  const size_t tokens = static_cast<size_t>(B) * T, C = 64, NH = 4;
+  ArenaKinds k = arena_kinds(cfg, B, T, 1, false, {}, false);
+  EXPECT_EQ(k.layers, 3 * tokens * (16 * C + NH + 4));     // GPT-2: QKV 3C, FC = H = 4C
+  EXPECT_EQ(k.embed, tokens * C);                            // the embedding's output (no RoPE table)
+  EXPECT_EQ(k.head, tokens * (C + 2 + 64 + 1));              // lnf, its mean and rstd, the logits, the losses
+  EXPECT_EQ(k.total(), arena_floats(cfg, B, T, 1, false, {}, false));
+  k = arena_kinds(cfg, B, T, 2, false, {}, false);         // tp 2: the sharded widths halve
+  EXPECT_EQ(k.layers, 3 * tokens * (4 * C + (3 * C + C + 4 * C + 4 * C + NH) / 2 + 4));
+  Gpt2Config rms = cfg;
+  rms.norm = NormKind::kRmsNorm;
+  rms = rms.resolved();
+  EXPECT_EQ(arena_kinds(rms, B, T, 1, false, {}, false).layers, 3 * tokens * (16 * C + NH + 2));
+}
+
 TEST(Plan, ZeroAndPipelineByHand) {
   // ZeRO-1 over 3 ranks of the 1936-float model: padded to 1938, chunks of
   // 646; each rank's moments are its 646 (the last one's 644) floats twice.

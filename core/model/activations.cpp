@@ -74,15 +74,24 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
 size_t padded(size_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
-size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split) {
-  Activations scratch;
-  size_t total = 0;
-  visit(cfg, B, T, P, runs, stage, split, scratch, [&](Tensor&, std::initializer_list<int64_t> dims) {
+ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split) {
+  Activations a;
+  ArenaKinds k;
+  visit(cfg, B, T, P, runs, stage, split, a, [&](Tensor& t, std::initializer_list<int64_t> dims) {
     size_t n = 1;
     for (int64_t d : dims) n *= static_cast<size_t>(d);
-    total += padded(n);
+    const auto* at = reinterpret_cast<const char*>(&t);
+    const auto* layers = reinterpret_cast<const char*>(a.layers.data());
+    const bool in_layers = at >= layers && at < layers + a.layers.size() * sizeof(LayerActivations);
+    const bool head = &t == &a.lnf || &t == &a.lnf_mean || &t == &a.lnf_rstd || &t == &a.logits || &t == &a.losses;
+    size_t& kind = in_layers ? k.layers : head ? k.head : (&t == &a.encoded || &t == &a.no_pos) ? k.embed : k.scratch;
+    kind += padded(n);
   });
-  return total;
+  return k;
+}
+
+size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split) {
+  return arena_kinds(cfg, B, T, P, runs, stage, split).total();
 }
 
 ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory, const TpLayout& tp,
@@ -94,7 +103,8 @@ ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& me
         "activations: need 0 < B and 0 < T <= block_size ({}), got B={} T={}", cfg.T, B, T));
   }
   stage_.last = stage_.end(cfg_.L);
-  buf_ = Buffer(arena_floats(cfg_, B, T, tp_, private_runs_, stage_, split_), memory);
+  kinds_ = arena_kinds(cfg_, B, T, tp_, private_runs_, stage_, split_);
+  buf_ = Buffer(kinds_.total(), memory);
   carve(B, T);
   // The zero position table of a RoPE model's embedding (nothing writes it).
   if (acts_.no_pos.numel() > 0) {

@@ -77,6 +77,18 @@ struct Activations {
 // and what a run's plan states (train/plan.h).
 size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split);
 
+// The same arena's floats by kind (docs/memory.md, "Activations"): what the
+// embedding keeps (its output, a RoPE model's zero table), what every layer
+// keeps for the backward (LayerActivations), what the head keeps (final
+// norm, logits, losses) and the backward's scratch shared by all layers.
+// Each kind counts its tensors' 64-byte padding; the four add up to
+// arena_floats.
+struct ArenaKinds {
+  size_t embed = 0, layers = 0, head = 0, scratch = 0;
+  size_t total() const { return embed + layers + head + scratch; }
+};
+ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split);
+
 // The arena of one pipeline stage (the whole model by default) holds that
 // stage's layers only, and the head's tensors on the last stage; with
 // `split_backward` also the layers' d_* tensors.
@@ -90,6 +102,8 @@ class ActivationArena {
   ActivationArena& operator=(const ActivationArena&) = delete;
   Activations& acts() { return acts_; }
   size_t bytes() const { return buf_.bytes(); }
+  // What the arena carved, by kind (floats).
+  const ArenaKinds& kinds() const { return kinds_; }
   // Re-carves the same buffer for another (B, T) with B * T no larger than
   // at construction (generation grows its window one token at a time).
   void reshape(int B, int T);
@@ -102,6 +116,7 @@ class ActivationArena {
   StageLayers stage_;
   bool split_ = false;
   Buffer buf_;
+  ArenaKinds kinds_;
   Activations acts_;
 };
 

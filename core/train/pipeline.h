@@ -115,6 +115,7 @@ class PipelineEngine {
   int arenas() const { return static_cast<int>(arenas_.size()); }
   int peak_in_flight() const { return peak_; }
   size_t arena_bytes() const { return arena_bytes_; }
+  const ArenaKinds& arena_kinds() const { return arenas_.front().arena->kinds(); }
   // The last step's timeline and its seconds waiting for peers.
   const std::vector<TimelineEvent>& timeline() const { return events_; }
   double wait_s() const { return wait_s_; }

@@ -25,6 +25,14 @@ uint64_t zero_formula_bytes(size_t params, int N, int stage, bool contiguous) {
   return static_cast<uint64_t>(std::llround(per * psi));
 }
 
+void set_arena(RankMemory& m, const ArenaKinds& k) {
+  m.arena_embed = k.embed * sizeof(float);
+  m.arena_layers = k.layers * sizeof(float);
+  m.arena_head = k.head * sizeof(float);
+  m.arena_scratch = k.scratch * sizeof(float);
+  m.arena = k.total() * sizeof(float);
+}
+
 bool stage_is_multi_process(const std::string& stage) {
   if (stage == "serial" || stage == "cuda") return false;
   if (stage == "mpi" || stage == "mpi_cuda") return true;
@@ -92,12 +100,11 @@ RankMemory plan_memory(const RankShape& r) {
   if (r.c.parallel.pipelined()) {  // one arena per microbatch in flight
     const ScheduleKind kind = parse_schedule(r.c.parallel.schedule);
     const int mb = r.rows / r.c.parallel.microbatches;
-    m.arena = arena_floats(r.cfg, mb, T, r.tp.size, r.tp.has_private(), r.layers, kind == ScheduleKind::kZbH1) *
-              sizeof(float);
+    set_arena(m, arena_kinds(r.cfg, mb, T, r.tp.size, r.tp.has_private(), r.layers, kind == ScheduleKind::kZbH1));
     m.arenas = static_cast<uint64_t>(
         max_in_flight(stage_schedule(kind, r.c.parallel.pp, r.stage, r.c.parallel.microbatches)));
   } else {
-    m.arena = arena_floats(r.cfg, r.rows, T, r.tp.size, r.tp.has_private(), r.layers, false) * sizeof(float);
+    set_arena(m, arena_kinds(r.cfg, r.rows, T, r.tp.size, r.tp.has_private(), r.layers, false));
   }
   m.count = n;
   m.formula = zero_formula_bytes(n, r.dp, r.zero.stage, r.zero.contiguous);
@@ -307,7 +314,9 @@ Json plan_json(const Plan& p) {
         {"rank", r.rank}, {"tp_rank", r.tp_rank}, {"stage", r.stage}, {"dp_rank", r.dp_rank},
         {"layers", Json::array({r.first_layer, r.end_layer})},
         {"memory", Json{{"params", m.count}, {"params_bytes", m.params}, {"grads_bytes", m.grads},
-                        {"moments_bytes", m.moments}, {"arena_bytes", m.arena}, {"arenas", m.arenas},
+                        {"moments_bytes", m.moments}, {"arena_bytes", m.arena}, {"arena_embed_bytes", m.arena_embed},
+                        {"arena_layers_bytes", m.arena_layers}, {"arena_head_bytes", m.arena_head},
+                        {"arena_scratch_bytes", m.arena_scratch}, {"arenas", m.arenas},
                         {"activations_bytes", m.activations()}, {"gathered_bytes", m.gathered},
                         {"comm_buffer_bytes", m.comm_buffers}, {"model_state_bytes", m.model_state()},
                         {"formula_bytes", m.formula}}},

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "model/activations.h"
 #include "model/params.h"
 #include "train/run_config.h"
 #include "util/json.h"
@@ -33,6 +34,8 @@ namespace gpt2 {
 struct RankMemory {
   uint64_t params = 0, grads = 0, moments = 0, arena = 0, arenas = 1, gathered = 0, comm_buffers = 0, formula = 0;
   uint64_t count = 0;  // the rank's parameters (its tp shard of its stage): the formula's Ψ
+  // One arena's bytes by kind (model/activations.h ArenaKinds): embed, layers, head, scratch.
+  uint64_t arena_embed = 0, arena_layers = 0, arena_head = 0, arena_scratch = 0;
   uint64_t activations() const { return arena * arenas; }
   uint64_t model_state() const { return params + grads + moments; }
 };
@@ -41,6 +44,9 @@ struct RankMemory {
 // parameter: stage 0 16 bytes, 1 8 + 8/N, 2 4 + 12/N, 3 16/N. ZeRO-2 under a
 // pipeline schedule keeps the stage's gradient: stage 1's.
 uint64_t zero_formula_bytes(size_t params, int N, int stage, bool contiguous);
+
+// The arena's kinds into `m` (bytes), and its total as m.arena.
+void set_arena(RankMemory& m, const ArenaKinds& k);
 
 // What one group's communicator counts in a step. `calls` is unknown (none)
 // where it depends on timing: never, today.

@@ -255,14 +255,15 @@ class PipelineRecorder {
 };
 
 // This rank's memory by kind (bytes), as allocated (RankMemory, train/plan.h).
-RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, size_t arena_bytes, int dp) {
+RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, const ActivationArena* arena, int dp) {
   RankMemory m;
   const Gpt2& model = *st.model;
   const uint64_t whole = model.padded_params() * sizeof(float);
   m.params = model.residency() == Residency::kNone ? st.sharded->param_shard_bytes() : whole;
   m.grads = model.residency() == Residency::kWhole ? whole : st.sharded->grad_shard_bytes();
   m.moments = st.opt->state_bytes();
-  m.arena = pipe ? pipe->arena_bytes() : arena_bytes;
+  set_arena(m, pipe ? pipe->arena_kinds() : arena->kinds());  // as the arenas carved themselves
+  m.arena = pipe ? pipe->arena_bytes() : arena->bytes();        // as allocated
   m.arenas = static_cast<uint64_t>(pipe ? pipe->arenas() : 1);
   if (st.sharded) {
     m.gathered = st.sharded->param_slot_bytes();
@@ -276,9 +277,10 @@ RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, size_t ar
 // Each rank's RankMemory, gathered to rank 0 for the summary.
 Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
   Communicator& aux = grid.aux_comm();
-  const uint64_t values[] = {mem.params,   mem.grads,        mem.moments, mem.arena, mem.arenas,
-                             mem.gathered, mem.comm_buffers, mem.formula, static_cast<uint64_t>(grid.stage()),
-                             mem.count};
+  const uint64_t values[] = {mem.params,      mem.grads,        mem.moments,    mem.arena,
+                             mem.arenas,      mem.gathered,     mem.comm_buffers, mem.formula,
+                             static_cast<uint64_t>(grid.stage()), mem.count,  mem.arena_embed, mem.arena_layers,
+                             mem.arena_head,  mem.arena_scratch};
   // Floats carry each value exactly as three 20-bit parts.
   constexpr uint64_t kPart = uint64_t{1} << 20;
   std::vector<float> mine;
@@ -300,7 +302,8 @@ Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
                        {"grads_bytes", at(1)}, {"moments_bytes", at(2)}, {"arena_bytes", at(3)}, {"arenas", at(4)},
                        {"activations_bytes", at(3) * at(4)}, {"gathered_bytes", at(5)},
                        {"comm_buffer_bytes", at(6)}, {"model_state_bytes", at(0) + at(1) + at(2)},
-                       {"formula_bytes", at(7)}, {"params", at(9)}});
+                       {"formula_bytes", at(7)}, {"params", at(9)}, {"arena_embed_bytes", at(10)},
+                       {"arena_layers_bytes", at(11)}, {"arena_head_bytes", at(12)}, {"arena_scratch_bytes", at(13)}});
   }
   return out;
 }
@@ -343,7 +346,7 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGri
     lay->step = st.sharded ? sharded_step(parts, lay->arena->acts(), *st.sharded)
                            : data_parallel_step(parts, lay->arena->acts(), *lay->reducer);
   }
-  lay->mem = rank_memory(st, lay->pipe.get(), lay->arena ? lay->arena->bytes() : 0, grid.dp());
+  lay->mem = rank_memory(st, lay->pipe.get(), lay->arena ? &*lay->arena : nullptr, grid.dp());
   return lay;
 }
 
