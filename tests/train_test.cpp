@@ -603,6 +603,8 @@ TEST(Plan, ActivationBytesFollowTheFormula) {
   rms.norm = NormKind::kRmsNorm;
   rms = rms.resolved();
   EXPECT_EQ(arena_kinds(rms, B, T, 1, false, {}, false).layers, 3 * tokens * (16 * C + NH + 2));
+  // train.recompute full: one layer's set, shared, and every other layer's input (its predecessor's output).
+  EXPECT_EQ(arena_kinds(cfg, B, T, 1, false, {}, false, true).layers, tokens * (16 * C + NH + 4) + 2 * tokens * C);
 }
 
 TEST(Plan, ZeroAndPipelineByHand) {

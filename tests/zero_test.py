@@ -34,7 +34,8 @@ import math
 import os
 import shutil
 
-from layout_checks import LayoutTest, common_args, compare, layouts_equal_serial, records, refuser
+from layout_checks import (LayoutTest, common_args, compare, layouts_equal_serial, load, plan_agrees,  # noqa: E402
+                           records, refuser)
 
 
 def units(V, T, C, L):
@@ -121,8 +122,38 @@ def main():
         compare(check, f"the ZeRO-3 dp 4 checkpoint resumes on {title} with the uninterrupted curve",
                 out("serial"), d)
 
+    # ---- Recomputation: the same bits as without, less activation memory, and the plan's counts ----
+    for title, n, args in [("serial", 1, []), ("dp 2", 2, []), ("tp 2", 2, ["--parallel.tp", "2"]),
+                           ("pp 2 (m 2, 1f1b)", 2, ["--parallel.pp", "2", "--parallel.microbatches", "2"]),
+                           ("ZeRO-3 on dp 2", 2, ["--parallel.zero", "3"])]:
+        dirs = []
+        for rc in ("none", "full"):
+            d = out(f"rc_{rc}_{title.split(' (')[0].replace(' ', '_')}")
+            r = mpi(n, [*common, *args, "--train.recompute", rc, "--out", d], timeout=300)
+            if r.returncode == 0:
+                dirs.append(d)
+            else:
+                check(f"recompute {rc} on {title} runs", False, r.stderr.strip()[-300:])
+        if len(dirs) != 2:
+            continue
+        losses = [[s["loss"] for s in records(d, "step")] for d in dirs]
+        cks = [load(os.path.join(d, "checkpoint.bin")) for d in dirs]
+        acts = [records(d, "summary")[0]["provenance"]["memory"][0]["activations_bytes"] for d in dirs]
+        # Two stages of this 2-layer model hold one layer each: nothing to share, nothing saved.
+        one_layer_stages = "pp 2" in title
+        check(f"recompute full on {title}: losses and final parameters and moments bit-identical to none, "
+              + ("the same activation memory (one layer a stage)" if one_layer_stages else "less activation memory"),
+              losses[0] == losses[1] and cks[0].params == cks[1].params and cks[0].m == cks[1].m
+              and cks[0].v == cks[1].v and (acts[1] == acts[0] if one_layer_stages else acts[1] < acts[0]),
+              f"activations {acts[0]} -> {acts[1]} bytes")
+        plan_agrees(check, programs, f"recompute full on {title}", n, [*common, *args, "--train.recompute", "full"],
+                    dirs[1])
+
     # ---- Errors ----
     error = refuser(check, programs, a, common, out)
+    error("recompute full with zb-h1", 2, ["--train.recompute", "full", "--parallel.pp", "2",
+                                          "--parallel.microbatches", "2", "--parallel.schedule", "zb-h1"], "zb-h1")
+    error("recompute attention (always on)", 2, ["--train.recompute", "attention"], "always on here")
     error("a ZeRO stage outside 0..3", 2, ["--parallel.zero", "4"], "parallel.zero")
     error("ZeRO-3 with pipeline stages", 2, ["--parallel.zero", "3", "--parallel.pp", "2"], "parallel.zero 3")
     error("ZeRO-2 with tied embeddings", 2, ["--parallel.zero", "2", "--model.tie_embeddings", "true"],

@@ -12,8 +12,8 @@ using Visit = std::function<void(Tensor&, std::initializer_list<int64_t>)>;
 
 // The one list of activation tensors and their shapes, in arena order: P
 // tensor-parallel ranks, and the private-run buffers if `runs`.
-void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split, Activations& a,
-           const Visit& f) {
+void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split, bool recompute,
+           Activations& a, const Visit& f) {
   const int64_t C = cfg.C, V = cfg.V, NH = cfg.NH;
   const int64_t QKV = cfg.qkv_width(), H = cfg.mlp_width(), FC = cfg.fc_width();
   const int64_t Bm = cfg.rms() ? 0 : B;  // RMSNorm keeps no mean
@@ -22,6 +22,7 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
   a.T = T;
   a.first = stage.first;
   a.split_backward = split;
+  a.recompute = recompute;
   a.layers.resize(static_cast<size_t>(cfg.L));
   // First, and as long as the model's block whatever (B, T): its place and
   // its zeros survive reshape (zeroed once, at construction).
@@ -29,6 +30,14 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
   f(a.encoded, {B, T, C});
   for (int i = stage.first; i < stage.end(cfg.L); ++i) {
     LayerActivations& l = a.layers[static_cast<size_t>(i)];
+    if (recompute && i > stage.first) {
+      // Recomputation: one set of a layer's tensors, shared by every layer (the
+      // backward runs each layer's forward again into it), and each layer's
+      // output of its own (the next layer's input, what the recomputation starts from).
+      l = a.layers[static_cast<size_t>(stage.first)];
+      f(l.residual3, {B, T, C});
+      continue;
+    }
     f(l.ln1, {B, T, C});
     f(l.ln1_mean, {Bm, T});
     f(l.ln1_rstd, {B, T});
@@ -74,10 +83,11 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
 size_t padded(size_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
-ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split) {
+ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split,
+                       bool recompute) {
   Activations a;
   ArenaKinds k;
-  visit(cfg, B, T, P, runs, stage, split, a, [&](Tensor& t, std::initializer_list<int64_t> dims) {
+  visit(cfg, B, T, P, runs, stage, split, recompute, a, [&](Tensor& t, std::initializer_list<int64_t> dims) {
     size_t n = 1;
     for (int64_t d : dims) n *= static_cast<size_t>(d);
     const auto* at = reinterpret_cast<const char*>(&t);
@@ -90,20 +100,26 @@ ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, int P, bool runs, St
   return k;
 }
 
-size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split) {
-  return arena_kinds(cfg, B, T, P, runs, stage, split).total();
+size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split,
+                    bool recompute) {
+  return arena_kinds(cfg, B, T, P, runs, stage, split, recompute).total();
 }
 
 ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory, const TpLayout& tp,
-                                 StageLayers stage, bool split_backward)
-    : cfg_(cfg), tp_(tp.size), private_runs_(tp.has_private()), stage_(stage), split_(split_backward) {
+                                 StageLayers stage, bool split_backward, bool recompute)
+    : cfg_(cfg),
+      tp_(tp.size),
+      private_runs_(tp.has_private()),
+      stage_(stage),
+      split_(split_backward),
+      recompute_(recompute) {
   cfg_.validate();
   if (B <= 0 || T <= 0 || T > cfg.T) {
     throw std::invalid_argument(fmt::format(
         "activations: need 0 < B and 0 < T <= block_size ({}), got B={} T={}", cfg.T, B, T));
   }
   stage_.last = stage_.end(cfg_.L);
-  kinds_ = arena_kinds(cfg_, B, T, tp_, private_runs_, stage_, split_);
+  kinds_ = arena_kinds(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_);
   buf_ = Buffer(kinds_.total(), memory);
   carve(B, T);
   // The zero position table of a RoPE model's embedding (nothing writes it).
@@ -112,11 +128,11 @@ ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& me
   }
 }
 
-ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_backward)
-    : ActivationArena(model.config(), B, T, model.memory(), model.tp(), model.stage(), split_backward) {}
+ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_backward, bool recompute)
+    : ActivationArena(model.config(), B, T, model.memory(), model.tp(), model.stage(), split_backward, recompute) {}
 
 void ActivationArena::reshape(int B, int T) {
-  if (B <= 0 || T <= 0 || T > cfg_.T || arena_floats(cfg_, B, T, tp_, private_runs_, stage_, split_) > buf_.size()) {
+  if (B <= 0 || T <= 0 || T > cfg_.T || arena_floats(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_) > buf_.size()) {
     throw std::invalid_argument(fmt::format(
         "activations: cannot reshape to B={} T={} (arena holds B*T <= {})", B, T, acts_.B * acts_.T));
   }
@@ -125,7 +141,8 @@ void ActivationArena::reshape(int B, int T) {
 
 void ActivationArena::carve(int B, int T) {
   size_t offset = 0;
-  visit(cfg_, B, T, tp_, private_runs_, stage_, split_, acts_, [&](Tensor& t, std::initializer_list<int64_t> dims) {
+  visit(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, acts_,
+        [&](Tensor& t, std::initializer_list<int64_t> dims) {
     t = Tensor(buf_.data() + offset, dims);
     offset += padded(static_cast<size_t>(t.numel()));
   });

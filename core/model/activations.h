@@ -51,6 +51,10 @@ struct Activations {
   Tensor encoded;  // (B,T,C) token + position embedding; on a later pipeline stage, the stage's input
   std::vector<LayerActivations> layers;  // L, of which only the stage's layers are carved
   bool split_backward = false;           // the layers' d_* tensors are carved
+  // Recomputation (train.recompute full): every layer but the stage's first
+  // shares the first's tensors, residual3 (its output) aside; the backward
+  // runs a layer's forward again before its backward (model/model.h).
+  bool recompute = false;
   Tensor lnf, lnf_mean, lnf_rstd;  // (B,T,C) (B,T) (B,T); the last pipeline stage only
   Tensor logits;   // (B,T,V); the backward pass overwrites it with dlogits; the last stage only
   Tensor losses;   // (B,T) per-position cross-entropy; the last stage only
@@ -75,7 +79,8 @@ struct Activations {
 // ranks (`runs`: the layout has private runs), holding `stage`'s layers, with
 // the split backward's tensors when `split`: what ActivationArena allocates,
 // and what a run's plan states (train/plan.h).
-size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split);
+size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split,
+                    bool recompute = false);
 
 // The same arena's floats by kind (docs/memory.md, "Activations"): what the
 // embedding keeps (its output, a RoPE model's zero table), what every layer
@@ -87,7 +92,8 @@ struct ArenaKinds {
   size_t embed = 0, layers = 0, head = 0, scratch = 0;
   size_t total() const { return embed + layers + head + scratch; }
 };
-ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split);
+ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split,
+                       bool recompute = false);
 
 // The arena of one pipeline stage (the whole model by default) holds that
 // stage's layers only, and the head's tensors on the last stage; with
@@ -95,9 +101,9 @@ ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, int P, bool runs, St
 class ActivationArena {
  public:
   ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory = host_memory(), const TpLayout& tp = {},
-                  StageLayers stage = {}, bool split_backward = false);
+                  StageLayers stage = {}, bool split_backward = false, bool recompute = false);
   // For `model`: its configuration, its tensor-parallel shard, its stage and its memory.
-  ActivationArena(const Gpt2& model, int B, int T, bool split_backward = false);
+  ActivationArena(const Gpt2& model, int B, int T, bool split_backward = false, bool recompute = false);
   ActivationArena(const ActivationArena&) = delete;
   ActivationArena& operator=(const ActivationArena&) = delete;
   Activations& acts() { return acts_; }
@@ -115,6 +121,7 @@ class ActivationArena {
   bool private_runs_ = false;
   StageLayers stage_;
   bool split_ = false;
+  bool recompute_ = false;
   Buffer buf_;
   ArenaKinds kinds_;
   Activations acts_;

@@ -416,6 +416,27 @@ void private_block_backward(const Parts& k, Gpt2& model, Activations& a, int l) 
 
 }  // namespace
 
+namespace {
+
+// Recomputation (Activations::recompute): layer l's forward again, from its
+// kept input into the tensors every layer shares, with the forward's kernels
+// on the forward's inputs: the same bits as the first time.
+void recompute_layer(const Parts& k, const Gpt2& model, Activations& a, int l) {
+  const LayerParams& w = model.params.layers[static_cast<size_t>(l)];
+  LayerActivations& x = a.layers[static_cast<size_t>(l)];
+  const auto attend = [&](int, const LayerParams& lw, LayerActivations& lx, Tensor in) {
+    k.qkv(lx.qkv, in, lw.qkv_w, a.pos0);
+    k.be.attention_forward(lx.atty, lx.att_lse, lx.qkv, k.NH, k.KVH);
+  };
+  if (k.cfg.post_norm()) {
+    post_norm_block(k, model.tp(), w, x, block_input(a, l), a.proj, l, attend);
+  } else {
+    pre_norm_block(k, model.tp(), w, x, block_input(a, l), a.proj, l, attend);
+  }
+}
+
+}  // namespace
+
 void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* tokens,
                    const int32_t* targets, float dloss, GradReadyHook* hook, BackwardPart part,
                    UnitHook* units) {
@@ -465,6 +486,8 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
       private_block_backward(k, model, a, l);
       if (tp.run_start(l) == l) done_from(dw.ln1_w);  // the run's gradients are final once summed
     } else {
+      // The stage's last layer still holds its tensors from the forward.
+      if (a.recompute && l != stage.last - 1) recompute_layer(k, model, a, l);
       if (cfg.post_norm()) post_norm_block_backward(k, tp, w, dw, x, a, block_input(a, l));
       else pre_norm_block_backward(k, tp, w, dw, x, a, block_input(a, l), part);
       done_from(dw.ln1_w);  // dresidual now holds d(residual), the block's input

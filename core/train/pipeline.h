@@ -85,7 +85,8 @@ class PipelineEngine {
  public:
   // `pp` is the pipeline group (stage = pp.rank(), the model holds that
   // stage); `rows` this replica's rows per step, cut into `m` microbatches.
-  PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T);
+  PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T,
+                 bool recompute = false);
   PipelineEngine(const PipelineEngine&) = delete;
   PipelineEngine& operator=(const PipelineEngine&) = delete;
 

@@ -100,11 +100,13 @@ RankMemory plan_memory(const RankShape& r) {
   if (r.c.parallel.pipelined()) {  // one arena per microbatch in flight
     const ScheduleKind kind = parse_schedule(r.c.parallel.schedule);
     const int mb = r.rows / r.c.parallel.microbatches;
-    set_arena(m, arena_kinds(r.cfg, mb, T, r.tp.size, r.tp.has_private(), r.layers, kind == ScheduleKind::kZbH1));
+    set_arena(m, arena_kinds(r.cfg, mb, T, r.tp.size, r.tp.has_private(), r.layers, kind == ScheduleKind::kZbH1,
+                             r.c.train.recompute_full()));
     m.arenas = static_cast<uint64_t>(
         max_in_flight(stage_schedule(kind, r.c.parallel.pp, r.stage, r.c.parallel.microbatches)));
   } else {
-    set_arena(m, arena_kinds(r.cfg, r.rows, T, r.tp.size, r.tp.has_private(), r.layers, false));
+    set_arena(m, arena_kinds(r.cfg, r.rows, T, r.tp.size, r.tp.has_private(), r.layers, false,
+                             r.c.train.recompute_full()));
   }
   m.count = n;
   m.formula = zero_formula_bytes(n, r.dp, r.zero.stage, r.zero.contiguous);
@@ -127,8 +129,10 @@ GroupTraffic tp_traffic(const RankShape& r) {
   t.bytes = sizeof(double);
   for (int l = r.layers.first; l < r.layers.last;) {
     if (!r.tp.is_private(l)) {
-      calls += 4 * m;
-      t.bytes += 4 * N * C * sizeof(float);
+      // Recomputation runs the layer's forward again in the backward (its two sums), but the stage's last.
+      const uint64_t again = r.c.train.recompute_full() && l != r.layers.last - 1 ? 2 : 0;
+      calls += (4 + again) * m;
+      t.bytes += (4 + again) * N * C * sizeof(float);
       ++l;
       continue;
     }

@@ -31,6 +31,11 @@ void TrainConfig::validate() const {
     if (v < 0) fail(key, fmt::format("must be >= 0, got {}", v));
   };
   positive("batch_size", batch_size);
+  if (recompute == "attention") {
+    fail("recompute", "'attention' is always on here: the attention keeps only each row's log-sum-exp and recomputes "
+                      "its scores in the backward; choose none or full");
+  }
+  if (recompute != "none" && recompute != "full") fail("recompute", fmt::format("'{}' (expected none or full)", recompute));
   if (micro_batch < 0) fail("micro_batch", fmt::format("must be >= 0 (0 = all of a rank's rows), got {}", micro_batch));
   if (micro_batch > batch_size) {
     fail("micro_batch", fmt::format("{} is above train.batch_size {}", micro_batch, batch_size));
@@ -97,6 +102,16 @@ void validate(const RunConfig& c) {
     throw std::invalid_argument(
         "train.layer_grad_norms: per-layer norms are taken on a whole model's gradient; this layout shards it "
         "(parallel.tp, parallel.pp or parallel.zero): turn one off");
+  }
+  if (c.train.recompute_full() && c.parallel.pipelined() && c.parallel.schedule == "zb-h1") {
+    throw std::invalid_argument(
+        "train.recompute full with parallel.schedule zb-h1: the split backward runs a layer's weight gradients after "
+        "the next layer's input gradients, when its recomputed activations are gone; use 1f1b or gpipe");
+  }
+  if (c.train.recompute_full() && tp.has_private()) {
+    throw std::invalid_argument(
+        "train.recompute full with spd or parallel blocks (parallel.block_types): a private run spans layers; "
+        "recomputation works on tp blocks only for now");
   }
   const int zero = c.parallel.zero_stage();
   if (zero == 3 && c.parallel.pipelined()) {
