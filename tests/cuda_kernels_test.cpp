@@ -17,6 +17,13 @@
 //     bitwise the multi-head one on the expanded input, and the shapes the
 //     attention kernels refuse. Values are held to the reference kernels with
 //     the same tolerance rows (within_table).
+// The tolerances are the table's derived worst-case bounds, which grow with
+// the reduction length: at the largest shapes here they are far looser than
+// the fixed tolerances this file used before (attention_backward's dqkv at
+// T 1024 about 0.25 absolute against 5e-5; crossentropy at V 50304 about 0.12
+// against 2e-5): one source of truth over a tight empirical bound, until a
+// GPU session records the measured errors and tightens those table rows
+// (docs/status.md).
 // Inputs come from the one random scheme (the op table's; test_util.h).
 // The arithmetic is also tested without a GPU in device_math_test.cpp.
 // Exits 77 (meson: skipped) where there is no CUDA device.

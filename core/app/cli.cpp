@@ -147,15 +147,11 @@ void refuse_unused_by_generate(const CommandLine& cl) {
 // would each wait in a different collective forever). Every rank throws the
 // same error, naming the ranks that differ from rank 0 and rank 0's command.
 void check_command_lines_agree(const std::vector<std::string>& args, Communicator& comm) {
-  if (comm.size() == 1) return;
   std::string text;
   for (const std::string& a : args) text += a + '\0';
-  if (comm.all_equal(fnv1a64(text.data(), text.size()))) return;
-  uint64_t len = text.size();
-  comm.broadcast(&len, sizeof len, 0);
-  std::string root(len, '\0');
-  if (comm.rank() == 0) root = text;
-  comm.broadcast(root.data(), len, 0);
+  const std::optional<std::string> root_text = root_text_if_ranks_differ(comm, text);
+  if (!root_text) return;
+  const std::string& root = *root_text;
   const float differs = root == text ? 0.0f : 1.0f;
   std::vector<float> all(static_cast<size_t>(comm.size()));
   comm.all_gather(&differs, all.data(), 1);

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "util/hash.h"
+
 namespace gpt2 {
 
 namespace {
@@ -208,6 +210,13 @@ class LocalCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }
+
+std::optional<std::string> root_text_if_ranks_differ(Communicator& comm, const std::string& text) {
+  if (comm.size() == 1 || comm.all_equal(fnv1a64(text.data(), text.size()))) return std::nullopt;
+  std::vector<std::string> root = {text};
+  broadcast_strings(comm, root, 0);
+  return root[0];
+}
 
 void broadcast_strings(Communicator& comm, std::vector<std::string>& v, int root) {
   uint64_t n = v.size();

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -179,6 +180,12 @@ class Communicator {
 // (rank 0 is this rank: an error), send_recv with itself copies. Host memory
 // only, but the in-place verbs touch no memory at all.
 std::unique_ptr<Communicator> make_local_communicator();
+
+// Collective: when some rank's `text` differs from rank 0's (compared by
+// hash first: one small collective when every rank agrees), rank 0's text on
+// every rank; none when all agree. What the ranks' agreement checks share
+// (the command line, the configuration).
+std::optional<std::string> root_text_if_ranks_differ(Communicator& comm, const std::string& text);
 
 // Broadcast helpers for variable-size data (sizes first).
 void broadcast_strings(Communicator& comm, std::vector<std::string>& v, int root);

@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <stdexcept>

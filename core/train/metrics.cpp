@@ -5,7 +5,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>

@@ -72,6 +72,9 @@ struct RankShape {
   StageLayers layers;
   ZeroLayout zero;
   int dp = 1, dp_rank = 0, stage = 0, rows = 0;
+  std::vector<ParamUnit> units;  // the rank's (its tp shard of its stage)
+  UnitShards shards;             // its unit-aligned ZeRO shards (stages 2 and 3 without a schedule), else empty
+  bool sharded() const { return zero.stage >= 2 && !zero.contiguous; }
 };
 
 // The buffers a rank allocates (init_or_resume, make_layout), by size.
@@ -80,10 +83,8 @@ RankMemory plan_memory(const RankShape& r) {
   const size_t n = param_count(r.cfg, r.tp.size, r.layers);
   const size_t pad_to = r.zero.contiguous ? static_cast<size_t>(r.dp) : 1;
   const size_t padded = (n + pad_to - 1) / pad_to * pad_to;
-  ParamTensors scratch;
-  const std::vector<ParamUnit> units = param_units(r.cfg, layout(r.cfg, scratch, r.tp.size, r.layers));
-  const bool sharded = r.zero.stage >= 2 && !r.zero.contiguous;
-  const UnitShards shards = sharded ? UnitShards::of(units, r.dp, r.dp_rank) : UnitShards{};
+  const bool sharded = r.sharded();
+  const UnitShards& shards = r.shards;
   UpdateScope scope;
   if (r.zero.contiguous) {
     const ZeroShard z = zero_shard(n, padded, r.dp, r.dp_rank);
@@ -150,10 +151,10 @@ GroupTraffic tp_traffic(const RankShape& r) {
 // reports each finished suffix from the start of the head, of each layer (of
 // each private run) and of the embeddings (model.cpp's done_from); a bucket
 // goes once it holds bucket floats, and the rest at the end.
-uint64_t bucket_calls(const RankShape& r, const std::vector<ParamUnit>& units, size_t n, size_t bucket) {
+uint64_t bucket_calls(const RankShape& r, size_t n, size_t bucket) {
   std::vector<size_t> ready;
   auto unit_offset = [&](int id) {
-    for (const ParamUnit& u : units) {
+    for (const ParamUnit& u : r.units) {
       if (u.id == id) return u.offset;
     }
     throw std::logic_error(fmt::format("plan: no parameter unit {}", id));
@@ -180,7 +181,7 @@ uint64_t bucket_calls(const RankShape& r, const std::vector<ParamUnit>& units, s
 // reduce-scatter per unit (ZeRO-2: and an all-gather per unit after the
 // update; ZeRO-3: two all-gathers per unit, forward and backward), each of
 // N x chunk floats; with either, the shards' squared gradient norm (a double).
-GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem, const std::vector<ParamUnit>& units) {
+GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem) {
   GroupTraffic t;
   if (r.dp == 1) return t;
   uint64_t calls = 1;
@@ -189,17 +190,16 @@ GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem, const std::ve
     const size_t bucket = static_cast<size_t>(r.c.train.grad_bucket_mb * (1 << 20) / sizeof(float));
     // Under a schedule the buckets go during the stage's last whole backward (none with zb-h1's split one).
     const bool split = r.c.parallel.pipelined() && parse_schedule(r.c.parallel.schedule) == ScheduleKind::kZbH1;
-    calls += bucket == 0 || split ? 1 : bucket_calls(r, units, mem.count, bucket);
+    calls += bucket == 0 || split ? 1 : bucket_calls(r, mem.count, bucket);
     t.bytes += mem.count * sizeof(float);
   } else if (r.zero.contiguous) {
     calls += 3;
     t.bytes += 2 * mem.grads + sizeof(double);
   } else {
-    const UnitShards shards = UnitShards::of(units, r.dp, r.dp_rank);
     uint64_t floats = 0;
-    for (const UnitShards::Piece& p : shards.pieces) floats += p.chunk * static_cast<uint64_t>(r.dp);
+    for (const UnitShards::Piece& p : r.shards.pieces) floats += p.chunk * static_cast<uint64_t>(r.dp);
     const uint64_t passes = r.zero.stage == 3 ? 3 : 2;
-    calls += passes * shards.pieces.size() + 1;
+    calls += passes * r.shards.pieces.size() + 1;
     t.bytes += passes * floats * sizeof(float) + sizeof(double);
   }
   t.calls = calls;
@@ -257,11 +257,12 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   for (int k = 0; k < ranks; ++k) {
     const GridCoords at = grid_coords(k, p.tp, p.pp);
     RankShape r{c, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr},
-                StageLayers::of(cfg.L, p.pp, at.stage), zero, p.dp, at.dp_rank, at.stage, p.rows};
+                StageLayers::of(cfg.L, p.pp, at.stage), zero, p.dp, at.dp_rank, at.stage, p.rows, {}, {}};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);
     ParamTensors scratch;
-    const std::vector<ParamUnit> units = param_units(cfg, layout(cfg, scratch, r.tp.size, r.layers));
+    r.units = param_units(cfg, layout(cfg, scratch, r.tp.size, r.layers));
+    if (r.sharded()) r.shards = UnitShards::of(r.units, r.dp, r.dp_rank);
     RankPlan rp;
     rp.rank = k;
     rp.tp_rank = at.tp_rank;
@@ -271,7 +272,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
     rp.end_layer = r.layers.last;
     rp.mem = plan_memory(r);
     rp.tp = tp_traffic(r);
-    rp.dp = dp_traffic(r, rp.mem, units);
+    rp.dp = dp_traffic(r, rp.mem);
     rp.pp = pp_traffic(r);
     p.rank.push_back(rp);
   }

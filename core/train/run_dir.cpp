@@ -1,13 +1,11 @@
 #include "train/run_dir.h"
 
 #include <fmt/format.h>
-
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
-#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <system_error>
@@ -74,7 +72,6 @@ std::string read_run_id(const fs::path& file) {
   throw std::invalid_argument(fmt::format("--out: '{}' is not readable run information; remove the directory's "
                                           "run or pass --overwrite", file.string()));
 }
-
 
 }  // namespace
 

@@ -96,15 +96,10 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm) {
   const KeyValues mine = run_fields(c).values();
   std::string text;
   for (const auto& [k, v] : mine) text += k + '\n' + v + '\n';
-  if (comm.all_equal(fnv1a64(text.data(), text.size()))) return;
-
-  uint64_t len = text.size();
-  comm.broadcast(&len, sizeof len, 0);
-  std::string root_text(len, '\0');
-  if (comm.rank() == 0) root_text = text;
-  comm.broadcast(root_text.data(), len, 0);
+  const std::optional<std::string> root_text = root_text_if_ranks_differ(comm, text);
+  if (!root_text) return;
   KeyValues root;
-  std::istringstream in(root_text);
+  std::istringstream in(*root_text);
   for (std::string k, v; std::getline(in, k) && std::getline(in, v);) root.emplace_back(k, v);
   float first_diff = static_cast<float>(mine.size());  // none
   for (size_t i = 0; i < mine.size(); ++i) {

@@ -11,8 +11,6 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 
 #include "util/json.h"
@@ -157,6 +155,14 @@ std::string read_input_file(const std::filesystem::path& path, uint64_t max_byte
                             const std::string& expected) {
   InputFile f(path, max_bytes, what, expected);
   return f.read_rest();
+}
+
+std::string read_record_file(const std::filesystem::path& path, const std::string& what, const std::string& expected) {
+  try {
+    return read_input_file(path, kMaxRecordBytes, what, expected);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
+  }
 }
 
 namespace {

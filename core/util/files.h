@@ -65,6 +65,11 @@ class InputFile {
 std::string read_input_file(const std::filesystem::path& path, uint64_t max_bytes, const std::string& what,
                             const std::string& expected);
 
+// The same for a record the programs wrote themselves (a metrics stream, the
+// harness's CSV and JSON files), bounded by kMaxRecordBytes: a failure there
+// means a damaged record, so it is a std::runtime_error (same message).
+std::string read_record_file(const std::filesystem::path& path, const std::string& what, const std::string& expected);
+
 // Size bounds of the inputs (docs/guarantees.md).
 inline constexpr uint64_t kMaxTextInputBytes = uint64_t{16} << 20;  // configurations, hostfiles, experiments, records
 inline constexpr uint64_t kMaxCorpusBytes = uint64_t{1} << 30;      // data.corpus

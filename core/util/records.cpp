@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
@@ -161,12 +160,7 @@ RunSummary run_summary(const Json& j, const std::string& where) {
 }
 
 MetricsStream read_metrics_stream(const std::filesystem::path& path) {
-  std::istringstream f;
-  try {
-    f.str(read_input_file(path, kMaxRecordBytes, "", "a metrics stream"));
-  } catch (const std::invalid_argument& e) {  // this reader's callers take a runtime_error
-    throw std::runtime_error(fmt::format("cannot read the metrics stream: {}", e.what()));
-  }
+  std::istringstream f(read_record_file(path, "cannot read the metrics stream", "a metrics stream"));
   MetricsStream m;
   int n = 0;
   for (std::string line; std::getline(f, line);) {

@@ -3,10 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 
 #include "util/files.h"
@@ -15,13 +11,7 @@ namespace gpt2::harness {
 
 namespace {
 
-std::string slurp(const std::filesystem::path& path) {
-  try {
-    return read_input_file(path, kMaxRecordBytes, "", "a CSV file");
-  } catch (const std::invalid_argument& e) {  // this reader's callers take a runtime_error
-    throw std::runtime_error(e.what());
-  }
-}
+std::string slurp(const std::filesystem::path& path) { return read_record_file(path, "", "a CSV file"); }
 
 // A record and the line it starts on (records may span lines inside quotes).
 struct Record {

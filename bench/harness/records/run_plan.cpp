@@ -14,13 +14,7 @@ namespace fs = std::filesystem;
 std::optional<Json> read_plan(const fs::path& run_dir) {
   const fs::path file = run_dir / "plan.json";
   if (!fs::exists(file)) return std::nullopt;
-  std::string text;
-  try {
-    text = read_input_file(file, kMaxRecordBytes, "", "a run's plan");
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(e.what());
-  }
-  Json j = Json::parse(text, nullptr, false);
+  Json j = Json::parse(read_record_file(file, "", "a run's plan"), nullptr, false);
   if (!j.is_object() || !j.value("ok", false) || !j.contains("per_rank") || !j["per_rank"].is_array() ||
       j["per_rank"].empty() || !j.contains("layout")) {
     throw std::runtime_error(fmt::format("{}: not a run's plan (docs/plan.md)", file.string()));

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "render/report_format.h"
+#include "runner/stage_config.h"
 #include "util/files.h"
 
 namespace gpt2::harness {
@@ -26,19 +27,13 @@ namespace {
 // A run's resolved configuration as "section.key" -> value text, from its
 // run.yaml (what the stage was given); empty if the folder has none.
 std::map<std::string, std::string> configuration_of(const fs::path& dir) {
-  std::map<std::string, std::string> out;
   try {
-    const YAML::Node root = YAML::Load(read_input_file(dir / "run.yaml", kMaxTextInputBytes, "", "a run.yaml"));
-    for (const auto& section : root) {
-      if (!section.second.IsMap()) continue;
-      for (const auto& kv : section.second) {
-        out[section.first.as<std::string>() + "." + kv.first.as<std::string>()] = YAML::Dump(kv.second);
-      }
-    }
+    const auto entries =
+        config_entries(YAML::Load(read_input_file(dir / "run.yaml", kMaxTextInputBytes, "", "a run.yaml")));
+    return {entries.begin(), entries.end()};
   } catch (const std::exception&) {
-    out.clear();
+    return {};
   }
-  return out;
 }
 
 // Runs of one stage, ranks, threads and layout whose configurations differ
@@ -132,7 +127,7 @@ std::string column_id(const ConfigKey& k) {
   for (char ch : k.pipeline) id += ch == ' ' ? '_' : ch;
   if (!k.variant.empty()) id += "_";
   for (char ch : k.variant) id += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
-  if (!k.differs.empty()) id += "_" + k.config_digest.substr(0, 8);
+  if (!k.differs.empty()) id += fmt::format("_{}", k.config_digest.substr(0, 8));
   return id;
 }
 

@@ -190,18 +190,19 @@ void stage_means(RunView& v) {
   for (auto& [s, bn] : v.per_stage) bn.first /= stage_ranks[s];
 }
 
+// The reference of the loss deviation: the first completed one-rank configuration.
+const ConfigRuns* loss_reference(const Inputs& in) {
+  for (const ConfigRuns& c : in.configs) {
+    if (c.key.ranks == 1 && c.key.pipeline.empty() && !c.ok.empty()) return &c;
+  }
+  return nullptr;
+}
+
 // The configurations in run order, each its first completed run's view; the
 // others as "label (why)".
 std::vector<RunView> views_of(const ReportSpec& spec, const Inputs& in, std::vector<std::string>& not_run) {
   const LossData loss = load_loss(spec.results_dir / "loss.csv", in.runs);
-  // The reference of the loss deviation: the first completed one-rank configuration.
-  const ConfigRuns* reference = nullptr;
-  for (const ConfigRuns& c : in.configs) {
-    if (c.key.ranks == 1 && c.key.pipeline.empty() && !c.ok.empty()) {
-      reference = &c;
-      break;
-    }
-  }
+  const ConfigRuns* reference = loss_reference(in);
   const std::vector<const ConfigRuns*> configs = in_run_order(in);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<RunView> views;
@@ -390,13 +391,7 @@ std::string tables_md(const std::vector<std::vector<std::string>>& time_rows,
 void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
   std::vector<std::string> not_run;
   const std::vector<RunView> views = views_of(spec, in, not_run);
-  const ConfigRuns* reference = nullptr;  // the run whose deviation column says "(reference)"
-  for (const ConfigRuns& c : in.configs) {
-    if (c.key.ranks == 1 && c.key.pipeline.empty() && !c.ok.empty()) {
-      reference = &c;
-      break;
-    }
-  }
+  const ConfigRuns* reference = loss_reference(in);  // the run whose deviation column says "(reference)"
   std::string csv = csv_row({"configuration", "ranks", "dp", "tp", "pp", "microbatches", "schedule", "zero",
                              "oversubscribed", "runs_ok", "step_ms_median", "stage", "bubble_measured",
                              "bubble_theory", "arenas_counted", "arenas_theory", "pp_calls", "formula_pp_calls",

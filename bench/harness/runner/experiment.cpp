@@ -134,13 +134,8 @@ RunEntry read_run_entry(const Reader& rd, const YAML::Node& run, const StageBase
 // configuration except train.seed (the seeds axis repeats a configuration).
 std::string config_digest(const ResolvedConfig& cfg) {
   std::string text;
-  for (const auto& section : cfg.root) {
-    if (!section.second.IsMap()) continue;
-    for (const auto& kv : section.second) {
-      const std::string key = section.first.as<std::string>() + "." + kv.first.as<std::string>();
-      if (key == "train.seed") continue;
-      text += key + "=" + YAML::Dump(kv.second) + "\n";
-    }
+  for (const auto& [key, value] : config_entries(cfg.root)) {
+    if (key != "train.seed") text += key + "=" + value + "\n";
   }
   return fmt::format("{:016x}", fnv1a64(text.data(), text.size()));
 }

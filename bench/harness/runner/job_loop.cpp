@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <iterator>
 
 #include "runner/process.h"
 #include "records/tables.h"
@@ -52,11 +51,7 @@ std::string programs_identity(const fs::path& dir) {
 std::optional<Json> read_json_file(const fs::path& p) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(p, ec))) return std::nullopt;
-  try {
-    return parse_json(read_input_file(p, kMaxRecordBytes, "", "a JSON record"), p.string());
-  } catch (const std::invalid_argument& e) {  // a device, a FIFO, a huge file: this reader's callers take a runtime_error
-    throw std::runtime_error(e.what());
-  }
+  return parse_json(read_record_file(p, "", "a JSON record"), p.string());
 }
 
 std::optional<Status> read_status(const fs::path& dir) {

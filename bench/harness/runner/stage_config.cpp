@@ -92,6 +92,17 @@ const ResolvedConfig& ConfigResolver::resolve(const fs::path& experiment, const 
   throw StageConfigError(message);
 }
 
+std::vector<std::pair<std::string, std::string>> config_entries(const YAML::Node& root) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& section : root) {
+    if (!section.second.IsMap()) continue;
+    for (const auto& kv : section.second) {
+      out.emplace_back(section.first.as<std::string>() + "." + kv.first.as<std::string>(), YAML::Dump(kv.second));
+    }
+  }
+  return out;
+}
+
 const PlanAnswer& ConfigResolver::plan(const fs::path& base, const std::vector<Override>& overrides,
                                        const std::string& stage, int ranks) {
   std::vector<std::string> argv = {serial_.string(), "plan", "--stage", stage, "--ranks", std::to_string(ranks),

@@ -49,6 +49,11 @@ struct PlanAnswer {
   Json json;
 };
 
+// A resolved configuration's entries, "section.key" and the value's YAML
+// text, in document order (what a run's configuration digest hashes and
+// what reports compare between runs).
+std::vector<std::pair<std::string, std::string>> config_entries(const YAML::Node& root);
+
 class ConfigResolver {
  public:
   explicit ConfigResolver(std::filesystem::path serial) : serial_(std::move(serial)) {}
