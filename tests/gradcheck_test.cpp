@@ -227,5 +227,81 @@ TEST(GradCheck, CrossEntropy) {
   check_gradient("crossentropy dlogits", z, dz, loss);
 }
 
+// The vocabulary-parallel cross-entropy: the (N, V) logits cut into P = 3
+// shards of Vr = 4 columns (12 = V + 1: the last shard's last column
+// padding); each shard's statistics, the group's sum and the combination
+// give the loss, and each shard's backward its part of dlogits. Both are
+// checked against the whole-row cross-entropy too (same loss, same gradient).
+TEST(GradCheck, CrossEntropyVocabShards) {
+  constexpr int P = 3, Vr = (V + P - 1) / P;
+  Vec z = random_dvec(N * V, 53, -4, 4), losses(N), lse(N);
+  auto tgt = testing::random_tokens(N, V, 54);
+  const double dloss = 1.0 / N;
+  auto shard = [&](int r) {  // shard r's columns (N, Vr), zeros past V
+    Vec s(static_cast<size_t>(N * Vr), 0.0);
+    for (int i = 0; i < N; ++i) {
+      for (int j = 0; j < Vr && r * Vr + j < V; ++j) s[i * Vr + j] = z[i * V + r * Vr + j];
+    }
+    return s;
+  };
+  auto loss = [&] {
+    Vec parts(static_cast<size_t>((P + 1) * N), 0.0);  // the group's sum of every rank's rows
+    for (int r = 0; r < P; ++r) {
+      Vec mine(N), picked(N);
+      const Vec s = shard(r);
+      ref::crossentropy_shard_stats(mine.data(), picked.data(), s.data(), tgt.data(), N, Vr, int64_t{r} * Vr,
+                                    int64_t{V});
+      for (int i = 0; i < N; ++i) {
+        parts[r * N + i] += mine[i];
+        parts[P * N + i] += picked[i];
+      }
+    }
+    ref::crossentropy_shard_combine(losses.data(), lse.data(), parts.data(), P, N);
+    double sum = 0;
+    for (double l : losses) sum += l;
+    return dloss * sum;
+  };
+  const double sharded = loss();
+  Vec whole(N);
+  ref::crossentropy_forward(whole.data(), z.data(), tgt.data(), N, V);
+  EXPECT_TRUE(testing::all_close("sharded losses against the whole row's", losses, whole, 1e-12, 1e-12));
+  Vec dz(z.size()), dz_whole(z.size());
+  for (int r = 0; r < P; ++r) {
+    const Vec s = shard(r);
+    Vec ds(s.size(), 7.0);
+    ref::crossentropy_shard_backward(ds.data(), s.data(), lse.data(), tgt.data(), dloss, N, Vr, int64_t{r} * Vr,
+                                     int64_t{V});
+    for (int i = 0; i < N; ++i) {
+      for (int j = 0; j < Vr; ++j) {
+        if (r * Vr + j < V) dz[i * V + r * Vr + j] = ds[i * Vr + j];
+        else EXPECT_EQ(ds[i * Vr + j], 0.0) << "padding column " << j << " of shard " << r;
+      }
+    }
+  }
+  ref::crossentropy_backward(dz_whole.data(), z.data(), tgt.data(), dloss, N, V);
+  EXPECT_TRUE(testing::all_close("sharded dlogits against the whole row's", dz, dz_whole, 1e-15, 1e-12));
+  EXPECT_GT(sharded, 0.0);
+  check_gradient("sharded crossentropy dlogits", z, dz, loss);
+}
+
+// A negative token id (another vocabulary shard's token) adds the position
+// row alone and takes no embedding gradient.
+TEST(GradCheck, EncoderMaskedTokens) {
+  auto tok = testing::random_tokens(N, V, 5);
+  tok[0] = tok[4] = -1;
+  Vec wte = random_dvec(V * C, 6), wpe = random_dvec(T * C, 7), r = random_dvec(N * C, 8);
+  Vec out(N * C);
+  auto loss = [&] {
+    ref::encoder_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    return dot(out, r);
+  };
+  loss();
+  for (int c = 0; c < C; ++c) EXPECT_EQ(out[c], wpe[c]);  // position 0's row alone
+  Vec dwte(wte.size()), dwpe(wpe.size());
+  ref::encoder_backward(dwte.data(), dwpe.data(), r.data(), tok.data(), B, T, C);
+  check_gradient("masked encoder dwte", wte, dwte, loss);
+  check_gradient("masked encoder dwpe", wpe, dwpe, loss);
+}
+
 }  // namespace
 }  // namespace gpt2

@@ -329,6 +329,14 @@ class CountingBackend final : public Backend {
   void crossentropy_backward(Tensor dz, Tensor z, const int32_t* t, float d) override {
     in_.crossentropy_backward(dz, z, t, d);
   }
+  void crossentropy_shard_stats(Tensor l, Tensor tl, Tensor z, const int32_t* t, int64_t v0, int64_t V) override {
+    in_.crossentropy_shard_stats(l, tl, z, t, v0, V);
+  }
+  void crossentropy_shard_combine(Tensor l, Tensor lse, Tensor p) override { in_.crossentropy_shard_combine(l, lse, p); }
+  void crossentropy_shard_backward(Tensor dz, Tensor z, Tensor l, const int32_t* t, int64_t v0, int64_t V,
+                                   float d) override {
+    in_.crossentropy_shard_backward(dz, z, l, t, v0, V, d);
+  }
   void adam_update(Tensor p, Tensor g, Tensor m, Tensor v, const AdamCoefficients& k) override {
     in_.adam_update(p, g, m, v, k);
   }

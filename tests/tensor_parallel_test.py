@@ -21,6 +21,11 @@
     N = rows per replica x seq_len. Bytes are the calls' buffers.
   * A spd model's checkpoint generates on mpi with its tensor-parallel group,
     and is refused, with the reason, by the serial stage.
+  * parallel.vocab_parallel (the embedding, head and loss sharded by
+    vocabulary rows) on tp 2 and tp 4 (padded rows) equals serial, its plan,
+    generation and tied embeddings; it holds half the embedding and head on
+    tp 2 and sends the 3 sums a step more that it should; its checkpoints
+    interchange with serial's both ways (vocab() below).
   * Clear errors: tp not dividing n_head or the rank count, a block_types list
     of the wrong length or with an unknown name, tp > 1 on the serial stage.
 
@@ -64,6 +69,9 @@ def main():
             check(f"the tp-2 checkpoint resumes on {title}", False, r.stderr.strip()[-300:])
             continue
         compare(check, f"the tp-2 checkpoint resumes on {title} with the uninterrupted curve", out("serial"), d)
+
+    # ---- The vocabulary-parallel embedding, head and loss ----
+    vocab(t, common, B, T, C)
 
     # ---- Counted communication per step against the formula ----
     L4 = 4  # layers of the communication runs: room for every pattern
@@ -140,6 +148,70 @@ def main():
 
     shutil.rmtree(work, ignore_errors=True)
     return check.finish()
+
+
+def vocab(t, common, B, T, C):
+    """parallel.vocab_parallel: wte and lm_head cut by vocabulary rows over the
+    tensor-parallel group, the loss from every shard's statistics. Against
+    serial (losses, weights, validation, generated text), its plan, its bytes
+    (the embedding and head halved on tp 2, padded on tp 4: 265 rows are 4 x 67
+    less 3), its traffic (3 sums more a step than tp 2's: the embedding's N x C,
+    the loss's 3 x N statistics and the head's N x C input gradient), tied
+    embeddings, and checkpoints both ways."""
+    check, programs, out, a = t.check, t.programs, t.out, t.a
+    mpi, run = programs.mpi, programs.run
+    vp = ["--parallel.vocab_parallel", "true"]
+    for n, tp in ((2, 2), (4, 4)):
+        args = [*common, "--parallel.tp", str(tp), *vp]
+        d = out(f"vp{tp}")
+        r = mpi(n, [*args, "--out", d], timeout=600)
+        if r.returncode != 0:
+            check(f"vocabulary-parallel tp {tp}", False, r.stderr.strip()[-400:])
+            continue
+        compare(check, f"vocabulary-parallel tp {tp} equals serial (10 steps, losses and final weights)", out("serial"), d)
+        plan_agrees(check, programs, f"vocabulary-parallel tp {tp}", n, args, d)
+        texts = [records(x, "summary")[0].get("generated_text") for x in (out("serial"), d)]
+        check(f"vocabulary-parallel tp {tp} generates serial's tokens", texts[0] == texts[1] and texts[0] is not None,
+              f"{texts[1]!r} against {texts[0]!r}")
+    V = int(load(os.path.join(out("serial"), "checkpoint.bin")).header["model.vocab_size"])
+    if os.path.isdir(out("vp2")) and os.path.isdir(out("tp2_2")):
+        mem = [records(x, "summary")[0]["provenance"]["memory"][0]["params_bytes"] for x in (out("tp2_2"), out("vp2"))]
+        Vr = (V + 1) // 2
+        check("vocabulary-parallel tp 2: each rank holds half the embedding and head rows (params bytes)",
+              mem[0] - mem[1] == 4 * 2 * C * (V - Vr),
+              f"{mem[1]} bytes against tp 2's {mem[0]}: {mem[0] - mem[1]} less, expected {4 * 2 * C * (V - Vr)}")
+        N = B * T
+        got = [(s["tp_calls"], s["tp_bytes"]) for s in records(out("vp2"), "step")]
+        base = [(s["tp_calls"], s["tp_bytes"]) for s in records(out("tp2_2"), "step")]
+        want = (base[0][0] + 3, base[0][1] + 4 * (2 * N * C + 3 * N))
+        check("vocabulary-parallel tp 2: 3 more sums a step than tp 2 (embedding, loss statistics, head gradient)",
+              set(got) == {want}, f"counted {sorted(set(got))}, expected {want}")
+    # Tied embeddings: the head's matrix is the embedding's shard.
+    tied = [*common, "--model.tie_embeddings", "true"]
+    r1 = run([a.serial, "train", *tied, "--out", out("tied_serial")], timeout=300)
+    r2 = mpi(2, [*tied, "--parallel.tp", "2", *vp, "--out", out("tied_vp2")], timeout=300)
+    if r1.returncode != 0 or r2.returncode != 0:
+        check("vocabulary-parallel tp 2 with tied embeddings", False, (r1.stderr + r2.stderr).strip()[-400:])
+    else:
+        compare(check, "vocabulary-parallel tp 2 with tied embeddings equals serial", out("tied_serial"), out("tied_vp2"))
+    # Checkpoints both ways: a vocabulary-parallel one at step 5 resumes on
+    # serial, a serial one at step 5 resumes vocabulary-parallel.
+    half = ["--train.steps", "5"]
+    ok = mpi(2, [*common, "--parallel.tp", "2", *vp, *half, "--out", out("vp_half")]).returncode == 0 and \
+        run([a.serial, "train", *common, *half, "--out", out("serial_half")]).returncode == 0
+    check("the vocabulary-parallel and serial runs stop at step 5 with checkpoints", ok)
+    for title, src, cmd in (("a vocabulary-parallel checkpoint resumes on serial", "vp_half", [a.serial, "train"]),
+                            ("a serial checkpoint resumes vocabulary-parallel on tp 2", "serial_half",
+                             [a.mpiexec, "-n", "2", a.mpi, "train", "--parallel.tp", "2", *vp])):
+        if not ok:
+            continue
+        d = out("resume_" + src)
+        shutil.copytree(out(src), d)
+        r = run([*cmd, *common, "--out", d, "--resume", os.path.join(d, "checkpoint.bin")], timeout=300)
+        if r.returncode != 0:
+            check(title, False, r.stderr.strip()[-300:])
+            continue
+        compare(check, f"{title} with the uninterrupted curve", out("serial"), d)
 
 
 if __name__ == "__main__":

@@ -52,8 +52,8 @@ ProcessGrid::ProcessGrid(Communicator& world, int tp, int pp)
       pp_group_(*pp_),
       dp_group_(*dp_) {}
 
-TpLayout ProcessGrid::layout(std::vector<BlockType> blocks) {
-  return TpLayout{tp(), tp_->rank(), std::move(blocks), tp() > 1 ? &group_ : nullptr};
+TpLayout ProcessGrid::layout(std::vector<BlockType> blocks, bool vocab) {
+  return TpLayout{tp(), tp_->rank(), std::move(blocks), tp() > 1 ? &group_ : nullptr, vocab};
 }
 
 void ProcessGrid::reset_stats() {

@@ -69,7 +69,7 @@ class ProcessGrid {
   CommTpGroup& pp_group() { return pp_group_; }
   CommTpGroup& dp_group() { return dp_group_; }
   // The model's layout on this rank with these block types.
-  TpLayout layout(std::vector<BlockType> blocks);
+  TpLayout layout(std::vector<BlockType> blocks, bool vocab = false);
   void reset_stats();
 
  private:

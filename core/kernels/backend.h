@@ -73,9 +73,12 @@ class Backend {
   // dst = src (same number of elements).
   virtual void copy(Tensor dst, Tensor src) = 0;
 
-  // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T).
+  // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T). A negative token
+  // id stands for no row of wte (a vocabulary shard's lookup of a token that
+  // another rank holds): out = wpe[t] alone.
   virtual void encoder_forward(Tensor out, const int32_t* tokens, Tensor wte, Tensor wpe) = 0;
-  // dwte (V,C) +=, dwpe (T',C) += from dout (B,T,C).
+  // dwte (V,C) +=, dwpe (T',C) += from dout (B,T,C); a negative token id adds
+  // nothing to dwte (its position row still gets its share).
   virtual void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, const int32_t* tokens) = 0;
 
   // Per row of inp (N,C): out = (x - mean) * rstd * weight + bias, eps 1e-5.
@@ -160,6 +163,27 @@ class Backend {
   // dlogits (N,V) = dloss * (softmax(logits) - onehot(target)); may alias logits.
   virtual void crossentropy_backward(Tensor dlogits, Tensor logits, const int32_t* targets,
                                      float dloss) = 0;
+
+  // The vocabulary-parallel cross-entropy (Megatron's, without gathering the
+  // logits): a rank holds the columns [v0, v0 + W) of the (N, vocab) logits
+  // as logits (N, W); columns at or past `vocab` are padding and take no part.
+  // The row's softmax is put together from every shard's log-sum-exp.
+  //
+  // lse (N) = log sum_j exp(logits[i, j]) over the shard's real columns
+  // (-infinity for a shard with none); target_logit (N) = the target's logit
+  // where v0 <= targets[i] < min(v0 + W, vocab), else 0.
+  virtual void crossentropy_shard_stats(Tensor lse, Tensor target_logit, Tensor logits, const int32_t* targets,
+                                        int64_t v0, int64_t vocab) = 0;
+  // parts (P+1, N): rows 0..P-1 each shard's lse, row P the target's logit
+  // (the group's sum, each rank having filled its own rows). lse (N) = the
+  // log-sum-exp of the P shard values, taken in rank order from their
+  // maximum; losses (N) = lse - parts[P]. Every rank computes the same bits.
+  virtual void crossentropy_shard_combine(Tensor losses, Tensor lse, Tensor parts) = 0;
+  // dlogits (N, W) = dloss * (exp(logits - lse) - onehot(target)) on the real
+  // columns, 0 on the padding; lse (N) from crossentropy_shard_combine. May
+  // alias logits.
+  virtual void crossentropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, const int32_t* targets,
+                                           int64_t v0, int64_t vocab, float dloss) = 0;
 
   // In-place update of one parameter tensor and its moments (see above).
   virtual void adam_update(Tensor param, Tensor grad, Tensor m, Tensor v,

@@ -12,9 +12,9 @@ using Visit = std::function<void(Tensor&, std::initializer_list<int64_t>)>;
 
 // The one list of activation tensors and their shapes, in arena order: P
 // tensor-parallel ranks, and the private-run buffers if `runs`.
-void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split, bool recompute,
+void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split, bool recompute,
            Activations& a, const Visit& f) {
-  const int64_t C = cfg.C, V = cfg.V, NH = cfg.NH;
+  const int64_t C = cfg.C, V = tp.vocab_rows(cfg.V), NH = cfg.NH, P = tp.size;
   const int64_t QKV = cfg.qkv_width(), H = cfg.mlp_width(), FC = cfg.fc_width();
   const int64_t Bm = cfg.rms() ? 0 : B;  // RMSNorm keeps no mean
   const bool swiglu = cfg.swiglu();
@@ -26,7 +26,7 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
   a.layers.resize(static_cast<size_t>(cfg.L));
   // First, and as long as the model's block whatever (B, T): its place and
   // its zeros survive reshape (zeroed once, at construction).
-  f(a.no_pos, {cfg.rope() ? static_cast<int64_t>(cfg.T) : 0, C});
+  f(a.no_pos, {cfg.rope() || tp.vocab ? static_cast<int64_t>(cfg.T) : 0, C});
   f(a.encoded, {B, T, C});
   for (int i = stage.first; i < stage.end(cfg.L); ++i) {
     LayerActivations& l = a.layers[static_cast<size_t>(i)];
@@ -66,6 +66,9 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
   f(a.lnf_rstd, {Bh, T});
   f(a.logits, {Bh, T, V});
   f(a.losses, {Bh, T});
+  const int64_t Bv = tp.vocab ? Bh : 0;
+  f(a.ce_parts, {P + 1, Bv * T});
+  f(a.ce_lse, {Bv, T});
   f(a.proj, {B, T, C});
   f(a.dresidual, {B, T, C});
   f(a.dln, {B, T, C});
@@ -77,38 +80,40 @@ void visit(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers st
   f(a.run_sum, {runs ? B : 0, T, C});
   f(a.drun, {runs ? B * T * C + 6 * C * cfg.L : 0});
   a.zero_rows.assign(runs ? static_cast<size_t>(B) * static_cast<size_t>(T) : 0, 0);
+  a.vocab_ids.assign(tp.vocab ? static_cast<size_t>(B) * static_cast<size_t>(T) : 0, -1);
 }
 
 // Keeps every tensor 64-byte aligned inside the arena.
 size_t padded(size_t n) { return (n + 15) / 16 * 16; }
 }  // namespace
 
-ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split,
+ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split,
                        bool recompute) {
   Activations a;
   ArenaKinds k;
-  visit(cfg, B, T, P, runs, stage, split, recompute, a, [&](Tensor& t, std::initializer_list<int64_t> dims) {
+  visit(cfg, B, T, tp, runs, stage, split, recompute, a, [&](Tensor& t, std::initializer_list<int64_t> dims) {
     size_t n = 1;
     for (int64_t d : dims) n *= static_cast<size_t>(d);
     const auto* at = reinterpret_cast<const char*>(&t);
     const auto* layers = reinterpret_cast<const char*>(a.layers.data());
     const bool in_layers = at >= layers && at < layers + a.layers.size() * sizeof(LayerActivations);
-    const bool head = &t == &a.lnf || &t == &a.lnf_mean || &t == &a.lnf_rstd || &t == &a.logits || &t == &a.losses;
+    const bool head = &t == &a.lnf || &t == &a.lnf_mean || &t == &a.lnf_rstd || &t == &a.logits || &t == &a.losses ||
+                      &t == &a.ce_parts || &t == &a.ce_lse;
     size_t& kind = in_layers ? k.layers : head ? k.head : (&t == &a.encoded || &t == &a.no_pos) ? k.embed : k.scratch;
     kind += padded(n);
   });
   return k;
 }
 
-size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split,
+size_t arena_floats(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split,
                     bool recompute) {
-  return arena_kinds(cfg, B, T, P, runs, stage, split, recompute).total();
+  return arena_kinds(cfg, B, T, tp, runs, stage, split, recompute).total();
 }
 
 ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory, const TpLayout& tp,
                                  StageLayers stage, bool split_backward, bool recompute)
     : cfg_(cfg),
-      tp_(tp.size),
+      tp_(tp.shape()),
       private_runs_(tp.has_private()),
       stage_(stage),
       split_(split_backward),
@@ -122,7 +127,7 @@ ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& me
   kinds_ = arena_kinds(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_);
   buf_ = Buffer(kinds_.total(), memory);
   carve(B, T);
-  // The zero position table of a RoPE model's embedding (nothing writes it).
+  // The zero position table of a RoPE model's embedding, or of a vocabulary shard's (nothing writes it).
   if (acts_.no_pos.numel() > 0) {
     memory.zero(acts_.no_pos.data, static_cast<size_t>(acts_.no_pos.numel()) * sizeof(float));
   }

@@ -56,8 +56,14 @@ struct Activations {
   // runs a layer's forward again before its backward (model/model.h).
   bool recompute = false;
   Tensor lnf, lnf_mean, lnf_rstd;  // (B,T,C) (B,T) (B,T); the last pipeline stage only
-  Tensor logits;   // (B,T,V); the backward pass overwrites it with dlogits; the last stage only
+  Tensor logits;   // (B,T,V) (/P: Vr columns with vocabulary sharding); the backward pass overwrites it with
+                   // dlogits; the last stage only
   Tensor losses;   // (B,T) per-position cross-entropy; the last stage only
+  // Vocabulary sharding (TpShape::vocab), else empty: the loss's statistics
+  // of every rank's shard, (P + 1, B*T), summed over the group (rows 0..P-1
+  // each rank's log-sum-exp, row P the target's logit), and the row's
+  // log-sum-exp over the whole vocabulary (B*T), kept for the backward.
+  Tensor ce_parts, ce_lse;
   Tensor proj;     // (B,T,C) projection output before its residual add (not kept)
   // Backward scratch, shared by all layers.
   Tensor dresidual;  // (B,T,C) gradient of the residual stream, accumulated in place
@@ -66,20 +72,24 @@ struct Activations {
   Tensor dqkv;       // (B,T,3C/P)
   Tensor dfch;       // (B,T,4C/P) gradient at the activation's output, then (in place) its input
   Tensor dhid;       // (B,T,H/P) SwiGLU only: gradient at its output (dfch then takes its input's)
-  Tensor no_pos;     // (block_size,C) zeros: a RoPE model's embedding has no position table, else empty
+  Tensor no_pos;     // (block_size,C) zeros: a RoPE model's embedding has no position table, nor a vocabulary
+                     // shard's but the first (rank 0 adds the positions); else empty
   Tensor dpos;       // (T,C) RoPE: where the embedding backward's (unused) position gradient goes
   // Private runs of tensor-parallel layers (spd, parallel), else empty:
   Tensor run_sum;    // (B,T,C) this rank's partial outputs of the run, summed over the group at its end
   Tensor drun;       // (B*T*C + 6*C*L) this rank's stream gradient (B,T,C), then the run's LayerNorm
                      // and bias gradients (6 x C per layer), summed over the group in one call
   std::vector<int32_t> zero_rows;  // B*T zeros, host: bias rows through the embedding kernels
+  // Vocabulary sharding: the forward's token ids as rows of this rank's
+  // shard of wte, -1 for another rank's (B*T, host; the backward reads them).
+  std::vector<int32_t> vocab_ids;
 };
 
-// The floats of an arena of (B, T) for `cfg` sharded over P tensor-parallel
-// ranks (`runs`: the layout has private runs), holding `stage`'s layers, with
-// the split backward's tensors when `split`: what ActivationArena allocates,
-// and what a run's plan states (train/plan.h).
-size_t arena_floats(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split,
+// The floats of an arena of (B, T) for `cfg` sharded as `tp` over its
+// tensor-parallel ranks (`runs`: the layout has private runs), holding
+// `stage`'s layers, with the split backward's tensors when `split`: what
+// ActivationArena allocates, and what a run's plan states (train/plan.h).
+size_t arena_floats(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split,
                     bool recompute = false);
 
 // The same arena's floats by kind (docs/memory.md, "Activations"): what the
@@ -92,7 +102,7 @@ struct ArenaKinds {
   size_t embed = 0, layers = 0, head = 0, scratch = 0;
   size_t total() const { return embed + layers + head + scratch; }
 };
-ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, int P, bool runs, StageLayers stage, bool split,
+ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split,
                        bool recompute = false);
 
 // The arena of one pipeline stage (the whole model by default) holds that
@@ -117,7 +127,7 @@ class ActivationArena {
  private:
   void carve(int B, int T);
   Gpt2Config cfg_;
-  int tp_ = 1;
+  TpShape tp_;
   bool private_runs_ = false;
   StageLayers stage_;
   bool split_ = false;

@@ -82,6 +82,11 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
   std::vector<Tensor> caches(opt.kv_cache ? static_cast<size_t>(cfg.L) : 0);
   std::optional<ActivationArena> one;
   if (opt.kv_cache) one.emplace(model, 1, 1);
+  // With the vocabulary sharded each rank holds Vr logits of the row: they are
+  // gathered (each rank's in its place, zeros elsewhere, summed over the group).
+  const TpLayout& tp = model.tp();
+  const int64_t row_width = tp.shape().vocab_rows(cfg.V);
+  Buffer gathered(tp.shape().vocab ? static_cast<size_t>(tp.size * row_width) : 0, mem);
   std::vector<float> host_logits(static_cast<size_t>(cfg.V));  // the sampled row, on the host
   int cached = 0;  // tokens held in the cache: the `cached` tokens before the newest, from row `start`
   int64_t start = 0;
@@ -89,7 +94,7 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
   for (int i = 0; i < opt.max_new_tokens; ++i) {
     const int n = static_cast<int>(seq.size());
     const int w = std::min(n, cfg.T);  // window: the last w tokens
-    const float* logits = nullptr;  // in the backend's memory
+    float* logits = nullptr;  // in the backend's memory
     if (opt.kv_cache && slide && cached + 1 > w) {  // the window slid: drop the rows that left it
       const int drop = cached + 1 - w;
       start += drop;
@@ -112,7 +117,7 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
       Activations& a = full.acts();
       // RoPE turns by absolute positions, as the cache's rows were (learned positions start at 0).
       gpt2_forward(be, model, a, seq.data() + (n - w), nullptr, slide ? n - w : 0);
-      logits = a.logits.data + static_cast<int64_t>(w - 1) * cfg.V;
+      logits = a.logits.data + static_cast<int64_t>(w - 1) * row_width;
       if (opt.kv_cache) {
         for (int l = 0; l < cfg.L; ++l) {
           be.copy(Tensor(layer_rows(l, 0), {1, w, width}), a.layers[static_cast<size_t>(l)].qkv);
@@ -120,6 +125,13 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
         cached = w;
         start = 0;
       }
+    }
+    if (tp.shape().vocab) {
+      const Tensor all(gathered.data(), {tp.size * row_width});
+      be.zero(all);
+      be.copy(Tensor(gathered.data() + tp.rank * row_width, {row_width}), Tensor(logits, {row_width}));
+      tp.group->allreduce_sum(all);
+      logits = gathered.data();
     }
     mem.download(host_logits.data(), logits, host_logits.size() * sizeof(float));
     const double u = uniform01(opt.seed, kSamplingStream, static_cast<uint64_t>(i));

@@ -188,11 +188,57 @@ void head_forward(const Parts& k, const ParamTensors& p, Activations& a) {
 }
 
 // The embedding: token rows plus learned position rows, or (RoPE) token
-// rows alone, through the same kernel with a zero position table.
-void embed(const Parts& k, const ParamTensors& p, Activations& a, Tensor out, const int32_t* tokens, int pos) {
+// rows alone, through the same kernel with a zero position table. With the
+// vocabulary sharded (TpShape::vocab) each rank looks up the tokens its
+// rows hold (the others as -1: a.vocab_ids), rank 0 alone adds the position
+// rows, and the group's sum puts each row together: one token row and one
+// position row, the rest exact zeros, so the sum is the unsharded value.
+void embed(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activations& a, Tensor out,
+           const int32_t* tokens, int pos) {
   const int64_t C = k.cfg.C;
-  const Tensor pos_rows = k.cfg.rope() ? a.no_pos : Tensor(p.wpe.data + pos * C, {p.wpe.dim(0) - pos, C});
-  k.be.encoder_forward(out, tokens, p.wte, pos_rows);
+  const bool vocab = tp.shape().vocab;
+  const bool no_positions = k.cfg.rope() || (vocab && tp.rank != 0);
+  const Tensor pos_rows = no_positions ? a.no_pos : Tensor(p.wpe.data + pos * C, {p.wpe.dim(0) - pos, C});
+  if (!vocab) {
+    k.be.encoder_forward(out, tokens, p.wte, pos_rows);
+    return;
+  }
+  const int64_t v0 = tp.vocab_begin(k.cfg.V), rows = p.wte.dim(0), n = out.numel() / C;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = tokens[i] - v0;
+    a.vocab_ids[static_cast<size_t>(i)] = id >= 0 && id < rows ? static_cast<int32_t>(id) : -1;
+  }
+  k.be.encoder_forward(out, a.vocab_ids.data(), p.wte, pos_rows);
+  tp_sum(tp, out);
+}
+
+// The mean loss of the logits against `targets` (a.losses per position).
+// With the vocabulary sharded, from every shard's statistics (the logits
+// never gathered): each rank's log-sum-exp into its row of a.ce_parts and
+// the target's logit (on the rank holding it) into the last row, summed over
+// the group, then put together the same way on every rank.
+float loss_forward(const Parts& k, const TpLayout& tp, Activations& a, const int32_t* targets) {
+  Backend& be = k.be;
+  if (!tp.shape().vocab) {
+    be.crossentropy_forward(a.losses, a.logits, targets);
+  } else {
+    const int64_t N = a.ce_lse.numel();
+    be.zero(a.ce_parts);
+    be.crossentropy_shard_stats(Tensor(a.ce_parts.data + tp.rank * N, {N}), Tensor(a.ce_parts.data + tp.size * N, {N}),
+                                a.logits, targets, tp.vocab_begin(k.cfg.V), k.cfg.V);
+    tp_sum(tp, a.ce_parts);
+    be.crossentropy_shard_combine(Tensor(a.losses.data, {N}), a.ce_lse, a.ce_parts);
+  }
+  return static_cast<float>(be.sum(a.losses) / static_cast<double>(a.losses.numel()));
+}
+
+// dlogits (in place over the logits) of the loss weighted by dloss.
+void loss_backward(const Parts& k, const TpLayout& tp, Activations& a, const int32_t* targets, float dloss) {
+  if (!tp.shape().vocab) {
+    k.be.crossentropy_backward(a.logits, a.logits, targets, dloss);
+  } else {
+    k.be.crossentropy_shard_backward(a.logits, a.logits, a.ce_lse, targets, tp.vocab_begin(k.cfg.V), k.cfg.V, dloss);
+  }
 }
 
 // The stage's layers and (on the last stage) the head, after the embedding
@@ -261,7 +307,7 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
   a.pos0 = pos0;
   if (model.stage().embed) {
     const UnitScope scope(units, model, 0, Pass::kForward);
-    embed(k, p, a, a.encoded, tokens, 0);
+    embed(k, model.tp(), p, a, a.encoded, tokens, 0);
   }
   layers_forward(
       k, model, a,
@@ -271,8 +317,7 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
       },
       units);
   if (targets == nullptr || !model.stage().head) return 0.0f;
-  be.crossentropy_forward(a.losses, a.logits, targets);
-  return static_cast<float>(be.sum(a.losses) / static_cast<double>(a.losses.numel()));
+  return loss_forward(k, model.tp(), a, targets);
 }
 
 namespace {
@@ -470,8 +515,9 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
   if (stage.head) {
     const UnitScope scope(units, model, cfg.L + 1, Pass::kBackward);  // binds the head's views
     const Tensor head_w = Parts::head(cfg, p), head_g = Parts::head(cfg, g);
-    be.crossentropy_backward(dlogits, a.logits, targets, dloss);
+    loss_backward(k, tp, a, targets, dloss);
     be.matmul_backward(a.dln, part == BackwardPart::kAll ? head_g : Tensor{}, Tensor{}, dlogits, a.lnf, head_w);
+    if (tp.shape().vocab) tp_sum(tp, a.dln);  // each rank's vocabulary rows gave a part of it
     be.zero(a.dresidual);  // every norm backward below accumulates into it
     Tensor last = a.layers[static_cast<size_t>(stage.last - 1)].residual3;
     k.norm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dln, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
@@ -496,7 +542,10 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
   if (stage.embed) {
     const UnitScope scope(units, model, 0, Pass::kBackward);
     if (cfg.rope()) be.zero(a.dpos);  // no position table: its gradient is dropped
-    be.encoder_backward(g.wte, cfg.rope() ? a.dpos : g.wpe, a.dresidual, tokens);
+    // With the vocabulary sharded, the forward's ids of this rank's rows; every
+    // rank's position gradient is whole (the gradient at the sum is replicated).
+    const int32_t* ids = tp.shape().vocab ? a.vocab_ids.data() : tokens;
+    be.encoder_backward(g.wte, cfg.rope() ? a.dpos : g.wpe, a.dresidual, ids);
     done_from(g.wte);
   }  // else a.dresidual holds the gradient at the stage's input, for the caller to send back
 }
@@ -514,7 +563,7 @@ void gpt2_decode(Backend& be, const Gpt2& model, Activations& a, const std::vect
     throw std::invalid_argument("gpt2_decode: a cache row apart from the token's position needs model.position rope");
   }
   // The position embedding row `position` as a (1,C) table: the encoder adds its row 0.
-  embed(k, p, a, a.encoded, &token, position);
+  embed(k, model.tp(), p, a, a.encoded, &token, position);
   layers_forward(k, model, a, [&](int l, const LayerParams& w, LayerActivations& x, Tensor in) {
     const Tensor& cache = qkv_cache[static_cast<size_t>(l)];  // (1,T,qkv width/P)
     const int64_t width = cache.dim(2);

@@ -28,22 +28,25 @@ StageLayers StageLayers::of(int n_layer, int stages, int stage) {
   return s;
 }
 
-std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp, StageLayers stage) {
+std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, TpShape tp, StageLayers stage) {
   // The variant decides which tensors exist and their widths: no wpe with
   // RoPE, no norm biases with RMSNorm, (NH + 2 KVH) heads of q, k, v, an fc
   // of 2H rows (gate, up) for SwiGLU, no lm_head when tied.
-  const int64_t V = cfg.V, T = cfg.T, C = cfg.C, P = tp, HS = cfg.head_size();
+  const int64_t V = cfg.V, T = cfg.T, C = cfg.C, P = tp.size, HS = cfg.head_size();
+  const int64_t Vr = tp.vocab_rows(V);  // wte's and lm_head's rows here
+  const TpSplit vocab_split = tp.vocab ? TpSplit::kVocabRows : TpSplit::kNone;
   const int64_t QW = cfg.NH * HS, KW = cfg.kv_heads() * HS, H = cfg.mlp_width();
   const bool rms = cfg.rms();
   std::vector<ParamInfo> out;
-  auto add = [&out](std::string name, Tensor& view, std::vector<int64_t> shape, ParamInit init,
-                    TpSplit split = TpSplit::kNone, std::vector<int64_t> groups = {}) {
+  auto add = [&out, V](std::string name, Tensor& view, std::vector<int64_t> shape, ParamInit init,
+                       TpSplit split = TpSplit::kNone, std::vector<int64_t> groups = {}) {
     bool decay = shape.size() >= 2;
-    out.push_back({std::move(name), &view, std::move(shape), init, decay, 0, split, std::move(groups)});
+    const int64_t full_rows = split == TpSplit::kVocabRows ? V : 0;
+    out.push_back({std::move(name), &view, std::move(shape), init, decay, 0, split, std::move(groups), full_rows});
   };
   p.layers.resize(static_cast<size_t>(cfg.L));
   if (stage.embed) {
-    add("wte", p.wte, {V, C}, ParamInit::kNormal);
+    add("wte", p.wte, {Vr, C}, ParamInit::kNormal, vocab_split);
     if (!cfg.rope()) add("wpe", p.wpe, {T, C}, ParamInit::kNormal);
   }
   const std::vector<int64_t> fc_groups = cfg.swiglu() ? std::vector<int64_t>{H / P, H / P} : std::vector<int64_t>{};
@@ -66,7 +69,7 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp, St
   if (stage.head) {
     add("lnf_w", p.lnf_w, {C}, ParamInit::kOne);
     if (!rms) add("lnf_b", p.lnf_b, {C}, ParamInit::kZero);
-    if (!cfg.tie_embeddings) add("lm_head", p.lm_head, {V, C}, ParamInit::kNormal);
+    if (!cfg.tie_embeddings) add("lm_head", p.lm_head, {Vr, C}, ParamInit::kNormal, vocab_split);
   }
 
   size_t offset = 0;
@@ -79,7 +82,7 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp, St
   return out;
 }
 
-size_t param_count(const Gpt2Config& cfg, int tp, StageLayers stage) {
+size_t param_count(const Gpt2Config& cfg, TpShape tp, StageLayers stage) {
   ParamTensors scratch;
   auto infos = layout(cfg, scratch, tp, stage);
   if (infos.empty()) return 0;
@@ -103,7 +106,7 @@ namespace {
 // tensor's shard: offsets within the tensor in the full buffer and in the
 // shard. A tensor is seen as (rows, cols); a 1-D tensor is one column wide.
 template <typename F>
-void for_each_piece(const ParamInfo& local, int tp, int rank, F&& f) {
+void for_each_piece(const ParamInfo& local, int tp, int rank, F&& f) {  // tp: the group's size
   const size_t rows = static_cast<size_t>(local.shape[0]);
   const size_t cols = local.shape.size() > 1 ? static_cast<size_t>(local.shape[1]) : 1;
   const size_t P = static_cast<size_t>(tp), r = static_cast<size_t>(rank);
@@ -126,10 +129,16 @@ void for_each_piece(const ParamInfo& local, int tp, int rank, F&& f) {
     case TpSplit::kCols:  // every row holds rank's slice of the columns
       for (size_t i = 0; i < rows; ++i) f(i * cols * P + r * cols, i * cols, cols);
       break;
+    case TpSplit::kVocabRows: {  // rows [r rows, (r + 1) rows) of the full tensor's, those before its end
+      const size_t full = static_cast<size_t>(local.full_rows), first = r * rows;
+      const size_t here = first >= full ? 0 : std::min(rows, full - first);
+      if (here > 0) f(first * cols, size_t{0}, here * cols);
+      break;
+    }
   }
 }
 
-void check_sizes(const Gpt2Config& cfg, int tp, StageLayers stage, size_t full, size_t shard) {
+void check_sizes(const Gpt2Config& cfg, TpShape tp, StageLayers stage, size_t full, size_t shard) {
   if (full != param_count(cfg) || shard != param_count(cfg, tp, stage)) {
     throw std::invalid_argument(fmt::format("model part of {} floats from {} (expected {} and {})", shard, full,
                                             param_count(cfg, tp, stage), param_count(cfg)));
@@ -140,7 +149,7 @@ void check_sizes(const Gpt2Config& cfg, int tp, StageLayers stage, size_t full, 
 namespace {
 // Copies each tensor's shard pieces from `from` to `to`: full buffer to
 // shard (to_shard), or shard to full buffer.
-void copy_shards(const Gpt2Config& cfg, int tp, int rank, StageLayers stage, std::span<const float> from,
+void copy_shards(const Gpt2Config& cfg, TpShape tp, int rank, StageLayers stage, std::span<const float> from,
                  std::span<float> to, bool to_shard) {
   ParamTensors sp, fp;
   const auto local = layout(cfg, sp, tp, stage), whole = layout(cfg, fp);
@@ -148,7 +157,7 @@ void copy_shards(const Gpt2Config& cfg, int tp, int rank, StageLayers stage, std
   while (!local.empty() && whole[w].name != local[0].name) ++w;
   for (size_t k = 0; k < local.size(); ++k, ++w) {
     const size_t f = whole[w].offset, s = local[k].offset;
-    for_each_piece(local[k], tp, rank, [&](size_t fo, size_t so, size_t n) {
+    for_each_piece(local[k], tp.size, rank, [&](size_t fo, size_t so, size_t n) {
       if (to_shard) std::copy_n(from.data() + f + fo, n, to.data() + s + so);
       else std::copy_n(from.data() + s + so, n, to.data() + f + fo);
     });
@@ -156,7 +165,7 @@ void copy_shards(const Gpt2Config& cfg, int tp, int rank, StageLayers stage, std
 }
 }  // namespace
 
-std::vector<float> shard_of(const Gpt2Config& cfg, int tp, int rank, std::span<const float> full,
+std::vector<float> shard_of(const Gpt2Config& cfg, TpShape tp, int rank, std::span<const float> full,
                             StageLayers stage) {
   std::vector<float> shard(param_count(cfg, tp, stage));
   check_sizes(cfg, tp, stage, full.size(), shard.size());
@@ -164,7 +173,7 @@ std::vector<float> shard_of(const Gpt2Config& cfg, int tp, int rank, std::span<c
   return shard;
 }
 
-void place_shard(const Gpt2Config& cfg, int tp, int rank, std::span<const float> shard, std::span<float> full,
+void place_shard(const Gpt2Config& cfg, TpShape tp, int rank, std::span<const float> shard, std::span<float> full,
                  StageLayers stage) {
   check_sizes(cfg, tp, stage, full.size(), shard.size());
   copy_shards(cfg, tp, rank, stage, shard, full, false);
@@ -199,14 +208,14 @@ Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpLayout tp, StageLayers stage
     throw std::invalid_argument(fmt::format("pipeline stage of layers [{}, {}) in a model of {} layers",
                                             stage_.first, stage_.last, cfg_.L));
   }
-  n_ = param_count(cfg_, tp_.size, stage_);
+  n_ = param_count(cfg_, tp_.shape(), stage_);
   pad_to = std::max<size_t>(pad_to, 1);
   padded_ = (n_ + pad_to - 1) / pad_to * pad_to;
   if (residency_ != Residency::kNone) params_buf_ = Buffer(padded_, memory);
   if (residency_ == Residency::kWhole) grads_buf_ = Buffer(padded_, memory);
   if (padded_ > n_ && params_buf_.size() > 0) params_buf_.zero();
-  grad_infos_ = layout(cfg_, grads, tp_.size, stage_);
-  infos_ = layout(cfg_, params, tp_.size, stage_);
+  grad_infos_ = layout(cfg_, grads, tp_.shape(), stage_);
+  infos_ = layout(cfg_, params, tp_.shape(), stage_);
   bind(grad_infos_, grads_buf_.size() > 0 ? grads_buf_.data() : nullptr);
   bind(infos_, params_buf_.size() > 0 ? params_buf_.data() : nullptr);
   units_ = param_units(cfg_, infos_);  // from the shaped views
@@ -251,7 +260,7 @@ void Gpt2::params_from_host(std::span<const float> host) {
 void Gpt2::init_weights(uint64_t seed) {
   // Filled on the host, then copied to the model's memory in one piece.
   std::vector<float> host = initial_weights(cfg_, seed);
-  if (tp_.size > 1 || !stage_.whole(cfg_.L)) host = shard_of(cfg_, tp_.size, tp_.rank, host, stage_);
+  if (tp_.size > 1 || !stage_.whole(cfg_.L)) host = shard_of(cfg_, tp_.shape(), tp_.rank, host, stage_);
   params_from_host(host);
 }
 

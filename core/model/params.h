@@ -28,7 +28,9 @@ enum class ParamInit { kNormal, kZero, kOne };  // N(0, 0.02) weights, zero bias
 // not at all (replicated), by rows (column-parallel: an output slice), or by
 // columns (row-parallel: an input slice). qkv_w is split by rows within each
 // of its three row groups (q, k, v), so a rank holds whole heads of each.
-enum class TpSplit { kNone, kRows, kCols };
+// kVocabRows: wte and lm_head under vocabulary parallelism (TpShape), rows
+// [r Vr, (r + 1) Vr) of the full tensor's, the last rank's past V padding.
+enum class TpSplit { kNone, kRows, kCols, kVocabRows };
 
 struct LayerParams {
   Tensor ln1_w, ln1_b;          // (C) (C)
@@ -76,6 +78,7 @@ struct ParamInfo {
   // kRows: the shard's rows per group; each group of the full tensor is split
   // on its own (qkv_w: q, k, v heads; SwiGLU's fc: gate, up). Empty: one group.
   std::vector<int64_t> groups;
+  int64_t full_rows = 0;  // kVocabRows: the full tensor's rows (V)
 };
 
 // Visits every parameter slot of `p` in buffer order; the single definition of
@@ -83,11 +86,11 @@ struct ParamInfo {
 // `layout`. With tp > 1 the shapes are one tensor-parallel rank's shard;
 // with a pipeline stage only its tensors are listed (names stay global:
 // "h.3.fc_w" on whichever stage holds layer 3).
-std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, int tp = 1, StageLayers stage = {});
+std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, TpShape tp = {}, StageLayers stage = {});
 
 // Total number of floats of the parameter buffer (of one shard with tp > 1,
 // of one stage's tensors).
-size_t param_count(const Gpt2Config& cfg, int tp = 1, StageLayers stage = {});
+size_t param_count(const Gpt2Config& cfg, TpShape tp = {}, StageLayers stage = {});
 
 // The units a layer-wise sharding moves (ZeRO-2 and ZeRO-3, DESIGN.md
 // "Memory"): the embeddings (wte, wpe), each layer, the head (final norm
@@ -113,9 +116,9 @@ enum class Residency { kWhole, kParams, kNone };
 // cut from a full buffer in layout order (parameters, gradients or Adam
 // moments alike), and its inverse: the part written back into its places of
 // the full buffer. tp = 1 and the whole model copy.
-std::vector<float> shard_of(const Gpt2Config& cfg, int tp, int rank, std::span<const float> full,
+std::vector<float> shard_of(const Gpt2Config& cfg, TpShape tp, int rank, std::span<const float> full,
                             StageLayers stage = {});
-void place_shard(const Gpt2Config& cfg, int tp, int rank, std::span<const float> shard, std::span<float> full,
+void place_shard(const Gpt2Config& cfg, TpShape tp, int rank, std::span<const float> shard, std::span<float> full,
                  StageLayers stage = {});
 
 // The initial weights of the full model: N(0, 0.02) from Philox keyed by

@@ -48,6 +48,11 @@ void TpLayout::validate(const Gpt2Config& model) const {
         "parallel.block_types has {} entries but model.n_layer is {}: give one type per layer, or none (all tp)",
         blocks.size(), n_layer));
   }
+  if (vocab && model.V > 0 && size > model.V) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.vocab_parallel with parallel.tp {}: the vocabulary of {} entries has fewer rows than ranks", size,
+        model.V));
+  }
   if (rank < 0 || rank >= size) throw std::invalid_argument(fmt::format("tensor-parallel rank {} of {}", rank, size));
 }
 

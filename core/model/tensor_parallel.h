@@ -34,6 +34,7 @@
 // "DistributedGPT" study's block types); tp computes the standard one.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,21 @@ class TpGroup {
   virtual double allreduce_sum(double x) = 0;
 };
 
+// How a model's tensors are cut over `size` tensor-parallel ranks: the
+// blocks' always; with `vocab` (parallel.vocab_parallel) also the token
+// embedding and the head, by vocabulary rows (Megatron's
+// VocabParallelEmbedding and parallel cross-entropy): rank r holds rows
+// [r Vr, (r + 1) Vr) of wte and lm_head, Vr = ceil(V / size), the last
+// rank's rows past V zero padding that no token reads and no gradient
+// reaches. An int converts to the shape without vocabulary sharding.
+struct TpShape {
+  int size = 1;
+  bool vocab = false;
+  TpShape(int p = 1, bool v = false) : size(p), vocab(v && p > 1) {}  // NOLINT: an int is a shape
+  // The vocabulary rows of wte and lm_head a rank holds, padding included.
+  int64_t vocab_rows(int64_t V) const { return vocab ? (V + size - 1) / size : V; }
+};
+
 // One rank's place in tensor parallelism. size 1 (the default) is the
 // unsharded model: every layer runs the standard block, whatever its type.
 struct TpLayout {
@@ -67,6 +83,11 @@ struct TpLayout {
   int rank = 0;
   std::vector<BlockType> blocks;  // one per layer; empty: every layer tp
   TpGroup* group = nullptr;       // required when size > 1
+  bool vocab = false;             // the embedding, head and loss sharded by vocabulary rows (TpShape)
+
+  TpShape shape() const { return {size, vocab}; }
+  // With vocabulary sharding, the first vocabulary row this rank holds (0 without).
+  int64_t vocab_begin(int64_t V) const { return shape().vocab ? rank * shape().vocab_rows(V) : 0; }
 
   // Throws std::invalid_argument naming the parallel.* key that is wrong for
   // a model of `n_layer` layers, `n_head` heads and `n_embd` channels.

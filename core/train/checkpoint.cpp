@@ -413,7 +413,7 @@ void load_params(const Checkpoint& ck, Gpt2& model) {
     throw std::invalid_argument("load_params: checkpoint and model configurations differ");
   }
   const TpLayout& tp = model.tp();
-  model.params_from_host(tp.size > 1 ? shard_of(ck.config, tp.size, tp.rank, ck.params) : ck.params);
+  model.params_from_host(tp.size > 1 ? shard_of(ck.config, tp.shape(), tp.rank, ck.params) : ck.params);
 }
 
 Checkpoint load_given_checkpoint(const std::string& path) {

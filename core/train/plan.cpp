@@ -80,7 +80,7 @@ struct RankShape {
 // The buffers a rank allocates (init_or_resume, make_layout), by size.
 RankMemory plan_memory(const RankShape& r) {
   RankMemory m;
-  const size_t n = param_count(r.cfg, r.tp.size, r.layers);
+  const size_t n = param_count(r.cfg, r.tp.shape(), r.layers);
   const size_t pad_to = r.zero.contiguous ? static_cast<size_t>(r.dp) : 1;
   const size_t padded = (n + pad_to - 1) / pad_to * pad_to;
   const bool sharded = r.sharded();
@@ -101,12 +101,12 @@ RankMemory plan_memory(const RankShape& r) {
   if (r.c.parallel.pipelined()) {  // one arena per microbatch in flight
     const ScheduleKind kind = parse_schedule(r.c.parallel.schedule);
     const int mb = r.rows / r.c.parallel.microbatches;
-    set_arena(m, arena_kinds(r.cfg, mb, T, r.tp.size, r.tp.has_private(), r.layers, kind == ScheduleKind::kZbH1,
+    set_arena(m, arena_kinds(r.cfg, mb, T, r.tp.shape(), r.tp.has_private(), r.layers, kind == ScheduleKind::kZbH1,
                              r.c.train.recompute_full()));
     m.arenas = static_cast<uint64_t>(
         max_in_flight(stage_schedule(kind, r.c.parallel.pp, r.stage, r.c.parallel.microbatches)));
   } else {
-    set_arena(m, arena_kinds(r.cfg, r.rows, T, r.tp.size, r.tp.has_private(), r.layers, false,
+    set_arena(m, arena_kinds(r.cfg, r.rows, T, r.tp.shape(), r.tp.has_private(), r.layers, false,
                              r.c.train.recompute_full()));
   }
   m.count = n;
@@ -120,7 +120,9 @@ RankMemory plan_memory(const RankShape& r) {
 // per `tp` layer 4 per microbatch (2 forward, 2 backward) of N x C floats
 // in all; per private run of k layers 2 per microbatch, N x C floats forward
 // and N x C + 6 x C x k per microbatch backward; one double (the shards'
-// squared gradient norm).
+// squared gradient norm). With the vocabulary sharded, per microbatch: the
+// embedding's sum (N x C in all) on the first stage; on the last the loss's
+// statistics ((P + 1) x N) and the head's input gradient (N x C).
 GroupTraffic tp_traffic(const RankShape& r) {
   GroupTraffic t;
   if (r.tp.size == 1) return t;
@@ -128,6 +130,17 @@ GroupTraffic tp_traffic(const RankShape& r) {
   const uint64_t N = static_cast<uint64_t>(r.rows) * static_cast<uint64_t>(r.c.train.seq_len);
   uint64_t calls = 1;
   t.bytes = sizeof(double);
+  if (r.tp.shape().vocab) {
+    const uint64_t P = static_cast<uint64_t>(r.tp.size);
+    if (r.layers.embed) {
+      calls += m;
+      t.bytes += N * C * sizeof(float);
+    }
+    if (r.layers.head) {
+      calls += 2 * m;
+      t.bytes += ((P + 1) * N + N * C) * sizeof(float);
+    }
+  }
   for (int l = r.layers.first; l < r.layers.last;) {
     if (!r.tp.is_private(l)) {
       // Recomputation runs the layer's forward again in the backward (its two sums), but the stage's last.
@@ -256,12 +269,12 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   p.bubble = p.pp > 1 ? schedule_bubble(parse_schedule(p.schedule), p.pp, p.microbatches) : 0.0;
   for (int k = 0; k < ranks; ++k) {
     const GridCoords at = grid_coords(k, p.tp, p.pp);
-    RankShape r{c, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr},
+    RankShape r{c, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
                 StageLayers::of(cfg.L, p.pp, at.stage), zero, p.dp, at.dp_rank, at.stage, p.rows, {}, {}};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);
     ParamTensors scratch;
-    r.units = param_units(cfg, layout(cfg, scratch, r.tp.size, r.layers));
+    r.units = param_units(cfg, layout(cfg, scratch, r.tp.shape(), r.layers));
     if (r.sharded()) r.shards = UnitShards::of(r.units, r.dp, r.dp_rank);
     RankPlan rp;
     rp.rank = k;

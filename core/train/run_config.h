@@ -98,6 +98,7 @@ struct ParallelConfig {
   int microbatches = 1;
   std::string schedule = "1f1b";
   ZeroStage zero = ZeroStage::k0;
+  bool vocab_parallel = false;
 
   int zero_stage() const { return static_cast<int>(zero); }
   // Pipeline stages or microbatches: the step runs a schedule (train/pipeline.h).
@@ -133,6 +134,10 @@ struct ParallelConfig {
       "backward, freed after); true/false = 1/0. Does nothing with one data-parallel rank. 2 with pipeline stages "
       "or microbatches keeps the stage's gradient for the accumulation (stage 1's memory); 3 needs pp 1 and "
       "microbatches 1; 2 and 3 need untied embeddings and tp blocks, on the mpi stage");
+    f("vocab_parallel", vocab_parallel,
+      "with tp > 1, shard the token embedding, the head and the loss by vocabulary rows over the tensor-parallel "
+      "group (Megatron's VocabParallelEmbedding and parallel cross-entropy: the logits are never gathered); each "
+      "rank holds ceil(V / tp) rows. false: both replicated on every rank. Does nothing with tp 1");
   }
 };
 

@@ -154,7 +154,7 @@ std::string parallel_function(const ParallelConfig& p) {
 }
 
 std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local,
-                               StageLayers stage) {
+                               StageLayers stage, bool vocab) {
   const int P = grid.tp(), S = grid.pp();
   if (P == 1 && S == 1) return local;
   std::vector<float> full(param_count(cfg));
@@ -164,7 +164,8 @@ std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const s
     std::vector<float> shards(local.size() * static_cast<size_t>(P));
     grid.tp_comm().all_gather(local.data(), shards.data(), local.size());
     for (int r = 0; r < P; ++r) {
-      place_shard(cfg, P, r, {shards.data() + static_cast<size_t>(r) * local.size(), local.size()}, full, stage);
+      place_shard(cfg, TpShape(P, vocab), r, {shards.data() + static_cast<size_t>(r) * local.size(), local.size()}, full,
+                  stage);
     }
   }
   if (S == 1) return full;
@@ -288,7 +289,7 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   st->backend = kind.make(options);
   Memory& mem = st->backend->memory();
   st->model_config.validate();
-  TpLayout layout = grid.layout(c.parallel.blocks());
+  TpLayout layout = grid.layout(c.parallel.blocks(), c.parallel.vocab_parallel);
   layout.validate(st->model_config);
   const StageLayers stage = StageLayers::of(st->model_config.L, grid.pp(), grid.stage());
   const ZeroLayout zl = zero_layout(c, dp);
@@ -311,7 +312,7 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   const TpLayout& tp = st->model->tp();
   auto shard = [&](std::vector<float>& full) {
     if (tp.size > 1 || !stage.whole(st->model_config.L)) {
-      full = shard_of(st->model_config, tp.size, tp.rank, full, stage);
+      full = shard_of(st->model_config, tp.shape(), tp.rank, full, stage);
     }
   };
   auto zero_part = [&](std::vector<float>& part) {
@@ -412,9 +413,10 @@ void save_training_checkpoint(const std::string& path, const RunState& st, const
     throw std::runtime_error("the replicated parameters differ across the tensor-parallel group");
   }
   const StageLayers stage = st.model->stage();
-  const std::vector<float> params = gather_full(st.model_config, grid, local, stage);
-  ts.m = gather_full(st.model_config, grid, m, stage);
-  ts.v = gather_full(st.model_config, grid, v, stage);
+  const bool vocab = st.model->tp().shape().vocab;
+  const std::vector<float> params = gather_full(st.model_config, grid, local, stage, vocab);
+  ts.m = gather_full(st.model_config, grid, m, stage, vocab);
+  ts.v = gather_full(st.model_config, grid, v, stage, vocab);
   if (grid.world().rank() == 0) save_checkpoint(path, st.model_config, params, st.tok, &ts, extra);
 }
 

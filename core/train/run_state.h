@@ -105,9 +105,10 @@ std::string parallel_function(const ParallelConfig& p);
 // The full model's host arrays from this rank's part (`local`: its pipeline
 // stage's tensors, its tensor-parallel shard of them), gathered over the
 // tensor-parallel and pipeline groups (collective over this replica's ranks;
-// every one of them gets the result).
+// every one of them gets the result). `vocab`: the shards cut the vocabulary
+// too (TpShape).
 std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local,
-                               StageLayers stage = {});
+                               StageLayers stage = {}, bool vocab = false);
 
 // `c` with train.micro_batch turned into parallel.microbatches for a job of
 // `ranks` ranks: the replica's rows / micro_batch micro-steps (gradient

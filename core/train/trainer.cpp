@@ -80,6 +80,7 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["microbatches"] = c.parallel.microbatches;
   p["schedule"] = c.parallel.schedule;
   p["zero"] = st.zero_stage;
+  p["vocab_parallel"] = st.model->tp().shape().vocab;
   p["block_types"] = TpLayout{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.describe();
   p["hostfile"] = req.hostfile;
   p["seed"] = c.train.seed;
@@ -103,9 +104,13 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
                        peak.gflops, peak.source, max_loss));
   if (c.parallel.tp > 1) {
     const TpLayout& tp = st.model->tp();
-    log.note(fmt::format("layout: data parallel {} x tensor parallel {} (groups of consecutive ranks); blocks {}{}",
+    log.note(fmt::format("layout: data parallel {} x tensor parallel {} (groups of consecutive ranks); blocks {}{}{}",
                          comm.size() / tp.size / c.parallel.pp, tp.size, tp.describe(),
-                         tp.has_private() ? " (spd/parallel blocks: another function than the standard model)" : ""));
+                         tp.has_private() ? " (spd/parallel blocks: another function than the standard model)" : "",
+                         tp.shape().vocab ? fmt::format("; embedding, head and loss sharded by vocabulary rows ({} "
+                                                        "of {} a rank)", tp.shape().vocab_rows(st.model_config.V),
+                                                        st.model_config.V)
+                                          : ""));
   }
   if (c.parallel.pp > 1 || c.parallel.microbatches > 1) {
     std::string stages;
@@ -132,6 +137,9 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
   } else if (c.parallel.zero_stage() > 0) {
     log.note(fmt::format("parallel.zero {} does nothing with one data-parallel rank: nothing to shard over",
                          c.parallel.zero_stage()));
+  }
+  if (c.parallel.vocab_parallel && c.parallel.tp == 1) {
+    log.note("parallel.vocab_parallel does nothing with parallel.tp 1: the embedding and head stay whole");
   }
   if (!st.unchecked.empty()) {
     std::string keys;
@@ -406,15 +414,15 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
   Backend& be = *st.backend;
   if (grid.pp() > 1) {
     const std::vector<float> full =
-        gather_full(st.model_config, grid, st.model->params_to_host(), st.model->stage());
+        gather_full(st.model_config, grid, st.model->params_to_host(), st.model->stage(), st.model->tp().vocab);
     if (grid.stage() != 0) {
       comm.barrier();
       return;
     }
-    whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks()));
-    whole->params_from_host(shard_of(st.model_config, grid.tp(), grid.tp_comm().rank(), full));
+    whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks(), st.model->tp().vocab));
+    whole->params_from_host(shard_of(st.model_config, whole->tp().shape(), grid.tp_comm().rank(), full));
   } else if (st.zero_stage == 3) {
-    whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks()));
+    whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks(), st.model->tp().vocab));
     whole->params_from_host(local);
   }
   generate_from_corpus(c, st, whole ? *whole : *st.model, sum);  // inference as in the original

@@ -53,8 +53,12 @@ void CpuBackend::encoder_forward(Tensor out, const int32_t* tokens, Tensor wte, 
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     float* o = out.data + bt * C;
-    const float* te = wte.data + static_cast<int64_t>(tokens[bt]) * C;
     const float* pe = wpe.data + (bt % T) * C;
+    if (tokens[bt] < 0) {  // a token of another vocabulary shard: the position row alone
+      std::memcpy(o, pe, static_cast<size_t>(C) * sizeof(float));
+      continue;
+    }
+    const float* te = wte.data + static_cast<int64_t>(tokens[bt]) * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) o[c] = te[c] + pe[c];
   }
@@ -70,8 +74,13 @@ void CpuBackend::encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, const i
     const int64_t c0 = C * tid / nt, c1 = C * (tid + 1) / nt;
     for (int64_t bt = 0; bt < B * T; ++bt) {
       const float* d = dout.data + bt * C;
-      float* dte = dwte.data + static_cast<int64_t>(tokens[bt]) * C;
       float* dpe = dwpe.data + (bt % T) * C;
+      if (tokens[bt] < 0) {  // a token of another vocabulary shard
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) dpe[c] += d[c];
+        continue;
+      }
+      float* dte = dwte.data + static_cast<int64_t>(tokens[bt]) * C;
 #pragma omp simd
       for (int64_t c = c0; c < c1; ++c) {
         dte[c] += d[c];

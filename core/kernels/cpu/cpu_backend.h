@@ -49,6 +49,11 @@ class CpuBackend final : public Backend {
   void crossentropy_forward(Tensor losses, Tensor logits, const int32_t* targets) override;
   void crossentropy_backward(Tensor dlogits, Tensor logits, const int32_t* targets,
                              float dloss) override;
+  void crossentropy_shard_stats(Tensor lse, Tensor target_logit, Tensor logits, const int32_t* targets, int64_t v0,
+                                int64_t vocab) override;
+  void crossentropy_shard_combine(Tensor losses, Tensor lse, Tensor parts) override;
+  void crossentropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, const int32_t* targets, int64_t v0,
+                                   int64_t vocab, float dloss) override;
   void adam_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamCoefficients& k) override;
   double sum_squares(Tensor x) override;
   double sum(Tensor x) override { return sum_in_order(x); }

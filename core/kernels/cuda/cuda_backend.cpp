@@ -293,6 +293,24 @@ class CudaBackend final : public Backend {
                                 N, V, stream_);
   }
 
+  void crossentropy_shard_stats(Tensor lse, Tensor target_logit, Tensor logits, const int32_t* targets, int64_t v0,
+                                int64_t vocab) override {
+    const int N = rows(logits), W = cols(logits);
+    cuda::crossentropy_shard_stats(lse.data, target_logit.data, logits.data,
+                                   stage(*targets_, targets, static_cast<size_t>(N)), N, W, v0, vocab, stream_);
+  }
+  void crossentropy_shard_combine(Tensor losses, Tensor lse, Tensor parts) override {
+    cuda::crossentropy_shard_combine(losses.data, lse.data, parts.data, static_cast<int>(parts.dim(0) - 1),
+                                     static_cast<int>(parts.dim(1)), stream_);
+  }
+  void crossentropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, const int32_t* targets, int64_t v0,
+                                   int64_t vocab, float dloss) override {
+    const int N = rows(logits), W = cols(logits);
+    cuda::crossentropy_shard_backward(dlogits.data, logits.data, lse.data,
+                                      stage(*targets_, targets, static_cast<size_t>(N)), dloss, N, W, v0, vocab,
+                                      stream_);
+  }
+
   void adam_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamCoefficients& k) override {
     cuda::adam_update(param.data, grad.data, m.data, v.data, param.numel(), k, stream_);
   }

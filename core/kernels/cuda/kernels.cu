@@ -43,7 +43,8 @@ __global__ void encoder_forward_kernel(float* out, const int32_t* tokens, const 
     const int64_t n = i / C;
     const int c = static_cast<int>(i % C);
     const int t = static_cast<int>(n % T);
-    out[i] = wte[static_cast<int64_t>(tokens[n]) * C + c] + wpe[static_cast<int64_t>(t) * C + c];
+    const float pe = wpe[static_cast<int64_t>(t) * C + c];
+    out[i] = tokens[n] < 0 ? pe : wte[static_cast<int64_t>(tokens[n]) * C + c] + pe;  // < 0: another shard's token
   }
 }
 
@@ -387,6 +388,51 @@ __global__ void __launch_bounds__(dm::kRowWarps * kWarpSize)
   for (int j = lane; j < V; j += kWarpSize) dz[j] = dm::crossentropy_grad(z[j], maxv, sumexp, j == target, dloss);
 }
 
+// The vocabulary-parallel cross-entropy (backend.h): a warp per row of the
+// shard's `real` columns (the rest is padding).
+__global__ void __launch_bounds__(dm::kRowWarps * kWarpSize)
+    crossentropy_shard_stats_kernel(float* lse, float* target_logit, const float* logits, const int32_t* targets,
+                                    int N, int W, int real, int64_t v0) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * dm::kRowWarps + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const float* z = logits + static_cast<int64_t>(row) * W;
+  float maxv, sumexp;
+  row_max_sumexp(z, real, lane, maxv, sumexp);
+  if (lane != 0) return;
+  const int64_t t = targets[row] - v0;
+  target_logit[row] = t >= 0 && t < real ? z[t] : 0.0f;
+  lse[row] = real > 0 ? maxv + logf(sumexp) : -INFINITY;
+}
+
+// One thread per row: the P shards' log-sum-exps in rank order.
+__global__ void crossentropy_shard_combine_kernel(float* losses, float* lse, const float* parts, int P, int N) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) {
+    float m = parts[i];
+    for (int r = 1; r < P; ++r) m = fmaxf(m, parts[static_cast<int64_t>(r) * N + i]);
+    float s = 0.0f;
+    for (int r = 0; r < P; ++r) s += expf(parts[static_cast<int64_t>(r) * N + i] - m);
+    lse[i] = m + logf(s);
+    losses[i] = lse[i] - parts[static_cast<int64_t>(P) * N + i];
+  }
+}
+
+// dlogits may alias logits: each element is read, then written, by one lane.
+__global__ void __launch_bounds__(dm::kRowWarps * kWarpSize)
+    crossentropy_shard_backward_kernel(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                                       float dloss, int N, int W, int real, int64_t v0) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * dm::kRowWarps + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const float* z = logits + static_cast<int64_t>(row) * W;
+  float* dz = dlogits + static_cast<int64_t>(row) * W;
+  const float l = lse[row];
+  const int64_t t = targets[row] - v0;
+  for (int j = lane; j < W; j += kWarpSize) {
+    dz[j] = j < real ? dloss * (expf(z[j] - l) - (j == t ? 1.0f : 0.0f)) : 0.0f;
+  }
+}
+
 // ---------------------------------------------------------------- adam
 
 __global__ void adam_kernel(float* param, const float* grad, float* m, float* v, int64_t n, AdamCoefficients k) {
@@ -619,6 +665,37 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
   crossentropy_backward_kernel<<<(N + dm::kRowWarps - 1) / dm::kRowWarps, dm::kRowWarps * kWarpSize, 0, stream>>>(
       dlogits, logits, targets, dloss, N, V);
   check_launch("crossentropy_backward");
+}
+
+namespace {
+int real_columns(int W, int64_t v0, int64_t vocab) {
+  const int64_t r = vocab - v0;
+  return static_cast<int>(r < 0 ? 0 : r > W ? W : r);
+}
+}  // namespace
+
+void crossentropy_shard_stats(float* lse, float* target_logit, const float* logits, const int32_t* targets, int N,
+                              int W, int64_t v0, int64_t vocab, cudaStream_t stream) {
+  if (N <= 0) return;
+  crossentropy_shard_stats_kernel<<<(N + dm::kRowWarps - 1) / dm::kRowWarps, dm::kRowWarps * kWarpSize, 0,
+                                    stream>>>(lse, target_logit, logits, targets, N, W, real_columns(W, v0, vocab), v0);
+  check_launch("crossentropy_shard_stats");
+}
+
+void crossentropy_shard_combine(float* losses, float* lse, const float* parts, int P, int N, cudaStream_t stream) {
+  if (N <= 0) return;
+  crossentropy_shard_combine_kernel<<<elementwise_blocks(N), kElementwiseThreads, 0, stream>>>(losses, lse, parts,
+                                                                                                P, N);
+  check_launch("crossentropy_shard_combine");
+}
+
+void crossentropy_shard_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                                 float dloss, int N, int W, int64_t v0, int64_t vocab, cudaStream_t stream) {
+  if (N <= 0) return;
+  crossentropy_shard_backward_kernel<<<(N + dm::kRowWarps - 1) / dm::kRowWarps, dm::kRowWarps * kWarpSize, 0,
+                                       stream>>>(dlogits, logits, lse, targets, dloss, N, W,
+                                                 real_columns(W, v0, vocab), v0);
+  check_launch("crossentropy_shard_backward");
 }
 
 void adam_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamCoefficients& k,

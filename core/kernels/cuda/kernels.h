@@ -113,6 +113,13 @@ void crossentropy_forward(float* losses, const float* logits, const int32_t* tar
 // dlogits = dloss * (softmax(logits) - onehot(target)); may alias logits.
 void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int N, int V,
                            cudaStream_t stream);
+// The vocabulary-parallel cross-entropy (backend.h): logits (N,W) hold the
+// columns [v0, v0 + W) of the (N, vocab) logits; parts (P+1, N).
+void crossentropy_shard_stats(float* lse, float* target_logit, const float* logits, const int32_t* targets, int N,
+                              int W, int64_t v0, int64_t vocab, cudaStream_t stream);
+void crossentropy_shard_combine(float* losses, float* lse, const float* parts, int P, int N, cudaStream_t stream);
+void crossentropy_shard_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                                 float dloss, int N, int W, int64_t v0, int64_t vocab, cudaStream_t stream);
 
 // One Adam/AdamW update of n elements (coefficients as backend.h).
 void adam_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamCoefficients& k,

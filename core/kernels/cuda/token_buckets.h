@@ -17,11 +17,17 @@ struct TokenBuckets {
   int num_buckets() const { return static_cast<int>(bucket_token.size()); }
 };
 
-// Fills `tb` for tokens (N) in [0, V). Reusing one TokenBuckets allocates
+// Fills `tb` for tokens (N) in [0, V); a negative token (one of another
+// vocabulary shard) is in no bucket. Reusing one TokenBuckets allocates
 // nothing once its vectors have grown to the largest N and V.
 inline void make_token_buckets(const int32_t* tokens, int N, int V, TokenBuckets& tb) {
   tb.count.assign(static_cast<size_t>(V) + 1, 0);
-  for (int n = 0; n < N; ++n) ++tb.count[static_cast<size_t>(tokens[n]) + 1];
+  int kept = 0;
+  for (int n = 0; n < N; ++n) {
+    if (tokens[n] < 0) continue;
+    ++tb.count[static_cast<size_t>(tokens[n]) + 1];
+    ++kept;
+  }
   tb.bucket_token.clear();
   tb.starts.clear();
   for (int v = 0; v < V; ++v) {
@@ -32,9 +38,11 @@ inline void make_token_buckets(const int32_t* tokens, int N, int V, TokenBuckets
     }
     tb.count[i + 1] += tb.count[i];  // now: the first position of token v + 1
   }
-  tb.starts.push_back(N);
-  tb.order.resize(static_cast<size_t>(N));
-  for (int n = 0; n < N; ++n) tb.order[static_cast<size_t>(tb.count[static_cast<size_t>(tokens[n])]++)] = n;
+  tb.starts.push_back(kept);
+  tb.order.resize(static_cast<size_t>(kept));
+  for (int n = 0; n < N; ++n) {
+    if (tokens[n] >= 0) tb.order[static_cast<size_t>(tb.count[static_cast<size_t>(tokens[n])]++)] = n;
+  }
 }
 
 inline TokenBuckets make_token_buckets(const int32_t* tokens, int N) {

@@ -19,11 +19,21 @@ namespace gpt2::ops {
 
 namespace {
 
+// Token ids of a (B,T) batch; `masked`: every third one negative, as a
+// vocabulary shard's lookup passes the tokens another rank holds.
+std::vector<int32_t> encoder_tokens(const OpShape& s, bool masked) {
+  std::vector<int32_t> tok = random_tokens(static_cast<size_t>(s.N()), s.V, 1);
+  if (masked) {
+    for (size_t i = 0; i < tok.size(); i += 3) tok[i] = -1;
+  }
+  return tok;
+}
+
 class EncoderForward final : public TableCase {
  public:
-  EncoderForward(const OpShape& s, Memory& m)
+  EncoderForward(const OpShape& s, Memory& m, bool masked = false)
       : TableCase("encoder_forward", s, {"out"}),
-        tok_(random_tokens(static_cast<size_t>(s.N()), s.V, 1)),
+        tok_(encoder_tokens(s, masked)),
         wte_(random_array({s.V, s.C}, 2, m)),
         wpe_(random_array({s.T, s.C}, 3, m)),
         out_(overwritten({s.B, s.T, s.C}, m)) {}
@@ -39,9 +49,9 @@ class EncoderForward final : public TableCase {
 
 class EncoderBackward final : public TableCase {
  public:
-  EncoderBackward(const OpShape& s, Memory& m)
+  EncoderBackward(const OpShape& s, Memory& m, bool masked = false)
       : TableCase("encoder_backward", s, {"dwte", "dwpe"}),
-        tok_(random_tokens(static_cast<size_t>(s.N()), s.V, 1)),
+        tok_(encoder_tokens(s, masked)),
         dout_(random_array({s.B, s.T, s.C}, 4, m)),
         dwte_(accumulated({s.V, s.C}, 5, m)),
         dwpe_(accumulated({s.T, s.C}, 6, m)) {}
@@ -464,6 +474,84 @@ class CrossentropyBackward final : public TableCase {
   Output dz_;                 // (N,V)
 };
 
+// The vocabulary-parallel cross-entropy's ops on one shard: the columns
+// [V, 2V) of a vocabulary of 2V - 3 entries (its last 3 columns padding), with
+// targets over the whole vocabulary (about half of them in the shard).
+constexpr int64_t kShardPadding = 3;
+int64_t shard_vocab(const OpShape& s) { return 2 * s.V - kShardPadding; }
+
+class CrossentropyShardStats final : public TableCase {
+ public:
+  CrossentropyShardStats(const OpShape& s, Memory& m)
+      : TableCase("crossentropy_shard_stats", s, {"lse", "target_logit"}),
+        z_(random_array({s.N(), s.V}, 63, m, -5.0f, 5.0f)),
+        tgt_(random_tokens(static_cast<size_t>(s.N()), shard_vocab(s), 64)),
+        lse_(overwritten({s.N()}, m)),
+        picked_(overwritten({s.N()}, m)) {}
+  void reset() override {
+    lse_.reset();
+    picked_.reset();
+  }
+  void run(Backend& be) override {
+    be.crossentropy_shard_stats(lse_.t(), picked_.t(), z_.t(), tgt_.data(), s_.V, shard_vocab(s_));
+  }
+  std::vector<OpOutput> outputs() override { return {out(0, lse_.host()), out(1, picked_.host())}; }
+
+ private:
+  Array z_;                   // (N,V): the shard's columns
+  std::vector<int32_t> tgt_;  // (N), host
+  Output lse_, picked_;       // (N), (N)
+};
+
+// The shards' statistics of kCombineShards ranks, put together.
+constexpr int64_t kCombineShards = 3;
+
+class CrossentropyShardCombine final : public TableCase {
+ public:
+  CrossentropyShardCombine(const OpShape& s, Memory& m)
+      : TableCase("crossentropy_shard_combine", s, {"losses", "lse"}),
+        parts_(random_array({kCombineShards + 1, s.N()}, 65, m, -5.0f, 5.0f)),
+        loss_(overwritten({s.N()}, m)),
+        lse_(overwritten({s.N()}, m)) {}
+  void reset() override {
+    loss_.reset();
+    lse_.reset();
+  }
+  void run(Backend& be) override { be.crossentropy_shard_combine(loss_.t(), lse_.t(), parts_.t()); }
+  std::vector<OpOutput> outputs() override { return {out(0, loss_.host()), out(1, lse_.host())}; }
+
+ private:
+  Array parts_;         // (P+1, N)
+  Output loss_, lse_;   // (N), (N)
+};
+
+class CrossentropyShardBackward final : public TableCase {
+ public:
+  CrossentropyShardBackward(const OpShape& s, Memory& m)
+      : TableCase("crossentropy_shard_backward", s, {"dlogits"}),
+        z_(random_array({s.N(), s.V}, 63, m, -5.0f, 5.0f)),
+        lse_(random_array({s.N()}, 66, m, 5.0f, 10.0f)),
+        tgt_(random_tokens(static_cast<size_t>(s.N()), shard_vocab(s), 64)),
+        dz_(overwritten({s.N(), s.V}, m)) {}
+  void reset() override { dz_.reset(); }
+  void run(Backend& be) override {
+    be.crossentropy_shard_backward(dz_.t(), z_.t(), lse_.t(), tgt_.data(), s_.V, shard_vocab(s_), dloss());
+  }
+  // dlogits may alias logits.
+  bool run_in_place(Backend& be) override {
+    be.copy(dz_.t(), z_.t());
+    be.crossentropy_shard_backward(dz_.t(), dz_.t(), lse_.t(), tgt_.data(), s_.V, shard_vocab(s_), dloss());
+    return true;
+  }
+  std::vector<OpOutput> outputs() override { return {out(0, dz_.host())}; }
+
+ private:
+  float dloss() const { return 1.0f / static_cast<float>(s_.N()); }
+  Array z_, lse_;             // (N,V), (N): a log-sum-exp at least that of the shard's row
+  std::vector<int32_t> tgt_;  // (N), host
+  Output dz_;                 // (N,V)
+};
+
 class AdamUpdate final : public TableCase {
  public:
   AdamUpdate(const OpShape& s, Memory& m)
@@ -508,6 +596,14 @@ OpSpec spec(const std::string& op) {
           [](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> { return std::make_unique<Case>(s, m); }};
 }
 
+// The ".masked" variant of the embedding's cases: a third of the token ids
+// negative (another vocabulary shard's tokens).
+template <typename Case>
+OpSpec masked_spec(const std::string& op) {
+  return {op, "masked", Dtype::f32,
+          [](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> { return std::make_unique<Case>(s, m, true); }};
+}
+
 // A case class that takes its op's name (one class for two ops).
 template <typename Case>
 OpSpec named_spec(const std::string& op) {
@@ -531,7 +627,9 @@ OpSpec grouped(OpSpec spec) {
 
 const std::vector<OpSpec>& op_table() {
   static const std::vector<OpSpec> table = [] {
-    std::vector<OpSpec> v = {spec<EncoderForward>("encoder_forward"), spec<EncoderBackward>("encoder_backward"),
+    std::vector<OpSpec> v = {spec<EncoderForward>("encoder_forward"), masked_spec<EncoderForward>("encoder_forward"),
+                             spec<EncoderBackward>("encoder_backward"),
+                             masked_spec<EncoderBackward>("encoder_backward"),
                              spec<LayernormForward>("layernorm_forward"),
                              spec<LayernormBackward>("layernorm_backward"),
                              spec<RmsnormForward>("rmsnorm_forward"),
@@ -561,6 +659,9 @@ const std::vector<OpSpec>& op_table() {
     v.push_back(spec<ResidualForward>("residual_forward"));
     v.push_back(spec<CrossentropyForward>("crossentropy_forward"));
     v.push_back(spec<CrossentropyBackward>("crossentropy_backward"));
+    v.push_back(spec<CrossentropyShardStats>("crossentropy_shard_stats"));
+    v.push_back(spec<CrossentropyShardCombine>("crossentropy_shard_combine"));
+    v.push_back(spec<CrossentropyShardBackward>("crossentropy_shard_backward"));
     v.push_back(spec<AdamUpdate>("adam_update"));
     v.push_back({"sum_squares", "", Dtype::f32, [](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> {
                    return std::make_unique<Reduction>("sum_squares", s, m);

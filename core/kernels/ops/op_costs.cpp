@@ -127,6 +127,18 @@ OpCost op_cost(const std::string& k, const OpShape& s) {
     // max 1, sub and exp 2, sum 1, then (p - onehot) * dloss with p = e/sum: 3 per logit.
     return {7 * N * V, kF * (2 * N * V + N)};
   }
+  if (k == "crossentropy_shard_stats") {
+    // crossentropy_forward's per logit, on the shard's columns; two outputs per row.
+    return {4 * N * V, kF * (N * V + 3 * N)};
+  }
+  if (k == "crossentropy_shard_combine") {
+    // Per row, over 3 shards: max 1, sub and exp 2, sum 1 each; the log, the add and the subtraction.
+    return {15 * N, kF * (4 * N + 2 * N)};
+  }
+  if (k == "crossentropy_shard_backward") {
+    // sub, exp, the onehot, the scale: 4 per logit; reads the logits and lse, writes dlogits.
+    return {4 * N * V, kF * (2 * N * V + 2 * N)};
+  }
   if (k == "adam_update") {
     // g*scale 1; m 3; v 4; p*decay - step*m/(sqrt(v)*v_scale + eps): 7. 15 per element;
     // reads p, g, m, v and writes p, m, v.

@@ -182,6 +182,27 @@ const Row kRows[] = {
        return abs_rel(dloss * 4.0 * static_cast<double>(f.shape.V) * kU, 8 * kU);
      }},
 
+    // One shard's log-sum-exp: crossentropy_forward's without the pick; the
+    // target's logit is copied.
+    {"crossentropy_shard_stats", "lse", Dtype::f32,
+     [](const ToleranceFacts& f) { return abs_rel(4.0 * static_cast<double>(f.shape.V) * kU * 10, 0); }},
+    {"crossentropy_shard_stats", "target_logit", Dtype::f32, [](const ToleranceFacts&) { return Tolerance{}; }},
+    // Three shards' values U(-5,5): the log of a 3-term sum of terms <= 1
+    // (each exp within 2 ulp) plus the max (|m| <= 5: 8 u of rounding), then
+    // the target's logit (|z| <= 5) subtracted: 8 u more.
+    {"crossentropy_shard_combine", "lse", Dtype::f32,
+     [](const ToleranceFacts&) { return abs_rel(4.0 * 3 * kU * 10 + 8 * kU, 0); }},
+    {"crossentropy_shard_combine", "losses", Dtype::f32,
+     [](const ToleranceFacts&) { return abs_rel(4.0 * 3 * kU * 10 + 16 * kU, 0); }},
+    // dloss (exp(z - lse) - onehot): one subtraction (|z - lse| <= 15: 16 u of
+    // its rounding, times the exp's slope p <= 1) and the exp's 2 ulp, scaled
+    // by dloss = 1/N; the onehot subtraction adds dloss u.
+    {"crossentropy_shard_backward", "dlogits", Dtype::f32,
+     [](const ToleranceFacts& f) {
+       const double dloss = 1.0 / static_cast<double>(f.shape.N());
+       return abs_rel(dloss * 20 * kU, 8 * kU);
+     }},
+
     // The same few operations per element on every backend, up to FMA
     // contraction: within 2 ulp; the parameter's step (step_size 1e-3 times
     // m / (sqrt(v) v_scale + eps), of size <= ~8) also within 8 u absolute.

@@ -107,6 +107,19 @@ class ReferenceBackend final : public Backend {
     ref::crossentropy_backward(dlogits.data, logits.data, targets, dloss, i32(logits.rows()),
                                i32(logits.cols()));
   }
+  void crossentropy_shard_stats(Tensor lse, Tensor target_logit, Tensor logits, const int32_t* targets, int64_t v0,
+                                int64_t vocab) override {
+    ref::crossentropy_shard_stats(lse.data, target_logit.data, logits.data, targets, i32(logits.rows()),
+                                  i32(logits.cols()), v0, vocab);
+  }
+  void crossentropy_shard_combine(Tensor losses, Tensor lse, Tensor parts) override {
+    ref::crossentropy_shard_combine(losses.data, lse.data, parts.data, i32(parts.dim(0) - 1), i32(parts.dim(1)));
+  }
+  void crossentropy_shard_backward(Tensor dlogits, Tensor logits, Tensor lse, const int32_t* targets, int64_t v0,
+                                   int64_t vocab, float dloss) override {
+    ref::crossentropy_shard_backward(dlogits.data, logits.data, lse.data, targets, dloss, i32(logits.rows()),
+                                     i32(logits.cols()), v0, vocab);
+  }
   void adam_update(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamCoefficients& k) override {
     ref::adam_update(param.data, grad.data, m.data, v.data, param.numel(), k.beta1, k.beta2, k.eps,
                      k.step_size, k.v_scale, k.decay_factor, k.grad_scale);

@@ -1,6 +1,8 @@
 #include "kernels/reference/reference_kernels.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <vector>
 
@@ -11,8 +13,13 @@ void encoder_forward(R* out, const int32_t* tokens, const R* wte, const R* wpe, 
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       R* o = out + (static_cast<int64_t>(b) * T + t) * C;
-      const R* te = wte + static_cast<int64_t>(tokens[b * T + t]) * C;
+      const int32_t tok = tokens[b * T + t];
       const R* pe = wpe + static_cast<int64_t>(t) * C;
+      if (tok < 0) {  // a token of another vocabulary shard: the position row alone
+        for (int c = 0; c < C; ++c) o[c] = pe[c];
+        continue;
+      }
+      const R* te = wte + static_cast<int64_t>(tok) * C;
       for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
     }
   }
@@ -23,12 +30,12 @@ void encoder_backward(R* dwte, R* dwpe, const R* dout, const int32_t* tokens, in
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       const R* d = dout + (static_cast<int64_t>(b) * T + t) * C;
-      R* dte = dwte + static_cast<int64_t>(tokens[b * T + t]) * C;
+      const int32_t tok = tokens[b * T + t];
       R* dpe = dwpe + static_cast<int64_t>(t) * C;
-      for (int c = 0; c < C; ++c) {
-        dte[c] += d[c];
-        dpe[c] += d[c];
-      }
+      for (int c = 0; c < C; ++c) dpe[c] += d[c];
+      if (tok < 0) continue;  // a token of another vocabulary shard
+      R* dte = dwte + static_cast<int64_t>(tok) * C;
+      for (int c = 0; c < C; ++c) dte[c] += d[c];
     }
   }
 }
@@ -417,6 +424,52 @@ void crossentropy_forward(R* losses, const R* logits, const int32_t* targets, in
 }
 
 template <typename R>
+void crossentropy_shard_stats(R* lse, R* target_logit, const R* logits, const int32_t* targets, int N, int W,
+                              int64_t v0, int64_t vocab) {
+  const int real = static_cast<int>(std::clamp<int64_t>(vocab - v0, 0, W));  // columns before the padding
+  for (int i = 0; i < N; ++i) {
+    const R* z = logits + static_cast<int64_t>(i) * W;
+    const int64_t t = targets[i] - v0;
+    target_logit[i] = t >= 0 && t < real ? z[t] : R(0);
+    if (real == 0) {
+      lse[i] = -std::numeric_limits<R>::infinity();
+      continue;
+    }
+    R maxv = z[0];
+    for (int j = 1; j < real; ++j) maxv = std::max(maxv, z[j]);
+    R sum = 0;
+    for (int j = 0; j < real; ++j) sum += std::exp(z[j] - maxv);
+    lse[i] = maxv + std::log(sum);
+  }
+}
+
+template <typename R>
+void crossentropy_shard_combine(R* losses, R* lse, const R* parts, int P, int N) {
+  for (int i = 0; i < N; ++i) {
+    R maxv = parts[i];
+    for (int r = 1; r < P; ++r) maxv = std::max(maxv, parts[static_cast<int64_t>(r) * N + i]);
+    R sum = 0;
+    for (int r = 0; r < P; ++r) sum += std::exp(parts[static_cast<int64_t>(r) * N + i] - maxv);
+    lse[i] = maxv + std::log(sum);
+    losses[i] = lse[i] - parts[static_cast<int64_t>(P) * N + i];
+  }
+}
+
+template <typename R>
+void crossentropy_shard_backward(R* dlogits, const R* logits, const R* lse, const int32_t* targets, R dloss, int N,
+                                 int W, int64_t v0, int64_t vocab) {
+  const int real = static_cast<int>(std::clamp<int64_t>(vocab - v0, 0, W));
+  for (int i = 0; i < N; ++i) {
+    const R* z = logits + static_cast<int64_t>(i) * W;
+    R* dz = dlogits + static_cast<int64_t>(i) * W;
+    const int64_t t = targets[i] - v0;
+    for (int j = 0; j < W; ++j) {
+      dz[j] = j < real ? dloss * (std::exp(z[j] - lse[i]) - (j == t ? R(1) : R(0))) : R(0);
+    }
+  }
+}
+
+template <typename R>
 void crossentropy_backward(R* dlogits, const R* logits, const int32_t* targets, R dloss, int N, int V) {
   for (int i = 0; i < N; ++i) {
     const R* z = logits + static_cast<int64_t>(i) * V;
@@ -477,6 +530,10 @@ double sum_squares(const R* x, int64_t n) {
   template void residual_forward<R>(R*, const R*, const R*, int64_t);                                \
   template void crossentropy_forward<R>(R*, const R*, const int32_t*, int, int);                     \
   template void crossentropy_backward<R>(R*, const R*, const int32_t*, R, int, int);                 \
+  template void crossentropy_shard_stats<R>(R*, R*, const R*, const int32_t*, int, int, int64_t, int64_t); \
+  template void crossentropy_shard_combine<R>(R*, R*, const R*, int, int);                           \
+  template void crossentropy_shard_backward<R>(R*, const R*, const R*, const int32_t*, R, int, int, int64_t, \
+                                               int64_t);                                             \
   template void adam_update<R>(R*, const R*, R*, R*, int64_t, R, R, R, R, R, R, R);                 \
   template double sum_squares<R>(const R*, int64_t);
 

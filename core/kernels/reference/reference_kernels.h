@@ -98,6 +98,17 @@ void crossentropy_forward(R* losses, const R* logits, const int32_t* targets, in
 template <typename R>
 void crossentropy_backward(R* dlogits, const R* logits, const int32_t* targets, R dloss, int N, int V);
 
+// The vocabulary-parallel cross-entropy (kernels/backend.h): logits (N,W)
+// hold the columns [v0, v0 + W) of the (N, vocab) logits; parts (P+1, N).
+template <typename R>
+void crossentropy_shard_stats(R* lse, R* target_logit, const R* logits, const int32_t* targets, int N, int W,
+                              int64_t v0, int64_t vocab);
+template <typename R>
+void crossentropy_shard_combine(R* losses, R* lse, const R* parts, int P, int N);
+template <typename R>
+void crossentropy_shard_backward(R* dlogits, const R* logits, const R* lse, const int32_t* targets, R dloss, int N,
+                                 int W, int64_t v0, int64_t vocab);
+
 template <typename R>
 void adam_update(R* param, const R* grad, R* m, R* v, int64_t n, R beta1, R beta2, R eps, R step_size,
                  R v_scale, R decay_factor, R grad_scale);
