@@ -22,8 +22,8 @@
   * A spd model's checkpoint generates on mpi with its tensor-parallel group,
     and is refused, with the reason, by the serial stage.
   * parallel.vocab_parallel (the embedding, head and loss sharded by
-    vocabulary rows) on tp 2 and tp 4 (padded rows) equals serial, its plan,
-    generation and tied embeddings; it holds half the embedding and head on
+    vocabulary rows) on tp 2 and tp 4 (padded rows), with pp 2 and with
+    ZeRO-3, equals serial, its plan, generation and tied embeddings; it holds half the embedding and head on
     tp 2 and sends the 3 sums a step more that it should; its checkpoints
     interchange with serial's both ways (vocab() below).
   * Clear errors: tp not dividing n_head or the rank count, a block_types list
@@ -173,6 +173,17 @@ def vocab(t, common, B, T, C):
         texts = [records(x, "summary")[0].get("generated_text") for x in (out("serial"), d)]
         check(f"vocabulary-parallel tp {tp} generates serial's tokens", texts[0] == texts[1] and texts[0] is not None,
               f"{texts[1]!r} against {texts[0]!r}")
+    # Composition: with pipeline stages (the embedding on the first, the loss on the last) and with ZeRO-3.
+    for title, extra in (("tp 2 x pp 2 (1f1b, 2 microbatches)", ["--parallel.pp", "2", "--parallel.microbatches", "2"]),
+                         ("tp 2 x dp 2 ZeRO-3", ["--parallel.zero", "3"])):
+        args = [*common, "--parallel.tp", "2", *vp, *extra]
+        d = out("vp_" + str(len(check.results)))
+        r = mpi(4, [*args, "--out", d], timeout=600)
+        if r.returncode != 0:
+            check(f"vocabulary-parallel {title}", False, r.stderr.strip()[-400:])
+            continue
+        compare(check, f"vocabulary-parallel {title} equals serial", out("serial"), d)
+        plan_agrees(check, programs, f"vocabulary-parallel {title}", 4, args, d)
     V = int(load(os.path.join(out("serial"), "checkpoint.bin")).header["model.vocab_size"])
     if os.path.isdir(out("vp2")) and os.path.isdir(out("tp2_2")):
         mem = [records(x, "summary")[0]["provenance"]["memory"][0]["params_bytes"] for x in (out("tp2_2"), out("vp2"))]
