@@ -90,6 +90,40 @@ TEST(Init, CounterBasedAndDistributedAsSpecified) {
   for (float v : a.params.layers[0].fc_b) EXPECT_EQ(v, 0.0f);
 }
 
+// A rank's part of the initial weights computed in place (initial_values,
+// what ZeRO-3 starts from) has the same bytes as the whole model's weights
+// cut into its shard, for tensor-parallel shards with and without the
+// vocabulary cut (265 rows over 4 ranks: 3 padding rows), pipeline stages and
+// windows that start and end inside tensors.
+TEST(Init, InitialValuesAreTheShardOfTheWholeModelsWeights) {
+  Gpt2Config cfg = preset("small");
+  cfg.V = 265;
+  const std::vector<float> whole = initial_weights(cfg, 7);
+  for (const TpShape tp : {TpShape(1), TpShape(2), TpShape(4, true), TpShape(2, true)}) {
+    for (int stages : {1, 2}) {
+      for (int rank = 0; rank < tp.size; ++rank) {
+        for (int s = 0; s < stages; ++s) {
+          const StageLayers stage = StageLayers::of(cfg.L, stages, s);
+          const std::vector<float> want = shard_of(cfg, tp, rank, whole, stage);
+          std::vector<float> got(want.size(), 7.0f);
+          initial_values(cfg, 7, tp, rank, stage, 0, got);
+          const std::string what = fmt::format("tp {}{} rank {} stage {}/{}", tp.size, tp.vocab ? " vocab" : "", rank,
+                                               s, stages);
+          EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << what;
+          const size_t a = want.size() / 3, b = 2 * want.size() / 3 + 5;  // a window across tensors
+          std::vector<float> part(b - a, 7.0f);
+          initial_values(cfg, 7, tp, rank, stage, a, part);
+          EXPECT_EQ(std::memcmp(part.data(), want.data() + a, part.size() * sizeof(float)), 0) << what << " window";
+        }
+      }
+    }
+  }
+  Gpt2Config original = cfg;
+  original.init = InitKind::kOriginal;
+  std::vector<float> one(1);
+  EXPECT_THROW(initial_values(original, 7, 1, 0, {}, 0, one), std::invalid_argument);
+}
+
 struct TrainRun {
   std::vector<float> losses;
   std::vector<float> params;

@@ -147,6 +147,13 @@ void ZeroShards::finish_update() {
   seconds_ += since(t0);
 }
 
+void ZeroShards::load_params(const std::function<void(size_t, std::span<float>)>& values) {
+  if (stage_ != 3) throw std::logic_error("ZeroShards::load_params: stage 3 only");
+  std::vector<float> packed(shards_.shard_floats, 0.0f);
+  for (const ShardRange& r : shards_.ranges) values(r.lo, {packed.data() + r.pos, r.hi - r.lo});
+  param_shard_.upload(packed);
+}
+
 void ZeroShards::load_params(std::span<const float> flat) {
   if (stage_ != 3) throw std::logic_error("ZeroShards::load_params: stage 3 only");
   param_shard_.upload(shards_.pack(flat));

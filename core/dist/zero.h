@@ -37,6 +37,9 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include <functional>
+#include <span>
+
 #include "kernels/buffer.h"
 #include "model/model.h"
 #include "model/optim.h"
@@ -91,6 +94,10 @@ class ZeroShards final : public UnitHook {
   // Stage 3: this rank's parameter pieces from the local flat array (init,
   // resume). Collective-free.
   void load_params(std::span<const float> flat);
+  // Stage 3: the same, each piece computed in place by values(begin, out):
+  // the local flat array's floats [begin, begin + out.size()), which is never
+  // made whole (params.h, initial_values).
+  void load_params(const std::function<void(size_t begin, std::span<float> out)>& values);
   // The local flat array (num_params floats) from every rank's packed shard
   // `packed` (parameters or moments): all-gathered unit by unit. Collective
   // over the data-parallel group.

@@ -258,9 +258,16 @@ void Gpt2::params_from_host(std::span<const float> host) {
 }
 
 void Gpt2::init_weights(uint64_t seed) {
-  // Filled on the host, then copied to the model's memory in one piece.
-  std::vector<float> host = initial_weights(cfg_, seed);
-  if (tp_.size > 1 || !stage_.whole(cfg_.L)) host = shard_of(cfg_, tp_.shape(), tp_.rank, host, stage_);
+  // Filled on the host (this rank's part only, with Philox), then copied to
+  // the model's memory in one piece.
+  std::vector<float> host;
+  if (cfg_.init == InitKind::kOriginal) {
+    host = initial_weights(cfg_, seed);
+    if (tp_.size > 1 || !stage_.whole(cfg_.L)) host = shard_of(cfg_, tp_.shape(), tp_.rank, host, stage_);
+  } else {
+    host.resize(n_);
+    initial_values(cfg_, seed, tp_.shape(), tp_.rank, stage_, 0, host);
+  }
   params_from_host(host);
 }
 
@@ -349,6 +356,43 @@ std::vector<float> original_weights(const Gpt2Config& cfg, uint64_t seed) {
 
 }  // namespace
 
+namespace {
+// Element i of the full tensor of parameter index k (its place in the full
+// layout: Philox's stream), as initial_weights computes it.
+float initial_value(ParamInit init, uint64_t seed, size_t k, size_t i) {
+  switch (init) {
+    case ParamInit::kNormal: return 0.02f * normal(seed, static_cast<uint32_t>(k), static_cast<uint64_t>(i));
+    case ParamInit::kZero: return 0.0f;
+    case ParamInit::kOne: return 1.0f;
+  }
+  return 0.0f;
+}
+}  // namespace
+
+void initial_values(const Gpt2Config& cfg, uint64_t seed, TpShape tp, int rank, StageLayers stage, size_t begin,
+                    std::span<float> out) {
+  if (cfg.init == InitKind::kOriginal) {
+    throw std::invalid_argument("initial_values: model.init original draws one sequence over the whole model");
+  }
+  ParamTensors sp, fp;
+  const auto local = layout(cfg, sp, tp, stage), whole = layout(cfg, fp);
+  size_t w = 0;  // the stage's tensors are a run of the whole list, in its order
+  while (!local.empty() && whole[w].name != local[0].name) ++w;
+  const size_t end = begin + out.size();
+  std::fill(out.begin(), out.end(), 0.0f);  // what no piece covers is padding
+  for (size_t k = 0; k < local.size(); ++k) {
+    const ParamInfo& info = local[k];
+    size_t n = 1;
+    for (int64_t d : info.shape) n *= static_cast<size_t>(d);
+    if (info.offset + n <= begin || info.offset >= end) continue;
+    // Shard elements [so, so + count) of this tensor are its full tensor's [fo, fo + count).
+    for_each_piece(info, tp.size, rank, [&](size_t fo, size_t so, size_t count) {
+      const size_t lo = std::max(info.offset + so, begin), hi = std::min(info.offset + so + count, end);
+      for (size_t x = lo; x < hi; ++x) out[x - begin] = initial_value(info.init, seed, w + k, fo + (x - info.offset - so));
+    });
+  }
+}
+
 std::vector<float> initial_weights(const Gpt2Config& cfg, uint64_t seed) {
   if (cfg.init == InitKind::kOriginal) {
     if (!cfg.is_gpt2()) {
@@ -364,19 +408,9 @@ std::vector<float> initial_weights(const Gpt2Config& cfg, uint64_t seed) {
   for (size_t k = 0; k < infos.size(); ++k) {
     const ParamInfo& info = infos[k];
     float* t = host.data() + info.offset;
-    int64_t n = 1;
-    for (int64_t d : info.shape) n *= d;
-    switch (info.init) {
-      case ParamInit::kNormal:
-        for (int64_t i = 0; i < n; ++i) t[i] = 0.02f * normal(seed, static_cast<uint32_t>(k), static_cast<uint64_t>(i));
-        break;
-      case ParamInit::kZero:
-        for (int64_t i = 0; i < n; ++i) t[i] = 0.0f;
-        break;
-      case ParamInit::kOne:
-        for (int64_t i = 0; i < n; ++i) t[i] = 1.0f;
-        break;
-    }
+    size_t n = 1;
+    for (int64_t d : info.shape) n *= static_cast<size_t>(d);
+    for (size_t i = 0; i < n; ++i) t[i] = initial_value(info.init, seed, k, i);
   }
   return host;
 }

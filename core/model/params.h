@@ -125,6 +125,16 @@ void place_shard(const Gpt2Config& cfg, TpShape tp, int rank, std::span<const fl
 // (seed, parameter index, element index), biases 0, LayerNorm gains 1.
 std::vector<float> initial_weights(const Gpt2Config& cfg, uint64_t seed);
 
+// Floats [begin, begin + out.size()) of tensor-parallel rank `rank`'s part
+// of initial_weights (its shard of `stage`'s tensors, in its own layout;
+// vocabulary padding 0), each computed where it lands: no array of the whole
+// model is made, so a rank can start a model larger than its memory
+// (ZeRO-3). The same values as shard_of(initial_weights(...)). Philox only:
+// model.init original's draws are one sequence over the whole model, and
+// throw std::invalid_argument.
+void initial_values(const Gpt2Config& cfg, uint64_t seed, TpShape tp, int rank, StageLayers stage, size_t begin,
+                    std::span<float> out);
+
 // Parameters, their gradients: two flat buffers with identical layout, in the
 // memory of the backend that computes with them (the host by default). With a
 // tensor-parallel layout (tp.size > 1) both hold this rank's shard; with a

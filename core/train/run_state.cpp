@@ -349,7 +349,12 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
     st->opt->set_steps_done(hs.counters[0]);
     st->loader->restore(hs.counters[1], hs.counters[2]);
     if (st->zero_stage == 3) w = std::move(hs.params);
-  } else if (st->zero_stage == 3) {
+  } else if (st->zero_stage == 3 && st->model_config.init != InitKind::kOriginal) {
+    // Only this rank's pieces, each computed where it lands: no rank holds the whole model (docs/memory.md).
+    st->sharded->load_params([&](size_t begin, std::span<float> out) {
+      initial_values(st->model_config, c.train.seed, tp.shape(), tp.rank, stage, begin, out);
+    });
+  } else if (st->zero_stage == 3) {  // the original's scheme is one sequence of draws over the whole model
     w = initial_weights(st->model_config, c.train.seed);
     shard(w);
     set_params(w);
@@ -358,8 +363,10 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   }
   // Every data-parallel replica holds the same weights (ZeRO-3: before its
   // pieces were cut; otherwise as the model's memory holds them).
+  // ZeRO-3 started from the seed holds no whole copy to compare: its pieces
+  // are a function of the seed, which every rank agreed on before this.
   if (st->zero_stage != 3) w = st->model->params_to_host();
-  if (!grid.dp_comm().all_equal(fnv1a64(w.data(), w.size() * sizeof(float)))) {
+  if (!w.empty() && !grid.dp_comm().all_equal(fnv1a64(w.data(), w.size() * sizeof(float)))) {
     throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
   }
   st->first_step = st->opt->steps_done();

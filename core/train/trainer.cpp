@@ -404,8 +404,9 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
                 RunSummary& sum, const Json& memory, const Json& provenance) {
   const RunConfig& c = req.config;
   Communicator& comm = grid.world();
-  std::vector<float> local;  // ZeRO-3: this replica's weights, gathered
-  if (st.zero_stage == 3) local = st.sharded->gather(st.sharded->param_shard());
+  std::vector<float> local;  // ZeRO-3: this replica's weights, gathered (only to generate: the whole model on every rank)
+  const bool generates = c.generate.max_new_tokens > 0;
+  if (st.zero_stage == 3 && generates) local = st.sharded->gather(st.sharded->param_shard());
   if (grid.dp_comm().rank() != 0) {
     comm.barrier();  // idle (no spinning) while replica 0 generates
     return;
@@ -421,7 +422,7 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
     }
     whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks(), st.model->tp().vocab));
     whole->params_from_host(shard_of(st.model_config, whole->tp().shape(), grid.tp_comm().rank(), full));
-  } else if (st.zero_stage == 3) {
+  } else if (st.zero_stage == 3 && generates) {
     whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks(), st.model->tp().vocab));
     whole->params_from_host(local);
   }
