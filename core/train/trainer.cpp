@@ -282,13 +282,16 @@ RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, const Act
   return m;
 }
 
-// Each rank's RankMemory, gathered to rank 0 for the summary.
+// Each rank's RankMemory, gathered to rank 0 for the summary, with the
+// rank's peak resident set so far (the process as the system counts it:
+// libraries, communication buffers and transients included).
 Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
   Communicator& aux = grid.aux_comm();
+  const auto rss = static_cast<uint64_t>(peak_rss_mb() * 1024.0 * 1024.0);
   const uint64_t values[] = {mem.params,      mem.grads,        mem.moments,    mem.arena,
                              mem.arenas,      mem.gathered,     mem.comm_buffers, mem.formula,
                              static_cast<uint64_t>(grid.stage()), mem.count,  mem.arena_embed, mem.arena_layers,
-                             mem.arena_head,  mem.arena_scratch};
+                             mem.arena_head,  mem.arena_scratch, rss};
   // Floats carry each value exactly as three 20-bit parts.
   constexpr uint64_t kPart = uint64_t{1} << 20;
   std::vector<float> mine;
@@ -311,7 +314,8 @@ Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
                        {"activations_bytes", at(3) * at(4)}, {"gathered_bytes", at(5)},
                        {"comm_buffer_bytes", at(6)}, {"model_state_bytes", at(0) + at(1) + at(2)},
                        {"formula_bytes", at(7)}, {"params", at(9)}, {"arena_embed_bytes", at(10)},
-                       {"arena_layers_bytes", at(11)}, {"arena_head_bytes", at(12)}, {"arena_scratch_bytes", at(13)}});
+                       {"arena_layers_bytes", at(11)}, {"arena_head_bytes", at(12)}, {"arena_scratch_bytes", at(13)},
+                       {"peak_rss_bytes", at(14)}});
   }
   return out;
 }
