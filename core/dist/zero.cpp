@@ -149,9 +149,10 @@ void ZeroShards::finish_update() {
 
 void ZeroShards::load_params(const std::function<void(size_t, std::span<float>)>& values) {
   if (stage_ != 3) throw std::logic_error("ZeroShards::load_params: stage 3 only");
-  std::vector<float> packed(shards_.shard_floats, 0.0f);
-  for (const ShardRange& r : shards_.ranges) values(r.lo, {packed.data() + r.pos, r.hi - r.lo});
-  param_shard_.upload(packed);
+  // The shard is host memory (the constructor checked): filled where it is, no second copy.
+  float* shard = param_shard_.data();
+  std::fill(shard, shard + shards_.shard_floats, 0.0f);
+  for (const ShardRange& r : shards_.ranges) values(r.lo, {shard + r.pos, r.hi - r.lo});
 }
 
 void ZeroShards::load_params(std::span<const float> flat) {

@@ -264,6 +264,9 @@ void Gpt2::init_weights(uint64_t seed) {
   if (cfg_.init == InitKind::kOriginal) {
     host = initial_weights(cfg_, seed);
     if (tp_.size > 1 || !stage_.whole(cfg_.L)) host = shard_of(cfg_, tp_.shape(), tp_.rank, host, stage_);
+  } else if (memory_->is_host() && params_buf_.size() > 0) {  // computed in place: no second copy of the model
+    initial_values(cfg_, seed, tp_.shape(), tp_.rank, stage_, 0, {params_buf_.data(), n_});
+    return;
   } else {
     host.resize(n_);
     initial_values(cfg_, seed, tp_.shape(), tp_.rank, stage_, 0, host);

@@ -31,11 +31,9 @@ void TrainConfig::validate() const {
     if (v < 0) fail(key, fmt::format("must be >= 0, got {}", v));
   };
   positive("batch_size", batch_size);
-  if (recompute == "attention") {
-    fail("recompute", "'attention' is always on here: the attention keeps only each row's log-sum-exp and recomputes "
-                      "its scores in the backward; choose none or full");
+  if (recompute != "none" && recompute != "attention" && recompute != "full") {
+    fail("recompute", fmt::format("'{}' (expected none, attention or full)", recompute));
   }
-  if (recompute != "none" && recompute != "full") fail("recompute", fmt::format("'{}' (expected none or full)", recompute));
   if (micro_batch < 0) fail("micro_batch", fmt::format("must be >= 0 (0 = all of a rank's rows), got {}", micro_batch));
   if (micro_batch > batch_size) {
     fail("micro_batch", fmt::format("{} is above train.batch_size {}", micro_batch, batch_size));

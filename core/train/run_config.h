@@ -39,7 +39,8 @@ struct TrainConfig {
   double grad_bucket_mb = 0.0;  // data parallel: allreduce buckets overlapping backward; 0: one allreduce
   double max_loss = 0.0;        // divergence bound; 0: 3 x ln(vocab_size)
   bool layer_grad_norms = false;  // per-layer gradient norms in each step record (one pass over the gradients)
-  std::string recompute = "none";  // "full": each layer keeps its input only and is recomputed in the backward
+  std::string recompute = "none";  // "full": each layer keeps its input only and is recomputed in the backward;
+                                   // "attention": what the attention always does here (= "none")
   bool recompute_full() const { return recompute == "full"; }
 
   // Throws std::invalid_argument naming the key.
@@ -67,9 +68,11 @@ struct TrainConfig {
       "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one allreduce "
       "after backward");
     f("recompute", recompute,
-      "activation recomputation: none | full (each layer keeps only its input and its forward is run again in "
-      "the backward, one layer at a time: the same bits, less memory, about one more forward of compute); the "
-      "attention's scores are always recomputed (only their log-sum-exp is kept)");
+      "activation recomputation: none | attention | full. attention (Megatron's selective): the attention core's "
+      "scores and probabilities are recomputed in the backward, never kept; this engine's attention always does "
+      "so (it keeps only each row's log-sum-exp), so attention is none here. full: each layer keeps only its "
+      "input and its forward is run again in the backward, one layer at a time (the same bits, less memory, "
+      "about one more forward of compute)");
     f("layer_grad_norms", layer_grad_norms,
       "record each layer's gradient 2-norm (and the embeddings' and head's) in every step record; one extra pass "
       "over the gradients; whole models (no tp, pp or ZeRO)");

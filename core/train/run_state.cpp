@@ -364,9 +364,19 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   // Every data-parallel replica holds the same weights (ZeRO-3: before its
   // pieces were cut; otherwise as the model's memory holds them).
   // ZeRO-3 started from the seed holds no whole copy to compare: its pieces
-  // are a function of the seed, which every rank agreed on before this.
-  if (st->zero_stage != 3) w = st->model->params_to_host();
-  if (!w.empty() && !grid.dp_comm().all_equal(fnv1a64(w.data(), w.size() * sizeof(float)))) {
+  // are a function of the seed, which every rank agreed on before this. A
+  // model in host memory is hashed where it is (no copy of it).
+  const float* held = w.data();
+  size_t floats = w.size();
+  if (st->zero_stage != 3 && mem.is_host()) {
+    held = st->model->param_data();
+    floats = st->model->num_params();
+  } else if (st->zero_stage != 3) {
+    w = st->model->params_to_host();
+    held = w.data();
+    floats = w.size();
+  }
+  if (floats > 0 && !grid.dp_comm().all_equal(fnv1a64(held, floats * sizeof(float)))) {
     throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
   }
   st->first_step = st->opt->steps_done();
