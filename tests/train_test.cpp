@@ -605,6 +605,12 @@ TEST(Plan, ActivationBytesFollowTheFormula) {
   EXPECT_EQ(arena_kinds(rms, B, T, 1, false, {}, false).layers, 3 * tokens * (16 * C + NH + 2));
   // train.recompute full: one layer's set, shared, and every other layer's input (its predecessor's output).
   EXPECT_EQ(arena_kinds(cfg, B, T, 1, false, {}, false, true).layers, tokens * (16 * C + NH + 4) + 2 * tokens * C);
+  // The vocabulary cut over 2 ranks: the logits hold V/2 columns, the loss adds its (2+1) x N statistics and its
+  // N log-sum-exps; the embedding adds a zero position table (T x C) for the ranks after the first.
+  k = arena_kinds(cfg, B, T, TpShape(2, true), false, {}, false);
+  EXPECT_EQ(k.head, tokens * (C + 2 + 64 / 2 + 1) + 3 * tokens + tokens);
+  EXPECT_EQ(k.embed, tokens * C + static_cast<size_t>(cfg.T) * C);
+  EXPECT_EQ(k.layers, arena_kinds(cfg, B, T, 2, false, {}, false).layers);  // the blocks as tp 2's
 }
 
 TEST(Plan, ZeroAndPipelineByHand) {

@@ -407,7 +407,9 @@ StepRecord step_record(int64_t s, const StepResult& r, double dt, double comm_s,
 // one-token arena) and drawing the same tokens from the same logits.
 // Pipeline stages first gather the whole model (every stage's tensors) on
 // the first stage's ranks, which generate; the other stages wait. ZeRO-3's
-// shards are first gathered over the data-parallel group.
+// shards are first gathered over the data-parallel group. With
+// generate.max_new_tokens 0 nothing is gathered (a model larger than one
+// rank's memory ends as it trained).
 void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLogger& log,
                 RunSummary& sum, const Json& memory, const Json& provenance) {
   const RunConfig& c = req.config;
@@ -421,7 +423,12 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
   }
   std::unique_ptr<Gpt2> whole;
   Backend& be = *st.backend;
-  if (grid.pp() > 1) {
+  if (grid.pp() > 1 && !generates) {  // nothing to generate: no stage gathers the whole model
+    if (grid.stage() != 0) {
+      comm.barrier();
+      return;
+    }
+  } else if (grid.pp() > 1) {
     const std::vector<float> full =
         gather_full(st.model_config, grid, st.model->params_to_host(), st.model->stage(), st.model->tp().vocab);
     if (grid.stage() != 0) {
