@@ -227,13 +227,16 @@ TEST(GradCheck, CrossEntropy) {
   check_gradient("crossentropy dlogits", z, dz, loss);
 }
 
-// The vocabulary-parallel cross-entropy: the (N, V) logits cut into P = 3
-// shards of Vr = 4 columns (12 = V + 1: the last shard's last column
-// padding); each shard's statistics, the group's sum and the combination
-// give the loss, and each shard's backward its part of dlogits. Both are
-// checked against the whole-row cross-entropy too (same loss, same gradient).
-TEST(GradCheck, CrossEntropyVocabShards) {
-  constexpr int P = 3, Vr = (V + P - 1) / P;
+// The vocabulary-parallel cross-entropy: the (N, V) logits cut into P
+// shards of Vr = ceil(V / P) columns: P = 3 gives 3 shards of 4 (the last
+// shard's last column padding), P = 5 gives 5 of 3 (the fourth shard's last
+// column padding, the fifth all padding: its log-sum-exp is -infinity). Each
+// shard's statistics, the group's sum and the combination give the loss,
+// and each shard's backward its part of dlogits. Both are checked against
+// the whole-row cross-entropy too (same loss, same gradient).
+void check_vocab_shards(const int P) {
+  const int Vr = (V + P - 1) / P;
+  SCOPED_TRACE(::testing::Message() << P << " shards");
   Vec z = random_dvec(N * V, 53, -4, 4), losses(N), lse(N);
   auto tgt = testing::random_tokens(N, V, 54);
   const double dloss = 1.0 / N;
@@ -282,6 +285,11 @@ TEST(GradCheck, CrossEntropyVocabShards) {
   EXPECT_TRUE(testing::all_close("sharded dlogits against the whole row's", dz, dz_whole, 1e-15, 1e-12));
   EXPECT_GT(sharded, 0.0);
   check_gradient("sharded crossentropy dlogits", z, dz, loss);
+}
+
+TEST(GradCheck, CrossEntropyVocabShards) {
+  check_vocab_shards(3);
+  check_vocab_shards(5);
 }
 
 // A negative token id (another vocabulary shard's token) adds the position

@@ -173,6 +173,14 @@ def vocab(t, common, B, T, C):
         texts = [records(x, "summary")[0].get("generated_text") for x in (out("serial"), d)]
         check(f"vocabulary-parallel tp {tp} generates serial's tokens", texts[0] == texts[1] and texts[0] is not None,
               f"{texts[1]!r} against {texts[0]!r}")
+    # Generation with a key/value cache: the decode step's one-token embedding and gathered row.
+    kv = [*common, "--generate.kv_cache", "true", "--generate.max_new_tokens", "8"]
+    r1 = run([a.serial, "train", *kv, "--out", out("kv_serial")], timeout=300)
+    r2 = mpi(2, [*kv, "--parallel.tp", "2", *vp, "--out", out("kv_vp2")], timeout=300)
+    texts = [records(out(x), "summary")[0].get("generated_text") if r.returncode == 0 else None
+             for x, r in (("kv_serial", r1), ("kv_vp2", r2))]
+    check("vocabulary-parallel tp 2 generates serial's tokens with a key/value cache",
+          texts[0] is not None and texts[0] == texts[1], f"{texts[1]!r} against {texts[0]!r}")
     # Composition: with pipeline stages (the embedding on the first, the loss on the last) and with ZeRO-3.
     for title, extra in (("tp 2 x pp 2 (1f1b, 2 microbatches)", ["--parallel.pp", "2", "--parallel.microbatches", "2"]),
                          ("tp 2 x dp 2 ZeRO-3", ["--parallel.zero", "3"])):

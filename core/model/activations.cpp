@@ -26,7 +26,7 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
   a.layers.resize(static_cast<size_t>(cfg.L));
   // First, and as long as the model's block whatever (B, T): its place and
   // its zeros survive reshape (zeroed once, at construction).
-  f(a.no_pos, {cfg.rope() || tp.vocab ? static_cast<int64_t>(cfg.T) : 0, C});
+  f(a.no_pos, {cfg.rope() || (tp.vocab && stage.embed) ? static_cast<int64_t>(cfg.T) : 0, C});
   f(a.encoded, {B, T, C});
   for (int i = stage.first; i < stage.end(cfg.L); ++i) {
     LayerActivations& l = a.layers[static_cast<size_t>(i)];

@@ -441,7 +441,7 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
     whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks(), st.model->tp().vocab));
     whole->params_from_host(local);
   }
-  generate_from_corpus(c, st, whole ? *whole : *st.model, sum);  // inference as in the original
+  if (generates) generate_from_corpus(c, st, whole ? *whole : *st.model, sum);  // inference as in the original
   if (comm.rank() != 0) {
     comm.barrier();
     return;
