@@ -80,14 +80,24 @@ TEST(DeviceMath, ButterflyOrderIsTheXorTree) {
 
 // ------------------------------------------------------------ encoder
 
+// `masked`: every third token id -1 (another vocabulary shard's token): the
+// position row alone forward, in no bucket backward.
 TEST(DeviceMath, EncoderForwardAndBackwardMatchReferenceExactly) {
+  for (const bool masked : {false, true}) {
+  SCOPED_TRACE(masked ? "masked ids" : "all ids");
   const int B = 2, T = 9, C = 40, V = 7;  // V small so that tokens repeat
   const int N = B * T;
   auto tokens = random_tokens(N, V, 3);
+  if (masked) {
+    for (int n = 0; n < N; n += 3) tokens[n] = -1;
+  }
   auto wte = random_vec(static_cast<size_t>(V) * C, 4), wpe = random_vec(static_cast<size_t>(T) * C, 5);
   std::vector<float> out(static_cast<size_t>(N) * C), ref_out(out.size());
   for (int n = 0; n < N; ++n) {
-    for (int c = 0; c < C; ++c) out[n * C + c] = wte[tokens[n] * C + c] + wpe[(n % T) * C + c];
+    for (int c = 0; c < C; ++c) {
+      const float pe = wpe[(n % T) * C + c];
+      out[n * C + c] = tokens[n] < 0 ? pe : wte[tokens[n] * C + c] + pe;  // the kernel's expression
+    }
   }
   ref::encoder_forward(ref_out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
   EXPECT_TRUE(all_close("encoder_forward", out, ref_out, 0, 0));
@@ -114,6 +124,7 @@ TEST(DeviceMath, EncoderForwardAndBackwardMatchReferenceExactly) {
   // Same additions in the same order as the reference: bitwise equal.
   EXPECT_TRUE(all_close("encoder_backward dwpe", dwpe, ref_dwpe, 0, 0));
   EXPECT_TRUE(all_close("encoder_backward dwte", dwte, ref_dwte, 0, 0));
+  }
 }
 
 // ------------------------------------------------------------ layernorm
@@ -784,6 +795,75 @@ TEST_P(CrossEntropyTest, ForwardAndBackwardMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocab, CrossEntropyTest, ::testing::Values(50, 31, 1000));
+
+// The vocabulary-parallel kernels' arithmetic, as crossentropy_shard_stats,
+// _combine and _backward run it per row: a shard's warp reductions over its
+// real columns, the P shards' log-sum-exps combined in rank order, the
+// gradient with padding; against the reference on shards of an 11-column
+// vocabulary cut in 3 (the last with a padding column) and in 5 (the last
+// all padding).
+TEST(DeviceMath, CrossEntropyShardsMatchReference) {
+  constexpr int N = 13, V = 11;
+  for (const int P : {3, 5}) {
+    const int Vr = (V + P - 1) / P;
+    auto logits = random_vec(static_cast<size_t>(N) * P * Vr, 90 + P, -8.0f, 8.0f);  // P shards of (N, Vr)
+    auto targets = random_tokens(N, V, 91);
+    const float dloss = 1.0f / N;
+    std::vector<float> parts(static_cast<size_t>(P + 1) * N, 0.0f), ref_parts(parts.size(), 0.0f);
+    for (int r = 0; r < P; ++r) {
+      const float* shard = logits.data() + static_cast<size_t>(r) * N * Vr;
+      const int64_t v0 = int64_t{r} * Vr;
+      const int real = dm::shard_real_columns(Vr, v0, V);
+      for (int row = 0; row < N; ++row) {
+        const float* z = shard + static_cast<int64_t>(row) * Vr;
+        const float maxv = warp_row_reduce(real, -INFINITY, [&](int j) { return z[j]; }, dm::MaxOp{});
+        const float sumexp = warp_row_reduce(real, 0.0f, [&](int j) { return expf(z[j] - maxv); }, dm::SumOp{});
+        parts[static_cast<size_t>(r) * N + row] = dm::shard_lse(real, maxv, sumexp);
+        const int64_t t = targets[row] - v0;
+        if (t >= 0 && t < real) parts[static_cast<size_t>(P) * N + row] += z[t];
+      }
+      std::vector<float> lse(N), picked(N);
+      ref::crossentropy_shard_stats(lse.data(), picked.data(), shard, targets.data(), N, Vr, v0, int64_t{V});
+      for (int row = 0; row < N; ++row) {
+        ref_parts[static_cast<size_t>(r) * N + row] = lse[row];
+        ref_parts[static_cast<size_t>(P) * N + row] += picked[row];
+      }
+    }
+    // An all-padding shard's -infinity on both sides (all_close compares finite values).
+    std::vector<float> got = parts, want = ref_parts;
+    int empty = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (std::isinf(want[i]) && got[i] == want[i]) {
+        got[i] = want[i] = 0.0f;
+        ++empty;
+      }
+    }
+    EXPECT_EQ(empty, P == 5 ? N : 0) << "the rows of the all-padding shard";
+    EXPECT_TRUE(all_close("shard statistics", got, want, 1e-5, 1e-5)) << P << " shards";
+    std::vector<float> lse(N), losses(N), ref_lse(N), ref_losses(N);
+    for (int row = 0; row < N; ++row) {
+      lse[row] = dm::combine_lse(parts.data() + row, P, N);
+      losses[row] = lse[row] - parts[static_cast<size_t>(P) * N + row];
+    }
+    ref::crossentropy_shard_combine(ref_losses.data(), ref_lse.data(), ref_parts.data(), P, N);
+    EXPECT_TRUE(all_close("combined losses", losses, ref_losses, 1e-5, 1e-5)) << P << " shards";
+    for (int r = 0; r < P; ++r) {
+      const float* shard = logits.data() + static_cast<size_t>(r) * N * Vr;
+      const int64_t v0 = int64_t{r} * Vr;
+      const int real = dm::shard_real_columns(Vr, v0, V);
+      std::vector<float> dz(static_cast<size_t>(N) * Vr), ref_dz(dz.size());
+      for (int row = 0; row < N; ++row) {
+        for (int j = 0; j < Vr; ++j) {
+          dz[static_cast<size_t>(row) * Vr + j] = dm::crossentropy_shard_grad(
+              shard[static_cast<size_t>(row) * Vr + j], lse[row], j < real, v0 + j == targets[row], dloss);
+        }
+      }
+      ref::crossentropy_shard_backward(ref_dz.data(), shard, ref_lse.data(), targets.data(), dloss, N, Vr, v0,
+                                       int64_t{V});
+      EXPECT_TRUE(all_close("shard dlogits", dz, ref_dz, 1e-8, 1e-5)) << P << " shards, shard " << r;
+    }
+  }
+}
 
 // ------------------------------------------------------------ adam
 

@@ -176,6 +176,28 @@ GPT2_HD inline float crossentropy_grad(float z, float maxv, float sumexp, bool i
   return dloss * (p - (is_target ? 1.0f : 0.0f));
 }
 
+// ---- The vocabulary-parallel cross-entropy (backend.h) ----
+// Columns of a shard of W starting at global column v0 that are real
+// vocabulary entries (the rest is padding).
+GPT2_HD inline int shard_real_columns(int W, int64_t v0, int64_t vocab) {
+  const int64_t r = vocab - v0;
+  return static_cast<int>(r < 0 ? 0 : r > W ? W : r);
+}
+// A shard's log-sum-exp from its max and sum of exp(z - max); -inf for a shard of padding only.
+GPT2_HD inline float shard_lse(int real, float maxv, float sumexp) { return real > 0 ? maxv + logf(sumexp) : -INFINITY; }
+// The P shards' log-sum-exps of one row (parts[r * stride]), in rank order from their max.
+GPT2_HD inline float combine_lse(const float* parts, int P, int64_t stride) {
+  float m = parts[0];
+  for (int r = 1; r < P; ++r) m = fmaxf(m, parts[r * stride]);
+  float s = 0.0f;
+  for (int r = 0; r < P; ++r) s += expf(parts[r * stride] - m);
+  return m + logf(s);
+}
+// dloss (exp(z - lse) - onehot) on a real column, 0 on padding.
+GPT2_HD inline float crossentropy_shard_grad(float z, float lse, bool real, bool is_target, float dloss) {
+  return real ? dloss * (expf(z - lse) - (is_target ? 1.0f : 0.0f)) : 0.0f;
+}
+
 // ---- Attention: online softmax over chunks of 32 keys ----
 // Running state (m, l): max and sum of exp(score - m). Merging a chunk with
 // max cm and exp-sum cl taken against m_new = max(m, cm):

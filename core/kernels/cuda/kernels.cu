@@ -402,17 +402,13 @@ __global__ void __launch_bounds__(dm::kRowWarps * kWarpSize)
   if (lane != 0) return;
   const int64_t t = targets[row] - v0;
   target_logit[row] = t >= 0 && t < real ? z[t] : 0.0f;
-  lse[row] = real > 0 ? maxv + logf(sumexp) : -INFINITY;
+  lse[row] = dm::shard_lse(real, maxv, sumexp);
 }
 
 // One thread per row: the P shards' log-sum-exps in rank order.
 __global__ void crossentropy_shard_combine_kernel(float* losses, float* lse, const float* parts, int P, int N) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) {
-    float m = parts[i];
-    for (int r = 1; r < P; ++r) m = fmaxf(m, parts[static_cast<int64_t>(r) * N + i]);
-    float s = 0.0f;
-    for (int r = 0; r < P; ++r) s += expf(parts[static_cast<int64_t>(r) * N + i] - m);
-    lse[i] = m + logf(s);
+    lse[i] = dm::combine_lse(parts + i, P, N);
     losses[i] = lse[i] - parts[static_cast<int64_t>(P) * N + i];
   }
 }
@@ -428,9 +424,7 @@ __global__ void __launch_bounds__(dm::kRowWarps * kWarpSize)
   float* dz = dlogits + static_cast<int64_t>(row) * W;
   const float l = lse[row];
   const int64_t t = targets[row] - v0;
-  for (int j = lane; j < W; j += kWarpSize) {
-    dz[j] = j < real ? dloss * (expf(z[j] - l) - (j == t ? 1.0f : 0.0f)) : 0.0f;
-  }
+  for (int j = lane; j < W; j += kWarpSize) dz[j] = dm::crossentropy_shard_grad(z[j], l, j < real, j == t, dloss);
 }
 
 // ---------------------------------------------------------------- adam
@@ -667,18 +661,11 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
   check_launch("crossentropy_backward");
 }
 
-namespace {
-int real_columns(int W, int64_t v0, int64_t vocab) {
-  const int64_t r = vocab - v0;
-  return static_cast<int>(r < 0 ? 0 : r > W ? W : r);
-}
-}  // namespace
-
 void crossentropy_shard_stats(float* lse, float* target_logit, const float* logits, const int32_t* targets, int N,
                               int W, int64_t v0, int64_t vocab, cudaStream_t stream) {
   if (N <= 0) return;
   crossentropy_shard_stats_kernel<<<(N + dm::kRowWarps - 1) / dm::kRowWarps, dm::kRowWarps * kWarpSize, 0,
-                                    stream>>>(lse, target_logit, logits, targets, N, W, real_columns(W, v0, vocab), v0);
+                                    stream>>>(lse, target_logit, logits, targets, N, W, dm::shard_real_columns(W, v0, vocab), v0);
   check_launch("crossentropy_shard_stats");
 }
 
@@ -694,7 +681,7 @@ void crossentropy_shard_backward(float* dlogits, const float* logits, const floa
   if (N <= 0) return;
   crossentropy_shard_backward_kernel<<<(N + dm::kRowWarps - 1) / dm::kRowWarps, dm::kRowWarps * kWarpSize, 0,
                                        stream>>>(dlogits, logits, lse, targets, dloss, N, W,
-                                                 real_columns(W, v0, vocab), v0);
+                                                 dm::shard_real_columns(W, v0, vocab), v0);
   check_launch("crossentropy_shard_backward");
 }
 
