@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(git g++ meson ninja-build pkg-config libfmt-dev libyaml-cpp-dev nlohmann-json3-dev libopenblas-dev
-          libbenchmark-dev libgtest-dev mpich libmpich-dev gnuplot-nox)
+          libbenchmark-dev libgtest-dev mpich libmpich-dev gnuplot-nox libdnnl-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # The PyTorch cross-check runs in Debian's own python3 with Debian's torch.
   packages+=(python3 python3-numpy python3-torch)

@@ -1,0 +1,112 @@
+// Bf16Matmul over oneDNN's matmul primitive (see bf16_matmul.h).
+#include "kernels/cpu/bf16_matmul.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+
+namespace gpt2::cpu {
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+enum class Product { kForward, kForwardBias, kInput, kWeight };
+
+// One product at one shape: its primitive and the memory objects whose data
+// handles each call points at the caller's arrays.
+struct Entry {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  dnnl::memory src, weights, bias, dst;
+};
+
+}  // namespace
+
+struct Bf16Matmul::Impl {
+  int threads = 1;
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<std::tuple<Product, int64_t, int64_t, int64_t>, Entry> cache;
+  std::string last_impl;
+
+  // The product `p` as a matmul of src (M,K) and weights (K,Nn) into dst
+  // (M,Nn): each operand's dims and the layout of the caller's array.
+  Entry& entry(Product p, int64_t M, int64_t K, int64_t Nn, tag src_tag, tag w_tag, bool accumulate) {
+    const auto key = std::make_tuple(p, M, K, Nn);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    const dnnl::memory::desc src({M, K}, dt::bf16, src_tag), w({K, Nn}, dt::bf16, w_tag), dst({M, Nn}, dt::f32, tag::ab);
+    const dnnl::memory::desc bias = p == Product::kForwardBias ? dnnl::memory::desc({1, Nn}, dt::f32, tag::ab)
+                                                               : dnnl::memory::desc();
+    dnnl::primitive_attr attr;
+    if (accumulate) {  // dst += product
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, w, bias, dst), attr, engine);
+    Entry e{pd, dnnl::matmul(pd), dnnl::memory(src, engine, nullptr), dnnl::memory(w, engine, nullptr),
+            dnnl::memory(), dnnl::memory(dst, engine, nullptr)};
+    if (p == Product::kForwardBias) e.bias = dnnl::memory(bias, engine, nullptr);
+    return cache.emplace(key, std::move(e)).first->second;
+  }
+
+  void run(Entry& e, const void* src, const void* w, const float* bias, float* dst) {
+    e.src.set_data_handle(const_cast<void*>(src));
+    e.weights.set_data_handle(const_cast<void*>(w));
+    e.dst.set_data_handle(dst);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, e.src}, {DNNL_ARG_WEIGHTS, e.weights},
+                                               {DNNL_ARG_DST, e.dst}};
+    if (bias != nullptr) {
+      e.bias.set_data_handle(const_cast<float*>(bias));
+      args.emplace(DNNL_ARG_BIAS, e.bias);
+    }
+    omp_set_num_threads(threads);  // oneDNN (built with OpenMP) runs on the default team size
+    e.prim.execute(stream, args);
+    stream.wait();
+    last_impl = e.pd.impl_info_str();
+  }
+};
+
+Bf16Matmul::Bf16Matmul(int threads) : impl_(std::make_unique<Impl>()) {
+  if (threads < 1) throw std::invalid_argument(fmt::format("Bf16Matmul: threads must be >= 1, got {}", threads));
+  impl_->threads = threads;
+}
+
+Bf16Matmul::~Bf16Matmul() = default;
+
+void Bf16Matmul::forward(float* out, const bf16* inp, const bf16* weight, const float* bias, int64_t N, int64_t C,
+                         int64_t OC) {
+  // src inp (N,C); weights weight^T (C,OC): the (OC,C) row-major array read column-major.
+  Entry& e = impl_->entry(bias ? Product::kForwardBias : Product::kForward, N, C, OC, tag::ab, tag::ba, false);
+  impl_->run(e, inp, weight, bias, out);
+}
+
+void Bf16Matmul::backward_input(float* dinp, const bf16* dout, const bf16* weight, int64_t N, int64_t C, int64_t OC) {
+  // src dout (N,OC); weights weight (OC,C) as it is.
+  Entry& e = impl_->entry(Product::kInput, N, OC, C, tag::ab, tag::ab, false);
+  impl_->run(e, dout, weight, nullptr, dinp);
+}
+
+void Bf16Matmul::backward_weight(float* dweight, const bf16* dout, const bf16* inp, int64_t N, int64_t C,
+                                 int64_t OC) {
+  // src dout^T (OC,N): the (N,OC) row-major array read column-major; weights inp (N,C); dst += (OC,C).
+  Entry& e = impl_->entry(Product::kWeight, OC, N, C, tag::ba, tag::ab, true);
+  impl_->run(e, dout, inp, nullptr, dweight);
+}
+
+std::string Bf16Matmul::impl_info() const { return impl_->last_impl; }
+
+std::string Bf16Matmul::library_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return fmt::format("{}.{}.{}", v->major, v->minor, v->patch);
+}
+
+}  // namespace gpt2::cpu
