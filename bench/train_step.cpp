@@ -40,6 +40,7 @@ struct Options {
   int warmup = 1;
   std::string json;
   std::string save_init;
+  std::string precision = "fp32";
 
   gpt2::Fields fields() {
     gpt2::Fields f;
@@ -49,6 +50,7 @@ struct Options {
     f.add("threads", threads, "comma-separated thread counts to measure");
     f.add("steps", steps, "timed steps per thread count; the median is reported");
     f.add("warmup", warmup, "untimed steps first");
+    f.add("precision", precision, "fp32 | bf16 (matrix products with bf16 inputs through oneDNN, as train.precision)");
     f.add("json", json, "also write the results as JSON to this path", "path");
     f.add("save-init", save_init,
           "write the initial weights (seed 1) as a checkpoint, for the PyTorch peer (bench/peers), and exit", "path");
@@ -79,6 +81,10 @@ int run(int argc, char** argv) {
   if (o.batch <= 0 || o.steps <= 0 || o.seq < 0 || o.warmup < 0) {
     throw std::invalid_argument("--batch and --steps must be positive, --seq and --warmup >= 0");
   }
+  if (o.precision != "fp32" && o.precision != "bf16") {
+    throw std::invalid_argument(fmt::format("--precision: '{}' (expected fp32 or bf16)", o.precision));
+  }
+  const bool bf16 = o.precision == "bf16";
   for (int t : o.threads) {
     if (t <= 0) throw std::invalid_argument(fmt::format("--threads: expected positive thread counts, got {}", t));
   }
@@ -112,7 +118,8 @@ int run(int argc, char** argv) {
              "tokens/s", "GFLOP/s", "of SGEMM");
   for (int th : o.threads) {
     const double ceiling = cpu::sgemm_ceiling_gflops(th);
-    auto be = make_cpu_backend(th);
+    auto be = make_cpu_backend(th, bf16);
+    if (th == o.threads.front()) fmt::print("backend: {}\n", be->name());
     Gpt2 model(cfg);
     model.init_weights(1);
     ActivationArena arena(cfg, B, T);
@@ -135,7 +142,9 @@ int run(int argc, char** argv) {
                            {"max_ms", round_fixed(st.max, 3)},
                            {"tokens_per_s", round_fixed(tokens_per_s, 1)},
                            {"gflops", round_fixed(gflops, 2)},
-                           {"sgemm_ceiling_gflops", round_fixed(ceiling, 2)}});
+                           {"sgemm_ceiling_gflops", round_fixed(ceiling, 2)},
+                           {"precision", o.precision},
+                           {"backend", be->name()}});
   }
   if (!o.json.empty()) {
     const Json out{{"cpu", mi.cpu_model},

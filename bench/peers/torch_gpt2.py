@@ -22,6 +22,7 @@ usage: torch_gpt2.py --init CKPT --threads N [--batch 16] [--seq 256] [--steps 5
 Run it with Debian's /usr/bin/python3 (python3-torch) and OPENBLAS_NUM_THREADS=N.
 """
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -183,9 +184,13 @@ def bench(a):
     data = torch.randint(0, cfg["V"], (a.batch * a.seq + 1,), generator=g)
     x, y = data[:-1].view(a.batch, a.seq), data[1:].view(a.batch, a.seq)
     times = []
+    # --bf16: PyTorch's CPU mixed precision (autocast casts the matrix products' inputs to bf16; the weights,
+    # their gradients and the optimizer stay fp32), the peer of our train.precision bf16.
+    cast = torch.autocast("cpu", dtype=torch.bfloat16) if a.bf16 else contextlib.nullcontext()
     for s in range(a.warmup + a.steps):
         t0 = time.perf_counter()
-        loss = F.cross_entropy(gpt2_forward(params, cfg, x).view(-1, cfg["V"]), y.reshape(-1))
+        with cast:
+            loss = F.cross_entropy(gpt2_forward(params, cfg, x).view(-1, cfg["V"]).float(), y.reshape(-1))
         for p in plist:
             p.grad = None
         loss.backward()
@@ -195,13 +200,14 @@ def bench(a):
         if s >= a.warmup:
             times.append(dt * 1e3)
     med = statistics.median(times)
-    result = {"threads": a.threads, "median_ms": med, "min_ms": min(times), "max_ms": max(times),
+    result = {"threads": a.threads, "precision": "bf16 autocast" if a.bf16 else "fp32", "median_ms": med, "min_ms": min(times), "max_ms": max(times),
               "tokens_per_s": a.batch * a.seq / (med / 1e3), "torch": torch.__version__,
               "torch_threads": torch.get_num_threads(), "parallel_info": torch.__config__.parallel_info()}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f)
-    print(f"peer (PyTorch {torch.__version__}), {a.threads} threads: median {med:.1f} ms/step")
+    print(f"peer (PyTorch {torch.__version__}{', bf16 autocast' if a.bf16 else ''}), {a.threads} threads: "
+          f"median {med:.1f} ms/step")
 
 
 if __name__ == "__main__":
@@ -213,4 +219,5 @@ if __name__ == "__main__":
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--json")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (torch.autocast on the CPU)")
     sys.exit(bench(ap.parse_args()))

@@ -202,6 +202,7 @@ struct BackendOptions {
   int threads = 1;      // CPU threads (train.threads, 0 resolved to every core)
   bool tf32 = false;    // train.tf32: CUDA matrix products on TF32 tensor cores
   int device_hint = 0;  // CUDA: the GPU is device_hint % device count (a rank's local rank)
+  bool bf16 = false;    // train.precision bf16: matrix products with bf16 inputs, fp32 accumulation (CPU)
 };
 
 // A kind of backend as a stage program chooses it, once: how to make one,
@@ -230,7 +231,10 @@ std::vector<std::pair<std::string, std::string>> kernel_library_info();
 // formulas, single-threaded; the test oracle and the benchmark baseline.
 std::unique_ptr<Backend> make_reference_backend();
 // The optimised CPU kernels (kernels/cpu/): BLAS GEMMs, OpenMP threads.
-// threads = 1 runs truly serially (no worker threads are used).
-std::unique_ptr<Backend> make_cpu_backend(int threads);
+// threads = 1 runs truly serially (no worker threads are used). With `bf16`
+// every matrix product rounds its inputs to bf16 and accumulates in fp32
+// through oneDNN (kernels/cpu/bf16_matmul.h); every other kernel, and every
+// stored tensor, stays fp32 (train.precision bf16, docs/precision.md).
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products = false);
 
 }  // namespace gpt2

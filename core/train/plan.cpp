@@ -55,6 +55,11 @@ void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_p
         "parallel.pp {}: pipeline stages run on the mpi stage only for now (the {} stage's communicator has no "
         "non-blocking send)", c.parallel.pp, stage));
   }
+  if (c.train.precision == "bf16" && (stage == "cuda" || stage == "mpi_cuda")) {
+    throw std::invalid_argument(fmt::format(
+        "train.precision bf16: the {} stage has no bf16 path yet; bf16 runs on the serial and mpi stages (the "
+        "CPU's products through oneDNN)", stage));
+  }
   if (c.parallel.zero_stage() >= 2 && multi_process && stage != "mpi") {
     throw std::invalid_argument(fmt::format(
         "parallel.zero {}: ZeRO-2 and ZeRO-3 run on the mpi stage only for now (their working slots are host "

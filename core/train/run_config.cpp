@@ -31,6 +31,9 @@ void TrainConfig::validate() const {
     if (v < 0) fail(key, fmt::format("must be >= 0, got {}", v));
   };
   positive("batch_size", batch_size);
+  if (precision != "fp32" && precision != "bf16") {
+    fail("precision", fmt::format("'{}' (expected fp32 or bf16)", precision));
+  }
   if (recompute != "none" && recompute != "attention" && recompute != "full") {
     fail("recompute", fmt::format("'{}' (expected none, attention or full)", recompute));
   }

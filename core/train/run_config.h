@@ -35,6 +35,7 @@ struct TrainConfig {
   int checkpoint_every = 0;     // training checkpoint every N steps; 0: at the end only
   bool save_checkpoint = true;  // false: write no checkpoint at all (benchmark runs)
   bool tf32 = false;            // CUDA stages: cuBLAS may use TF32 tensor cores
+  std::string precision = "fp32";  // "bf16": matrix products with bf16 inputs, fp32 sums (CPU stages)
   double peak_gflops = 0.0;     // MFU denominator; 0: measure SGEMM at start-up
   double grad_bucket_mb = 0.0;  // data parallel: allreduce buckets overlapping backward; 0: one allreduce
   double max_loss = 0.0;        // divergence bound; 0: 3 x ln(vocab_size)
@@ -63,6 +64,10 @@ struct TrainConfig {
     f("tf32", tf32,
       "CUDA stages: let cuBLAS use TF32 tensor cores for the matrix products (faster, ~1e-3 relative error; "
       "changes results); ignored on the CPU");
+    f("precision", precision,
+      "fp32 (every value and sum in fp32) | bf16 (the matrix products round their inputs to bf16 and add in fp32, "
+      "through oneDNN: parameters, master weights, Adam moments, gradients, activations, norms, softmax and loss "
+      "stay fp32; the serial and mpi stages). Stored activations in bf16 are not built yet (docs/precision.md)");
     f("peak_gflops", peak_gflops, "peak GFLOP/s for MFU; 0 = measure an SGEMM at start-up");
     f("grad_bucket_mb", grad_bucket_mb,
       "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one allreduce "

@@ -55,6 +55,11 @@ MfuPeak mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Comm
           fmt::format("{}|{}|{}|{}x{}", m.hostname, m.cpu_model, st.backend->name(), comm.size(), threads);
       for (const auto& [k, v] : kernel_library_info()) key += "|" + v;
       peak = best_known_peak(key, measured);
+      if (c.train.precision == "bf16") {  // measured by the bf16 products the run uses (cpu_backend_kind)
+        for (size_t at; (at = peak.source.find("SGEMM")) != std::string::npos;) {
+          peak.source.replace(at, 5, "bf16 product");
+        }
+      }
     }
     comm.broadcast(&peak.gflops, sizeof peak.gflops, 0);
   }
@@ -81,6 +86,7 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["schedule"] = c.parallel.schedule;
   p["zero"] = st.zero_stage;
   p["vocab_parallel"] = st.model->tp().shape().vocab;
+  p["precision"] = c.train.precision;
   p["block_types"] = TpLayout{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.describe();
   p["hostfile"] = req.hostfile;
   p["seed"] = c.train.seed;
@@ -489,7 +495,8 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
             inputs);
   check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
   ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp);
-  const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, {threads, c.train.tf32, 0}, grid);
+  const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend,
+                                                           {threads, c.train.tf32, 0, c.train.precision == "bf16"}, grid);
   if (!req.resume.empty()) log.check_resume(req.resume, st->checkpoint_run_id);
   RunConfig resolved = c;
   resolved.model = st->model_config;
@@ -613,7 +620,8 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
     prompt.resize(std::min<size_t>(prompt.size(), static_cast<size_t>(c.generate.prompt_tokens)));
   }
   if (prompt.empty()) throw std::invalid_argument("--prompt: the prompt has no tokens");
-  auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, ctx.comm ? ctx.comm->local_rank() : 0});
+  auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, ctx.comm ? ctx.comm->local_rank() : 0,
+                              c.train.precision == "bf16"});
   Gpt2 model(ck->config, be->memory(), layout);
   load_params(*ck, model);
   const auto g0 = Clock::now();

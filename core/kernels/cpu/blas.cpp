@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/bf16.h"
+#include "kernels/cpu/bf16_matmul.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/omp_wait.h"
 #include "util/stats.h"
 
@@ -33,9 +36,31 @@ double sgemm_ceiling_gflops(int threads, int n, int reps) {
 
 }  // namespace cpu
 
+namespace cpu {
+double bf16_ceiling_gflops(int threads, int n, int reps) {
+  std::vector<bf16> a(static_cast<size_t>(n) * n, to_bf16(0.5f));
+  std::vector<float> c(a.size());
+  Bf16Matmul mm(threads);
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {  // the first run is warm-up (and makes the primitive)
+    auto t0 = std::chrono::steady_clock::now();
+    mm.forward(c.data(), a.data(), a.data(), nullptr, n, n, n);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) rates.push_back(2.0 * n * n * double(n) / s / 1e9);
+  }
+  return median(rates);
+}
+}  // namespace cpu
+
 BackendKind cpu_backend_kind() {
-  return BackendKind{"cpu", [](const BackendOptions& o) { return make_cpu_backend(o.threads); },
-                     [](Backend&, int ranks, int /*ranks_per_machine*/, int threads) {
+  return BackendKind{"cpu", [](const BackendOptions& o) { return make_cpu_backend(o.threads, o.bf16); },
+                     [](Backend& be, int ranks, int /*ranks_per_machine*/, int threads) {
+                       // A backend with bf16 products is measured by its own products: the MFU of a
+                       // bf16 run is against the bf16 ceiling, not fp32's.
+                       const auto* cpu_be = dynamic_cast<const cpu::CpuBackend*>(&be);
+                       if (cpu_be != nullptr && cpu_be->bf16_products()) {
+                         return cpu::bf16_ceiling_gflops(ranks * threads, 1024, 3);
+                       }
                        return cpu::sgemm_ceiling_gflops(ranks * threads, 1024, 3);
                      }};
 }

@@ -16,5 +16,8 @@ std::string blas_config();
 // on `threads` threads: the machine's practical matrix-multiply ceiling.
 // Leaves OpenBLAS set to 1 thread afterwards (the CPU backend's setting).
 double sgemm_ceiling_gflops(int threads, int n = 2048, int reps = 5);
+// The same for the bf16 products of train.precision bf16 (bf16_matmul.h):
+// oneDNN's (n,n,n) product on `threads` threads, the median of `reps`.
+double bf16_ceiling_gflops(int threads, int n = 2048, int reps = 5);
 
 }  // namespace gpt2::cpu

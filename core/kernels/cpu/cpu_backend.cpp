@@ -18,18 +18,42 @@
 
 namespace gpt2 {
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<cpu::CpuBackend>(threads);
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products) {
+  return std::make_unique<cpu::CpuBackend>(threads, bf16_products);
 }
 
 namespace cpu {
 
-CpuBackend::CpuBackend(int threads) : threads_(threads) {
+CpuBackend::CpuBackend(int threads, bool bf16_products) : threads_(threads) {
   if (threads < 1) throw std::invalid_argument(fmt::format("threads must be >= 1, got {}", threads));
   // One thread pool: OpenBLAS runs single-threaded inside our OpenMP
   // regions, which split each GEMM (matmul.cpp).
   openblas_set_num_threads(1);
   omp_set_num_threads(threads);
+  if (bf16_products) {
+    bf16_ = std::make_unique<Bf16Matmul>(threads);
+    // One small product now, so that name() says which kernel oneDNN chose on this CPU.
+    std::vector<bf16> a(64 * 64, to_bf16(1.0f));
+    std::vector<float> out(64 * 64);
+    bf16_->forward(out.data(), a.data(), a.data(), nullptr, 64, 64, 64);
+  }
+}
+
+std::string CpuBackend::name() const {
+  return bf16_ ? fmt::format("cpu (bf16 products: oneDNN {} {})", Bf16Matmul::library_version(), bf16_->impl_info())
+               : "cpu";
+}
+
+std::vector<std::pair<std::string, std::string>> CpuBackend::library_versions() const {
+  if (!bf16_) return {};
+  return {{"onednn", Bf16Matmul::library_version()}, {"onednn_matmul", bf16_->impl_info()}};
+}
+
+const bf16* CpuBackend::as_bf16(std::vector<bf16>& to, Tensor from) {
+  const size_t n = static_cast<size_t>(from.numel());
+  if (to.size() < n) to.resize(n);
+  to_bf16(std::span<const float>(from.data, n), std::span<bf16>(to.data(), n), threads_);
+  return to.data();
 }
 
 float* CpuBackend::scratch(size_t n) {

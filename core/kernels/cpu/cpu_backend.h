@@ -5,16 +5,26 @@
 // order, so results are bit-identical run to run for a given thread count.
 #pragma once
 
+#include <memory>
+#include <vector>
+
 #include "kernels/backend.h"
+#include "kernels/bf16.h"
 #include "kernels/buffer.h"
+#include "kernels/cpu/bf16_matmul.h"
 
 namespace gpt2::cpu {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads);
-  std::string name() const override { return "cpu"; }
+  // `bf16`: matrix products with bf16 inputs through oneDNN (make_cpu_backend).
+  explicit CpuBackend(int threads, bool bf16_products = false);
+  // "cpu", or "cpu (bf16 products: oneDNN 2.6.3 brg:avx512_core_bf16)": the
+  // kernel oneDNN chose names the path (native bf16 or conversions).
+  std::string name() const override;
+  std::vector<std::pair<std::string, std::string>> library_versions() const override;
   int threads() const { return threads_; }
+  bool bf16_products() const { return bf16_ != nullptr; }
 
   void zero(Tensor x) override;
   void copy(Tensor dst, Tensor src) override;
@@ -63,8 +73,15 @@ class CpuBackend final : public Backend {
   // only when a larger shape than any before is seen: the first step.
   float* scratch(size_t n);
 
+  // The bf16 copies of a product's operands (grown, never shrunk: no
+  // allocation once the step's shapes have been seen), converted with
+  // threads_ threads.
+  const bf16* as_bf16(std::vector<bf16>& to, Tensor from);
+
   int threads_;
   Buffer scratch_;
+  std::unique_ptr<Bf16Matmul> bf16_;  // null: fp32 products (OpenBLAS)
+  std::vector<bf16> bf16_a_, bf16_b_, bf16_c_;
 };
 
 }  // namespace gpt2::cpu

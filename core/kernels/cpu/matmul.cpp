@@ -23,6 +23,11 @@ constexpr int kFewRows = 8;
 void CpuBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   const int N = static_cast<int>(inp.rows()), C = static_cast<int>(inp.cols());
   const int OC = static_cast<int>(weight.dim(0));
+  if (bf16_) {  // train.precision bf16: the operands rounded to bf16, the sums in fp32 (oneDNN)
+    bf16_->forward(out.data, as_bf16(bf16_a_, inp), as_bf16(bf16_b_, weight), bias.empty() ? nullptr : bias.data, N,
+                   C, OC);
+    return;
+  }
   if (N < kFewRows) {
     // Few rows (generation's one-token decode): the work is reading the
     // weight matrix once, so threads split its rows (the output columns)
@@ -65,6 +70,13 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
                                  Tensor weight) {
   const int N = static_cast<int>(inp.rows()), C = static_cast<int>(inp.cols());
   const int OC = static_cast<int>(weight.dim(0));
+  if (bf16_) {  // the two products in bf16 (oneDNN); the bias gradient below, in fp32 as always
+    const bf16* d = (dinp.data != nullptr || dweight.data != nullptr) ? as_bf16(bf16_a_, dout) : nullptr;
+    if (dinp.data != nullptr) bf16_->backward_input(dinp.data, d, as_bf16(bf16_b_, weight), N, C, OC);
+    if (dweight.data != nullptr) bf16_->backward_weight(dweight.data, d, as_bf16(bf16_c_, inp), N, C, OC);
+    dinp = Tensor{};
+    dweight = Tensor{};
+  }
 #pragma omp parallel num_threads(threads_)
   {
     const int nt = omp_get_num_threads(), tid = omp_get_thread_num();

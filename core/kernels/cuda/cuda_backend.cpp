@@ -399,6 +399,11 @@ double cuda_ceiling_gflops(Backend& be, int ranks, int ranks_per_machine) {
 BackendKind cuda_backend_kind() {
   return BackendKind{"cuda",
                      [](const BackendOptions& o) {
+                       if (o.bf16) {
+                         throw std::invalid_argument(
+                             "train.precision bf16: the CUDA backend has no bf16 path yet; run bf16 on the serial or "
+                             "mpi stage");
+                       }
                        return make_cuda_backend({.device_hint = o.device_hint, .tf32 = o.tf32});
                      },
                      [](Backend& be, int ranks, int ranks_per_machine, int /*threads*/) {

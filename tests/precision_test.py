@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""train.precision bf16 (docs/precision.md) on the stage programs.
+
+  * serial bf16 against serial fp32, 10 steps of the small configuration:
+    every step's loss within 1% (the issue's bound for the original
+    configuration's 50 steps, measured in docs/precision.md);
+  * dp 2, tp 2, pp 2 (1f1b, 2 microbatches), ZeRO-2 on dp 2 and tp 2 with
+    the vocabulary cut, all in bf16, against serial bf16. Only the order of
+    fp32 sums differs between layouts, as in fp32, but a sum that differs in
+    its last bits may round to the neighbouring bf16 at the next product
+    (2^-8 relative), so the layouts agree less closely than in fp32:
+      - losses within 1e-3 relative (a quarter of one bf16 rounding);
+      - weights within 2 x steps x 2.6 lr absolute: two runs whose gradients
+        differ at all can take Adam steps of different signs on an element,
+        and one step of the original Adam is at most about 2.6 lr (|m| /
+        sqrt(v) <= (1 - b1) / sqrt(1 - b2) / sqrt(1 - b1^2 / b2) with
+        b1 0.9, b2 0.95, by Cauchy-Schwarz over the moments' sums);
+  * the run's header names the bf16 path and its MFU peak is the bf16
+    products' (provenance: precision, oneDNN's version and kernel);
+  * a bf16 run's checkpoint (fp32 master weights) resumes in fp32, with the
+    fp32 continuation's losses within 1% of the bf16 run's;
+  * clear errors: an unknown precision; bf16 on the CUDA stages (their plan).
+
+usage: precision_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
+Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
+"""
+import os
+import shutil
+import sys
+
+from layout_checks import LayoutTest, common_args, floats, load, records, refuser
+
+
+def main():
+    t = LayoutTest(__doc__, "precision_test_")
+    a, check, programs, out = t.a, t.check, t.programs, t.out
+    run, mpi = programs.run, programs.mpi
+    B, T, C, L, NH = 8, 32, 64, 2, 4
+    common = common_args(a.corpus, B, T, C, L, NH)
+    bf16 = [*common, "--train.precision", "bf16"]
+    lr, steps = 1e-3, 10
+
+    # ---- bf16 against fp32 ----
+    t.serial(common, "serial fp32")
+    r = run([a.serial, "train", *bf16, "--out", out("bf16")])
+    check("serial bf16 runs", r.returncode == 0, r.stderr.strip()[-300:])
+    if r.returncode != 0:
+        return check.finish()
+    f32 = [s["loss"] for s in records(out("serial"), "step")]
+    b16 = [s["loss"] for s in records(out("bf16"), "step")]
+    worst = max(abs(x - y) / y for x, y in zip(b16, f32))
+    check("bf16 losses within 1% of fp32's at every step", len(b16) == steps and worst <= 0.01 and b16 != f32,
+          f"worst {worst:.2e} relative; bf16 {' '.join(f'{x:.5f}' for x in b16)}")
+    summary = records(out("bf16"), "summary")[0]
+    prov = summary["provenance"]
+    check("the header and provenance name the bf16 path and its peak",
+          "bf16 products: oneDNN" in r.stderr and ("measured bf16 product" in r.stderr or "train.peak_gflops" in r.stderr),
+          r.stderr.strip()[:300])
+    check("provenance: precision bf16, oneDNN's version and kernel",
+          prov.get("precision") == "bf16" and bool(prov.get("onednn")) and bool(prov.get("onednn_matmul")),
+          f"precision {prov.get('precision')}, onednn {prov.get('onednn')}, kernel {prov.get('onednn_matmul')}")
+
+    # ---- Layouts in bf16 against serial bf16 ----
+    weight_bound = 2 * steps * 2.6 * lr
+    ref_l = b16
+    ref_w = floats(load(os.path.join(out("bf16"), "checkpoint.bin")).params)
+    for n, title, extra in ((2, "dp 2", []), (2, "tp 2", ["--parallel.tp", "2"]),
+                            (2, "pp 2 (1f1b, 2 microbatches)", ["--parallel.pp", "2", "--parallel.microbatches", "2"]),
+                            (2, "ZeRO-2 on dp 2", ["--parallel.zero", "2"]),
+                            (4, "tp 2 x dp 2 with the vocabulary cut", ["--parallel.tp", "2",
+                                                                       "--parallel.vocab_parallel", "true"])):
+        d = out("bf16_" + str(len(check.results)))
+        r = mpi(n, [*bf16, *extra, "--out", d], timeout=300)
+        if r.returncode != 0:
+            check(f"bf16 {title}", False, r.stderr.strip()[-300:])
+            continue
+        got_l = [s["loss"] for s in records(d, "step")]
+        got_w = floats(load(os.path.join(d, "checkpoint.bin")).params)
+        rel = max(abs(x - y) / y for x, y in zip(got_l, ref_l))
+        dw = max(abs(x - y) for x, y in zip(got_w, ref_w))
+        check(f"bf16 {title} equals serial bf16 (losses within 1e-3 relative, weights within {weight_bound:.3g})",
+              len(got_l) == steps and rel <= 1e-3 and dw <= weight_bound,
+              f"losses {rel:.2e} relative, weights {dw:.2e}")
+
+    # ---- A bf16 checkpoint resumes in fp32 (its master weights are fp32) ----
+    half = out("bf16_half")
+    r = run([a.serial, "train", *bf16, "--train.steps", "5", "--out", half])
+    if r.returncode == 0:
+        d = out("bf16_then_fp32")
+        shutil.copytree(half, d)
+        r = run([a.serial, "train", *common, "--out", d, "--resume", os.path.join(d, "checkpoint.bin")])
+        got = [s["loss"] for s in records(d, "step")] if r.returncode == 0 else []
+        worst = max((abs(x - y) / y for x, y in zip(got, b16)), default=float("inf"))
+        check("a bf16 checkpoint at step 5 resumes in fp32, within 1% of the bf16 curve",
+              len(got) == steps and worst <= 0.01, f"worst {worst:.2e}; {r.stderr.strip()[-200:]}")
+    else:
+        check("a bf16 run stops at step 5 with a checkpoint", False, r.stderr.strip()[-300:])
+
+    # ---- Errors ----
+    error = refuser(check, programs, a, common, out)
+    error("an unknown precision is refused", 1, ["--train.precision", "fp16"], "expected fp32 or bf16", serial=True)
+    r = run([a.serial, "plan", *bf16, "--stage", "cuda"])
+    check("bf16 on the CUDA stages is refused by their plan, naming why",
+          r.returncode == 2 and "no bf16 path yet" in r.stderr, r.stderr.strip()[-300:])
+
+    shutil.rmtree(t.work, ignore_errors=True)
+    return check.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
