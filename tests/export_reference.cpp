@@ -33,6 +33,7 @@ struct Args {
   std::string optimizer = "adam_original";
   int steps = 10;
   int threads = 2;
+  std::string precision = "fp32";  // --precision bf16: the CPU backend's bf16 products
   std::vector<std::pair<std::string, std::string>> model;  // --model KEY=VALUE: model section keys
   std::string out;
 };
@@ -40,7 +41,8 @@ struct Args {
 const char* kUsage =
     "usage: export_reference --out DIR [--preset small|original] [--batch 2] [--seq T]\n"
     "                        [--seed 1337] [--optimizer adam_original|adamw] [--steps 10] [--threads 2]\n"
-    "                        [--model KEY=VALUE ...]  (model keys: arch, norm, position, n_kv_head, ...)\n";
+    "                        [--model KEY=VALUE ...]  (model keys: arch, norm, position, n_kv_head, ...)\n"
+    "                        [--precision fp32|bf16]\n";
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -60,6 +62,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--steps") a.steps = std::stoi(v);
     else if (k == "--threads") a.threads = std::stoi(v);
     else if (k == "--out") a.out = v;
+    else if (k == "--precision") a.precision = v;
     else if (k == "--model") {
       const size_t eq = v.find('=');
       if (eq == std::string::npos) throw std::invalid_argument(fmt::format("--model {}: expected KEY=VALUE", v));
@@ -86,7 +89,10 @@ int run(const Args& a) {
   OptimizerConfig oc = a.optimizer == "adamw" ? OptimizerConfig::adamw() : OptimizerConfig::original();
   oc.kind = parse_optimizer_kind(a.optimizer);
   if (oc.kind == OptimizerKind::kAdamW) oc.warmup_steps = 3;  // exercise warm-up within 10 steps
-  auto be = make_cpu_backend(a.threads);
+  if (a.precision != "fp32" && a.precision != "bf16") {
+    throw std::invalid_argument(fmt::format("--precision {}: expected fp32 or bf16", a.precision));
+  }
+  auto be = make_cpu_backend(a.threads, a.precision == "bf16");
   Gpt2 model(cfg);
   model.init_weights(a.seed);
   ActivationArena arena(cfg, B, T);

@@ -19,6 +19,9 @@ case first checks that the manifest names the variant asked for and that its
 parameters are torch_gpt2.layout's, names and shapes; an exporter that
 ignored --model fails there rather than passing as GPT-2.
 
+Last, train.precision bf16 against PyTorch's autocast bf16 and against the
+float64 model (check_bf16_case, with its own tolerances).
+
 PyTorch runs in float64, so the differences measured are our float32 engine's
 rounding alone. Tolerances (why these numbers):
   * logits, loss: float32 forward through L layers of K-term dot products
@@ -230,6 +233,84 @@ def check_case(check, exporter, preset, batch, optimizer, model, steps, workdir)
     print("\n".join(shown))
 
 
+def check_bf16_case(check, exporter, steps, workdir):
+    """train.precision bf16 (docs/precision.md) against PyTorch's autocast bf16
+    on the same weights and batches (the small preset, batch 4, the original
+    Adam), and against the float64 model (the exact function). Both bf16
+    sides round each matrix product's inputs to bf16 (2^-8 relative, one bf16
+    unit roundoff); autocast also rounds the products' outputs and runs the
+    attention's products in bf16, ours adds in fp32 and keeps fp32 elsewhere.
+    Tolerances, in bf16 roundings (ub = 2^-8): logits within 2 ub of the
+    largest logit; the loss within ub relative; each gradient tensor within 4
+    ub of its largest element, the whole gradient within 2 ub in 2-norm; the
+    10 steps' losses within 1% (the issue's bound for bf16 against fp32).
+    Measured here: logits 3.4e-3 of 0.61, loss 1e-5, gradients 0.6% and
+    0.43%; ours is closer to float64 than autocast is."""
+    out = os.path.join(workdir, "small-bf16")
+    os.makedirs(out, exist_ok=True)
+    cmd = [exporter, "--preset", "small", "--batch", "4", "--optimizer", "adam_original", "--steps", str(steps),
+           "--precision", "bf16", "--out", out]
+    r = subprocess.run(cmd)
+    if r.returncode != 0:
+        check("small bf16 against PyTorch autocast bf16", False, f"export_reference exited {r.returncode}")
+        return
+    manifest, arr = load(out)
+    cfg, o, B, T, names = manifest["config"], manifest["optimizer"], manifest["B"], manifest["seq"], manifest["params"]
+    batches = torch.tensor(arr["batches"].astype(np.int64))
+    x, y = batches[0, :-1].view(B, T), batches[0, 1:].view(B, T)
+    ub = 2.0 ** -8
+
+    def autocast_forward(p, xs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return gpt2_forward(p, cfg, xs).float()
+
+    def first_batch(dtype, forward):
+        torch.set_default_dtype(dtype)
+        p = {n: torch.tensor(arr["param." + n].astype(np.float32), dtype=dtype, requires_grad=True) for n in names}
+        logits = forward(p, x)
+        loss = F.cross_entropy(logits.view(-1, cfg["V"]).to(dtype), y.reshape(-1))
+        loss.backward()
+        return p, logits.detach().double().numpy(), loss.item()
+
+    lines, ok_all = [], True
+
+    def record(result):
+        nonlocal ok_all
+        ok_all &= result[0]
+        lines.append(result[1])
+
+    try:
+        for title, dtype, forward in (("PyTorch autocast bf16", torch.float32, autocast_forward),
+                                      ("PyTorch float64", torch.float64, lambda p, xs: gpt2_forward(p, cfg, xs))):
+            p, logits, loss = first_batch(dtype, forward)
+            record(worst(f"logits against {title}", arr["logits"], logits, 2 * ub * np.abs(logits).max()))
+            record(worst(f"loss against {title}", arr["losses"][:1], np.array([loss]), ub * loss))
+            grads = [worst(f"grad {n}", arr["grad." + n], p[n].grad.double().numpy(),
+                           4 * ub * np.abs(p[n].grad.double().numpy()).max() + 1e-12) for n in names]
+            ok_all &= all(g[0] for g in grads)
+            lines.extend(g[1] for g in grads if not g[0])
+            flat_ours = np.concatenate([arr["grad." + n].ravel() for n in names])
+            flat_ref = np.concatenate([p[n].grad.double().numpy().ravel() for n in names])
+            rel = np.linalg.norm(flat_ours - flat_ref) / np.linalg.norm(flat_ref)
+            ok = rel <= 2 * ub
+            ok_all &= ok
+            lines.append(f"  {'ok  ' if ok else 'FAIL'} whole gradient against {title}: relative 2-norm error "
+                         f"{rel:.3e}, tolerance {2 * ub:.3e} ({len(names)} tensors each within 4 ub)")
+        torch.set_default_dtype(torch.float32)
+        p = {n: torch.tensor(arr["param." + n].astype(np.float32), requires_grad=True) for n in names}
+        losses, _ = train(p, names, cfg, o, batches, B, T, steps, autocast_forward)
+        rel = np.abs(arr["losses"].astype(np.float64) - losses) / losses
+        ok = rel.max() <= 0.01
+        ok_all &= ok
+        lines.append(f"  {'ok  ' if ok else 'FAIL'} {steps}-step losses against PyTorch autocast bf16: worst "
+                     f"{rel.max():.3e} relative, tolerance 1e-2")
+    finally:
+        torch.set_default_dtype(torch.float64)
+    check(f"small bf16 (V{cfg['V']} T{T} L{cfg['L']} C{cfg['C']}), B={B}, adam_original, against PyTorch autocast "
+          f"bf16 and float64", ok_all, f"losses ours {' '.join(f'{v:.5f}' for v in arr['losses'])}")
+    print("\n".join(lines))
+
+
 # The architecture variants, each on the small preset with adamw at batch 4
 # (export_reference --model KEY=VALUE, space-separated).
 VARIANTS = ["arch=llama", "norm=rmsnorm", "norm_position=post", "position=rope", "position=rope rope_theta=100",
@@ -251,6 +332,7 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         for case in cases:
             check_case(check, args.exporter, *case, args.steps, work)
+        check_bf16_case(check, args.exporter, args.steps, work)
     return check.finish()
 
 
