@@ -156,8 +156,9 @@ void ZeroShards::load_params(const std::function<void(size_t, std::span<float>)>
 }
 
 void ZeroShards::load_params(std::span<const float> flat) {
-  if (stage_ != 3) throw std::logic_error("ZeroShards::load_params: stage 3 only");
-  param_shard_.upload(shards_.pack(flat));
+  load_params([&](size_t begin, std::span<float> out) {
+    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(begin), out.size(), out.begin());
+  });
 }
 
 std::vector<float> ZeroShards::gather(std::span<const float> packed) {

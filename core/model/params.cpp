@@ -405,16 +405,8 @@ std::vector<float> initial_weights(const Gpt2Config& cfg, uint64_t seed) {
     }
     return original_weights(cfg, seed);
   }
-  ParamTensors p;
-  const std::vector<ParamInfo> infos = layout(cfg, p);
   std::vector<float> host(param_count(cfg));
-  for (size_t k = 0; k < infos.size(); ++k) {
-    const ParamInfo& info = infos[k];
-    float* t = host.data() + info.offset;
-    size_t n = 1;
-    for (int64_t d : info.shape) n *= static_cast<size_t>(d);
-    for (size_t i = 0; i < n; ++i) t[i] = initial_value(info.init, seed, k, i);
-  }
+  initial_values(cfg, seed, {}, 0, {}, 0, host);  // the whole model is one rank's part of itself
   return host;
 }
 

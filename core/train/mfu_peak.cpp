@@ -25,8 +25,8 @@ std::string mfu_peak_cache_path() {
   return "";
 }
 
-MfuPeak best_known_peak(const std::string& key, double measured) {
-  MfuPeak p{measured, "measured SGEMM"};
+MfuPeak best_known_peak(const std::string& key, double measured, const std::string& what) {
+  MfuPeak p{measured, "measured " + what};
   const std::string path = mfu_peak_cache_path();
   if (path.empty()) return p;
   Json cache = Json::object();
@@ -39,7 +39,7 @@ MfuPeak best_known_peak(const std::string& key, double measured) {
   const auto it = cache.find(key);
   if (it != cache.end() && it->is_number() && it->get<double>() > measured) {
     p.gflops = it->get<double>();
-    p.source = fmt::format("best SGEMM measured on this machine ({:.1f} now; {})", measured, path);
+    p.source = fmt::format("best {} measured on this machine ({:.1f} now; {})", what, measured, path);
     return p;
   }
   cache[key] = round_fixed(measured, 2);
@@ -48,7 +48,7 @@ MfuPeak best_known_peak(const std::string& key, double measured) {
     fs::create_directories(fs::path(path).parent_path(), ec);
     // A fresh exclusive temporary renamed into place: runs starting at once each write a whole file.
     write_file_atomically(path, json_text(cache, 1) + "\n");
-    p.source = fmt::format("measured SGEMM, the best on this machine so far ({})", path);
+    p.source = fmt::format("measured {}, the best on this machine so far ({})", what, path);
   } catch (const std::exception&) {
     // The cache is a convenience; the measurement stands.
   }

@@ -24,6 +24,7 @@ std::string mfu_peak_cache_path();
 // max(measured, the best recorded for `key`), recording `measured` when it is
 // the new best. `key` names the machine and the layout (host, CPU, kernel
 // library, backend, ranks x threads).
-MfuPeak best_known_peak(const std::string& key, double measured);
+// `what` names the product measured in the source text ("SGEMM", "bf16 product").
+MfuPeak best_known_peak(const std::string& key, double measured, const std::string& what = "SGEMM");
 
 }  // namespace gpt2

@@ -54,12 +54,8 @@ MfuPeak mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Comm
       std::string key =
           fmt::format("{}|{}|{}|{}x{}", m.hostname, m.cpu_model, st.backend->name(), comm.size(), threads);
       for (const auto& [k, v] : kernel_library_info()) key += "|" + v;
-      peak = best_known_peak(key, measured);
-      if (c.train.precision == "bf16") {  // measured by the bf16 products the run uses (cpu_backend_kind)
-        for (size_t at; (at = peak.source.find("SGEMM")) != std::string::npos;) {
-          peak.source.replace(at, 5, "bf16 product");
-        }
-      }
+      // A bf16 run's ceiling is its bf16 products' (cpu_backend_kind measures those).
+      peak = best_known_peak(key, measured, c.train.precision == "bf16" ? "bf16 product" : "SGEMM");
     }
     comm.broadcast(&peak.gflops, sizeof peak.gflops, 0);
   }

@@ -19,12 +19,14 @@ using tag = dnnl::memory::format_tag;
 
 enum class Product { kForward, kForwardBias, kInput, kWeight };
 
-// One product at one shape: its primitive and the memory objects whose data
-// handles each call points at the caller's arrays.
+// One product at one shape: its primitive, the memory objects whose data
+// handles each call points at the caller's arrays, and the execution's
+// argument map over them (made once: a call allocates nothing).
 struct Entry {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
   dnnl::memory src, weights, bias, dst;
+  std::unordered_map<int, dnnl::memory> args;
 };
 
 }  // namespace
@@ -34,7 +36,7 @@ struct Bf16Matmul::Impl {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<std::tuple<Product, int64_t, int64_t, int64_t>, Entry> cache;
-  std::string last_impl;
+  const Entry* last = nullptr;  // the product run last (impl_info)
 
   // The product `p` as a matmul of src (M,K) and weights (K,Nn) into dst
   // (M,Nn): each operand's dims and the layout of the caller's array.
@@ -53,8 +55,13 @@ struct Bf16Matmul::Impl {
     }
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, w, bias, dst), attr, engine);
     Entry e{pd, dnnl::matmul(pd), dnnl::memory(src, engine, nullptr), dnnl::memory(w, engine, nullptr),
-            dnnl::memory(), dnnl::memory(dst, engine, nullptr)};
-    if (p == Product::kForwardBias) e.bias = dnnl::memory(bias, engine, nullptr);
+            dnnl::memory(), dnnl::memory(dst, engine, nullptr), {}};
+    // The map holds handles to the same memory objects: set_data_handle on e.src reaches it.
+    e.args = {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_DST, e.dst}};
+    if (p == Product::kForwardBias) {
+      e.bias = dnnl::memory(bias, engine, nullptr);
+      e.args.emplace(DNNL_ARG_BIAS, e.bias);
+    }
     return cache.emplace(key, std::move(e)).first->second;
   }
 
@@ -62,16 +69,11 @@ struct Bf16Matmul::Impl {
     e.src.set_data_handle(const_cast<void*>(src));
     e.weights.set_data_handle(const_cast<void*>(w));
     e.dst.set_data_handle(dst);
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, e.src}, {DNNL_ARG_WEIGHTS, e.weights},
-                                               {DNNL_ARG_DST, e.dst}};
-    if (bias != nullptr) {
-      e.bias.set_data_handle(const_cast<float*>(bias));
-      args.emplace(DNNL_ARG_BIAS, e.bias);
-    }
+    if (bias != nullptr) e.bias.set_data_handle(const_cast<float*>(bias));
     omp_set_num_threads(threads);  // oneDNN (built with OpenMP) runs on the default team size
-    e.prim.execute(stream, args);
+    e.prim.execute(stream, e.args);
     stream.wait();
-    last_impl = e.pd.impl_info_str();
+    last = &e;
   }
 };
 
@@ -102,7 +104,7 @@ void Bf16Matmul::backward_weight(float* dweight, const bf16* dout, const bf16* i
   impl_->run(e, dout, inp, nullptr, dweight);
 }
 
-std::string Bf16Matmul::impl_info() const { return impl_->last_impl; }
+std::string Bf16Matmul::impl_info() const { return impl_->last ? impl_->last->pd.impl_info_str() : ""; }
 
 std::string Bf16Matmul::library_version() {
   const dnnl_version_t* v = dnnl_version();

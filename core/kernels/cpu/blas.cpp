@@ -19,37 +19,39 @@ namespace cpu {
 std::string blas_core() { return openblas_get_corename(); }
 std::string blas_config() { return openblas_get_config(); }
 
+namespace {
+// The median GFLOP/s of `reps` runs of an (n,n,n) product, after one warm-up run.
+template <typename Product>
+double product_rate(int n, int reps, Product&& product) {
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    product();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) rates.push_back(2.0 * n * n * double(n) / s / 1e9);
+  }
+  return median(rates);
+}
+}  // namespace
+
 double sgemm_ceiling_gflops(int threads, int n, int reps) {
   std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
   openblas_set_num_threads(threads);
-  std::vector<double> rates;
-  for (int r = 0; r < reps + 1; ++r) {  // the first run is warm-up
-    auto t0 = std::chrono::steady_clock::now();
+  const double rate = product_rate(n, reps, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
                 c.data(), n);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) rates.push_back(2.0 * n * n * double(n) / s / 1e9);
-  }
+  });
   openblas_set_num_threads(1);
-  return median(rates);
+  return rate;
 }
 
-}  // namespace cpu
-
-namespace cpu {
 double bf16_ceiling_gflops(int threads, int n, int reps) {
   std::vector<bf16> a(static_cast<size_t>(n) * n, to_bf16(0.5f));
   std::vector<float> c(a.size());
-  Bf16Matmul mm(threads);
-  std::vector<double> rates;
-  for (int r = 0; r < reps + 1; ++r) {  // the first run is warm-up (and makes the primitive)
-    auto t0 = std::chrono::steady_clock::now();
-    mm.forward(c.data(), a.data(), a.data(), nullptr, n, n, n);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) rates.push_back(2.0 * n * n * double(n) / s / 1e9);
-  }
-  return median(rates);
+  Bf16Matmul mm(threads);  // its primitive is made in the warm-up run
+  return product_rate(n, reps, [&] { mm.forward(c.data(), a.data(), a.data(), nullptr, n, n, n); });
 }
+
 }  // namespace cpu
 
 BackendKind cpu_backend_kind() {
