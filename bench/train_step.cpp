@@ -41,6 +41,7 @@ struct Options {
   std::string json;
   std::string save_init;
   std::string precision = "fp32";
+  std::string stored = "auto";
 
   gpt2::Fields fields() {
     gpt2::Fields f;
@@ -51,6 +52,9 @@ struct Options {
     f.add("steps", steps, "timed steps per thread count; the median is reported");
     f.add("warmup", warmup, "untimed steps first");
     f.add("precision", precision, "fp32 | bf16 (matrix products with bf16 inputs through oneDNN, as train.precision)");
+    f.add("stored", stored,
+          "the stored activations' type: auto (bf16 with --precision bf16, as training) | f32 | bf16 (for a "
+          "before/after comparison)");
     f.add("json", json, "also write the results as JSON to this path", "path");
     f.add("save-init", save_init,
           "write the initial weights (seed 1) as a checkpoint, for the PyTorch peer (bench/peers), and exit", "path");
@@ -85,6 +89,11 @@ int run(int argc, char** argv) {
     throw std::invalid_argument(fmt::format("--precision: '{}' (expected fp32 or bf16)", o.precision));
   }
   const bool bf16 = o.precision == "bf16";
+  if (o.stored != "auto" && o.stored != "f32" && o.stored != "bf16") {
+    throw std::invalid_argument(fmt::format("--stored: '{}' (expected auto, f32 or bf16)", o.stored));
+  }
+  if (o.stored == "bf16" && !bf16) throw std::invalid_argument("--stored bf16 needs --precision bf16");
+  const Dtype stored = o.stored == "bf16" || (o.stored == "auto" && bf16) ? Dtype::bf16 : Dtype::f32;
   for (int t : o.threads) {
     if (t <= 0) throw std::invalid_argument(fmt::format("--threads: expected positive thread counts, got {}", t));
   }
@@ -119,10 +128,10 @@ int run(int argc, char** argv) {
   for (int th : o.threads) {
     const double ceiling = cpu::sgemm_ceiling_gflops(th);
     auto be = make_cpu_backend(th, bf16);
-    if (th == o.threads.front()) fmt::print("backend: {}\n", be->name());
+    if (th == o.threads.front()) fmt::print("backend: {}; stored activations {}\n", be->name(), to_string(stored));
     Gpt2 model(cfg);
     model.init_weights(1);
-    ActivationArena arena(cfg, B, T);
+    ActivationArena arena(cfg, B, T, host_memory(), {}, {}, false, false, stored);
     Optimizer opt(OptimizerConfig::original(), model.num_params());
     LocalTrainStep step(*be, model, opt, arena.acts());
     std::vector<double> ms;
@@ -144,6 +153,8 @@ int run(int argc, char** argv) {
                            {"gflops", round_fixed(gflops, 2)},
                            {"sgemm_ceiling_gflops", round_fixed(ceiling, 2)},
                            {"precision", o.precision},
+                           {"stored_activations", to_string(stored)},
+                           {"arena_bytes", arena.bytes()},
                            {"backend", be->name()}});
   }
   if (!o.json.empty()) {

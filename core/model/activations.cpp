@@ -8,12 +8,21 @@
 namespace gpt2 {
 
 namespace {
-using Visit = std::function<void(Tensor&, std::initializer_list<int64_t>)>;
+using Visit = std::function<void(Tensor&, std::initializer_list<int64_t>, Dtype)>;
 
-// The one list of activation tensors and their shapes, in arena order: P
-// tensor-parallel ranks, and the private-run buffers if `runs`.
+// The one list of activation tensors, their shapes and their element types,
+// in arena order: P tensor-parallel ranks, and the private-run buffers if
+// `runs`. `stored` is the type of the tensors a matrix product alone reads,
+// forward and backward (the norms' outputs before a product, the attention's
+// output, the MLP's hidden activations); everything else is f32.
 void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split, bool recompute,
-           Activations& a, const Visit& f) {
+           Dtype stored, Activations& a, const Visit& f_typed) {
+  const auto f = [&](Tensor& t, std::initializer_list<int64_t> dims) { f_typed(t, dims, Dtype::f32); };
+  const auto lo = [&](Tensor& t, std::initializer_list<int64_t> dims) { f_typed(t, dims, stored); };
+  // Post-norm's ln1 is the residual stream and its ln2 the second norm's input: both stay f32.
+  const auto norm_out = [&](Tensor& t, std::initializer_list<int64_t> dims) {
+    f_typed(t, dims, cfg.post_norm() ? Dtype::f32 : stored);
+  };
   const int64_t C = cfg.C, V = tp.vocab_rows(cfg.V), NH = cfg.NH, P = tp.size;
   const int64_t QKV = cfg.qkv_width(), H = cfg.mlp_width(), FC = cfg.fc_width();
   const int64_t Bm = cfg.rms() ? 0 : B;  // RMSNorm keeps no mean
@@ -38,18 +47,18 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
       f(l.residual3, {B, T, C});
       continue;
     }
-    f(l.ln1, {B, T, C});
+    norm_out(l.ln1, {B, T, C});
     f(l.ln1_mean, {Bm, T});
     f(l.ln1_rstd, {B, T});
     f(l.qkv, {B, T, QKV / P});
-    f(l.atty, {B, T, C / P});
+    lo(l.atty, {B, T, C / P});
     f(l.att_lse, {B, NH / P, T});
     f(l.residual2, {B, T, C});
-    f(l.ln2, {B, T, C});
+    norm_out(l.ln2, {B, T, C});
     f(l.ln2_mean, {Bm, T});
     f(l.ln2_rstd, {B, T});
     f(l.fch, {B, T, FC / P});
-    f(l.fch_gelu, {B, T, H / P});
+    lo(l.fch_gelu, {B, T, H / P});
     f(l.residual3, {B, T, C});
     // B has finished with each of these forward tensors when it writes the
     // gradient kept for W in its place: the split costs no memory. SwiGLU's
@@ -61,7 +70,7 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
     l.d_qkv = split ? l.qkv : Tensor{};
   }
   const int64_t Bh = stage.head ? B : 0;
-  f(a.lnf, {Bh, T, C});
+  lo(a.lnf, {Bh, T, C});
   f(a.lnf_mean, {cfg.rms() ? 0 : Bh, T});
   f(a.lnf_rstd, {Bh, T});
   f(a.logits, {Bh, T, V});
@@ -83,15 +92,20 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
   a.vocab_ids.assign(tp.vocab ? static_cast<size_t>(B) * static_cast<size_t>(T) : 0, -1);
 }
 
-// Keeps every tensor 64-byte aligned inside the arena.
-size_t padded(size_t n) { return (n + 15) / 16 * 16; }
+// The floats n elements of `d` take, padded so that every tensor stays
+// 64-byte aligned inside the arena (a bf16 tensor takes half the bytes).
+size_t padded(size_t n, Dtype d) {
+  const size_t floats = d == Dtype::bf16 ? (n + 1) / 2 : n;
+  return (floats + 15) / 16 * 16;
+}
 }  // namespace
 
 ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split,
-                       bool recompute) {
+                       bool recompute, Dtype stored) {
   Activations a;
   ArenaKinds k;
-  visit(cfg, B, T, tp, runs, stage, split, recompute, a, [&](Tensor& t, std::initializer_list<int64_t> dims) {
+  visit(cfg, B, T, tp, runs, stage, split, recompute, stored, a,
+        [&](Tensor& t, std::initializer_list<int64_t> dims, Dtype d) {
     size_t n = 1;
     for (int64_t d : dims) n *= static_cast<size_t>(d);
     const auto* at = reinterpret_cast<const char*>(&t);
@@ -100,31 +114,36 @@ ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, TpShape tp, bool run
     const bool head = &t == &a.lnf || &t == &a.lnf_mean || &t == &a.lnf_rstd || &t == &a.logits || &t == &a.losses ||
                       &t == &a.ce_parts || &t == &a.ce_lse;
     size_t& kind = in_layers ? k.layers : head ? k.head : (&t == &a.encoded || &t == &a.no_pos) ? k.embed : k.scratch;
-    kind += padded(n);
+    kind += padded(n, d);
   });
   return k;
 }
 
 size_t arena_floats(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split,
-                    bool recompute) {
-  return arena_kinds(cfg, B, T, tp, runs, stage, split, recompute).total();
+                    bool recompute, Dtype stored) {
+  return arena_kinds(cfg, B, T, tp, runs, stage, split, recompute, stored).total();
 }
 
 ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory, const TpLayout& tp,
-                                 StageLayers stage, bool split_backward, bool recompute)
+                                 StageLayers stage, bool split_backward, bool recompute, Dtype stored)
     : cfg_(cfg),
       tp_(tp.shape()),
       private_runs_(tp.has_private()),
       stage_(stage),
       split_(split_backward),
-      recompute_(recompute) {
+      recompute_(recompute),
+      stored_(stored) {
+  if (stored != Dtype::f32 && !memory.is_host()) {
+    throw std::invalid_argument(fmt::format("activations: {} stored activations are built for host memory only, not {}",
+                                            to_string(stored), memory.name()));
+  }
   cfg_.validate();
   if (B <= 0 || T <= 0 || T > cfg.T) {
     throw std::invalid_argument(fmt::format(
         "activations: need 0 < B and 0 < T <= block_size ({}), got B={} T={}", cfg.T, B, T));
   }
   stage_.last = stage_.end(cfg_.L);
-  kinds_ = arena_kinds(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_);
+  kinds_ = arena_kinds(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_);
   buf_ = Buffer(kinds_.total(), memory);
   carve(B, T);
   // The zero position table of a RoPE model's embedding, or of a vocabulary shard's (nothing writes it).
@@ -133,11 +152,12 @@ ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& me
   }
 }
 
-ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_backward, bool recompute)
-    : ActivationArena(model.config(), B, T, model.memory(), model.tp(), model.stage(), split_backward, recompute) {}
+ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_backward, bool recompute, Dtype stored)
+    : ActivationArena(model.config(), B, T, model.memory(), model.tp(), model.stage(), split_backward, recompute,
+                      stored) {}
 
 void ActivationArena::reshape(int B, int T) {
-  if (B <= 0 || T <= 0 || T > cfg_.T || arena_floats(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_) > buf_.size()) {
+  if (B <= 0 || T <= 0 || T > cfg_.T || arena_floats(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_) > buf_.size()) {
     throw std::invalid_argument(fmt::format(
         "activations: cannot reshape to B={} T={} (arena holds B*T <= {})", B, T, acts_.B * acts_.T));
   }
@@ -146,10 +166,11 @@ void ActivationArena::reshape(int B, int T) {
 
 void ActivationArena::carve(int B, int T) {
   size_t offset = 0;
-  visit(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, acts_,
-        [&](Tensor& t, std::initializer_list<int64_t> dims) {
+  visit(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_, acts_,
+        [&](Tensor& t, std::initializer_list<int64_t> dims, Dtype d) {
     t = Tensor(buf_.data() + offset, dims);
-    offset += padded(static_cast<size_t>(t.numel()));
+    t.dtype = d;
+    offset += padded(static_cast<size_t>(t.numel()), d);
   });
 }
 

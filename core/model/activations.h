@@ -89,8 +89,11 @@ struct Activations {
 // tensor-parallel ranks (`runs`: the layout has private runs), holding
 // `stage`'s layers, with the split backward's tensors when `split`: what
 // ActivationArena allocates, and what a run's plan states (train/plan.h).
+// `stored`: the element type of the tensors only a matrix product reads
+// (LayerActivations' ln1 and ln2 before a product, atty, fch_gelu, and lnf):
+// bf16 with train.precision bf16, which halves their bytes; the rest is f32.
 size_t arena_floats(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split,
-                    bool recompute = false);
+                    bool recompute = false, Dtype stored = Dtype::f32);
 
 // The same arena's floats by kind (docs/memory.md, "Activations"): what the
 // embedding keeps (its output, a RoPE model's zero table), what every layer
@@ -103,7 +106,7 @@ struct ArenaKinds {
   size_t total() const { return embed + layers + head + scratch; }
 };
 ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split,
-                       bool recompute = false);
+                       bool recompute = false, Dtype stored = Dtype::f32);
 
 // The arena of one pipeline stage (the whole model by default) holds that
 // stage's layers only, and the head's tensors on the last stage; with
@@ -111,9 +114,11 @@ ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, TpShape tp, bool run
 class ActivationArena {
  public:
   ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory = host_memory(), const TpLayout& tp = {},
-                  StageLayers stage = {}, bool split_backward = false, bool recompute = false);
+                  StageLayers stage = {}, bool split_backward = false, bool recompute = false,
+                  Dtype stored = Dtype::f32);
   // For `model`: its configuration, its tensor-parallel shard, its stage and its memory.
-  ActivationArena(const Gpt2& model, int B, int T, bool split_backward = false, bool recompute = false);
+  ActivationArena(const Gpt2& model, int B, int T, bool split_backward = false, bool recompute = false,
+                  Dtype stored = Dtype::f32);
   ActivationArena(const ActivationArena&) = delete;
   ActivationArena& operator=(const ActivationArena&) = delete;
   Activations& acts() { return acts_; }
@@ -132,6 +137,7 @@ class ActivationArena {
   StageLayers stage_;
   bool split_ = false;
   bool recompute_ = false;
+  Dtype stored_ = Dtype::f32;
   Buffer buf_;
   ArenaKinds kinds_;
   Activations acts_;

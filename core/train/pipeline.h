@@ -86,7 +86,7 @@ class PipelineEngine {
   // `pp` is the pipeline group (stage = pp.rank(), the model holds that
   // stage); `rows` this replica's rows per step, cut into `m` microbatches.
   PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T,
-                 bool recompute = false);
+                 bool recompute = false, Dtype stored = Dtype::f32);
   PipelineEngine(const PipelineEngine&) = delete;
   PipelineEngine& operator=(const PipelineEngine&) = delete;
 

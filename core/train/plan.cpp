@@ -107,12 +107,12 @@ RankMemory plan_memory(const RankShape& r) {
     const ScheduleKind kind = parse_schedule(r.c.parallel.schedule);
     const int mb = r.rows / r.c.parallel.microbatches;
     set_arena(m, arena_kinds(r.cfg, mb, T, r.tp.shape(), r.tp.has_private(), r.layers, kind == ScheduleKind::kZbH1,
-                             r.c.train.recompute_full()));
+                             r.c.train.recompute_full(), r.c.train.stored_dtype()));
     m.arenas = static_cast<uint64_t>(
         max_in_flight(stage_schedule(kind, r.c.parallel.pp, r.stage, r.c.parallel.microbatches)));
   } else {
     set_arena(m, arena_kinds(r.cfg, r.rows, T, r.tp.shape(), r.tp.has_private(), r.layers, false,
-                             r.c.train.recompute_full()));
+                             r.c.train.recompute_full(), r.c.train.stored_dtype()));
   }
   m.count = n;
   m.formula = zero_formula_bytes(n, r.dp, r.zero.stage, r.zero.contiguous);

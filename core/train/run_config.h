@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/tensor.h"
 #include "model/config.h"
 #include "model/data_config.h"
 #include "model/generate.h"
@@ -43,6 +44,8 @@ struct TrainConfig {
   std::string recompute = "none";  // "full": each layer keeps its input only and is recomputed in the backward;
                                    // "attention": what the attention always does here (= "none")
   bool recompute_full() const { return recompute == "full"; }
+  // The element type of the activations only a matrix product reads: bf16 with precision bf16.
+  Dtype stored_dtype() const { return precision == "bf16" ? Dtype::bf16 : Dtype::f32; }
 
   // Throws std::invalid_argument naming the key.
   void validate() const;

@@ -357,11 +357,11 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGri
   if (c.parallel.pipelined()) {  // the schedule's arenas, one per microbatch in flight
     lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), parse_schedule(c.parallel.schedule),
                                                  c.parallel.microbatches, st.rows, c.train.seq_len,
-                                                 c.train.recompute_full());
+                                                 c.train.recompute_full(), c.train.stored_dtype());
     lay->step = pipelined_step(parts, *lay->pipe, grid.pp_comm(), *lay->reducer);
     lay->recorder.emplace(grid, *lay->pipe, timeline_path);
   } else {
-    lay->arena.emplace(model, st.rows, c.train.seq_len, false, c.train.recompute_full());
+    lay->arena.emplace(model, st.rows, c.train.seq_len, false, c.train.recompute_full(), c.train.stored_dtype());
     lay->step = st.sharded ? sharded_step(parts, lay->arena->acts(), *st.sharded)
                            : data_parallel_step(parts, lay->arena->acts(), *lay->reducer);
   }

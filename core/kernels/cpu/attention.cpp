@@ -29,6 +29,12 @@ inline float dot(const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
   return acc;
 }
+inline float dot(const float* a, const bf16* b, int64_t n) {
+  float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += a[i] * to_float(b[i]);
+  return acc;
+}
 inline void axpy(float* y, float alpha, const float* x, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
@@ -72,21 +78,29 @@ float attention_row(float* o, float* p, const float* base, int64_t t, const Head
 }  // namespace
 
 void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH, int KVH) {
+  dispatch_dtype(out.dtype, [&](auto tag) { attention_tiles(out.as<decltype(tag)>(), lse, qkv, out.dim(2), NH, KVH); });
+}
+
+// out (B,T,C) of element type E: a bf16 output is the float tile's rounding.
+template <typename E>
+void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int NH, int KVH) {
   // Per (b, h), in blocks of kBlock query rows [r0, r1): the block sees keys
   // [0, r1) only, so the scores S = scale Q K^T and the output O = P V are
   // GEMMs on the causal lower part (62.5% of the square at T = 256).
-  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), C = out.dim(2), HS = C / NH;
+  constexpr bool kF32 = std::is_same_v<E, float>;
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), HS = C / NH;
+  const int64_t tile = kF32 ? 0 : kBlock * HS;  // a bf16 output's float tile, after the scores
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  float* scratch_all = scratch(static_cast<size_t>(threads_ * kBlock * T));
+  float* scratch_all = scratch(static_cast<size_t>(threads_ * (kBlock * T + tile)));
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
     const int64_t b = bh / NH, h = bh % NH;
     const HeadColumns c(C3, NH, KVH, h);
-    float* S = scratch_all + omp_get_thread_num() * kBlock * T;  // (kBlock, T)
+    float* S = scratch_all + omp_get_thread_num() * (kBlock * T + tile);  // (kBlock, T)
     const float* Q = qkv.data + b * T * C3 + c.q;  // rows C3 apart
     const float* K = qkv.data + b * T * C3 + c.k;
     const float* V = qkv.data + b * T * C3 + c.v;
-    float* O = out.data + b * T * C + h * HS;     // rows C apart
+    E* O = out + b * T * C + h * HS;     // rows C apart
     for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
       const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
       // S (m, n) = scale * Q[r0:r1] K[0:n]^T
@@ -110,10 +124,22 @@ void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH, i
         for (int64_t s = t + 1; s < n; ++s) row[s] = 0.0f;  // masked
         lse.data[bh * T + t] = maxv + std::log(sum);
       }
-      // O[r0:r1] (m, HS) = P (m, n) V[0:n] (n, HS)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(HS),
-                  static_cast<int>(n), 1.0f, S, static_cast<int>(n), V, static_cast<int>(C3), 0.0f,
-                  O + r0 * C, static_cast<int>(C));
+      // O[r0:r1] (m, HS) = P (m, n) V[0:n] (n, HS): straight into a float
+      // output; a bf16 output through the float tile after S, then rounded.
+      if constexpr (kF32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(HS),
+                    static_cast<int>(n), 1.0f, S, static_cast<int>(n), V, static_cast<int>(C3), 0.0f,
+                    O + r0 * C, static_cast<int>(C));
+      } else {
+        float* Ot = S + kBlock * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(HS),
+                    static_cast<int>(n), 1.0f, S, static_cast<int>(n), V, static_cast<int>(C3), 0.0f, Ot,
+                    static_cast<int>(HS));
+        for (int64_t i = 0; i < m; ++i) {
+#pragma omp simd
+          for (int64_t j = 0; j < HS; ++j) store(O + (r0 + i) * C, j, Ot[i * HS + j]);
+        }
+      }
     }
   }
 }
@@ -129,13 +155,22 @@ void CpuBackend::attention_decode(Tensor out, Tensor qkv, int NH, int KVH) {
 
 void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int NH,
                                     int KVH) {
+  dispatch_dtype(out.dtype, [&](auto tag) {
+    attention_backward_tiles(dqkv, dout, out.as<decltype(tag)>(), lse, qkv, out.dim(2), NH, KVH);
+  });
+}
+
+// The forward's output `out` of element type E (it enters only through D).
+template <typename E>
+void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out, Tensor lse, Tensor qkv, int64_t C,
+                                          int NH, int KVH) {
   // Per (b, h) and block of query rows [r0, r1) over keys [0, r1):
   //   P = exp(scale Q K^T - lse) (masked),  dP = dO V^T,
   //   D_t = sum_s P_ts dP_ts = dO_t . O_t,  dS = P * (dP - D) * scale,
   //   dQ = dS K,  dK += dS^T Q,  dV += P^T dO      (FlashAttention-2's backward)
   // One thread owns a (b, kv head) pair and runs its group's query heads in
   // order, so dK and dV accumulate over the group without races.
-  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), C = out.dim(2), HS = C / NH;
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), HS = C / NH;
   const int64_t group = NH / KVH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   float* scratch_all = scratch(static_cast<size_t>(threads_ * 2 * kBlock * T));
@@ -157,7 +192,7 @@ void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor
       const float* K = qkv.data + b * T * C3 + c.k;
       const float* V = qkv.data + b * T * C3 + c.v;
       const float* dO = dout.data + b * T * C + h * HS;
-      const float* O = out.data + b * T * C + h * HS;
+      const E* O = out + b * T * C + h * HS;
       float* dQ = dqkv.data + b * T * C3 + c.q;
       for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
         const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
@@ -172,7 +207,7 @@ void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor
           float* p = P + i * n;
           float* dp = dP + i * n;
           const float row_lse = lse.data[bh * T + t];
-          const float D = dot(dO + t * C, O + t * C, HS);
+          const float D = dot(dO + t * C, O + t * C, HS);  // with a bf16 O: its widened values
 #pragma omp simd
           for (int64_t s = 0; s <= t; ++s) {
             p[s] = fast_exp(p[s] - row_lse);

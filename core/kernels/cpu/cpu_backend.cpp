@@ -50,6 +50,7 @@ std::vector<std::pair<std::string, std::string>> CpuBackend::library_versions() 
 }
 
 const bf16* CpuBackend::as_bf16(std::vector<bf16>& to, Tensor from) {
+  if (from.is_bf16()) return from.as<bf16>();  // stored in bf16 already: nothing to convert
   const size_t n = static_cast<size_t>(from.numel());
   if (to.size() < n) to.resize(n);
   to_bf16(std::span<const float>(from.data, n), std::span<bf16>(to.data(), n), threads_);
@@ -120,14 +121,16 @@ constexpr float kGeluA = 0.044715f;
 }  // namespace
 
 void CpuBackend::gelu_forward(Tensor out, Tensor inp) {
-  const int64_t n = inp.numel();
-  const float* x = inp.data;
-  float* y = out.data;
+  dispatch_dtype(out.dtype, [&](auto tag) {
+    const int64_t n = inp.numel();
+    const float* x = inp.data;
+    auto* y = out.as<decltype(tag)>();
 #pragma omp parallel for simd num_threads(threads_) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float u = kGeluK * (x[i] + kGeluA * x[i] * x[i] * x[i]);
-    y[i] = 0.5f * x[i] * (1.0f + fast_tanh(u));
-  }
+    for (int64_t i = 0; i < n; ++i) {
+      float u = kGeluK * (x[i] + kGeluA * x[i] * x[i] * x[i]);
+      store(y, i, 0.5f * x[i] * (1.0f + fast_tanh(u)));
+    }
+  });
 }
 
 void CpuBackend::gelu_backward(Tensor dinp, Tensor dout, Tensor inp) {

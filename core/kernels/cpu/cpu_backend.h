@@ -75,8 +75,20 @@ class CpuBackend final : public Backend {
 
   // The bf16 copies of a product's operands (grown, never shrunk: no
   // allocation once the step's shapes have been seen), converted with
-  // threads_ threads.
+  // threads_ threads; a bf16 tensor is its own copy.
   const bf16* as_bf16(std::vector<bf16>& to, Tensor from);
+
+  // The kernels that write a stored activation, over its element type
+  // (float or bf16; the math in float either way).
+  template <typename T>
+  void layernorm_rows(T* out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias);
+  template <typename T>
+  void rmsnorm_rows(T* out, Tensor rstd, Tensor inp, Tensor weight);
+  template <typename T>
+  void attention_tiles(T* out, Tensor lse, Tensor qkv, int64_t C, int NH, int KVH);
+  template <typename T>
+  void attention_backward_tiles(Tensor dqkv, Tensor dout, const T* out, Tensor lse, Tensor qkv, int64_t C, int NH,
+                                int KVH);
 
   int threads_;
   Buffer scratch_;

@@ -11,13 +11,19 @@ namespace gpt2::cpu {
 
 void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
                                    Tensor bias) {
+  dispatch_dtype(out.dtype, [&](auto tag) { layernorm_rows(out.as<decltype(tag)>(), mean, rstd, inp, weight, bias); });
+}
+
+// out's element type: f32, or bf16 (the math in f32, one rounding at the store).
+template <typename T>
+void CpuBackend::layernorm_rows(T* out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias) {
   const int64_t N = inp.rows(), C = inp.cols();
   const float* w = weight.data;
   const float* bi = bias.data;
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp.data + i * C;
-    float* o = out.data + i * C;
+    T* o = out + i * C;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t c = 0; c < C; ++c) sum += x[c];
@@ -27,7 +33,7 @@ void CpuBackend::layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor 
     for (int64_t c = 0; c < C; ++c) sq += (x[c] - m) * (x[c] - m);
     const float s = 1.0f / std::sqrt(sq / static_cast<float>(C) + 1e-5f);
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + bi[c];
+    for (int64_t c = 0; c < C; ++c) store(o, c, (x[c] - m) * s * w[c] + bi[c]);
     mean.data[i] = m;
     rstd.data[i] = s;
   }

@@ -28,6 +28,7 @@ void CpuBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bi
                    C, OC);
     return;
   }
+  expect_f32(inp, "matmul_forward: a bf16 input needs the bf16 products (train.precision bf16)");
   if (N < kFewRows) {
     // Few rows (generation's one-token decode): the work is reading the
     // weight matrix once, so threads split its rows (the output columns)
@@ -76,6 +77,8 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
     if (dweight.data != nullptr) bf16_->backward_weight(dweight.data, d, as_bf16(bf16_c_, inp), N, C, OC);
     dinp = Tensor{};
     dweight = Tensor{};
+  } else {
+    expect_f32(inp, "matmul_backward: a bf16 input needs the bf16 products (train.precision bf16)");
   }
 #pragma omp parallel num_threads(threads_)
   {

@@ -17,18 +17,23 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
 }  // namespace
 
 void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight) {
+  dispatch_dtype(out.dtype, [&](auto tag) { rmsnorm_rows(out.as<decltype(tag)>(), rstd, inp, weight); });
+}
+
+template <typename T>
+void CpuBackend::rmsnorm_rows(T* out, Tensor rstd, Tensor inp, Tensor weight) {
   const int64_t N = inp.rows(), C = inp.cols();
   const float* w = weight.data;
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp.data + i * C;
-    float* o = out.data + i * C;
+    T* o = out + i * C;
     float sq = 0.0f;
 #pragma omp simd reduction(+ : sq)
     for (int64_t c = 0; c < C; ++c) sq += x[c] * x[c];
     const float s = 1.0f / std::sqrt(sq / static_cast<float>(C) + 1e-5f);
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) o[c] = x[c] * s * w[c];
+    for (int64_t c = 0; c < C; ++c) store(o, c, x[c] * s * w[c]);
     rstd.data[i] = s;
   }
 }
@@ -116,11 +121,13 @@ void CpuBackend::rope_backward(Tensor dqkv, int NH, int KVH, int pos0, float the
 }
 
 void CpuBackend::relu_forward(Tensor out, Tensor inp) {
-  const int64_t n = inp.numel();
-  const float* x = inp.data;
-  float* y = out.data;
+  dispatch_dtype(out.dtype, [&](auto tag) {
+    const int64_t n = inp.numel();
+    const float* x = inp.data;
+    auto* y = out.as<decltype(tag)>();
 #pragma omp parallel for simd num_threads(threads_) schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    for (int64_t i = 0; i < n; ++i) store(y, i, x[i] > 0.0f ? x[i] : 0.0f);
+  });
 }
 
 void CpuBackend::relu_backward(Tensor dinp, Tensor dout, Tensor inp) {
@@ -133,11 +140,13 @@ void CpuBackend::relu_backward(Tensor dinp, Tensor dout, Tensor inp) {
 }
 
 void CpuBackend::silu_forward(Tensor out, Tensor inp) {
-  const int64_t n = inp.numel();
-  const float* x = inp.data;
-  float* y = out.data;
+  dispatch_dtype(out.dtype, [&](auto tag) {
+    const int64_t n = inp.numel();
+    const float* x = inp.data;
+    auto* y = out.as<decltype(tag)>();
 #pragma omp parallel for simd num_threads(threads_) schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid(x[i]);
+    for (int64_t i = 0; i < n; ++i) store(y, i, x[i] * sigmoid(x[i]));
+  });
 }
 
 void CpuBackend::silu_backward(Tensor dinp, Tensor dout, Tensor inp) {
@@ -153,15 +162,18 @@ void CpuBackend::silu_backward(Tensor dinp, Tensor dout, Tensor inp) {
 }
 
 void CpuBackend::swiglu_forward(Tensor out, Tensor inp) {
-  const int64_t N = out.numel() / out.dim(out.ndim - 1), H = out.dim(out.ndim - 1);
+  dispatch_dtype(out.dtype, [&](auto tag) {
+    const int64_t N = out.numel() / out.dim(out.ndim - 1), H = out.dim(out.ndim - 1);
+    auto* y_all = out.as<decltype(tag)>();
 #pragma omp parallel for num_threads(threads_) schedule(static)
-  for (int64_t r = 0; r < N; ++r) {
-    const float* g = inp.data + r * 2 * H;
-    const float* u = g + H;
-    float* y = out.data + r * H;
+    for (int64_t r = 0; r < N; ++r) {
+      const float* g = inp.data + r * 2 * H;
+      const float* u = g + H;
+      auto* y = y_all + r * H;
 #pragma omp simd
-    for (int64_t i = 0; i < H; ++i) y[i] = g[i] * sigmoid(g[i]) * u[i];
-  }
+      for (int64_t i = 0; i < H; ++i) store(y, i, g[i] * sigmoid(g[i]) * u[i]);
+    }
+  });
 }
 
 void CpuBackend::swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) {

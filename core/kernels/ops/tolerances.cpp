@@ -232,12 +232,6 @@ const Row kRows[] = {
 
 }  // namespace
 
-const char* to_string(Dtype d) {
-  switch (d) {
-    case Dtype::f32: return "f32";
-  }
-  return "?";
-}
 
 double Tolerance::at(size_t i, double expected) const {
   return atol + (bound.empty() ? 0.0 : bound[i]) + rtol * std::fabs(expected);

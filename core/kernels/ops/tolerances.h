@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "kernels/ops/op_costs.h"
+#include "kernels/tensor.h"
 
 namespace gpt2::ops {
 
-// The element type a case computes in. Only float today; bf16 will be one
-// more enumerator and its rows in the table.
-enum class Dtype { f32 };
-const char* to_string(Dtype d);
+// The element type a case computes in (kernels/tensor.h): f32, or bf16
+// where a case's stored operands are bf16 (train.precision bf16).
+using gpt2::Dtype;
 
 // Float unit roundoff, 2^-24 (5.96e-8, rounded down: a hair tighter).
 constexpr double kUnitRoundoff = 5.96e-8;

@@ -1,6 +1,8 @@
 // The reference backend: the Backend interface over the naive float kernels
 // of reference_kernels.h. Whole-model runs on it are the slow oracle that the
 // optimised backends are compared with.
+#include <vector>
+
 #include "kernels/backend.h"
 #include "kernels/reference/reference_kernels.h"
 
@@ -8,6 +10,29 @@ namespace gpt2 {
 namespace {
 
 int i32(int64_t n) { return static_cast<int>(n); }
+
+// The reference meaning of a bf16 tensor (kernels/backend.h): an input is
+// its exact float values; an output is the float result rounded once to
+// nearest even. The naive kernels stay float; these adapt their arguments.
+const float* widened(Tensor t, std::vector<float>& copy) {
+  if (!t.is_bf16()) return t.data;
+  const bf16* b = t.as<bf16>();
+  copy.resize(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < copy.size(); ++i) copy[i] = to_float(b[i]);
+  return copy.data();
+}
+
+template <typename F>
+void rounded_into(Tensor out, F&& compute) {
+  if (!out.is_bf16()) {
+    compute(out.data);
+    return;
+  }
+  std::vector<float> full(static_cast<size_t>(out.numel()));
+  compute(full.data());
+  bf16* b = out.as<bf16>();
+  for (size_t i = 0; i < full.size(); ++i) b[i] = to_bf16(full[i]);
+}
 
 class ReferenceBackend final : public Backend {
  public:
@@ -30,8 +55,10 @@ class ReferenceBackend final : public Backend {
   }
   void layernorm_forward(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight,
                          Tensor bias) override {
-    ref::layernorm_forward(out.data, mean.data, rstd.data, inp.data, weight.data, bias.data,
-                           i32(inp.rows()), i32(inp.cols()));
+    rounded_into(out, [&](float* o) {
+      ref::layernorm_forward(o, mean.data, rstd.data, inp.data, weight.data, bias.data, i32(inp.rows()),
+                             i32(inp.cols()));
+    });
   }
   void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                           Tensor weight, Tensor mean, Tensor rstd) override {
@@ -39,7 +66,9 @@ class ReferenceBackend final : public Backend {
                             mean.data, rstd.data, i32(inp.rows()), i32(inp.cols()));
   }
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight) override {
-    ref::rmsnorm_forward(out.data, rstd.data, inp.data, weight.data, i32(inp.rows()), i32(inp.cols()));
+    rounded_into(out, [&](float* o) {
+      ref::rmsnorm_forward(o, rstd.data, inp.data, weight.data, i32(inp.rows()), i32(inp.cols()));
+    });
   }
   void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
                         Tensor rstd) override {
@@ -47,18 +76,21 @@ class ReferenceBackend final : public Backend {
                           i32(inp.cols()));
   }
   void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override {
-    ref::matmul_forward(out.data, inp.data, weight.data, bias.data, i32(inp.rows()), i32(inp.cols()),
+    std::vector<float> in;
+    ref::matmul_forward(out.data, widened(inp, in), weight.data, bias.data, i32(inp.rows()), i32(inp.cols()),
                         i32(weight.dim(0)));
   }
   void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                        Tensor weight) override {
-    ref::matmul_backward(dinp.data, dweight.data, dbias.data, dout.data, inp.data, weight.data,
+    std::vector<float> in;
+    ref::matmul_backward(dinp.data, dweight.data, dbias.data, dout.data, widened(inp, in), weight.data,
                          i32(inp.rows()), i32(inp.cols()), i32(weight.dim(0)));
   }
   // C = NH * HS is out's (dout's) width; qkv rows are (NH + 2 KVH) HS wide.
   void attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH, int KVH) override {
-    ref::attention_forward(out.data, lse.data, qkv.data, i32(qkv.dim(0)), i32(qkv.dim(1)), i32(out.dim(2)), NH,
-                           KVH);
+    rounded_into(out, [&](float* o) {
+      ref::attention_forward(o, lse.data, qkv.data, i32(qkv.dim(0)), i32(qkv.dim(1)), i32(out.dim(2)), NH, KVH);
+    });
   }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor /*out*/, Tensor /*lse*/, Tensor qkv, int NH,
                           int KVH) override {
@@ -77,21 +109,25 @@ class ReferenceBackend final : public Backend {
                        pos0, theta);
   }
   void gelu_forward(Tensor out, Tensor inp) override {
-    ref::gelu_forward(out.data, inp.data, inp.numel());
+    rounded_into(out, [&](float* o) { ref::gelu_forward(o, inp.data, inp.numel()); });
   }
   void gelu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
     ref::gelu_backward(dinp.data, dout.data, inp.data, inp.numel());
   }
-  void relu_forward(Tensor out, Tensor inp) override { ref::relu_forward(out.data, inp.data, inp.numel()); }
+  void relu_forward(Tensor out, Tensor inp) override {
+    rounded_into(out, [&](float* o) { ref::relu_forward(o, inp.data, inp.numel()); });
+  }
   void relu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
     ref::relu_backward(dinp.data, dout.data, inp.data, inp.numel());
   }
-  void silu_forward(Tensor out, Tensor inp) override { ref::silu_forward(out.data, inp.data, inp.numel()); }
+  void silu_forward(Tensor out, Tensor inp) override {
+    rounded_into(out, [&](float* o) { ref::silu_forward(o, inp.data, inp.numel()); });
+  }
   void silu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
     ref::silu_backward(dinp.data, dout.data, inp.data, inp.numel());
   }
   void swiglu_forward(Tensor out, Tensor inp) override {
-    ref::swiglu_forward(out.data, inp.data, i32(out.rows()), i32(out.cols()));
+    rounded_into(out, [&](float* o) { ref::swiglu_forward(o, inp.data, i32(out.rows()), i32(out.cols())); });
   }
   void swiglu_backward(Tensor dinp, Tensor dout, Tensor inp) override {
     ref::swiglu_backward(dinp.data, dout.data, inp.data, i32(dout.rows()), i32(dout.cols()));
