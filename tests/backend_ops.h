@@ -133,4 +133,11 @@ inline void check_every_op(Backend& be, const std::string& label, const ops::OpS
   for (const char* variant : {"", ".gqa"}) check_decode_is_last_row(be, label, variant, shape, unsupported);
 }
 
+// Every bf16 row (op_table(Dtype::bf16)) on `be`, which must accept bf16,
+// against the reference at `shape`, with a second run bitwise equal to the first.
+inline void check_every_bf16_op(Backend& be, const std::string& label, const ops::OpShape& shape) {
+  ASSERT_TRUE(be.accepts_bf16()) << label;
+  for (const ops::OpSpec& spec : ops::op_table(ops::Dtype::bf16)) check_op(be, label, spec, shape, {}, true);
+}
+
 }  // namespace gpt2::testing

@@ -55,6 +55,53 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BackendOps,
                                   (threads == 0 ? "_reference" : "_cpu_t" + std::to_string(threads));
                          });
 
+// The bf16 rows (the ops that take a stored activation, with it in bf16) on
+// the reference itself and the CPU backend with bf16 products at 1 and 2
+// threads, against the reference, within the bf16 rows of the tolerance table.
+class BackendOpsBf16 : public ::testing::TestWithParam<std::tuple<ops::OpShape, int>> {};
+
+TEST_P(BackendOpsBf16, EveryBf16OpMatchesTheReference) {
+  const auto& [shape, threads] = GetParam();
+  std::unique_ptr<Backend> be = threads == 0 ? make_reference_backend() : make_cpu_backend(threads, true);
+  testing::check_every_bf16_op(*be, threads == 0 ? "reference" : "cpu-bf16/t" + std::to_string(threads), shape);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BackendOpsBf16,
+                         ::testing::Combine(::testing::ValuesIn(testing::backend_ops_shapes()),
+                                            ::testing::Values(0, 1, 2)),
+                         [](const auto& info) {
+                           const int threads = std::get<1>(info.param);
+                           return testing::shape_name(std::get<0>(info.param)) +
+                                  (threads == 0 ? "_reference" : "_cpu_bf16_t" + std::to_string(threads));
+                         });
+
+// The bf16 rows hold what they say: each case's stored operand is a bf16
+// tensor (the backend sees dtype bf16), and a backend that does not accept
+// bf16 refuses one instead of reading it as floats.
+TEST(BackendOpsBf16, StoredOperandsAreBf16AndOthersRefuseThem) {
+  const ops::OpShape s = testing::backend_ops_shapes().front();
+  EXPECT_EQ(ops::op_table(ops::Dtype::bf16).size(), 14u);
+  for (const ops::OpSpec& spec : ops::op_table(ops::Dtype::bf16)) EXPECT_EQ(spec.dtype, ops::Dtype::bf16) << spec.name();
+  EXPECT_FALSE(make_cpu_backend(1)->accepts_bf16());
+  EXPECT_TRUE(make_cpu_backend(1, true)->accepts_bf16());
+  std::unique_ptr<Backend> fp32 = make_cpu_backend(1);
+  for (const char* name : {"matmul_forward.bf16", "matmul_backward.bf16"}) {
+    auto c = ops::op_spec(name).make(s, host_memory());
+    c->reset();
+    EXPECT_THROW(c->run(*fp32), std::invalid_argument) << name;
+  }
+  // A bf16 output holds the float result rounded once: the reference's gelu into bf16 is to_bf16 of its f32 gelu.
+  const ops::Expected f = ops::run_reference(ops::op_spec("gelu_forward"), s);
+  const ops::Expected b = ops::run_reference(ops::op_spec("gelu_forward.bf16"), s);
+  ASSERT_EQ(f.outputs[0].f32.size(), b.outputs[0].f32.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < f.outputs[0].f32.size(); ++i) {
+    ASSERT_EQ(b.outputs[0].f32[i], to_float(to_bf16(f.outputs[0].f32[i]))) << i;
+    differ += b.outputs[0].f32[i] != f.outputs[0].f32[i];
+  }
+  EXPECT_GT(differ, f.outputs[0].f32.size() / 2);  // rounded: most values changed
+}
+
 // The oracle of the "sum" rows (exact): every host backend's sum is the
 // element-order sum in double, not merely the reference's.
 TEST(BackendOps, HostSumIsTheInOrderDoubleSum) {
@@ -163,6 +210,14 @@ TEST(BackendOps, ToleranceTableMatchesTheOpTable) {
   }
   const std::vector<std::string> rows = ops::tolerance_keys(ops::Dtype::f32);
   EXPECT_EQ(outputs, std::set<std::string>(rows.begin(), rows.end()));
+  std::set<std::string> bf16_outputs;
+  for (const ops::OpSpec& spec : ops::op_table(ops::Dtype::bf16)) {
+    const ops::Expected e = ops::run_reference(spec, s);
+    ASSERT_EQ(e.outputs.size(), e.tolerances.size()) << spec.name();
+    for (const ops::OpOutput& o : e.outputs) bf16_outputs.insert(spec.op + "/" + o.name);
+  }
+  const std::vector<std::string> bf16_rows = ops::tolerance_keys(ops::Dtype::bf16);
+  EXPECT_EQ(bf16_outputs, std::set<std::string>(bf16_rows.begin(), bf16_rows.end()));
   EXPECT_THROW(ops::tolerance("gelu_forward", "nope", ops::Dtype::f32, {s, {}, {}}), std::invalid_argument);
 }
 

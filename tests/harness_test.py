@@ -149,9 +149,11 @@ def kernels_checks(a, exps, results, reports, env, check):
     kb = next(d for d in dirs if d.startswith("kernel_bench-"))
     data = json.load(open(os.path.join(res, kb, "benchmark.json")))
     medians = [b for b in data["benchmarks"] if b.get("aggregate_name") == "median"]
+    # gelu_forward and matmul_forward.fc on naive, cpu/t1, cpu/t2; gelu_forward.bf16 on naive, cpu-bf16/t1, /t2.
     check("kernel_bench wrote Google Benchmark JSON with medians and the ceilings in its context",
-          statuses["kernel_bench"]["status"] == "ok" and len(medians) == 6
-          and "ceiling_sgemm_gflops_t2" in data["context"] and "blas_core" in data["context"], str(len(medians)))
+          statuses["kernel_bench"]["status"] == "ok" and len(medians) == 9
+          and "ceiling_sgemm_gflops_t2" in data["context"] and "ceiling_bf16_gflops_t2" in data["context"]
+          and "blas_core" in data["context"], str(len(medians)))
     md_path = os.path.join(reports, "kernels_smoke", "kernels.md")
     md = open(md_path).read() if os.path.exists(md_path) else ""
     check("kernels.md: machine, ceilings, a table per kernel, the skip reason",
@@ -161,8 +163,10 @@ def kernels_checks(a, exps, results, reports, env, check):
     with open(os.path.join(reports, "kernels_smoke", "kernels.csv"), newline="") as f:
         table = list(csv.DictReader(f))
     gelu = {x["variant"]: x for x in table if x["kernel"] == "gelu_forward"}
+    gelu_bf16 = {x["variant"]: x for x in table if x["kernel"] == "gelu_forward.bf16"}
     check("kernels.csv: one row per benchmark, speed-up over naive of 1 for naive itself",
-          len(table) == 2 * 3 + 2 and set(gelu) == {"naive/t1", "cpu/t1", "cpu/t2"}
+          len(table) == 3 * 3 + 2 and set(gelu) == {"naive/t1", "cpu/t1", "cpu/t2"}
+          and set(gelu_bf16) == {"naive/t1", "cpu-bf16/t1", "cpu-bf16/t2"}
           and abs(float(gelu["naive/t1"]["speedup_over_naive"]) - 1) < 1e-9
           and all(float(x["time_ms"]) > 0 and float(x["gflops"]) > 0 for x in table), str(table[:3]))
     check("the roofline chart's data and script are written",

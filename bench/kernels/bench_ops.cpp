@@ -53,17 +53,20 @@ const std::vector<BenchOp>& bench_ops() {
   static const std::vector<BenchOp> list = [] {
     const std::set<std::string> not_benchmarked = {"attention_decode", "sum"};
     std::vector<BenchOp> v;
-    for (const ops::OpSpec& spec : ops::op_table()) {
-      if (not_benchmarked.count(spec.op)) continue;
-      if (!is_matmul(spec.op)) {
-        v.push_back({&spec, "", spec.op.rfind("attention_", 0) == 0});
-      } else if (spec.name() == "matmul_forward") {
-        // Both products per layer, in the order qkv, fc, fcproj, lm_head; the
-        // table's other matmul entries are reached from here.
-        for (const char* layer : {"qkv", "fc", "fcproj", "lm_head"}) {
-          const std::string suffix = linear_of(layer, Gpt2Config{}).bias ? "" : ".nobias";
-          v.push_back({&ops::op_spec("matmul_forward" + suffix), layer, true});
-          v.push_back({&ops::op_spec("matmul_backward" + suffix), layer, true});
+    for (const Dtype dtype : {Dtype::f32, Dtype::bf16}) {  // the bf16 rows after the f32 table
+      const std::string tail = dtype == Dtype::bf16 ? ".bf16" : "";
+      for (const ops::OpSpec& spec : ops::op_table(dtype)) {
+        if (not_benchmarked.count(spec.op)) continue;
+        if (!is_matmul(spec.op)) {
+          v.push_back({&spec, "", spec.op.rfind("attention_", 0) == 0});
+        } else if (spec.name() == "matmul_forward" + tail) {
+          // Both products per layer, in the order qkv, fc, fcproj, lm_head; the
+          // table's other matmul entries are reached from here.
+          for (const char* layer : {"qkv", "fc", "fcproj", "lm_head"}) {
+            const std::string suffix = linear_of(layer, Gpt2Config{}).bias ? "" : ".nobias";
+            v.push_back({&ops::op_spec("matmul_forward" + suffix + tail), layer, true});
+            v.push_back({&ops::op_spec("matmul_backward" + suffix + tail), layer, true});
+          }
         }
       }
     }

@@ -23,8 +23,10 @@ struct BenchOp {
   std::string layer;   // which of the model's linear layers ("qkv", "fc", "fcproj", "lm_head"), or ""
   bool heavy = false;  // the naive reference is too slow to time at the larger shape (minutes)
   const std::string& kernel() const { return spec->op; }  // the Backend method
-  // "matmul_forward.fc", "attention_forward", "attention_forward.gqa".
-  std::string name() const { return layer.empty() ? spec->name() : spec->op + "." + layer; }
+  // "matmul_forward.fc", "attention_forward", "attention_forward.gqa", "gelu_forward.bf16", "matmul_forward.fc.bf16".
+  std::string name() const {
+    return layer.empty() ? spec->name() : spec->op + "." + layer + (spec->dtype == Dtype::bf16 ? ".bf16" : "");
+  }
   // The case timed at `s` (a grouped-query entry at its KVH, op_table.h); a
   // linear layer is a product of N = B T rows.
   ops::OpShape shape(const BenchShape& s) const;

@@ -59,6 +59,8 @@ const std::vector<Variant>& bench_variants() {
       {"naive", 1, [](int) { return make_reference_backend(); }, {}, {}},
       {"cpu", 1, [](int t) { return make_cpu_backend(t); }, {}, {}},
       {"cpu", 2, [](int t) { return make_cpu_backend(t); }, {}, {}},
+      {"cpu-bf16", 1, [](int t) { return make_cpu_backend(t, true); }, {}, {}, true},
+      {"cpu-bf16", 2, [](int t) { return make_cpu_backend(t, true); }, {}, {}, true},
   };
   return variants;
 }
@@ -146,6 +148,7 @@ Ceilings measure_ceilings(bool quick) {
   const CeilingSizes z = ceiling_sizes(quick);
   for (int t = 1; t <= 2; ++t) {
     c.sgemm_gflops[t - 1] = cpu::sgemm_ceiling_gflops(t, z.sgemm_n, z.reps);
+    c.bf16_gflops[t - 1] = cpu::bf16_ceiling_gflops(t, z.sgemm_n, z.reps);
     c.memcpy_gbs[t - 1] = memcpy_rate(z.copy_mib << 20, t, z.reps);
     c.triad_gbs[t - 1] = triad_rate((z.copy_mib << 20) / 2, t, z.reps);
     c.bandwidth_gbs[t - 1] = std::max(c.memcpy_gbs[t - 1], c.triad_gbs[t - 1]);
@@ -201,6 +204,8 @@ void add_context(const Ceilings& c, const BenchOptions& o) {
   benchmark::AddCustomContext("openblas_version", b.openblas_version);
   for (int t = 1; t <= 2; ++t) {
     benchmark::AddCustomContext(fmt::format("ceiling_sgemm_gflops_t{}", t), fmt::format("{:.2f}", c.gflops(t)));
+    benchmark::AddCustomContext(fmt::format("ceiling_bf16_gflops_t{}", t),
+                                fmt::format("{:.2f}", c.bf16_gflops[t - 1]));
     benchmark::AddCustomContext(fmt::format("ceiling_bandwidth_gbs_t{}", t), fmt::format("{:.2f}", c.gbs(t)));
     benchmark::AddCustomContext(fmt::format("memcpy_gbs_t{}", t), fmt::format("{:.2f}", c.memcpy_gbs[t - 1]));
     benchmark::AddCustomContext(fmt::format("triad_gbs_t{}", t), fmt::format("{:.2f}", c.triad_gbs[t - 1]));
@@ -208,7 +213,8 @@ void add_context(const Ceilings& c, const BenchOptions& o) {
   const CeilingSizes z = ceiling_sizes(o.quick);
   benchmark::AddCustomContext(
       "ceiling_method",
-      fmt::format("compute: median of {} runs of a {}^3 SGEMM with OpenBLAS's own threads; bandwidth: the better of "
+      fmt::format("compute: median of {} runs of a {}^3 SGEMM with OpenBLAS's own threads (bf16 variants: of a bf16 "
+                  "product through oneDNN at that size); bandwidth: the better of "
                   "the medians of {} memcpy of {} MiB and {} STREAM triads over 3 x {} MiB, bytes read + written{}",
                   z.reps, z.sgemm_n, z.reps, z.copy_mib, z.reps, z.copy_mib / 2,
                   o.quick ? " (--quick: not meaningful)" : ""));

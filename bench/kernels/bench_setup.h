@@ -48,7 +48,8 @@ const BenchShape& bench_shape(const std::string& name);  // throws naming the kn
 // gradient norm run over once per step).
 ops::OpShape op_shape(const BenchShape& s);
 
-// A roofline's two ceilings: FP32 matrix products and memory bandwidth.
+// A roofline's two ceilings: matrix products (FP32, or bf16 for a bf16
+// variant) and memory bandwidth.
 struct Roof {
   double gflops = 0, gbs = 0;
 };
@@ -65,11 +66,18 @@ struct Variant {
   // throw), or ""; such benchmarks are not registered and the JSON's context
   // says why. Unset: every kernel at every shape.
   std::function<std::string(const std::string& kernel, const BenchShape& shape)> unsupported;
+  // Runs the op table's bf16 rows only (its backend stores activations in
+  // bf16: accepts_bf16), with the bf16 products' ceiling as its roof; the
+  // reference runs both tables, every other variant the f32 rows.
+  bool bf16 = false;
   bool is_reference() const { return backend == "naive"; }
-  std::string label() const;  // "naive/t1", "cpu/t2", "cuda/t1"
+  // Whether this variant runs a row of element type `dtype` (as above).
+  bool runs(Dtype dtype) const { return is_reference() || (dtype == Dtype::bf16) == bf16; }
+  std::string label() const;  // "naive/t1", "cpu/t2", "cpu-bf16/t1", "cuda/t1"
 };
-// The host's variants: the naive reference and the CPU backend at 1 and 2
-// threads (their roofs unset).
+// The host's variants: the naive reference, the CPU backend at 1 and 2
+// threads, and the CPU backend with bf16 products (train.precision bf16) at 1
+// and 2 threads (their roofs unset).
 const std::vector<Variant>& bench_variants();
 
 // The machine's ceilings at 1 and 2 threads: the median GFLOP/s of a large
@@ -79,11 +87,13 @@ const std::vector<Variant>& bench_variants();
 // memcpy alone understates what kernels with several streams reach here).
 struct Ceilings {
   double sgemm_gflops[2] = {0, 0};
+  double bf16_gflops[2] = {0, 0};  // oneDNN's bf16 product (kernels/cpu/blas.h), the bf16 variants' roof
   double bandwidth_gbs[2] = {0, 0};  // the bandwidth ceiling: max(memcpy, triad)
   double memcpy_gbs[2] = {0, 0}, triad_gbs[2] = {0, 0};
   double gflops(int threads) const { return sgemm_gflops[threads >= 2 ? 1 : 0]; }
   double gbs(int threads) const { return bandwidth_gbs[threads >= 2 ? 1 : 0]; }
   Roof roof(int threads) const { return {gflops(threads), gbs(threads)}; }
+  Roof roof_bf16(int threads) const { return {bf16_gflops[threads >= 2 ? 1 : 0], gbs(threads)}; }
 };
 // quick: small sizes (for the smoke test; the figures are then meaningless).
 Ceilings measure_ceilings(bool quick);

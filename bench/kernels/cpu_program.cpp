@@ -25,7 +25,7 @@ std::vector<Variant> setup(const BenchOptions& options) {
   const Ceilings ceilings = measure_ceilings(options.quick);
   add_context(ceilings, options);
   std::vector<Variant> variants = bench_variants();
-  for (Variant& v : variants) v.roof = ceilings.roof(v.threads);
+  for (Variant& v : variants) v.roof = v.bf16 ? ceilings.roof_bf16(v.threads) : ceilings.roof(v.threads);
   return variants;
 }
 

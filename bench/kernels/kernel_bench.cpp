@@ -86,7 +86,7 @@ void run_case(benchmark::State& st, Context& ctx, const BenchOp& op, const Bench
       if (++i == st.max_iterations) be.synchronize();  // the queued calls, inside the timed region
     }
   }
-  set_counters(st, ops::op_cost(op.kernel(), op.shape(shape)), variant.roof, variant.threads);
+  set_counters(st, ops::op_cost(op.kernel(), op.shape(shape), op.spec->dtype), variant.roof, variant.threads);
 }
 
 void register_all(Context& ctx) {
@@ -96,6 +96,7 @@ void register_all(Context& ctx) {
       const bool slow_reference = op.heavy && shape.name != "tiny";
       for (const Variant& v : ctx.variants) {
         if (v.is_reference() && slow_reference && shape.name == "larger") continue;
+        if (!v.runs(op.spec->dtype)) continue;
         const std::string name = fmt::format("{}/{}/{}", op.name(), shape.name, v.label());
         const std::string why_not = v.unsupported ? v.unsupported(op.kernel(), shape) : "";
         if (!why_not.empty()) {

@@ -67,6 +67,14 @@ class Backend {
   // runs them asynchronously; host backends are always finished): what a
   // timer needs before it stops.
   virtual void synchronize() {}
+  // Whether the stored activations may be bf16 (train.precision bf16,
+  // model/activations.h). Then these arguments may be bf16 tensors, and
+  // only these: the `out` of layernorm_forward, rmsnorm_forward,
+  // attention_forward and the gelu, relu, silu and swiglu forwards (the
+  // float result rounded once, to nearest even); the `out` that
+  // attention_backward takes; the `inp` of matmul_forward and
+  // matmul_backward (read exactly). Every other tensor is f32 always.
+  virtual bool accepts_bf16() const { return false; }
 
   // x = 0.
   virtual void zero(Tensor x) = 0;

@@ -29,12 +29,6 @@ inline float dot(const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
   return acc;
 }
-inline float dot(const float* a, const bf16* b, int64_t n) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * to_float(b[i]);
-  return acc;
-}
 inline void axpy(float* y, float alpha, const float* x, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
@@ -160,7 +154,8 @@ void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor
   });
 }
 
-// The forward's output `out` of element type E (it enters only through D).
+// The forward's output `out` of element type E: f32 enters through D = dO . O;
+// a bf16 one is not read (D comes from the tile).
 template <typename E>
 void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out, Tensor lse, Tensor qkv, int64_t C,
                                           int NH, int KVH) {
@@ -207,11 +202,24 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
           float* p = P + i * n;
           float* dp = dP + i * n;
           const float row_lse = lse.data[bh * T + t];
-          const float D = dot(dO + t * C, O + t * C, HS);  // with a bf16 O: its widened values
+          if constexpr (std::is_same_v<E, float>) {
+            const float D = dot(dO + t * C, O + t * C, HS);
 #pragma omp simd
-          for (int64_t s = 0; s <= t; ++s) {
-            p[s] = fast_exp(p[s] - row_lse);
-            dp[s] = p[s] * (dp[s] - D) * scale;  // dS
+            for (int64_t s = 0; s <= t; ++s) {
+              p[s] = fast_exp(p[s] - row_lse);
+              dp[s] = p[s] * (dp[s] - D) * scale;  // dS
+            }
+          } else {
+            // A bf16 O carries 8 bits: D = sum_s P dP instead, the same value
+            // in exact arithmetic, from the tile's float P and dP (t + 1 terms).
+            float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+            for (int64_t s = 0; s <= t; ++s) {
+              p[s] = fast_exp(p[s] - row_lse);
+              D += p[s] * dp[s];
+            }
+#pragma omp simd
+            for (int64_t s = 0; s <= t; ++s) dp[s] = p[s] * (dp[s] - D) * scale;  // dS
           }
           for (int64_t s = t + 1; s < n; ++s) p[s] = dp[s] = 0.0f;  // masked
         }

@@ -25,6 +25,8 @@ class CpuBackend final : public Backend {
   std::vector<std::pair<std::string, std::string>> library_versions() const override;
   int threads() const { return threads_; }
   bool bf16_products() const { return bf16_ != nullptr; }
+  // With bf16 products (a bf16 input goes to oneDNN as it is).
+  bool accepts_bf16() const override { return bf16_products(); }
 
   void zero(Tensor x) override;
   void copy(Tensor dst, Tensor src) override;

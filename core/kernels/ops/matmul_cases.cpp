@@ -46,10 +46,10 @@ std::vector<double> abs_double(const std::vector<float>& a) {
 
 class MatmulForward final : public TableCase {
  public:
-  MatmulForward(const OpShape& s, Memory& m, bool bias)
-      : TableCase("matmul_forward", s, {"out"}),
+  MatmulForward(const OpShape& s, Memory& m, bool bias, Dtype dtype)
+      : TableCase("matmul_forward", s, {"out"}, dtype),
         bias_(bias),
-        x_(random_array({s.N(), s.C}, 21, m)),
+        x_(random_array({s.N(), s.C}, 21, m, -1.0f, 1.0f, dtype)),
         w_(random_array({s.OC, s.C}, 22, m)),
         b_(bias ? random_array({s.OC}, 23, m) : Array()),
         out_(overwritten({s.N(), s.OC}, m)) {}
@@ -65,7 +65,7 @@ class MatmulForward final : public TableCase {
       for (size_t i = 0; i < f.addend.size(); ++i)
         f.addend[i] = std::fabs(static_cast<double>(b[i % static_cast<size_t>(OC)]));
     }
-    return {tolerance(op_, "out", Dtype::f32, f)};
+    return {tolerance(op_, "out", dtype_, f)};
   }
 
  private:
@@ -76,12 +76,13 @@ class MatmulForward final : public TableCase {
 
 class MatmulBackward final : public TableCase {
  public:
-  MatmulBackward(const OpShape& s, Memory& m, bool bias)
+  MatmulBackward(const OpShape& s, Memory& m, bool bias, Dtype dtype)
       : TableCase(
             "matmul_backward", s,
-            bias ? std::vector<std::string>{"dinp", "dweight", "dbias"} : std::vector<std::string>{"dinp", "dweight"}),
+            bias ? std::vector<std::string>{"dinp", "dweight", "dbias"} : std::vector<std::string>{"dinp", "dweight"},
+            dtype),
         bias_(bias),
-        x_(random_array({s.N(), s.C}, 21, m)),
+        x_(random_array({s.N(), s.C}, 21, m, -1.0f, 1.0f, dtype)),
         w_(random_array({s.OC, s.C}, 22, m)),
         dout_(random_array({s.N(), s.OC}, 24, m)),
         dx_(overwritten({s.N(), s.C}, m)),
@@ -108,8 +109,8 @@ class MatmulBackward final : public TableCase {
     // += starting values are the addend.
     const ToleranceFacts fdw{s_, abs_product(abs_of(dout, N, OC, true), abs_of(x_.host(), N, C, true), OC, N, C),
                              abs_double(dw_.start())};
-    std::vector<Tolerance> t = {tolerance(op_, "dinp", Dtype::f32, fdinp), tolerance(op_, "dweight", Dtype::f32, fdw)};
-    if (bias_) t.push_back(tolerance(op_, "dbias", Dtype::f32, ToleranceFacts{s_, {}, {}}));
+    std::vector<Tolerance> t = {tolerance(op_, "dinp", dtype_, fdinp), tolerance(op_, "dweight", dtype_, fdw)};
+    if (bias_) t.push_back(tolerance(op_, "dbias", dtype_, ToleranceFacts{s_, {}, {}}));
     return t;
   }
 
@@ -121,11 +122,11 @@ class MatmulBackward final : public TableCase {
 
 }  // namespace
 
-std::unique_ptr<OpCase> make_matmul_forward(const OpShape& s, Memory& m, bool bias) {
-  return std::make_unique<MatmulForward>(s, m, bias);
+std::unique_ptr<OpCase> make_matmul_forward(const OpShape& s, Memory& m, bool bias, Dtype dtype) {
+  return std::make_unique<MatmulForward>(s, m, bias, dtype);
 }
-std::unique_ptr<OpCase> make_matmul_backward(const OpShape& s, Memory& m, bool bias) {
-  return std::make_unique<MatmulBackward>(s, m, bias);
+std::unique_ptr<OpCase> make_matmul_backward(const OpShape& s, Memory& m, bool bias, Dtype dtype) {
+  return std::make_unique<MatmulBackward>(s, m, bias, dtype);
 }
 
 }  // namespace gpt2::ops

@@ -41,36 +41,61 @@ std::vector<int32_t> random_tokens(size_t n, int64_t V, uint64_t seed) {
   return v;
 }
 
-Array::Array(std::vector<int64_t> dims, Memory& m) : buf_(count(dims), m), dims_(std::move(dims)) {}
+Array::Array(std::vector<int64_t> dims, Memory& m, Dtype dtype)
+    : buf_(dtype == Dtype::bf16 ? (count(dims) + 1) / 2 : count(dims), m),
+      dims_(std::move(dims)),
+      count_(count(dims_)),
+      dtype_(dtype) {}
+
+std::vector<float> Array::host() const {
+  std::vector<float> raw = buf_.download();
+  if (dtype_ == Dtype::f32) return raw;
+  std::vector<float> out(count_);
+  const auto* b = reinterpret_cast<const bf16*>(raw.data());
+  for (size_t i = 0; i < count_; ++i) out[i] = to_float(b[i]);
+  return out;
+}
+
+void Array::upload(const std::vector<float>& values) {
+  if (dtype_ == Dtype::f32) {
+    buf_.upload(values);
+    return;
+  }
+  std::vector<float> raw(buf_.size(), 0.0f);
+  auto* b = reinterpret_cast<bf16*>(raw.data());
+  for (size_t i = 0; i < count_; ++i) b[i] = to_bf16(values.at(i));
+  buf_.upload(raw);
+}
 
 Tensor Array::t() const {
   Tensor v;
   v.data = buf_.data();
+  v.dtype = dtype_;
   v.ndim = static_cast<int>(dims_.size());
   for (size_t i = 0; i < dims_.size(); ++i) v.shape[i] = dims_[i];
   return v;
 }
 
-Array random_array(std::vector<int64_t> dims, uint64_t seed, Memory& m, float lo, float hi) {
-  Array a(std::move(dims), m);
+Array random_array(std::vector<int64_t> dims, uint64_t seed, Memory& m, float lo, float hi, Dtype dtype) {
+  Array a(std::move(dims), m, dtype);
   a.upload(random_values(a.size(), seed, lo, hi));
   return a;
 }
 
-Array array_of(std::vector<int64_t> dims, const std::vector<float>& values, Memory& m) {
-  Array a(std::move(dims), m);
+Array array_of(std::vector<int64_t> dims, const std::vector<float>& values, Memory& m, Dtype dtype) {
+  Array a(std::move(dims), m, dtype);
   a.upload(values);
   return a;
 }
 
-Output::Output(std::vector<int64_t> dims, std::vector<float> start, Memory& m)
-    : start_(std::move(start)), arr_(std::move(dims), m) {
+Output::Output(std::vector<int64_t> dims, std::vector<float> start, Memory& m, Dtype dtype)
+    : start_(std::move(start)), arr_(std::move(dims), m, dtype) {
   reset();
 }
 
-Output overwritten(std::vector<int64_t> dims, Memory& m) {
+Output overwritten(std::vector<int64_t> dims, Memory& m, Dtype dtype) {
   const size_t n = count(dims);
-  return Output(std::move(dims), std::vector<float>(n, 7.0f), m);
+  return Output(std::move(dims), std::vector<float>(n, 7.0f), m, dtype);
 }
 
 Output accumulated(std::vector<int64_t> dims, uint64_t seed, Memory& m, float lo, float hi) {

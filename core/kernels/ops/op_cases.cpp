@@ -70,12 +70,12 @@ class EncoderBackward final : public TableCase {
 
 class LayernormForward final : public TableCase {
  public:
-  LayernormForward(const OpShape& s, Memory& m)
-      : TableCase("layernorm_forward", s, {"mean", "rstd", "out"}),
+  LayernormForward(const OpShape& s, Memory& m, Dtype d = Dtype::f32)
+      : TableCase("layernorm_forward", s, {"mean", "rstd", "out"}, d),
         x_(random_array({s.N(), s.C}, 11, m, -2.0f, 3.0f)),
         w_(random_array({s.C}, 12, m)),
         b_(random_array({s.C}, 13, m)),
-        out_(overwritten({s.N(), s.C}, m)),
+        out_(overwritten({s.N(), s.C}, m, d)),
         mean_(overwritten({s.N()}, m)),
         rstd_(overwritten({s.N()}, m)) {}
   void reset() override {
@@ -127,11 +127,11 @@ class LayernormBackward final : public TableCase {
 
 class RmsnormForward final : public TableCase {
  public:
-  RmsnormForward(const OpShape& s, Memory& m)
-      : TableCase("rmsnorm_forward", s, {"rstd", "out"}),
+  RmsnormForward(const OpShape& s, Memory& m, Dtype d = Dtype::f32)
+      : TableCase("rmsnorm_forward", s, {"rstd", "out"}, d),
         x_(random_array({s.N(), s.C}, 81, m, -2.0f, 3.0f)),
         w_(random_array({s.C}, 82, m)),
-        out_(overwritten({s.N(), s.C}, m)),
+        out_(overwritten({s.N(), s.C}, m, d)),
         rstd_(overwritten({s.N()}, m)) {}
   void reset() override {
     out_.reset();
@@ -178,21 +178,21 @@ int KVH(const OpShape& s) { return static_cast<int>(s.kv_heads()); }
 
 // The forward's out (B,T,C) and lse (B,NH,T) of qkv, from the reference on
 // a host copy, uploaded to `m`: attention_backward's saved activations.
-std::pair<Array, Array> reference_attention(const Array& qkv, const OpShape& s, Memory& m) {
+std::pair<Array, Array> reference_attention(const Array& qkv, const OpShape& s, Memory& m, Dtype out_dtype) {
   Memory& h = host_memory();
   const Array q = array_of(qkv.dims(), qkv.host(), h);
   Array out({s.B, s.T, s.C}, h), lse({s.B, s.NH, s.T}, h);
   make_reference_backend()->attention_forward(out.t(), lse.t(), q.t(), NH(s), KVH(s));
-  return {array_of(out.dims(), out.host(), m), array_of(lse.dims(), lse.host(), m)};
+  return {array_of(out.dims(), out.host(), m, out_dtype), array_of(lse.dims(), lse.host(), m)};
 }
 
 // qkv rows are W = (NH + 2 KVH) HS wide: 3C for multi-head (op_costs.h).
 class AttentionForward final : public TableCase {
  public:
-  AttentionForward(const OpShape& s, Memory& m)
-      : TableCase("attention_forward", s, {"lse", "out"}),
+  AttentionForward(const OpShape& s, Memory& m, Dtype d = Dtype::f32)
+      : TableCase("attention_forward", s, {"lse", "out"}, d),
         qkv_(random_array({s.B, s.T, s.qkv_width()}, 31, m, -2.0f, 2.0f)),
-        out_(overwritten({s.B, s.T, s.C}, m)),
+        out_(overwritten({s.B, s.T, s.C}, m, d)),
         lse_(overwritten({s.B, s.NH, s.T}, m)) {}
   void reset() override {
     out_.reset();
@@ -208,12 +208,12 @@ class AttentionForward final : public TableCase {
 
 class AttentionBackward final : public TableCase {
  public:
-  AttentionBackward(const OpShape& s, Memory& m)
-      : TableCase("attention_backward", s, {"dqkv"}),
+  AttentionBackward(const OpShape& s, Memory& m, Dtype d = Dtype::f32)
+      : TableCase("attention_backward", s, {"dqkv"}, d),
         qkv_(random_array({s.B, s.T, s.qkv_width()}, 31, m, -2.0f, 2.0f)),
         dout_(random_array({s.B, s.T, s.C}, 32, m)),
         dqkv_(overwritten({s.B, s.T, s.qkv_width()}, m)) {
-    std::tie(out_, lse_) = reference_attention(qkv_, s, m);
+    std::tie(out_, lse_) = reference_attention(qkv_, s, m, d);
   }
   void reset() override { dqkv_.reset(); }
   void run(Backend& be) override {
@@ -270,10 +270,10 @@ class Rope final : public TableCase {
 
 class GeluForward final : public TableCase {
  public:
-  GeluForward(const OpShape& s, Memory& m)
-      : TableCase("gelu_forward", s, {"out"}),
+  GeluForward(const OpShape& s, Memory& m, Dtype d = Dtype::f32)
+      : TableCase("gelu_forward", s, {"out"}, d),
         x_(random_array({s.N(), 4 * s.C}, 41, m, -6.0f, 6.0f)),
-        out_(overwritten({s.N(), 4 * s.C}, m)) {}
+        out_(overwritten({s.N(), 4 * s.C}, m, d)) {}
   void reset() override { out_.reset(); }
   void run(Backend& be) override { be.gelu_forward(out_.t(), x_.t()); }
   std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
@@ -315,8 +315,8 @@ Array relu_input(const OpShape& s, Memory& m) {
 
 class ReluForward final : public TableCase {
  public:
-  ReluForward(const OpShape& s, Memory& m)
-      : TableCase("relu_forward", s, {"out"}), x_(relu_input(s, m)), out_(overwritten({s.N(), 4 * s.C}, m)) {}
+  ReluForward(const OpShape& s, Memory& m, Dtype d = Dtype::f32)
+      : TableCase("relu_forward", s, {"out"}, d), x_(relu_input(s, m)), out_(overwritten({s.N(), 4 * s.C}, m, d)) {}
   void reset() override { out_.reset(); }
   void run(Backend& be) override { be.relu_forward(out_.t(), x_.t()); }
   std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
@@ -359,10 +359,10 @@ class ActivationBackward final : public TableCase {
 
 class SiluForward final : public TableCase {
  public:
-  SiluForward(const OpShape& s, Memory& m)
-      : TableCase("silu_forward", s, {"out"}),
+  SiluForward(const OpShape& s, Memory& m, Dtype d = Dtype::f32)
+      : TableCase("silu_forward", s, {"out"}, d),
         x_(random_array({s.N(), 4 * s.C}, 45, m, -6.0f, 6.0f)),
-        out_(overwritten({s.N(), 4 * s.C}, m)) {}
+        out_(overwritten({s.N(), 4 * s.C}, m, d)) {}
   void reset() override { out_.reset(); }
   void run(Backend& be) override { be.silu_forward(out_.t(), x_.t()); }
   std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
@@ -389,8 +389,9 @@ Array swiglu_input(const OpShape& s, Memory& m) {
 
 class SwigluForward final : public TableCase {
  public:
-  SwigluForward(const OpShape& s, Memory& m)
-      : TableCase("swiglu_forward", s, {"out"}), x_(swiglu_input(s, m)), out_(overwritten({s.N(), 4 * s.C}, m)) {}
+  SwigluForward(const OpShape& s, Memory& m, Dtype d = Dtype::f32)
+      : TableCase("swiglu_forward", s, {"out"}, d), x_(swiglu_input(s, m)),
+        out_(overwritten({s.N(), 4 * s.C}, m, d)) {}
   void reset() override { out_.reset(); }
   void run(Backend& be) override { be.swiglu_forward(out_.t(), x_.t()); }
   std::vector<OpOutput> outputs() override { return {out(0, out_.host())}; }
@@ -611,6 +612,14 @@ OpSpec named_spec(const std::string& op) {
           [op](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> { return std::make_unique<Case>(op, s, m); }};
 }
 
+// The bf16 row of a case (op_table(Dtype::bf16)): its stored operand in bf16.
+template <typename Case>
+OpSpec bf16_spec(const std::string& op) {
+  return {op, "", Dtype::bf16, [](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> {
+            return std::make_unique<Case>(s, m, Dtype::bf16);
+          }};
+}
+
 // The ".gqa" variant of a spec: its case at KVH = gqa_kv_heads(NH).
 OpSpec grouped(OpSpec spec) {
   spec.variant = "gqa";
@@ -625,7 +634,31 @@ OpSpec grouped(OpSpec spec) {
 
 }  // namespace
 
-const std::vector<OpSpec>& op_table() {
+const std::vector<OpSpec>& op_table(Dtype dtype) {
+  static const std::vector<OpSpec> bf16_table = [] {
+    std::vector<OpSpec> v = {bf16_spec<LayernormForward>("layernorm_forward"),
+                             bf16_spec<RmsnormForward>("rmsnorm_forward")};
+    for (const char* op : {"matmul_forward", "matmul_backward"}) {
+      const bool forward = op == std::string("matmul_forward");
+      for (const bool bias : {true, false}) {
+        v.push_back({op, bias ? "" : "nobias", Dtype::bf16, [forward, bias](const OpShape& s, Memory& m) {
+                       return forward ? make_matmul_forward(s, m, bias, Dtype::bf16)
+                                      : make_matmul_backward(s, m, bias, Dtype::bf16);
+                     }});
+      }
+    }
+    for (const OpSpec& a : {bf16_spec<AttentionForward>("attention_forward"),
+                            bf16_spec<AttentionBackward>("attention_backward")}) {
+      v.push_back(a);
+      v.push_back(grouped(a));
+    }
+    v.push_back(bf16_spec<GeluForward>("gelu_forward"));
+    v.push_back(bf16_spec<ReluForward>("relu_forward"));
+    v.push_back(bf16_spec<SiluForward>("silu_forward"));
+    v.push_back(bf16_spec<SwigluForward>("swiglu_forward"));
+    return v;
+  }();
+  if (dtype == Dtype::bf16) return bf16_table;
   static const std::vector<OpSpec> table = [] {
     std::vector<OpSpec> v = {spec<EncoderForward>("encoder_forward"), masked_spec<EncoderForward>("encoder_forward"),
                              spec<EncoderBackward>("encoder_backward"),
@@ -683,9 +716,11 @@ int64_t gqa_kv_heads(int64_t NH) {
 
 const OpSpec& op_spec(const std::string& name) {
   std::string known;
-  for (const OpSpec& s : op_table()) {
-    if (s.name() == name) return s;
-    known += (known.empty() ? "" : ", ") + s.name();
+  for (const Dtype d : {Dtype::f32, Dtype::bf16}) {
+    for (const OpSpec& s : op_table(d)) {
+      if (s.name() == name) return s;
+      known += (known.empty() ? "" : ", ") + s.name();
+    }
   }
   throw std::invalid_argument(fmt::format("no op '{}' in the op table (known: {})", name, known));
 }

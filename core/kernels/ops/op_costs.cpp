@@ -160,6 +160,23 @@ OpCost op_cost(const std::string& k, const OpShape& s) {
   throw std::invalid_argument(fmt::format("op_cost: unknown op '{}'", k));
 }
 
+OpCost op_cost(const std::string& k, const OpShape& s, Dtype dtype) {
+  OpCost c = op_cost(k, s);
+  if (dtype == Dtype::f32) return c;
+  const double N = static_cast<double>(s.B) * s.T, C = s.C;
+  double stored = 0;  // elements of the bf16 operand
+  if (k == "layernorm_forward" || k == "rmsnorm_forward" || k == "attention_forward" || k == "attention_backward" ||
+      k == "matmul_forward" || k == "matmul_backward") {
+    stored = N * C;
+  } else if (k == "gelu_forward" || k == "relu_forward" || k == "silu_forward" || k == "swiglu_forward") {
+    stored = N * 4 * C;
+  } else {
+    throw std::invalid_argument(fmt::format("op_cost: '{}' has no bf16 row", k));
+  }
+  c.bytes -= 2 * stored;
+  return c;
+}
+
 OpCost allreduce_cost(const OpShape& s, int ranks) {
   // Per rank, a bandwidth-optimal (ring) sum-allreduce sends and receives
   // 2 (R-1)/R of the buffer and adds (R-1)/R of it.

@@ -28,6 +28,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/tensor.h"
+
 namespace gpt2::ops {
 
 // The sizes of one case of the op table; an op reads the fields it needs:
@@ -59,6 +61,11 @@ struct OpCost {
 
 // Throws std::invalid_argument for an op name it does not know.
 OpCost op_cost(const std::string& op, const OpShape& s);
+// The cost of op's bf16 row (op_table(Dtype::bf16)) with Dtype::bf16: the
+// same FLOP, and 2 bytes instead of 4 for each element of the stored
+// operand (the output of a norm, an activation or the attention forward;
+// the input the attention backward and the matrix products take); f32: op_cost.
+OpCost op_cost(const std::string& op, const OpShape& s, Dtype dtype);
 
 // The sum-allreduce of a flat buffer of s.P floats over `ranks` ranks, per
 // rank (bench/kernels/allreduce_bench): a collective, not a Backend op, costed

@@ -76,7 +76,10 @@ struct OpSpec {
   // Builds the case at `shape` (resized by shape() below) with its arrays in `memory`.
   std::function<std::unique_ptr<OpCase>(const OpShape& shape, Memory& memory)> make;
   bool grouped = false;  // ".gqa": KVH = gqa_kv_heads(NH), whatever the shape's
-  std::string name() const { return variant.empty() ? op : op + "." + variant; }
+  // "matmul_forward.nobias"; a bf16 row ends in ".bf16".
+  std::string name() const {
+    return (variant.empty() ? op : op + "." + variant) + (dtype == Dtype::bf16 ? ".bf16" : "");
+  }
   // The sizes the case runs at, given the table's shape (what op_cost needs).
   OpShape shape(const OpShape& s) const {
     OpShape r = s;
@@ -86,10 +89,14 @@ struct OpSpec {
 };
 
 // Every op of the contract (zero and copy aside, which the cases use), in
-// the order of backend.h.
-const std::vector<OpSpec>& op_table();
-// The entry named `name` ("matmul_forward.nobias"); throws
-// std::invalid_argument naming the known ones.
+// the order of backend.h: the f32 table. With Dtype::bf16, the bf16 rows:
+// every op that takes a stored activation (kernels/backend.h), with that
+// operand in bf16: the norms, activations and attention forward writing
+// it, the attention backward and the matrix products (bf16 products)
+// reading it. A bf16 row runs on a backend whose accepts_bf16() is true.
+const std::vector<OpSpec>& op_table(Dtype dtype = Dtype::f32);
+// The entry named `name` ("matmul_forward.nobias", "gelu_forward.bf16"), in
+// either table; throws std::invalid_argument naming the known ones.
 const OpSpec& op_spec(const std::string& name);
 
 }  // namespace gpt2::ops

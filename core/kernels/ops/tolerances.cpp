@@ -230,6 +230,55 @@ const Row kRows[] = {
     {"sum", "sum", Dtype::f32, [](const ToleranceFacts&) { return Tolerance{}; }},
 };
 
+// The bf16 rows (Dtype::bf16): the cases whose stored operand is bf16, as
+// train.precision bf16 keeps it (model/activations.h). Each is its f32 row
+// plus what bf16 adds, derived here; ub = 2^-8, bf16's unit roundoff.
+constexpr double kUb = 1.0 / 256;
+
+// An output stored in bf16: both sides round their f32 result a and b once,
+// |rnd(a) - rnd(b)| <= |a - b| + ub |a| + ub |b|; with |a|, |b| <= |rnd(b)|
+// (1 + 2 ub) to first order, the f32 tolerance grows by 2 ub relative and
+// everything by (1 + 2 ub).
+Tolerance rounded_once(Tolerance t) {
+  const double g = 1 + 2 * kUb;
+  t.atol *= g;
+  for (double& b : t.bound) b *= g;
+  t.rtol = (t.rtol + 2 * kUb) * g;
+  return t;
+}
+
+// A product with bf16 operands (the bf16 CPU backend: oneDNN, fp32 sums):
+// against the reference, which multiplies the same bf16 input by the f32
+// operands, at most two operands were rounded (the weight, and the output
+// gradient in the backward), each product within (2 ub + ub^2) |a||b|; the
+// f32 accumulation bound stays.
+Tolerance bf16_products(Tolerance t, const ToleranceFacts& f, const char* row) {
+  const std::vector<double>& terms = need_terms(f, row);
+  for (size_t i = 0; i < terms.size(); ++i) t.bound[i] += (2 * kUb + kUb * kUb) * terms[i];
+  return t;
+}
+
+struct Bf16Row {
+  const char* op;
+  const char* output;
+  enum Rule { kSame, kRoundedOnce, kProducts } rule;
+};
+
+// Every output of the bf16 cases (op_table(Dtype::bf16)) and its rule.
+// attention_backward's dqkv keeps the f32 row: with a bf16 output the CPU
+// kernel takes D = sum P dP from its tile instead of dO . O (backend.h), and
+// the reference never reads O.
+constexpr Bf16Row kBf16Rows[] = {
+    {"layernorm_forward", "mean", Bf16Row::kSame},        {"layernorm_forward", "rstd", Bf16Row::kSame},
+    {"layernorm_forward", "out", Bf16Row::kRoundedOnce},  {"rmsnorm_forward", "rstd", Bf16Row::kSame},
+    {"rmsnorm_forward", "out", Bf16Row::kRoundedOnce},    {"matmul_forward", "out", Bf16Row::kProducts},
+    {"matmul_backward", "dinp", Bf16Row::kProducts},      {"matmul_backward", "dweight", Bf16Row::kProducts},
+    {"matmul_backward", "dbias", Bf16Row::kSame},         {"attention_forward", "lse", Bf16Row::kSame},
+    {"attention_forward", "out", Bf16Row::kRoundedOnce},  {"attention_backward", "dqkv", Bf16Row::kSame},
+    {"gelu_forward", "out", Bf16Row::kRoundedOnce},       {"relu_forward", "out", Bf16Row::kRoundedOnce},
+    {"silu_forward", "out", Bf16Row::kRoundedOnce},       {"swiglu_forward", "out", Bf16Row::kRoundedOnce},
+};
+
 }  // namespace
 
 
@@ -238,6 +287,18 @@ double Tolerance::at(size_t i, double expected) const {
 }
 
 Tolerance tolerance(const std::string& op, const std::string& output, Dtype dtype, const ToleranceFacts& facts) {
+  if (dtype == Dtype::bf16) {
+    for (const Bf16Row& r : kBf16Rows) {
+      if (op != r.op || output != r.output) continue;
+      const Tolerance t = tolerance(op, output, Dtype::f32, facts);
+      const std::string row = op + "/" + output + " bf16";
+      switch (r.rule) {
+        case Bf16Row::kRoundedOnce: return rounded_once(t);
+        case Bf16Row::kProducts: return bf16_products(t, facts, row.c_str());
+        case Bf16Row::kSame: return t;
+      }
+    }
+  }
   for (const Row& r : kRows) {
     if (op == r.op && output == r.output && dtype == r.dtype) return r.derive(facts);
   }
@@ -248,6 +309,10 @@ Tolerance tolerance(const std::string& op, const std::string& output, Dtype dtyp
 
 std::vector<std::string> tolerance_keys(Dtype dtype) {
   std::vector<std::string> keys;
+  if (dtype == Dtype::bf16) {
+    for (const Bf16Row& r : kBf16Rows) keys.push_back(std::string(r.op) + "/" + r.output);
+    return keys;
+  }
   for (const Row& r : kRows) {
     if (r.dtype == dtype) keys.push_back(std::string(r.op) + "/" + r.output);
   }

@@ -37,6 +37,7 @@ void rounded_into(Tensor out, F&& compute) {
 class ReferenceBackend final : public Backend {
  public:
   std::string name() const override { return "reference"; }
+  bool accepts_bf16() const override { return true; }
 
   void zero(Tensor x) override {
     for (float& f : x) f = 0.0f;
