@@ -620,6 +620,18 @@ OpSpec bf16_spec(const std::string& op) {
           }};
 }
 
+// Both matrix products, with and without bias, in `dtype` (their input's).
+void add_matmuls(std::vector<OpSpec>& v, Dtype dtype) {
+  for (const char* op : {"matmul_forward", "matmul_backward"}) {
+    const bool forward = op == std::string("matmul_forward");
+    for (const bool bias : {true, false}) {
+      v.push_back({op, bias ? "" : "nobias", dtype, [forward, bias, dtype](const OpShape& s, Memory& m) {
+                     return forward ? make_matmul_forward(s, m, bias, dtype) : make_matmul_backward(s, m, bias, dtype);
+                   }});
+    }
+  }
+}
+
 // The ".gqa" variant of a spec: its case at KVH = gqa_kv_heads(NH).
 OpSpec grouped(OpSpec spec) {
   spec.variant = "gqa";
@@ -638,15 +650,7 @@ const std::vector<OpSpec>& op_table(Dtype dtype) {
   static const std::vector<OpSpec> bf16_table = [] {
     std::vector<OpSpec> v = {bf16_spec<LayernormForward>("layernorm_forward"),
                              bf16_spec<RmsnormForward>("rmsnorm_forward")};
-    for (const char* op : {"matmul_forward", "matmul_backward"}) {
-      const bool forward = op == std::string("matmul_forward");
-      for (const bool bias : {true, false}) {
-        v.push_back({op, bias ? "" : "nobias", Dtype::bf16, [forward, bias](const OpShape& s, Memory& m) {
-                       return forward ? make_matmul_forward(s, m, bias, Dtype::bf16)
-                                      : make_matmul_backward(s, m, bias, Dtype::bf16);
-                     }});
-      }
-    }
+    add_matmuls(v, Dtype::bf16);
     for (const OpSpec& a : {bf16_spec<AttentionForward>("attention_forward"),
                             bf16_spec<AttentionBackward>("attention_backward")}) {
       v.push_back(a);
@@ -667,14 +671,7 @@ const std::vector<OpSpec>& op_table(Dtype dtype) {
                              spec<LayernormBackward>("layernorm_backward"),
                              spec<RmsnormForward>("rmsnorm_forward"),
                              spec<RmsnormBackward>("rmsnorm_backward")};
-    for (const char* op : {"matmul_forward", "matmul_backward"}) {
-      const bool forward = op == std::string("matmul_forward");
-      for (const bool bias : {true, false}) {
-        v.push_back({op, bias ? "" : "nobias", Dtype::f32, [forward, bias](const OpShape& s, Memory& m) {
-                       return forward ? make_matmul_forward(s, m, bias) : make_matmul_backward(s, m, bias);
-                     }});
-      }
-    }
+    add_matmuls(v, Dtype::f32);
     for (const OpSpec& a : {spec<AttentionForward>("attention_forward"), spec<AttentionBackward>("attention_backward"),
                             spec<AttentionDecode>("attention_decode"), named_spec<Rope>("rope_forward"),
                             named_spec<Rope>("rope_backward")}) {
