@@ -33,7 +33,7 @@ struct Args {
   std::string optimizer = "adam_original";
   int steps = 10;
   int threads = 2;
-  std::string precision = "fp32";  // --precision bf16: the CPU backend's bf16 products
+  std::string precision = "fp32";  // --precision bf16: bf16 products and stored activations, as train.precision
   std::vector<std::pair<std::string, std::string>> model;  // --model KEY=VALUE: model section keys
   std::string out;
 };
@@ -95,7 +95,8 @@ int run(const Args& a) {
   auto be = make_cpu_backend(a.threads, a.precision == "bf16");
   Gpt2 model(cfg);
   model.init_weights(a.seed);
-  ActivationArena arena(cfg, B, T);
+  ActivationArena arena(cfg, B, T, host_memory(), {}, {}, false, false,
+                        a.precision == "bf16" ? Dtype::bf16 : Dtype::f32);
   Optimizer opt(oc, model.num_params());
 
   std::mt19937 gen(static_cast<uint32_t>(a.seed));

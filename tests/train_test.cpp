@@ -611,6 +611,24 @@ TEST(Plan, ActivationBytesFollowTheFormula) {
   EXPECT_EQ(k.head, tokens * (C + 2 + 64 / 2 + 1) + 3 * tokens + tokens);
   EXPECT_EQ(k.embed, tokens * C + static_cast<size_t>(cfg.T) * C);
   EXPECT_EQ(k.layers, arena_kinds(cfg, B, T, 2, false, {}, false).layers);  // the blocks as tp 2's
+  // train.precision bf16: ln1, ln2 (C each), atty (C) and the hidden activations (4C) of a layer, and lnf (C),
+  // at 2 bytes: half their floats. Post-norm's ln1 and ln2 are the residual stream and stay f32.
+  k = arena_kinds(cfg, B, T, 1, false, {}, false, false, Dtype::bf16);
+  EXPECT_EQ(k.layers, 3 * tokens * (16 * C + NH + 4 - 7 * C / 2));
+  EXPECT_EQ(k.head, tokens * (C / 2 + 2 + 64 + 1));
+  EXPECT_EQ(k.embed, tokens * C);
+  Gpt2Config post = cfg;
+  post.norm_position = NormPosition::kPost;
+  post = post.resolved();
+  EXPECT_EQ(arena_kinds(post, B, T, 1, false, {}, false, false, Dtype::bf16).layers,
+            3 * tokens * (16 * C + NH + 4 - 5 * C / 2));
+  // The arena carves what it counts: the bf16 tensors say so, the rest are f32.
+  ActivationArena bf(cfg, B, T, host_memory(), {}, {}, false, false, Dtype::bf16);
+  EXPECT_EQ(bf.bytes(), arena_floats(cfg, B, T, 1, false, {}, false, false, Dtype::bf16) * sizeof(float));
+  const LayerActivations& l0 = bf.acts().layers[0];
+  const Activations& ba = bf.acts();
+  for (const Tensor* t : {&l0.ln1, &l0.ln2, &l0.atty, &l0.fch_gelu, &ba.lnf}) EXPECT_TRUE(t->is_bf16());
+  for (const Tensor* t : {&l0.qkv, &l0.fch, &l0.residual2, &l0.residual3, &ba.logits}) EXPECT_FALSE(t->is_bf16());
 }
 
 TEST(Plan, ZeroAndPipelineByHand) {
