@@ -235,7 +235,8 @@ TEST(Bf16Backend, TrainingStaysWithinOnePercentOfFp32) {
     }
   }
   EXPECT_NE(f32, products) << "bf16 products change the arithmetic";
-  EXPECT_NE(products, b16) << "so do bf16 stored activations";
+  // A stored bf16 activation is the rounding the product's own conversion makes: the same bits either way.
+  EXPECT_EQ(products, b16) << "storing in bf16 changes no value";
   EXPECT_LT(b16.back(), b16.front()) << "it learns (two batches, alternating)";
 }
 

@@ -86,11 +86,16 @@ void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int 
   const int64_t tile = kF32 ? 0 : kBlock * HS;  // a bf16 output's float tile, after the scores
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   float* scratch_all = scratch(static_cast<size_t>(threads_ * (kBlock * T + tile)));
+  // Under train.precision bf16 the two products take bf16 operands: qkv
+  // rounded once here, P rounded per tile (attention_bf16 below).
+  const bf16* qkv16 = bf16_ ? as_bf16(bf16_a_, qkv) : nullptr;
+  if (bf16_) ready_tile_products(static_cast<size_t>(kBlock * T));
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
     const int64_t b = bh / NH, h = bh % NH;
+    const int th = omp_get_thread_num();
     const HeadColumns c(C3, NH, KVH, h);
-    float* S = scratch_all + omp_get_thread_num() * (kBlock * T + tile);  // (kBlock, T)
+    float* S = scratch_all + th * (kBlock * T + tile);  // (kBlock, T)
     const float* Q = qkv.data + b * T * C3 + c.q;  // rows C3 apart
     const float* K = qkv.data + b * T * C3 + c.k;
     const float* V = qkv.data + b * T * C3 + c.v;
@@ -98,9 +103,14 @@ void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int 
     for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
       const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
       // S (m, n) = scale * Q[r0:r1] K[0:n]^T
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-                  static_cast<int>(HS), scale, Q + r0 * C3, static_cast<int>(C3), K, static_cast<int>(C3), 0.0f,
-                  S, static_cast<int>(n));
+      if (bf16_) {
+        const bf16* q16 = qkv16 + b * T * C3 + c.q;
+        tile_gemm_[th]->run(S, n, {q16 + r0 * C3, C3, 1}, {qkv16 + b * T * C3 + c.k, 1, C3}, m, n, HS, scale, false);
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                    static_cast<int>(HS), scale, Q + r0 * C3, static_cast<int>(C3), K, static_cast<int>(C3), 0.0f,
+                    S, static_cast<int>(n));
+      }
       for (int64_t i = 0; i < m; ++i) {
         const int64_t t = r0 + i;  // keys 0..t are visible
         float* row = S + i * n;
@@ -120,7 +130,21 @@ void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int 
       }
       // O[r0:r1] (m, HS) = P (m, n) V[0:n] (n, HS): straight into a float
       // output; a bf16 output through the float tile after S, then rounded.
-      if constexpr (kF32) {
+      if (bf16_) {  // P rounded to bf16, then the bf16 product
+        bf16* Pb = tile16_.data() + static_cast<size_t>(th) * 2 * kBlock * T;
+        for (int64_t i = 0; i < m * n; ++i) Pb[i] = to_bf16(S[i]);
+        const Bf16TileGemm::Operand P16{Pb, n, 1}, V16{qkv16 + b * T * C3 + c.v, C3, 1};
+        if constexpr (kF32) {
+          tile_gemm_[th]->run(O + r0 * C, C, P16, V16, m, HS, n, 1.0f, false);
+        } else {
+          float* Ot = S + kBlock * T;
+          tile_gemm_[th]->run(Ot, HS, P16, V16, m, HS, n, 1.0f, false);
+          for (int64_t i = 0; i < m; ++i) {
+#pragma omp simd
+            for (int64_t j = 0; j < HS; ++j) store(O + (r0 + i) * C, j, Ot[i * HS + j]);
+          }
+        }
+      } else if constexpr (kF32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(HS),
                     static_cast<int>(n), 1.0f, S, static_cast<int>(n), V, static_cast<int>(C3), 0.0f,
                     O + r0 * C, static_cast<int>(C));
@@ -169,11 +193,19 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
   const int64_t group = NH / KVH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   float* scratch_all = scratch(static_cast<size_t>(threads_ * 2 * kBlock * T));
+  // Under train.precision bf16 the five products take bf16 operands: qkv and
+  // dout rounded once here, P and dS rounded per tile; D then comes from the
+  // tile whatever O's type (the products' own D).
+  const bf16* qkv16 = bf16_ ? as_bf16(bf16_a_, qkv) : nullptr;
+  const bf16* dout16 = bf16_ ? as_bf16(bf16_b_, dout) : nullptr;
+  if (bf16_) ready_tile_products(static_cast<size_t>(kBlock * T));
+  const bool tile_D = bf16_ != nullptr || !std::is_same_v<E, float>;
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t bg = 0; bg < B * KVH; ++bg) {
     const int64_t b = bg / KVH, kv = bg % KVH;
-    float* P = scratch_all + omp_get_thread_num() * 2 * kBlock * T;  // (kBlock, T)
-    float* dP = P + kBlock * T;                                       // (kBlock, T)
+    const int th = omp_get_thread_num();
+    float* P = scratch_all + th * 2 * kBlock * T;  // (kBlock, T)
+    float* dP = P + kBlock * T;                    // (kBlock, T)
     const HeadColumns first(C3, NH, KVH, kv * group);
     float* dK = dqkv.data + b * T * C3 + first.k;
     float* dV = dqkv.data + b * T * C3 + first.v;
@@ -193,25 +225,38 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
         const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
         const int im = static_cast<int>(m), in = static_cast<int>(n), ihs = static_cast<int>(HS);
         const int ic3 = static_cast<int>(C3), ic = static_cast<int>(C);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, scale, Q + r0 * C3, ic3, K, ic3, 0.0f, P,
-                    in);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, 1.0f, dO + r0 * C, ic, V, ic3, 0.0f, dP,
-                    in);
+        const bf16* head16 = bf16_ ? qkv16 + b * T * C3 : nullptr;        // this b's qkv rows, bf16
+        const bf16* dO16 = bf16_ ? dout16 + b * T * C + h * HS : nullptr;  // this head's dout, bf16
+        if (bf16_) {
+          tile_gemm_[th]->run(P, n, {head16 + c.q + r0 * C3, C3, 1}, {head16 + c.k, 1, C3}, m, n, HS, scale, false);
+          tile_gemm_[th]->run(dP, n, {dO16 + r0 * C, C, 1}, {head16 + c.v, 1, C3}, m, n, HS, 1.0f, false);
+        } else {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, scale, Q + r0 * C3, ic3, K, ic3, 0.0f, P,
+                      in);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, 1.0f, dO + r0 * C, ic, V, ic3, 0.0f, dP,
+                      in);
+        }
         for (int64_t i = 0; i < m; ++i) {
           const int64_t t = r0 + i;
           float* p = P + i * n;
           float* dp = dP + i * n;
           const float row_lse = lse.data[bh * T + t];
+          bool done = false;
           if constexpr (std::is_same_v<E, float>) {
-            const float D = dot(dO + t * C, O + t * C, HS);
+            if (!tile_D) {  // the fp32 path: D = dO . O
+              const float D = dot(dO + t * C, O + t * C, HS);
 #pragma omp simd
-            for (int64_t s = 0; s <= t; ++s) {
-              p[s] = fast_exp(p[s] - row_lse);
-              dp[s] = p[s] * (dp[s] - D) * scale;  // dS
+              for (int64_t s = 0; s <= t; ++s) {
+                p[s] = fast_exp(p[s] - row_lse);
+                dp[s] = p[s] * (dp[s] - D) * scale;  // dS
+              }
+              done = true;
             }
-          } else {
-            // A bf16 O carries 8 bits: D = sum_s P dP instead, the same value
-            // in exact arithmetic, from the tile's float P and dP (t + 1 terms).
+          }
+          if (!done) {
+            // A bf16 O carries 8 bits, and bf16 products make their own P and
+            // dP: D = sum_s P dP instead, the same value in exact arithmetic,
+            // from the tile's float P and dP (t + 1 terms).
             float D = 0.0f;
 #pragma omp simd reduction(+ : D)
             for (int64_t s = 0; s <= t; ++s) {
@@ -224,6 +269,18 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
           for (int64_t s = t + 1; s < n; ++s) p[s] = dp[s] = 0.0f;  // masked
         }
         // dQ[r0:r1] = dS K[0:n];  dK[0:n] += dS^T Q[r0:r1];  dV[0:n] += P^T dO[r0:r1]
+        if (bf16_) {  // dS and P rounded to bf16, then the bf16 products
+          bf16* Pb = tile16_.data() + static_cast<size_t>(th) * 2 * kBlock * T;
+          bf16* dSb = Pb + kBlock * T;
+          for (int64_t i = 0; i < m * n; ++i) {
+            Pb[i] = to_bf16(P[i]);
+            dSb[i] = to_bf16(dP[i]);
+          }
+          tile_gemm_[th]->run(dQ + r0 * C3, C3, {dSb, n, 1}, {head16 + c.k, C3, 1}, m, HS, n, 1.0f, false);
+          tile_gemm_[th]->run(dK, C3, {dSb, 1, n}, {head16 + c.q + r0 * C3, C3, 1}, n, HS, m, 1.0f, true);
+          tile_gemm_[th]->run(dV, C3, {Pb, 1, n}, {dO16 + r0 * C, C, 1}, n, HS, m, 1.0f, true);
+          continue;
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, ihs, in, 1.0f, dP, in, K, ic3, 0.0f,
                     dQ + r0 * C3, ic3);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, dP, in, Q + r0 * C3, ic3, 1.0f, dK,

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <bit>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <stdexcept>
@@ -103,6 +104,55 @@ void Bf16Matmul::backward_weight(float* dweight, const bf16* dout, const bf16* i
   Entry& e = impl_->entry(Product::kWeight, OC, N, C, tag::ba, tag::ab, true);
   impl_->run(e, dout, inp, nullptr, dweight);
 }
+
+struct Bf16TileGemm::Impl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  // (m, n, k, A's strides, B's strides, ldd, alpha's bits, accumulate)
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, bool>;
+  std::map<Key, Entry> cache;
+  const Entry* last = nullptr;
+};
+
+Bf16TileGemm::Bf16TileGemm() : impl_(std::make_unique<Impl>()) {}
+Bf16TileGemm::~Bf16TileGemm() = default;
+
+void Bf16TileGemm::run(float* dst, int64_t ldd, Operand a, Operand b, int64_t m, int64_t n, int64_t k, float alpha,
+                       bool accumulate) {
+  const Impl::Key key{m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldd,
+                      std::bit_cast<uint32_t>(alpha), accumulate};
+  auto it = impl_->cache.find(key);
+  if (it == impl_->cache.end()) {
+    const dnnl::memory::desc src({m, k}, dt::bf16, {a.row_stride, a.col_stride});
+    const dnnl::memory::desc w({k, n}, dt::bf16, {b.row_stride, b.col_stride});
+    const dnnl::memory::desc d({m, n}, dt::f32, {ldd, 1});
+    dnnl::primitive_attr attr;
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, w, d), attr, impl_->engine);
+    Entry e{pd, dnnl::matmul(pd), dnnl::memory(src, impl_->engine, nullptr), dnnl::memory(w, impl_->engine, nullptr),
+            dnnl::memory(), dnnl::memory(d, impl_->engine, nullptr), {}};
+    e.args = {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_WEIGHTS, e.weights}, {DNNL_ARG_DST, e.dst}};
+    it = impl_->cache.emplace(key, std::move(e)).first;
+  }
+  Entry& e = it->second;
+  e.src.set_data_handle(const_cast<bf16*>(a.data));
+  e.weights.set_data_handle(const_cast<bf16*>(b.data));
+  e.dst.set_data_handle(dst);
+  // On this thread alone. Inside a team of 1 (a 1-thread backend's region is
+  // inactive) oneDNN would otherwise fork a team of the default size for
+  // every tile; the setting is the calling task's, gone when its region ends.
+  omp_set_num_threads(1);
+  e.prim.execute(impl_->stream, e.args);
+  impl_->stream.wait();
+  impl_->last = &e;
+}
+
+std::string Bf16TileGemm::impl_info() const { return impl_->last ? impl_->last->pd.impl_info_str() : ""; }
 
 std::string Bf16Matmul::impl_info() const { return impl_->last ? impl_->last->pd.impl_info_str() : ""; }
 

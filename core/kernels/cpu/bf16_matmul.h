@@ -44,4 +44,34 @@ class Bf16Matmul {
   std::unique_ptr<Impl> impl_;
 };
 
+// A product of two strided bf16 matrices into fp32, run on the calling
+// thread alone: the attention's tile products (kernels/cpu/attention.cpp)
+// under train.precision bf16. Each of the backend's threads owns one, inside
+// its OpenMP region (oneDNN then runs sequentially). An operand is given by
+// its row and column strides, so a transposed operand is the same array
+// with the two strides swapped.
+//   dst (m,n), rows ldd apart, = alpha A (m,k) B (k,n) [+ dst when accumulate]
+// A primitive is made once per (shape, strides, alpha, accumulate) and kept.
+// Call it from inside an OpenMP parallel region: it sets the calling task's
+// thread count to 1.
+class Bf16TileGemm {
+ public:
+  struct Operand {
+    const bf16* data;
+    int64_t row_stride, col_stride;
+  };
+  Bf16TileGemm();
+  ~Bf16TileGemm();
+  Bf16TileGemm(const Bf16TileGemm&) = delete;
+  Bf16TileGemm& operator=(const Bf16TileGemm&) = delete;
+  void run(float* dst, int64_t ldd, Operand a, Operand b, int64_t m, int64_t n, int64_t k, float alpha,
+           bool accumulate);
+  // The implementation oneDNN chose for the last product, e.g. "gemm:jit".
+  std::string impl_info() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace gpt2::cpu

@@ -57,6 +57,12 @@ const bf16* CpuBackend::as_bf16(std::vector<bf16>& to, Tensor from) {
   return to.data();
 }
 
+void CpuBackend::ready_tile_products(size_t tile) {
+  while (tile_gemm_.size() < static_cast<size_t>(threads_)) tile_gemm_.push_back(std::make_unique<Bf16TileGemm>());
+  const size_t n = static_cast<size_t>(threads_) * 2 * tile;
+  if (tile16_.size() < n) tile16_.resize(n);
+}
+
 float* CpuBackend::scratch(size_t n) {
   if (scratch_.size() < n) scratch_ = Buffer(n);
   return scratch_.data();

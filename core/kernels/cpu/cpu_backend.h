@@ -92,10 +92,16 @@ class CpuBackend final : public Backend {
   void attention_backward_tiles(Tensor dqkv, Tensor dout, const T* out, Tensor lse, Tensor qkv, int64_t C, int NH,
                                 int KVH);
 
+  // Under bf16 products: one tile product per thread and, per thread, two
+  // bf16 tiles of `tile` elements (the attention's P and dS); grown, never shrunk.
+  void ready_tile_products(size_t tile);
+
   int threads_;
   Buffer scratch_;
   std::unique_ptr<Bf16Matmul> bf16_;  // null: fp32 products (OpenBLAS)
   std::vector<bf16> bf16_a_, bf16_b_, bf16_c_;
+  std::vector<std::unique_ptr<Bf16TileGemm>> tile_gemm_;  // one per thread (attention, bf16 products)
+  std::vector<bf16> tile16_;                               // threads x 2 tiles
 };
 
 }  // namespace gpt2::cpu

@@ -186,6 +186,118 @@ std::pair<Array, Array> reference_attention(const Array& qkv, const OpShape& s, 
   return {array_of(out.dims(), out.host(), m, out_dtype), array_of(lse.dims(), lse.host(), m)};
 }
 
+// What the bf16 attention adds to the f32 rows' bounds, element by element,
+// derived from the case's own inputs (the f32 rows keep covering fast_exp,
+// the order of fp32 sums and the given lse). The bf16 CPU backend's attention
+// (kernels/cpu/attention.cpp) rounds q, k, v and dO to bf16, multiplies with
+// fp32 sums, and rounds P and dS to bf16 before the products that take them.
+// Below, p, dP = dO . v, D = sum p dP and dS = p (dP - D) scale are the exact
+// values (double, from the f32 inputs); ub = 2^-8, u = 2^-24.
+//   * A score: two bf16 roundings per product and an HS-term fp32 sum, then
+//     the scale: |ds_j| <= e_j = scale (2 ub + ub^2 + 2 (HS+1) u (1+ub)^2 + 2u) sum |q||k_j|.
+//   * Forward: a softmax of scores each within e_j <= E moves each p_j by a
+//     factor within e^{+-2E}; P and v are rounded (1 + ub each) and summed
+//     over <= T terms in fp32, so out_i is within W_i (e^{2E} (1+ub)^2
+//     (1 + 2(T+1)u) - 1), W_i = sum_j p_j |v_ji|; lse is 1-Lipschitz: E.
+//   * Backward (P = exp(s - lse) with the given lse: a factor e^{+-e_j},
+//     rho_j = e^{e_j} - 1): dP_j within f_j = (2 ub + ub^2 + 2 (HS+1) u (1+ub)^2)
+//     sum |dO||v_j|; D within g = sum_j [p rho |dP| + p (1+rho) f] + 2(T+1)u
+//     sum_j p (1+rho)(|dP| + f); dS within h_j = scale [p rho |dP - D| + p
+//     (1+rho)(f + g)], and after its bf16 rounding and three fp32 operations
+//     sigma_j = h_j (1+ub) + ub |dS_j| + 4u (|dS_j| + h_j); the rounded P within
+//     pi_j = p ((1+rho)(1+ub) - 1). Then dQ_t = sum_j dS_j k_j, dK_j = sum_t
+//     dS_tj q_t (over the group's G heads) and dV_j = sum_t P_tj dO_t each
+//     add, per term, the operand errors times the other operand (k, q and dO
+//     rounded too: 1 + ub) and 2(K+1)u of the terms' magnitudes for their fp32
+//     sums (K = T, or G T for dK and dV).
+struct AttentionBf16Bounds {
+  std::vector<double> lse, out, dqkv;  // (B,NH,T), (B,T,C), (B,T,W)
+};
+
+AttentionBf16Bounds attention_bf16_bounds(const OpShape& s, const std::vector<float>& qkv,
+                                          const std::vector<float>& dout) {
+  const int64_t B = s.B, T = s.T, NH = s.NH, KVH = s.kv_heads(), HS = s.HS(), C = s.C, W = s.qkv_width();
+  const int64_t G = NH / KVH;
+  const double u = 0x1p-24, ub = 0x1p-8, scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  const double prod = 2 * ub + ub * ub + 2 * static_cast<double>(HS + 1) * u * (1 + ub) * (1 + ub);
+  const double acc_t = 2 * static_cast<double>(T + 1) * u, acc_gt = 2 * static_cast<double>(G * T + 1) * u;
+  AttentionBf16Bounds r;
+  r.lse.assign(static_cast<size_t>(B * NH * T), 0.0);
+  r.out.assign(static_cast<size_t>(B * T * C), 0.0);
+  const bool backward = !dout.empty();
+  if (backward) r.dqkv.assign(static_cast<size_t>(B * T * W), 0.0);
+  std::vector<double> p(static_cast<size_t>(T)), e(p.size()), dP(p.size()), f(p.size());
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      const int64_t g = h / G, qo = h * HS, ko = (NH + g) * HS, vo = (NH + KVH + g) * HS;
+      auto at = [&](int64_t t, int64_t col) { return static_cast<double>(qkv[static_cast<size_t>((b * T + t) * W + col)]); };
+      auto dO = [&](int64_t t, int64_t d) { return static_cast<double>(dout[static_cast<size_t>((b * T + t) * C + h * HS + d)]); };
+      for (int64_t t = 0; t < T; ++t) {
+        double mx = -INFINITY, E = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          double sc = 0, mag = 0;
+          for (int64_t d = 0; d < HS; ++d) {
+            sc += at(t, qo + d) * at(j, ko + d);
+            mag += std::fabs(at(t, qo + d) * at(j, ko + d));
+          }
+          p[static_cast<size_t>(j)] = sc * scale;
+          e[static_cast<size_t>(j)] = scale * (prod + 2 * u) * mag;
+          mx = std::max(mx, sc * scale);
+          E = std::max(E, e[static_cast<size_t>(j)]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= t; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx));
+        for (int64_t j = 0; j <= t; ++j) p[static_cast<size_t>(j)] /= sum;
+        r.lse[static_cast<size_t>((b * NH + h) * T + t)] = E;
+        const double grow = std::exp(2 * E) * (1 + ub) * (1 + ub) * (1 + acc_t) - 1;
+        for (int64_t d = 0; d < HS; ++d) {
+          double w = 0;
+          for (int64_t j = 0; j <= t; ++j) w += p[static_cast<size_t>(j)] * std::fabs(at(j, vo + d));
+          r.out[static_cast<size_t>((b * T + t) * C + qo + d)] = w * grow;
+        }
+        if (!backward) continue;
+        double D = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          double dp = 0, mag = 0;
+          for (int64_t d = 0; d < HS; ++d) {
+            dp += dO(t, d) * at(j, vo + d);
+            mag += std::fabs(dO(t, d) * at(j, vo + d));
+          }
+          dP[static_cast<size_t>(j)] = dp;
+          f[static_cast<size_t>(j)] = prod * mag;
+          D += p[static_cast<size_t>(j)] * dp;
+        }
+        double gD = 0, gacc = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          const size_t J = static_cast<size_t>(j);
+          const double rho = std::expm1(e[J]);
+          gD += p[J] * rho * std::fabs(dP[J]) + p[J] * (1 + rho) * f[J];
+          gacc += p[J] * (1 + rho) * (std::fabs(dP[J]) + f[J]);
+        }
+        const double gerr = gD + acc_t * gacc;
+        for (int64_t j = 0; j <= t; ++j) {
+          const size_t J = static_cast<size_t>(j);
+          const double rho = std::expm1(e[J]);
+          const double dS = p[J] * (dP[J] - D) * scale;
+          const double hj = scale * (p[J] * rho * std::fabs(dP[J] - D) + p[J] * (1 + rho) * (f[J] + gerr));
+          const double sigma = hj * (1 + ub) + ub * std::fabs(dS) + 4 * u * (std::fabs(dS) + hj);
+          const double pi = p[J] * ((1 + rho) * (1 + ub) - 1);
+          for (int64_t d = 0; d < HS; ++d) {
+            const double k = std::fabs(at(j, ko + d)), q = std::fabs(at(t, qo + d)), o = std::fabs(dO(t, d));
+            r.dqkv[static_cast<size_t>((b * T + t) * W + qo + d)] +=
+                sigma * k * (1 + ub) + std::fabs(dS) * ub * k + acc_t * (std::fabs(dS) + sigma) * k * (1 + ub);
+            r.dqkv[static_cast<size_t>((b * T + j) * W + ko + d)] +=
+                sigma * q * (1 + ub) + std::fabs(dS) * ub * q + acc_gt * (std::fabs(dS) + sigma) * q * (1 + ub);
+            r.dqkv[static_cast<size_t>((b * T + j) * W + vo + d)] +=
+                pi * o * (1 + ub) + p[J] * ub * o + acc_gt * (p[J] + pi) * o * (1 + ub);
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
 // qkv rows are W = (NH + 2 KVH) HS wide: 3C for multi-head (op_costs.h).
 class AttentionForward final : public TableCase {
  public:
@@ -200,6 +312,12 @@ class AttentionForward final : public TableCase {
   }
   void run(Backend& be) override { be.attention_forward(out_.t(), lse_.t(), qkv_.t(), NH(s_), KVH(s_)); }
   std::vector<OpOutput> outputs() override { return {out(0, lse_.host()), out(1, out_.host())}; }
+  std::vector<Tolerance> tolerances() override {
+    if (dtype_ != Dtype::bf16) return TableCase::tolerances();
+    AttentionBf16Bounds b = attention_bf16_bounds(s_, qkv_.host(), {});
+    return {tolerance(op_, "lse", dtype_, ToleranceFacts{s_, {}, {}, std::move(b.lse)}),
+            tolerance(op_, "out", dtype_, ToleranceFacts{s_, {}, {}, std::move(b.out)})};
+  }
 
  private:
   Array qkv_;         // (B,T,W)
@@ -220,6 +338,11 @@ class AttentionBackward final : public TableCase {
     be.attention_backward(dqkv_.t(), dout_.t(), out_.t(), lse_.t(), qkv_.t(), NH(s_), KVH(s_));
   }
   std::vector<OpOutput> outputs() override { return {out(0, dqkv_.host())}; }
+  std::vector<Tolerance> tolerances() override {
+    if (dtype_ != Dtype::bf16) return TableCase::tolerances();
+    AttentionBf16Bounds b = attention_bf16_bounds(s_, qkv_.host(), dout_.host());
+    return {tolerance(op_, "dqkv", dtype_, ToleranceFacts{s_, {}, {}, std::move(b.dqkv)})};
+  }
 
  private:
   Array qkv_, dout_, out_, lse_;  // (B,T,W), (B,T,C), (B,T,C), (B,NH,T)

@@ -258,23 +258,34 @@ Tolerance bf16_products(Tolerance t, const ToleranceFacts& f, const char* row) {
   return t;
 }
 
+// The bf16 attention (its products take bf16 operands): the f32 row plus the
+// bound the case derives element by element from its inputs
+// (attention_bf16_bounds in op_cases.cpp, where the derivation is), then, for
+// a stored output, its rounding.
+Tolerance case_bound(Tolerance t, const ToleranceFacts& f, const char* row, bool stored) {
+  if (f.extra.empty()) throw std::logic_error(fmt::format("tolerance {}: the case supplied no bf16 bound", row));
+  t.bound.resize(f.extra.size(), 0.0);
+  for (size_t i = 0; i < f.extra.size(); ++i) t.bound[i] += f.extra[i];
+  return stored ? rounded_once(t) : t;
+}
+
 struct Bf16Row {
   const char* op;
   const char* output;
-  enum Rule { kSame, kRoundedOnce, kProducts } rule;
+  enum Rule { kSame, kRoundedOnce, kProducts, kCaseBound, kCaseBoundStored } rule;
 };
 
 // Every output of the bf16 cases (op_table(Dtype::bf16)) and its rule.
-// attention_backward's dqkv keeps the f32 row: with a bf16 output the CPU
-// kernel takes D = sum P dP from its tile instead of dO . O (backend.h), and
-// the reference never reads O.
+// The attention's rows add the case's own bound to the f32 row (case_bound):
+// its five products take bf16 operands on the bf16 CPU backend.
 constexpr Bf16Row kBf16Rows[] = {
     {"layernorm_forward", "mean", Bf16Row::kSame},        {"layernorm_forward", "rstd", Bf16Row::kSame},
     {"layernorm_forward", "out", Bf16Row::kRoundedOnce},  {"rmsnorm_forward", "rstd", Bf16Row::kSame},
     {"rmsnorm_forward", "out", Bf16Row::kRoundedOnce},    {"matmul_forward", "out", Bf16Row::kProducts},
     {"matmul_backward", "dinp", Bf16Row::kProducts},      {"matmul_backward", "dweight", Bf16Row::kProducts},
-    {"matmul_backward", "dbias", Bf16Row::kSame},         {"attention_forward", "lse", Bf16Row::kSame},
-    {"attention_forward", "out", Bf16Row::kRoundedOnce},  {"attention_backward", "dqkv", Bf16Row::kSame},
+    {"matmul_backward", "dbias", Bf16Row::kSame},         {"attention_forward", "lse", Bf16Row::kCaseBound},
+    {"attention_forward", "out", Bf16Row::kCaseBoundStored},
+    {"attention_backward", "dqkv", Bf16Row::kCaseBound},
     {"gelu_forward", "out", Bf16Row::kRoundedOnce},       {"relu_forward", "out", Bf16Row::kRoundedOnce},
     {"silu_forward", "out", Bf16Row::kRoundedOnce},       {"swiglu_forward", "out", Bf16Row::kRoundedOnce},
 };
@@ -295,6 +306,8 @@ Tolerance tolerance(const std::string& op, const std::string& output, Dtype dtyp
       switch (r.rule) {
         case Bf16Row::kRoundedOnce: return rounded_once(t);
         case Bf16Row::kProducts: return bf16_products(t, facts, row.c_str());
+        case Bf16Row::kCaseBound: return case_bound(t, facts, row.c_str(), false);
+        case Bf16Row::kCaseBoundStored: return case_bound(t, facts, row.c_str(), true);
         case Bf16Row::kSame: return t;
       }
     }

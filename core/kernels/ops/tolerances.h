@@ -48,6 +48,10 @@ struct ToleranceFacts {
   // Per output element, the magnitude of what is added to the product (the
   // bias, or the += starting value); empty: nothing is added.
   std::vector<double> addend;
+  // Per output element, a bound the case derived from its own inputs and
+  // adds to the row's (the bf16 attention rows: op_cases.cpp,
+  // attention_bf16_bounds); empty where the row does not use it.
+  std::vector<double> extra;
 };
 
 // The tolerance of `output` of `op` computed in `dtype` at facts.shape.
