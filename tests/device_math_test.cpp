@@ -22,6 +22,7 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/cuda/device_math.h"
 #include "kernels/reference/reference_kernels.h"
 #include "test_util.h"
@@ -946,6 +947,27 @@ TEST_P(ReduceTest, SumsMatchReference) {
 // n below one thread per element, a partial last block, and a grid-stride
 // loop (more than 65536 = all threads).
 INSTANTIATE_TEST_SUITE_P(Sizes, ReduceTest, ::testing::Values(int64_t{1}, int64_t{1000}, int64_t{200003}));
+
+// The device's bf16 conversion (to_bf16_kernel, train.precision bf16 on the
+// CUDA stages) is the host's to_bf16 bit for bit: ties to even both ways,
+// signed zeros, subnormals, infinities, overflow to infinity, NaN kept
+// quiet, and a million drawn floats of every exponent.
+TEST(DeviceMath, Bf16BitsAreTheHostsRounding) {
+  const float specials[] = {0.0f,      -0.0f,     1.0f,       -1.0f,       1.00390625f,  1.01171875f, 3.0e-39f,
+                            -3.0e-39f, 1e-45f,    3.3895e38f, -3.3895e38f, 3.4028e38f,   INFINITY,    -INFINITY,
+                            NAN,       -NAN,      65504.0f,   0.1f,        std::bit_cast<float>(0x7f800001u)};
+  for (float f : specials) {
+    EXPECT_EQ(dm::bf16_bits(f), to_bf16(f).bits) << f << " bits " << std::bit_cast<uint32_t>(f);
+  }
+  EXPECT_EQ(dm::bf16_bits(1.00390625f), 0x3f80);  // a tie (1 + 2^-8) goes to the even 1.0
+  EXPECT_EQ(dm::bf16_bits(1.01171875f), 0x3f82);  // a tie (1 + 3 * 2^-8) goes to the even 1 + 2^-6
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < 1000000; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const float f = std::bit_cast<float>(static_cast<uint32_t>(x));
+    ASSERT_EQ(dm::bf16_bits(f), to_bf16(f).bits) << std::bit_cast<uint32_t>(f);
+  }
+}
 
 }  // namespace
 }  // namespace gpt2::cuda

@@ -19,12 +19,16 @@
     products' (provenance: precision, oneDNN's version and kernel);
   * a bf16 run's checkpoint (fp32 master weights) resumes in fp32, with the
     fp32 continuation's losses within 1% of the bf16 run's;
-  * clear errors: an unknown precision; bf16 on the CUDA stages (their plan).
+  * clear errors: an unknown precision;
+  * the CUDA stages plan bf16 as products only: their activations (device
+    memory) stay f32, so their planned activation bytes are fp32's, while
+    the serial stage's are fewer (the stored bf16 tensors at 2 bytes).
 
 usage: precision_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
 import os
+import re
 import shutil
 import sys
 
@@ -99,9 +103,16 @@ def main():
     # ---- Errors ----
     error = refuser(check, programs, a, common, out)
     error("an unknown precision is refused", 1, ["--train.precision", "fp16"], "expected fp32 or bf16", serial=True)
-    r = run([a.serial, "plan", *bf16, "--stage", "cuda"])
-    check("bf16 on the CUDA stages is refused by their plan, naming why",
-          r.returncode == 2 and "no bf16 path yet" in r.stderr, r.stderr.strip()[-300:])
+    def activations(stage, *extra):
+        r = run([a.serial, "plan", *extra, "--stage", stage])
+        m = re.search(r'"activations_bytes": (\d+)', r.stdout)
+        return (int(m.group(1)) if r.returncode == 0 and m else None), r
+    cuda_bf16, r = activations("cuda", *bf16)
+    cuda_fp32, _ = activations("cuda", *common)
+    serial_bf16, _ = activations("serial", *bf16)
+    check("the CUDA stages plan bf16 (products only): fp32 activations there, fewer bytes on the serial stage",
+          cuda_bf16 is not None and cuda_bf16 == cuda_fp32 and serial_bf16 is not None and serial_bf16 < cuda_bf16,
+          f"cuda bf16 {cuda_bf16}, cuda fp32 {cuda_fp32}, serial bf16 {serial_bf16}; {r.stderr.strip()[-300:]}")
 
     shutil.rmtree(t.work, ignore_errors=True)
     return check.finish()

@@ -33,6 +33,10 @@ void set_arena(RankMemory& m, const ArenaKinds& k) {
   m.arena = k.total() * sizeof(float);
 }
 
+Dtype stored_dtype_on(const RunConfig& c, const std::string& stage) {
+  return stage == "cuda" || stage == "mpi_cuda" ? Dtype::f32 : c.train.stored_dtype();
+}
+
 bool stage_is_multi_process(const std::string& stage) {
   if (stage == "serial" || stage == "cuda") return false;
   if (stage == "mpi" || stage == "mpi_cuda") return true;
@@ -55,11 +59,6 @@ void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_p
         "parallel.pp {}: pipeline stages run on the mpi stage only for now (the {} stage's communicator has no "
         "non-blocking send)", c.parallel.pp, stage));
   }
-  if (c.train.precision == "bf16" && (stage == "cuda" || stage == "mpi_cuda")) {
-    throw std::invalid_argument(fmt::format(
-        "train.precision bf16: the {} stage has no bf16 path yet; bf16 runs on the serial and mpi stages (the "
-        "CPU's products through oneDNN)", stage));
-  }
   if (c.parallel.zero_stage() >= 2 && multi_process && stage != "mpi") {
     throw std::invalid_argument(fmt::format(
         "parallel.zero {}: ZeRO-2 and ZeRO-3 run on the mpi stage only for now (their working slots are host "
@@ -79,6 +78,7 @@ struct RankShape {
   int dp = 1, dp_rank = 0, stage = 0, rows = 0;
   std::vector<ParamUnit> units;  // the rank's (its tp shard of its stage)
   UnitShards shards;             // its unit-aligned ZeRO shards (stages 2 and 3 without a schedule), else empty
+  Dtype stored = Dtype::f32;     // the stored activations' type (stored_dtype_on)
   bool sharded() const { return zero.stage >= 2 && !zero.contiguous; }
 };
 
@@ -107,12 +107,12 @@ RankMemory plan_memory(const RankShape& r) {
     const ScheduleKind kind = parse_schedule(r.c.parallel.schedule);
     const int mb = r.rows / r.c.parallel.microbatches;
     set_arena(m, arena_kinds(r.cfg, mb, T, r.tp.shape(), r.tp.has_private(), r.layers, kind == ScheduleKind::kZbH1,
-                             r.c.train.recompute_full(), r.c.train.stored_dtype()));
+                             r.c.train.recompute_full(), r.stored));
     m.arenas = static_cast<uint64_t>(
         max_in_flight(stage_schedule(kind, r.c.parallel.pp, r.stage, r.c.parallel.microbatches)));
   } else {
     set_arena(m, arena_kinds(r.cfg, r.rows, T, r.tp.shape(), r.tp.has_private(), r.layers, false,
-                             r.c.train.recompute_full(), r.c.train.stored_dtype()));
+                             r.c.train.recompute_full(), r.stored));
   }
   m.count = n;
   m.formula = zero_formula_bytes(n, r.dp, r.zero.stage, r.zero.contiguous);
@@ -278,6 +278,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
                 StageLayers::of(cfg.L, p.pp, at.stage), zero, p.dp, at.dp_rank, at.stage, p.rows, {}, {}};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);
+    r.stored = stored_dtype_on(c, stage);
     ParamTensors scratch;
     r.units = param_units(cfg, layout(cfg, scratch, r.tp.shape(), r.layers));
     if (r.sharded()) r.shards = UnitShards::of(r.units, r.dp, r.dp_rank);

@@ -88,6 +88,11 @@ void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_p
 // another name.
 bool stage_is_multi_process(const std::string& stage);
 
+// The type `stage` stores the activations only a product reads in: bf16 with
+// train.precision bf16 on the CPU stages; f32 on the CUDA stages, whose bf16
+// is the products' alone (their arena is device memory).
+Dtype stored_dtype_on(const RunConfig& c, const std::string& stage);
+
 // The plan of `c` (its model's vocabulary resolved: resolve_vocab) on
 // `ranks` ranks of `stage`, or the refusal a run would give (the same
 // std::invalid_argument).

@@ -70,8 +70,8 @@ struct TrainConfig {
     f("precision", precision,
       "fp32 (every value and sum in fp32) | bf16 (the matrix products round their inputs to bf16 and add in fp32, "
       "through oneDNN, and the activations only a product reads are stored in bf16; parameters, master weights, "
-      "Adam moments, gradients, the residual stream, norms, softmax and loss stay fp32; the serial and mpi "
-      "stages; docs/precision.md)");
+      "Adam moments, gradients, the residual stream, norms, softmax and loss stay fp32; on the CUDA stages the "
+      "products alone; docs/precision.md)");
     f("peak_gflops", peak_gflops, "peak GFLOP/s for MFU; 0 = measure an SGEMM at start-up");
     f("grad_bucket_mb", grad_bucket_mb,
       "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one allreduce "

@@ -348,6 +348,9 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGri
   // tensor-parallel sums happen inside the model (model.tp()).
   Communicator& dp = grid.dp_comm();
   const StepParts parts{be, model, *st.opt, dp, c.train.batch_size, max_loss, c.train.layer_grad_norms};
+  // bf16 stored activations where the backend takes them (the CPU's); the
+  // plan says the same by stage (stored_dtype_on).
+  const Dtype stored = be.accepts_bf16() ? c.train.stored_dtype() : Dtype::f32;
   if (st.zero) {
     lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
   } else if (!st.sharded) {
@@ -357,11 +360,11 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGri
   if (c.parallel.pipelined()) {  // the schedule's arenas, one per microbatch in flight
     lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), parse_schedule(c.parallel.schedule),
                                                  c.parallel.microbatches, st.rows, c.train.seq_len,
-                                                 c.train.recompute_full(), c.train.stored_dtype());
+                                                 c.train.recompute_full(), stored);
     lay->step = pipelined_step(parts, *lay->pipe, grid.pp_comm(), *lay->reducer);
     lay->recorder.emplace(grid, *lay->pipe, timeline_path);
   } else {
-    lay->arena.emplace(model, st.rows, c.train.seq_len, false, c.train.recompute_full(), c.train.stored_dtype());
+    lay->arena.emplace(model, st.rows, c.train.seq_len, false, c.train.recompute_full(), stored);
     lay->step = st.sharded ? sharded_step(parts, lay->arena->acts(), *st.sharded)
                            : data_parallel_step(parts, lay->arena->acts(), *lay->reducer);
   }

@@ -82,7 +82,7 @@ class Scratch {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const CudaOptions& opt, int device_count) : tf32_(opt.tf32) {
+  explicit CudaBackend(const CudaOptions& opt, int device_count) : tf32_(opt.tf32), bf16_(opt.bf16) {
     device_ = opt.device_hint % device_count;
     GPT2_CUDA_CHECK(cudaSetDevice(device_));
     GPT2_CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
@@ -91,13 +91,15 @@ class CudaBackend final : public Backend {
     GPT2_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     GPT2_CUBLAS_CHECK(cublasSetMathMode(blas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     memory_ = std::make_unique<CudaMemory>(device_, stream_);
-    for (auto* s : {&norm_scratch_, &bias_scratch_, &att_scratch_, &reduce_scratch_, &tokens_, &targets_, &buckets_}) {
+    for (auto* s : {&norm_scratch_, &bias_scratch_, &att_scratch_, &reduce_scratch_, &tokens_, &targets_, &buckets_,
+                    &bf16_a_, &bf16_b_, &bf16_c_}) {
       s->emplace(*memory_);
     }
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
-    for (auto* s : {&norm_scratch_, &bias_scratch_, &att_scratch_, &reduce_scratch_, &tokens_, &targets_, &buckets_}) {
+    for (auto* s : {&norm_scratch_, &bias_scratch_, &att_scratch_, &reduce_scratch_, &tokens_, &targets_, &buckets_,
+                    &bf16_a_, &bf16_b_, &bf16_c_}) {
       s->reset();
     }
     cublasDestroy(blas_);
@@ -105,7 +107,8 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override {
-    return fmt::format("cuda ({}, sm_{}{}{})", prop_.name, prop_.major, prop_.minor, tf32_ ? ", TF32" : "");
+    return fmt::format("cuda ({}, sm_{}{}{}{})", prop_.name, prop_.major, prop_.minor, tf32_ ? ", TF32" : "",
+                       bf16_ ? ", bf16 products" : "");
   }
   std::vector<std::pair<std::string, std::string>> library_versions() const override {
     auto cuda_version = [](int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); };
@@ -123,8 +126,11 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
 
+  bool bf16_products() const { return bf16_; }
+
   double ceiling_gflops(int ranks, int ranks_per_machine) {
-    // A large FP32 product on this GPU, best of five after a warm-up.
+    // A large product on this GPU, best of five after a warm-up: FP32, or
+    // with bf16 products a bf16 one (fp32 sums), the MFU peak of such a run.
     constexpr int n = 4096;
     Buffer a(static_cast<size_t>(n) * n, *memory_), b(a.size(), *memory_), c(a.size(), *memory_);
     cudaEvent_t e0, e1;
@@ -134,8 +140,14 @@ class CudaBackend final : public Backend {
     float best_ms = 1e30f;
     for (int rep = 0; rep < 6; ++rep) {
       GPT2_CUDA_CHECK(cudaEventRecord(e0, stream_));
-      GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data(), n, b.data(), n, &zero,
-                                    c.data(), n));
+      if (bf16_) {  // a and b's first halves as n x n bf16 matrices (their bits are whatever: zeros)
+        GPT2_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data(), CUDA_R_16BF, n,
+                                       b.data(), CUDA_R_16BF, n, &zero, c.data(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+      } else {
+        GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data(), n, b.data(), n, &zero,
+                                      c.data(), n));
+      }
       GPT2_CUDA_CHECK(cudaEventRecord(e1, stream_));
       GPT2_CUDA_CHECK(cudaEventSynchronize(e1));
       float ms = 0;
@@ -208,23 +220,41 @@ class CudaBackend final : public Backend {
   // Row-major products through column-major cuBLAS: a row-major (R,K) matrix
   // is a column-major (K,R) one, so every product is computed transposed.
   void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override {
+    if (!bf16_) expect_f32(inp, "cuda matmul_forward: a bf16 input needs the bf16 products");
     const int N = rows(inp), C = cols(inp), OC = static_cast<int>(weight.dim(0));
     const float one = 1.0f, zero = 0.0f;
     // out^T (OC,N) = W (OC,C) . inp^T (C,N)
-    GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight.data, C, inp.data, C,
-                                  &zero, out.data, OC));
+    if (bf16_) {
+      GPT2_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, as_bf16(*bf16_b_, weight),
+                                     CUDA_R_16BF, C, as_bf16(*bf16_a_, inp), CUDA_R_16BF, C, &zero, out.data,
+                                     CUDA_R_32F, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+      GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight.data, C, inp.data, C,
+                                    &zero, out.data, OC));
+    }
     if (!bias.empty()) cuda::add_bias(out.data, bias.data, N, OC, stream_);
   }
   void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight) override {
+    if (!bf16_) expect_f32(inp, "cuda matmul_backward: a bf16 input needs the bf16 products");
     const int N = rows(inp), C = cols(inp), OC = static_cast<int>(weight.dim(0));
     const float one = 1.0f, zero = 0.0f;
+    // With bf16 products the operands' bf16 copies, each converted once here.
+    const void* d16 = bf16_ && (dinp.data != nullptr || dweight.data != nullptr) ? as_bf16(*bf16_a_, dout) : nullptr;
     // dinp^T (C,N) = W^T (C,OC) . dout^T (OC,N)
-    if (dinp.data != nullptr) {
+    if (dinp.data != nullptr && bf16_) {
+      GPT2_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, as_bf16(*bf16_b_, weight),
+                                     CUDA_R_16BF, C, d16, CUDA_R_16BF, OC, &zero, dinp.data, CUDA_R_32F, C,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else if (dinp.data != nullptr) {
       GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight.data, C, dout.data, OC,
                                     &zero, dinp.data, C));
     }
     // dW^T (C,OC) += inp^T (C,N) . dout (N,OC)
-    if (dweight.data != nullptr) {
+    if (dweight.data != nullptr && bf16_) {
+      GPT2_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, as_bf16(*bf16_c_, inp),
+                                     CUDA_R_16BF, C, d16, CUDA_R_16BF, OC, &one, dweight.data, CUDA_R_32F, C,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else if (dweight.data != nullptr) {
       GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp.data, C, dout.data, OC,
                                     &one, dweight.data, C));
     }
@@ -327,6 +357,15 @@ class CudaBackend final : public Backend {
     cuda::rope(qkv.data, B, T, NH, KVH, HS, pos0, theta, inverse, stream_);
   }
 
+  // x's bf16 copy in `s` (grown, never shrunk: no allocation once the step's
+  // shapes have been seen), converted on the stream; a bf16 x is its own.
+  const void* as_bf16(Scratch& s, const Tensor& x) {
+    if (x.is_bf16()) return x.data;
+    uint16_t* d = s.get<uint16_t>(static_cast<size_t>(x.numel()));
+    cuda::to_bf16(d, x.data, x.numel(), stream_);
+    return d;
+  }
+
   // Host integers to the device, ordered on the stream. A copy from pageable
   // memory returns once the source has been read, so the caller may reuse it.
   const int32_t* stage(Scratch& s, const int32_t* host, size_t n) {
@@ -344,12 +383,14 @@ class CudaBackend final : public Backend {
   }
 
   bool tf32_;
+  bool bf16_;  // CudaOptions::bf16
   int device_ = 0;
   cudaDeviceProp prop_{};
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<CudaMemory> memory_;
   std::optional<Scratch> norm_scratch_, bias_scratch_, att_scratch_, reduce_scratch_, tokens_, targets_, buckets_;
+  std::optional<Scratch> bf16_a_, bf16_b_, bf16_c_;  // the products' bf16 operands (bf16_)
   cuda::TokenBuckets groups_;    // host side of encoder_backward's grouping
   std::vector<int32_t> packed_;  // its arrays, end to end
 };
@@ -399,12 +440,7 @@ double cuda_ceiling_gflops(Backend& be, int ranks, int ranks_per_machine) {
 BackendKind cuda_backend_kind() {
   return BackendKind{"cuda",
                      [](const BackendOptions& o) {
-                       if (o.bf16) {
-                         throw std::invalid_argument(
-                             "train.precision bf16: the CUDA backend has no bf16 path yet; run bf16 on the serial or "
-                             "mpi stage");
-                       }
-                       return make_cuda_backend({.device_hint = o.device_hint, .tf32 = o.tf32});
+                       return make_cuda_backend({.device_hint = o.device_hint, .tf32 = o.tf32, .bf16 = o.bf16});
                      },
                      [](Backend& be, int ranks, int ranks_per_machine, int /*threads*/) {
                        return cuda_ceiling_gflops(be, ranks, ranks_per_machine);

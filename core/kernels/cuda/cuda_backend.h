@@ -18,6 +18,11 @@ namespace gpt2 {
 struct CudaOptions {
   int device_hint = 0;  // the GPU is device_hint % device count (a rank's local rank)
   bool tf32 = false;    // let cuBLAS use TF32 tensor cores (changes results)
+  // train.precision bf16: every matrix product rounds its operands to bf16
+  // (dm::bf16_bits, the CPU's rounding) and adds in fp32 (cublasGemmEx,
+  // CUBLAS_COMPUTE_32F). Activations stay fp32 in device memory
+  // (accepts_bf16 is false), and so does the attention.
+  bool bf16 = false;
 };
 
 // The number of usable CUDA devices; 0 when there is none or no driver, with

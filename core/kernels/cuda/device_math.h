@@ -232,6 +232,23 @@ GPT2_HD inline float sub_rn(float a, float b) {
 #endif
 }
 
+// The bits of x rounded to bf16, nearest even, NaN kept quiet: the host's
+// to_bf16 (kernels/bf16.h) in integer arithmetic, so that the device's
+// conversion of a product's operands (train.precision bf16) is the CPU
+// backend's bit for bit. Branch-free.
+GPT2_HD inline uint16_t bf16_bits(float x) {
+  uint32_t u = 0;
+#if defined(__CUDA_ARCH__)
+  u = __float_as_uint(x);
+#else
+  static_assert(sizeof(float) == sizeof(uint32_t));
+  __builtin_memcpy(&u, &x, sizeof u);
+#endif
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
 // g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g g;
 // p = p * decay - step * m / (sqrt(v) * v_scale + eps).
 GPT2_HD inline void adam_element(float& param, float& m, float& v, float grad, const AdamCoefficients& k) {

@@ -224,6 +224,15 @@ __global__ void __launch_bounds__(dm::kRowWarps * kWarpSize)
   for (int c = lane; c < C; c += kWarpSize) dx[c] += dm::rmsnorm_dinp(d[c] * weight[c], x[c] * s, s, gx_mean);
 }
 
+// ---------------------------------------------------------------- bf16
+
+__global__ void to_bf16_kernel(uint16_t* out, const float* in, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
+    out[i] = dm::bf16_bits(in[i]);
+  }
+}
+
 // ---------------------------------------------------------------- bias
 
 // out (N,OC) += bias on every row; kVec4 reads and writes float4 (OC % 4 == 0
@@ -570,6 +579,12 @@ void rmsnorm_backward(float* dinp, float* dweight, float* scratch, const float* 
   check_launch("rmsnorm_backward_dinp");
   column_sums<ColumnSums::kRmsNorm>(dweight, nullptr, scratch, dout, inp, nullptr, rstd, N, C, stream,
                                     "rmsnorm_backward_columns");
+}
+
+void to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  to_bf16_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(out, in, n);
+  check_launch("to_bf16");
 }
 
 void add_bias(float* out, const float* bias, int N, int OC, cudaStream_t stream) {

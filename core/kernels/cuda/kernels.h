@@ -52,6 +52,10 @@ size_t rmsnorm_backward_scratch_floats(int N, int C);
 void rmsnorm_backward(float* dinp, float* dweight, float* scratch, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int N, int C, cudaStream_t stream);
 
+// out[i] = bf16 bits of in[i] (dm::bf16_bits), i < n: a product's operands
+// under train.precision bf16.
+void to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
+
 // out (N,OC) += bias (OC) on every row (after the cuBLAS product).
 void add_bias(float* out, const float* bias, int N, int OC, cudaStream_t stream);
 // dbias (OC) += column sums of dout (N,OC). `scratch` holds
