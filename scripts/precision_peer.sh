@@ -6,7 +6,7 @@
 # (after 1 warm-up) each; the median of each round, then over the rounds.
 # OpenBLAS picks its own kernel on both sides (the variables that pin it
 # here are unset), as experiments/peer.yaml does. Needs Debian's
-# python3-torch. Writes reports/precision/peer.json and prints the table.
+# python3-torch. Writes reports/precision/peer.json and peer.md and prints the table.
 #   bash scripts/precision_peer.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,3 +52,6 @@ for t in (1, 2):
 with open("reports/precision/peer.json", "w") as f:
     json.dump(out, f, indent=1)
 PY
+/usr/bin/python3 bench/peers/precision_report.py reports/precision/peer.json --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+  > reports/precision/peer.md
+echo "reports/precision/peer.json, reports/precision/peer.md" >&2

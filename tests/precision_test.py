@@ -20,6 +20,8 @@
   * a bf16 run's checkpoint (fp32 master weights) resumes in fp32, with the
     fp32 continuation's losses within 1% of the bf16 run's;
   * clear errors: an unknown precision;
+  * the peer report (bench/peers/precision_report.py) computes the ratios
+    and says which goals are met;
   * the CUDA stages plan bf16 as products only: their activations (device
     memory) stay f32, so their planned activation bytes are fp32's, while
     the serial stage's are fewer (the stored bf16 tensors at 2 bytes).
@@ -113,6 +115,15 @@ def main():
     check("the CUDA stages plan bf16 (products only): fp32 activations there, fewer bytes on the serial stage",
           cuda_bf16 is not None and cuda_bf16 == cuda_fp32 and serial_bf16 is not None and serial_bf16 < cuda_bf16,
           f"cuda bf16 {cuda_bf16}, cuda fp32 {cuda_fp32}, serial bf16 {serial_bf16}; {r.stderr.strip()[-300:]}")
+
+    # ---- The peer report (bench/peers/precision_report.py) ----
+    import precision_report  # bench/peers, on the path layout_checks sets
+    md = precision_report.render({"rounds": 1, "cpu_bf16": True, "cpu": "X", "blas_core": "K", "torch": "1.13",
+                                  "rows": [{"threads": 1, "ours_fp32": 170.0, "ours_bf16": 100.0, "torch_fp32": 240.0,
+                                            "torch_bf16": 160.0, "ours_bf16_backend": "cpu (bf16 products)"}]}, "abc")
+    check("the peer report's ratios and goals (1.70x met, 2.40x not met, 1.60x met)",
+          "| 1.70x | 2.40x | 1.60x |" in md and "1.70x met" in md and "2.40x **not met**" in md
+          and "1.60x met" in md and "AVX512-BF16 present" in md and "abc" in md, md)
 
     shutil.rmtree(t.work, ignore_errors=True)
     return check.finish()
