@@ -33,6 +33,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -43,6 +44,7 @@
 #include <vector>
 
 #include "backend_ops.h"
+#include "kernels/bf16.h"
 #include "cuda_test_main.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/kernels.h"
@@ -318,6 +320,28 @@ TEST_F(CudaKernels, BiasBackwardStaysInItsScratch) {
     EXPECT_TRUE(scratch.guard_intact()) << "bias_backward wrote past its scratch, OC " << OC;
     EXPECT_TRUE(d_dbias.guard_intact()) << "bias_backward wrote past dbias, OC " << OC;
   }
+}
+
+// ------------------------------------------------------------ bf16
+
+// The device's conversion of a product's operands (train.precision bf16) is
+// the host's to_bf16 bit for bit, on the special values and on a million
+// drawn floats of every exponent, and stays inside its output.
+TEST_F(CudaKernels, ToBf16IsTheHostsRounding) {
+  std::vector<float> in = {0.0f, -0.0f, 1.0f, 1.00390625f, 1.01171875f, 3.0e-39f, 1e-45f, 3.3895e38f, 3.4028e38f,
+                           INFINITY, -INFINITY, NAN, std::bit_cast<float>(0x7f800001u), 0.1f};
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  while (in.size() < 1000003) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    in.push_back(std::bit_cast<float>(static_cast<uint32_t>(x)));
+  }
+  DeviceArray<float> d_in(in);
+  DeviceArray<uint16_t> d_out(in.size());
+  to_bf16(d_out.get(), d_in.get(), static_cast<int64_t>(in.size()), stream_);
+  std::vector<uint16_t> want(in.size());
+  for (size_t i = 0; i < in.size(); ++i) want[i] = gpt2::to_bf16(in[i]).bits;
+  EXPECT_TRUE(bitwise_equal(d_out.host(), want));
+  EXPECT_TRUE(d_out.guard_intact()) << "to_bf16 wrote past its output";
 }
 
 // ------------------------------------------------------------ attention

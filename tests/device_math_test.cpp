@@ -948,10 +948,12 @@ TEST_P(ReduceTest, SumsMatchReference) {
 // loop (more than 65536 = all threads).
 INSTANTIATE_TEST_SUITE_P(Sizes, ReduceTest, ::testing::Values(int64_t{1}, int64_t{1000}, int64_t{200003}));
 
-// The device's bf16 conversion (to_bf16_kernel, train.precision bf16 on the
-// CUDA stages) is the host's to_bf16 bit for bit: ties to even both ways,
+// The arithmetic of the device's bf16 conversion (dm::bf16_bits, which
+// to_bf16_kernel runs; train.precision bf16 on the CUDA stages), built for
+// the host, is the host's to_bf16 bit for bit: ties to even both ways,
 // signed zeros, subnormals, infinities, overflow to infinity, NaN kept
-// quiet, and a million drawn floats of every exponent.
+// quiet, and a million drawn floats of every exponent. The kernel itself on
+// a GPU: cuda_kernels_test, ToBf16IsTheHostsRounding.
 TEST(DeviceMath, Bf16BitsAreTheHostsRounding) {
   const float specials[] = {0.0f,      -0.0f,     1.0f,       -1.0f,       1.00390625f,  1.01171875f, 3.0e-39f,
                             -3.0e-39f, 1e-45f,    3.3895e38f, -3.3895e38f, 3.4028e38f,   INFINITY,    -INFINITY,

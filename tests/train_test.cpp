@@ -6,11 +6,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -622,11 +624,33 @@ TEST(Plan, ActivationBytesFollowTheFormula) {
   post = post.resolved();
   EXPECT_EQ(arena_kinds(post, B, T, 1, false, {}, false, false, Dtype::bf16).layers,
             3 * tokens * (16 * C + NH + 4 - 5 * C / 2));
-  // The arena carves what it counts: the bf16 tensors say so, the rest are f32.
+  // The arena carves what it counts: the bf16 tensors say so, the rest are f32,
+  // and every tensor, at its own element size, lies inside the buffer and
+  // apart from the others.
   ActivationArena bf(cfg, B, T, host_memory(), {}, {}, false, false, Dtype::bf16);
   EXPECT_EQ(bf.bytes(), arena_floats(cfg, B, T, 1, false, {}, false, false, Dtype::bf16) * sizeof(float));
   const LayerActivations& l0 = bf.acts().layers[0];
   const Activations& ba = bf.acts();
+  const auto* base = reinterpret_cast<const char*>(ba.encoded.data);  // the first carved tensor (no RoPE table)
+  std::vector<std::pair<const char*, const char*>> spans;
+  for (const LayerActivations& l : ba.layers) {
+    for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.atty, &l.att_lse, &l.residual2, &l.ln2,
+                            &l.ln2_mean, &l.ln2_rstd, &l.fch, &l.fch_gelu, &l.residual3}) {
+      const auto* p = reinterpret_cast<const char*>(t->data);
+      spans.emplace_back(p, p + t->bytes());
+    }
+  }
+  for (const Tensor* t : {&ba.encoded, &ba.lnf, &ba.lnf_mean, &ba.lnf_rstd, &ba.logits, &ba.losses, &ba.proj,
+                          &ba.dresidual, &ba.dln, &ba.datty, &ba.dqkv, &ba.dfch}) {
+    const auto* p = reinterpret_cast<const char*>(t->data);
+    spans.emplace_back(p, p + t->bytes());
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_GE(spans[i].first, base);
+    EXPECT_LE(spans[i].second, base + bf.bytes());
+    if (i > 0) EXPECT_LE(spans[i - 1].second, spans[i].first) << "tensors " << i - 1 << " and " << i << " overlap";
+  }
   for (const Tensor* t : {&l0.ln1, &l0.ln2, &l0.atty, &l0.fch_gelu, &ba.lnf}) EXPECT_TRUE(t->is_bf16());
   for (const Tensor* t : {&l0.qkv, &l0.fch, &l0.residual2, &l0.residual3, &ba.logits}) EXPECT_FALSE(t->is_bf16());
 }

@@ -52,8 +52,9 @@ struct Tensor {
   int64_t cols() const { return ndim == 0 ? 1 : dim(-1); }
   int64_t rows() const { return ndim == 0 ? 1 : numel() / cols(); }
   bool empty() const { return data == nullptr; }
-  float* begin() const { return data; }
-  float* end() const { return data + numel(); }
+  // An f32 tensor's elements (as<float>(): a bf16 tensor throws).
+  float* begin() const { return as<float>(); }
+  float* end() const { return as<float>() + numel(); }
   std::string shape_str() const;
 };
 

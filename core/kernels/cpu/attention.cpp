@@ -163,6 +163,7 @@ void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int 
 }
 
 void CpuBackend::attention_decode(Tensor out, Tensor qkv, int NH, int KVH) {
+  expect_f32(out, "attention_decode");  // generation's arena is f32
   const int64_t P = qkv.dim(1), C3 = qkv.dim(2), HS = out.dim(out.ndim - 1) / NH;
   float* rows = scratch(static_cast<size_t>(threads_ * P));
 #pragma omp parallel for num_threads(threads_) schedule(static)

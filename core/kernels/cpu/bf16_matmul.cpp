@@ -145,8 +145,9 @@ void Bf16TileGemm::run(float* dst, int64_t ldd, Operand a, Operand b, int64_t m,
   e.dst.set_data_handle(dst);
   // On this thread alone. Inside a team of 1 (a 1-thread backend's region is
   // inactive) oneDNN would otherwise fork a team of the default size for
-  // every tile; the setting is the calling task's, gone when its region ends.
-  omp_set_num_threads(1);
+  // every tile; the setting is the calling task's, gone when its region ends
+  // (outside any region it would outlive the call, so it is not made there).
+  if (omp_get_level() > 0) omp_set_num_threads(1);
   e.prim.execute(impl_->stream, e.args);
   impl_->stream.wait();
   impl_->last = &e;

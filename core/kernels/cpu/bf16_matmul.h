@@ -52,8 +52,8 @@ class Bf16Matmul {
 // with the two strides swapped.
 //   dst (m,n), rows ldd apart, = alpha A (m,k) B (k,n) [+ dst when accumulate]
 // A primitive is made once per (shape, strides, alpha, accumulate) and kept.
-// Call it from inside an OpenMP parallel region: it sets the calling task's
-// thread count to 1.
+// Call it from inside an OpenMP parallel region (a team of one included): it
+// sets the calling task's thread count to 1, so oneDNN runs on that thread.
 class Bf16TileGemm {
  public:
   struct Operand {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -301,10 +302,12 @@ AttentionBf16Bounds attention_bf16_bounds(const OpShape& s, const std::vector<fl
 // qkv rows are W = (NH + 2 KVH) HS wide: 3C for multi-head (op_costs.h).
 class AttentionForward final : public TableCase {
  public:
-  AttentionForward(const OpShape& s, Memory& m, Dtype d = Dtype::f32)
+  // `out_dtype`: the output's type, the case's own by default (the bf16 row
+  // ".f32out" keeps an f32 output under bf16 products, as generation does).
+  AttentionForward(const OpShape& s, Memory& m, Dtype d = Dtype::f32, std::optional<Dtype> out_dtype = {})
       : TableCase("attention_forward", s, {"lse", "out"}, d),
         qkv_(random_array({s.B, s.T, s.qkv_width()}, 31, m, -2.0f, 2.0f)),
-        out_(overwritten({s.B, s.T, s.C}, m, d)),
+        out_(overwritten({s.B, s.T, s.C}, m, out_dtype.value_or(d))),
         lse_(overwritten({s.B, s.NH, s.T}, m)) {}
   void reset() override {
     out_.reset();
@@ -779,6 +782,11 @@ const std::vector<OpSpec>& op_table(Dtype dtype) {
       v.push_back(a);
       v.push_back(grouped(a));
     }
+    // bf16 products into an f32 output (a bf16 run's generation arena); its
+    // tolerance is the stored row's, which also allows the output's rounding.
+    v.push_back({"attention_forward", "f32out", Dtype::bf16, [](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> {
+                   return std::make_unique<AttentionForward>(s, m, Dtype::bf16, Dtype::f32);
+                 }});
     v.push_back(bf16_spec<GeluForward>("gelu_forward"));
     v.push_back(bf16_spec<ReluForward>("relu_forward"));
     v.push_back(bf16_spec<SiluForward>("silu_forward"));

@@ -165,8 +165,12 @@ OpCost op_cost(const std::string& k, const OpShape& s, Dtype dtype) {
   if (dtype == Dtype::f32) return c;
   const double N = static_cast<double>(s.B) * s.T, C = s.C;
   double stored = 0;  // elements of the bf16 operand
-  if (k == "layernorm_forward" || k == "rmsnorm_forward" || k == "attention_forward" || k == "attention_backward" ||
-      k == "matmul_forward" || k == "matmul_backward") {
+  if (k == "attention_backward") {  // its bf16 form never reads out: D comes from the tile (backend.h)
+    c.bytes -= 4 * N * C;
+    return c;
+  }
+  if (k == "layernorm_forward" || k == "rmsnorm_forward" || k == "attention_forward" || k == "matmul_forward" ||
+      k == "matmul_backward") {
     stored = N * C;
   } else if (k == "gelu_forward" || k == "relu_forward" || k == "silu_forward" || k == "swiglu_forward") {
     stored = N * 4 * C;

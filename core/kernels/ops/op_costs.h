@@ -64,7 +64,9 @@ OpCost op_cost(const std::string& op, const OpShape& s);
 // The cost of op's bf16 row (op_table(Dtype::bf16)) with Dtype::bf16: the
 // same FLOP, and 2 bytes instead of 4 for each element of the stored
 // operand (the output of a norm, an activation or the attention forward;
-// the input the attention backward and the matrix products take); f32: op_cost.
+// the input the matrix products take); the attention backward's bf16 form
+// does not read its `out` at all (0 bytes); f32: op_cost. The bf16 copies a
+// product makes of its other operands are the implementation's, not counted.
 OpCost op_cost(const std::string& op, const OpShape& s, Dtype dtype);
 
 // The sum-allreduce of a flat buffer of s.P floats over `ranks` ranks, per

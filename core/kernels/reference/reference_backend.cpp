@@ -99,6 +99,7 @@ class ReferenceBackend final : public Backend {
                             KVH);
   }
   void attention_decode(Tensor out, Tensor qkv, int NH, int KVH) override {
+    expect_f32(out, "attention_decode");
     ref::attention_decode(out.data, qkv.data, i32(qkv.dim(1)), i32(out.dim(2)), NH, KVH);
   }
   void rope_forward(Tensor qkv, int NH, int KVH, int pos0, float theta) override {
