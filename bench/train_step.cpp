@@ -42,6 +42,7 @@ struct Options {
   std::string save_init;
   std::string precision = "fp32";
   std::string stored = "auto";
+  bool deterministic = false;
 
   gpt2::Fields fields() {
     gpt2::Fields f;
@@ -55,6 +56,7 @@ struct Options {
     f.add("stored", stored,
           "the stored activations' type: auto (bf16 with --precision bf16, as training) | f32 | bf16 (for a "
           "before/after comparison)");
+    f.add("deterministic", deterministic, "as train.deterministic: every sum in a canonical order (fp32 only)");
     f.add("json", json, "also write the results as JSON to this path", "path");
     f.add("save-init", save_init,
           "write the initial weights (seed 1) as a checkpoint, for the PyTorch peer (bench/peers), and exit", "path");
@@ -93,6 +95,7 @@ int run(int argc, char** argv) {
     throw std::invalid_argument(fmt::format("--stored: '{}' (expected auto, f32 or bf16)", o.stored));
   }
   if (o.stored == "bf16" && !bf16) throw std::invalid_argument("--stored bf16 needs --precision bf16");
+  if (o.deterministic && bf16) throw std::invalid_argument("--deterministic runs in fp32 so far (docs/determinism.md)");
   const Dtype stored = o.stored == "bf16" || (o.stored == "auto" && bf16) ? Dtype::bf16 : Dtype::f32;
   for (int t : o.threads) {
     if (t <= 0) throw std::invalid_argument(fmt::format("--threads: expected positive thread counts, got {}", t));
@@ -127,7 +130,7 @@ int run(int argc, char** argv) {
              "tokens/s", "GFLOP/s", "of SGEMM");
   for (int th : o.threads) {
     const double ceiling = cpu::sgemm_ceiling_gflops(th);
-    auto be = make_cpu_backend(th, bf16);
+    auto be = make_cpu_backend(th, bf16, o.deterministic);
     if (th == o.threads.front()) fmt::print("backend: {}; stored activations {}\n", be->name(), to_string(stored));
     Gpt2 model(cfg);
     model.init_weights(1);
@@ -154,6 +157,7 @@ int run(int argc, char** argv) {
                            {"sgemm_ceiling_gflops", round_fixed(ceiling, 2)},
                            {"precision", o.precision},
                            {"stored_activations", to_string(stored)},
+                           {"deterministic", o.deterministic},
                            {"arena_bytes", arena.bytes()},
                            {"backend", be->name()}});
   }

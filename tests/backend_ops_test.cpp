@@ -102,6 +102,26 @@ TEST(BackendOpsBf16, StoredOperandsAreBf16AndOthersRefuseThem) {
   EXPECT_GT(differ, f.outputs[0].f32.size() / 2);  // rounded: most values changed
 }
 
+// train.deterministic's CPU backend: every op of the table within its
+// tolerance of the reference, and the same bits at 1 and 2 threads for every
+// output (the default's order differs there: the norms' weight gradients and
+// sum_squares, and at small shapes OpenBLAS's products).
+TEST(BackendOps, DeterministicBackendGivesTheSameBitsAtAnyThreadCount) {
+  auto t1 = make_cpu_backend(1, false, true), t2 = make_cpu_backend(2, false, true);
+  for (const ops::OpShape& s : testing::backend_ops_shapes()) {
+    testing::check_every_op(*t2, "cpu-deterministic/t2", s);
+    for (const ops::OpSpec& spec : ops::op_table()) {
+      const std::vector<ops::OpOutput> a = ops::run_on(spec, s, *t1), b = ops::run_on(spec, s, *t2);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        testing::expect_match(spec.name() + " deterministic, 2 threads against 1 at " + s.str(), b[i], a[i],
+                              ops::Tolerance{});
+      }
+    }
+  }
+  EXPECT_NE(t2->name().find("deterministic"), std::string::npos) << t2->name();
+}
+
 // The oracle of the "sum" rows (exact): every host backend's sum is the
 // element-order sum in double, not merely the reference's.
 TEST(BackendOps, HostSumIsTheInOrderDoubleSum) {

@@ -211,6 +211,7 @@ struct BackendOptions {
   bool tf32 = false;    // train.tf32: CUDA matrix products on TF32 tensor cores
   int device_hint = 0;  // CUDA: the GPU is device_hint % device count (a rank's local rank)
   bool bf16 = false;    // train.precision bf16: matrix products with bf16 inputs, fp32 accumulation (CPU)
+  bool deterministic = false;  // train.deterministic: the same bits at any thread count (CPU)
 };
 
 // A kind of backend as a stage program chooses it, once: how to make one,
@@ -243,6 +244,11 @@ std::unique_ptr<Backend> make_reference_backend();
 // every matrix product rounds its inputs to bf16 and accumulates in fp32
 // through oneDNN (kernels/cpu/bf16_matmul.h); every other kernel, and every
 // stored tensor, stays fp32 (train.precision bf16, docs/precision.md).
-std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products = false);
+// With `deterministic` (train.deterministic) every result is the same bits
+// at any thread count: the sums over rows that threads would split (the
+// norms' weight and bias gradients, sum_squares) take a fixed order; every
+// other kernel gives the same bits at any thread count already
+// (docs/determinism.md).
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products = false, bool deterministic = false);
 
 }  // namespace gpt2

@@ -33,6 +33,23 @@ void set_arena(RankMemory& m, const ArenaKinds& k) {
   m.arena = k.total() * sizeof(float);
 }
 
+void check_deterministic(const RunConfig& c, int ranks, const std::string& stage) {
+  if (!c.train.deterministic) return;
+  const auto refuse = [](const std::string& why) {
+    throw std::invalid_argument("train.deterministic true: " + why + " (docs/determinism.md)");
+  };
+  if (stage == "cuda" || stage == "mpi_cuda") refuse(fmt::format("runs on the CPU stages only so far, not {}", stage));
+  if (ranks > 1) {
+    refuse(fmt::format("runs on one rank so far, not {}: the canonical cross-rank sums of dp, tp, pp and ZeRO are "
+                       "not built yet; use the serial stage or mpiexec -n 1", ranks));
+  }
+  if (c.train.precision != "fp32") refuse("runs in fp32 so far, not " + c.train.precision);
+  if (c.train.micro_batch != 0 && c.train.micro_batch < c.train.batch_size) {
+    refuse(fmt::format("accumulation (train.micro_batch {} of {} rows) changes the order of the batch's sums; use "
+                       "train.micro_batch 0 or {}", c.train.micro_batch, c.train.batch_size, c.train.batch_size));
+  }
+}
+
 Dtype stored_dtype_on(const RunConfig& c, const std::string& stage) {
   return stage == "cuda" || stage == "mpi_cuda" ? Dtype::f32 : c.train.stored_dtype();
 }
@@ -254,6 +271,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
         fmt::format("{} ranks: the {} stage runs one process (the mpi and mpi_cuda stages run several)", ranks, stage));
   }
   check_stage_runs(c, stage, multi);
+  check_deterministic(c, ranks, stage);
   const Gpt2Config& cfg = c.model;
   cfg.validate();
   Plan p;

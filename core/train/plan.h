@@ -88,6 +88,11 @@ void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_p
 // another name.
 bool stage_is_multi_process(const std::string& stage);
 
+// train.deterministic's reach so far (docs/determinism.md): one rank of a
+// CPU stage, fp32, no accumulation. Throws std::invalid_argument naming the
+// constraint and what is allowed for anything else; nothing without it.
+void check_deterministic(const RunConfig& c, int ranks, const std::string& stage);
+
 // The type `stage` stores the activations only a product reads in: bf16 with
 // train.precision bf16 on the CPU stages; f32 on the CUDA stages, whose bf16
 // is the products' alone (their arena is device memory).

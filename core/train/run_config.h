@@ -37,6 +37,7 @@ struct TrainConfig {
   bool save_checkpoint = true;  // false: write no checkpoint at all (benchmark runs)
   bool tf32 = false;            // CUDA stages: cuBLAS may use TF32 tensor cores
   std::string precision = "fp32";  // "bf16": matrix products with bf16 inputs, fp32 sums (CPU stages)
+  bool deterministic = false;   // the same bits at any thread count (docs/determinism.md)
   double peak_gflops = 0.0;     // MFU denominator; 0: measure SGEMM at start-up
   double grad_bucket_mb = 0.0;  // data parallel: allreduce buckets overlapping backward; 0: one allreduce
   double max_loss = 0.0;        // divergence bound; 0: 3 x ln(vocab_size)
@@ -72,6 +73,9 @@ struct TrainConfig {
       "through oneDNN, and the activations only a product reads are stored in bf16; parameters, master weights, "
       "Adam moments, gradients, the residual stream, norms, softmax and loss stay fp32; on the CUDA stages the "
       "products alone; docs/precision.md)");
+    f("deterministic", deterministic,
+      "true: every sum in a canonical order, so the run gives the same bits at any thread count (so far: one "
+      "rank on the serial or mpi stage, fp32, no accumulation; docs/determinism.md); false: the fastest order");
     f("peak_gflops", peak_gflops, "peak GFLOP/s for MFU; 0 = measure an SGEMM at start-up");
     f("grad_bucket_mb", grad_bucket_mb,
       "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one allreduce "

@@ -83,6 +83,7 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["zero"] = st.zero_stage;
   p["vocab_parallel"] = st.model->tp().shape().vocab;
   p["precision"] = c.train.precision;
+  p["deterministic"] = c.train.deterministic;
   p["block_types"] = TpLayout{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.describe();
   p["hostfile"] = req.hostfile;
   p["seed"] = c.train.seed;
@@ -485,6 +486,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
                                 "--overwrite discards it; give one");
   }
   check_stage_runs(c, ctx.stage, ctx.comm != nullptr);
+  check_deterministic(c, comm.size(), ctx.stage);
   // Make: the run directory, the grid, the state, the layout.
   RunLogger log(ctx.stage, comm.rank() == 0);
   std::vector<fs::path> inputs;  // never taken for the directory's run files
@@ -495,7 +497,9 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
   ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp);
   const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend,
-                                                           {threads, c.train.tf32, 0, c.train.precision == "bf16"}, grid);
+                                                           {threads, c.train.tf32, 0, c.train.precision == "bf16",
+                                                            c.train.deterministic},
+                                                           grid);
   if (!req.resume.empty()) log.check_resume(req.resume, st->checkpoint_run_id);
   RunConfig resolved = c;
   resolved.model = st->model_config;

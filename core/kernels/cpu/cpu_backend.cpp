@@ -18,13 +18,14 @@
 
 namespace gpt2 {
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products) {
-  return std::make_unique<cpu::CpuBackend>(threads, bf16_products);
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products, bool deterministic) {
+  return std::make_unique<cpu::CpuBackend>(threads, bf16_products, deterministic);
 }
 
 namespace cpu {
 
-CpuBackend::CpuBackend(int threads, bool bf16_products) : threads_(threads) {
+CpuBackend::CpuBackend(int threads, bool bf16_products, bool deterministic)
+    : threads_(threads), deterministic_(deterministic) {
   if (threads < 1) throw std::invalid_argument(fmt::format("threads must be >= 1, got {}", threads));
   // One thread pool: OpenBLAS runs single-threaded inside our OpenMP
   // regions, which split each GEMM (matmul.cpp).
@@ -40,8 +41,10 @@ CpuBackend::CpuBackend(int threads, bool bf16_products) : threads_(threads) {
 }
 
 std::string CpuBackend::name() const {
-  return bf16_ ? fmt::format("cpu (bf16 products: oneDNN {} {})", Bf16Matmul::library_version(), bf16_->impl_info())
-               : "cpu";
+  std::string extras;
+  if (bf16_) extras = fmt::format("bf16 products: oneDNN {} {}", Bf16Matmul::library_version(), bf16_->impl_info());
+  if (deterministic_) extras += std::string(extras.empty() ? "" : ", ") + "deterministic";
+  return extras.empty() ? "cpu" : fmt::format("cpu ({})", extras);
 }
 
 std::vector<std::pair<std::string, std::string>> CpuBackend::library_versions() const {
@@ -182,6 +185,24 @@ void CpuBackend::adam_update(Tensor param, Tensor grad, Tensor m, Tensor v,
 double CpuBackend::sum_squares(Tensor x) {
   const int64_t n = x.numel();
   const float* d = x.data;
+  if (deterministic_) {
+    // Fixed chunks of kSumChunk elements, each summed in element order (by
+    // whichever thread), the chunks' sums then added in chunk order: the same
+    // bits at any thread count.
+    constexpr int64_t kSumChunk = int64_t{1} << 16;
+    const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+    if (chunk_sums_.size() < static_cast<size_t>(chunks)) chunk_sums_.resize(static_cast<size_t>(chunks));
+    double* sums = chunk_sums_.data();
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t k = 0; k < chunks; ++k) {
+      double acc = 0;
+      for (int64_t i = k * kSumChunk; i < std::min(n, (k + 1) * kSumChunk); ++i) acc += static_cast<double>(d[i]) * d[i];
+      sums[k] = acc;
+    }
+    double total = 0;
+    for (int64_t k = 0; k < chunks; ++k) total += sums[k];
+    return total;
+  }
   double partial[256] = {};  // one slot per thread, summed in thread order
   const int nt = std::min(threads_, 256);
 #pragma omp parallel num_threads(nt)

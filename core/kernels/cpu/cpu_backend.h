@@ -18,7 +18,9 @@ namespace gpt2::cpu {
 class CpuBackend final : public Backend {
  public:
   // `bf16`: matrix products with bf16 inputs through oneDNN (make_cpu_backend).
-  explicit CpuBackend(int threads, bool bf16_products = false);
+  // `deterministic`: train.deterministic; every result the same bits at any
+  // thread count (the sums over rows below in a fixed order).
+  explicit CpuBackend(int threads, bool bf16_products = false, bool deterministic = false);
   // "cpu", or "cpu (bf16 products: oneDNN 2.6.3 brg:avx512_core_bf16)": the
   // kernel oneDNN chose names the path (native bf16 or conversions).
   std::string name() const override;
@@ -96,7 +98,17 @@ class CpuBackend final : public Backend {
   // bf16 tiles of `tile` elements (the attention's P and dS); grown, never shrunk.
   void ready_tile_products(size_t tile);
 
+  // The parts a dimension of n is cut into among nt threads (matmul.cpp).
+  int parts_of(int n, int nt) const;
+
+  // The norms' weight (and bias) gradients under deterministic_: each column
+  // summed over the rows in row order by the one thread that owns it.
+  template <bool kLayerNorm>
+  void norm_weight_columns(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor mean, Tensor rstd);
+
   int threads_;
+  bool deterministic_ = false;
+  std::vector<double> chunk_sums_;  // sum_squares' fixed chunks (deterministic_)
   Buffer scratch_;
   std::unique_ptr<Bf16Matmul> bf16_;  // null: fp32 products (OpenBLAS)
   std::vector<bf16> bf16_a_, bf16_b_, bf16_c_;

@@ -66,6 +66,14 @@ void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, T
         gx_sum += g * (x[c] - m) * s;
       }
       const float g_mean = g_sum / static_cast<float>(C), gx_mean = gx_sum / static_cast<float>(C);
+      if (deterministic_) {  // the weight and bias gradients below, by columns
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          float xhat = (x[c] - m) * s;
+          dx[c] += s * (d[c] * w[c] - g_mean - xhat * gx_mean);
+        }
+        continue;
+      }
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         float xhat = (x[c] - m) * s;
@@ -75,6 +83,10 @@ void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, T
       }
     }
   }
+  if (deterministic_) {
+    norm_weight_columns<true>(dweight, dbias, dout, inp, mean, rstd);
+    return;
+  }
   for (int64_t t = 0; t < ran; ++t) {  // only the slots that were written
     const float* dw = partials + t * 2 * C;
     for (int64_t c = 0; c < C; ++c) {
@@ -83,5 +95,51 @@ void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, T
     }
   }
 }
+
+// Each thread owns a slab of columns and sums them over every row in row
+// order, from zero, then adds the sum to the accumulated gradient: the same
+// arithmetic as the row-parallel form's one-thread run, at any thread count.
+// kLayerNorm: dweight += sum xhat dout and dbias += sum dout (mean and rstd);
+// else RMSNorm's dweight += sum x rstd dout (dbias and mean unused).
+template <bool kLayerNorm>
+void CpuBackend::norm_weight_columns(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor mean, Tensor rstd) {
+  const int64_t N = inp.rows(), C = inp.cols();
+  float* partials = scratch(static_cast<size_t>(2 * C));
+#pragma omp parallel num_threads(threads_)
+  {
+    const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const int64_t c0 = C * tid / nt, c1 = C * (tid + 1) / nt;
+    float* dw = partials;
+    float* db = partials + C;
+    for (int64_t c = c0; c < c1; ++c) dw[c] = db[c] = 0.0f;
+    for (int64_t i = 0; i < N; ++i) {
+      const float* x = inp.data + i * C;
+      const float* d = dout.data + i * C;
+      const float s = rstd.data[i];
+      if constexpr (kLayerNorm) {
+        const float m = mean.data[i];
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) {
+          float xhat = (x[c] - m) * s;
+          db[c] += d[c];
+          dw[c] += xhat * d[c];
+        }
+      } else {
+#pragma omp simd
+        for (int64_t c = c0; c < c1; ++c) {
+          const float xhat = x[c] * s;
+          dw[c] += xhat * d[c];
+        }
+      }
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      dweight.data[c] += dw[c];
+      if constexpr (kLayerNorm) dbias.data[c] += db[c];
+    }
+  }
+}
+
+template void CpuBackend::norm_weight_columns<true>(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor);
+template void CpuBackend::norm_weight_columns<false>(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor);
 
 }  // namespace gpt2::cpu

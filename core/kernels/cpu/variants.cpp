@@ -60,6 +60,14 @@ void CpuBackend::rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tens
 #pragma omp simd reduction(+ : gx_sum)
       for (int64_t c = 0; c < C; ++c) gx_sum += d[c] * w[c] * x[c] * s;
       const float gx_mean = gx_sum / static_cast<float>(C);
+      if (deterministic_) {  // the weight gradient below, by columns
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          const float xhat = x[c] * s;
+          dx[c] += s * (d[c] * w[c] - xhat * gx_mean);
+        }
+        continue;
+      }
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         const float xhat = x[c] * s;
@@ -67,6 +75,10 @@ void CpuBackend::rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tens
         dx[c] += s * (d[c] * w[c] - xhat * gx_mean);
       }
     }
+  }
+  if (deterministic_) {
+    norm_weight_columns<false>(dweight, Tensor{}, dout, inp, Tensor{}, rstd);
+    return;
   }
   for (int64_t t = 0; t < ran; ++t) {
     const float* dw = partials + t * C;
