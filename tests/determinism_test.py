@@ -2,8 +2,10 @@
 """train.deterministic (issue 31, its first part): the same bits at any thread count.
 
 With `train.deterministic true`, 10 steps of a small model (2 layers, C 64,
-batch 8 x 32, with validation) give byte-identical parameters and Adam
-moments, and identical loss, gradient-norm and validation records, for:
+batch 8 x 64: 512 rows, so the products' fixed blocks split between the
+threads; with validation) give byte-identical parameters and Adam
+moments, and identical loss, gradient-norm and validation records and
+generated text, for:
   * the serial stage at 1 and 2 threads;
   * the serial stage at 2 threads with recomputation (train.recompute full);
   * the mpi stage on one rank at 2 threads;
@@ -33,14 +35,15 @@ def state(run_dir):
     ck = load(os.path.join(run_dir, "checkpoint.bin"))
     steps = [(r["loss"], r["grad_norm"]) for r in records(run_dir, "step")]
     evals = [r["val_loss"] for r in records(run_dir, "eval")]
-    return (ck.params, ck.m, ck.v), steps, evals
+    text = [r.get("generated_text") for r in records(run_dir, "summary")]
+    return (ck.params, ck.m, ck.v), steps, evals, text
 
 
 def main():
     t = LayoutTest(__doc__, "determinism_test_")
     a, check, programs, out = t.a, t.check, t.programs, t.out
     run = programs.run
-    B, T, C, L, NH = 8, 32, 64, 2, 4
+    B, T, C, L, NH = 8, 64, 64, 2, 4  # 512 rows: the products' fixed 256-row blocks split between threads
     common = common_args(a.corpus, B, T, C, L, NH)
     det = [*common, "--train.deterministic", "true"]
 
@@ -56,11 +59,11 @@ def main():
             check(title, False, "a run failed")
             return
         tensors = all(p == q for p, q in zip(x[0], y[0]))
-        check(title, tensors and x[1] == y[1] and x[2] == y[2],
+        check(title, tensors and x[1] == y[1] and x[2] == y[2] and x[3] == y[3],
               f"parameters and moments {'equal' if tensors else 'DIFFER'}; records {x[1][-1]} / {y[1][-1]}")
 
     ref = train("det_t1", det, 1)
-    same("deterministic: 2 threads give serial 1 thread's bits (weights, moments, losses, norms, val)",
+    same("deterministic: 2 threads give serial 1 thread's bits (weights, moments, losses, norms, val, text)",
          ref, train("det_t2", det, 2))
     same("deterministic: recomputation at 2 threads gives the same bits",
          ref, train("det_t2_recompute", [*det, "--train.recompute", "full"], 2))
@@ -78,6 +81,8 @@ def main():
     error("several ranks are refused, naming the constraint", 2, [], "runs on one rank so far")
     error("bf16 is refused", 1, ["--train.precision", "bf16"], "runs in fp32 so far")
     error("accumulation is refused, naming the allowed values", 1, ["--train.micro_batch", "4"],
+          "use train.micro_batch 0 or 8")
+    error("accumulation spelt as parallel.microbatches is refused too", 1, ["--parallel.microbatches", "2"],
           "use train.micro_batch 0 or 8")
     r = run([a.serial, "plan", *det, "--stage", "cuda"])
     check("the CUDA stages are refused by their plan", r.returncode == 2 and "CPU stages only" in r.stderr,

@@ -246,9 +246,10 @@ std::unique_ptr<Backend> make_reference_backend();
 // stored tensor, stays fp32 (train.precision bf16, docs/precision.md).
 // With `deterministic` (train.deterministic) every result is the same bits
 // at any thread count: the sums over rows that threads would split (the
-// norms' weight and bias gradients, sum_squares) take a fixed order; every
-// other kernel gives the same bits at any thread count already
-// (docs/determinism.md).
+// norms' weight and bias gradients, sum_squares) take a fixed order, and
+// the matrix products are cut into fixed tiles (an OpenBLAS product's result
+// can depend on its size); the other kernels give the same bits at any
+// thread count already (docs/determinism.md).
 std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products = false, bool deterministic = false);
 
 }  // namespace gpt2

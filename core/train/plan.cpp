@@ -44,9 +44,11 @@ void check_deterministic(const RunConfig& c, int ranks, const std::string& stage
                        "not built yet; use the serial stage or mpiexec -n 1", ranks));
   }
   if (c.train.precision != "fp32") refuse("runs in fp32 so far, not " + c.train.precision);
-  if (c.train.micro_batch != 0 && c.train.micro_batch < c.train.batch_size) {
-    refuse(fmt::format("accumulation (train.micro_batch {} of {} rows) changes the order of the batch's sums; use "
-                       "train.micro_batch 0 or {}", c.train.micro_batch, c.train.batch_size, c.train.batch_size));
+  // Accumulation, spelt either way (resolve_micro_batch makes one the other).
+  if ((c.train.micro_batch != 0 && c.train.micro_batch < c.train.batch_size) || c.parallel.microbatches > 1) {
+    refuse(fmt::format("accumulation (train.micro_batch {}, parallel.microbatches {}, of {} rows) changes the order "
+                       "of the batch's sums; use train.micro_batch 0 or {} and parallel.microbatches 1",
+                       c.train.micro_batch, c.parallel.microbatches, c.train.batch_size, c.train.batch_size));
   }
 }
 

@@ -624,7 +624,7 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   }
   if (prompt.empty()) throw std::invalid_argument("--prompt: the prompt has no tokens");
   auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, ctx.comm ? ctx.comm->local_rank() : 0,
-                              c.train.precision == "bf16"});
+                              c.train.precision == "bf16", c.train.deterministic});
   Gpt2 model(ck->config, be->memory(), layout);
   load_params(*ck, model);
   const auto g0 = Clock::now();

@@ -19,7 +19,8 @@ class CpuBackend final : public Backend {
  public:
   // `bf16`: matrix products with bf16 inputs through oneDNN (make_cpu_backend).
   // `deterministic`: train.deterministic; every result the same bits at any
-  // thread count (the sums over rows below in a fixed order).
+  // thread count (the norms' and sum_squares' sums in a fixed order, the
+  // products cut into fixed tiles: matmul.cpp).
   explicit CpuBackend(int threads, bool bf16_products = false, bool deterministic = false);
   // "cpu", or "cpu (bf16 products: oneDNN 2.6.3 brg:avx512_core_bf16)": the
   // kernel oneDNN chose names the path (native bf16 or conversions).
@@ -98,8 +99,12 @@ class CpuBackend final : public Backend {
   // bf16 tiles of `tile` elements (the attention's P and dS); grown, never shrunk.
   void ready_tile_products(size_t tile);
 
-  // The parts a dimension of n is cut into among nt threads (matmul.cpp).
-  int parts_of(int n, int nt) const;
+  // The tiles a product's output is cut into among nt threads (matmul.cpp).
+  struct Tiling {
+    int rows = 1, cols = 1;
+    int count() const { return rows * cols; }
+  };
+  Tiling tiling(int rows, int cols, int nt, bool by_rows) const;
 
   // The norms' weight (and bias) gradients under deterministic_: each column
   // summed over the rows in row order by the one thread that owns it.

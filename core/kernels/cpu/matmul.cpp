@@ -20,17 +20,22 @@ namespace {
 inline int slab(int n, int parts, int i) { return static_cast<int>(int64_t{n} * i / parts); }
 // Below this many rows the forward matmul is a few GEMVs split by output column.
 constexpr int kFewRows = 8;
-// train.deterministic: a dimension is cut into blocks of this many, whatever
-// the thread count, and threads take blocks in turn. An OpenBLAS product's
-// result for one element can depend on the size of the product it sits in
-// (its small-matrix kernels), so the blocks, not the threads, fix the sizes.
+// train.deterministic: a product's output is cut into tiles of at most this
+// many a side, whatever the thread count, and threads take tiles in turn. An
+// OpenBLAS product's result for one element can depend on the size of the
+// product it sits in (its small-matrix kernels), so the tiles, not the
+// threads, fix the sizes.
 constexpr int kDeterministicBlock = 256;
 }  // namespace
 
-// The parts a dimension of n is cut into when nt threads share it: one per
-// thread, or (deterministic_) fixed blocks.
-int CpuBackend::parts_of(int n, int nt) const {
-  return deterministic_ ? std::max(1, (n + kDeterministicBlock - 1) / kDeterministicBlock) : nt;
+// The tiles a product's output (rows x cols) is cut into when nt threads
+// share it. By default one slab per thread along the dimension the product
+// splits (`by_rows`); under deterministic_ fixed blocks both ways, whatever
+// the thread count, which threads take in turn (tile t = (t / cols, t % cols)).
+CpuBackend::Tiling CpuBackend::tiling(int rows, int cols, int nt, bool by_rows) const {
+  if (!deterministic_) return by_rows ? Tiling{nt, 1} : Tiling{1, nt};
+  const auto blocks = [](int n) { return std::max(1, (n + kDeterministicBlock - 1) / kDeterministicBlock); };
+  return Tiling{blocks(rows), blocks(cols)};
 }
 
 void CpuBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
@@ -42,41 +47,48 @@ void CpuBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bi
     return;
   }
   expect_f32(inp, "matmul_forward: a bf16 input needs the bf16 products (train.precision bf16)");
-  if (N < kFewRows && !deterministic_) {
+  if (N < kFewRows) {
     // Few rows (generation's one-token decode): the work is reading the
     // weight matrix once, so threads split its rows (the output columns)
     // and each streams its slab through GEMV.
 #pragma omp parallel num_threads(threads_)
     {
       const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-      const int j0 = slab(OC, nt, tid), outs = slab(OC, nt, tid + 1) - j0;
-      for (int i = 0; outs > 0 && i < N; ++i) {
-        float* o = out.data + static_cast<int64_t>(i) * OC + j0;
-        for (int j = 0; j < outs; ++j) o[j] = bias.empty() ? 0.0f : bias.data[j0 + j];
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, outs, C, 1.0f, weight.data + static_cast<int64_t>(j0) * C, C,
-                    inp.data + static_cast<int64_t>(i) * C, 1, 1.0f, o, 1);
+      const Tiling tl = tiling(1, OC, nt, false);
+      for (int t = tid; t < tl.count(); t += nt) {
+        const int j0 = slab(OC, tl.cols, t), outs = slab(OC, tl.cols, t + 1) - j0;
+        for (int i = 0; outs > 0 && i < N; ++i) {
+          float* o = out.data + static_cast<int64_t>(i) * OC + j0;
+          for (int j = 0; j < outs; ++j) o[j] = bias.empty() ? 0.0f : bias.data[j0 + j];
+          cblas_sgemv(CblasRowMajor, CblasNoTrans, outs, C, 1.0f, weight.data + static_cast<int64_t>(j0) * C, C,
+                      inp.data + static_cast<int64_t>(i) * C, 1, 1.0f, o, 1);
+        }
       }
     }
     return;
   }
 #pragma omp parallel num_threads(threads_)
   {
-    const int nt = omp_get_num_threads(), tid = omp_get_thread_num(), parts = parts_of(N, nt);
-    for (int part = tid; part < parts; part += nt) {
-      const int i0 = slab(N, parts, part), rows = slab(N, parts, part + 1) - i0;
-      float* o = out.data + static_cast<int64_t>(i0) * OC;
+    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const Tiling tl = tiling(N, OC, nt, true);
+    for (int t = tid; t < tl.count(); t += nt) {
+      const int r = t / tl.cols, c = t % tl.cols;
+      const int i0 = slab(N, tl.rows, r), rows = slab(N, tl.rows, r + 1) - i0;
+      const int j0 = slab(OC, tl.cols, c), outs = slab(OC, tl.cols, c + 1) - j0;
+      float* o = out.data + static_cast<int64_t>(i0) * OC + j0;
       float beta = 0.0f;
       if (!bias.empty()) {
         for (int i = 0; i < rows; ++i) {
 #pragma omp simd
-          for (int j = 0; j < OC; ++j) o[static_cast<int64_t>(i) * OC + j] = bias.data[j];
+          for (int j = 0; j < outs; ++j) o[static_cast<int64_t>(i) * OC + j] = bias.data[j0 + j];
         }
         beta = 1.0f;
       }
-      // out[rows] (rows,OC) = inp[rows] (rows,C) @ weight^T (C,OC) [+ bias]
-      if (rows > 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, OC, C, 1.0f,
-                    inp.data + static_cast<int64_t>(i0) * C, C, weight.data, C, beta, o, OC);
+      // out[rows, outs] = inp[rows] (rows,C) @ weight[outs]^T (C,outs) [+ bias]
+      if (rows > 0 && outs > 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, outs, C, 1.0f,
+                    inp.data + static_cast<int64_t>(i0) * C, C, weight.data + static_cast<int64_t>(j0) * C, C, beta, o,
+                    OC);
       }
     }
   }
@@ -98,31 +110,37 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
 #pragma omp parallel num_threads(threads_)
   {
     const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-    // dinp[rows] (rows,C) = dout[rows] (rows,OC) @ weight (OC,C)
-    const int row_parts = parts_of(N, nt);
-    for (int part = tid; dinp.data != nullptr && part < row_parts; part += nt) {
-      const int i0 = slab(N, row_parts, part), rows = slab(N, row_parts, part + 1) - i0;
-      if (rows > 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f,
-                    dout.data + static_cast<int64_t>(i0) * OC, OC, weight.data, C, 0.0f,
-                    dinp.data + static_cast<int64_t>(i0) * C, C);
+    // dinp[rows, cols] = dout[rows] (rows,OC) @ weight[:, cols] (OC,cols)
+    const Tiling ti = tiling(N, C, nt, true);
+    for (int t = tid; dinp.data != nullptr && t < ti.count(); t += nt) {
+      const int r = t / ti.cols, c = t % ti.cols;
+      const int i0 = slab(N, ti.rows, r), rows = slab(N, ti.rows, r + 1) - i0;
+      const int k0 = slab(C, ti.cols, c), cols = slab(C, ti.cols, c + 1) - k0;
+      if (rows > 0 && cols > 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, OC, 1.0f,
+                    dout.data + static_cast<int64_t>(i0) * OC, OC, weight.data + k0, C, 0.0f,
+                    dinp.data + static_cast<int64_t>(i0) * C + k0, C);
       }
     }
-    const int col_parts = parts_of(OC, nt);
-    for (int part = tid; part < col_parts; part += nt) {
-      // dweight[outs] (outs,C) += dout[:, outs]^T (outs,N) @ inp (N,C)
-      const int j0 = slab(OC, col_parts, part), outs = slab(OC, col_parts, part + 1) - j0;
-      if (outs > 0 && dweight.data != nullptr) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outs, C, N, 1.0f, dout.data + j0, OC,
-                    inp.data, C, 1.0f, dweight.data + static_cast<int64_t>(j0) * C, C);
+    // dweight[outs, cols] += dout[:, outs]^T (outs,N) @ inp[:, cols] (N,cols)
+    const Tiling tw = tiling(OC, C, nt, true);  // dweight's rows are the output channels
+    for (int t = tid; dweight.data != nullptr && t < tw.count(); t += nt) {
+      const int r = t / tw.cols, c = t % tw.cols;
+      const int j0 = slab(OC, tw.rows, r), outs = slab(OC, tw.rows, r + 1) - j0;
+      const int k0 = slab(C, tw.cols, c), cols = slab(C, tw.cols, c + 1) - k0;
+      if (outs > 0 && cols > 0) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outs, cols, N, 1.0f, dout.data + j0, OC,
+                    inp.data + k0, C, 1.0f, dweight.data + static_cast<int64_t>(j0) * C + k0, C);
       }
-      // dbias[outs] += column sums of dout[:, outs]
-      if (!dbias.empty()) {
-        for (int i = 0; i < N; ++i) {
-          const float* d = dout.data + static_cast<int64_t>(i) * OC;
+    }
+    // dbias[outs] += column sums of dout[:, outs] (each column in row order)
+    const Tiling tb = tiling(1, OC, nt, false);
+    for (int t = tid; !dbias.empty() && t < tb.count(); t += nt) {
+      const int j0 = slab(OC, tb.cols, t), outs = slab(OC, tb.cols, t + 1) - j0;
+      for (int i = 0; i < N; ++i) {
+        const float* d = dout.data + static_cast<int64_t>(i) * OC;
 #pragma omp simd
-          for (int j = j0; j < j0 + outs; ++j) dbias.data[j] += d[j];
-        }
+        for (int j = j0; j < j0 + outs; ++j) dbias.data[j] += d[j];
       }
     }
   }
