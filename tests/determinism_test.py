@@ -10,7 +10,9 @@ generated text, for:
   * the serial stage at 2 threads with recomputation (train.recompute full);
   * the mpi stage on one rank at 2 threads;
   * RMSNorm and SwiGLU (the variants' kernels), at 1 and 2 threads.
-The checkpoints are compared tensor bytes to tensor bytes (their headers
+A run stopped at step 6 on 2 threads and resumed from its step-5
+checkpoint on 1 thread ends with the uninterrupted run's bits. The
+checkpoints are compared tensor bytes to tensor bytes (their headers
 record train.threads, which differs by design). The default (false) still
 runs the fast order: its result at 2 threads differs from its result at 1,
 which shows the check above can fail.
@@ -72,6 +74,26 @@ def main():
     variant = [*det, "--model.norm", "rmsnorm", "--model.mlp", "swiglu"]
     same("deterministic: RMSNorm and SwiGLU at 2 threads give their 1-thread bits",
          train("det_rms_t1", variant, 1), train("det_rms_t2", variant, 2))
+
+    # Resume across thread counts: a 2-thread run stopped at step 6 (its
+    # checkpoint at step 5), resumed in its directory at 1 thread, ends with
+    # the uninterrupted 1-thread run's bits and records.
+    d = out("det_resumed")
+    crash = ["--train.checkpoint_every", "5", "--debug.fail_rank", "0", "--debug.fail_step", "6"]
+    r = run([a.serial, "train", *det, "--train.threads", "2", *crash, "--out", d])
+    check("a 2-thread deterministic run stops at step 6 with its step-5 checkpoint",
+          r.returncode != 0 and os.path.exists(os.path.join(d, "checkpoint.bin")), r.stderr.strip()[-200:])
+    r = run([a.serial, "train", *det, "--train.threads", "1", "--out", d, "--resume", os.path.join(d, "checkpoint.bin")])
+    if r.returncode == 0 and ref is not None:
+        got = state(d)
+        ref_steps = {s["step"]: (s["loss"], s["grad_norm"]) for s in records(out("det_t1"), "step")}
+        resumed = {s["step"]: (s["loss"], s["grad_norm"]) for s in records(d, "step")}
+        all_equal = bool(resumed) and all(ref_steps.get(k) == v for k, v in resumed.items())
+        check("resumed at 1 thread, it ends with the uninterrupted run's bits (weights, moments, every step's record)",
+              all(p == q for p, q in zip(got[0], ref[0])) and all_equal and sorted(resumed) == list(range(10)),
+              f"steps {sorted(resumed)}")
+    else:
+        check("the resumed run completes", False, r.stderr.strip()[-300:])
 
     fast1, fast2 = train("fast_t1", common, 1), train("fast_t2", common, 2)
     check("the default's fast order differs between 1 and 2 threads (so the checks above can fail)",
