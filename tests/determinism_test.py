@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""train.deterministic (issue 31, its first part): the same bits at any thread count.
+"""train.deterministic (issue 31, its first parts): the same bits at any thread count, with data parallelism and with accumulation.
 
 With `train.deterministic true`, 10 steps of a small model (2 layers, C 64,
 batch 8 x 64: 512 rows, so the products' fixed blocks split between the
@@ -9,7 +9,12 @@ generated text, for:
   * the serial stage at 1 and 2 threads;
   * the serial stage at 2 threads with recomputation (train.recompute full);
   * the mpi stage on one rank at 2 threads;
-  * RMSNorm and SwiGLU (the variants' kernels), at 1 and 2 threads.
+  * RMSNorm and SwiGLU (the variants' kernels), at 1 and 2 threads;
+  * dp 2 and dp 4 (the mpi stage), dp 2 at 2 threads each, accumulation of
+    4 micro-steps, and dp 2 with accumulation and recomputation: the global
+    batch's 4 canonical chunks of 2 rows, added in one balanced tree (a
+    rank's subtree, then recursive doubling across ranks), give serial's
+    bits.
 A run stopped at step 6 on 2 threads and resumed from its step-5
 checkpoint on 1 thread ends with the uninterrupted run's bits. The
 checkpoints are compared tensor bytes to tensor bytes (their headers
@@ -17,9 +22,9 @@ record train.threads, which differs by design). The default (false) still
 runs the fast order: its result at 2 threads differs from its result at 1,
 which shows the check above can fail.
 
-What is not built yet is refused with one line naming the constraint:
-several ranks (dp, tp, pp, ZeRO: the canonical cross-rank sums), bf16,
-accumulation (train.micro_batch below the batch), and the CUDA stages (their
+What is not built yet is refused with one line naming the constraint: tp,
+pp and ZeRO, data-parallel counts that do not hold whole subtrees (3
+ranks), micro-steps of part of a chunk, bf16, and the CUDA stages (their
 plan).
 
 usage: determinism_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
@@ -71,6 +76,15 @@ def main():
          ref, train("det_t2_recompute", [*det, "--train.recompute", "full"], 2))
     same("deterministic: the mpi stage on one rank at 2 threads gives the same bits",
          ref, train("det_mpi1_t2", det, 2, ranks=1))
+    # Data parallelism and accumulation: the batch's 4 canonical chunks (of 2
+    # rows), whole subtrees per rank or micro-step, give serial's bits.
+    same("deterministic: dp 2 gives serial's bits", ref, train("det_dp2", det, 1, ranks=2))
+    same("deterministic: dp 4 gives serial's bits", ref, train("det_dp4", det, 1, ranks=4))
+    same("deterministic: dp 2 at 2 threads each gives serial's bits", ref, train("det_dp2_t2", det, 2, ranks=2))
+    same("deterministic: accumulation of 4 micro-steps (train.micro_batch 2) gives serial's bits",
+         ref, train("det_acc4", [*det, "--train.micro_batch", "2"], 2))
+    same("deterministic: dp 2 with accumulation (train.micro_batch 2) and recomputation gives serial's bits",
+         ref, train("det_dp2_acc", [*det, "--train.micro_batch", "2", "--train.recompute", "full"], 1, ranks=2))
     variant = [*det, "--model.norm", "rmsnorm", "--model.mlp", "swiglu"]
     same("deterministic: RMSNorm and SwiGLU at 2 threads give their 1-thread bits",
          train("det_rms_t1", variant, 1), train("det_rms_t2", variant, 2))
@@ -98,14 +112,18 @@ def main():
     fast1, fast2 = train("fast_t1", common, 1), train("fast_t2", common, 2)
     check("the default's fast order differs between 1 and 2 threads (so the checks above can fail)",
           fast1 is not None and fast2 is not None and fast1[0] != fast2[0])
+    fast_dp2 = train("fast_dp2", common, 1, ranks=2)
+    check("the default's dp 2 differs from its serial run (so the dp checks can fail)",
+          fast1 is not None and fast_dp2 is not None and fast1[0] != fast_dp2[0])
 
     error = refuser(check, programs, a, det, out)
-    error("several ranks are refused, naming the constraint", 2, [], "runs on one rank so far")
+    error("tensor parallelism is refused, naming the constraint", 2, ["--parallel.tp", "2"],
+          "runs data parallelism alone so far")
+    error("ZeRO is refused", 2, ["--parallel.zero", "1"], "runs data parallelism alone so far")
+    error("3 data-parallel ranks are refused, naming the allowed counts", 3, [], "use 1, 2 or 4 ranks")
     error("bf16 is refused", 1, ["--train.precision", "bf16"], "runs in fp32 so far")
-    error("accumulation is refused, naming the allowed values", 1, ["--train.micro_batch", "4"],
-          "use train.micro_batch 0 or 8")
-    error("accumulation spelt as parallel.microbatches is refused too", 1, ["--parallel.microbatches", "2"],
-          "use train.micro_batch 0 or 8")
+    error("a micro-step of part of a chunk is refused, naming the allowed sizes", 1, ["--train.micro_batch", "1"],
+          "use train.micro_batch a multiple of 2 that divides 8")
     r = run([a.serial, "plan", *det, "--stage", "cuda"])
     check("the CUDA stages are refused by their plan", r.returncode == 2 and "CPU stages only" in r.stderr,
           r.stderr.strip()[-300:])

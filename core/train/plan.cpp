@@ -33,22 +33,35 @@ void set_arena(RankMemory& m, const ArenaKinds& k) {
   m.arena = k.total() * sizeof(float);
 }
 
+int canonical_chunks(const RunConfig& c) {
+  const int B = c.train.batch_size;
+  return B % 4 == 0 ? 4 : B % 2 == 0 ? 2 : 1;
+}
+
 void check_deterministic(const RunConfig& c, int ranks, const std::string& stage) {
   if (!c.train.deterministic) return;
   const auto refuse = [](const std::string& why) {
     throw std::invalid_argument("train.deterministic true: " + why + " (docs/determinism.md)");
   };
   if (stage == "cuda" || stage == "mpi_cuda") refuse(fmt::format("runs on the CPU stages only so far, not {}", stage));
-  if (ranks > 1) {
-    refuse(fmt::format("runs on one rank so far, not {}: the canonical cross-rank sums of dp, tp, pp and ZeRO are "
-                       "not built yet; use the serial stage or mpiexec -n 1", ranks));
+  if (c.parallel.tp > 1 || c.parallel.pp > 1 || c.parallel.zero_stage() > 0) {
+    refuse(fmt::format("runs data parallelism alone so far, not parallel.tp {}, pp {}, zero {}: their canonical sums "
+                       "are not built yet", c.parallel.tp, c.parallel.pp, c.parallel.zero_stage()));
+  }
+  const int K = canonical_chunks(c), chunk = c.train.batch_size / K;
+  if (ranks < 1 || (ranks & (ranks - 1)) != 0 || K % ranks != 0) {
+    refuse(fmt::format("{} data-parallel ranks do not hold whole subtrees of the {} canonical chunks of "
+                       "train.batch_size {}; use {}", ranks, K, c.train.batch_size,
+                       K == 4 ? "1, 2 or 4 ranks" : K == 2 ? "1 or 2 ranks" : "1 rank"));
   }
   if (c.train.precision != "fp32") refuse("runs in fp32 so far, not " + c.train.precision);
-  // Accumulation, spelt either way (resolve_micro_batch makes one the other).
-  if ((c.train.micro_batch != 0 && c.train.micro_batch < c.train.batch_size) || c.parallel.microbatches > 1) {
-    refuse(fmt::format("accumulation (train.micro_batch {}, parallel.microbatches {}, of {} rows) changes the order "
-                       "of the batch's sums; use train.micro_batch 0 or {} and parallel.microbatches 1",
-                       c.train.micro_batch, c.parallel.microbatches, c.train.batch_size, c.train.batch_size));
+  // Accumulation, spelt either way (resolve_micro_batch makes one the other): a
+  // rank runs its rows chunk by chunk anyway, so a micro-step of whole chunks is the same.
+  const int rows = c.train.batch_size / ranks;
+  const int micro = c.train.micro_batch != 0 ? c.train.micro_batch : rows / std::max(1, c.parallel.microbatches);
+  if (micro % chunk != 0 || rows % micro != 0) {
+    refuse(fmt::format("a micro-step of {} rows is not a whole number of the {}-row canonical chunks; use "
+                       "train.micro_batch a multiple of {} that divides {}", micro, chunk, chunk, rows));
   }
 }
 
@@ -122,7 +135,10 @@ RankMemory plan_memory(const RankShape& r) {
   if (sharded) m.comm_buffers = 2 * shards.max_padded * sizeof(float);
   if (r.zero.stage == 3) m.gathered = 2 * shards.max_padded * sizeof(float);
   const int T = r.c.train.seq_len;
-  if (r.c.parallel.pipelined()) {  // one arena per microbatch in flight
+  if (r.c.train.deterministic) {  // one arena of a canonical chunk (the chunks' gradient tree is not counted yet)
+    set_arena(m, arena_kinds(r.cfg, r.c.train.batch_size / canonical_chunks(r.c), T, r.tp.shape(),
+                             r.tp.has_private(), r.layers, false, r.c.train.recompute_full(), r.stored));
+  } else if (r.c.parallel.pipelined()) {  // one arena per microbatch in flight
     const ScheduleKind kind = parse_schedule(r.c.parallel.schedule);
     const int mb = r.rows / r.c.parallel.microbatches;
     set_arena(m, arena_kinds(r.cfg, mb, T, r.tp.shape(), r.tp.has_private(), r.layers, kind == ScheduleKind::kZbH1,

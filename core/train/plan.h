@@ -88,9 +88,15 @@ void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_p
 // another name.
 bool stage_is_multi_process(const std::string& stage);
 
-// train.deterministic's reach so far (docs/determinism.md): one rank of a
-// CPU stage, fp32, no accumulation. Throws std::invalid_argument naming the
-// constraint and what is allowed for anything else; nothing without it.
+// train.deterministic's canonical chunks of the global batch: 4 when
+// train.batch_size is a multiple of 4, else 2 when even, else 1; a function
+// of the configuration, never of the layout (docs/determinism.md).
+int canonical_chunks(const RunConfig& c);
+
+// train.deterministic's reach so far (docs/determinism.md): data parallelism
+// (a power of two dividing the canonical chunks) on a CPU stage, fp32, no
+// tp, pp or ZeRO. Throws std::invalid_argument naming the constraint and
+// what is allowed for anything else; nothing without it.
 void check_deterministic(const RunConfig& c, int ranks, const std::string& stage);
 
 // The type `stage` stores the activations only a product reads in: bf16 with

@@ -74,8 +74,9 @@ struct TrainConfig {
       "Adam moments, gradients, the residual stream, norms, softmax and loss stay fp32; on the CUDA stages the "
       "products alone; docs/precision.md)");
     f("deterministic", deterministic,
-      "true: every sum in a canonical order, so the run gives the same bits at any thread count (so far: one "
-      "rank on the serial or mpi stage, fp32, no accumulation; docs/determinism.md); false: the fastest order");
+      "true: every sum in a canonical order, so the run gives the same bits at any thread count, data-parallel "
+      "rank count (a power of two dividing the batch's canonical chunks) and accumulation (so far: the CPU "
+      "stages, fp32, no tp, pp or ZeRO; docs/determinism.md); false: the fastest order");
     f("peak_gflops", peak_gflops, "peak GFLOP/s for MFU; 0 = measure an SGEMM at start-up");
     f("grad_bucket_mb", grad_bucket_mb,
       "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one allreduce "

@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "model/model.h"
 
@@ -144,7 +147,100 @@ class ShardedStep final : public ArenaStep {
   ZeroShards& shards_;
 };
 
+// train.deterministic's step (train_step.h, deterministic_step).
+class DeterministicStep final : public ArenaStep {
+ public:
+  DeterministicStep(const StepParts& parts, Activations& acts, int chunks)
+      : ArenaStep(parts, acts, nullptr), local_(chunks / parts.dp.size()), chunks_(chunks) {
+    const int dp = parts.dp.size();
+    if (dp < 1 || (dp & (dp - 1)) != 0 || chunks % dp != 0 || (local_ & (local_ - 1)) != 0) {
+      throw std::invalid_argument(fmt::format(
+          "train.deterministic: {} data-parallel ranks and {} canonical chunks (need powers of two, the ranks "
+          "dividing the chunks)", dp, chunks));
+    }
+    const size_t n = parts.model.num_params();
+    for (int levels = 0; (1 << levels) <= local_; ++levels) tree_.emplace_back(n);  // out + one per level
+    recv_ = Buffer(n);
+  }
+
+  StepResult step(const int32_t* inputs, const int32_t* targets) override {
+    const StepParts& s = parts_;
+    const double loss_sum = subtree(inputs, targets, 0, local_, 0, true);
+    float* g = s.model.grad_data();
+    std::copy(tree_[0].data(), tree_[0].data() + s.model.num_params(), g);
+    StepResult r;
+    const auto t0 = Clock::now();
+    const double total = across_ranks(loss_sum, g);
+    r.comm_s += seconds_since(t0);
+    r.loss = total / chunks_;
+    check_loss(s, r.loss);
+    if (s.layer_norms) r.layer_grad_norms = layer_grad_norms(s.be, s.model);
+    r.update = s.opt.step(s.be, s.model, resident_params(s), resident_grads(s));
+    return r;
+  }
+  // The global batch's loss (global_forward): the chunks' mean losses in the same tree.
+  double forward_loss(const int32_t* inputs, const int32_t* targets) override {
+    return across_ranks(subtree(inputs, targets, 0, local_, 0, false), nullptr) / chunks_;
+  }
+  bool global_forward() const override { return true; }
+  int rows() const override { return acts_.B * local_; }
+
+ private:
+  // Chunks [lo, lo + n) of this rank's rows in the canonical tree: their
+  // gradient sum into tree_[level] (with `backward`), their mean losses' sum returned.
+  double subtree(const int32_t* inputs, const int32_t* targets, int lo, int n, size_t level, bool backward) {
+    const StepParts& s = parts_;
+    if (n == 1) {
+      const size_t off = static_cast<size_t>(lo) * static_cast<size_t>(acts_.B) * static_cast<size_t>(acts_.T);
+      const double loss = gpt2_forward(s.be, s.model, acts_, inputs + off, targets + off);
+      if (backward) {
+        s.model.zero_grad();
+        gpt2_backward(s.be, s.model, acts_, inputs + off, targets + off, loss_weight(s, acts_.T));
+        std::copy(s.model.grad_data(), s.model.grad_data() + s.model.num_params(), tree_[level].data());
+      }
+      return loss;
+    }
+    const double left = subtree(inputs, targets, lo, n / 2, level, backward);
+    const double right = subtree(inputs, targets, lo + n / 2, n / 2, level + 1, backward);
+    if (backward) add_into(tree_[level].data(), tree_[level + 1].data());
+    return left + right;
+  }
+  // a = a + b over the flat gradient, through the backend's element-wise add.
+  void add_into(float* a, const float* b) {
+    const int64_t n = static_cast<int64_t>(parts_.model.num_params());
+    parts_.be.residual_forward(Tensor(a, {n}), Tensor(a, {n}), Tensor(const_cast<float*>(b), {n}));
+  }
+  // Recursive doubling over the data-parallel group: the loss sum and (when
+  // given) the gradient of this rank's subtree become the whole tree's.
+  double across_ranks(double loss_sum, float* grads) {
+    Communicator& dp = parts_.dp;
+    const size_t n = parts_.model.num_params();
+    for (int bit = 1; bit < dp.size(); bit <<= 1) {
+      const int partner = dp.rank() ^ bit;
+      float mine[2], theirs[2];
+      std::memcpy(mine, &loss_sum, sizeof loss_sum);
+      dp.send_recv(mine, 2, partner, theirs, 2, partner);
+      double other = 0;
+      std::memcpy(&other, theirs, sizeof other);
+      loss_sum = loss_sum + other;
+      if (grads != nullptr) {
+        dp.send_recv(grads, n, partner, recv_.data(), n, partner);
+        add_into(grads, recv_.data());
+      }
+    }
+    return loss_sum;
+  }
+
+  int local_, chunks_;
+  std::vector<Buffer> tree_;  // tree_[0]: the subtree's sum; tree_[l]: a right half's at depth l
+  Buffer recv_;                // a partner's gradient
+};
+
 }  // namespace
+
+std::unique_ptr<StepFunction> deterministic_step(const StepParts& parts, Activations& acts, int chunks) {
+  return std::make_unique<DeterministicStep>(parts, acts, chunks);
+}
 
 std::unique_ptr<StepFunction> data_parallel_step(const StepParts& parts, Activations& acts, GradReducer& reducer) {
   return std::make_unique<DataParallelStep>(parts, acts, reducer);

@@ -66,8 +66,10 @@ class StepFunction {
   // layout. Throws std::runtime_error naming the step when the loss is not
   // finite or above the bound (the update is then not applied).
   virtual StepResult step(const int32_t* inputs, const int32_t* targets) = 0;
-  // Forward only: this replica's mean loss over its rows (validation).
+  // Forward only: this replica's mean loss over its rows (validation); a
+  // step whose global_forward() is true returns the global batch's loss itself.
   virtual double forward_loss(const int32_t* inputs, const int32_t* targets) = 0;
+  virtual bool global_forward() const { return false; }
   virtual int rows() const = 0;
   virtual int seq_len() const = 0;
   const StepParts& parts() const { return parts_; }
@@ -80,6 +82,15 @@ std::unique_ptr<StepFunction> data_parallel_step(const StepParts& parts, Activat
 std::unique_ptr<StepFunction> pipelined_step(const StepParts& parts, PipelineEngine& pipe, Communicator& pp,
                                              GradReducer& reducer);
 std::unique_ptr<StepFunction> sharded_step(const StepParts& parts, Activations& acts, ZeroShards& shards);
+// train.deterministic (docs/determinism.md): the global batch is cut into
+// `chunks` canonical chunks of acts.B rows (this rank holds `chunks /
+// parts.dp.size()` consecutive ones). Each chunk's forward and backward runs
+// alone; the chunks' gradients and losses are added in one balanced binary
+// tree, this rank's subtree first, then across the data-parallel ranks by
+// recursive doubling over send_recv (partners rank ^ 1, rank ^ 2, ...: each
+// pair adds the same two values, and addition commutes). Any power-of-two
+// data-parallel size that divides `chunks` gives the bits of one rank.
+std::unique_ptr<StepFunction> deterministic_step(const StepParts& parts, Activations& acts, int chunks);
 
 // The 2-norm of the gradient per unit of a whole model: the embeddings,
 // each layer, then the final norm and head; L + 2 values.
@@ -115,6 +126,7 @@ double evaluate(StepFunction& f, int batches, int32_t* inputs, int32_t* targets,
     next(inputs, targets);
     sum += f.forward_loss(inputs, targets);
   }
+  if (f.global_forward()) return sum / batches;
   return global_mean(f.parts().dp, sum / batches, f.rows(), f.parts().batch_size);
 }
 

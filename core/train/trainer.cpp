@@ -352,6 +352,13 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGri
   // bf16 stored activations where the backend takes them (the CPU's); the
   // plan says the same by stage (stored_dtype_on).
   const Dtype stored = be.accepts_bf16() ? c.train.stored_dtype() : Dtype::f32;
+  if (c.train.deterministic) {  // canonical chunks, their tree, recursive doubling (no reducer)
+    const int chunks = canonical_chunks(c);
+    lay->arena.emplace(model, c.train.batch_size / chunks, c.train.seq_len, false, c.train.recompute_full(), stored);
+    lay->step = deterministic_step(parts, lay->arena->acts(), chunks);
+    lay->mem = rank_memory(st, nullptr, &*lay->arena, grid.dp());
+    return lay;
+  }
   if (st.zero) {
     lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
   } else if (!st.sharded) {
