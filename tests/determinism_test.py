@@ -34,7 +34,7 @@ import os
 import shutil
 import sys
 
-from layout_checks import LayoutTest, common_args, load, records, refuser
+from layout_checks import LayoutTest, common_args, load, plan_agrees, records, refuser
 
 
 def state(run_dir):
@@ -85,6 +85,14 @@ def main():
          ref, train("det_acc4", [*det, "--train.micro_batch", "2"], 2))
     same("deterministic: dp 2 with accumulation (train.micro_batch 2) and recomputation gives serial's bits",
          ref, train("det_dp2_acc", [*det, "--train.micro_batch", "2", "--train.recompute", "full"], 1, ranks=2))
+    same("deterministic: dp 2 with accumulation spelt parallel.microbatches 2 gives serial's bits",
+         ref, train("det_dp2_mbs", [*det, "--parallel.microbatches", "2"], 1, ranks=2))
+    for n in (2, 4):
+        plan_agrees(check, programs, f"deterministic dp {n}", n, det, out(f"det_dp{n}"))
+    # A batch of 6: 2 canonical chunks of 3 rows; dp 2 holds one each.
+    six = [*det, "--train.batch_size", "6"]
+    same("deterministic: batch 6 (2 chunks) on dp 2 gives serial's bits",
+         train("det_b6", six, 1), train("det_b6_dp2", six, 1, ranks=2))
     variant = [*det, "--model.norm", "rmsnorm", "--model.mlp", "swiglu"]
     same("deterministic: RMSNorm and SwiGLU at 2 threads give their 1-thread bits",
          train("det_rms_t1", variant, 1), train("det_rms_t2", variant, 2))
@@ -124,6 +132,8 @@ def main():
     error("bf16 is refused", 1, ["--train.precision", "bf16"], "runs in fp32 so far")
     error("a micro-step of part of a chunk is refused, naming the allowed sizes", 1, ["--train.micro_batch", "1"],
           "use train.micro_batch a multiple of 2 that divides 8")
+    error("more microbatches than a rank's rows are refused by the layout's own check", 4,
+          ["--parallel.microbatches", "4"], "parallel.microbatches")
     r = run([a.serial, "plan", *det, "--stage", "cuda"])
     check("the CUDA stages are refused by their plan", r.returncode == 2 and "CPU stages only" in r.stderr,
           r.stderr.strip()[-300:])

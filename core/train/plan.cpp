@@ -58,8 +58,10 @@ void check_deterministic(const RunConfig& c, int ranks, const std::string& stage
   // Accumulation, spelt either way (resolve_micro_batch makes one the other): a
   // rank runs its rows chunk by chunk anyway, so a micro-step of whole chunks is the same.
   const int rows = c.train.batch_size / ranks;
-  const int micro = c.train.micro_batch != 0 ? c.train.micro_batch : rows / std::max(1, c.parallel.microbatches);
-  if (micro % chunk != 0 || rows % micro != 0) {
+  const int mbs = std::max(1, c.parallel.microbatches);
+  if (c.train.micro_batch == 0 && rows % mbs != 0) return;  // the layout's own check names this (replica_rows)
+  const int micro = c.train.micro_batch != 0 ? c.train.micro_batch : rows / mbs;
+  if (micro <= 0 || micro % chunk != 0 || rows % micro != 0) {
     refuse(fmt::format("a micro-step of {} rows is not a whole number of the {}-row canonical chunks; use "
                        "train.micro_batch a multiple of {} that divides {}", micro, chunk, chunk, rows));
   }
@@ -237,6 +239,14 @@ uint64_t bucket_calls(const RankShape& r, size_t n, size_t bucket) {
 GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem) {
   GroupTraffic t;
   if (r.dp == 1) return t;
+  if (r.c.train.deterministic) {  // recursive doubling: per round a send_recv of the loss (a double) and one of the
+                                  // gradient, each counted both ways
+    uint64_t rounds = 0;
+    for (int bit = 1; bit < r.dp; bit <<= 1) ++rounds;
+    t.calls = 2 * rounds;
+    t.bytes = rounds * (2 * sizeof(double) + 2 * mem.count * sizeof(float));
+    return t;
+  }
   uint64_t calls = 1;
   t.bytes = sizeof(double);
   if (r.zero.stage == 0) {

@@ -160,7 +160,7 @@ class DeterministicStep final : public ArenaStep {
     }
     const size_t n = parts.model.num_params();
     for (int levels = 0; (1 << levels) <= local_; ++levels) tree_.emplace_back(n);  // out + one per level
-    recv_ = Buffer(n);
+    if (dp > 1) recv_ = Buffer(n);
   }
 
   StepResult step(const int32_t* inputs, const int32_t* targets) override {

@@ -115,7 +115,11 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
                                                         st.model_config.V)
                                           : ""));
   }
-  if (c.parallel.pp > 1 || c.parallel.microbatches > 1) {
+  if (c.train.deterministic) {
+    const int chunks = canonical_chunks(c);
+    log.note(fmt::format("deterministic: {} canonical chunks of {} rows, each run alone and added in one tree "
+                         "(docs/determinism.md)", chunks, c.train.batch_size / chunks));
+  } else if (c.parallel.pp > 1 || c.parallel.microbatches > 1) {
     std::string stages;
     for (int s = 0; s < c.parallel.pp; ++s) {
       const StageLayers l = StageLayers::of(st.model_config.L, c.parallel.pp, s);
