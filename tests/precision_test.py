@@ -29,8 +29,8 @@
 usage: precision_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
+import json
 import os
-import re
 import shutil
 import sys
 
@@ -107,8 +107,7 @@ def main():
     error("an unknown precision is refused", 1, ["--train.precision", "fp16"], "expected fp32 or bf16", serial=True)
     def activations(stage, *extra):
         r = run([a.serial, "plan", *extra, "--stage", stage])
-        m = re.search(r'"activations_bytes": (\d+)', r.stdout)
-        return (int(m.group(1)) if r.returncode == 0 and m else None), r
+        return (json.loads(r.stdout)["per_rank"][0]["memory"]["activations_bytes"] if r.returncode == 0 else None), r
     cuda_bf16, r = activations("cuda", *bf16)
     cuda_fp32, _ = activations("cuda", *common)
     serial_bf16, _ = activations("serial", *bf16)

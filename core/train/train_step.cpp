@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -167,7 +166,7 @@ class DeterministicStep final : public ArenaStep {
     const StepParts& s = parts_;
     const double loss_sum = subtree(inputs, targets, 0, local_, 0, true);
     float* g = s.model.grad_data();
-    std::copy(tree_[0].data(), tree_[0].data() + s.model.num_params(), g);
+    copy(g, tree_[0].data());
     StepResult r;
     const auto t0 = Clock::now();
     const double total = across_ranks(loss_sum, g);
@@ -196,7 +195,7 @@ class DeterministicStep final : public ArenaStep {
       if (backward) {
         s.model.zero_grad();
         gpt2_backward(s.be, s.model, acts_, inputs + off, targets + off, loss_weight(s, acts_.T));
-        std::copy(s.model.grad_data(), s.model.grad_data() + s.model.num_params(), tree_[level].data());
+        copy(tree_[level].data(), s.model.grad_data());
       }
       return loss;
     }
@@ -205,11 +204,12 @@ class DeterministicStep final : public ArenaStep {
     if (backward) add_into(tree_[level].data(), tree_[level + 1].data());
     return left + right;
   }
-  // a = a + b over the flat gradient, through the backend's element-wise add.
-  void add_into(float* a, const float* b) {
-    const int64_t n = static_cast<int64_t>(parts_.model.num_params());
-    parts_.be.residual_forward(Tensor(a, {n}), Tensor(a, {n}), Tensor(const_cast<float*>(b), {n}));
+  // a = a + b, and dst = src, over the flat gradient, through the backend.
+  Tensor flat(const float* p) const {
+    return Tensor(const_cast<float*>(p), {static_cast<int64_t>(parts_.model.num_params())});
   }
+  void add_into(float* a, const float* b) { parts_.be.residual_forward(flat(a), flat(a), flat(b)); }
+  void copy(float* dst, const float* src) { parts_.be.copy(flat(dst), flat(src)); }
   // Recursive doubling over the data-parallel group: the loss sum and (when
   // given) the gradient of this rank's subtree become the whole tree's.
   double across_ranks(double loss_sum, float* grads) {

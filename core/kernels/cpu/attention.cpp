@@ -130,32 +130,25 @@ void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int 
       }
       // O[r0:r1] (m, HS) = P (m, n) V[0:n] (n, HS): straight into a float
       // output; a bf16 output through the float tile after S, then rounded.
+      float* dst = S + kBlock * T;
+      int64_t ldd = HS;
+      if constexpr (kF32) {
+        dst = O + r0 * C;
+        ldd = C;
+      }
       if (bf16_) {  // P rounded to bf16, then the bf16 product
         bf16* Pb = tile16_.data() + static_cast<size_t>(th) * 2 * kBlock * T;
         for (int64_t i = 0; i < m * n; ++i) Pb[i] = to_bf16(S[i]);
-        const Bf16TileGemm::Operand P16{Pb, n, 1}, V16{qkv16 + b * T * C3 + c.v, C3, 1};
-        if constexpr (kF32) {
-          tile_gemm_[th]->run(O + r0 * C, C, P16, V16, m, HS, n, 1.0f, false);
-        } else {
-          float* Ot = S + kBlock * T;
-          tile_gemm_[th]->run(Ot, HS, P16, V16, m, HS, n, 1.0f, false);
-          for (int64_t i = 0; i < m; ++i) {
-#pragma omp simd
-            for (int64_t j = 0; j < HS; ++j) store(O + (r0 + i) * C, j, Ot[i * HS + j]);
-          }
-        }
-      } else if constexpr (kF32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(HS),
-                    static_cast<int>(n), 1.0f, S, static_cast<int>(n), V, static_cast<int>(C3), 0.0f,
-                    O + r0 * C, static_cast<int>(C));
+        tile_gemm_[th]->run(dst, ldd, {Pb, n, 1}, {qkv16 + b * T * C3 + c.v, C3, 1}, m, HS, n, 1.0f, false);
       } else {
-        float* Ot = S + kBlock * T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(HS),
-                    static_cast<int>(n), 1.0f, S, static_cast<int>(n), V, static_cast<int>(C3), 0.0f, Ot,
-                    static_cast<int>(HS));
+                    static_cast<int>(n), 1.0f, S, static_cast<int>(n), V, static_cast<int>(C3), 0.0f, dst,
+                    static_cast<int>(ldd));
+      }
+      if constexpr (!kF32) {
         for (int64_t i = 0; i < m; ++i) {
 #pragma omp simd
-          for (int64_t j = 0; j < HS; ++j) store(O + (r0 + i) * C, j, Ot[i * HS + j]);
+          for (int64_t j = 0; j < HS; ++j) store(O + (r0 + i) * C, j, dst[i * HS + j]);
         }
       }
     }
