@@ -135,7 +135,9 @@ int run(int argc, char** argv) {
     Gpt2 model(cfg);
     model.init_weights(1);
     ActivationArena arena(cfg, B, T, host_memory(), {}, {}, false, false, stored);
-    Optimizer opt(OptimizerConfig::original(), model.num_params());
+    UpdateScope scope;
+    scope.exact_norm = o.deterministic;
+    Optimizer opt(OptimizerConfig::original(), model.num_params(), host_memory(), scope);
     LocalTrainStep step(*be, model, opt, arena.acts());
     std::vector<double> ms;
     for (int s = 0; s < o.warmup + o.steps; ++s) {

@@ -89,6 +89,21 @@ def main():
          ref, train("det_dp2_mbs", [*det, "--parallel.microbatches", "2"], 1, ranks=2))
     for n in (2, 4):
         plan_agrees(check, programs, f"deterministic dp {n}", n, det, out(f"det_dp{n}"))
+    # ZeRO: the tree's last levels a reduce-scatter into the shards (recursive
+    # halving), the update on the shard, the norm an exact sum over shards.
+    for z in (1, 2, 3):
+        same(f"deterministic: ZeRO-{z} on dp 2 gives serial's bits",
+             ref, train(f"det_zero{z}", [*det, "--parallel.zero", str(z)], 1, ranks=2))
+    same("deterministic: ZeRO-3 on dp 4 gives serial's bits",
+         ref, train("det_zero3_dp4", [*det, "--parallel.zero", "3"], 1, ranks=4))
+    same("deterministic: ZeRO-1 on dp 4 at 2 threads gives serial's bits",
+         ref, train("det_zero1_dp4", [*det, "--parallel.zero", "1"], 2, ranks=4))
+    for z, n in ((1, 2), (3, 2), (3, 4)):
+        plan_agrees(check, programs, f"deterministic ZeRO-{z} dp {n}", n, [*det, "--parallel.zero", str(z)],
+                    out(f"det_zero{z}" if n == 2 else f"det_zero{z}_dp{n}"))
+    same("deterministic: ZeRO-2 on dp 2 with accumulation and recomputation gives serial's bits",
+         ref, train("det_zero2_acc", [*det, "--parallel.zero", "2", "--train.micro_batch", "2",
+                                      "--train.recompute", "full"], 1, ranks=2))
     # A batch of 6: 2 canonical chunks of 3 rows; dp 2 holds one each.
     six = [*det, "--train.batch_size", "6"]
     same("deterministic: batch 6 (2 chunks) on dp 2 gives serial's bits",
@@ -126,8 +141,7 @@ def main():
 
     error = refuser(check, programs, a, det, out)
     error("tensor parallelism is refused, naming the constraint", 2, ["--parallel.tp", "2"],
-          "runs data parallelism alone so far")
-    error("ZeRO is refused", 2, ["--parallel.zero", "1"], "runs data parallelism alone so far")
+          "runs data parallelism and ZeRO alone so far")
     error("3 data-parallel ranks are refused, naming the allowed counts", 3, [], "use 1, 2 or 4 ranks")
     error("bf16 is refused", 1, ["--train.precision", "bf16"], "runs in fp32 so far")
     error("a micro-step of part of a chunk is refused, naming the allowed sizes", 1, ["--train.micro_batch", "1"],

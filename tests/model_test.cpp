@@ -4,7 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -12,6 +16,7 @@
 
 #include "model/activations.h"
 #include "kernels/backend.h"
+#include "kernels/exact_sum.h"
 #include "model/flops.h"
 #include "model/model.h"
 #include "model/optim.h"
@@ -297,6 +302,66 @@ TEST(Optim, ClipsTheGlobalNorm) {
   EXPECT_NEAR(s.grad_norm, std::sqrt(static_cast<double>(model.num_params())), 1e-6 * s.grad_norm);
   EXPECT_NEAR(s.grad_scale, 1.0 / (s.grad_norm + 1e-6), 1e-12);
   EXPECT_EQ(opt.steps_done(), 1);
+}
+
+// train.deterministic's norm: the exact sum of squares is one value however
+// its terms are split into parts and in whatever order the parts' digits add.
+TEST(ExactSquares, SameBitsHoweverSplitAndOrdered) {
+  std::vector<float> x(20001);
+  for (size_t i = 0; i < x.size(); ++i) {  // signs, subnormals, and exponents from 2^-150 to 2^60
+    const double u = uniform01(7, 0, i), e = uniform01(7, 1, i);
+    x[i] = static_cast<float>(std::ldexp(2 * u - 1, static_cast<int>(e * 210) - 150));
+  }
+  x[3] = 0.0f;
+  x[4] = std::ldexp(1.0f, -149);
+  ExactSquares whole;
+  whole.add(x);
+  // Three parts of uneven length, as three ranks' shards, their digits added in two orders.
+  const size_t cut1 = 777, cut2 = 15000;
+  ExactSquares parts[3];
+  parts[0].add({x.data(), cut1});
+  parts[1].add({x.data() + cut1, cut2 - cut1});
+  parts[2].add({x.data() + cut2, x.size() - cut2});
+  for (const std::array<int, 3>& order : {std::array<int, 3>{0, 1, 2}, std::array<int, 3>{2, 0, 1}}) {
+    std::array<float, ExactSquares::kFloats> sum{};
+    for (int k : order) {
+      const auto f = parts[k].to_floats();
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += f[i];
+    }
+    ExactSquares joined;
+    joined.add_floats(sum);
+    EXPECT_EQ(std::bit_cast<uint64_t>(joined.value()), std::bit_cast<uint64_t>(whole.value()));
+  }
+  std::vector<float> reversed(x.rbegin(), x.rend());
+  ExactSquares backwards;
+  backwards.add(reversed);
+  EXPECT_EQ(std::bit_cast<uint64_t>(backwards.value()), std::bit_cast<uint64_t>(whole.value()));
+  // Near the sum in long double (the check of the digits' value, not of its bits).
+  long double ref = 0;
+  std::vector<long double> sq;
+  for (float v : x) sq.push_back(static_cast<long double>(v) * v);
+  std::sort(sq.begin(), sq.end());
+  for (long double v : sq) ref += v;
+  EXPECT_NEAR(whole.value(), static_cast<double>(ref), 1e-14 * static_cast<double>(ref));
+}
+
+TEST(ExactSquares, ExactWhereDoubleSumsLoseAndNonFiniteTerms) {
+  // n squares of the smallest subnormal: n 2^-298, exactly.
+  ExactSquares tiny;
+  tiny.add(std::vector<float>(1000, std::ldexp(1.0f, -149)));
+  EXPECT_EQ(tiny.value(), std::ldexp(1000.0, -298));
+  // 2^24 ones after 2^30 (squared: 2^60). A double sum of the squares in
+  // this order loses every 1 (2^60's unit in the last place is 256).
+  ExactSquares mixed;
+  std::vector<float> terms(1 << 24, 1.0f);
+  terms.insert(terms.begin(), std::ldexp(1.0f, 30));
+  mixed.add(terms);
+  EXPECT_EQ(mixed.value(), std::ldexp(1.0, 60) + std::ldexp(1.0, 24));
+  ExactSquares bad;
+  bad.add(std::vector<float>{1.0f, std::numeric_limits<float>::infinity()});
+  EXPECT_TRUE(std::isinf(bad.value()));
+  bad.add(std::vector<float>{std::numeric_limits<float>::quiet_NaN()});
+  EXPECT_TRUE(std::isnan(bad.value()));
 }
 
 // Forwards every kernel to a real backend and adds up the multiply-adds of

@@ -1,6 +1,9 @@
 #include "dist/gradient_sync.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
+#include <stdexcept>
 
 namespace gpt2 {
 
@@ -57,6 +60,26 @@ void ContiguousShardSync::finish_update(Backend& be) {
   const auto t0 = Clock::now();
   comm_.all_gather(params_ + begin_, params_, chunk_);
   seconds_ += since(t0);
+}
+
+void canonical_reduce_scatter(Communicator& comm, std::span<float* const> blocks, std::span<const size_t> lens,
+                              float* scratch) {
+  const int n = comm.size(), me = comm.rank();
+  if ((n & (n - 1)) != 0 || blocks.size() != static_cast<size_t>(n) || lens.size() != blocks.size()) {
+    throw std::invalid_argument(fmt::format("canonical_reduce_scatter: {} blocks over {} ranks (a power of two, one "
+                                            "block per rank)", blocks.size(), n));
+  }
+  for (int bit = 1; bit < n; bit <<= 1) {
+    const int partner = me ^ bit;
+    // The blocks still held agree with this rank in the bits below `bit`; keep those agreeing in `bit` too.
+    for (int p = me & (bit - 1); p < n; p += bit) {
+      if ((p & bit) != (me & bit)) continue;
+      const size_t q = static_cast<size_t>(p ^ bit), k = static_cast<size_t>(p);
+      comm.send_recv(blocks[q], lens[q], partner, scratch, lens[k], partner);
+      float* mine = blocks[k];
+      for (size_t i = 0; i < lens[k]; ++i) mine[i] = mine[i] + scratch[i];
+    }
+  }
 }
 
 }  // namespace gpt2

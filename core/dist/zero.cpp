@@ -6,6 +6,8 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "dist/gradient_sync.h"
+
 namespace gpt2 {
 
 namespace {
@@ -99,7 +101,9 @@ float* ZeroShards::gathered(const ParamUnit& unit, Pass pass) {
 void ZeroShards::acquire(const ParamUnit& unit, Pass pass) {
   float* w = stage_ == 3 ? gathered(unit, pass) : nullptr;
   float* g = nullptr;
-  if (pass == Pass::kBackward) {
+  if (pass == Pass::kBackward && whole_grads_ != nullptr) {
+    g = whole_grads_ + unit.offset;
+  } else if (pass == Pass::kBackward) {
     Buffer& slot = grad_slots_[grad_slot_];
     g = slot.data();
     // The backward accumulates into its gradient, and the padding past the
@@ -110,7 +114,7 @@ void ZeroShards::acquire(const ParamUnit& unit, Pass pass) {
 }
 
 void ZeroShards::release(const ParamUnit& unit, Pass pass) {
-  if (pass == Pass::kBackward) {
+  if (pass == Pass::kBackward && whole_grads_ == nullptr) {
     wait();  // the previous unit's pieces: its slot is the one the next acquire takes
     const UnitShards::Piece& p = piece(unit);
     const auto t0 = Clock::now();
@@ -126,6 +130,28 @@ void ZeroShards::release(const ParamUnit& unit, Pass pass) {
 }
 
 void ZeroShards::finish_grads() { wait(); }
+
+void ZeroShards::scatter_sum(float* whole) {
+  const auto t0 = Clock::now();
+  const size_t N = static_cast<size_t>(dp_.size()), me = static_cast<size_t>(dp_.rank());
+  std::vector<float*> blocks(N);
+  std::vector<size_t> lens(N);
+  float* scratch = grad_slots_[0].data();  // free outside the passes; holds a padded unit
+  for (const UnitShards::Piece& p : shards_.pieces) {
+    // Piece r of the unit: [offset + r chunk, offset + (r + 1) chunk), cut at the unit's end (the padding is zeros).
+    const size_t end = p.unit.offset + p.unit.count;
+    for (size_t r = 0; r < N; ++r) {
+      const size_t lo = std::min(p.unit.offset + r * p.chunk, end), hi = std::min(lo + p.chunk, end);
+      blocks[r] = whole + lo;
+      lens[r] = hi - lo;
+    }
+    canonical_reduce_scatter(dp_, blocks, lens, scratch);
+    float* dst = grad_shard_.data() + p.pos;
+    std::copy_n(blocks[me], lens[me], dst);
+    std::fill(dst + lens[me], dst + p.chunk, 0.0f);
+  }
+  seconds_ += since(t0);
+}
 
 void ZeroShards::gather_unit(const UnitShards::Piece& p, const float* mine, float* whole, float* flat) {
   dp_.all_gather(mine, whole, p.chunk);

@@ -36,9 +36,9 @@
 #include <span>
 #include <vector>
 
-#include "dist/comm.h"
 #include <functional>
-#include <span>
+
+#include "dist/comm.h"
 
 #include "kernels/buffer.h"
 #include "model/model.h"
@@ -84,6 +84,14 @@ class ZeroShards final : public UnitHook {
   void release(const ParamUnit& unit, Pass pass) override;
   // After the backward: waits for the last gradient pieces.
   void finish_grads();
+  // train.deterministic (stage 3): with `whole` set, the backward binds each
+  // unit's gradient to whole + the unit's offset (a flat gradient of
+  // num_params floats the caller zeroes) and nothing is reduce-scattered on
+  // release; nullptr restores the slots. scatter_sum(whole) then puts this
+  // rank's pieces of the sum over the group of every rank's `whole` into the
+  // gradient shard, by canonical_reduce_scatter unit by unit (`whole` is spent).
+  void whole_grads(float* whole) { whole_grads_ = whole; }
+  void scatter_sum(float* whole);
   // After the update (stage 2): every unit's parameters all-gathered back
   // into the model's buffer. Stage 3: nothing (the shard is the state).
   void finish_update();
@@ -134,6 +142,7 @@ class ZeroShards final : public UnitHook {
   int slot_unit_[2] = {-1, -1};  // stage 3: the unit id each parameter slot holds (or is gathering)
   int grad_slot_ = 0;            // the gradient slot the next acquire takes
   bool in_flight_ = false;       // a started collective not yet waited for
+  float* whole_grads_ = nullptr;  // train.deterministic: the backward's flat gradient (whole_grads)
   double seconds_ = 0;
 };
 

@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <span>
 #include <numbers>
+#include <span>
 #include <stdexcept>
+
+#include "kernels/exact_sum.h"
 
 namespace gpt2 {
 
@@ -85,7 +88,35 @@ void for_each_in_scope(const Gpt2& model, const UpdateScope& scope, F&& f) {
   }
 }
 
+// x summed over `group` exactly: the digits travel as floats whose sums stay exact.
+ExactSquares summed_over(TpGroup* group, const ExactSquares& x) {
+  if (group == nullptr || group->size() == 1) return x;
+  if (group->size() > ExactSquares::kMaxRanks) {
+    throw std::invalid_argument(fmt::format("train.deterministic: the exact gradient norm sums over at most {} ranks "
+                                            "of a group, not {}", ExactSquares::kMaxRanks, group->size()));
+  }
+  std::array<float, ExactSquares::kFloats> f = x.to_floats();
+  group->allreduce_sum(Tensor(f.data(), {static_cast<int64_t>(f.size())}));
+  ExactSquares out;
+  out.add_floats(f);
+  return out;
+}
+
+// The same sum as grad_sum_squares's, exact (UpdateScope::exact_norm).
+double exact_grad_sum_squares(const Gpt2& model, const UpdateScope& scope, StateAt grads) {
+  const TpLayout& tp = model.tp();
+  ExactSquares sharded, replicated;
+  for_each_in_scope(model, scope, [&](const ParamInfo& info, const ShardRange& r, size_t lo, size_t hi) {
+    (info.split == TpSplit::kNone ? replicated : sharded).add({grads.at(r, lo), hi - lo});
+  });
+  ExactSquares total = summed_over(tp.size > 1 ? tp.group : nullptr, sharded);
+  total.add_floats(replicated.to_floats());
+  total = summed_over(scope.shards, total);
+  return summed_over(scope.stages, total).value();
+}
+
 double grad_sum_squares(Backend& be, const Gpt2& model, size_t n, const UpdateScope& scope, StateAt grads) {
+  if (scope.exact_norm) return exact_grad_sum_squares(model, scope, grads);
   const TpLayout& tp = model.tp();
   double total = 0;
   if (tp.size == 1 && scope.ranges.empty() && !grads.packed) {

@@ -92,11 +92,15 @@ struct ShardRange {
 //                  their squared norms add.
 //   shards         ZeRO's data-parallel group: each rank's shard is other
 //                  parameters, so their squared norms add.
+//   exact_norm     train.deterministic: the squares added exactly
+//                  (kernels/exact_sum.h), so the norm has the same bits
+//                  however the gradient is split over ranks (host memory).
 // (The tensor-parallel group is the model's own: model.tp().group.)
 struct UpdateScope {
   std::vector<ShardRange> ranges;
   TpGroup* stages = nullptr;
   TpGroup* shards = nullptr;
+  bool exact_norm = false;
 };
 
 // Where a scope's parameters or gradients are: in the model's flat layout

@@ -3,17 +3,20 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 #include "dist/process_grid.h"
 #include "dist/zero.h"
+#include "kernels/exact_sum.h"
 #include "model/activations.h"
 #include "model/flops.h"
 #include "model/optim.h"
 #include "train/corpus.h"
 #include "train/pipeline.h"
 #include "train/run_state.h"
+#include "train/train_step.h"
 #include "util/fields.h"
 
 namespace gpt2 {
@@ -44,9 +47,9 @@ void check_deterministic(const RunConfig& c, int ranks, const std::string& stage
     throw std::invalid_argument("train.deterministic true: " + why + " (docs/determinism.md)");
   };
   if (stage == "cuda" || stage == "mpi_cuda") refuse(fmt::format("runs on the CPU stages only so far, not {}", stage));
-  if (c.parallel.tp > 1 || c.parallel.pp > 1 || c.parallel.zero_stage() > 0) {
-    refuse(fmt::format("runs data parallelism alone so far, not parallel.tp {}, pp {}, zero {}: their canonical sums "
-                       "are not built yet", c.parallel.tp, c.parallel.pp, c.parallel.zero_stage()));
+  if (c.parallel.tp > 1 || c.parallel.pp > 1) {
+    refuse(fmt::format("runs data parallelism and ZeRO alone so far, not parallel.tp {}, pp {}: their canonical sums "
+                       "are not built yet", c.parallel.tp, c.parallel.pp));
   }
   const int K = canonical_chunks(c), chunk = c.train.batch_size / K;
   if (ranks < 1 || (ranks & (ranks - 1)) != 0 || K % ranks != 0) {
@@ -137,9 +140,12 @@ RankMemory plan_memory(const RankShape& r) {
   if (sharded) m.comm_buffers = 2 * shards.max_padded * sizeof(float);
   if (r.zero.stage == 3) m.gathered = 2 * shards.max_padded * sizeof(float);
   const int T = r.c.train.seq_len;
-  if (r.c.train.deterministic) {  // one arena of a canonical chunk (the chunks' gradient tree is not counted yet)
-    set_arena(m, arena_kinds(r.cfg, r.c.train.batch_size / canonical_chunks(r.c), T, r.tp.shape(),
-                             r.tp.has_private(), r.layers, false, r.c.train.recompute_full(), r.stored));
+  if (r.c.train.deterministic) {  // one arena of a canonical chunk; the chunks' tree buffers
+    const int K = canonical_chunks(r.c);
+    set_arena(m, arena_kinds(r.cfg, r.c.train.batch_size / K, T, r.tp.shape(), r.tp.has_private(), r.layers, false,
+                             r.c.train.recompute_full(), r.stored));
+    const size_t shard_chunk = r.zero.contiguous ? zero_shard(n, padded, r.dp, r.dp_rank).chunk : 0;
+    m.comm_buffers += deterministic_buffer_floats(n, K, r.dp, shard_chunk) * sizeof(float);
   } else if (r.c.parallel.pipelined()) {  // one arena per microbatch in flight
     const ScheduleKind kind = parse_schedule(r.c.parallel.schedule);
     const int mb = r.rows / r.c.parallel.microbatches;
@@ -230,6 +236,60 @@ uint64_t bucket_calls(const RankShape& r, size_t n, size_t bucket) {
   return calls + (pending_end > 0 ? 1 : 0);
 }
 
+// train.deterministic's data-parallel step (train_step.h): per round of the
+// recursive doubling a send_recv of the loss (a double), counted both ways;
+// without ZeRO one of the whole gradient too. With ZeRO the gradient's
+// canonical_reduce_scatter instead (one send_recv per block a rank keeps at
+// each level: this rank's blocks), over the flat buffer's contiguous chunks
+// (then the all-gather of the padded parameters) or over every unit's pieces
+// (ZeRO-3: and an all-gather per unit in each chunk's forward and backward);
+// and the exact norm's digits (ExactSquares::kFloats floats).
+GroupTraffic deterministic_dp_traffic(const RankShape& r, const RankMemory& mem) {
+  GroupTraffic t;
+  uint64_t calls = 0;
+  const int N = r.dp, me = r.dp_rank;
+  for (int bit = 1; bit < N; bit <<= 1) {
+    ++calls;
+    t.bytes += 2 * sizeof(double);
+    if (r.zero.stage == 0) {
+      ++calls;
+      t.bytes += 2 * mem.count * sizeof(float);
+    }
+  }
+  t.calls = calls;
+  if (r.zero.stage == 0) return t;
+  // A buffer of `count` floats in blocks of `chunk` (the last cut short).
+  auto halving = [&](size_t count, size_t chunk) {
+    auto len = [&](int p) {
+      const size_t lo = std::min(static_cast<size_t>(p) * chunk, count);
+      return std::min(lo + chunk, count) - lo;
+    };
+    for (int bit = 1; bit < N; bit <<= 1) {
+      for (int p = me & (bit - 1); p < N; p += bit) {
+        if ((p & bit) != (me & bit)) continue;
+        ++calls;
+        t.bytes += (len(p ^ bit) + len(p)) * sizeof(float);
+      }
+    }
+  };
+  if (r.zero.contiguous) {
+    halving(mem.count, zero_shard(mem.count, mem.grads / sizeof(float), N, me).chunk);
+    ++calls;  // the parameters' all-gather
+    t.bytes += mem.grads;
+  } else {
+    const uint64_t local = static_cast<uint64_t>(canonical_chunks(r.c) / N);
+    for (const UnitShards::Piece& p : r.shards.pieces) {
+      halving(p.unit.count, p.chunk);
+      calls += 2 * local;
+      t.bytes += 2 * local * p.chunk * static_cast<uint64_t>(N) * sizeof(float);
+    }
+  }
+  ++calls;
+  t.bytes += ExactSquares::kFloats * sizeof(float);
+  t.calls = calls;
+  return t;
+}
+
 // The data-parallel group's step: the loss (one double); the gradient's
 // allreduce (whole or in buckets) without ZeRO; with contiguous shards a
 // reduce-scatter and an all-gather of the padded buffer; with unit shards a
@@ -239,14 +299,7 @@ uint64_t bucket_calls(const RankShape& r, size_t n, size_t bucket) {
 GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem) {
   GroupTraffic t;
   if (r.dp == 1) return t;
-  if (r.c.train.deterministic) {  // recursive doubling: per round a send_recv of the loss (a double) and one of the
-                                  // gradient, each counted both ways
-    uint64_t rounds = 0;
-    for (int bit = 1; bit < r.dp; bit <<= 1) ++rounds;
-    t.calls = 2 * rounds;
-    t.bytes = rounds * (2 * sizeof(double) + 2 * mem.count * sizeof(float));
-    return t;
-  }
+  if (r.c.train.deterministic) return deterministic_dp_traffic(r, mem);
   uint64_t calls = 1;
   t.bytes = sizeof(double);
   if (r.zero.stage == 0) {

@@ -227,7 +227,9 @@ int replica_rows(const RunConfig& c, int ranks, int tp, int pp) {
 ZeroLayout zero_layout(const RunConfig& c, int dp) {
   ZeroLayout z;
   z.stage = dp > 1 ? c.parallel.zero_stage() : 0;
-  z.contiguous = z.stage == 1 || (z.stage == 2 && c.parallel.pipelined());
+  // ZeRO-2 keeps the whole gradient where the step needs it: a pipeline schedule
+  // accumulates it over microbatches, and train.deterministic's tree over chunks.
+  z.contiguous = z.stage == 1 || (z.stage == 2 && (c.parallel.pipelined() || c.train.deterministic));
   z.residency = z.contiguous || z.stage < 2 ? Residency::kWhole : z.stage == 2 ? Residency::kParams : Residency::kNone;
   return z;
 }
@@ -298,6 +300,7 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   st->model = std::make_unique<Gpt2>(st->model_config, mem, std::move(layout), stage,
                                      contiguous ? static_cast<size_t>(dp) : 1, zl.residency);
   UpdateScope scope;
+  scope.exact_norm = c.train.deterministic;  // the same norm however the gradient is split (docs/determinism.md)
   if (contiguous) {
     st->zero = zero_shard(*st->model, dp, dp_rank);
     scope.ranges = {{st->zero->begin, st->zero->end, 0}};

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -149,32 +150,54 @@ class ShardedStep final : public ArenaStep {
 // train.deterministic's step (train_step.h, deterministic_step).
 class DeterministicStep final : public ArenaStep {
  public:
-  DeterministicStep(const StepParts& parts, Activations& acts, int chunks)
-      : ArenaStep(parts, acts, nullptr), local_(chunks / parts.dp.size()), chunks_(chunks) {
+  DeterministicStep(const StepParts& parts, Activations& acts, int chunks, const TreeShards& shards)
+      : ArenaStep(parts, acts, shards.zero3), local_(chunks / parts.dp.size()), chunks_(chunks), shards_(shards) {
     const int dp = parts.dp.size();
     if (dp < 1 || (dp & (dp - 1)) != 0 || chunks % dp != 0 || (local_ & (local_ - 1)) != 0) {
       throw std::invalid_argument(fmt::format(
           "train.deterministic: {} data-parallel ranks and {} canonical chunks (need powers of two, the ranks "
           "dividing the chunks)", dp, chunks));
     }
+    if ((shards.chunk > 0) != (shards.after_update != nullptr)) {
+      throw std::logic_error("DeterministicStep: a contiguous shard needs its all-gather");
+    }
     const size_t n = parts.model.num_params();
     for (int levels = 0; (1 << levels) <= local_; ++levels) tree_.emplace_back(n);  // out + one per level
-    if (dp > 1) recv_ = Buffer(n);
+    if (dp > 1) recv_ = Buffer(shards.chunk > 0 ? shards.chunk : n);
+    if (tree_.size() * n + recv_.size() != deterministic_buffer_floats(n, chunks, dp, shards.chunk)) {
+      throw std::logic_error("DeterministicStep: its buffers disagree with deterministic_buffer_floats");
+    }
   }
 
   StepResult step(const int32_t* inputs, const int32_t* targets) override {
     const StepParts& s = parts_;
     const double loss_sum = subtree(inputs, targets, 0, local_, 0, true);
-    float* g = s.model.grad_data();
-    copy(g, tree_[0].data());
     StepResult r;
     const auto t0 = Clock::now();
-    const double total = across_ranks(loss_sum, g);
+    StateAt params = resident_params(s), grads = resident_grads(s);
+    double total = 0;
+    if (shards_.zero3 != nullptr) {  // ZeRO-3: this rank's pieces of every unit
+      total = across_ranks(loss_sum, nullptr);
+      shards_.zero3->scatter_sum(tree_[0].data());
+      params = shards_.zero3->params();
+      grads = shards_.zero3->grads();
+    } else if (shards_.chunk > 0) {  // ZeRO-1 (and 2): this rank's contiguous shard
+      total = across_ranks(loss_sum, nullptr);
+      scatter_contiguous(tree_[0].data(), s.model.grad_data());
+    } else {
+      copy(s.model.grad_data(), tree_[0].data());
+      total = across_ranks(loss_sum, s.model.grad_data());
+    }
     r.comm_s += seconds_since(t0);
     r.loss = total / chunks_;
     check_loss(s, r.loss);
     if (s.layer_norms) r.layer_grad_norms = layer_grad_norms(s.be, s.model);
-    r.update = s.opt.step(s.be, s.model, resident_params(s), resident_grads(s));
+    r.update = s.opt.step(s.be, s.model, params, grads);
+    if (shards_.after_update != nullptr) {
+      const auto t1 = Clock::now();
+      shards_.after_update->finish_update(s.be);
+      r.comm_s += seconds_since(t1);
+    }
     return r;
   }
   // The global batch's loss (global_forward): the chunks' mean losses in the same tree.
@@ -191,8 +214,14 @@ class DeterministicStep final : public ArenaStep {
     const StepParts& s = parts_;
     if (n == 1) {
       const size_t off = static_cast<size_t>(lo) * static_cast<size_t>(acts_.B) * static_cast<size_t>(acts_.T);
-      const double loss = gpt2_forward(s.be, s.model, acts_, inputs + off, targets + off);
-      if (backward) {
+      const double loss = gpt2_forward(s.be, s.model, acts_, inputs + off, targets + off, 0, units_);
+      if (backward && shards_.zero3 != nullptr) {  // the units' gradients straight into the tree's buffer
+        tree_[level].zero();
+        shards_.zero3->whole_grads(tree_[level].data());
+        gpt2_backward(s.be, s.model, acts_, inputs + off, targets + off, loss_weight(s, acts_.T), nullptr,
+                      BackwardPart::kAll, units_);
+        shards_.zero3->whole_grads(nullptr);
+      } else if (backward) {
         s.model.zero_grad();
         gpt2_backward(s.be, s.model, acts_, inputs + off, targets + off, loss_weight(s, acts_.T));
         copy(tree_[level].data(), s.model.grad_data());
@@ -230,16 +259,41 @@ class DeterministicStep final : public ArenaStep {
     }
     return loss_sum;
   }
+  // ZeRO-1's shard: the rank's contiguous chunk of the whole tree's gradient
+  // (canonical_reduce_scatter over equal chunks of the flat buffer, the last
+  // cut at num_params), copied into the model's gradient at the same place.
+  void scatter_contiguous(float* subtree_sum, float* grads) {
+    Communicator& dp = parts_.dp;
+    const size_t n = parts_.model.num_params(), N = static_cast<size_t>(dp.size());
+    std::vector<float*> blocks(N);
+    std::vector<size_t> lens(N);
+    for (size_t p = 0; p < N; ++p) {
+      const size_t lo = std::min(p * shards_.chunk, n);
+      blocks[p] = subtree_sum + lo;
+      lens[p] = std::min(lo + shards_.chunk, n) - lo;
+    }
+    canonical_reduce_scatter(dp, blocks, lens, recv_.data());
+    const size_t me = static_cast<size_t>(dp.rank());
+    std::copy_n(blocks[me], lens[me], grads + (blocks[me] - subtree_sum));
+  }
 
   int local_, chunks_;
+  TreeShards shards_;
   std::vector<Buffer> tree_;  // tree_[0]: the subtree's sum; tree_[l]: a right half's at depth l
-  Buffer recv_;                // a partner's gradient
+  Buffer recv_;                // a partner's gradient (or shard)
 };
 
 }  // namespace
 
-std::unique_ptr<StepFunction> deterministic_step(const StepParts& parts, Activations& acts, int chunks) {
-  return std::make_unique<DeterministicStep>(parts, acts, chunks);
+std::unique_ptr<StepFunction> deterministic_step(const StepParts& parts, Activations& acts, int chunks,
+                                                const TreeShards& shards) {
+  return std::make_unique<DeterministicStep>(parts, acts, chunks, shards);
+}
+
+uint64_t deterministic_buffer_floats(size_t n, int chunks, int dp, size_t shard_chunk) {
+  uint64_t levels = 1;  // the subtree's sum, then one per level below the root
+  for (int leaves = 1; leaves < chunks / dp; leaves <<= 1) ++levels;
+  return levels * n + (dp > 1 ? (shard_chunk > 0 ? shard_chunk : n) : 0);
 }
 
 std::unique_ptr<StepFunction> data_parallel_step(const StepParts& parts, Activations& acts, GradReducer& reducer) {

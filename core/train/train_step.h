@@ -90,7 +90,22 @@ std::unique_ptr<StepFunction> sharded_step(const StepParts& parts, Activations& 
 // recursive doubling over send_recv (partners rank ^ 1, rank ^ 2, ...: each
 // pair adds the same two values, and addition commutes). Any power-of-two
 // data-parallel size that divides `chunks` gives the bits of one rank.
-std::unique_ptr<StepFunction> deterministic_step(const StepParts& parts, Activations& acts, int chunks);
+// With ZeRO (`shards`) the tree's last levels are a reduce-scatter
+// (canonical_reduce_scatter, the same sums) into this rank's shard, and the
+// update covers the shard: the gradient norm's exact sum
+// (UpdateScope::exact_norm) makes the clipping serial's.
+struct TreeShards {
+  size_t chunk = 0;                     // ZeRO-1 (and 2): the contiguous shard's floats; 0 without
+  GradReducer* after_update = nullptr;  // with `chunk`: its all-gather of the updated parameters
+  ZeroShards* zero3 = nullptr;          // ZeRO-3: the units' gathers, and the gradient shard
+};
+std::unique_ptr<StepFunction> deterministic_step(const StepParts& parts, Activations& acts, int chunks,
+                                                const TreeShards& shards = {});
+// The floats of its working buffers: the tree's gradient-sized buffers (one
+// per level of a rank's subtree of chunks / dp leaves, and its sum) for a
+// model of `n` parameters, and the buffer a partner's gradient (or, with a
+// contiguous ZeRO shard of `shard_chunk` floats, a block) is received into.
+uint64_t deterministic_buffer_floats(size_t n, int chunks, int dp, size_t shard_chunk);
 
 // The 2-norm of the gradient per unit of a whole model: the embeddings,
 // each layer, then the final norm and head; L + 2 values.

@@ -133,9 +133,11 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
   if (st.zero) {
     log.note(fmt::format("ZeRO-{}: Adam moments sharded over {} data-parallel ranks ({} of {} parameters here){}",
                          st.zero_stage, dp, st.zero->end - st.zero->begin, st.model->num_params(),
-                         st.zero_stage == 2 ? "; the pipeline schedule accumulates the stage's whole gradient over its "
-                                              "microbatches, so stage 2 keeps stage 1's memory"
-                                            : ""));
+                         st.zero_stage != 2            ? ""
+                         : c.train.deterministic ? "; the deterministic tree adds whole gradients over its chunks, so "
+                                                   "stage 2 keeps stage 1's memory"
+                                                 : "; the pipeline schedule accumulates the stage's whole gradient over "
+                                                   "its microbatches, so stage 2 keeps stage 1's memory"));
   } else if (st.sharded) {
     log.note(fmt::format("ZeRO-{}: {} sharded over {} data-parallel ranks ({} of {} parameters here, in {} units)",
                          st.zero_stage, st.zero_stage == 2 ? "moments and gradients" : "moments, gradients and parameters",
@@ -359,8 +361,16 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGri
   if (c.train.deterministic) {  // canonical chunks, their tree, recursive doubling (no reducer)
     const int chunks = canonical_chunks(c);
     lay->arena.emplace(model, c.train.batch_size / chunks, c.train.seq_len, false, c.train.recompute_full(), stored);
-    lay->step = deterministic_step(parts, lay->arena->acts(), chunks);
+    TreeShards shards;
+    if (st.zero) {  // ZeRO-1 and 2: the tree's gradient scattered into contiguous shards, the update gathered
+      lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
+      shards = {st.zero->chunk, lay->reducer.get(), nullptr};
+    }
+    if (st.zero_stage == 3) shards.zero3 = st.sharded.get();
+    lay->step = deterministic_step(parts, lay->arena->acts(), chunks, shards);
     lay->mem = rank_memory(st, nullptr, &*lay->arena, grid.dp());
+    lay->mem.comm_buffers +=
+        deterministic_buffer_floats(model.num_params(), chunks, grid.dp(), shards.chunk) * sizeof(float);
     return lay;
   }
   if (st.zero) {
