@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""train.deterministic (issue 31, its first parts): the same bits at any thread count, with data parallelism and with accumulation.
+"""train.deterministic (issue 31): the same bits at any thread count, with data parallelism, accumulation, ZeRO and pipelines.
 
 With `train.deterministic true`, 10 steps of a small model (2 layers, C 64,
 batch 8 x 64: 512 rows, so the products' fixed blocks split between the
@@ -15,6 +15,13 @@ generated text, for:
     batch's 4 canonical chunks of 2 rows, added in one balanced tree (a
     rank's subtree, then recursive doubling across ranks), give serial's
     bits.
+  * ZeRO-1, 2 and 3 on dp 2, ZeRO-3 on dp 4, ZeRO-1 on dp 4 at 2 threads,
+    and ZeRO-2 with accumulation and recomputation: the tree's last levels a
+    canonical reduce-scatter into the shards, the norm an exact sum;
+  * pp 2 under gpipe, 1f1b and zb-h1, pp 2 x dp 2, and pp 2 at 2 threads
+    with recomputation: the microbatches are the chunks, each stage adds
+    their gradients in the tree as they complete.
+A ZeRO-3 run stopped at step 6 and resumed as pp 2 ends with serial's bits.
 A run stopped at step 6 on 2 threads and resumed from its step-5
 checkpoint on 1 thread ends with the uninterrupted run's bits. The
 checkpoints are compared tensor bytes to tensor bytes (their headers
@@ -23,9 +30,9 @@ runs the fast order: its result at 2 threads differs from its result at 1,
 which shows the check above can fail.
 
 What is not built yet is refused with one line naming the constraint: tp,
-pp and ZeRO, data-parallel counts that do not hold whole subtrees (3
-ranks), micro-steps of part of a chunk, bf16, and the CUDA stages (their
-plan).
+a pipeline with ZeRO or with microbatches that are not the chunks,
+data-parallel counts that do not hold whole subtrees (3 ranks), micro-steps
+of part of a chunk, bf16, and the CUDA stages (their plan).
 
 usage: determinism_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
@@ -104,6 +111,25 @@ def main():
     same("deterministic: ZeRO-2 on dp 2 with accumulation and recomputation gives serial's bits",
          ref, train("det_zero2_acc", [*det, "--parallel.zero", "2", "--train.micro_batch", "2",
                                       "--train.recompute", "full"], 1, ranks=2))
+    # Pipelines: the microbatches are the replica's canonical chunks; each
+    # microbatch's backward (B and W apart under zb-h1) writes its own buffer,
+    # and a stage adds them in the tree as they complete.
+    for sched in ("gpipe", "1f1b", "zb-h1"):
+        same(f"deterministic: pp 2 ({sched}, 4 microbatches) gives serial's bits", ref,
+             train(f"det_pp2_{sched}", [*det, "--parallel.pp", "2", "--parallel.microbatches", "4",
+                                        "--parallel.schedule", sched], 1, ranks=2))
+    same("deterministic: pp 2 x dp 2 (1f1b, 2 microbatches) gives serial's bits", ref,
+         train("det_pp2_dp2", [*det, "--parallel.pp", "2", "--parallel.microbatches", "2",
+                               "--parallel.schedule", "1f1b"], 1, ranks=4))
+    same("deterministic: pp 2 (gpipe) at 2 threads with recomputation gives serial's bits", ref,
+         train("det_pp2_t2", [*det, "--parallel.pp", "2", "--parallel.microbatches", "4",
+                              "--parallel.schedule", "gpipe", "--train.recompute", "full"], 2, ranks=2))
+    plan_agrees(check, programs, "deterministic pp 2 zb-h1", 2,
+                [*det, "--parallel.pp", "2", "--parallel.microbatches", "4", "--parallel.schedule", "zb-h1"],
+                out("det_pp2_zb-h1"))
+    plan_agrees(check, programs, "deterministic pp 2 x dp 2", 4,
+                [*det, "--parallel.pp", "2", "--parallel.microbatches", "2", "--parallel.schedule", "1f1b"],
+                out("det_pp2_dp2"))
     # A batch of 6: 2 canonical chunks of 3 rows; dp 2 holds one each.
     six = [*det, "--train.batch_size", "6"]
     same("deterministic: batch 6 (2 chunks) on dp 2 gives serial's bits",
@@ -132,6 +158,21 @@ def main():
     else:
         check("the resumed run completes", False, r.stderr.strip()[-300:])
 
+    # Resume across layouts: ZeRO-3 on dp 2, stopped at step 6, resumed from
+    # its step-5 checkpoint as pp 2 (zb-h1), ends with serial's bits.
+    d = out("det_resumed_layouts")
+    r = programs.mpi(2, [*det, "--parallel.zero", "3", *crash, "--out", d])
+    check("a deterministic ZeRO-3 dp 2 run stops at step 6 with its step-5 checkpoint",
+          r.returncode != 0 and os.path.exists(os.path.join(d, "checkpoint.bin")), r.stderr.strip()[-200:])
+    r = programs.mpi(2, [*det, "--parallel.pp", "2", "--parallel.microbatches", "4", "--parallel.schedule", "zb-h1",
+                         "--out", d, "--resume", os.path.join(d, "checkpoint.bin")])
+    if r.returncode == 0 and ref is not None:
+        got = state(d)
+        check("resumed as pp 2 (zb-h1), it ends with serial's bits (weights, moments, last step's record)",
+              all(p == q for p, q in zip(got[0], ref[0])) and got[1][-1] == ref[1][-1], f"records {got[1][-1:]}")
+    else:
+        check("the run resumed as pp 2 completes", False, r.stderr.strip()[-300:])
+
     fast1, fast2 = train("fast_t1", common, 1), train("fast_t2", common, 2)
     check("the default's fast order differs between 1 and 2 threads (so the checks above can fail)",
           fast1 is not None and fast2 is not None and fast1[0] != fast2[0])
@@ -141,7 +182,11 @@ def main():
 
     error = refuser(check, programs, a, det, out)
     error("tensor parallelism is refused, naming the constraint", 2, ["--parallel.tp", "2"],
-          "runs data parallelism and ZeRO alone so far")
+          "the canonical sums over its inner dimensions are not built yet")
+    error("a pipeline whose microbatches are not the chunks is refused, naming the count", 2,
+          ["--parallel.pp", "2", "--parallel.microbatches", "2"], "use parallel.microbatches 4")
+    error("a pipeline with ZeRO is refused", 4, ["--parallel.pp", "2", "--parallel.microbatches", "2",
+                                                 "--parallel.zero", "1"], "use parallel.zero 0 with parallel.pp 2")
     error("3 data-parallel ranks are refused, naming the allowed counts", 3, [], "use 1, 2 or 4 ranks")
     error("bf16 is refused", 1, ["--train.precision", "bf16"], "runs in fp32 so far")
     error("a micro-step of part of a chunk is refused, naming the allowed sizes", 1, ["--train.micro_batch", "1"],

@@ -352,6 +352,8 @@ runs:
   - {stage: mpi, ranks: 2, threads: 1, config: {parallel.pp: 2, parallel.microbatches: 2, parallel.schedule: zb-h1}}
   - {stage: mpi, ranks: 2, threads: 1, config: {parallel.pp: 2, parallel.microbatches: 2, parallel.schedule: 1f1b}}
   - {stage: mpi, ranks: 2, threads: 1, config: {model.mlp: swiglu, model.n_kv_head: 1, model.tie_embeddings: true}}
+  - {stage: mpi, ranks: 1, threads: 1, config: {train.deterministic: true}}
+  - {stage: mpi, ranks: 2, threads: 1, config: {train.deterministic: true, parallel.pp: 2, parallel.microbatches: 4, parallel.schedule: gpipe}}
 """
 
 
@@ -372,7 +374,7 @@ def pipeline_checks(exps, results, reports, harness, check):
     check("pp_smoke runs", r.returncode == 0, r.stderr[-1500:])
     _, runs = rows(os.path.join(results, "pp_smoke", "runs.csv"))
     check("runs.csv: the pipeline and ZeRO-1 layouts in the pipeline column",
-          sorted(x["pipeline"] for x in runs) == ["", "", "pp2 m2 1f1b", "pp2 m2 zb-h1", "zero"],
+          sorted(x["pipeline"] for x in runs) == ["", "", "", "pp2 m2 1f1b", "pp2 m2 zb-h1", "pp2 m4 gpipe", "zero"],
           str([x["pipeline"] for x in runs]))
     # The formula columns are the engine's plan (plan.json in each run folder), for every layout: a
     # variant's parameter count is its own (the harness once used GPT-2's for every model).
@@ -405,6 +407,12 @@ def pipeline_checks(exps, results, reports, harness, check):
           "## Memory per rank" in md and "parallelism_timeline_zb-h1.svg" in md
           and "## Reading: zb-h1 against 1f1b" in md and "- m 2: zb-h1's bubble is" in md
           and os.path.exists(os.path.join(folder, "parallelism_timeline_zb-h1.svg")), md[:2000])
+    bits_path = os.path.join(folder, "parallelism_bits.csv")
+    bits = list(csv.DictReader(open(bits_path, newline=""))) if os.path.exists(bits_path) else []
+    check("parallelism_bits.csv: the deterministic pp 2 run's final state hashes to the one-rank deterministic run's",
+          len(bits) == 2 and [b["reference"] for b in bits] == ["true", "false"]
+          and bits[1]["pp"] == "2" and bits[1]["runs_bits_equal"] == bits[1]["runs_hashed"] == "1"
+          and "## Bits equal to serial (train.deterministic)" in md and "yes (1/1 runs)" in md, str(bits))
 
 
 T2O_SMOKE = """name: t2o_smoke

@@ -649,7 +649,9 @@ TEST(Plan, ActivationBytesFollowTheFormula) {
   for (size_t i = 0; i < spans.size(); ++i) {
     EXPECT_GE(spans[i].first, base);
     EXPECT_LE(spans[i].second, base + bf.bytes());
-    if (i > 0) EXPECT_LE(spans[i - 1].second, spans[i].first) << "tensors " << i - 1 << " and " << i << " overlap";
+    if (i > 0) {
+      EXPECT_LE(spans[i - 1].second, spans[i].first) << "tensors " << i - 1 << " and " << i << " overlap";
+    }
   }
   for (const Tensor* t : {&l0.ln1, &l0.ln2, &l0.atty, &l0.fch_gelu, &ba.lnf}) EXPECT_TRUE(t->is_bf16());
   for (const Tensor* t : {&l0.qkv, &l0.fch, &l0.residual2, &l0.residual3, &ba.logits}) EXPECT_FALSE(t->is_bf16());

@@ -232,6 +232,13 @@ void Gpt2::bind_unit(const ParamUnit& u, float* params_at, float* grads_at) {
   if (residency_ != Residency::kWhole) rebind(grad_infos_, grads_at);
 }
 
+void Gpt2::bind_grads(float* grads) {
+  if (residency_ != Residency::kWhole) {
+    throw std::logic_error("Gpt2::bind_grads: the gradient is not resident (ZeRO-2/3 bind it by unit)");
+  }
+  bind(grad_infos_, grads != nullptr ? grads : grads_buf_.data());
+}
+
 std::vector<float> Gpt2::params_to_host() const {
   if (residency_ == Residency::kNone) {
     throw std::logic_error("Gpt2::params_to_host: the parameters are sharded (ZeRO-3); gather them first");

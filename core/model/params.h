@@ -169,6 +169,11 @@ class Gpt2 {
   // and kNone (both); a resident side stays bound to the model's buffer.
   const std::vector<ParamUnit>& units() const { return units_; }
   void bind_unit(const ParamUnit& u, float* params, float* grads);
+  // Residency::kWhole: every gradient view rebound to `grads` + its offset (a
+  // flat array of num_params() floats in this memory: train.deterministic's
+  // tree buffers, so a backward writes its leaf there); nullptr: back to the
+  // model's own buffer. grad_data() names the model's buffer either way.
+  void bind_grads(float* grads);
 
   const std::vector<ParamInfo>& infos() const { return infos_; }
   size_t num_params() const { return n_; }

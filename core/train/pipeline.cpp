@@ -106,9 +106,18 @@ int64_t steady_ns() {
 }
 }  // namespace
 
+int PipelineEngine::tree_buffers(int arenas, int m) {
+  int levels = 1;
+  for (int leaves = 1; leaves < m; leaves <<= 1) ++levels;
+  return arenas + levels;
+}
+
 PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T,
-                               bool recompute, Dtype stored)
-    : be_(be), model_(model), pp_(pp), kind_(kind), stages_(pp.size()), stage_(pp.rank()), m_(m), T_(T) {
+                               bool recompute, Dtype stored, bool tree)
+    : be_(be), model_(model), pp_(pp), kind_(kind), stages_(pp.size()), stage_(pp.rank()), m_(m), T_(T), tree_(tree) {
+  if (tree && (m & (m - 1)) != 0) {
+    throw std::invalid_argument(fmt::format("train.deterministic: {} microbatches (a power of two)", m));
+  }
   if (m < 1 || rows % m != 0) {
     throw std::invalid_argument(fmt::format(
         "parallel.microbatches {} does not divide the {} rows of each data-parallel replica", m, rows));
@@ -128,6 +137,37 @@ PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, Sched
     arena_bytes_ = s.arena->bytes();
     arenas_.push_back(std::move(s));
   }
+  if (tree_) {
+    for (int i = 0; i < tree_buffers(n, m); ++i) spare_.emplace_back(model.num_params(), model.memory());
+    mb_loss_.assign(static_cast<size_t>(m), 0.0);
+  }
+}
+
+Buffer PipelineEngine::spare() {
+  if (spare_.empty()) throw std::logic_error("pipeline: no spare gradient buffer for the tree");
+  Buffer b = std::move(spare_.back());
+  spare_.pop_back();
+  return b;
+}
+
+void PipelineEngine::fold(Buffer&& leaf) {
+  sums_.emplace_back(1, std::move(leaf));
+  const int64_t n = static_cast<int64_t>(model_.num_params());
+  while (sums_.size() >= 2 && sums_[sums_.size() - 1].first == sums_[sums_.size() - 2].first) {
+    auto& left = sums_[sums_.size() - 2];
+    Buffer& right = sums_.back().second;
+    const Tensor a(left.second.data(), {n}), b(right.data(), {n});
+    be_.residual_forward(a, a, b);
+    left.first *= 2;
+    spare_.push_back(std::move(right));
+    sums_.pop_back();
+  }
+}
+
+double PipelineEngine::tree_sum(int lo, int n) const {
+  if (n == 1) return mb_loss_[static_cast<size_t>(lo)];
+  const double left = tree_sum(lo, n / 2);
+  return left + tree_sum(lo + n / 2, n / 2);
 }
 
 double PipelineEngine::now_ms() const { return static_cast<double>(steady_ns() - t0_ns_) * 1e-6; }
@@ -225,31 +265,63 @@ double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float
   for (size_t k = 0; k < actions_.size(); ++k) {
     if (actions_[k].op == PipeOp::kBackward) last_backward = k;
   }
+  // tree: a microbatch's gradient buffer is zeroed at its B (or BW) and bound around each of its passes.
+  auto bound = [&](Slot& s, bool first, auto&& pass) {
+    if (!tree_) return pass();
+    if (first) {
+      s.grads = spare();
+      s.grads.zero();
+    }
+    model_.bind_grads(s.grads.data());
+    pass();
+    model_.bind_grads(nullptr);
+  };
   for (size_t k = 0; k < actions_.size(); ++k) {
     const PipeAction& act = actions_[k];
     switch (act.op) {
-      case PipeOp::kForward:
-        loss += forward(take(act.mb), inputs, targets);
+      case PipeOp::kForward: {
+        const double l = forward(take(act.mb), inputs, targets);
+        if (tree_) mb_loss_[static_cast<size_t>(act.mb)] = l;
+        loss += l;
         break;
+      }
       case PipeOp::kBackward: {
         Slot& s = holding(act.mb);
-        backward(s, inputs, targets, dloss, BackwardPart::kAll, k == last_backward ? hook : nullptr);
+        bound(s, true, [&] {
+          backward(s, inputs, targets, dloss, BackwardPart::kAll, k == last_backward ? hook : nullptr);
+        });
+        if (tree_) fold(std::move(s.grads));
         release(s);
         break;
       }
-      case PipeOp::kBackwardInput:
-        backward(holding(act.mb), inputs, targets, dloss, BackwardPart::kInput);
+      case PipeOp::kBackwardInput: {
+        Slot& s = holding(act.mb);
+        bound(s, true, [&] { backward(s, inputs, targets, dloss, BackwardPart::kInput); });
         break;
+      }
       case PipeOp::kBackwardWeight: {
         Slot& s = holding(act.mb);
-        backward(s, inputs, targets, dloss, BackwardPart::kWeight);
+        bound(s, false, [&] { backward(s, inputs, targets, dloss, BackwardPart::kWeight); });
+        if (tree_) fold(std::move(s.grads));
         release(s);
         break;
       }
     }
   }
   for (Slot& s : arenas_) wait_sends(s);
+  if (tree_) finish_tree();
   return stage_ == stages_ - 1 ? loss / m_ : 0.0;
+}
+
+void PipelineEngine::finish_tree() {
+  if (sums_.size() != 1 || sums_[0].first != m_) {
+    throw std::logic_error(fmt::format("pipeline stage {}: the microbatch tree did not close", stage_));
+  }
+  const int64_t n = static_cast<int64_t>(model_.num_params());
+  be_.copy(Tensor(model_.grad_data(), {n}), Tensor(sums_[0].second.data(), {n}));
+  spare_.push_back(std::move(sums_[0].second));
+  sums_.clear();
+  loss_sum_ = stage_ == stages_ - 1 ? tree_sum(0, m_) : 0.0;
 }
 
 double PipelineEngine::forward_loss(const int32_t* inputs, const int32_t* targets) {
@@ -259,10 +331,13 @@ double PipelineEngine::forward_loss(const int32_t* inputs, const int32_t* target
   double loss = 0;
   for (int j = 0; j < m_; ++j) {
     Slot& s = take(j);
-    loss += forward(s, inputs, targets);
+    const double l = forward(s, inputs, targets);
+    if (tree_) mb_loss_[static_cast<size_t>(j)] = l;
+    loss += l;
     release(s);
   }
   for (Slot& s : arenas_) wait_sends(s);
+  if (tree_) loss_sum_ = stage_ == stages_ - 1 ? tree_sum(0, m_) : 0.0;
   return stage_ == stages_ - 1 ? loss / m_ : 0.0;
 }
 

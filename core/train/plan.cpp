@@ -47,20 +47,33 @@ void check_deterministic(const RunConfig& c, int ranks, const std::string& stage
     throw std::invalid_argument("train.deterministic true: " + why + " (docs/determinism.md)");
   };
   if (stage == "cuda" || stage == "mpi_cuda") refuse(fmt::format("runs on the CPU stages only so far, not {}", stage));
-  if (c.parallel.tp > 1 || c.parallel.pp > 1) {
-    refuse(fmt::format("runs data parallelism and ZeRO alone so far, not parallel.tp {}, pp {}: their canonical sums "
-                       "are not built yet", c.parallel.tp, c.parallel.pp));
+  if (c.parallel.tp > 1) {
+    refuse(fmt::format("runs data parallelism, pipelines and ZeRO so far, not parallel.tp {}: the canonical sums over "
+                       "its inner dimensions are not built yet", c.parallel.tp));
   }
   const int K = canonical_chunks(c), chunk = c.train.batch_size / K;
-  if (ranks < 1 || (ranks & (ranks - 1)) != 0 || K % ranks != 0) {
+  const int dp = std::max(1, ranks / c.parallel.pp);  // the data-parallel ranks (the layout checks the grid)
+  if (dp < 1 || (dp & (dp - 1)) != 0 || K % dp != 0) {
     refuse(fmt::format("{} data-parallel ranks do not hold whole subtrees of the {} canonical chunks of "
-                       "train.batch_size {}; use {}", ranks, K, c.train.batch_size,
+                       "train.batch_size {}; use {}", dp, K, c.train.batch_size,
                        K == 4 ? "1, 2 or 4 ranks" : K == 2 ? "1 or 2 ranks" : "1 rank"));
   }
   if (c.train.precision != "fp32") refuse("runs in fp32 so far, not " + c.train.precision);
+  if (c.parallel.pp > 1) {  // the microbatches are the replica's chunks (DeterministicPipelinedStep)
+    if (c.parallel.zero_stage() > 0) {
+      refuse(fmt::format("runs a pipeline without ZeRO so far, not parallel.zero {}: use parallel.zero 0 with "
+                         "parallel.pp {}", c.parallel.zero_stage(), c.parallel.pp));
+    }
+    if (c.parallel.microbatches * dp != K) {
+      refuse(fmt::format("a pipeline's microbatches are its canonical chunks ({} of train.batch_size {} over {} "
+                         "data-parallel replica{}), not {}; use parallel.microbatches {}", K, c.train.batch_size, dp,
+                         dp == 1 ? "" : "s", c.parallel.microbatches, K / dp));
+    }
+    return;
+  }
   // Accumulation, spelt either way (resolve_micro_batch makes one the other): a
   // rank runs its rows chunk by chunk anyway, so a micro-step of whole chunks is the same.
-  const int rows = c.train.batch_size / ranks;
+  const int rows = c.train.batch_size / dp;
   const int mbs = std::max(1, c.parallel.microbatches);
   if (c.train.micro_batch == 0 && rows % mbs != 0) return;  // the layout's own check names this (replica_rows)
   const int micro = c.train.micro_batch != 0 ? c.train.micro_batch : rows / mbs;
@@ -140,7 +153,8 @@ RankMemory plan_memory(const RankShape& r) {
   if (sharded) m.comm_buffers = 2 * shards.max_padded * sizeof(float);
   if (r.zero.stage == 3) m.gathered = 2 * shards.max_padded * sizeof(float);
   const int T = r.c.train.seq_len;
-  if (r.c.train.deterministic) {  // one arena of a canonical chunk; the chunks' tree buffers
+  const bool chunked = r.c.train.deterministic && r.c.parallel.pp == 1;  // canonical chunks, one at a time
+  if (chunked) {  // one arena of a canonical chunk; the chunks' tree buffers
     const int K = canonical_chunks(r.c);
     set_arena(m, arena_kinds(r.cfg, r.c.train.batch_size / K, T, r.tp.shape(), r.tp.has_private(), r.layers, false,
                              r.c.train.recompute_full(), r.stored));
@@ -153,6 +167,11 @@ RankMemory plan_memory(const RankShape& r) {
                              r.c.train.recompute_full(), r.stored));
     m.arenas = static_cast<uint64_t>(
         max_in_flight(stage_schedule(kind, r.c.parallel.pp, r.stage, r.c.parallel.microbatches)));
+    if (r.c.train.deterministic) {  // the microbatch tree's buffers (PipelineEngine, tree), a partner's gradient
+      const auto buffers =
+          static_cast<uint64_t>(PipelineEngine::tree_buffers(static_cast<int>(m.arenas), r.c.parallel.microbatches));
+      m.comm_buffers += (buffers + (r.dp > 1 ? 1 : 0)) * n * sizeof(float);
+    }
   } else {
     set_arena(m, arena_kinds(r.cfg, r.rows, T, r.tp.shape(), r.tp.has_private(), r.layers, false,
                              r.c.train.recompute_full(), r.stored));
@@ -325,7 +344,8 @@ GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem) {
 // The pipeline group's step on stage s of p: per microbatch an activation
 // received from stage s - 1 and its gradient sent back, an activation sent
 // to stage s + 1 and its gradient received (rows / m x seq_len x n_embd
-// floats each); the loss and the squared gradient norm (two doubles).
+// floats each); the loss and the squared gradient norm (two doubles; the
+// norm's digits under train.deterministic).
 GroupTraffic pp_traffic(const RankShape& r) {
   GroupTraffic t;
   const int p = r.c.parallel.pp;
@@ -335,7 +355,9 @@ GroupTraffic pp_traffic(const RankShape& r) {
                        static_cast<uint64_t>(r.cfg.C) * sizeof(float);
   const uint64_t messages = (r.stage > 0 ? 2 * m : 0) + (r.stage < p - 1 ? 2 * m : 0);
   t.calls = messages + 2;
-  t.bytes = messages * msg + 2 * sizeof(double);
+  // train.deterministic's norm is an exact sum: its digits (ExactSquares::kFloats floats), not a double.
+  t.bytes = messages * msg + sizeof(double) +
+            (r.c.train.deterministic ? ExactSquares::kFloats * sizeof(float) : sizeof(double));
   return t;
 }
 

@@ -399,7 +399,7 @@ uint64_t replicated_hash(const Gpt2& model, const std::vector<float>& local) {
 }
 }  // namespace
 
-void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
+uint64_t save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
                               const std::string& run_id, ProcessGrid& grid) {
   // ZeRO: the moments' shards first (and ZeRO-3's parameters), over the
   // data-parallel group (every rank).
@@ -419,7 +419,7 @@ void save_training_checkpoint(const std::string& path, const RunState& st, const
       *x = std::move(whole);
     }
   }
-  if (grid.dp_comm().rank() != 0) return;
+  if (grid.dp_comm().rank() != 0) return 0;
   TrainingState ts;
   ts.loader_position = st.loader->position();
   ts.loader_batches = st.loader->batches_served();
@@ -437,7 +437,11 @@ void save_training_checkpoint(const std::string& path, const RunState& st, const
   const std::vector<float> params = gather_full(st.model_config, grid, local, stage, vocab);
   ts.m = gather_full(st.model_config, grid, m, stage, vocab);
   ts.v = gather_full(st.model_config, grid, v, stage, vocab);
-  if (grid.world().rank() == 0) save_checkpoint(path, st.model_config, params, st.tok, &ts, extra);
+  if (grid.world().rank() != 0) return 0;
+  if (!path.empty()) save_checkpoint(path, st.model_config, params, st.tok, &ts, extra);
+  uint64_t h = fnv1a64(params.data(), params.size() * sizeof(float));
+  h = fnv1a64(ts.m.data(), ts.m.size() * sizeof(float), h);
+  return fnv1a64(ts.v.data(), ts.v.size() * sizeof(float), h);
 }
 
 }  // namespace gpt2

@@ -94,7 +94,9 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
 // tensor-parallel shards of the weights and moments are gathered, checked
 // (replicated tensors equal on every rank of a tensor-parallel group) and
 // written by world rank 0 as one full-model checkpoint, which any layout resumes.
-void save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
+// Returns, on world rank 0, RunSummary::state_hash's value of what it wrote
+// (0 on the other ranks). An empty `path` gathers and hashes, and writes nothing.
+uint64_t save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
                               const std::string& run_id, ProcessGrid& grid);
 
 // The function a layout computes, as checkpoints record it ("parallel.function"):

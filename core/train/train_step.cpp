@@ -147,6 +147,76 @@ class ShardedStep final : public ArenaStep {
   ZeroShards& shards_;
 };
 
+// train.deterministic: recursive doubling over the data-parallel group. The
+// loss sum and (when given) the gradient of this rank's subtree (n floats)
+// become the whole tree's: partners rank ^ 1, rank ^ 2, ..., each pair adding
+// the same two values (a + b == b + a). `recv` holds n floats.
+double tree_across_ranks(Backend& be, Communicator& dp, double loss_sum, float* grads, size_t n, float* recv) {
+  const Tensor g(grads, {static_cast<int64_t>(n)}), other_g(recv, {static_cast<int64_t>(n)});
+  for (int bit = 1; bit < dp.size(); bit <<= 1) {
+    const int partner = dp.rank() ^ bit;
+    float mine[2], theirs[2];
+    std::memcpy(mine, &loss_sum, sizeof loss_sum);
+    dp.send_recv(mine, 2, partner, theirs, 2, partner);
+    double other = 0;
+    std::memcpy(&other, theirs, sizeof other);
+    loss_sum = loss_sum + other;
+    if (grads != nullptr) {
+      dp.send_recv(grads, n, partner, recv, n, partner);
+      be.residual_forward(g, g, other_g);
+    }
+  }
+  return loss_sum;
+}
+
+// train.deterministic under a pipeline (deterministic_pipelined_step): the
+// engine's microbatches are the rank's canonical chunks, its tree the
+// stage's gradient; then the data-parallel ranks' recursive doubling.
+class DeterministicPipelinedStep final : public StepFunction {
+ public:
+  DeterministicPipelinedStep(const StepParts& parts, PipelineEngine& pipe, Communicator& pp, int chunks)
+      : StepFunction(parts), pipe_(pipe), pp_(pp), chunks_(chunks) {
+    if (pipe.microbatches() * parts.dp.size() != chunks) {
+      throw std::invalid_argument(fmt::format("train.deterministic: {} microbatches on {} data-parallel ranks are "
+                                              "not the {} canonical chunks", pipe.microbatches(), parts.dp.size(),
+                                              chunks));
+    }
+    if (parts.dp.size() > 1) recv_ = Buffer(parts.model.num_params());
+  }
+
+  StepResult step(const int32_t* inputs, const int32_t* targets) override {
+    const StepParts& s = parts_;
+    pipe_.step(inputs, targets, loss_weight(s, pipe_.seq_len()));
+    StepResult r;
+    const auto t0 = Clock::now();
+    r.loss = across(pipe_.loss_sum(), s.model.grad_data()) / chunks_;
+    r.comm_s = seconds_since(t0);
+    check_loss(s, r.loss);
+    r.update = s.opt.step(s.be, s.model, resident_params(s), resident_grads(s));
+    return r;
+  }
+  double forward_loss(const int32_t* inputs, const int32_t* targets) override {
+    pipe_.forward_loss(inputs, targets);
+    return across(pipe_.loss_sum(), nullptr) / chunks_;
+  }
+  bool global_forward() const override { return true; }
+  int rows() const override { return pipe_.rows(); }
+  int seq_len() const override { return pipe_.seq_len(); }
+
+ private:
+  // The last stage's loss sum to every stage (the others add zeros: exact),
+  // then the replicas' tree.
+  double across(double loss_sum, float* grads) {
+    if (pp_.size() > 1) loss_sum = pp_.allreduce_sum(loss_sum);
+    return tree_across_ranks(parts_.be, parts_.dp, loss_sum, grads, parts_.model.num_params(), recv_.data());
+  }
+
+  PipelineEngine& pipe_;
+  Communicator& pp_;
+  int chunks_;
+  Buffer recv_;
+};
+
 // train.deterministic's step (train_step.h, deterministic_step).
 class DeterministicStep final : public ArenaStep {
  public:
@@ -215,16 +285,15 @@ class DeterministicStep final : public ArenaStep {
     if (n == 1) {
       const size_t off = static_cast<size_t>(lo) * static_cast<size_t>(acts_.B) * static_cast<size_t>(acts_.T);
       const double loss = gpt2_forward(s.be, s.model, acts_, inputs + off, targets + off, 0, units_);
-      if (backward && shards_.zero3 != nullptr) {  // the units' gradients straight into the tree's buffer
+      if (backward) {  // the leaf's gradient straight into its tree buffer (no copy)
+        float* leaf = tree_[level].data();
         tree_[level].zero();
-        shards_.zero3->whole_grads(tree_[level].data());
+        if (shards_.zero3 != nullptr) shards_.zero3->whole_grads(leaf);  // bound unit by unit as they are gathered
+        else s.model.bind_grads(leaf);
         gpt2_backward(s.be, s.model, acts_, inputs + off, targets + off, loss_weight(s, acts_.T), nullptr,
                       BackwardPart::kAll, units_);
-        shards_.zero3->whole_grads(nullptr);
-      } else if (backward) {
-        s.model.zero_grad();
-        gpt2_backward(s.be, s.model, acts_, inputs + off, targets + off, loss_weight(s, acts_.T));
-        copy(tree_[level].data(), s.model.grad_data());
+        if (shards_.zero3 != nullptr) shards_.zero3->whole_grads(nullptr);
+        else s.model.bind_grads(nullptr);
       }
       return loss;
     }
@@ -239,25 +308,8 @@ class DeterministicStep final : public ArenaStep {
   }
   void add_into(float* a, const float* b) { parts_.be.residual_forward(flat(a), flat(a), flat(b)); }
   void copy(float* dst, const float* src) { parts_.be.copy(flat(dst), flat(src)); }
-  // Recursive doubling over the data-parallel group: the loss sum and (when
-  // given) the gradient of this rank's subtree become the whole tree's.
   double across_ranks(double loss_sum, float* grads) {
-    Communicator& dp = parts_.dp;
-    const size_t n = parts_.model.num_params();
-    for (int bit = 1; bit < dp.size(); bit <<= 1) {
-      const int partner = dp.rank() ^ bit;
-      float mine[2], theirs[2];
-      std::memcpy(mine, &loss_sum, sizeof loss_sum);
-      dp.send_recv(mine, 2, partner, theirs, 2, partner);
-      double other = 0;
-      std::memcpy(&other, theirs, sizeof other);
-      loss_sum = loss_sum + other;
-      if (grads != nullptr) {
-        dp.send_recv(grads, n, partner, recv_.data(), n, partner);
-        add_into(grads, recv_.data());
-      }
-    }
-    return loss_sum;
+    return tree_across_ranks(parts_.be, parts_.dp, loss_sum, grads, parts_.model.num_params(), recv_.data());
   }
   // ZeRO-1's shard: the rank's contiguous chunk of the whole tree's gradient
   // (canonical_reduce_scatter over equal chunks of the flat buffer, the last
@@ -294,6 +346,11 @@ uint64_t deterministic_buffer_floats(size_t n, int chunks, int dp, size_t shard_
   uint64_t levels = 1;  // the subtree's sum, then one per level below the root
   for (int leaves = 1; leaves < chunks / dp; leaves <<= 1) ++levels;
   return levels * n + (dp > 1 ? (shard_chunk > 0 ? shard_chunk : n) : 0);
+}
+
+std::unique_ptr<StepFunction> deterministic_pipelined_step(const StepParts& parts, PipelineEngine& pipe,
+                                                          Communicator& pp, int chunks) {
+  return std::make_unique<DeterministicPipelinedStep>(parts, pipe, pp, chunks);
 }
 
 std::unique_ptr<StepFunction> data_parallel_step(const StepParts& parts, Activations& acts, GradReducer& reducer) {

@@ -101,6 +101,12 @@ struct TreeShards {
 };
 std::unique_ptr<StepFunction> deterministic_step(const StepParts& parts, Activations& acts, int chunks,
                                                 const TreeShards& shards = {});
+// Under a pipeline: `pipe` built with its tree (PipelineEngine, `tree`), its
+// microbatches this rank's chunks / dp.size() canonical chunks; each stage's
+// gradient is the tree's over them, then the data-parallel ranks' recursive
+// doubling; the loss likewise (from the last stage).
+std::unique_ptr<StepFunction> deterministic_pipelined_step(const StepParts& parts, PipelineEngine& pipe,
+                                                          Communicator& pp, int chunks);
 // The floats of its working buffers: the tree's gradient-sized buffers (one
 // per level of a rank's subtree of chunks / dp leaves, and its sum) for a
 // model of `n` parameters, and the buffer a partner's gradient (or, with a

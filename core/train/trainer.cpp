@@ -358,6 +358,19 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGri
   // bf16 stored activations where the backend takes them (the CPU's); the
   // plan says the same by stage (stored_dtype_on).
   const Dtype stored = be.accepts_bf16() ? c.train.stored_dtype() : Dtype::f32;
+  if (c.train.deterministic && c.parallel.pp > 1) {  // the stages' microbatches are the canonical chunks
+    const int chunks = canonical_chunks(c);
+    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), parse_schedule(c.parallel.schedule),
+                                                 c.parallel.microbatches, st.rows, c.train.seq_len,
+                                                 c.train.recompute_full(), stored, true);
+    lay->step = deterministic_pipelined_step(parts, *lay->pipe, grid.pp_comm(), chunks);
+    lay->recorder.emplace(grid, *lay->pipe, timeline_path);
+    lay->mem = rank_memory(st, lay->pipe.get(), nullptr, grid.dp());
+    lay->mem.comm_buffers += (static_cast<uint64_t>(PipelineEngine::tree_buffers(lay->pipe->arenas(),
+                                                                                 c.parallel.microbatches)) +
+                              (grid.dp() > 1 ? 1 : 0)) * model.num_params() * sizeof(float);
+    return lay;
+  }
   if (c.train.deterministic) {  // canonical chunks, their tree, recursive doubling (no reducer)
     const int chunks = canonical_chunks(c);
     lay->arena.emplace(model, c.train.batch_size / chunks, c.train.seq_len, false, c.train.recompute_full(), stored);
@@ -535,10 +548,14 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
   const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
   const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
-  auto save = [&] {
-    if (c.train.save_checkpoint) {
-      save_training_checkpoint((fs::path(req.out_dir) / "checkpoint.bin").string(), *st, c, log.run_id(), grid);
-    }
+  // Writes the checkpoint (train.save_checkpoint); returns the state's hash
+  // (rank 0's is the summary's). `last`: under train.deterministic the state
+  // is hashed even when no checkpoint is written, for the bits' comparison.
+  auto save = [&](bool last) {
+    const bool hash_only = !c.train.save_checkpoint && last && c.train.deterministic;
+    if (!c.train.save_checkpoint && !hash_only) return std::string();
+    const std::string path = hash_only ? "" : (fs::path(req.out_dir) / "checkpoint.bin").string();
+    return fmt::format("{:016x}", save_training_checkpoint(path, *st, c, log.run_id(), grid));
   };
 
   // Loop.
@@ -565,12 +582,12 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
       log.eval({s, validation_loss(*lay->step, c, *st, grid.dp_comm().rank(), x.data(), y.data())}, c.train.steps);
     }
-    if (c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0) save();
+    if (c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0) save(false);
   }
 
   // Finish.
   sum.train_wall_s = seconds_since(wall0);
-  save();
+  sum.state_hash = save(true);
   const Json memory = memory_per_rank(grid, lay->mem, st->zero_stage);
   const Json provenance =
       comm.rank() == 0 ? run_provenance(req, ctx, *st, comm, threads, peak, log.run_id()) : Json::object();

@@ -87,6 +87,7 @@ Json to_json(const RunSummary& r) {
               {"generated_tokens", r.generated_tokens},
               {"generated_text", r.generated_text},
               {"checkpoint", r.checkpoint},
+              {"state_hash", r.state_hash},
               {"provenance", r.provenance}};
 }
 
@@ -152,6 +153,7 @@ RunSummary run_summary(const Json& j, const std::string& where) {
   r.generated_tokens = field_or<int64_t>(j, "generated_tokens", 0, where);
   r.generated_text = field_or<std::string>(j, "generated_text", "", where);
   r.checkpoint = field_or<std::string>(j, "checkpoint", "", where);
+  r.state_hash = field_or<std::string>(j, "state_hash", "", where);
   if (j.contains("provenance")) {
     if (!j["provenance"].is_object()) throw std::runtime_error(fmt::format("{}: 'provenance' is not an object", where));
     r.provenance = j["provenance"];

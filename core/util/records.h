@@ -77,6 +77,11 @@ struct RunSummary {
   int64_t generated_tokens = 0;
   std::string generated_text;
   std::string checkpoint;  // path, or "" when none was written
+  // FNV-1a 64 (16 hex digits) of the checkpoint's parameters, then its two
+  // Adam moments (the whole model's float bytes, in the checkpoint's order):
+  // runs with equal bits have equal hashes ("" when no checkpoint was
+  // written, but for train.deterministic, whose state is always hashed).
+  std::string state_hash;
   Json provenance = Json::object();
 };
 

@@ -50,7 +50,18 @@ struct RunFacts {
   std::optional<int64_t> pp_calls, pp_bytes;
   int64_t dp_bytes = 0;  // rank 0's data-parallel bytes in the last step
   Json memory = Json::array();
+  bool deterministic = false;  // train.deterministic (the summary's provenance)
 };
+
+// A run's state hash (RunSummary::state_hash), "" when it wrote none or cannot be read.
+std::string state_hash_of(const fs::path& dir) {
+  try {
+    const MetricsStream m = read_metrics_stream(dir / "metrics.jsonl");
+    return m.summary ? m.summary->state_hash : "";
+  } catch (const std::exception&) {
+    return "";
+  }
+}
 
 std::optional<RunFacts> facts_of(const fs::path& dir) {
   try {
@@ -75,6 +86,7 @@ std::optional<RunFacts> facts_of(const fs::path& dir) {
     f.dp_bytes = static_cast<int64_t>(last.dp_bytes);
     if (m.summary->provenance.contains("memory")) f.memory = m.summary->provenance["memory"];
     for (const Json& r : f.memory) f.stage.push_back(r.value("stage", 0));
+    f.deterministic = m.summary->provenance.value("deterministic", false);
     return f;
   } catch (const std::exception&) {
     return std::nullopt;
@@ -345,6 +357,67 @@ std::string zb_reading(const std::vector<RunView>& views) {
   return reading;
 }
 
+// train.deterministic's runs: each repetition's final state hash against
+// the one-rank deterministic run's (the reference), and the step time beside
+// the same layout's without it (same ranks, threads and plan layout).
+std::string bits_section(const ReportSpec& spec, const std::vector<RunView>& views, std::string& csv) {
+  const RunView* ref = nullptr;
+  for (const RunView& v : views) {
+    if (v.facts.deterministic && v.lay.ranks == 1 && !ref) ref = &v;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const RunView& v : views) {
+    if (!v.facts.deterministic) continue;
+    const std::string want = ref ? state_hash_of(spec.results_dir / ref->c->ok.front()->run_id) : "";
+    int equal = 0, hashed = 0;
+    for (const Run* r : v.c->ok) {
+      const std::string h = state_hash_of(spec.results_dir / r->run_id);
+      if (h.empty()) continue;
+      ++hashed;
+      equal += !want.empty() && h == want;
+    }
+    const RunView* plain = nullptr;
+    for (const RunView& w : views) {
+      const Layout &a = w.lay, &b = v.lay;
+      if (!w.facts.deterministic && w.c->key.ranks == v.c->key.ranks && w.c->key.threads == v.c->key.threads &&
+          a.dp == b.dp && a.tp == b.tp && a.pp == b.pp && a.m == b.m && a.zero == b.zero && a.schedule == b.schedule) {
+        plain = &w;
+      }
+    }
+    const std::string cost = plain && plain->ms && v.ms && plain->ms->median > 0
+                                 ? fmt::format("{:+.1f}%", 100 * (v.ms->median / plain->ms->median - 1))
+                                 : "";
+    const std::string bits = &v == ref     ? "(reference)"
+                             : hashed == 0 ? "no checkpoint"
+                                           : fmt::format("{} ({}/{} runs)", equal == hashed ? "yes" : "NO", equal,
+                                                         hashed);
+    const Layout& l = v.lay;
+    rows.push_back({label(v.c->key) + (v.over ? " (oversubscribed)" : ""),
+                    fmt::format("dp {} x tp {} x pp {}{}", l.dp, l.tp, l.pp, l.zero ? fmt::format(", ZeRO-{}", l.zero) : ""),
+                    l.pp > 1 ? fmt::format("{}, m {}", l.schedule, l.m) : "", v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
+                    plain && plain->ms ? fmt::format("{:.1f}", plain->ms->median) : "",
+                    cost, bits});
+    csv += csv_row({label(v.c->key), std::to_string(v.c->key.ranks), std::to_string(l.dp), std::to_string(l.tp),
+                    std::to_string(l.pp), std::to_string(l.m), l.schedule, std::to_string(l.zero),
+                    exact(v.ms ? std::optional(v.ms->median) : std::nullopt),
+                    exact(plain && plain->ms ? std::optional(plain->ms->median) : std::nullopt),
+                    std::to_string(equal), std::to_string(hashed), &v == ref ? "true" : "false"});
+  }
+  if (rows.empty()) return "";
+  std::string md = "## Bits equal to serial (train.deterministic)\n\n";
+  md += md_table({"Configuration", "Layout", "Schedule", "Step ms (median)", "Without deterministic (ms)", "Cost",
+                  "Bits equal to serial"},
+                 rows, "lllrrrl");
+  md +=
+      "\nEach run with `train.deterministic true` against the one-rank run with it: \"yes\" when every "
+      "repetition's final parameters and both Adam moments hash to the reference's (RunSummary::state_hash: "
+      "FNV-1a over the checkpoint's float bytes), so the layout computed serial's bits. Cost: the median step "
+      "against the same layout's (ranks, threads, dp, tp, pp, microbatches, schedule, ZeRO) without it, side by "
+      "side in this experiment. Layouts that cannot be made exact yet (tensor parallelism) are refused, not run "
+      "(docs/determinism.md).\n\n";
+  return md;
+}
+
 // The two tables with their notes.
 std::string tables_md(const std::vector<std::vector<std::string>>& time_rows,
                       const std::vector<std::vector<std::string>>& mem_rows) {
@@ -419,7 +492,13 @@ void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs:
           "\nThe bubble is measured, not modelled: it includes the stages' imbalance (the last stage carries the "
           "head and the loss) and the time a receive ends late, which no schedule removes (docs/pipeline.md).\n\n";
   }
+  std::string bits_csv = csv_row({"configuration", "ranks", "dp", "tp", "pp", "microbatches", "schedule", "zero",
+                                  "step_ms_median", "step_ms_median_without", "runs_bits_equal", "runs_hashed",
+                                  "reference"});
+  const std::string bits = bits_section(spec, views, bits_csv);
+  md += bits;
   md += joined("Not in the tables: ", not_run);
+  if (!bits.empty()) write_report(spec.reports_dir / "parallelism_bits.csv", bits_csv, written);
   write_report(spec.reports_dir / "parallelism.csv", csv, written);
   write_report(spec.reports_dir / "parallelism.md", md, written);
 }
