@@ -202,10 +202,12 @@ void stage_means(RunView& v) {
   for (auto& [s, bn] : v.per_stage) bn.first /= stage_ranks[s];
 }
 
-// The reference of the loss deviation: the first completed one-rank configuration.
+// The reference of the loss deviation: the first completed one-rank
+// configuration in the experiment's order (the default's, where a
+// deterministic one-rank run follows it).
 const ConfigRuns* loss_reference(const Inputs& in) {
-  for (const ConfigRuns& c : in.configs) {
-    if (c.key.ranks == 1 && c.key.pipeline.empty() && !c.ok.empty()) return &c;
+  for (const ConfigRuns* c : in_run_order(in)) {
+    if (c->key.ranks == 1 && c->key.pipeline.empty() && !c->ok.empty()) return c;
   }
   return nullptr;
 }
