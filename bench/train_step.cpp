@@ -130,9 +130,12 @@ int run(int argc, char** argv) {
              "tokens/s", "GFLOP/s", "of SGEMM");
   for (int th : o.threads) {
     const double ceiling = cpu::sgemm_ceiling_gflops(th);
-    auto be = make_cpu_backend(th, bf16, o.deterministic);
+    // --deterministic as a run makes it: the canonical column tiles and pieces (model/tensor_parallel.h).
+    auto be = make_cpu_backend(th, bf16, o.deterministic, o.deterministic ? canonical_column_tile(cfg) : 0);
     if (th == o.threads.front()) fmt::print("backend: {}; stored activations {}\n", be->name(), to_string(stored));
-    Gpt2 model(cfg);
+    TpLayout layout;
+    layout.pieces = o.deterministic ? canonical_pieces(cfg) : 0;
+    Gpt2 model(cfg, host_memory(), layout);
     model.init_weights(1);
     ActivationArena arena(cfg, B, T, host_memory(), {}, {}, false, false, stored);
     UpdateScope scope;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""train.deterministic (issue 31): the same bits at any thread count, with data parallelism, accumulation, ZeRO and pipelines.
+"""train.deterministic (issue 31): the same bits at any thread count and on every exact layout: dp, accumulation, ZeRO, pp and tp.
 
 With `train.deterministic true`, 10 steps of a small model (2 layers, C 64,
 batch 8 x 64: 512 rows, so the products' fixed blocks split between the
@@ -20,7 +20,11 @@ generated text, for:
     canonical reduce-scatter into the shards, the norm an exact sum;
   * pp 2 under gpipe, 1f1b and zb-h1, pp 2 x dp 2, and pp 2 at 2 threads
     with recomputation: the microbatches are the chunks, each stage adds
-    their gradients in the tree as they complete.
+    their gradients in the tree as they complete;
+  * tp 2, tp 4, tp 2 x dp 2, tp 2 x pp 2, tp 2 at 2 threads with
+    recomputation and tp 2 x dp 2 with ZeRO-3: the canonical pieces of the
+    dimensions tp cuts, each rank's subtree then tree_sum, and product
+    tiles at fixed places.
 A ZeRO-3 run stopped at step 6 and resumed as pp 2 ends with serial's bits.
 A run stopped at step 6 on 2 threads and resumed from its step-5
 checkpoint on 1 thread ends with the uninterrupted run's bits. The
@@ -29,8 +33,9 @@ record train.threads, which differs by design). The default (false) still
 runs the fast order: its result at 2 threads differs from its result at 1,
 which shows the check above can fail.
 
-What is not built yet is refused with one line naming the constraint: tp,
-a pipeline with ZeRO or with microbatches that are not the chunks,
+What is not built yet is refused with one line naming the constraint:
+spd blocks under tp, a pipeline with ZeRO or with microbatches that are
+not the chunks,
 data-parallel counts that do not hold whole subtrees (3 ranks), micro-steps
 of part of a chunk, bf16, and the CUDA stages (their plan).
 
@@ -130,6 +135,25 @@ def main():
     plan_agrees(check, programs, "deterministic pp 2 x dp 2", 4,
                 [*det, "--parallel.pp", "2", "--parallel.microbatches", "2", "--parallel.schedule", "1f1b"],
                 out("det_pp2_dp2"))
+    # Tensor parallelism: the row-parallel products and the column-parallel
+    # input gradients are trees over the canonical pieces (4 here), this
+    # rank's subtree then tree_sum; the column tiles make a shard's products
+    # the whole product's calls there.
+    same("deterministic: tp 2 gives serial's bits", ref, train("det_tp2", [*det, "--parallel.tp", "2"], 1, ranks=2))
+    same("deterministic: tp 4 gives serial's bits", ref, train("det_tp4", [*det, "--parallel.tp", "4"], 1, ranks=4))
+    same("deterministic: tp 2 x dp 2 gives serial's bits", ref,
+         train("det_tp2_dp2", [*det, "--parallel.tp", "2"], 1, ranks=4))
+    same("deterministic: tp 2 x pp 2 (1f1b, 4 microbatches) gives serial's bits", ref,
+         train("det_tp2_pp2", [*det, "--parallel.tp", "2", "--parallel.pp", "2", "--parallel.microbatches", "4",
+                               "--parallel.schedule", "1f1b"], 1, ranks=4))
+    plan_agrees(check, programs, "deterministic tp 2 x dp 2", 4, [*det, "--parallel.tp", "2"], out("det_tp2_dp2"))
+    plan_agrees(check, programs, "deterministic tp 2 x pp 2", 4,
+                [*det, "--parallel.tp", "2", "--parallel.pp", "2", "--parallel.microbatches", "4",
+                 "--parallel.schedule", "1f1b"], out("det_tp2_pp2"))
+    same("deterministic: tp 2 at 2 threads with recomputation gives serial's bits", ref,
+         train("det_tp2_t2", [*det, "--parallel.tp", "2", "--train.recompute", "full"], 2, ranks=2))
+    same("deterministic: tp 2 x dp 2 with ZeRO-3 gives serial's bits", ref,
+         train("det_tp2_zero3", [*det, "--parallel.tp", "2", "--parallel.zero", "3"], 1, ranks=4))
     # A batch of 6: 2 canonical chunks of 3 rows; dp 2 holds one each.
     six = [*det, "--train.batch_size", "6"]
     same("deterministic: batch 6 (2 chunks) on dp 2 gives serial's bits",
@@ -181,8 +205,8 @@ def main():
           fast1 is not None and fast_dp2 is not None and fast1[0] != fast_dp2[0])
 
     error = refuser(check, programs, a, det, out)
-    error("tensor parallelism is refused, naming the constraint", 2, ["--parallel.tp", "2"],
-          "the canonical sums over its inner dimensions are not built yet")
+    error("spd blocks under tensor parallelism are refused, naming the constraint", 2,
+          ["--parallel.tp", "2", "--parallel.block_types", "spd,spd"], "parallel.block_types tp")
     error("a pipeline whose microbatches are not the chunks is refused, naming the count", 2,
           ["--parallel.pp", "2", "--parallel.microbatches", "2"], "use parallel.microbatches 4")
     error("a pipeline with ZeRO is refused", 4, ["--parallel.pp", "2", "--parallel.microbatches", "2",

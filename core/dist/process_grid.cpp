@@ -20,6 +20,19 @@ double CommTpGroup::allreduce_sum(double x) {
   return sum;
 }
 
+void CommTpGroup::tree_sum(Tensor x) {
+  const int n = comm_.size(), me = comm_.rank();
+  if ((n & (n - 1)) != 0) throw std::invalid_argument(fmt::format("tree_sum: a group of {} (a power of two)", n));
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t count = static_cast<size_t>(x.numel());
+  partner_.resize(count);
+  for (int bit = 1; bit < n; bit <<= 1) {
+    comm_.send_recv(x.data, count, me ^ bit, partner_.data(), count, me ^ bit);
+    for (size_t i = 0; i < count; ++i) x.data[i] = x.data[i] + partner_[i];
+  }
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void check_grid(int ranks, int tp, int pp) {
   if (tp < 1 || pp < 1 || ranks % (tp * pp) != 0) {
     throw std::invalid_argument(

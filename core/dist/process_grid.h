@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "dist/comm.h"
 #include "model/tensor_parallel.h"
@@ -27,12 +28,14 @@ class CommTpGroup final : public TpGroup {
   int rank() const override { return comm_.rank(); }
   void allreduce_sum(Tensor x) override;
   double allreduce_sum(double x) override;
+  void tree_sum(Tensor x) override;
   double seconds() const { return seconds_; }
   void reset_seconds() { seconds_ = 0; }
 
  private:
   Communicator& comm_;
   double seconds_ = 0;
+  std::vector<float> partner_;  // tree_sum: the partner's values
 };
 
 // A world rank's place in the grid of `tp` x `pp` (the formula above), and

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -111,6 +112,22 @@ class Backend {
   // pass); dbias must then be empty too.
   virtual void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor weight) = 0;
+  // train.deterministic under tensor parallelism (docs/determinism.md): the
+  // two products whose inner dimension tensor parallelism cuts, in the
+  // canonical pieces. The inner dimension is `segments` (lengths summing to
+  // it, in order, each divisible by `groups`); piece (g, s) is the g-th
+  // groups-th of segment s. Each piece is multiplied alone; a group's pieces
+  // are added in segment order, and the groups in one balanced binary tree
+  // (groups a power of two). A shard holding some groups computes its
+  // subtree; the group's tree sum (TpGroup::tree_sum) finishes it.
+  //   matmul_forward_tree          out (N,OC) = inp (N,K) @ weight (OC,K)^T + bias; K cut, the
+  //                                bias (may be empty) in group 0's first piece's product
+  //   matmul_backward_input_tree   dinp (N,C) = dout (N,OC) @ weight (OC,C); OC cut
+  // Only the deterministic CPU backend has them; the others throw std::logic_error.
+  virtual void matmul_forward_tree(Tensor out, Tensor inp, Tensor weight, Tensor bias,
+                                   std::span<const int64_t> segments, int groups);
+  virtual void matmul_backward_input_tree(Tensor dinp, Tensor dout, Tensor weight,
+                                          std::span<const int64_t> segments, int groups);
 
   // Causal multi-head self-attention with NH query heads and KVH key/value
   // heads (grouped-query attention; KVH divides NH, KVH = NH is plain
@@ -212,6 +229,7 @@ struct BackendOptions {
   int device_hint = 0;  // CUDA: the GPU is device_hint % device count (a rank's local rank)
   bool bf16 = false;    // train.precision bf16: matrix products with bf16 inputs, fp32 accumulation (CPU)
   bool deterministic = false;  // train.deterministic: the same bits at any thread count (CPU)
+  int column_tile = 0;         // with deterministic: the products' column tiles (canonical_column_tile; 0: 256)
 };
 
 // A kind of backend as a stage program chooses it, once: how to make one,
@@ -250,6 +268,9 @@ std::unique_ptr<Backend> make_reference_backend();
 // the matrix products are cut into fixed tiles (an OpenBLAS product's result
 // can depend on its size); the other kernels give the same bits at any
 // thread count already (docs/determinism.md).
-std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products = false, bool deterministic = false);
+// `column_tile`: with deterministic, the width of the products' column tiles
+// (0: 256; CpuBackend).
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products = false, bool deterministic = false,
+                                          int column_tile = 0);
 
 }  // namespace gpt2

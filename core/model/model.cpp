@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <array>
+#include <span>
 #include <stdexcept>
 #include <utility>
 
@@ -101,6 +103,55 @@ void bias_rows_backward(Backend& be, Tensor dbias, Tensor scratch, Tensor dout, 
                       zero_rows.data());
 }
 
+// A row-parallel product (attn_proj, fc_proj) summed over the group: rank
+// 0's product adds the bias. By default the group allreduces; with
+// tp.pieces (train.deterministic) the product is the canonical tree over
+// its inner dimension's pieces, this rank's subtree (Backend::
+// matmul_forward_tree) finished across the ranks by tree_sum.
+void row_parallel(const Parts& k, const TpLayout& tp, Tensor out, Tensor in, Tensor w, Tensor b) {
+  const Tensor bias = tp.rank == 0 ? b : Tensor{};
+  if (tp.pieces == 0) {
+    k.be.matmul_forward(out, in, w, bias);
+    tp_sum(tp, out);
+    return;
+  }
+  const int64_t inner[] = {in.cols()};
+  k.be.matmul_forward_tree(out, in, w, bias, inner, tp.pieces / tp.size);
+  if (tp.size > 1) tp.group->tree_sum(out);
+}
+
+// A column-parallel product's backward (qkv, fc): this rank's rows' weight
+// and bias gradients, and the input gradient summed over the group. With
+// tp.pieces the input gradient is the canonical tree over the pieces of the
+// output rows' `segments` (q, k, v; SwiGLU's gate and up), as row_parallel.
+void column_parallel_backward(const Parts& k, const TpLayout& tp, Tensor dinp, Tensor dw, Tensor db, Tensor dout,
+                              Tensor in, Tensor w, std::span<const int64_t> segments) {
+  if (tp.pieces == 0) {
+    k.be.matmul_backward(dinp, dw, db, dout, in, w);
+    tp_sum(tp, dinp);
+    return;
+  }
+  if (!dw.empty()) k.be.matmul_backward(Tensor{}, dw, db, dout, in, w);
+  k.be.matmul_backward_input_tree(dinp, dout, w, segments, tp.pieces / tp.size);
+  if (tp.size > 1) tp.group->tree_sum(dinp);
+}
+
+// This rank's segments of the qkv rows (q, k, v heads) and of the fc rows
+// (SwiGLU: gate, then up): the pieces of column_parallel_backward. No heap:
+// the step allocates nothing.
+struct Segments {
+  std::array<int64_t, 3> len{};
+  size_t n = 0;
+  operator std::span<const int64_t>() const { return {len.data(), n}; }  // NOLINT: a list of lengths
+};
+Segments qkv_segments(const Parts& k) {
+  const int64_t HS = k.cfg.C / k.cfg.NH;
+  return {{k.NH * HS, k.KVH * HS, k.KVH * HS}, 3};
+}
+Segments fc_segments(const Parts& k, const Tensor& fc_w) {
+  return k.cfg.swiglu() ? Segments{{fc_w.dim(0) / 2, fc_w.dim(0) / 2, 0}, 2} : Segments{{fc_w.dim(0), 0, 0}, 1};
+}
+
 // A standard (tp) pre-norm block: with one rank the plain GPT-2 block;
 // with P ranks Megatron's, this rank's heads and MLP columns, the two
 // row-parallel products summed over the group (g), their biases added by
@@ -109,17 +160,14 @@ template <typename AttentionStep>
 void pre_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerActivations& x, Tensor residual,
                     Tensor proj, int l, const AttentionStep& attend) {
   Backend& be = k.be;
-  const bool bias_here = tp.rank == 0;
   k.norm(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b);
   attend(l, w, x, x.ln1);
-  be.matmul_forward(proj, x.atty, w.attn_proj_w, bias_here ? w.attn_proj_b : Tensor{});
-  tp_sum(tp, proj);
+  row_parallel(k, tp, proj, x.atty, w.attn_proj_w, w.attn_proj_b);
   be.residual_forward(x.residual2, residual, proj);
   k.norm(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2_w, w.ln2_b);
   be.matmul_forward(x.fch, x.ln2, w.fc_w, w.fc_b);
   k.activation(x.fch_gelu, x.fch);
-  be.matmul_forward(proj, x.fch_gelu, w.fc_proj_w, bias_here ? w.fc_proj_b : Tensor{});
-  tp_sum(tp, proj);
+  row_parallel(k, tp, proj, x.fch_gelu, w.fc_proj_w, w.fc_proj_b);
   be.residual_forward(x.residual3, x.residual2, proj);
 }
 
@@ -354,16 +402,14 @@ void pre_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerPara
   // d_fch is fch (but for SwiGLU): the activation's backward reads it, then overwrites it.
   const Tensor dfch = b_only ? x.d_fch : a.dfch;
   k.activation_backward(dfch, dhid, x.fch);
-  be.matmul_backward(a.dln, wgrad(dw.fc_w), wgrad(dw.fc_b), dfch, x.ln2, w.fc_w);
-  tp_sum(tp, a.dln);
+  column_parallel_backward(k, tp, a.dln, wgrad(dw.fc_w), wgrad(dw.fc_b), dfch, x.ln2, w.fc_w, fc_segments(k, w.fc_w));
   k.norm_backward(a.dresidual, dw.ln2_w, dw.ln2_b, a.dln, x.residual2, w.ln2_w, x.ln2_mean, x.ln2_rstd);
   // dresidual now holds d(residual2).
   const Tensor d2 = keep(x.d_res2, a.dresidual);
   be.matmul_backward(a.datty, wgrad(dw.attn_proj_w), wgrad(dw.attn_proj_b), d2, x.atty, w.attn_proj_w);
   k.attention_backward(a.dqkv, a.datty, x, a.pos0);
   const Tensor dqkv = keep(x.d_qkv, a.dqkv);  // after the attention backward has read qkv
-  be.matmul_backward(a.dln, wgrad(dw.qkv_w), Tensor{}, dqkv, x.ln1, w.qkv_w);
-  tp_sum(tp, a.dln);
+  column_parallel_backward(k, tp, a.dln, wgrad(dw.qkv_w), Tensor{}, dqkv, x.ln1, w.qkv_w, qkv_segments(k));
   k.norm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <numeric>
 #include <stdexcept>
 
 namespace gpt2 {
@@ -90,6 +91,25 @@ std::string TpLayout::describe() const {
     s += to_string(blocks[i]);
   }
   return s;
+}
+
+int canonical_pieces(const Gpt2Config& c) {
+  const int64_t H = c.mlp_width();
+  for (int q : {4, 2}) {
+    if (c.NH % q == 0 && c.kv_heads() % q == 0 && H % q == 0) return q;
+  }
+  return 1;
+}
+
+int canonical_column_tile(const Gpt2Config& c) {
+  const int q = canonical_pieces(c);
+  const int64_t HS = c.C / c.NH;
+  const int64_t g = std::gcd(std::gcd(c.C / q, c.kv_heads() * HS / q), c.mlp_width() / q);
+  int64_t tile = 1;
+  for (int64_t d = 1; d <= std::min<int64_t>(g, 256); ++d) {
+    if (g % d == 0) tile = d;
+  }
+  return static_cast<int>(tile);
 }
 
 }  // namespace gpt2

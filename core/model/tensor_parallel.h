@@ -59,6 +59,12 @@ class TpGroup {
   // In place: x = sum over the group of x (the backend's memory).
   virtual void allreduce_sum(Tensor x) = 0;
   virtual double allreduce_sum(double x) = 0;
+  // train.deterministic (docs/determinism.md): x = the sum over the group in
+  // the canonical tree's order, by recursive doubling (partners rank ^ 1,
+  // rank ^ 2, ...: each pair adds the same two values, and a + b == b + a),
+  // so every rank holds the bits of the balanced tree over the ranks' values
+  // (host memory; a power-of-two group).
+  virtual void tree_sum(Tensor x) = 0;
 };
 
 // How a model's tensors are cut over `size` tensor-parallel ranks: the
@@ -84,6 +90,11 @@ struct TpLayout {
   std::vector<BlockType> blocks;  // one per layer; empty: every layer tp
   TpGroup* group = nullptr;       // required when size > 1
   bool vocab = false;             // the embedding, head and loss sharded by vocabulary rows (TpShape)
+  // train.deterministic: the canonical pieces of every dimension tensor
+  // parallelism cuts (canonical_pieces); 0: off. The row-parallel products
+  // and the column-parallel input gradients are then trees over the pieces
+  // (Backend::matmul_forward_tree), finished across ranks by tree_sum.
+  int pieces = 0;
 
   TpShape shape() const { return {size, vocab}; }
   // With vocabulary sharding, the first vocabulary row this rank holds (0 without).
@@ -105,5 +116,15 @@ struct TpLayout {
   // The block types as text: "tp,spd,parallel" (the list as configured).
   std::string describe() const;
 };
+
+// train.deterministic's cut of the dimensions tensor parallelism splits
+// (docs/determinism.md, "Tensor parallelism"), a function of the model's
+// shapes alone: Q = 4, 2 or 1 pieces, the largest that divides the query
+// heads, the key/value heads and the MLP's hidden width (tp must divide Q);
+// and the products' column tile: the largest width up to 256 dividing every
+// piece's width (C / Q, the key/value width / Q, the hidden width / Q), so
+// that a shard's tiles are the whole product's there.
+int canonical_pieces(const Gpt2Config& c);
+int canonical_column_tile(const Gpt2Config& c);
 
 }  // namespace gpt2

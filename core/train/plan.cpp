@@ -47,12 +47,24 @@ void check_deterministic(const RunConfig& c, int ranks, const std::string& stage
     throw std::invalid_argument("train.deterministic true: " + why + " (docs/determinism.md)");
   };
   if (stage == "cuda" || stage == "mpi_cuda") refuse(fmt::format("runs on the CPU stages only so far, not {}", stage));
-  if (c.parallel.tp > 1) {
-    refuse(fmt::format("runs data parallelism, pipelines and ZeRO so far, not parallel.tp {}: the canonical sums over "
-                       "its inner dimensions are not built yet", c.parallel.tp));
+  if (c.parallel.tp > 1) {  // the canonical pieces of the dimensions it cuts (model/tensor_parallel.h)
+    const int q = canonical_pieces(c.model);
+    if (q % c.parallel.tp != 0) {
+      refuse(fmt::format("parallel.tp {} does not divide the {} canonical pieces of this model's heads and MLP width "
+                         "(n_head {}, key/value heads {}, hidden {}); use parallel.tp {}", c.parallel.tp, q, c.model.NH,
+                         c.model.kv_heads(), c.model.mlp_width(), q == 4 ? "1, 2 or 4" : q == 2 ? "1 or 2" : "1"));
+    }
+    const std::vector<BlockType> blocks = c.parallel.blocks();
+    const bool all_tp = std::all_of(blocks.begin(), blocks.end(), [](BlockType t) { return t == BlockType::kTp; });
+    if (c.model.post_norm() || !all_tp || c.parallel.vocab_parallel) {
+      refuse(fmt::format("runs tensor parallelism with pre-norm tp blocks and a whole vocabulary so far, not {}; use "
+                         "model.norm_position pre, parallel.block_types tp and parallel.vocab_parallel false",
+                         c.model.post_norm() ? "post-norm blocks" : !all_tp ? "spd or parallel blocks"
+                                                                          : "parallel.vocab_parallel"));
+    }
   }
   const int K = canonical_chunks(c), chunk = c.train.batch_size / K;
-  const int dp = std::max(1, ranks / c.parallel.pp);  // the data-parallel ranks (the layout checks the grid)
+  const int dp = std::max(1, ranks / (c.parallel.pp * c.parallel.tp));  // data-parallel ranks (the layout checks the grid)
   if (dp < 1 || (dp & (dp - 1)) != 0 || K % dp != 0) {
     refuse(fmt::format("{} data-parallel ranks do not hold whole subtrees of the {} canonical chunks of "
                        "train.batch_size {}; use {}", dp, K, c.train.batch_size,
@@ -190,13 +202,23 @@ RankMemory plan_memory(const RankShape& r) {
 // squared gradient norm). With the vocabulary sharded, per microbatch: the
 // embedding's sum (N x C in all) on the first stage; on the last the loss's
 // statistics ((P + 1) x N) and the head's input gradient (N x C).
+// Under train.deterministic every sum is a tree_sum (log2(tp) send_recv
+// calls, each counted both ways) per canonical chunk the rank runs, and the
+// norm is the exact sum's digits (ExactSquares::kFloats floats).
 GroupTraffic tp_traffic(const RankShape& r) {
   GroupTraffic t;
   if (r.tp.size == 1) return t;
-  const uint64_t m = static_cast<uint64_t>(r.c.parallel.microbatches), C = static_cast<uint64_t>(r.cfg.C);
+  const bool det = r.c.train.deterministic;
+  const uint64_t C = static_cast<uint64_t>(r.cfg.C);
+  const uint64_t m = static_cast<uint64_t>(det && r.c.parallel.pp == 1 ? canonical_chunks(r.c) / r.dp
+                                                                        : r.c.parallel.microbatches);
   const uint64_t N = static_cast<uint64_t>(r.rows) * static_cast<uint64_t>(r.c.train.seq_len);
+  uint64_t rounds = 0;
+  for (int bit = 1; bit < r.tp.size; bit <<= 1) ++rounds;
+  // A sum of `floats` floats: an allreduce, or under det a tree_sum.
+  const uint64_t per_call = det ? rounds : 1, per_float = det ? 2 * rounds * sizeof(float) : sizeof(float);
   uint64_t calls = 1;
-  t.bytes = sizeof(double);
+  t.bytes = det ? ExactSquares::kFloats * sizeof(float) : sizeof(double);
   if (r.tp.shape().vocab) {
     const uint64_t P = static_cast<uint64_t>(r.tp.size);
     if (r.layers.embed) {
@@ -212,8 +234,8 @@ GroupTraffic tp_traffic(const RankShape& r) {
     if (!r.tp.is_private(l)) {
       // Recomputation runs the layer's forward again in the backward (its two sums), but the stage's last.
       const uint64_t again = r.c.train.recompute_full() && l != r.layers.last - 1 ? 2 : 0;
-      calls += (4 + again) * m;
-      t.bytes += (4 + again) * N * C * sizeof(float);
+      calls += (4 + again) * m * per_call;
+      t.bytes += (4 + again) * N * C * per_float;
       ++l;
       continue;
     }

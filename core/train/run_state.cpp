@@ -288,11 +288,14 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   }
 
   // Model and optimizer in the backend's memory.
-  st->backend = kind.make(options);
+  BackendOptions backend_options = options;
+  if (c.train.deterministic) backend_options.column_tile = canonical_column_tile(st->model_config);
+  st->backend = kind.make(backend_options);
   Memory& mem = st->backend->memory();
   st->model_config.validate();
   TpLayout layout = grid.layout(c.parallel.blocks(), c.parallel.vocab_parallel);
   layout.validate(st->model_config);
+  if (c.train.deterministic) layout.pieces = canonical_pieces(st->model_config);  // every layout the same cut
   const StageLayers stage = StageLayers::of(st->model_config.L, grid.pp(), grid.stage());
   const ZeroLayout zl = zero_layout(c, dp);
   st->zero_stage = zl.stage;

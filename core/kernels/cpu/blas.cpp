@@ -56,7 +56,9 @@ double bf16_ceiling_gflops(int threads, int n, int reps) {
 
 BackendKind cpu_backend_kind() {
   return BackendKind{"cpu",
-                     [](const BackendOptions& o) { return make_cpu_backend(o.threads, o.bf16, o.deterministic); },
+                     [](const BackendOptions& o) {
+                       return make_cpu_backend(o.threads, o.bf16, o.deterministic, o.column_tile);
+                     },
                      [](Backend& be, int ranks, int /*ranks_per_machine*/, int threads) {
                        // A backend with bf16 products is measured by its own products: the MFU of a
                        // bf16 run is against the bf16 ceiling, not fp32's.

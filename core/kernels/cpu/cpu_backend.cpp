@@ -18,15 +18,16 @@
 
 namespace gpt2 {
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products, bool deterministic) {
-  return std::make_unique<cpu::CpuBackend>(threads, bf16_products, deterministic);
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products, bool deterministic, int column_tile) {
+  return std::make_unique<cpu::CpuBackend>(threads, bf16_products, deterministic, column_tile);
 }
 
 namespace cpu {
 
-CpuBackend::CpuBackend(int threads, bool bf16_products, bool deterministic)
-    : threads_(threads), deterministic_(deterministic) {
+CpuBackend::CpuBackend(int threads, bool bf16_products, bool deterministic, int column_tile)
+    : threads_(threads), deterministic_(deterministic), column_tile_(column_tile > 0 ? column_tile : 256) {
   if (threads < 1) throw std::invalid_argument(fmt::format("threads must be >= 1, got {}", threads));
+  if (column_tile < 0) throw std::invalid_argument(fmt::format("column tile must be >= 0, got {}", column_tile));
   // One thread pool: OpenBLAS runs single-threaded inside our OpenMP
   // regions, which split each GEMM (matmul.cpp).
   openblas_set_num_threads(1);

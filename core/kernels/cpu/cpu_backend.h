@@ -5,7 +5,9 @@
 // order, so results are bit-identical run to run for a given thread count.
 #pragma once
 
+#include <algorithm>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -21,7 +23,11 @@ class CpuBackend final : public Backend {
   // `deterministic`: train.deterministic; every result the same bits at any
   // thread count (the norms' and sum_squares' sums in a fixed order, the
   // products cut into fixed tiles: matmul.cpp).
-  explicit CpuBackend(int threads, bool bf16_products = false, bool deterministic = false);
+  // `column_tile` (deterministic only; 0: 256): the products' output columns
+  // are cut into tiles of this width from column 0, so that a product over a
+  // tensor-parallel shard of the columns makes the same calls as the whole
+  // product does there (docs/determinism.md, "Tensor parallelism").
+  explicit CpuBackend(int threads, bool bf16_products = false, bool deterministic = false, int column_tile = 0);
   // "cpu", or "cpu (bf16 products: oneDNN 2.6.3 brg:avx512_core_bf16)": the
   // kernel oneDNN chose names the path (native bf16 or conversions).
   std::string name() const override;
@@ -43,6 +49,10 @@ class CpuBackend final : public Backend {
   void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
   void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                        Tensor weight) override;
+  void matmul_forward_tree(Tensor out, Tensor inp, Tensor weight, Tensor bias, std::span<const int64_t> segments,
+                           int groups) override;
+  void matmul_backward_input_tree(Tensor dinp, Tensor dout, Tensor weight, std::span<const int64_t> segments,
+                                  int groups) override;
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight) override;
   void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
                         Tensor rstd) override;
@@ -102,9 +112,28 @@ class CpuBackend final : public Backend {
   // The tiles a product's output is cut into among nt threads (matmul.cpp).
   struct Tiling {
     int rows = 1, cols = 1;
+    int col_width = 0;  // deterministic_: columns in tiles of this many from 0 (the last may be short)
+    int row_width = 0;  // the same for rows (a weight gradient's output channels); 0: near-equal slabs
     int count() const { return rows * cols; }
+    // Tile row r's first row and count of `n` rows; tile column c's of `n` columns.
+    int row0(int n, int r) const { return row_width ? r * row_width : static_cast<int>(int64_t{n} * r / rows); }
+    int nrows(int n, int r) const { return (row_width ? std::min(n, (r + 1) * row_width) : row0(n, r + 1)) - row0(n, r); }
+    int col0(int n, int c) const { return col_width ? c * col_width : static_cast<int>(int64_t{n} * c / cols); }
+    int ncols(int n, int c) const { return (col_width ? std::min(n, (c + 1) * col_width) : col0(n, c + 1)) - col0(n, c); }
   };
   Tiling tiling(int rows, int cols, int nt, bool by_rows) const;
+  // A weight gradient's (output channels x inputs): under deterministic_ both
+  // cut every column_tile_, since tensor parallelism splits either.
+  Tiling channel_tiling(int rows, int cols, int nt) const;
+  // The inner-dimension tree of matmul_forward_tree and matmul_backward_input_tree:
+  // out (N,M) = the pieces' sum of A[:, piece] (lda) times the piece of B:
+  // B (M,K) transposed (b_rows false: B[:, piece]^T) or B (K,M) (b_rows: B[piece, :]).
+  // `bias` (or nullptr) joins the product of group 0's first piece.
+  void inner_tree(float* out, const float* A, int lda, const float* B, int ldb, bool b_rows, int N, int M,
+                  std::span<const int64_t> segments, int groups, const float* bias);
+  // out (N,M) = A (N,k, lda) @ B^T or B (as inner_tree) [+ bias (M)], in this backend's tiles.
+  void tiled_product(float* out, const float* A, int lda, const float* B, int ldb, bool b_rows, int N, int M, int k,
+                     const float* bias);
 
   // The norms' weight (and bias) gradients under deterministic_: each column
   // summed over the rows in row order by the one thread that owns it.
@@ -113,6 +142,8 @@ class CpuBackend final : public Backend {
 
   int threads_;
   bool deterministic_ = false;
+  int column_tile_ = 256;            // deterministic_: the products' output columns in tiles this wide
+  std::vector<Buffer> tree_buffers_;  // inner_tree's partial sums and one piece's product
   std::vector<double> chunk_sums_;  // sum_squares' fixed chunks (deterministic_)
   Buffer scratch_;
   std::unique_ptr<Bf16Matmul> bf16_;  // null: fp32 products (OpenBLAS)
