@@ -24,7 +24,8 @@ generated text, for:
   * tp 2, tp 4, tp 2 x dp 2, tp 2 x pp 2, tp 2 at 2 threads with
     recomputation and tp 2 x dp 2 with ZeRO-3: the canonical pieces of the
     dimensions tp cuts, each rank's subtree then tree_sum, and product
-    tiles at fixed places.
+    tiles at fixed places;
+  * bf16: 2 threads, dp 2, pp 2 (zb-h1) and ZeRO-3 give serial bf16's bits.
 A ZeRO-3 run stopped at step 6 and resumed as pp 2 ends with serial's bits.
 A run stopped at step 6 on 2 threads and resumed from its step-5
 checkpoint on 1 thread ends with the uninterrupted run's bits. The
@@ -34,10 +35,10 @@ runs the fast order: its result at 2 threads differs from its result at 1,
 which shows the check above can fail.
 
 What is not built yet is refused with one line naming the constraint:
-spd blocks under tp, a pipeline with ZeRO or with microbatches that are
+spd blocks or bf16 under tp, a pipeline with ZeRO or with microbatches that are
 not the chunks,
 data-parallel counts that do not hold whole subtrees (3 ranks), micro-steps
-of part of a chunk, bf16, and the CUDA stages (their plan).
+of part of a chunk, and the CUDA stages (their plan).
 
 usage: determinism_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
@@ -154,6 +155,19 @@ def main():
          train("det_tp2_t2", [*det, "--parallel.tp", "2", "--train.recompute", "full"], 2, ranks=2))
     same("deterministic: tp 2 x dp 2 with ZeRO-3 gives serial's bits", ref,
          train("det_tp2_zero3", [*det, "--parallel.tp", "2", "--parallel.zero", "3"], 1, ranks=4))
+    # bf16 (oneDNN's products, bf16 stored activations): the same chunks and
+    # trees; thread-invariant as measured; tp refused (its pieces are fp32's).
+    bf = [*det, "--train.precision", "bf16"]
+    bf_ref = train("det_bf16_t1", bf, 1)
+    check("deterministic bf16 differs from fp32 (the bf16 checks below compare bf16 runs)",
+          bf_ref is not None and ref is not None and bf_ref[0] != ref[0])
+    same("deterministic bf16: 2 threads give 1 thread's bits", bf_ref, train("det_bf16_t2", bf, 2))
+    same("deterministic bf16: dp 2 gives serial's bits", bf_ref, train("det_bf16_dp2", bf, 1, ranks=2))
+    same("deterministic bf16: pp 2 (zb-h1) gives serial's bits", bf_ref,
+         train("det_bf16_pp2", [*bf, "--parallel.pp", "2", "--parallel.microbatches", "4",
+                                "--parallel.schedule", "zb-h1"], 1, ranks=2))
+    same("deterministic bf16: ZeRO-3 on dp 2 gives serial's bits", bf_ref,
+         train("det_bf16_zero3", [*bf, "--parallel.zero", "3"], 1, ranks=2))
     # A batch of 6: 2 canonical chunks of 3 rows; dp 2 holds one each.
     six = [*det, "--train.batch_size", "6"]
     same("deterministic: batch 6 (2 chunks) on dp 2 gives serial's bits",
@@ -212,7 +226,8 @@ def main():
     error("a pipeline with ZeRO is refused", 4, ["--parallel.pp", "2", "--parallel.microbatches", "2",
                                                  "--parallel.zero", "1"], "use parallel.zero 0 with parallel.pp 2")
     error("3 data-parallel ranks are refused, naming the allowed counts", 3, [], "use 1, 2 or 4 ranks")
-    error("bf16 is refused", 1, ["--train.precision", "bf16"], "runs in fp32 so far")
+    error("bf16 under tensor parallelism is refused", 2, ["--train.precision", "bf16", "--parallel.tp", "2"],
+          "runs tensor parallelism in fp32 so far")
     error("a micro-step of part of a chunk is refused, naming the allowed sizes", 1, ["--train.micro_batch", "1"],
           "use train.micro_batch a multiple of 2 that divides 8")
     error("more microbatches than a rank's rows are refused by the layout's own check", 4,

@@ -661,7 +661,7 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
     prompt.resize(std::min<size_t>(prompt.size(), static_cast<size_t>(c.generate.prompt_tokens)));
   }
   if (prompt.empty()) throw std::invalid_argument("--prompt: the prompt has no tokens");
-  if (c.train.deterministic) layout.pieces = canonical_pieces(ck->config);  // as training cut them
+  if (c.train.deterministic && c.train.precision == "fp32") layout.pieces = canonical_pieces(ck->config);  // as training
   auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, ctx.comm ? ctx.comm->local_rank() : 0,
                               c.train.precision == "bf16", c.train.deterministic,
                               c.train.deterministic ? canonical_column_tile(ck->config) : 0});
