@@ -75,10 +75,6 @@ void check_deterministic(const RunConfig& c, int ranks, const std::string& stage
                        "train.precision fp32 or parallel.tp 1", c.train.precision));
   }
   if (c.parallel.pp > 1) {  // the microbatches are the replica's chunks (DeterministicPipelinedStep)
-    if (c.parallel.zero_stage() > 0) {
-      refuse(fmt::format("runs a pipeline without ZeRO so far, not parallel.zero {}: use parallel.zero 0 with "
-                         "parallel.pp {}", c.parallel.zero_stage(), c.parallel.pp));
-    }
     if (c.parallel.microbatches * dp != K) {
       refuse(fmt::format("a pipeline's microbatches are its canonical chunks ({} of train.batch_size {} over {} "
                          "data-parallel replica{}), not {}; use parallel.microbatches {}", K, c.train.batch_size, dp,

@@ -169,13 +169,36 @@ double tree_across_ranks(Backend& be, Communicator& dp, double loss_sum, float* 
   return loss_sum;
 }
 
+// ZeRO-1's shard under train.deterministic: this rank's contiguous chunk of
+// the sum over the data-parallel group of every rank's `subtree_sum` (n
+// floats; canonical_reduce_scatter over equal chunks, the last cut at n),
+// copied into `grads` at the same place. `scratch` holds a chunk.
+void scatter_contiguous(Communicator& dp, float* subtree_sum, float* grads, size_t n, size_t chunk, float* scratch) {
+  const size_t N = static_cast<size_t>(dp.size());
+  std::vector<float*> blocks(N);
+  std::vector<size_t> lens(N);
+  for (size_t p = 0; p < N; ++p) {
+    const size_t lo = std::min(p * chunk, n);
+    blocks[p] = subtree_sum + lo;
+    lens[p] = std::min(lo + chunk, n) - lo;
+  }
+  canonical_reduce_scatter(dp, blocks, lens, scratch);
+  const size_t me = static_cast<size_t>(dp.rank());
+  float* dst = grads + (blocks[me] - subtree_sum);
+  if (dst != blocks[me]) std::copy_n(blocks[me], lens[me], dst);
+}
+
 // train.deterministic under a pipeline (deterministic_pipelined_step): the
 // engine's microbatches are the rank's canonical chunks, its tree the
 // stage's gradient; then the data-parallel ranks' recursive doubling.
 class DeterministicPipelinedStep final : public StepFunction {
  public:
-  DeterministicPipelinedStep(const StepParts& parts, PipelineEngine& pipe, Communicator& pp, int chunks)
-      : StepFunction(parts), pipe_(pipe), pp_(pp), chunks_(chunks) {
+  DeterministicPipelinedStep(const StepParts& parts, PipelineEngine& pipe, Communicator& pp, int chunks,
+                             const TreeShards& shards)
+      : StepFunction(parts), pipe_(pipe), pp_(pp), chunks_(chunks), shards_(shards) {
+    if (shards.zero3 != nullptr || (shards.chunk > 0) != (shards.after_update != nullptr)) {
+      throw std::logic_error("DeterministicPipelinedStep: contiguous shards (ZeRO-1 and 2) only, with their all-gather");
+    }
     if (pipe.microbatches() * parts.dp.size() != chunks) {
       throw std::invalid_argument(fmt::format("train.deterministic: {} microbatches on {} data-parallel ranks are "
                                               "not the {} canonical chunks", pipe.microbatches(), parts.dp.size(),
@@ -189,10 +212,17 @@ class DeterministicPipelinedStep final : public StepFunction {
     pipe_.step(inputs, targets, loss_weight(s, pipe_.seq_len()));
     StepResult r;
     const auto t0 = Clock::now();
-    r.loss = across(pipe_.loss_sum(), s.model.grad_data()) / chunks_;
+    float* g = s.model.grad_data();
+    r.loss = across(pipe_.loss_sum(), shards_.chunk > 0 ? nullptr : g) / chunks_;
+    if (shards_.chunk > 0) scatter_contiguous(s.dp, g, g, s.model.num_params(), shards_.chunk, recv_.data());
     r.comm_s = seconds_since(t0);
     check_loss(s, r.loss);
     r.update = s.opt.step(s.be, s.model, resident_params(s), resident_grads(s));
+    if (shards_.after_update != nullptr) {
+      const auto t1 = Clock::now();
+      shards_.after_update->finish_update(s.be);
+      r.comm_s += seconds_since(t1);
+    }
     return r;
   }
   double forward_loss(const int32_t* inputs, const int32_t* targets) override {
@@ -214,7 +244,8 @@ class DeterministicPipelinedStep final : public StepFunction {
   PipelineEngine& pipe_;
   Communicator& pp_;
   int chunks_;
-  Buffer recv_;
+  TreeShards shards_;
+  Buffer recv_;  // a partner's gradient (or, with ZeRO, block)
 };
 
 // train.deterministic's step (train_step.h, deterministic_step).
@@ -253,7 +284,8 @@ class DeterministicStep final : public ArenaStep {
       grads = shards_.zero3->grads();
     } else if (shards_.chunk > 0) {  // ZeRO-1 (and 2): this rank's contiguous shard
       total = across_ranks(loss_sum, nullptr);
-      scatter_contiguous(tree_[0].data(), s.model.grad_data());
+      scatter_contiguous(s.dp, tree_[0].data(), s.model.grad_data(), s.model.num_params(), shards_.chunk,
+                         recv_.data());
     } else {
       copy(s.model.grad_data(), tree_[0].data());
       total = across_ranks(loss_sum, s.model.grad_data());
@@ -311,24 +343,6 @@ class DeterministicStep final : public ArenaStep {
   double across_ranks(double loss_sum, float* grads) {
     return tree_across_ranks(parts_.be, parts_.dp, loss_sum, grads, parts_.model.num_params(), recv_.data());
   }
-  // ZeRO-1's shard: the rank's contiguous chunk of the whole tree's gradient
-  // (canonical_reduce_scatter over equal chunks of the flat buffer, the last
-  // cut at num_params), copied into the model's gradient at the same place.
-  void scatter_contiguous(float* subtree_sum, float* grads) {
-    Communicator& dp = parts_.dp;
-    const size_t n = parts_.model.num_params(), N = static_cast<size_t>(dp.size());
-    std::vector<float*> blocks(N);
-    std::vector<size_t> lens(N);
-    for (size_t p = 0; p < N; ++p) {
-      const size_t lo = std::min(p * shards_.chunk, n);
-      blocks[p] = subtree_sum + lo;
-      lens[p] = std::min(lo + shards_.chunk, n) - lo;
-    }
-    canonical_reduce_scatter(dp, blocks, lens, recv_.data());
-    const size_t me = static_cast<size_t>(dp.rank());
-    std::copy_n(blocks[me], lens[me], grads + (blocks[me] - subtree_sum));
-  }
-
   int local_, chunks_;
   TreeShards shards_;
   std::vector<Buffer> tree_;  // tree_[0]: the subtree's sum; tree_[l]: a right half's at depth l
@@ -349,8 +363,8 @@ uint64_t deterministic_buffer_floats(size_t n, int chunks, int dp, size_t shard_
 }
 
 std::unique_ptr<StepFunction> deterministic_pipelined_step(const StepParts& parts, PipelineEngine& pipe,
-                                                          Communicator& pp, int chunks) {
-  return std::make_unique<DeterministicPipelinedStep>(parts, pipe, pp, chunks);
+                                                          Communicator& pp, int chunks, const TreeShards& shards) {
+  return std::make_unique<DeterministicPipelinedStep>(parts, pipe, pp, chunks, shards);
 }
 
 std::unique_ptr<StepFunction> data_parallel_step(const StepParts& parts, Activations& acts, GradReducer& reducer) {

@@ -105,8 +105,10 @@ std::unique_ptr<StepFunction> deterministic_step(const StepParts& parts, Activat
 // microbatches this rank's chunks / dp.size() canonical chunks; each stage's
 // gradient is the tree's over them, then the data-parallel ranks' recursive
 // doubling; the loss likewise (from the last stage).
+// With ZeRO-1 or 2 (`shards`, contiguous) the stage's gradient is then
+// scattered into the shards as deterministic_step's.
 std::unique_ptr<StepFunction> deterministic_pipelined_step(const StepParts& parts, PipelineEngine& pipe,
-                                                          Communicator& pp, int chunks);
+                                                          Communicator& pp, int chunks, const TreeShards& shards = {});
 // The floats of its working buffers: the tree's gradient-sized buffers (one
 // per level of a rank's subtree of chunks / dp leaves, and its sum) for a
 // model of `n` parameters, and the buffer a partner's gradient (or, with a

@@ -363,7 +363,12 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGri
     lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), parse_schedule(c.parallel.schedule),
                                                  c.parallel.microbatches, st.rows, c.train.seq_len,
                                                  c.train.recompute_full(), stored, true);
-    lay->step = deterministic_pipelined_step(parts, *lay->pipe, grid.pp_comm(), chunks);
+    TreeShards shards;
+    if (st.zero) {  // ZeRO-1 and 2 (contiguous under a pipeline): the stage's tree scattered into the shards
+      lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
+      shards = {st.zero->chunk, lay->reducer.get(), nullptr};
+    }
+    lay->step = deterministic_pipelined_step(parts, *lay->pipe, grid.pp_comm(), chunks, shards);
     lay->recorder.emplace(grid, *lay->pipe, timeline_path);
     lay->mem = rank_memory(st, lay->pipe.get(), nullptr, grid.dp());
     lay->mem.comm_buffers += (static_cast<uint64_t>(PipelineEngine::tree_buffers(lay->pipe->arenas(),
