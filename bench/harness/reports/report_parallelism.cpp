@@ -415,8 +415,9 @@ std::string bits_section(const ReportSpec& spec, const std::vector<RunView>& vie
       "repetition's final parameters and both Adam moments hash to the reference's (RunSummary::state_hash: "
       "FNV-1a over the checkpoint's float bytes), so the layout computed serial's bits. Cost: the median step "
       "against the same layout's (ranks, threads, dp, tp, pp, microbatches, schedule, ZeRO) without it, side by "
-      "side in this experiment. Layouts that cannot be made exact yet (tensor parallelism) are refused, not run "
-      "(docs/determinism.md).\n\n";
+      "side in this experiment; at a small model the canonical pieces and column tiles make small products, so the "
+      "cost is higher than at the original configuration's (docs/determinism.md). Layouts that cannot be made exact "
+      "yet (a vocabulary-parallel head, spd/parallel blocks) are refused, not run.\n\n";
   return md;
 }
 
