@@ -27,6 +27,7 @@
 #include "train/mfu_peak.h"
 #include "train/plan.h"
 #include "train/run_config.h"
+#include "train/shards.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
 #include "app/config_file.h"
@@ -689,4 +690,85 @@ TEST(Plan, ZeroAndPipelineByHand) {
 }
 
 }  // namespace
+// llm.c's token shards (train/shards.h): round trips at both widths, and one
+// clear error for each way a file and a model can disagree.
+class TokenShards : public ::testing::Test {
+ protected:
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / fmt::format("shards_{}", ::getpid());
+  void SetUp() override { std::filesystem::create_directories(dir); }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  // The error opening `path` for a model of `vocab` ids ("" if it opens).
+  static std::string error_of(const std::filesystem::path& path, int64_t vocab) {
+    try {
+      TokenShard s(path, vocab);
+      return "";
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+  }
+  // An llm.c file by hand: the magic, version, count, vocabulary (0: none) and uint16 tokens.
+  void write_raw(const std::filesystem::path& path, int version, int count, int vocab,
+                 const std::vector<uint16_t>& tokens) {
+    std::vector<int32_t> header(256, 0);
+    header[0] = kShardMagic;
+    header[1] = version;
+    header[2] = count;
+    header[3] = vocab;
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(header.data()), 1024);
+    f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+  }
+};
+
+TEST_F(TokenShards, RoundTripUint16ForGpt2AndUint32ForALargerVocabulary) {
+  const std::vector<int32_t> small = {0, 1, 50256, 15496, 995, 65535 % 50257};
+  write_shard(dir / "a.bin", small, 50257);
+  TokenShard a(dir / "a.bin", 50257);
+  EXPECT_EQ(a.header().version, 1);
+  EXPECT_EQ(a.header().vocab, 50257);
+  EXPECT_EQ(std::filesystem::file_size(dir / "a.bin"), 1024 + 2 * small.size());
+  std::vector<int32_t> back(small.size());
+  a.copy(0, back);
+  EXPECT_EQ(back, small);
+  const std::vector<int32_t> large = {0, 65535, 65536, 99999, 70000};
+  write_shard(dir / "b.bin", large, 100000);
+  TokenShard b(dir / "b.bin", 100000);
+  EXPECT_EQ(b.header().version, 2);
+  back.resize(large.size());
+  b.copy(0, back);
+  EXPECT_EQ(back, large);  // 65536 and above survive: no 16-bit truncation
+  EXPECT_THROW(b.copy(3, std::span<int32_t>(back)), std::out_of_range);
+}
+
+TEST_F(TokenShards, RefusesWhatDoesNotFitTheModel) {
+  write_shard(dir / "gpt2.bin", std::vector<int32_t>{1, 2, 3}, 50257);
+  EXPECT_NE(error_of(dir / "gpt2.bin", 100000).find("uint16 tokens (version 1) for a vocabulary of 100000"),
+            std::string::npos);
+  EXPECT_NE(error_of(dir / "gpt2.bin", 50304).find("made with a vocabulary of 50257, but the model's is 50304"),
+            std::string::npos);
+  write_raw(dir / "llmc.bin", 1, 3, 0, {5, 900, 7});  // llm.c's: no vocabulary recorded
+  EXPECT_EQ(error_of(dir / "llmc.bin", 1000), "");
+  const std::string e = error_of(dir / "llmc.bin", 500);
+  EXPECT_NE(e.find("llmc.bin"), std::string::npos) << e;
+  EXPECT_NE(e.find("token 1 is id 900, outside the model's vocabulary of 500"), std::string::npos) << e;
+  EXPECT_THROW(write_shard(dir / "bad.bin", std::vector<int32_t>{1, 70000}, 50257), std::invalid_argument);
+  EXPECT_FALSE(std::filesystem::exists(dir / "bad.bin"));  // nothing half-written
+}
+
+TEST_F(TokenShards, RefusesTruncatedAndForeignFiles) {
+  write_shard(dir / "t.bin", std::vector<int32_t>{1, 2, 3, 4}, 50257);
+  std::filesystem::resize_file(dir / "t.bin", 1024 + 5);
+  EXPECT_NE(error_of(dir / "t.bin", 50257).find("truncated"), std::string::npos);
+  std::filesystem::resize_file(dir / "t.bin", 100);
+  EXPECT_NE(error_of(dir / "t.bin", 50257).find("shorter than the 1024-byte header"), std::string::npos);
+  {
+    std::ofstream f(dir / "text.bin", std::ios::binary);
+    f << std::string(4096, 'x');
+  }
+  EXPECT_NE(error_of(dir / "text.bin", 50257).find("not an llm.c token shard"), std::string::npos);
+  write_raw(dir / "v3.bin", 3, 0, 0, {});
+  EXPECT_NE(error_of(dir / "v3.bin", 50257).find("version 3"), std::string::npos);
+  EXPECT_NE(error_of(dir / "none.bin", 50257).find("no such file"), std::string::npos);
+}
+
 }  // namespace gpt2
