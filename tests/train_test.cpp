@@ -751,6 +751,17 @@ TEST_F(TokenShards, RefusesWhatDoesNotFitTheModel) {
   const std::string e = error_of(dir / "llmc.bin", 500);
   EXPECT_NE(e.find("llmc.bin"), std::string::npos) << e;
   EXPECT_NE(e.find("token 1 is id 900, outside the model's vocabulary of 500"), std::string::npos) << e;
+  {  // a uint32 id of 2^32 - 1 is not a negative int that passes the range check
+    std::vector<int32_t> header(256, 0);
+    header[0] = kShardMagic;
+    header[1] = 2;
+    header[2] = 2;
+    const uint32_t ids[2] = {3, 0xFFFFFFFFu};
+    std::ofstream f(dir / "huge.bin", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(header.data()), 1024);
+    f.write(reinterpret_cast<const char*>(ids), 8);
+  }
+  EXPECT_NE(error_of(dir / "huge.bin", 70000).find("token 1 is id 4294967295"), std::string::npos);
   EXPECT_THROW(write_shard(dir / "bad.bin", std::vector<int32_t>{1, 70000}, 50257), std::invalid_argument);
   EXPECT_FALSE(std::filesystem::exists(dir / "bad.bin"));  // nothing half-written
 }

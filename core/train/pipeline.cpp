@@ -150,7 +150,13 @@ Buffer PipelineEngine::spare() {
   return b;
 }
 
-void PipelineEngine::fold(Buffer&& leaf) {
+void PipelineEngine::fold(Buffer&& leaf, int mb) {
+  int done = 0;  // microbatches already in the partial sums: the tree needs them in order
+  for (const auto& s : sums_) done += s.first;
+  if (mb != done) {
+    throw std::logic_error(fmt::format("pipeline stage {}: microbatch {} completed before microbatch {} (the "
+                                       "deterministic tree adds them in order)", stage_, mb, done));
+  }
   sums_.emplace_back(1, std::move(leaf));
   const int64_t n = static_cast<int64_t>(model_.num_params());
   while (sums_.size() >= 2 && sums_[sums_.size() - 1].first == sums_[sums_.size() - 2].first) {
@@ -290,7 +296,7 @@ double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float
         bound(s, true, [&] {
           backward(s, inputs, targets, dloss, BackwardPart::kAll, k == last_backward ? hook : nullptr);
         });
-        if (tree_) fold(std::move(s.grads));
+        if (tree_) fold(std::move(s.grads), act.mb);
         release(s);
         break;
       }
@@ -302,7 +308,7 @@ double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float
       case PipeOp::kBackwardWeight: {
         Slot& s = holding(act.mb);
         bound(s, false, [&] { backward(s, inputs, targets, dloss, BackwardPart::kWeight); });
-        if (tree_) fold(std::move(s.grads));
+        if (tree_) fold(std::move(s.grads), act.mb);
         release(s);
         break;
       }

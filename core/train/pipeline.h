@@ -146,9 +146,10 @@ class PipelineEngine {
     int last_mb = -1;             // the microbatch it held last (whose sends may be in flight)
     Buffer grads;                 // tree: the microbatch's gradient, from its B (or BW) until its W
   };
-  // tree: a microbatch's complete gradient joins the partial sums, and
-  // equal-sized neighbours are added (a binary counter over the leaves).
-  void fold(Buffer&& leaf);
+  // tree: microbatch `mb`'s complete gradient joins the partial sums, and
+  // equal-sized neighbours are added (a binary counter over the leaves);
+  // std::logic_error unless it is the next microbatch in order.
+  void fold(Buffer&& leaf, int mb);
   Buffer spare();
   double tree_sum(int lo, int n) const;  // mb_loss_[lo, lo + n) in the tree's order
   void finish_tree();                     // the tree's sum into model.grads; loss_sum_

@@ -64,7 +64,10 @@ TokenShard::TokenShard(const std::filesystem::path& path, int64_t model_vocab) :
     throw std::invalid_argument(fmt::format("token shard '{}': {}", name, why));
   };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(errno == ENOENT ? "no such file" : fmt::format("cannot read: {}", std::strerror(errno)));
+  if (fd < 0) {
+    const int err = errno;
+    fail(err == ENOENT ? "no such file" : fmt::format("cannot read: {}", std::strerror(err)));
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -77,10 +80,11 @@ TokenShard::TokenShard(const std::filesystem::path& path, int64_t model_vocab) :
                      kShardHeaderInts * 4));
   }
   map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_err = errno;
   ::close(fd);
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
-    fail(fmt::format("cannot map: {}", std::strerror(errno)));
+    fail(fmt::format("cannot map: {}", std::strerror(map_err)));
   }
   try {
     const auto* bytes = static_cast<const unsigned char*>(map_);
@@ -110,8 +114,9 @@ TokenShard::TokenShard(const std::filesystem::path& path, int64_t model_vocab) :
     u16_ = reinterpret_cast<const uint16_t*>(bytes + kShardHeaderInts * 4);
     u32_ = reinterpret_cast<const uint32_t*>(bytes + kShardHeaderInts * 4);
     for (uint64_t i = 0; i < count; ++i) {
-      if ((*this)[i] >= model_vocab) {
-        fail(fmt::format("token {} is id {}, outside the model's vocabulary of {}", i, (*this)[i], model_vocab));
+      const uint64_t id = version == 1 ? u16_[i] : u32_[i];  // unsigned: a uint32 id of 2^31 and more is no negative int
+      if (id >= static_cast<uint64_t>(model_vocab)) {
+        fail(fmt::format("token {} is id {}, outside the model's vocabulary of {}", i, id, model_vocab));
       }
     }
   } catch (...) {
@@ -125,6 +130,9 @@ TokenShard::TokenShard(TokenShard&& o) noexcept
     : path_(std::move(o.path_)), header_(o.header_), map_(o.map_), map_bytes_(o.map_bytes_), u16_(o.u16_),
       u32_(o.u32_) {
   o.map_ = nullptr;
+  o.u16_ = nullptr;
+  o.u32_ = nullptr;
+  o.header_ = ShardHeader{};
 }
 
 TokenShard::~TokenShard() {

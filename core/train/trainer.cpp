@@ -117,9 +117,14 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
   }
   if (c.train.deterministic) {
     const int chunks = canonical_chunks(c);
-    log.note(fmt::format("deterministic: {} canonical chunks of {} rows, each run alone and added in one tree "
-                         "(docs/determinism.md)", chunks, c.train.batch_size / chunks));
-  } else if (c.parallel.pp > 1 || c.parallel.microbatches > 1) {
+    log.note(fmt::format("deterministic: {} canonical chunks of {} rows, each run alone and added in one tree{} "
+                         "(docs/determinism.md)", chunks, c.train.batch_size / chunks,
+                         c.parallel.tp > 1
+                             ? fmt::format("; {} canonical pieces of the dimensions tensor parallelism cuts",
+                                           st.model->tp().pieces)
+                             : ""));
+  }
+  if (c.parallel.pp > 1 || (!c.train.deterministic && c.parallel.microbatches > 1)) {
     std::string stages;
     for (int s = 0; s < c.parallel.pp; ++s) {
       const StageLayers l = StageLayers::of(st.model_config.L, c.parallel.pp, s);
@@ -358,17 +363,22 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGri
   // bf16 stored activations where the backend takes them (the CPU's); the
   // plan says the same by stage (stored_dtype_on).
   const Dtype stored = be.accepts_bf16() ? c.train.stored_dtype() : Dtype::f32;
+  // ZeRO-1 and 2 under train.deterministic (contiguous shards): the tree's gradient scattered into the shards
+  // (canonical_reduce_scatter), the updated parameters all-gathered.
+  const auto contiguous_shards = [&] {
+    TreeShards shards;
+    if (st.zero) {
+      lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
+      shards = {st.zero->chunk, lay->reducer.get(), nullptr};
+    }
+    return shards;
+  };
   if (c.train.deterministic && c.parallel.pp > 1) {  // the stages' microbatches are the canonical chunks
     const int chunks = canonical_chunks(c);
     lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), parse_schedule(c.parallel.schedule),
                                                  c.parallel.microbatches, st.rows, c.train.seq_len,
                                                  c.train.recompute_full(), stored, true);
-    TreeShards shards;
-    if (st.zero) {  // ZeRO-1 and 2 (contiguous under a pipeline): the stage's tree scattered into the shards
-      lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
-      shards = {st.zero->chunk, lay->reducer.get(), nullptr};
-    }
-    lay->step = deterministic_pipelined_step(parts, *lay->pipe, grid.pp_comm(), chunks, shards);
+    lay->step = deterministic_pipelined_step(parts, *lay->pipe, grid.pp_comm(), chunks, contiguous_shards());
     lay->recorder.emplace(grid, *lay->pipe, timeline_path);
     lay->mem = rank_memory(st, lay->pipe.get(), nullptr, grid.dp());
     lay->mem.comm_buffers += (static_cast<uint64_t>(PipelineEngine::tree_buffers(lay->pipe->arenas(),
@@ -379,11 +389,7 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGri
   if (c.train.deterministic) {  // canonical chunks, their tree, recursive doubling (no reducer)
     const int chunks = canonical_chunks(c);
     lay->arena.emplace(model, c.train.batch_size / chunks, c.train.seq_len, false, c.train.recompute_full(), stored);
-    TreeShards shards;
-    if (st.zero) {  // ZeRO-1 and 2: the tree's gradient scattered into contiguous shards, the update gathered
-      lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
-      shards = {st.zero->chunk, lay->reducer.get(), nullptr};
-    }
+    TreeShards shards = contiguous_shards();
     if (st.zero_stage == 3) shards.zero3 = st.sharded.get();
     lay->step = deterministic_step(parts, lay->arena->acts(), chunks, shards);
     lay->mem = rank_memory(st, nullptr, &*lay->arena, grid.dp());
@@ -666,7 +672,13 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
     prompt.resize(std::min<size_t>(prompt.size(), static_cast<size_t>(c.generate.prompt_tokens)));
   }
   if (prompt.empty()) throw std::invalid_argument("--prompt: the prompt has no tokens");
-  if (c.train.deterministic && c.train.precision == "fp32") layout.pieces = canonical_pieces(ck->config);  // as training
+  // As training cut them: train.deterministic in fp32 on the CPU stages, tp dividing the pieces (training refuses
+  // the rest; generation then runs the default order).
+  const bool cpu_stage = ctx.stage == "serial" || ctx.stage == "mpi";
+  if (c.train.deterministic && c.train.precision == "fp32" && cpu_stage &&
+      canonical_pieces(ck->config) % layout.size == 0) {
+    layout.pieces = canonical_pieces(ck->config);
+  }
   auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, ctx.comm ? ctx.comm->local_rank() : 0,
                               c.train.precision == "bf16", c.train.deterministic,
                               c.train.deterministic ? canonical_column_tile(ck->config) : 0});
