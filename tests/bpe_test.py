@@ -20,6 +20,8 @@ Checks:
     bytes that are not UTF-8 (lone continuation bytes, truncated sequences,
     overlong forms, encoded surrogates, 0xFF), which tiktoken's JavaScript
     strings cannot hold: for those only the round trip is checked.
+  * Documents encoded on threads (16 documents, 1 and 2 threads) give the
+    same ids.
   * Bad vocabulary files are refused with one line naming the file: a
     missing file, a merge out of GPT-2's order, and a token spelt in
     characters that are not GPT-2's byte alphabet.
@@ -135,6 +137,17 @@ def main():
             detail += f"; first difference at token {first}: ours {ours[first:first + 5]}, tiktoken {ref[first:first + 5]}"
         check(f"{title}: our ids equal tiktoken's gpt2 encode_ordinary", first is None, detail)
     check("the compared text is at least 5 MB", total >= 5_000_000, f"{total} bytes")
+
+    # Documents on threads (encode_documents): the same ids at 1 and 2 threads.
+    src = os.path.join(work, "repository.txt")
+    outs = []
+    for threads in (1, 2):
+        ids = os.path.join(work, f"docs_t{threads}.ids")
+        r = subprocess.run([a.tool, "--encoder", encoder, "--vocab", vocab, "--in", src, "--out", ids,
+                            "--documents", "16", "--threads", str(threads)], capture_output=True, text=True)
+        outs.append(open(ids, "rb").read() if r.returncode == 0 else None)
+    check("16 documents on 2 threads give the ids of 1 thread, and decode to the text",
+          outs[0] is not None and outs[0] == outs[1], f"{len(outs[0] or b'') // 4} tokens")
 
     bad = os.path.join(work, "invalid.bin")
     open(bad, "wb").write(invalid_utf8(20000))

@@ -4,8 +4,10 @@
 #include <pcre2.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <omp.h>
 
 #include <array>
+#include <exception>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -108,6 +110,7 @@ BpeTokenizer::~BpeTokenizer() = default;
 BpeTokenizer BpeTokenizer::from_text(std::string_view encoder_text, std::string_view vocab_text,
                                      const std::string& encoder_json, const std::string& vocab_bpe) {
   BpeTokenizer t;
+  auto v = std::make_shared<Vocab>();
   const std::array<uint32_t, 256> cp = byte_code_points();
   std::unordered_map<uint32_t, char> byte_of;
   for (size_t b = 0; b < 256; ++b) byte_of[cp[b]] = static_cast<char>(b);
@@ -116,7 +119,7 @@ BpeTokenizer BpeTokenizer::from_text(std::string_view encoder_text, std::string_
   if (!enc.is_object() || enc.empty()) {
     throw std::invalid_argument(fmt::format("encoder.json '{}': not a JSON object of token -> id", encoder_json));
   }
-  t.tokens_.assign(enc.size(), std::string());
+  v->tokens.assign(enc.size(), std::string());
   std::vector<bool> seen(enc.size(), false);
   std::string bytes;
   for (const auto& [key, value] : enc.items()) {
@@ -130,16 +133,16 @@ BpeTokenizer BpeTokenizer::from_text(std::string_view encoder_text, std::string_
     }
     seen[static_cast<size_t>(id)] = true;
     if (key == "<|endoftext|>") {
-      t.eot_ = id;
-      t.tokens_[static_cast<size_t>(id)] = key;
+      v->eot = id;
+      v->tokens[static_cast<size_t>(id)] = key;
       continue;
     }
     if (!spelled_bytes(key, byte_of, bytes)) {
       throw std::invalid_argument(fmt::format("encoder.json '{}': entry {} ('{}') is not spelt in GPT-2's byte "
                                               "characters", encoder_json, id, key));
     }
-    t.tokens_[static_cast<size_t>(id)] = bytes;
-    t.ids_.emplace(bytes, id);
+    v->tokens[static_cast<size_t>(id)] = bytes;
+    v->ids.emplace(bytes, id);
   }
   // The merges: line k + 1 joins two tokens into the one whose id must be 256 + k (rank = id).
   std::istringstream merges{std::string(vocab_text)};
@@ -154,38 +157,39 @@ BpeTokenizer BpeTokenizer::from_text(std::string_view encoder_text, std::string_
       throw std::invalid_argument(fmt::format("vocab.bpe '{}':{}: not a merge of two tokens: '{}'", vocab_bpe, lineno,
                                               line));
     }
-    const auto it = t.ids_.find(a + b);
-    if (it == t.ids_.end() || it->second != static_cast<int32_t>(256 + k)) {
+    const auto it = v->ids.find(a + b);
+    if (it == v->ids.end() || it->second != static_cast<int32_t>(256 + k)) {
       throw std::invalid_argument(fmt::format(
           "vocab.bpe '{}':{}: merge {} makes {} in encoder.json, not id {}: the files are not a GPT-2 pair",
-          vocab_bpe, lineno, k, it == t.ids_.end() ? std::string("no token") : fmt::format("id {}", it->second),
+          vocab_bpe, lineno, k, it == v->ids.end() ? std::string("no token") : fmt::format("id {}", it->second),
           256 + k));
     }
     ++k;
   }
   if (k == 0) throw std::invalid_argument(fmt::format("vocab.bpe '{}': no merges", vocab_bpe));
   for (size_t b0 = 0; b0 < 256; ++b0) {
-    if (!t.ids_.contains(std::string(1, static_cast<char>(b0)))) {
+    if (!v->ids.contains(std::string(1, static_cast<char>(b0)))) {
       throw std::invalid_argument(fmt::format("encoder.json '{}': byte {} has no token", encoder_json, b0));
     }
   }
+  t.vocab_ = std::move(v);
   return t;
 }
 
 const std::string& BpeTokenizer::token(int32_t id) const {
   if (id < 0 || id >= size()) throw std::out_of_range(fmt::format("token id {} (vocabulary {})", id, size()));
-  return tokens_[static_cast<size_t>(id)];
+  return vocab_->tokens[static_cast<size_t>(id)];
 }
 
 int32_t BpeTokenizer::rank(std::string_view bytes) const {
-  const auto it = ids_.find(bytes);
-  return it == ids_.end() ? kNoRank : it->second;
+  const auto it = vocab_->ids.find(bytes);
+  return it == vocab_->ids.end() ? kNoRank : it->second;
 }
 
 // tiktoken's byte_pair_merge: merge the adjacent pair of lowest rank (the
 // first of equals) until none has a rank; each part is then a token.
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) {
-  if (const auto whole = ids_.find(piece); whole != ids_.end()) {
+  if (const auto whole = vocab_->ids.find(piece); whole != vocab_->ids.end()) {
     out.push_back(whole->second);
     return;
   }
@@ -245,6 +249,36 @@ void BpeTokenizer::encode(std::string_view text, std::vector<int32_t>& out) {
     encode_piece(text.substr(begin, end - begin), out);
     pos = end;
   }
+}
+
+BpeTokenizer BpeTokenizer::clone() const {
+  BpeTokenizer t;
+  t.vocab_ = vocab_;
+  return t;
+}
+
+std::vector<std::vector<int32_t>> BpeTokenizer::encode_documents(std::span<const std::string_view> docs,
+                                                                 int threads) const {
+  if (threads < 1) throw std::invalid_argument(fmt::format("encode_documents: {} threads", threads));
+  std::vector<std::vector<int32_t>> out(docs.size());
+  std::vector<BpeTokenizer> copies;
+  for (int t = 0; t < threads; ++t) copies.push_back(clone());
+  std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+  {
+    BpeTokenizer& mine = copies[static_cast<size_t>(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t d = 0; d < static_cast<int64_t>(docs.size()); ++d) {
+      try {
+        mine.encode(docs[static_cast<size_t>(d)], out[static_cast<size_t>(d)]);
+      } catch (...) {
+#pragma omp critical
+        error = std::current_exception();
+      }
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  return out;
 }
 
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {

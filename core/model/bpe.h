@@ -45,8 +45,8 @@ class BpeTokenizer {
   BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
   ~BpeTokenizer();
 
-  int size() const { return static_cast<int>(tokens_.size()); }  // 50,257 for GPT-2
-  int32_t eot_id() const { return eot_; }                         // <|endoftext|>, -1 if absent
+  int size() const { return static_cast<int>(vocab_->tokens.size()); }  // 50,257 for GPT-2
+  int32_t eot_id() const { return vocab_->eot; }                         // <|endoftext|>, -1 if absent
   // A token's bytes (<|endoftext|> as its text); std::out_of_range otherwise.
   const std::string& token(int32_t id) const;
 
@@ -61,6 +61,13 @@ class BpeTokenizer {
   // The bytes of the ids, concatenated; an id out of range throws
   // std::out_of_range naming it.
   std::string decode(std::span<const int32_t> ids) const;
+  // Each document encoded alone (no piece spans two), on `threads` OpenMP
+  // threads, each with its own copy of this tokenizer (the cache is not
+  // shared); the ids of document d in out[d]. The same ids at any thread count.
+  std::vector<std::vector<int32_t>> encode_documents(std::span<const std::string_view> docs, int threads) const;
+  // Another tokenizer on the same (immutable, shared) vocabulary, with its
+  // own pattern match data and an empty cache: one per thread.
+  BpeTokenizer clone() const;
 
  private:
   BpeTokenizer();
@@ -71,10 +78,13 @@ class BpeTokenizer {
     using is_transparent = void;
     size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
-  std::vector<std::string> tokens_;  // id -> bytes
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids_;  // bytes -> id (= rank)
+  struct Vocab {
+    std::vector<std::string> tokens;  // id -> bytes
+    std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids;  // bytes -> id (= rank)
+    int32_t eot = -1;
+  };
+  std::shared_ptr<const Vocab> vocab_;  // shared by clones: never changed after loading
   std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
-  int32_t eot_ = -1;
   struct Regex;  // PCRE2's compiled pattern and match data
   std::unique_ptr<Regex> re_;
   std::vector<size_t> starts_;  // encode_piece's scratch: the parts' start offsets
