@@ -78,7 +78,9 @@ int main(int argc, char** argv) {
     if (documents == 1 && threads == 1) {
       ids = tok.encode(text);
     } else {
-      for (const std::vector<int32_t>& d : tok.encode_documents(docs, threads)) ids.insert(ids.end(), d.begin(), d.end());
+      for (const std::vector<int32_t>& d : gpt2::encode_documents(tok, docs, threads)) {
+        ids.insert(ids.end(), d.begin(), d.end());
+      }
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!out.empty()) {

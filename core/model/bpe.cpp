@@ -4,10 +4,8 @@
 #include <pcre2.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <omp.h>
 
 #include <array>
-#include <exception>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -255,30 +253,6 @@ BpeTokenizer BpeTokenizer::clone() const {
   BpeTokenizer t;
   t.vocab_ = vocab_;
   return t;
-}
-
-std::vector<std::vector<int32_t>> BpeTokenizer::encode_documents(std::span<const std::string_view> docs,
-                                                                 int threads) const {
-  if (threads < 1) throw std::invalid_argument(fmt::format("encode_documents: {} threads", threads));
-  std::vector<std::vector<int32_t>> out(docs.size());
-  std::vector<BpeTokenizer> copies;
-  for (int t = 0; t < threads; ++t) copies.push_back(clone());
-  std::exception_ptr error;
-#pragma omp parallel num_threads(threads)
-  {
-    BpeTokenizer& mine = copies[static_cast<size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t d = 0; d < static_cast<int64_t>(docs.size()); ++d) {
-      try {
-        mine.encode(docs[static_cast<size_t>(d)], out[static_cast<size_t>(d)]);
-      } catch (...) {
-#pragma omp critical
-        error = std::current_exception();
-      }
-    }
-  }
-  if (error) std::rethrow_exception(error);
-  return out;
 }
 
 std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {

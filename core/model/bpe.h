@@ -61,12 +61,9 @@ class BpeTokenizer {
   // The bytes of the ids, concatenated; an id out of range throws
   // std::out_of_range naming it.
   std::string decode(std::span<const int32_t> ids) const;
-  // Each document encoded alone (no piece spans two), on `threads` OpenMP
-  // threads, each with its own copy of this tokenizer (the cache is not
-  // shared); the ids of document d in out[d]. The same ids at any thread count.
-  std::vector<std::vector<int32_t>> encode_documents(std::span<const std::string_view> docs, int threads) const;
   // Another tokenizer on the same (immutable, shared) vocabulary, with its
-  // own pattern match data and an empty cache: one per thread.
+  // own pattern match data and an empty cache: one per thread
+  // (train/corpus.h, encode_documents).
   BpeTokenizer clone() const;
 
  private:

@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <stdexcept>
+#include <thread>
 
 #include "util/files.h"
 
@@ -45,6 +48,30 @@ BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::stri
   const std::string enc = read_input_file(encoder_json, kMaxBytes, "encoder.json", "GPT-2's token -> id JSON");
   const std::string merges = read_input_file(vocab_bpe, kMaxBytes, "vocab.bpe", "GPT-2's merges");
   return BpeTokenizer::from_text(enc, merges, encoder_json, vocab_bpe);
+}
+
+std::vector<std::vector<int32_t>> encode_documents(const BpeTokenizer& tok, std::span<const std::string_view> docs,
+                                                   int threads) {
+  if (threads < 1) throw std::invalid_argument(fmt::format("encode_documents: {} threads", threads));
+  std::vector<std::vector<int32_t>> out(docs.size());
+  std::atomic<size_t> next{0};  // documents are taken in turn: long and short ones share the threads
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  const auto work = [&](size_t t) {
+    try {
+      BpeTokenizer mine = tok.clone();
+      for (size_t d = next++; d < docs.size(); d = next++) mine.encode(docs[d], out[d]);
+    } catch (...) {
+      errors[t] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < static_cast<size_t>(threads); ++t) pool.emplace_back(work, t);
+  work(0);
+  for (std::thread& th : pool) th.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return out;
 }
 
 }  // namespace gpt2

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dist/comm.h"
@@ -20,6 +22,13 @@ std::string read_corpus(const std::string& path);
 // GPT-2's BPE from its two files (model/bpe.h); errors name the file:
 // missing, unreadable, or not GPT-2's format.
 BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::string& vocab_bpe);
+
+// Each document encoded alone (no piece spans two) on `threads` threads,
+// each with its own tokenizer on `tok`'s vocabulary (BpeTokenizer::clone:
+// its own cache); the ids of document d in out[d], the same at any thread
+// count. A thread's failure is rethrown here.
+std::vector<std::vector<int32_t>> encode_documents(const BpeTokenizer& tok, std::span<const std::string_view> docs,
+                                                   int threads);
 
 struct Corpus {
   Tokenizer tok;
