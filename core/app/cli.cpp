@@ -13,6 +13,8 @@
 
 #include "app/config_file.h"
 #include "train/plan.h"
+#include "train/prepare.h"
+#include "train/trainer.h"
 #include "util/files.h"
 #include "util/hash.h"
 #include "kernels/cpu/omp_wait.h"
@@ -49,10 +51,18 @@ const std::vector<Option>& options(const std::string& command) {
       {"stage", "NAME", "the stage program the run is for: serial, mpi, cuda or mpi_cuda [default: this one]"}};
   static const std::vector<Option> init = {{"out", "FILE", "the model checkpoint to write (required)"},
                                            {"config", "FILE", "YAML file of sections: model, data, train"}};
+  static const std::vector<Option> prepare = {
+      {"input", "FILES", "text files, comma-separated: one document each (required)"},
+      {"encoder_json", "FILE", "GPT-2's encoder.json (required; docs/tokenizer.md)"},
+      {"vocab_bpe", "FILE", "GPT-2's vocab.bpe (required)"},
+      {"out", "DIR", "the folder for train_NNNNNN.bin and val_NNNNNN.bin (required)"},
+      {"shard_tokens", "N", "the most tokens a shard holds [default: 100000000]"},
+      {"config", "FILE", "YAML file (for data.val_fraction and train.threads)"}};
   return command == "train"      ? train
          : command == "generate" ? generate
          : command == "init"     ? init
          : command == "plan"     ? plan
+         : command == "prepare"  ? prepare
                                  : config;
 }
 
@@ -67,6 +77,11 @@ const char* summary(const std::string& command) {
     return "writes the initial weights a run would start from (model.init from train.seed, the vocabulary\n"
            "from data.corpus) as a model checkpoint, computed in this stage's memory and checked equal on\n"
            "every rank: what compares initialisations across stages and against other implementations.";
+  }
+  if (command == "prepare") {
+    return "tokenizes text files with GPT-2's BPE into llm.c token shards (docs/tokenizer.md): <|endoftext|>\n"
+           "before each file's tokens, the last data.val_fraction of the tokens for validation, on train.threads\n"
+           "threads; prints a progress line and a summary (documents, tokens, vocabulary, shards).";
   }
   if (command == "plan") {
     return "prints, as JSON (docs/plan.md), what each of the job's N ranks would hold and do: its grid\n"
@@ -86,14 +101,16 @@ std::string usage(const std::string& stage) {
       "       {0} config   [--config FILE] [--KEY VALUE ...]\n"
       "       {0} init     --out FILE [--config FILE] [--KEY VALUE ...]\n"
       "       {0} plan     [--config FILE] [--ranks N] [--stage NAME] [--KEY VALUE ...]\n"
-      "       {0} [train|generate|config|init|plan] --help\n",
+      "       {0} prepare  --input FILES --encoder_json FILE --vocab_bpe FILE --out DIR [--shard_tokens N]\n"
+      "                [--config FILE] [--KEY VALUE ...]\n"
+      "       {0} [train|generate|config|init|plan|prepare] --help\n",
       stage);
 }
 
 std::string help(const std::string& stage, const std::string& note, const std::string& command) {
   std::string h = fmt::format("{}: the {} stage of the GPT-2 engine.\n\n{}", stage, stage, usage(stage));
   if (!note.empty()) h += "\n" + note;
-  for (const char* cmd : {"train", "generate", "config", "init", "plan"}) {
+  for (const char* cmd : {"train", "generate", "config", "init", "plan", "prepare"}) {
     if (!command.empty() && command != cmd) continue;
     h += fmt::format("\n{}: {}\n", cmd, summary(cmd));
     for (const Option& o : options(cmd)) {
@@ -190,7 +207,8 @@ void print_plan(const RunConfig& cfg, const std::string& ranks_text, const std::
 int run(int argc, char** argv, const StageContext& ctx, const std::string& note) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    throw std::invalid_argument("no command given (expected train, generate, config, init or plan; see --help)");
+    throw std::invalid_argument(
+        "no command given (expected train, generate, config, init, plan or prepare; see --help)");
   }
   const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
@@ -198,9 +216,10 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
     return 0;
   }
   const std::string command = args[0];
-  if (command != "train" && command != "generate" && command != "config" && command != "init" && command != "plan") {
+  if (command != "train" && command != "generate" && command != "config" && command != "init" && command != "plan" &&
+      command != "prepare") {
     throw std::invalid_argument(
-        fmt::format("unknown command '{}' (expected train, generate, config, init or plan)", command));
+        fmt::format("unknown command '{}' (expected train, generate, config, init, plan or prepare)", command));
   }
   std::vector<std::string> keys, flags;
   for (const Option& o : options(command)) (*o.value ? keys : flags).push_back(o.name);
@@ -248,6 +267,35 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
     if (root) fmt::print("{}", to_yaml(cfg));
   } else if (command == "plan") {
     print_plan(cfg, get("ranks"), get("stage").empty() ? ctx.stage : get("stage"), root);
+  } else if (command == "prepare") {
+    if (ctx.comm && ctx.comm->size() > 1) throw std::invalid_argument("prepare runs on one process (the serial stage)");
+    PrepareRequest req;
+    const std::string inputs = get("input");
+    size_t at = 0;
+    for (size_t comma; (comma = inputs.find(',', at)) != std::string::npos; at = comma + 1) {
+      if (comma > at) req.inputs.push_back(inputs.substr(at, comma - at));
+    }
+    if (at < inputs.size()) req.inputs.push_back(inputs.substr(at));
+    req.encoder_json = get("encoder_json");
+    req.vocab_bpe = get("vocab_bpe");
+    req.out_dir = get("out");
+    req.val_fraction = cfg.data.val_fraction;
+    req.threads = resolve_threads(cfg.train.threads);
+    if (!get("shard_tokens").empty()) {
+      try {
+        size_t used = 0;
+        req.shard_tokens = std::stoull(get("shard_tokens"), &used);
+        if (used != get("shard_tokens").size()) throw std::invalid_argument("");
+      } catch (const std::exception&) {
+        throw std::invalid_argument(fmt::format("--shard_tokens: '{}' is not a count", get("shard_tokens")));
+      }
+    }
+    const PrepareSummary sum = prepare_shards(req);
+    fmt::print("prepared {} documents ({:.2f} MB): {} training and {} validation tokens, vocabulary {}, {:.2f} "
+               "MB/s on {} threads; {} shards in {}\n",
+               sum.documents, static_cast<double>(sum.bytes) / 1e6, sum.train_tokens, sum.val_tokens, sum.vocab,
+               sum.seconds > 0 ? static_cast<double>(sum.bytes) / 1e6 / sum.seconds : 0.0, req.threads,
+               sum.shards.size(), req.out_dir);
   } else if (command == "init") {
     if (get("out").empty()) throw std::invalid_argument("--out: the checkpoint file to write is required");
     run_init(InitRequest{cfg, get("out")}, ctx);
