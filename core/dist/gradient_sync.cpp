@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -62,24 +63,26 @@ void ContiguousShardSync::finish_update(Backend& be) {
   seconds_ += since(t0);
 }
 
-void canonical_reduce_scatter(Communicator& comm, std::span<float* const> blocks, std::span<const size_t> lens,
-                              float* scratch) {
+std::pair<size_t, size_t> canonical_reduce_scatter(Communicator& comm, float* base, size_t count, size_t chunk,
+                                                   float* scratch) {
   const int n = comm.size(), me = comm.rank();
-  if ((n & (n - 1)) != 0 || blocks.size() != static_cast<size_t>(n) || lens.size() != blocks.size()) {
-    throw std::invalid_argument(fmt::format("canonical_reduce_scatter: {} blocks over {} ranks (a power of two, one "
-                                            "block per rank)", blocks.size(), n));
+  if ((n & (n - 1)) != 0) {
+    throw std::invalid_argument(fmt::format("canonical_reduce_scatter: {} ranks (a power of two)", n));
   }
+  const auto lo = [&](int p) { return std::min(static_cast<size_t>(p) * chunk, count); };
+  const auto len = [&](int p) { return std::min(lo(p) + chunk, count) - lo(p); };
   for (int bit = 1; bit < n; bit <<= 1) {
     const int partner = me ^ bit;
     // The blocks still held agree with this rank in the bits below `bit`; keep those agreeing in `bit` too.
     for (int p = me & (bit - 1); p < n; p += bit) {
       if ((p & bit) != (me & bit)) continue;
-      const size_t q = static_cast<size_t>(p ^ bit), k = static_cast<size_t>(p);
-      comm.send_recv(blocks[q], lens[q], partner, scratch, lens[k], partner);
-      float* mine = blocks[k];
-      for (size_t i = 0; i < lens[k]; ++i) mine[i] = mine[i] + scratch[i];
+      const int q = p ^ bit;
+      comm.send_recv(base + lo(q), len(q), partner, scratch, len(p), partner);
+      float* mine = base + lo(p);
+      for (size_t i = 0; i < len(p); ++i) mine[i] = mine[i] + scratch[i];
     }
   }
+  return {lo(me), len(me)};
 }
 
 }  // namespace gpt2

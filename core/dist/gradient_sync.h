@@ -14,7 +14,7 @@
 #pragma once
 
 #include <cstddef>
-#include <span>
+#include <utility>
 
 #include "dist/comm.h"
 #include "kernels/backend.h"
@@ -72,16 +72,18 @@ class ContiguousShardSync final : public GradReducer {
   size_t chunk_, begin_;
 };
 
-// train.deterministic's reduce-scatter (docs/determinism.md): `blocks[p]`
-// (`lens[p]` floats, p < comm.size(), a power of two) is rank p's part of a
-// sum; on return blocks[comm.rank()] holds the sum over the ranks, in the
-// canonical tree's order, and the other blocks are spent. Recursive halving
-// with partners rank ^ 1, rank ^ 2, ...: at each level a rank keeps the
-// blocks whose bit matches its own and adds the partner's copy of them, so
-// level k adds the sums of two aligned groups of 2^k ranks, as recursive
-// doubling and the serial tree do (a + b == b + a: both partners agree).
-// `scratch` holds the largest block.
-void canonical_reduce_scatter(Communicator& comm, std::span<float* const> blocks, std::span<const size_t> lens,
-                              float* scratch);
+// train.deterministic's reduce-scatter (docs/determinism.md): [base, base +
+// count) is this rank's part of a sum, cut into comm.size() (a power of
+// two) blocks of `chunk` floats, block p at p chunk, the last ones cut short
+// at `count` (possibly empty). On return this rank's block, {offset from
+// base, length}, holds the sum over the ranks, in the canonical tree's
+// order; the other blocks are spent. Recursive halving with partners rank
+// ^ 1, rank ^ 2, ...: at each level a rank keeps the blocks whose bit
+// matches its own and adds the partner's copy of them, so level k adds the
+// sums of two aligned groups of 2^k ranks, as recursive doubling and the
+// serial tree do (a + b == b + a: both partners agree). `scratch` holds a
+// chunk. Allocates nothing.
+std::pair<size_t, size_t> canonical_reduce_scatter(Communicator& comm, float* base, size_t count, size_t chunk,
+                                                   float* scratch);
 
 }  // namespace gpt2

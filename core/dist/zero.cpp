@@ -133,22 +133,13 @@ void ZeroShards::finish_grads() { wait(); }
 
 void ZeroShards::scatter_sum(float* whole) {
   const auto t0 = Clock::now();
-  const size_t N = static_cast<size_t>(dp_.size()), me = static_cast<size_t>(dp_.rank());
-  std::vector<float*> blocks(N);
-  std::vector<size_t> lens(N);
   float* scratch = grad_slots_[0].data();  // free outside the passes; holds a padded unit
   for (const UnitShards::Piece& p : shards_.pieces) {
-    // Piece r of the unit: [offset + r chunk, offset + (r + 1) chunk), cut at the unit's end (the padding is zeros).
-    const size_t end = p.unit.offset + p.unit.count;
-    for (size_t r = 0; r < N; ++r) {
-      const size_t lo = std::min(p.unit.offset + r * p.chunk, end), hi = std::min(lo + p.chunk, end);
-      blocks[r] = whole + lo;
-      lens[r] = hi - lo;
-    }
-    canonical_reduce_scatter(dp_, blocks, lens, scratch);
+    // The unit's pieces of p.chunk floats (the last cut at its end; the shard's padding is zeros).
+    const auto [lo, len] = canonical_reduce_scatter(dp_, whole + p.unit.offset, p.unit.count, p.chunk, scratch);
     float* dst = grad_shard_.data() + p.pos;
-    std::copy_n(blocks[me], lens[me], dst);
-    std::fill(dst + lens[me], dst + p.chunk, 0.0f);
+    std::copy_n(whole + p.unit.offset + lo, len, dst);
+    std::fill(dst + len, dst + p.chunk, 0.0f);
   }
   seconds_ += since(t0);
 }

@@ -31,15 +31,20 @@ void check_loss(const StepParts& s, double loss) {
 // gradients are those of the global mean.
 float loss_weight(const StepParts& s, int T) { return 1.0f / static_cast<float>(s.batch_size * T); }
 
-// The end every step shares: the global mean loss (checked), then the update.
-// `comm_s` gets the loss collective's time.
+// The end every step shares once r.loss is the global mean: the loss
+// checked, then the update.
+void check_and_update(const StepParts& s, StepResult& r, StateAt params, StateAt grads) {
+  check_loss(s, r.loss);
+  if (s.layer_norms) r.layer_grad_norms = layer_grad_norms(s.be, s.model);
+  r.update = s.opt.step(s.be, s.model, params, grads);
+}
+
+// The same after the global mean loss (one allreduce; `comm_s` gets its time).
 void mean_and_update(const StepParts& s, StepResult& r, double local_loss, int rows, StateAt params, StateAt grads) {
   const auto t0 = Clock::now();
   r.loss = global_mean(s.dp, local_loss, rows, s.batch_size);
   r.comm_s += seconds_since(t0);
-  check_loss(s, r.loss);
-  if (s.layer_norms) r.layer_grad_norms = layer_grad_norms(s.be, s.model);
-  r.update = s.opt.step(s.be, s.model, params, grads);
+  check_and_update(s, r, params, grads);
 }
 
 StateAt resident_params(const StepParts& s) { return {s.model.param_data(), false}; }
@@ -171,21 +176,22 @@ double tree_across_ranks(Backend& be, Communicator& dp, double loss_sum, float* 
 
 // ZeRO-1's shard under train.deterministic: this rank's contiguous chunk of
 // the sum over the data-parallel group of every rank's `subtree_sum` (n
-// floats; canonical_reduce_scatter over equal chunks, the last cut at n),
-// copied into `grads` at the same place. `scratch` holds a chunk.
+// floats, cut every `chunk`: canonical_reduce_scatter), copied into `grads`
+// at the same place. `scratch` holds a chunk.
 void scatter_contiguous(Communicator& dp, float* subtree_sum, float* grads, size_t n, size_t chunk, float* scratch) {
-  const size_t N = static_cast<size_t>(dp.size());
-  std::vector<float*> blocks(N);
-  std::vector<size_t> lens(N);
-  for (size_t p = 0; p < N; ++p) {
-    const size_t lo = std::min(p * chunk, n);
-    blocks[p] = subtree_sum + lo;
-    lens[p] = std::min(lo + chunk, n) - lo;
+  const auto [lo, len] = canonical_reduce_scatter(dp, subtree_sum, n, chunk, scratch);
+  if (grads != subtree_sum) std::copy_n(subtree_sum + lo, len, grads + lo);
+}
+
+// train.deterministic's end of a step once the tree's gradient is where the
+// update reads it: check_and_update, then (ZeRO-1/2) the shards' all-gather.
+void tree_update(const StepParts& s, StepResult& r, StateAt params, StateAt grads, const TreeShards& shards) {
+  check_and_update(s, r, params, grads);
+  if (shards.after_update != nullptr) {
+    const auto t1 = Clock::now();
+    shards.after_update->finish_update(s.be);
+    r.comm_s += seconds_since(t1);
   }
-  canonical_reduce_scatter(dp, blocks, lens, scratch);
-  const size_t me = static_cast<size_t>(dp.rank());
-  float* dst = grads + (blocks[me] - subtree_sum);
-  if (dst != blocks[me]) std::copy_n(blocks[me], lens[me], dst);
 }
 
 // train.deterministic under a pipeline (deterministic_pipelined_step): the
@@ -216,13 +222,7 @@ class DeterministicPipelinedStep final : public StepFunction {
     r.loss = across(pipe_.loss_sum(), shards_.chunk > 0 ? nullptr : g) / chunks_;
     if (shards_.chunk > 0) scatter_contiguous(s.dp, g, g, s.model.num_params(), shards_.chunk, recv_.data());
     r.comm_s = seconds_since(t0);
-    check_loss(s, r.loss);
-    r.update = s.opt.step(s.be, s.model, resident_params(s), resident_grads(s));
-    if (shards_.after_update != nullptr) {
-      const auto t1 = Clock::now();
-      shards_.after_update->finish_update(s.be);
-      r.comm_s += seconds_since(t1);
-    }
+    tree_update(s, r, resident_params(s), resident_grads(s), shards_);
     return r;
   }
   double forward_loss(const int32_t* inputs, const int32_t* targets) override {
@@ -292,14 +292,7 @@ class DeterministicStep final : public ArenaStep {
     }
     r.comm_s += seconds_since(t0);
     r.loss = total / chunks_;
-    check_loss(s, r.loss);
-    if (s.layer_norms) r.layer_grad_norms = layer_grad_norms(s.be, s.model);
-    r.update = s.opt.step(s.be, s.model, params, grads);
-    if (shards_.after_update != nullptr) {
-      const auto t1 = Clock::now();
-      shards_.after_update->finish_update(s.be);
-      r.comm_s += seconds_since(t1);
-    }
+    tree_update(s, r, params, grads, shards_);
     return r;
   }
   // The global batch's loss (global_forward): the chunks' mean losses in the same tree.
