@@ -29,11 +29,16 @@ Checks:
   * `serial prepare` writes llm.c shards whose stream is <|endoftext|>
     then each file's tiktoken ids, the last 10% for validation, in shards
     of the given size; a missing input is named and nothing is written.
+  * Training on those shards with data.tokenizer gpt2 (validation from
+    val_*.bin), resumed to the same losses, generation from the checkpoint
+    alone; a shard of another vocabulary, shards with the word tokenizer
+    and gpt2 without its files are refused.
 
 usage: bpe_test.py --tool PATH --npm DIR --root DIR [--serial PATH]
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
 import argparse
+import json
 import os
 import random
 import shutil
@@ -98,6 +103,62 @@ def invalid_utf8(n, seed=11):
 def read_ids(path):
     data = open(path, "rb").read()
     return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+
+
+def train_on_shards(check, a, work, shards, encoder, vocab):
+    """Training on prepare's shards with data.tokenizer gpt2: a run, its resume, generation from the
+    checkpoint alone (it keeps the tokenizer), and the data faults refused."""
+    config = os.path.join(a.root, "configs", "small.yaml")
+    common = ["--config", config, "--data.shards", shards, "--data.tokenizer", "gpt2", "--data.encoder_json", encoder,
+              "--data.vocab_bpe", vocab, "--train.seq_len", "16", "--train.batch_size", "4", "--train.eval_every", "2",
+              "--model.block_size", "16", "--model.n_layer", "1", "--train.threads", "1"]
+
+    def train(out, *extra):
+        return subprocess.run([a.serial, "train", "--out", os.path.join(work, out)] + common + list(extra),
+                              capture_output=True, text=True)
+
+    def losses(out):
+        rows = [json.loads(l) for l in open(os.path.join(work, out, "metrics.jsonl"))]
+        return [(r["step"], r.get("loss"), r.get("val_loss")) for r in rows if r.get("event") in ("step", "eval")]
+
+    r = train("whole", "--train.steps", "4", "--data.loader", "random")
+    log = r.stdout + r.stderr
+    check("training on shards with gpt2: vocabulary 50257 from the tokenizer, validation from val_*.bin",
+          r.returncode == 0 and "vocabulary 50257" in log and "V=50257" in log and "val_loss" in
+          open(os.path.join(work, "whole", "metrics.jsonl")).read(), log.strip()[-400:])
+    if r.returncode != 0:
+        return
+    first = train("part", "--train.steps", "2", "--data.loader", "random")
+    resumed = subprocess.run([a.serial, "train", "--resume", os.path.join(work, "part", "checkpoint.bin"), "--out",
+                              os.path.join(work, "part")] + common + ["--train.steps", "4", "--data.loader", "random"],
+                             capture_output=True, text=True)
+    check("a run on shards resumed from its checkpoint gives the uninterrupted run's losses",
+          first.returncode == 0 and resumed.returncode == 0 and losses("part") == losses("whole"),
+          (first.stderr + resumed.stderr).strip()[-300:])
+    g = subprocess.run([a.serial, "generate", "--checkpoint", os.path.join(work, "whole", "checkpoint.bin"), "--prompt",
+                        "Once upon a time, the caf\u00e9", "--generate.max_new_tokens", "4"], capture_output=True,
+                       text=True)
+    check("generate reads the gpt2 tokenizer from the checkpoint alone (no tokenizer files given)",
+          g.returncode == 0 and "prompt of 7 tokens" in g.stderr, (g.stdout + g.stderr).strip()[-300:])
+    # A shard made with another vocabulary, in a folder of its own.
+    other = os.path.join(work, "other")
+    os.makedirs(other, exist_ok=True)
+    data = bytearray(open(os.path.join(shards, sorted(os.listdir(shards))[0]), "rb").read())
+    data[12:16] = (50000).to_bytes(4, "little")
+    open(os.path.join(other, "train_000000.bin"), "wb").write(data)
+    r = subprocess.run([a.serial, "train", "--out", os.path.join(work, "bad")] + common +
+                       ["--data.shards", other, "--train.steps", "1"], capture_output=True, text=True)
+    check("a shard made with another vocabulary is refused, naming the file",
+          r.returncode != 0 and "train_000000.bin" in r.stderr and "vocabulary of 50000" in r.stderr
+          and not os.path.exists(os.path.join(work, "bad", "checkpoint.bin")), r.stderr.strip()[-300:])
+    r = subprocess.run([a.serial, "train", "--out", os.path.join(work, "bad")] + common +
+                       ["--data.tokenizer", "word", "--train.steps", "1"], capture_output=True, text=True)
+    check("shards with data.tokenizer word are refused", r.returncode == 2 and "data.shards" in r.stderr,
+          r.stderr.strip()[-200:])
+    r = subprocess.run([a.serial, "train", "--out", os.path.join(work, "bad"), "--config", config,
+                        "--data.tokenizer", "gpt2", "--train.steps", "1"], capture_output=True, text=True)
+    check("gpt2 without its files is refused, naming the key", r.returncode == 2 and "data.encoder_json" in r.stderr,
+          r.stderr.strip()[-200:])
 
 
 def main():
@@ -190,6 +251,7 @@ def main():
             check("prepare: <|endoftext|> then each file's tiktoken ids, the last 10% of them for validation",
                   got["train"] + got["val"] == want and len(got["val"]) == n_val,
                   f"{len(got['train'])} + {len(got['val'])} tokens, want {len(want)} ({n_val} validation)")
+            train_on_shards(check, a, work, out, encoder, vocab)
         r = subprocess.run([a.serial, "prepare", "--input", os.path.join(work, "missing.txt"), "--encoder_json", encoder,
                             "--vocab_bpe", vocab, "--out", os.path.join(work, "none")], capture_output=True, text=True)
         check("prepare: a missing input file is named, and nothing is written",

@@ -14,6 +14,7 @@
 #include "model/dataloader.h"
 #include "model/rng.h"
 #include "model/tokenizer.h"
+#include "util/hash.h"
 
 namespace gpt2 {
 namespace {
@@ -225,7 +226,7 @@ TEST(Kinds, ParseAndPrint) {
   EXPECT_EQ(to_string(TokenizerKind::kWord), "word");
   EXPECT_EQ(to_string(TokenizerKind::kChar), "char");
   EXPECT_EQ(error_of<std::invalid_argument>([] { parse_tokenizer_kind("bpe"); }),
-            "data.tokenizer: expected 'word' or 'char', got 'bpe'");
+            "data.tokenizer: expected 'word', 'char' or 'gpt2', got 'bpe'");
   EXPECT_EQ(parse_loader_kind("sequential"), LoaderKind::kSequential);
   EXPECT_EQ(parse_loader_kind("random"), LoaderKind::kRandom);
   EXPECT_EQ(to_string(LoaderKind::kSequential), "sequential");
@@ -472,18 +473,70 @@ TEST(RandomLoader, RestoreAndShardsReproduceTheSerialSequence) {
 TEST(Split, LastFractionIsValidation) {
   const Ids tokens = iota_tokens(10);
   Split none = split_tokens(tokens, 0.0);
-  EXPECT_EQ(Ids(none.train.begin(), none.train.end()), tokens);
+  EXPECT_EQ(none.train.to_vector(), tokens);
   EXPECT_TRUE(none.val.empty());
 
   // floor(10 * 0.25) = 2 validation tokens.
   Split quarter = split_tokens(tokens, 0.25);
-  EXPECT_EQ(Ids(quarter.train.begin(), quarter.train.end()), (Ids{0, 1, 2, 3, 4, 5, 6, 7}));
-  EXPECT_EQ(Ids(quarter.val.begin(), quarter.val.end()), (Ids{8, 9}));
+  EXPECT_EQ(quarter.train.to_vector(), (Ids{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(quarter.val.to_vector(), (Ids{8, 9}));
 
   // floor(3 * 0.25) = 0.
   Split small = split_tokens(std::span<const int32_t>(tokens).first(3), 0.25);
   EXPECT_EQ(small.train.size(), 3u);
   EXPECT_TRUE(small.val.empty());
+}
+
+// ---------------------------------------------------------------- token streams
+
+TEST(TokenStream, ReadsAcrossPartsOfEitherWidth) {
+  const Ids a = {1, 2, 3};
+  const std::vector<uint16_t> b = {4, 5, 65535};
+  const std::vector<uint32_t> c = {7, 8};
+  TokenStream s(a);
+  s.append(std::span<const uint16_t>(b));
+  s.append(std::span<const uint32_t>(c));
+  s.append(std::span<const int32_t>());  // an empty part is no part
+  ASSERT_EQ(s.size(), 8);
+  EXPECT_EQ(s.to_vector(), (Ids{1, 2, 3, 4, 5, 65535, 7, 8}));
+  Ids window(4);
+  s.read(2, window);  // spans all three parts
+  EXPECT_EQ(window, (Ids{3, 4, 5, 65535}));
+  EXPECT_EQ(s.slice(2, 7).to_vector(), (Ids{3, 4, 5, 65535, 7}));
+  EXPECT_TRUE(s.slice(3, 3).empty());
+  EXPECT_THROW(s.read(6, window), std::out_of_range);
+  EXPECT_THROW(s.slice(2, 9), std::out_of_range);
+  // The hash is the int32 array's, however the tokens are held.
+  const Ids flat = s.to_vector();
+  EXPECT_EQ(s.hash(), fnv1a64(flat.data(), flat.size() * sizeof(int32_t)));
+  EXPECT_NE(s.hash(), s.slice(0, 7).hash());
+}
+
+TEST(TokenStream, LoaderOverPartsServesWhatOneArrayServes) {
+  // The same tokens as one int32 array and as uint16 parts of uneven sizes:
+  // both loaders give the same batches, sequential and random.
+  const Ids flat = iota_tokens(997);
+  std::vector<uint16_t> narrow(flat.begin(), flat.end());
+  TokenStream parts;
+  for (size_t at = 0, len = 1; at < narrow.size(); at += len, len = len * 3 + 1) {
+    parts.append(std::span<const uint16_t>(narrow).subspan(at, std::min(len, narrow.size() - at)));
+  }
+  ASSERT_EQ(parts.size(), 997);
+  for (LoaderKind kind : {LoaderKind::kSequential, LoaderKind::kRandom}) {
+    DataLoader one(flat, 4, 16, kind, 7), many(parts, 4, 16, kind, 7);
+    for (int step = 0; step < 40; ++step) {
+      Ids i1(64), t1(64), i2(64), t2(64);
+      one.next(i1.data(), t1.data());
+      many.next(i2.data(), t2.data());
+      ASSERT_EQ(i1, i2) << to_string(kind) << " step " << step;
+      ASSERT_EQ(t1, t2) << to_string(kind) << " step " << step;
+      for (size_t k = 0; k < 64; ++k) {
+        if (k % 16 != 15) {
+          ASSERT_EQ(t1[k], i1[k + 1]);  // targets are the inputs shifted by one
+        }
+      }
+    }
+  }
 }
 
 TEST(Split, RejectsFractionsOutsideZeroOne) {

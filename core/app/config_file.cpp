@@ -56,10 +56,12 @@ void load_yaml(RunConfig& c, const std::string& path) {
       } else {
         value = kv.second.as<std::string>();
       }
-      fields.set(key, value, where);
-      if (key == "data.corpus" && !value.empty() && std::filesystem::path(value).is_relative() && !dir.empty()) {
-        c.data.corpus = (std::filesystem::path(dir) / value).lexically_normal().string();
+      // A path (data.corpus, data.shards, the tokenizer's files) relative to the YAML file's folder.
+      if (field != nullptr && field->type == "path" && !value.empty() && std::filesystem::path(value).is_relative() &&
+          !dir.empty()) {
+        value = (std::filesystem::path(dir) / value).lexically_normal().string();
       }
+      fields.set(key, value, where);
     }
   }
 }

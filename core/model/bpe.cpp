@@ -174,6 +174,30 @@ BpeTokenizer BpeTokenizer::from_text(std::string_view encoder_text, std::string_
   return t;
 }
 
+BpeTokenizer BpeTokenizer::from_tokens(std::vector<std::string> tokens, int32_t eot, const std::string& source) {
+  BpeTokenizer t;
+  auto v = std::make_shared<Vocab>();
+  if (eot < -1 || eot >= static_cast<int32_t>(tokens.size())) {
+    throw std::invalid_argument(fmt::format("{}: <|endoftext|> id {} outside {} tokens", source, eot, tokens.size()));
+  }
+  v->tokens = std::move(tokens);
+  v->eot = eot;
+  v->ids.reserve(v->tokens.size());
+  for (size_t i = 0; i < v->tokens.size(); ++i) {
+    if (static_cast<int32_t>(i) == eot) continue;
+    if (!v->ids.emplace(v->tokens[i], static_cast<int32_t>(i)).second) {
+      throw std::invalid_argument(fmt::format("{}: BPE token {} repeats an earlier one", source, i));
+    }
+  }
+  for (size_t b0 = 0; b0 < 256; ++b0) {
+    if (!v->ids.contains(std::string(1, static_cast<char>(b0)))) {
+      throw std::invalid_argument(fmt::format("{}: byte {} has no BPE token", source, b0));
+    }
+  }
+  t.vocab_ = std::move(v);
+  return t;
+}
+
 const std::string& BpeTokenizer::token(int32_t id) const {
   if (id < 0 || id >= size()) throw std::out_of_range(fmt::format("token id {} (vocabulary {})", id, size()));
   return vocab_->tokens[static_cast<size_t>(id)];

@@ -41,6 +41,11 @@ class BpeTokenizer {
   // characters are not bytes_to_unicode's, or merges out of GPT-2's order.
   static BpeTokenizer from_text(std::string_view encoder_json, std::string_view vocab_bpe,
                                 const std::string& encoder_name, const std::string& vocab_name);
+  // From the tokens' bytes in id order (what a checkpoint keeps: GPT-2's
+  // ranks are its ids, so the list is the whole tokenizer), `eot` the id of
+  // <|endoftext|>. Throws std::invalid_argument naming `source` for a
+  // repeated token or a byte with no token of its own.
+  static BpeTokenizer from_tokens(std::vector<std::string> tokens, int32_t eot, const std::string& source);
   BpeTokenizer(BpeTokenizer&&) noexcept;
   BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
   ~BpeTokenizer();

@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "model/rng.h"
+#include "util/hash.h"
 
 namespace gpt2 {
 
@@ -23,20 +26,82 @@ LoaderKind parse_loader_kind(const std::string& name) {
       fmt::format("data.loader: expected 'sequential' or 'random', got '{}'", name));
 }
 
-Split split_tokens(std::span<const int32_t> tokens, double val_fraction) {
+void TokenStream::add(const void* data, int width, size_t count) {
+  if (count == 0) return;
+  parts_.push_back({data, width, n_, static_cast<int64_t>(count)});
+  n_ += static_cast<int64_t>(count);
+}
+
+void TokenStream::read(int64_t begin, std::span<int32_t> out) const {
+  const auto len = static_cast<int64_t>(out.size());
+  if (begin < 0 || len > n_ - begin) {
+    throw std::out_of_range(fmt::format("token stream: tokens [{}, {}) of {}", begin, begin + len, n_));
+  }
+  // The part holding `begin`: the last whose start is at or before it.
+  auto it = std::upper_bound(parts_.begin(), parts_.end(), begin,
+                             [](int64_t at, const Part& p) { return at < p.begin; });
+  size_t k = static_cast<size_t>(it - parts_.begin()) - 1;
+  int64_t done = 0;
+  while (done < len) {
+    const Part& p = parts_[k++];
+    const int64_t from = begin + done - p.begin, take = std::min(p.count - from, len - done);
+    int32_t* dst = out.data() + done;
+    if (p.width == 2) {
+      const uint16_t* src = static_cast<const uint16_t*>(p.data) + from;
+      for (int64_t i = 0; i < take; ++i) dst[i] = static_cast<int32_t>(src[i]);
+    } else {
+      const int32_t* src = static_cast<const int32_t*>(p.data) + from;
+      std::copy(src, src + take, dst);
+    }
+    done += take;
+  }
+}
+
+TokenStream TokenStream::slice(int64_t begin, int64_t end) const {
+  if (begin < 0 || end < begin || end > n_) {
+    throw std::out_of_range(fmt::format("token stream: slice [{}, {}) of {}", begin, end, n_));
+  }
+  TokenStream out;
+  for (const Part& p : parts_) {
+    const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.begin + p.count);
+    if (lo >= hi) continue;
+    const char* base = static_cast<const char*>(p.data) + (lo - p.begin) * p.width;
+    out.add(base, p.width, static_cast<size_t>(hi - lo));
+  }
+  return out;
+}
+
+std::vector<int32_t> TokenStream::to_vector() const {
+  std::vector<int32_t> out(static_cast<size_t>(n_));
+  read(0, out);
+  return out;
+}
+
+uint64_t TokenStream::hash() const {
+  uint64_t h = kFnvOffsetBasis;
+  constexpr int64_t kBlock = 4096;
+  std::vector<int32_t> buf(static_cast<size_t>(std::min(kBlock, std::max<int64_t>(n_, 1))));
+  for (int64_t at = 0; at < n_; at += kBlock) {
+    const int64_t take = std::min(kBlock, n_ - at);
+    read(at, {buf.data(), static_cast<size_t>(take)});
+    h = fnv1a64(buf.data(), static_cast<size_t>(take) * sizeof(int32_t), h);
+  }
+  return h;
+}
+
+Split split_tokens(const TokenStream& tokens, double val_fraction) {
   if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
     throw std::invalid_argument(
         fmt::format("data.val_fraction: must be in [0, 1), got {}", val_fraction));
   }
-  const size_t n = tokens.size();
-  const auto n_val = static_cast<size_t>(std::floor(static_cast<double>(n) * val_fraction));
-  return Split{tokens.first(n - n_val), tokens.last(n_val)};
+  const int64_t n = tokens.size();
+  const auto n_val = static_cast<int64_t>(std::floor(static_cast<double>(n) * val_fraction));
+  return Split{tokens.slice(0, n - n_val), tokens.slice(n - n_val, n)};
 }
 
-DataLoader::DataLoader(std::span<const int32_t> tokens, int B, int T, LoaderKind kind,
-                       uint64_t seed, int row_begin, int rows)
-    : tokens_(tokens),
-      n_(static_cast<int64_t>(tokens.size())),
+DataLoader::DataLoader(TokenStream tokens, int B, int T, LoaderKind kind, uint64_t seed, int row_begin, int rows)
+    : tokens_(std::move(tokens)),
+      n_(tokens_.size()),
       B_(B),
       T_(T),
       kind_(kind),
@@ -89,9 +154,11 @@ void DataLoader::next(int32_t* inputs, int32_t* targets) {
       start =
           std::min(static_cast<int64_t>(std::floor(u * static_cast<double>(n_ - T))), n_ - T - 1);
     }
-    const int32_t* src = tokens_.data() + start;
-    std::copy(src, src + T, inputs + r * T);
-    std::copy(src + 1, src + T + 1, targets + r * T);
+    // The window's T + 1 tokens: inputs, then targets as the same tokens shifted by one.
+    int32_t* in = inputs + r * T;
+    tokens_.read(start, {in, static_cast<size_t>(T)});
+    std::copy(in + 1, in + T, targets + r * T);
+    tokens_.read(start + T, {targets + r * T + T - 1, 1});
   }
   ++served_;
   if (kind_ == LoaderKind::kSequential) {

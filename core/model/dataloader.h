@@ -1,6 +1,9 @@
 // DataLoader: serves (inputs, targets) batches of token windows from a token
 // stream, plus the train/validation split. Holds a view of the stream, not a
 // copy: the tokens must outlive the loader. Does not tokenize (tokenizer.h).
+// The stream is a TokenStream: the corpus's tokens, or token shards read as
+// one concatenation (a window may span two shards; each document of a shard
+// begins with <|endoftext|>, so that is a document boundary like any other).
 //
 // A global batch is B rows of T tokens; row b's targets are its window shifted
 // by one token. Data-parallel ranks construct the same loader with disjoint
@@ -18,6 +21,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace gpt2 {
 
@@ -32,14 +36,53 @@ inline void from_string(const std::string& name, LoaderKind& kind) { kind = pars
 // initialisation uses streams 0..(number of tensors - 1); this is far above.
 inline constexpr uint32_t kDataStream = 0x44415441u;  // "DATA"
 
+// What a loader reads windows from: the concatenation of one or more token
+// arrays held elsewhere (the corpus's int32 stream; memory-mapped shards'
+// uint16 or uint32 tokens, train/shards.h). A view: the arrays must outlive it.
+class TokenStream {
+ public:
+  TokenStream() = default;
+  TokenStream(std::span<const int32_t> tokens) { append(tokens); }  // NOLINT: a span is a stream
+  void append(std::span<const int32_t> tokens) { add(tokens.data(), 4, tokens.size()); }
+  void append(std::span<const uint16_t> tokens) { add(tokens.data(), 2, tokens.size()); }
+  // uint32 ids must be below 2^31 (shards check theirs at load).
+  void append(std::span<const uint32_t> tokens) { add(tokens.data(), 4, tokens.size()); }
+
+  int64_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  // Tokens [begin, begin + out.size()) into out, across arrays where the
+  // range spans them. The range must lie inside the stream.
+  void read(int64_t begin, std::span<int32_t> out) const;
+  // Tokens [begin, end) as a stream of their own.
+  TokenStream slice(int64_t begin, int64_t end) const;
+  std::vector<int32_t> to_vector() const;
+  // FNV-1a 64 of the tokens as little-endian int32 (what fnv1a64 gives for
+  // the same tokens in one int32 array).
+  uint64_t hash() const;
+
+ private:
+  struct Part {
+    const void* data;
+    int width;       // bytes a token: 2 (uint16) or 4 (int32 / uint32 below 2^31)
+    int64_t begin;   // of this part in the stream
+    int64_t count;
+  };
+  void add(const void* data, int width, size_t count);
+  std::vector<Part> parts_;
+  int64_t n_ = 0;
+};
+
 struct Split {
-  std::span<const int32_t> train, val;
+  TokenStream train, val;
 };
 
 // The last floor(n * val_fraction) tokens are validation, the rest training.
 // val_fraction must be in [0, 1), else std::invalid_argument naming
 // data.val_fraction.
-Split split_tokens(std::span<const int32_t> tokens, double val_fraction);
+Split split_tokens(const TokenStream& tokens, double val_fraction);
+inline Split split_tokens(std::span<const int32_t> tokens, double val_fraction) {
+  return split_tokens(TokenStream(tokens), val_fraction);
+}
 
 class DataLoader {
  public:
@@ -47,8 +90,10 @@ class DataLoader {
   // Throws std::invalid_argument on non-positive B or T, rows outside [0, B),
   // or a stream too short for one batch (sequential: B*T+1 tokens; random:
   // T+1).
-  DataLoader(std::span<const int32_t> tokens, int B, int T, LoaderKind kind, uint64_t seed,
-             int row_begin = 0, int rows = -1);
+  DataLoader(TokenStream tokens, int B, int T, LoaderKind kind, uint64_t seed, int row_begin = 0, int rows = -1);
+  DataLoader(std::span<const int32_t> tokens, int B, int T, LoaderKind kind, uint64_t seed, int row_begin = 0,
+             int rows = -1)
+      : DataLoader(TokenStream(tokens), B, T, kind, seed, row_begin, rows) {}
 
   // Fills inputs and targets, each (rows, T) row-major, with this process's
   // rows of the next global batch, then advances. Allocates nothing.
@@ -71,7 +116,7 @@ class DataLoader {
   void restore(int64_t position, int64_t batches_served);
 
  private:
-  std::span<const int32_t> tokens_;
+  TokenStream tokens_;
   int64_t n_;
   int B_, T_;
   LoaderKind kind_;

@@ -79,13 +79,16 @@ void fnv1a(uint64_t& h, std::string_view bytes) { h = fnv1a64(bytes.data(), byte
 
 }  // namespace
 
-std::string to_string(TokenizerKind kind) { return kind == TokenizerKind::kWord ? "word" : "char"; }
+std::string to_string(TokenizerKind kind) {
+  return kind == TokenizerKind::kWord ? "word" : kind == TokenizerKind::kChar ? "char" : "gpt2";
+}
 
 TokenizerKind parse_tokenizer_kind(const std::string& name) {
   if (name == "word") return TokenizerKind::kWord;
   if (name == "char") return TokenizerKind::kChar;
+  if (name == "gpt2") return TokenizerKind::kGpt2;
   throw std::invalid_argument(
-      fmt::format("data.tokenizer: expected 'word' or 'char', got '{}'", name));
+      fmt::format("data.tokenizer: expected 'word', 'char' or 'gpt2', got '{}'", name));
 }
 
 Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::string> vocab)
@@ -102,6 +105,10 @@ Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::string> vocab)
 Tokenizer::Tokenizer() : Tokenizer(TokenizerKind::kWord, {kEosToken}) {}
 
 Tokenizer Tokenizer::build(TokenizerKind kind, std::string_view corpus) {
+  if (kind == TokenizerKind::kGpt2) {
+    throw std::invalid_argument("data.tokenizer gpt2: its vocabulary comes from data.encoder_json and data.vocab_bpe, "
+                                "not from the corpus");
+  }
   std::vector<std::string> vocab;
   std::unordered_map<std::string_view, int32_t> seen;
   for_each_token(kind, corpus, [&](std::string_view tok, size_t) {
@@ -111,7 +118,26 @@ Tokenizer Tokenizer::build(TokenizerKind kind, std::string_view corpus) {
   return Tokenizer(kind, std::move(vocab));
 }
 
+Tokenizer Tokenizer::gpt2(BpeTokenizer bpe) {
+  if (bpe.eot_id() != bpe.size() - 1) {
+    throw std::invalid_argument(fmt::format("GPT-2 tokenizer: {} is id {}, not the last of {} (id {})", kGpt2EotToken,
+                                            bpe.eot_id(), bpe.size(), bpe.size() - 1));
+  }
+  std::vector<std::string> vocab(static_cast<size_t>(bpe.size()));
+  for (int32_t i = 0; i < bpe.size(); ++i) vocab[static_cast<size_t>(i)] = bpe.token(i);
+  Tokenizer t(TokenizerKind::kGpt2, std::move(vocab));
+  t.bpe_ = std::make_shared<BpeTokenizer>(std::move(bpe));
+  return t;
+}
+
 Tokenizer Tokenizer::from_vocab(TokenizerKind kind, std::vector<std::string> vocab) {
+  if (kind == TokenizerKind::kGpt2) {
+    if (vocab.empty() || vocab.back() != kGpt2EotToken) {
+      throw std::invalid_argument(fmt::format("tokenizer vocabulary: a gpt2 vocabulary ends with '{}'", kGpt2EotToken));
+    }
+    const auto eot = static_cast<int32_t>(vocab.size()) - 1;
+    return gpt2(BpeTokenizer::from_tokens(std::move(vocab), eot, "tokenizer vocabulary"));
+  }
   if (vocab.empty()) {
     throw std::invalid_argument(
         fmt::format("tokenizer vocabulary: empty, expected at least '{}'", kEosToken));
@@ -151,6 +177,10 @@ const std::string& Tokenizer::token(int32_t id) const {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, std::string_view source) const {
   std::vector<int32_t> ids;
+  if (bpe_) {
+    bpe_->encode(text, ids);
+    return ids;
+  }
   // Word tokens average several bytes; char tokens are one byte each.
   ids.reserve(kind_ == TokenizerKind::kChar ? text.size() : text.size() / 4 + 1);
   for_each_token(kind_, text, [&](std::string_view tok, size_t offset) {

@@ -1,15 +1,20 @@
 // Tokenizers: text <-> token ids, word-level (the reproduced project's) and
-// char/byte-level. A Tokenizer is a fixed vocabulary plus a splitting rule; it
-// never grows after construction, so a token missing from the vocabulary is an
-// error, not a new id. Not a BPE tokenizer: there are no merges.
+// char/byte-level, and GPT-2's byte-level BPE (model/bpe.h). A Tokenizer is a
+// fixed vocabulary plus a splitting rule; it never grows after construction,
+// so a word or char token missing from the vocabulary is an error, not a new
+// id (BPE encodes every byte string).
 //
 //  * kWord: each maximal run of ASCII letters/digits [A-Za-z0-9] is one token;
 //    every other non-whitespace byte (punctuation, any byte of a non-ASCII
 //    UTF-8 sequence) is a token of its own; whitespace (space, \t, \n, \r, \v,
 //    \f) is dropped; case is kept. "don't" -> don ' t.
 //  * kChar: every byte, whitespace included, is a token.
+//  * kGpt2: GPT-2's BPE, exactly tiktoken's `gpt2` encoding (model/bpe.h);
+//    the vocabulary is the tokens' bytes in id order, "<|endoftext|>" last
+//    (id 50256), which is the whole tokenizer (its ranks are its ids), so a
+//    checkpoint that keeps the vocabulary keeps the tokenizer.
 //
-// The vocabulary built from a corpus lists tokens in order of first
+// The word/char vocabulary built from a corpus lists tokens in order of first
 // occurrence, then "[EOS]" last (id V-1), as the reproduced project did.
 #pragma once
 
@@ -20,18 +25,22 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <memory>
 #include <vector>
+
+#include "model/bpe.h"
 
 namespace gpt2 {
 
-enum class TokenizerKind { kWord, kChar };
+enum class TokenizerKind { kWord, kChar, kGpt2 };
 
-std::string to_string(TokenizerKind kind);  // "word" | "char"
+std::string to_string(TokenizerKind kind);  // "word" | "char" | "gpt2"
 // Throws std::invalid_argument naming data.tokenizer and the bad name.
 TokenizerKind parse_tokenizer_kind(const std::string& name);
 inline void from_string(const std::string& name, TokenizerKind& kind) { kind = parse_tokenizer_kind(name); }
 
 inline constexpr const char* kEosToken = "[EOS]";
+inline constexpr const char* kGpt2EotToken = "<|endoftext|>";
 
 class Tokenizer {
  public:
@@ -40,10 +49,14 @@ class Tokenizer {
   Tokenizer();
   // Vocabulary from a corpus: tokens in order of first occurrence, then
   // "[EOS]" last (id size()-1).
+  // kGpt2 has no corpus-built vocabulary: std::invalid_argument (gpt2()).
   static Tokenizer build(TokenizerKind kind, std::string_view corpus);
+  // GPT-2's BPE (its files: train/corpus.h, load_bpe_tokenizer).
+  static Tokenizer gpt2(BpeTokenizer bpe);
   // A fixed vocabulary (e.g. read from a checkpoint). Must be non-empty, with
   // unique entries and "[EOS]" last; a char vocabulary's other entries must be
-  // single bytes. Otherwise std::invalid_argument.
+  // single bytes; a gpt2 vocabulary ends with "<|endoftext|>" and holds every
+  // byte. Otherwise std::invalid_argument.
   static Tokenizer from_vocab(TokenizerKind kind, std::vector<std::string> vocab);
 
   TokenizerKind kind() const { return kind_; }
@@ -60,7 +73,7 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, std::string_view source = "<text>") const;
   // kWord: tokens joined by one space, except no space at the start and none
   // before a punctuation token (a single byte that is not an ASCII letter or
-  // digit). kChar: plain concatenation.
+  // digit). kChar and kGpt2: plain concatenation of the tokens' bytes.
   std::string decode(std::span<const int32_t> ids) const;
   // Token `id`'s text as decode() joins it at position `index` of a
   // sequence: decode(ids) is the concatenation of piece(ids[i], i).
@@ -85,6 +98,8 @@ class Tokenizer {
   std::vector<std::string> vocab_;
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids_;
   std::array<int32_t, 256> byte_ids_;  // id of each single-byte token, -1 if absent
+  // kGpt2's encoder (its piece cache changes under encode: one Tokenizer per thread).
+  std::shared_ptr<BpeTokenizer> bpe_;
 };
 
 // The training stream: encode(corpus) followed by one [EOS] id, as the

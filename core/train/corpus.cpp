@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "util/files.h"
+#include "util/hash.h"
 
 namespace gpt2 {
 
@@ -27,20 +28,46 @@ std::string read_corpus(const std::string& path) {
   return text;
 }
 
-Corpus load_corpus(const std::string& path, TokenizerKind kind, const Tokenizer* vocabulary, Communicator& comm) {
+Corpus load_corpus(const DataConfig& d, const Tokenizer* vocabulary, Communicator& comm) {
   Corpus out;
+  const bool shards = !d.shards.empty();
   if (comm.rank() == 0) {
-    const std::string text = read_corpus(path);
-    out.tok = vocabulary ? *vocabulary : Tokenizer::build(kind, text);
-    out.tokens = tokenize_corpus(out.tok, text, path);
+    const std::string text = shards ? std::string() : read_corpus(d.corpus);
+    if (vocabulary != nullptr) {
+      out.tok = *vocabulary;
+    } else if (d.tokenizer == TokenizerKind::kGpt2) {
+      if (d.encoder_json.empty() || d.vocab_bpe.empty()) {
+        throw std::invalid_argument(fmt::format("data.{}: data.tokenizer gpt2 needs GPT-2's encoder.json and vocab.bpe "
+                                                "(data.encoder_json, data.vocab_bpe; docs/tokenizer.md)",
+                                                d.encoder_json.empty() ? "encoder_json" : "vocab_bpe"));
+      }
+      out.tok = Tokenizer::gpt2(load_bpe_tokenizer(d.encoder_json, d.vocab_bpe));
+    } else {
+      out.tok = Tokenizer::build(d.tokenizer, text);
+    }
+    if (!shards) out.tokens = tokenize_corpus(out.tok, text, d.corpus);
   }
   if (comm.size() > 1) {
     std::vector<std::string> vocab = out.tok.vocab();
     broadcast_strings(comm, vocab, 0);
-    broadcast_ints(comm, out.tokens, 0);
-    out.tok = Tokenizer::from_vocab(kind, std::move(vocab));
+    if (!shards) broadcast_ints(comm, out.tokens, 0);
+    if (comm.rank() != 0) out.tok = Tokenizer::from_vocab(d.tokenizer, std::move(vocab));
+  }
+  if (shards) {
+    out.shards = open_shards(d.shards, out.tok.size());
+    out.split = Split{out.shards->train, out.shards->val};
+  } else {
+    out.split = split_tokens(std::span<const int32_t>(out.tokens), d.val_fraction);
   }
   return out;
+}
+
+uint64_t Corpus::hash() const {
+  if (!shards) return fnv1a64(tokens.data(), tokens.size() * sizeof(int32_t));
+  TokenStream all;  // the files in order: train, then val
+  for (const TokenShard& f : shards->train_files) f.append_to(all);
+  for (const TokenShard& f : shards->val_files) f.append_to(all);
+  return all.hash();
 }
 
 BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::string& vocab_bpe) {

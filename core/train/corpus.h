@@ -1,6 +1,7 @@
-// The training text as every rank needs it: rank 0 reads and tokenizes the
+// The training data as every rank needs it: rank 0 reads and tokenizes the
 // corpus (with a given vocabulary when resuming) and broadcasts the result,
-// so only rank 0 needs the file.
+// so only rank 0 needs the file; or token shards (data.shards), which every
+// rank maps.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +10,14 @@
 #include <string_view>
 #include <vector>
 
+#include <optional>
+
 #include "dist/comm.h"
 #include "model/bpe.h"
+#include "model/data_config.h"
+#include "model/dataloader.h"
 #include "model/tokenizer.h"
+#include "train/shards.h"
 
 namespace gpt2 {
 
@@ -30,14 +36,32 @@ BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::stri
 std::vector<std::vector<int32_t>> encode_documents(const BpeTokenizer& tok, std::span<const std::string_view> docs,
                                                    int threads);
 
+// The run's data: the tokenizer, and the tokens as the loader's streams.
+// Movable (the streams view `tokens`' or the shards' memory, which a move
+// keeps), not copyable.
 struct Corpus {
+  Corpus() = default;
+  Corpus(Corpus&&) = default;
+  Corpus& operator=(Corpus&&) = default;
+  Corpus(const Corpus&) = delete;
+  Corpus& operator=(const Corpus&) = delete;
+
   Tokenizer tok;
-  std::vector<int32_t> tokens;  // encode(text) then [EOS]
+  std::vector<int32_t> tokens;    // data.corpus: encode(text) then [EOS]; empty with data.shards
+  std::optional<ShardSet> shards;  // data.shards: the mapped files
+  Split split;                     // training and validation streams (data.val_fraction, or the val_*.bin files)
+  int64_t size() const { return split.train.size() + split.val.size(); }
+  // FNV-1a 64 of every token, training then validation, as int32 (for a
+  // corpus, of `tokens`): compared across ranks, recorded in checkpoints.
+  uint64_t hash() const;
 };
 
-// Rank 0 reads `path` and tokenizes it with `vocabulary` (a checkpoint's) or,
-// when that is null, with a vocabulary built from the text; every rank gets
-// the tokenizer and the token stream.
-Corpus load_corpus(const std::string& path, TokenizerKind kind, const Tokenizer* vocabulary, Communicator& comm);
+// The run's data (`d`), with `vocabulary` (a checkpoint's tokenizer) when
+// given, else word/char built from the text or gpt2 from d.encoder_json and
+// d.vocab_bpe. A corpus: rank 0 reads and tokenizes it and every rank gets
+// the tokenizer and the tokens. Shards: rank 0 makes the tokenizer, every
+// rank maps the files itself (each checked against the tokenizer's
+// vocabulary). Errors name the key and the file.
+Corpus load_corpus(const DataConfig& d, const Tokenizer* vocabulary, Communicator& comm);
 
 }  // namespace gpt2

@@ -455,14 +455,14 @@ std::string variant_label(const RunConfig& c) {
 Plan plan_run(const RunConfig& c, int ranks, const std::string& stage) {
   validate(c);
   const std::unique_ptr<Communicator> local = make_local_communicator();
-  const Corpus corpus = load_corpus(c.data.corpus, c.data.tokenizer, nullptr, *local);
+  const Corpus corpus = load_corpus(c.data, nullptr, *local);
   RunConfig resolved = c;
   resolved.model = resolve_vocab(c.model, corpus.tok.size());
   Plan p = make_plan(resolved, ranks, stage);
   p.variant = variant_label(c);
   p.corpus = c.data.corpus;
   p.tokenizer = to_string(c.data.tokenizer);
-  p.corpus_tokens = static_cast<int64_t>(corpus.tokens.size());
+  p.corpus_tokens = corpus.size();
   return p;
 }
 

@@ -65,9 +65,10 @@ PrepareSummary prepare_shards(const PrepareRequest& req) {
   }
   if (req.progress) fmt::print(stderr, "\n");
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const Split split = split_tokens(stream, req.val_fraction);
-  sum.train_tokens = split.train.size();
-  sum.val_tokens = split.val.size();
+  const std::span<const int32_t> all(stream);
+  const Split split = split_tokens(all, req.val_fraction);
+  sum.train_tokens = static_cast<uint64_t>(split.train.size());
+  sum.val_tokens = static_cast<uint64_t>(split.val.size());
   std::filesystem::create_directories(req.out_dir);
   const auto write_part = [&](std::span<const int32_t> tokens, const char* name) {
     for (uint64_t at = 0, k = 0; at < tokens.size(); at += req.shard_tokens, ++k) {
@@ -77,8 +78,8 @@ PrepareSummary prepare_shards(const PrepareRequest& req) {
       sum.shards.push_back(path);
     }
   };
-  write_part(split.train, "train");
-  write_part(split.val, "val");
+  write_part(all.first(sum.train_tokens), "train");
+  write_part(all.last(sum.val_tokens), "val");
   return sum;
 }
 

@@ -149,7 +149,7 @@ void validate(const RunConfig& c) {
     throw std::invalid_argument(
         fmt::format("train.seq_len: {} exceeds model.block_size {}", c.train.seq_len, c.model.T));
   }
-  if (c.train.eval_every > 0 && c.data.val_fraction == 0) {
+  if (c.train.eval_every > 0 && c.data.val_fraction == 0 && c.data.shards.empty()) {
     throw std::invalid_argument("train.eval_every: needs a validation split: set data.val_fraction > 0");
   }
 }

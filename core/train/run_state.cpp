@@ -65,7 +65,7 @@ std::vector<std::string> check_training_state(const Checkpoint& ck, const Gpt2Co
                                             ck.training->steps_done, c.train.steps));
   }
   std::vector<std::string> unchecked;
-  const KeyValues now = curve_entries(c, st.tokens.size(), st.corpus_hash);
+  const KeyValues now = curve_entries(c, static_cast<size_t>(st.data.size()), st.corpus_hash);
   const std::string* ck_tokens = ck.find("data.corpus_tokens");
   for (const auto& [key, value] : now) {
     const std::string* had = ck.find(key);
@@ -73,8 +73,8 @@ std::vector<std::string> check_training_state(const Checkpoint& ck, const Gpt2Co
       unchecked.push_back(key);
     } else if (key == "data.corpus_hash" && *had != value) {
       throw std::invalid_argument(fmt::format(
-          "{}: the corpus differs from the one the checkpoint was trained on ({} tokens, hash {}; data.corpus '{}' "
-          "now gives {} tokens, hash {})", path, ck_tokens ? *ck_tokens : "?", *had, c.data.corpus, st.tokens.size(), value));
+          "{}: the corpus differs from the one the checkpoint was trained on ({} tokens, hash {}; '{}' "
+          "now gives {} tokens, hash {})", path, ck_tokens ? *ck_tokens : "?", *had, c.data.shards.empty() ? c.data.corpus : c.data.shards, st.data.size(), value));
     } else if (*had != value && key != "data.corpus_tokens") {  // a token count that differs shows in the hash
       throw std::invalid_argument(fmt::format("{}: checkpoint has {} = {}, but the configuration says {}", path, key,
                                               *had, value));
@@ -257,33 +257,38 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
     ckpt = load_given_checkpoint(resume);
     check_training_checkpoint(*ckpt, c, resume);
   }
-  Corpus corpus = load_corpus(c.data.corpus, c.data.tokenizer, ckpt ? &ckpt->tokenizer : nullptr, comm);
-  st->tok = std::move(corpus.tok);
-  st->tokens = std::move(corpus.tokens);
-  // Rank 0 read the corpus and sent its tokens: guard that every rank trains on them.
-  // The hash is computed once: it is also what checkpoints record and resume compares.
-  st->corpus_hash = fnv1a64(st->tokens.data(), st->tokens.size() * sizeof(int32_t));
+  st->data = load_corpus(c.data, ckpt ? &ckpt->tokenizer : nullptr, comm);
+  const Split& split = st->data.split;
+  // Rank 0 read the corpus and sent its tokens (or every rank mapped the shards):
+  // guard that every rank trains on the same. The hash is computed once: it is
+  // also what checkpoints record and resume compares.
+  st->corpus_hash = st->data.hash();
   if (!comm.all_equal(st->corpus_hash)) {
-    throw std::runtime_error("the corpus tokens differ across ranks after their broadcast (checksum mismatch)");
+    throw std::runtime_error(c.data.shards.empty()
+                                 ? "the corpus tokens differ across ranks after their broadcast (checksum mismatch)"
+                                 : "the token shards differ across ranks (checksum mismatch): every rank must see the "
+                                   "same data.shards files");
   }
-  st->model_config = resolve_vocab(c.model, st->tok.size());
-  st->split = split_tokens(st->tokens, c.data.val_fraction);
+  st->model_config = resolve_vocab(c.model, st->data.tok.size());
+  const std::string source = c.data.shards.empty() ? fmt::format("data.corpus '{}'", c.data.corpus)
+                                                   : fmt::format("data.shards '{}'", c.data.shards);
   try {
-    st->loader.emplace(st->split.train, c.train.batch_size, c.train.seq_len, c.data.loader, c.train.seed,
+    st->loader.emplace(split.train, c.train.batch_size, c.train.seq_len, c.data.loader, c.train.seed,
                        dp_rank * st->rows, st->rows);
   } catch (const std::invalid_argument& e) {
-    if (st->split.val.empty()) throw std::invalid_argument(fmt::format("data.corpus '{}': {}", c.data.corpus, e.what()));
+    if (split.val.empty() || !c.data.shards.empty()) throw std::invalid_argument(fmt::format("{}: {}", source, e.what()));
     // The corpus may be long enough: the held-out share left too little for training.
     throw std::invalid_argument(fmt::format(
         "data.val_fraction {}: leaves {} of the corpus's {} tokens for training ({} held out for validation): {}",
-        c.data.val_fraction, st->split.train.size(), st->tokens.size(), st->split.val.size(), e.what()));
+        c.data.val_fraction, split.train.size(), st->data.size(), split.val.size(), e.what()));
   }
-  st->eval_on = c.train.eval_every > 0 && !st->split.val.empty();
+  st->eval_on = c.train.eval_every > 0 && !split.val.empty();
   if (st->eval_on) {  // the validation split must hold one batch: fail now, not at the first evaluation
     try {
-      DataLoader probe(st->split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed);
+      DataLoader probe(split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed);
     } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(fmt::format("data.val_fraction: the validation split is too small: {}", e.what()));
+      throw std::invalid_argument(fmt::format("{}: the validation split is too small: {}",
+                                              c.data.shards.empty() ? "data.val_fraction" : "data.shards", e.what()));
     }
   }
 
@@ -430,7 +435,7 @@ uint64_t save_training_checkpoint(const std::string& path, const RunState& st, c
   ts.seed = c.train.seed;
   ts.optimizer = st.opt->config();
   ts.steps_done = st.opt->steps_done();
-  KeyValues extra = curve_entries(c, st.tokens.size(), st.corpus_hash);
+  KeyValues extra = curve_entries(c, static_cast<size_t>(st.data.size()), st.corpus_hash);
   extra.emplace_back("run.id", run_id);
   if (st.zero_stage != 3) local = st.model->params_to_host();
   if (grid.tp() > 1 && !grid.tp_comm().all_equal(replicated_hash(*st.model, local))) {
@@ -442,7 +447,7 @@ uint64_t save_training_checkpoint(const std::string& path, const RunState& st, c
   ts.m = gather_full(st.model_config, grid, m, stage, vocab);
   ts.v = gather_full(st.model_config, grid, v, stage, vocab);
   if (grid.world().rank() != 0) return 0;
-  if (!path.empty()) save_checkpoint(path, st.model_config, params, st.tok, &ts, extra);
+  if (!path.empty()) save_checkpoint(path, st.model_config, params, st.data.tok, &ts, extra);
   uint64_t h = fnv1a64(params.data(), params.size() * sizeof(float));
   h = fnv1a64(ts.m.data(), ts.m.size() * sizeof(float), h);
   return fnv1a64(ts.v.data(), ts.v.size() * sizeof(float), h);

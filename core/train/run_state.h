@@ -21,6 +21,7 @@
 #include "model/optim.h"
 #include "model/params.h"
 #include "model/tokenizer.h"
+#include "train/corpus.h"
 #include "train/run_config.h"
 
 namespace gpt2 {
@@ -36,14 +37,12 @@ struct ZeroShard {
 
 struct RunState {
   RunState() = default;
-  RunState(const RunState&) = delete;  // split and loader view `tokens`
+  RunState(const RunState&) = delete;  // the loader views data's tokens
   RunState& operator=(const RunState&) = delete;
 
   int rows = 0;                 // this rank's rows of every global batch
-  Tokenizer tok;
-  std::vector<int32_t> tokens;  // the whole corpus stream, on every rank
-  uint64_t corpus_hash = 0;     // FNV-1a 64 of `tokens`: compared across ranks, recorded in checkpoints
-  Split split;                  // views into tokens
+  Corpus data;                  // the tokenizer and the token streams, on every rank
+  uint64_t corpus_hash = 0;     // data.hash(): compared across ranks, recorded in checkpoints
   Gpt2Config model_config;      // resolved: vocab_size set
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Gpt2> model;  // in the backend's memory

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -145,6 +147,41 @@ void TokenShard::copy(uint64_t begin, std::span<int32_t> out) const {
                                         begin + out.size(), header_.tokens));
   }
   for (size_t i = 0; i < out.size(); ++i) out[i] = (*this)[begin + i];
+}
+
+void TokenShard::append_to(TokenStream& stream) const {
+  if (header_.version == 1) {
+    stream.append(std::span<const uint16_t>(u16_, header_.tokens));
+  } else {
+    stream.append(std::span<const uint32_t>(u32_, header_.tokens));
+  }
+}
+
+ShardSet open_shards(const std::string& dir, int64_t model_vocab) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw std::invalid_argument(fmt::format("data.shards: '{}' is not a folder (make one with serial prepare)", dir));
+  }
+  std::vector<fs::path> train, val;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() < 5 || name.substr(name.size() - 4) != ".bin") continue;
+    if (name.rfind("train_", 0) == 0) train.push_back(e.path());
+    if (name.rfind("val_", 0) == 0) val.push_back(e.path());
+  }
+  if (train.empty()) {
+    throw std::invalid_argument(fmt::format("data.shards: '{}' holds no train_*.bin (make them with serial prepare)",
+                                            dir));
+  }
+  std::sort(train.begin(), train.end());
+  std::sort(val.begin(), val.end());
+  ShardSet set;
+  for (const fs::path& p : train) set.train_files.emplace_back(p, model_vocab);
+  for (const fs::path& p : val) set.val_files.emplace_back(p, model_vocab);
+  for (const TokenShard& f : set.train_files) f.append_to(set.train);
+  for (const TokenShard& f : set.val_files) f.append_to(set.val);
+  return set;
 }
 
 }  // namespace gpt2

@@ -16,7 +16,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string>
 #include <vector>
+
+#include "model/dataloader.h"
 
 namespace gpt2 {
 
@@ -57,6 +60,10 @@ class TokenShard {
   }
   // Tokens [begin, begin + out.size()) into out (the loader's window).
   void copy(uint64_t begin, std::span<int32_t> out) const;
+  // Appends the mapped tokens to a loader's stream (a view: the shard must
+  // outlive the stream).
+  void append_to(TokenStream& stream) const;
+  const std::filesystem::path& path() const { return path_; }
 
  private:
   std::filesystem::path path_;
@@ -66,5 +73,16 @@ class TokenShard {
   const uint16_t* u16_ = nullptr;
   const uint32_t* u32_ = nullptr;
 };
+
+// The shards `prepare` wrote to a folder (data.shards): train_*.bin and
+// val_*.bin in name order, each opened and checked against `model_vocab`
+// (TokenShard), read as two streams. Throws std::invalid_argument naming
+// data.shards and the folder when it is missing or has no train_*.bin, and
+// TokenShard's errors for a bad file.
+struct ShardSet {
+  std::vector<TokenShard> train_files, val_files;
+  TokenStream train, val;  // views of the files above
+};
+ShardSet open_shards(const std::string& dir, int64_t model_vocab);
 
 }  // namespace gpt2

@@ -99,8 +99,8 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
 void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Communicator& comm, int threads,
               const MfuPeak& peak, double max_loss) {
   log.note(fmt::format("model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}",
-                       st.model_config.describe(), st.model->num_params(), st.tokens.size(), st.split.train.size(),
-                       st.split.val.size(), st.tok.size()));
+                       st.model_config.describe(), st.model->num_params(), st.data.size(), st.data.split.train.size(),
+                       st.data.split.val.size(), st.data.tok.size()));
   log.note(fmt::format("{} backend, {} ranks x {} threads, batch {} x {} ({} rows per replica), {} steps from step {}, "
                        "MFU peak {:.1f} GFLOP/s ({}), divergence bound: loss {:.4g}", st.backend->name(), comm.size(),
                        threads, c.train.batch_size, c.train.seq_len, st.rows, c.train.steps, st.first_step,
@@ -170,7 +170,7 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
 // over the global batch (every data-parallel replica takes its rows).
 double validation_loss(StepFunction& step, const RunConfig& c, const RunState& st, int replica, int32_t* x,
                        int32_t* y) {
-  DataLoader val(st.split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed,
+  DataLoader val(st.data.split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed,
                  replica * st.rows, st.rows);
   return evaluate(step, c.train.eval_batches, x, y, [&](int32_t* in, int32_t* out) { val.next(in, out); });
 }
@@ -178,14 +178,17 @@ double validation_loss(StepFunction& step, const RunConfig& c, const RunState& s
 // The original's inference: a continuation of the first generate.prompt_tokens
 // corpus tokens (greedy by default), timed; into the summary.
 void generate_from_corpus(const RunConfig& c, RunState& st, const Gpt2& model, RunSummary& sum) {
-  const size_t np = std::min<size_t>(static_cast<size_t>(c.generate.prompt_tokens), st.tokens.size());
+  // The prompt: the training stream's first tokens.
+  std::vector<int32_t> prompt(
+      static_cast<size_t>(std::min<int64_t>(c.generate.prompt_tokens, st.data.split.train.size())));
+  st.data.split.train.read(0, prompt);
   GenerateConfig gen_cfg = c.generate;
-  gen_cfg.vocab_limit = st.tok.size();
+  gen_cfg.vocab_limit = st.data.tok.size();
   const auto g0 = Clock::now();
-  const Generation gen = generate(*st.backend, model, {st.tokens.data(), np}, gen_cfg, st.tok.eos_id());
+  const Generation gen = generate(*st.backend, model, prompt, gen_cfg, st.data.tok.eos_id());
   sum.inference_s = seconds_since(g0);
   sum.generated_tokens = static_cast<int64_t>(gen.tokens.size());
-  sum.generated_text = st.tok.decode(gen.tokens);
+  sum.generated_text = st.data.tok.decode(gen.tokens);
 }
 
 // The pipeline's timeline of the first kTimelineSteps steps, one JSON line
@@ -666,6 +669,10 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   std::vector<int32_t> prompt;
   if (!req.prompt.empty()) {
     prompt = ck->tokenizer.encode(req.prompt, "--prompt");
+  } else if (!c.data.shards.empty()) {  // the first training shard's first tokens
+    const ShardSet shards = open_shards(c.data.shards, ck->tokenizer.size());
+    prompt.resize(static_cast<size_t>(std::min<int64_t>(shards.train.size(), c.generate.prompt_tokens)));
+    shards.train.read(0, prompt);
   } else {
     const std::string text = read_corpus(c.data.corpus);
     prompt = tokenize_corpus(ck->tokenizer, text, c.data.corpus);
@@ -711,7 +718,7 @@ void run_init(const InitRequest& req, const StageContext& ctx) {
   std::unique_ptr<Communicator> local;
   Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
   check_ranks_agree(c, comm);
-  Corpus corpus = load_corpus(c.data.corpus, c.data.tokenizer, nullptr, comm);
+  Corpus corpus = load_corpus(c.data, nullptr, comm);
   const Gpt2Config mc = resolve_vocab(c.model, corpus.tok.size());
   auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, comm.local_rank()});
   Gpt2 model(mc, be->memory());
