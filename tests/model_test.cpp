@@ -178,6 +178,12 @@ std::vector<std::pair<std::string, Gpt2Config>> small_variants() {
     c.position = PositionKind::kRope;
     c.mlp = MlpKind::kSwiglu;
   });
+  add("gpt2 exact: q/k/v biases, tied, 60 of 64 ids", [](Gpt2Config& c) {
+    c.bias = BiasKind::kAll;
+    c.tie_embeddings = true;
+    c.vocab_valid = 60;
+  });
+  add("no linear biases", [](Gpt2Config& c) { c.bias = BiasKind::kNone; });
   return out;
 }
 
@@ -238,6 +244,74 @@ TEST(Layout, VariantsDecideTheTensors) {
   EXPECT_TRUE(preset("original").is_gpt2());
   EXPECT_EQ(preset("original"), preset("original").resolved());
   EXPECT_EQ(preset("original").mlp_width(), 4 * 384);
+}
+
+TEST(Layout, BiasSettingsDecideTheBiases) {
+  Gpt2Config c = preset("small");  // V64 T32 L2 NH4 C64
+  const size_t base = param_count(c);
+  c.bias = BiasKind::kAll;  // + qkv_b (3C) a layer
+  EXPECT_EQ(param_count(c), base + 2 * 3 * 64);
+  c.bias = BiasKind::kNone;  // - attn_proj_b (C), fc_b (4C), fc_proj_b (C) a layer
+  EXPECT_EQ(param_count(c), base - 2 * 6 * 64);
+  ParamTensors p;
+  c.bias = BiasKind::kAll;
+  const auto infos = layout(c, p);
+  EXPECT_EQ(infos[5].name, "h.0.qkv_b");  // wte, wpe, ln1_w, ln1_b, qkv_w, qkv_b
+  EXPECT_FALSE(infos[5].decay);
+  // The gpt2-124m preset is GPT-2 small: 124,475,904 parameters (with the 47 padding rows of wte).
+  EXPECT_EQ(param_count(preset("gpt2-124m")), size_t{124475904});
+  Gpt2Config bad = preset("small");
+  bad.vocab_valid = 65;
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+  EXPECT_THROW(resolve_vocab(preset("gpt2-124m"), 50258), std::invalid_argument);
+}
+
+// Whole-model gradients of the GPT-2-exact variant against central
+// differences: q/k/v biases and the tied head, with 4 padding ids masked
+// (their rows of the tied wte get exactly no gradient, and changing them
+// changes no loss).
+TEST(Model, Gpt2ExactVariantGradientsMatchFiniteDifferences) {
+  Gpt2Config c{64, 8, 1, 2, 16};
+  c.bias = BiasKind::kAll;
+  c.tie_embeddings = true;
+  c.vocab_valid = 60;
+  auto be = make_cpu_backend(1);
+  Gpt2 model(c);
+  model.init_weights(3);
+  // Larger biases than the zero start, so that their products matter.
+  for (const ParamInfo& info : model.infos()) {
+    if (info.name.ends_with("_b")) {
+      for (int64_t i = 0; i < info.view->numel(); ++i) model.param_data()[info.offset + i] = 0.1f * std::sin(float(i));
+    }
+  }
+  const int B = 2, T = 8;
+  ActivationArena arena(model.config(), B, T);
+  auto x = testing::random_tokens(B * T + 1, 60, 21);
+  auto loss = [&] { return double{gpt2_forward(*be, model, arena.acts(), x.data(), x.data() + 1)}; };
+  loss();
+  model.zero_grad();
+  gpt2_backward(*be, model, arena.acts(), x.data(), x.data() + 1, 1.0f / (B * T));
+  const std::vector<float> grads(model.grad_data(), model.grad_data() + model.num_params());
+  for (const ParamInfo& info : model.infos()) {
+    for (int64_t i : {int64_t{0}, info.view->numel() / 3, info.view->numel() - 1}) {
+      const size_t at = info.offset + static_cast<size_t>(i);
+      float& w = model.param_data()[at];
+      const float w0 = w, h = 1e-2f;
+      w = w0 + h;
+      const double up = loss();
+      w = w0 - h;
+      const double down = loss();
+      w = w0;
+      const double fd = (up - down) / (2.0 * h);
+      EXPECT_NEAR(grads[at], fd, 2e-3 + 2e-2 * std::fabs(fd)) << info.name << "[" << i << "]";
+    }
+  }
+  // wte's padding rows 60..63: no gradient at all, and no effect on the loss.
+  const ParamInfo& wte = model.infos()[0];
+  for (size_t i = 60 * 16; i < 64 * 16; ++i) EXPECT_EQ(grads[wte.offset + i], 0.0f) << "wte element " << i;
+  const double before = loss();
+  for (size_t i = 60 * 16; i < 64 * 16; ++i) model.param_data()[wte.offset + i] = 5.0f;
+  EXPECT_EQ(loss(), before);
 }
 
 TEST(Model, TrainingIsBitwiseDeterministic) {

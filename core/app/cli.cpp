@@ -13,6 +13,8 @@
 
 #include "app/config_file.h"
 #include "train/plan.h"
+#include "train/corpus.h"
+#include "train/export.h"
 #include "train/prepare.h"
 #include "train/trainer.h"
 #include "util/files.h"
@@ -58,7 +60,18 @@ const std::vector<Option>& options(const std::string& command) {
       {"out", "DIR", "the folder for train_NNNNNN.bin and val_NNNNNN.bin (required)"},
       {"shard_tokens", "N", "the most tokens a shard holds [default: 100000000]"},
       {"config", "FILE", "YAML file (for data.val_fraction and train.threads)"}};
+  static const std::vector<Option> export_ = {
+      {"checkpoint", "CKPT", "the checkpoint to export (required)"},
+      {"format", "NAME", "llmc (llm.c's model file) or hf (model.safetensors + config.json for GPT2LMHeadModel) "
+                         "[default: llmc]"},
+      {"out", "PATH", "the file (llmc) or folder (hf) to write (required)"}};
+  static const std::vector<Option> import_ = {
+      {"llmc", "FILE", "llm.c's model file (version 3, fp32) to import (required)"},
+      {"out", "CKPT", "the model checkpoint to write (required)"},
+      {"config", "FILE", "YAML file (for data.encoder_json and data.vocab_bpe: the tokenizer the checkpoint keeps)"}};
   return command == "train"      ? train
+         : command == "export"   ? export_
+         : command == "import"   ? import_
          : command == "generate" ? generate
          : command == "init"     ? init
          : command == "plan"     ? plan
@@ -83,6 +96,14 @@ const char* summary(const std::string& command) {
            "before each file's tokens, the last data.val_fraction of the tokens for validation, on train.threads\n"
            "threads; prints a progress line and a summary (documents, tokens, vocabulary, shards).";
   }
+  if (command == "export") {
+    return "writes a checkpoint as llm.c's model file, or as safetensors with a config.json that Hugging Face's\n"
+           "GPT2LMHeadModel loads (docs/formats.md); a model the format cannot hold is refused, naming the key.";
+  }
+  if (command == "import") {
+    return "reads llm.c's model file into a model checkpoint (GPT-2's block, q/k/v biases, tied head) with\n"
+           "GPT-2's tokenizer from data.encoder_json and data.vocab_bpe (docs/formats.md).";
+  }
   if (command == "plan") {
     return "prints, as JSON (docs/plan.md), what each of the job's N ranks would hold and do: its grid\n"
            "coordinates, its memory by kind, its groups' communication per step, the step's FLOPs; or the\n"
@@ -103,14 +124,16 @@ std::string usage(const std::string& stage) {
       "       {0} plan     [--config FILE] [--ranks N] [--stage NAME] [--KEY VALUE ...]\n"
       "       {0} prepare  --input FILES --encoder_json FILE --vocab_bpe FILE --out DIR [--shard_tokens N]\n"
       "                [--config FILE] [--KEY VALUE ...]\n"
-      "       {0} [train|generate|config|init|plan|prepare] --help\n",
+      "       {0} export   --checkpoint CKPT [--format llmc|hf] --out PATH\n"
+      "       {0} import   --llmc FILE --out CKPT [--config FILE] [--KEY VALUE ...]\n"
+      "       {0} [train|generate|config|init|plan|prepare|export|import] --help\n",
       stage);
 }
 
 std::string help(const std::string& stage, const std::string& note, const std::string& command) {
   std::string h = fmt::format("{}: the {} stage of the GPT-2 engine.\n\n{}", stage, stage, usage(stage));
   if (!note.empty()) h += "\n" + note;
-  for (const char* cmd : {"train", "generate", "config", "init", "plan", "prepare"}) {
+  for (const char* cmd : {"train", "generate", "config", "init", "plan", "prepare", "export", "import"}) {
     if (!command.empty() && command != cmd) continue;
     h += fmt::format("\n{}: {}\n", cmd, summary(cmd));
     for (const Option& o : options(cmd)) {
@@ -208,7 +231,7 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     throw std::invalid_argument(
-        "no command given (expected train, generate, config, init, plan or prepare; see --help)");
+        "no command given (expected train, generate, config, init, plan, prepare, export or import; see --help)");
   }
   const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
@@ -217,9 +240,9 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   }
   const std::string command = args[0];
   if (command != "train" && command != "generate" && command != "config" && command != "init" && command != "plan" &&
-      command != "prepare") {
-    throw std::invalid_argument(
-        fmt::format("unknown command '{}' (expected train, generate, config, init, plan or prepare)", command));
+      command != "prepare" && command != "export" && command != "import") {
+    throw std::invalid_argument(fmt::format(
+        "unknown command '{}' (expected train, generate, config, init, plan, prepare, export or import)", command));
   }
   std::vector<std::string> keys, flags;
   for (const Option& o : options(command)) (*o.value ? keys : flags).push_back(o.name);
@@ -296,6 +319,21 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
                sum.documents, static_cast<double>(sum.bytes) / 1e6, sum.train_tokens, sum.val_tokens, sum.vocab,
                sum.seconds > 0 ? static_cast<double>(sum.bytes) / 1e6 / sum.seconds : 0.0, req.threads,
                sum.shards.size(), req.out_dir);
+  } else if (command == "export" || command == "import") {
+    if (ctx.comm && ctx.comm->size() > 1) {
+      throw std::invalid_argument(fmt::format("{} runs on one process (the serial stage)", command));
+    }
+    if (command == "export") {
+      fmt::print("{}\n", export_checkpoint(get("checkpoint"), get("format").empty() ? "llmc" : get("format"),
+                                            get("out")));
+    } else {
+      if (cfg.data.encoder_json.empty() || cfg.data.vocab_bpe.empty()) {
+        throw std::invalid_argument("data.encoder_json and data.vocab_bpe: import keeps GPT-2's tokenizer in the "
+                                    "checkpoint; give its two files (docs/tokenizer.md)");
+      }
+      const Tokenizer tok = Tokenizer::gpt2(load_bpe_tokenizer(cfg.data.encoder_json, cfg.data.vocab_bpe));
+      fmt::print("{}\n", import_llmc(get("llmc"), tok, get("out")));
+    }
   } else if (command == "init") {
     if (get("out").empty()) throw std::invalid_argument("--out: the checkpoint file to write is required");
     run_init(InitRequest{cfg, get("out")}, ctx);

@@ -75,7 +75,7 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
   f(a.lnf_rstd, {Bh, T});
   f(a.logits, {Bh, T, V});
   f(a.losses, {Bh, T});
-  const int64_t Bv = tp.vocab ? Bh : 0;
+  const int64_t Bv = tp.vocab || cfg.masks_vocab() ? Bh : 0;
   f(a.ce_parts, {P + 1, Bv * T});
   f(a.ce_lse, {Bv, T});
   f(a.proj, {B, T, C});

@@ -31,6 +31,11 @@ void Gpt2Config::validate(bool vocab_from_tokenizer) const {
         "model.n_kv_head: {} must divide model.n_head {} (each key/value head serves a group of query heads; 0 = "
         "n_head)", n_kv_head, NH));
   }
+  if (vocab_valid < 0 || (V > 0 && vocab_valid > V)) {
+    throw std::invalid_argument(fmt::format(
+        "model.vocab_valid: {} must be in [0, vocab_size {}] (the ids the logits cover; 0 = all of them)", vocab_valid,
+        V));
+  }
   if (mlp_hidden < 0) throw std::invalid_argument(fmt::format("model.mlp_hidden: must be >= 0, got {}", mlp_hidden));
   if (rope()) {
     if (head_size() % 2 != 0 || head_size() > 512) {
@@ -58,6 +63,7 @@ template <> struct Names<NormPosition> { static constexpr const char* v[] = {"au
 template <> struct Names<PositionKind> { static constexpr const char* v[] = {"auto", "learned", "rope"}; static constexpr const char* key = "position"; };
 template <> struct Names<ActivationKind> { static constexpr const char* v[] = {"auto", "gelu", "relu", "silu"}; static constexpr const char* key = "activation"; };
 template <> struct Names<MlpKind> { static constexpr const char* v[] = {"auto", "standard", "swiglu"}; static constexpr const char* key = "mlp"; };
+template <> struct Names<BiasKind> { static constexpr const char* v[] = {"proj", "all", "none"}; static constexpr const char* key = "bias"; };
 
 template <typename E>
 std::string name_of(E v) { return Names<E>::v[static_cast<int>(v)]; }
@@ -84,12 +90,14 @@ std::string to_string(NormPosition v) { return name_of(v); }
 std::string to_string(PositionKind v) { return name_of(v); }
 std::string to_string(ActivationKind v) { return name_of(v); }
 std::string to_string(MlpKind v) { return name_of(v); }
+std::string to_string(BiasKind v) { return name_of(v); }
 void from_string(const std::string& name, Arch& v) { parse_name(name, v); }
 void from_string(const std::string& name, NormKind& v) { parse_name(name, v); }
 void from_string(const std::string& name, NormPosition& v) { parse_name(name, v); }
 void from_string(const std::string& name, PositionKind& v) { parse_name(name, v); }
 void from_string(const std::string& name, ActivationKind& v) { parse_name(name, v); }
 void from_string(const std::string& name, MlpKind& v) { parse_name(name, v); }
+void from_string(const std::string& name, BiasKind& v) { parse_name(name, v); }
 
 NormKind Gpt2Config::norm_kind() const {
   if (norm != NormKind::kAuto) return norm;
@@ -117,12 +125,13 @@ int Gpt2Config::mlp_width() const {
 bool Gpt2Config::is_gpt2() const {
   return norm_kind() == NormKind::kLayerNorm && !post_norm() && !rope() &&
          activation_kind() == ActivationKind::kGelu && !swiglu() && mlp_width() == 4 * C && kv_heads() == NH &&
-         !tie_embeddings;
+         !tie_embeddings && bias == BiasKind::kProj;
 }
 
 const std::vector<std::string>& Gpt2Config::variant_keys() {
   static const std::vector<std::string> keys = {"arch", "norm", "norm_position", "position", "rope_theta",
-                                                "activation", "mlp", "mlp_hidden", "n_kv_head", "tie_embeddings"};
+                                                "activation", "mlp", "mlp_hidden", "n_kv_head", "tie_embeddings",
+                                                "bias", "vocab_valid"};
   return keys;
 }
 
@@ -143,7 +152,8 @@ bool Gpt2Config::operator==(const Gpt2Config& o) const {
   return a.V == b.V && a.T == b.T && a.L == b.L && a.NH == b.NH && a.C == b.C && a.init == b.init &&
          a.arch == b.arch && a.norm == b.norm && a.norm_position == b.norm_position && a.position == b.position &&
          a.rope_theta == b.rope_theta && a.activation == b.activation && a.mlp == b.mlp &&
-         a.mlp_hidden == b.mlp_hidden && a.n_kv_head == b.n_kv_head && a.tie_embeddings == b.tie_embeddings;
+         a.mlp_hidden == b.mlp_hidden && a.n_kv_head == b.n_kv_head && a.tie_embeddings == b.tie_embeddings &&
+         a.bias == b.bias && a.valid_vocab() == b.valid_vocab();
 }
 
 InitKind parse_init_kind(const std::string& name) {
@@ -161,25 +171,39 @@ std::string Gpt2Config::describe() const {
                        to_string(norm_kind()), to_string(norm_pos()), to_string(position_kind()),
                        to_string(activation_kind()), to_string(mlp_kind()), mlp_width(), kv_heads(),
                        tie_embeddings ? ", tied embeddings" : "");
+    if (bias != BiasKind::kProj) out += fmt::format(", {} linear biases", to_string(bias));
   }
+  if (masks_vocab()) out += fmt::format(", {} ids (padding masked)", valid_vocab());
   return out;
 }
 
 Gpt2Config preset(const std::string& name) {
   if (name == "original") return Gpt2Config{172, 256, 6, 6, 384};
   if (name == "small") return Gpt2Config{64, 32, 2, 4, 64};
+  if (name == "gpt2-124m") {
+    Gpt2Config g{50304, 1024, 12, 12, 768};
+    g.bias = BiasKind::kAll;
+    g.tie_embeddings = true;
+    g.vocab_valid = 50257;
+    return g;
+  }
   std::string known;
   for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
   throw std::invalid_argument(fmt::format("unknown model preset '{}' (known: {})", name, known));
 }
 
-std::vector<std::string> preset_names() { return {"original", "small"}; }
+std::vector<std::string> preset_names() { return {"original", "small", "gpt2-124m"}; }
 
 Gpt2Config resolve_vocab(Gpt2Config m, int tokenizer_vocab) {
   if (m.V == 0) m.V = tokenizer_vocab;
   if (tokenizer_vocab > m.V) {
     throw std::invalid_argument(fmt::format(
         "model.vocab_size: the tokenizer's vocabulary has {} tokens, more than vocab_size {}", tokenizer_vocab, m.V));
+  }
+  if (tokenizer_vocab > m.valid_vocab()) {
+    throw std::invalid_argument(fmt::format(
+        "model.vocab_valid: the tokenizer's vocabulary has {} tokens, but the logits cover {} (the rest is masked "
+        "padding)", tokenizer_vocab, m.valid_vocab()));
   }
   m = m.resolved();
   m.validate();

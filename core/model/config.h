@@ -34,18 +34,27 @@ enum class NormPosition { kAuto, kPre, kPost };
 enum class PositionKind { kAuto, kLearned, kRope };
 enum class ActivationKind { kAuto, kGelu, kRelu, kSilu };
 enum class MlpKind { kAuto, kStandard, kSwiglu };
+// Which linear layers have a bias (the norms keep theirs in every setting):
+//   proj  the reproduced project's: the attention projection and the MLP's
+//         two, none on q, k, v (every commit before this key);
+//   all   GPT-2's: q, k, v too (qkv_b);
+//   none  no linear biases (the bias-free projections of PaLM and of
+//         nanoGPT's bias=False, which also drops the norms' biases).
+enum class BiasKind { kProj, kAll, kNone };
 std::string to_string(Arch v);
 std::string to_string(NormKind v);
 std::string to_string(NormPosition v);
 std::string to_string(PositionKind v);
 std::string to_string(ActivationKind v);
 std::string to_string(MlpKind v);
+std::string to_string(BiasKind v);
 void from_string(const std::string& name, Arch& v);
 void from_string(const std::string& name, NormKind& v);
 void from_string(const std::string& name, NormPosition& v);
 void from_string(const std::string& name, PositionKind& v);
 void from_string(const std::string& name, ActivationKind& v);
 void from_string(const std::string& name, MlpKind& v);
+void from_string(const std::string& name, BiasKind& v);
 
 // The longest block_size accepted: every activation arena and the position
 // table are sized by it (model.block_size above it is refused).
@@ -69,6 +78,11 @@ struct Gpt2Config {
   int mlp_hidden = 0;    // 0: the rule of mlp_width()
   int n_kv_head = 0;     // 0: n_head (multi-head attention)
   bool tie_embeddings = false;
+  BiasKind bias = BiasKind::kProj;
+  // Ids the logits cover: columns [vocab_valid, V) are padding rows of wte
+  // and lm_head (GPT-2's 50,257 ids in 50,304 rows, a multiple of 64),
+  // masked out of the softmax (zero probability, zero gradient). 0 = V.
+  int vocab_valid = 0;
 
   int head_size() const { return C / NH; }
   // The components with kAuto resolved by the arch (the getters below use
@@ -83,6 +97,10 @@ struct Gpt2Config {
   bool rope() const { return position_kind() == PositionKind::kRope; }
   bool swiglu() const { return mlp_kind() == MlpKind::kSwiglu; }
   bool post_norm() const { return norm_pos() == NormPosition::kPost; }
+  bool qkv_bias() const { return bias == BiasKind::kAll; }
+  bool proj_bias() const { return bias != BiasKind::kNone; }
+  int valid_vocab() const { return vocab_valid > 0 ? vocab_valid : V; }
+  bool masks_vocab() const { return valid_vocab() < V; }
   // The default GPT-2 block in every component (the layout and arithmetic of
   // every commit before the variants).
   bool is_gpt2() const;
@@ -97,7 +115,7 @@ struct Gpt2Config {
   // A copy with every auto component and mlp_hidden / n_kv_head resolved.
   Gpt2Config resolved() const;
   // The field names of the architecture keys, from "arch" to
-  // "tie_embeddings" (checkpoints older than them read as the default GPT-2).
+  // "vocab_valid" (checkpoints older than them read as the default GPT-2).
   static const std::vector<std::string>& variant_keys();
 
   // Throws std::invalid_argument naming the field and the rule it breaks.
@@ -129,6 +147,12 @@ struct Gpt2Config {
       "MLP hidden width; 0 = 4 x n_embd (standard) or 8 x n_embd / 3 rounded up to a multiple of 16 (swiglu)");
     f("n_kv_head", n_kv_head, "key/value heads (grouped-query attention); must divide n_head; 0 = n_head");
     f("tie_embeddings", tie_embeddings, "the head reuses wte (no lm_head tensor)");
+    f("bias", bias,
+      "linear biases: proj (the attention projection and the MLP; none on q, k, v: the reproduced project's) | all "
+      "(q, k, v too: GPT-2's) | none (no linear biases; the norms keep theirs)");
+    f("vocab_valid", vocab_valid,
+      "ids the logits cover; columns from here to vocab_size are padding, masked out of the softmax (GPT-2: 50257 "
+      "of 50304); 0 = vocab_size");
   }
   std::string describe() const;
   // Equal when the resolved configurations are (auto and what it resolves to are the same model).
@@ -138,6 +162,8 @@ struct Gpt2Config {
 // "original": the reproduced project's final configuration (DESIGN.md):
 //   V 172, T 256, L 6, NH 6, C 384.
 // "small": a few-layer model for tests: V 64, T 32, L 2, NH 4, C 64.
+// "gpt2-124m": GPT-2 small exactly: V 50304 rows for 50257 ids, T 1024,
+//   L 12, NH 12, C 768, q/k/v biases, the head tied to wte.
 Gpt2Config preset(const std::string& name);
 std::vector<std::string> preset_names();
 

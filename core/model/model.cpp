@@ -73,8 +73,8 @@ struct Parts {
   // Where the gradient at the hidden activations goes: dfch itself, or (SwiGLU) a.dhid.
   Tensor hidden_grad(const Activations& a) const { return cfg.swiglu() ? a.dhid : a.dfch; }
   // q, k and v of rows at positions pos0.. from `in`, RoPE turned.
-  void qkv(Tensor out, Tensor in, Tensor w, int pos0) const {
-    be.matmul_forward(out, in, w, Tensor{});
+  void qkv(Tensor out, Tensor in, const LayerParams& w, int pos0) const {
+    be.matmul_forward(out, in, w.qkv_w, w.qkv_b);
     if (cfg.rope()) be.rope_forward(out, NH, KVH, pos0, cfg.rope_theta);
   }
   // The attention's backward to the gradient at the qkv product's output.
@@ -265,15 +265,17 @@ void embed(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activation
 // never gathered): each rank's log-sum-exp into its row of a.ce_parts and
 // the target's logit (on the rank holding it) into the last row, summed over
 // the group, then put together the same way on every rank.
+// A vocabulary with masked padding (model.vocab_valid) takes the same path as
+// one shard of one rank: its statistics cover the valid columns only.
 float loss_forward(const Parts& k, const TpLayout& tp, Activations& a, const int32_t* targets) {
   Backend& be = k.be;
-  if (!tp.shape().vocab) {
+  if (!tp.shape().vocab && !k.cfg.masks_vocab()) {
     be.crossentropy_forward(a.losses, a.logits, targets);
   } else {
     const int64_t N = a.ce_lse.numel();
     be.zero(a.ce_parts);
     be.crossentropy_shard_stats(Tensor(a.ce_parts.data + tp.rank * N, {N}), Tensor(a.ce_parts.data + tp.size * N, {N}),
-                                a.logits, targets, tp.vocab_begin(k.cfg.V), k.cfg.V);
+                                a.logits, targets, tp.vocab_begin(k.cfg.V), k.cfg.valid_vocab());
     tp_sum(tp, a.ce_parts);
     be.crossentropy_shard_combine(Tensor(a.losses.data, {N}), a.ce_lse, a.ce_parts);
   }
@@ -282,10 +284,11 @@ float loss_forward(const Parts& k, const TpLayout& tp, Activations& a, const int
 
 // dlogits (in place over the logits) of the loss weighted by dloss.
 void loss_backward(const Parts& k, const TpLayout& tp, Activations& a, const int32_t* targets, float dloss) {
-  if (!tp.shape().vocab) {
+  if (!tp.shape().vocab && !k.cfg.masks_vocab()) {
     k.be.crossentropy_backward(a.logits, a.logits, targets, dloss);
   } else {
-    k.be.crossentropy_shard_backward(a.logits, a.logits, a.ce_lse, targets, tp.vocab_begin(k.cfg.V), k.cfg.V, dloss);
+    k.be.crossentropy_shard_backward(a.logits, a.logits, a.ce_lse, targets, tp.vocab_begin(k.cfg.V),
+                                     k.cfg.valid_vocab(), dloss);
   }
 }
 
@@ -360,7 +363,7 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
   layers_forward(
       k, model, a,
       [&](int, const LayerParams& w, LayerActivations& x, Tensor in) {
-        k.qkv(x.qkv, in, w.qkv_w, pos0);
+        k.qkv(x.qkv, in, w, pos0);
         be.attention_forward(x.atty, x.att_lse, x.qkv, k.NH, k.KVH);
       },
       units);
@@ -383,7 +386,7 @@ void pre_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerPara
     be.matmul_backward(Tensor{}, dw.fc_proj_w, dw.fc_proj_b, x.d_res3, x.fch_gelu, w.fc_proj_w);
     be.matmul_backward(Tensor{}, dw.fc_w, dw.fc_b, x.d_fch, x.ln2, w.fc_w);
     be.matmul_backward(Tensor{}, dw.attn_proj_w, dw.attn_proj_b, x.d_res2, x.atty, w.attn_proj_w);
-    be.matmul_backward(Tensor{}, dw.qkv_w, Tensor{}, x.d_qkv, x.ln1, w.qkv_w);
+    be.matmul_backward(Tensor{}, dw.qkv_w, dw.qkv_b, x.d_qkv, x.ln1, w.qkv_w);
     return;
   }
   const bool b_only = part == BackwardPart::kInput;
@@ -409,7 +412,7 @@ void pre_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerPara
   be.matmul_backward(a.datty, wgrad(dw.attn_proj_w), wgrad(dw.attn_proj_b), d2, x.atty, w.attn_proj_w);
   k.attention_backward(a.dqkv, a.datty, x, a.pos0);
   const Tensor dqkv = keep(x.d_qkv, a.dqkv);  // after the attention backward has read qkv
-  column_parallel_backward(k, tp, a.dln, wgrad(dw.qkv_w), Tensor{}, dqkv, x.ln1, w.qkv_w, qkv_segments(k));
+  column_parallel_backward(k, tp, a.dln, wgrad(dw.qkv_w), wgrad(dw.qkv_b), dqkv, x.ln1, w.qkv_w, qkv_segments(k));
   k.norm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
 }
 
@@ -431,7 +434,7 @@ void post_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerPar
   k.norm_backward(a.dln, dw.ln1_w, dw.ln1_b, a.dresidual, x.residual2, w.ln1_w, x.ln1_mean, x.ln1_rstd);  // d(r2)
   be.matmul_backward(a.datty, dw.attn_proj_w, dw.attn_proj_b, a.dln, x.atty, w.attn_proj_w);
   k.attention_backward(a.dqkv, a.datty, x, a.pos0);
-  be.matmul_backward(a.dresidual, dw.qkv_w, Tensor{}, a.dqkv, residual, w.qkv_w);
+  be.matmul_backward(a.dresidual, dw.qkv_w, dw.qkv_b, a.dqkv, residual, w.qkv_w);
   tp_sum(tp, a.dresidual);
   be.residual_forward(a.dresidual, a.dresidual, a.dln);  // d(x): through the attention and around it
 }
@@ -516,7 +519,7 @@ void recompute_layer(const Parts& k, const Gpt2& model, Activations& a, int l) {
   const LayerParams& w = model.params.layers[static_cast<size_t>(l)];
   LayerActivations& x = a.layers[static_cast<size_t>(l)];
   const auto attend = [&](int, const LayerParams& lw, LayerActivations& lx, Tensor in) {
-    k.qkv(lx.qkv, in, lw.qkv_w, a.pos0);
+    k.qkv(lx.qkv, in, lw, a.pos0);
     k.be.attention_forward(lx.atty, lx.att_lse, lx.qkv, k.NH, k.KVH);
   };
   if (k.cfg.post_norm()) {
@@ -613,7 +616,7 @@ void gpt2_decode(Backend& be, const Gpt2& model, Activations& a, const std::vect
   layers_forward(k, model, a, [&](int l, const LayerParams& w, LayerActivations& x, Tensor in) {
     const Tensor& cache = qkv_cache[static_cast<size_t>(l)];  // (1,T,qkv width/P)
     const int64_t width = cache.dim(2);
-    k.qkv(Tensor(cache.data + row * width, {1, 1, width}), in, w.qkv_w, position);
+    k.qkv(Tensor(cache.data + row * width, {1, 1, width}), in, w, position);
     be.attention_decode(x.atty, Tensor(cache.data, {1, row + 1, width}), k.NH, k.KVH);
   });
 }

@@ -31,7 +31,8 @@ StageLayers StageLayers::of(int n_layer, int stages, int stage) {
 std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, TpShape tp, StageLayers stage) {
   // The variant decides which tensors exist and their widths: no wpe with
   // RoPE, no norm biases with RMSNorm, (NH + 2 KVH) heads of q, k, v, an fc
-  // of 2H rows (gate, up) for SwiGLU, no lm_head when tied.
+  // of 2H rows (gate, up) for SwiGLU, no lm_head when tied, the linear
+  // biases model.bias names.
   const int64_t V = cfg.V, T = cfg.T, C = cfg.C, P = tp.size, HS = cfg.head_size();
   const int64_t Vr = tp.vocab_rows(V);  // wte's and lm_head's rows here
   const TpSplit vocab_split = tp.vocab ? TpSplit::kVocabRows : TpSplit::kNone;
@@ -57,14 +58,17 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, TpShape tp
     if (!rms) add(name("ln1_b"), h.ln1_b, {C}, ParamInit::kZero);
     add(name("qkv_w"), h.qkv_w, {(QW + 2 * KW) / P, C}, ParamInit::kNormal, TpSplit::kRows,
         {QW / P, KW / P, KW / P});
+    if (cfg.qkv_bias()) {
+      add(name("qkv_b"), h.qkv_b, {(QW + 2 * KW) / P}, ParamInit::kZero, TpSplit::kRows, {QW / P, KW / P, KW / P});
+    }
     add(name("attn_proj_w"), h.attn_proj_w, {C, C / P}, ParamInit::kNormal, TpSplit::kCols);
-    add(name("attn_proj_b"), h.attn_proj_b, {C}, ParamInit::kZero);
+    if (cfg.proj_bias()) add(name("attn_proj_b"), h.attn_proj_b, {C}, ParamInit::kZero);
     add(name("ln2_w"), h.ln2_w, {C}, ParamInit::kOne);
     if (!rms) add(name("ln2_b"), h.ln2_b, {C}, ParamInit::kZero);
     add(name("fc_w"), h.fc_w, {cfg.fc_width() / P, C}, ParamInit::kNormal, TpSplit::kRows, fc_groups);
-    add(name("fc_b"), h.fc_b, {cfg.fc_width() / P}, ParamInit::kZero, TpSplit::kRows, fc_groups);
+    if (cfg.proj_bias()) add(name("fc_b"), h.fc_b, {cfg.fc_width() / P}, ParamInit::kZero, TpSplit::kRows, fc_groups);
     add(name("fc_proj_w"), h.fc_proj_w, {C, H / P}, ParamInit::kNormal, TpSplit::kCols);
-    add(name("fc_proj_b"), h.fc_proj_b, {C}, ParamInit::kZero);
+    if (cfg.proj_bias()) add(name("fc_proj_b"), h.fc_proj_b, {C}, ParamInit::kZero);
   }
   if (stage.head) {
     add("lnf_w", p.lnf_w, {C}, ParamInit::kOne);

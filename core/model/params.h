@@ -34,9 +34,10 @@ enum class TpSplit { kNone, kRows, kCols, kVocabRows };
 
 struct LayerParams {
   Tensor ln1_w, ln1_b;          // (C) (C)
-  Tensor qkv_w;                 // ((NH + 2 KVH) HS, C) rows: q heads, k heads, v heads; no bias
+  Tensor qkv_w;                 // ((NH + 2 KVH) HS, C) rows: q heads, k heads, v heads
+  Tensor qkv_b;                 // ((NH + 2 KVH) HS) with model.bias all, else empty
   Tensor attn_proj_w;           // (C, C)
-  Tensor attn_proj_b;           // (C)
+  Tensor attn_proj_b;           // (C); empty with model.bias none (so are fc_b and fc_proj_b)
   Tensor ln2_w, ln2_b;          // (C) (C)
   Tensor fc_w, fc_b;            // (H, C) (H); SwiGLU (2H, C) (2H): gate rows, then up rows
   Tensor fc_proj_w, fc_proj_b;  // (C, H) (C); H = cfg.mlp_width(), 4C by default

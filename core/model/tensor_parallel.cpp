@@ -44,6 +44,11 @@ void TpLayout::validate(const Gpt2Config& model) const {
         "parallel.block_types: spd and parallel blocks keep private pre-norm residual streams; model.norm_position "
         "post needs tp blocks");
   }
+  if (has_private() && model.bias != BiasKind::kProj) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.block_types: spd and parallel blocks add the projections' biases on their private streams; "
+        "model.bias {} needs tp blocks", to_string(model.bias)));
+  }
   if (!blocks.empty() && static_cast<int>(blocks.size()) != n_layer) {
     throw std::invalid_argument(fmt::format(
         "parallel.block_types has {} entries but model.n_layer is {}: give one type per layer, or none (all tp)",
