@@ -32,7 +32,8 @@ Checks:
   * Training on those shards with data.tokenizer gpt2 (validation from
     val_*.bin), resumed to the same losses, generation from the checkpoint
     alone; a shard of another vocabulary, shards with the word tokenizer
-    and gpt2 without its files are refused.
+    and gpt2 without its files are refused; data/tiny_tales_gpt2 is what
+    prepare makes of the shipped corpus.
 
 usage: bpe_test.py --tool PATH --npm DIR --root DIR [--serial PATH]
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
@@ -252,6 +253,17 @@ def main():
                   got["train"] + got["val"] == want and len(got["val"]) == n_val,
                   f"{len(got['train'])} + {len(got['val'])} tokens, want {len(want)} ({n_val} validation)")
             train_on_shards(check, a, work, out, encoder, vocab)
+        # The shipped shards (data/tiny_tales_gpt2, configs/gpt2-124m.yaml's data) are what prepare makes now.
+        fresh = os.path.join(work, "tiny_tales_gpt2")
+        r = subprocess.run([a.serial, "prepare", "--input", os.path.join(a.root, "data", "tiny_tales.txt"),
+                            "--encoder_json", encoder, "--vocab_bpe", vocab, "--out", fresh, "--data.val_fraction",
+                            "0.1"], capture_output=True, text=True)
+        shipped = os.path.join(a.root, "data", "tiny_tales_gpt2")
+        names = sorted(os.listdir(shipped))
+        check("data/tiny_tales_gpt2 holds exactly what prepare makes of the shipped corpus",
+              r.returncode == 0 and names == sorted(os.listdir(fresh)) and all(
+                  open(os.path.join(shipped, n), "rb").read() == open(os.path.join(fresh, n), "rb").read()
+                  for n in names), f"{names}; {r.stderr.strip()[-200:]}")
         r = subprocess.run([a.serial, "prepare", "--input", os.path.join(work, "missing.txt"), "--encoder_json", encoder,
                             "--vocab_bpe", vocab, "--out", os.path.join(work, "none")], capture_output=True, text=True)
         check("prepare: a missing input file is named, and nothing is written",

@@ -23,7 +23,9 @@
     and is refused, with the reason, by the serial stage.
   * parallel.vocab_parallel (the embedding, head and loss sharded by
     vocabulary rows) on tp 2 and tp 4 (padded rows), with pp 2 and with
-    ZeRO-3, equals serial, its plan, generation and tied embeddings; it holds half the embedding and head on
+    ZeRO-3, equals serial, its plan, generation and tied embeddings; so does the
+    GPT-2-exact variant (q/k/v biases, tied, padding rows masked) on tp 2 with
+    and without the vocabulary sharded; it holds half the embedding and head on
     tp 2 and sends the 3 sums a step more that it should; its checkpoints
     interchange with serial's both ways (vocab() below).
   * Clear errors: tp not dividing n_head or the rank count, a block_types list
@@ -213,6 +215,19 @@ def vocab(t, common, B, T, C):
         check("vocabulary-parallel tp 2 with tied embeddings", False, (r1.stderr + r2.stderr).strip()[-400:])
     else:
         compare(check, "vocabulary-parallel tp 2 with tied embeddings equals serial", out("tied_serial"), out("tied_vp2"))
+    # The GPT-2-exact variant (issue 32): q/k/v biases split with the heads, the tied head, and 7 padding rows
+    # (272 rows for the 265 ids) masked out of the loss: unsharded (each rank's whole logits, nothing summed)
+    # and vocabulary-parallel (the padding on the last shard).
+    exact = [*common, "--model.tie_embeddings", "true", "--model.bias", "all", "--model.vocab_size", "272",
+             "--model.vocab_valid", "265"]
+    r1 = run([a.serial, "train", *exact, "--out", out("exact_serial")], timeout=300)
+    for title, extra, d in (("tp 2", [], "exact_tp2"), ("vocabulary-parallel tp 2", vp, "exact_vp2")):
+        r2 = mpi(2, [*exact, "--parallel.tp", "2", *extra, "--out", out(d)], timeout=300)
+        if r1.returncode != 0 or r2.returncode != 0:
+            check(f"GPT-2-exact on {title}", False, (r1.stderr + r2.stderr).strip()[-400:])
+        else:
+            compare(check, f"GPT-2-exact (q/k/v biases, tied, 7 padding rows masked) on {title} equals serial",
+                    out("exact_serial"), out(d))
     # Checkpoints both ways: a vocabulary-parallel one at step 5 resumes on
     # serial, a serial one at step 5 resumes vocabulary-parallel.
     half = ["--train.steps", "5"]

@@ -265,29 +265,34 @@ void embed(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activation
 // never gathered): each rank's log-sum-exp into its row of a.ce_parts and
 // the target's logit (on the rank holding it) into the last row, summed over
 // the group, then put together the same way on every rank.
-// A vocabulary with masked padding (model.vocab_valid) takes the same path as
-// one shard of one rank: its statistics cover the valid columns only.
+// A vocabulary with masked padding (model.vocab_valid) takes the same path:
+// unsharded, as one shard of one rank (every rank of a tensor-parallel group
+// holds the whole logits then, so nothing is summed over the group), its
+// statistics over the valid columns only.
 float loss_forward(const Parts& k, const TpLayout& tp, Activations& a, const int32_t* targets) {
   Backend& be = k.be;
-  if (!tp.shape().vocab && !k.cfg.masks_vocab()) {
+  const bool sharded = tp.shape().vocab;
+  if (!sharded && !k.cfg.masks_vocab()) {
     be.crossentropy_forward(a.losses, a.logits, targets);
   } else {
-    const int64_t N = a.ce_lse.numel();
-    be.zero(a.ce_parts);
-    be.crossentropy_shard_stats(Tensor(a.ce_parts.data + tp.rank * N, {N}), Tensor(a.ce_parts.data + tp.size * N, {N}),
-                                a.logits, targets, tp.vocab_begin(k.cfg.V), k.cfg.valid_vocab());
-    tp_sum(tp, a.ce_parts);
-    be.crossentropy_shard_combine(Tensor(a.losses.data, {N}), a.ce_lse, a.ce_parts);
+    const int64_t N = a.ce_lse.numel(), P = sharded ? tp.size : 1, r = sharded ? tp.rank : 0;
+    const Tensor parts(a.ce_parts.data, {P + 1, N});
+    be.zero(parts);
+    be.crossentropy_shard_stats(Tensor(parts.data + r * N, {N}), Tensor(parts.data + P * N, {N}), a.logits, targets,
+                                sharded ? tp.vocab_begin(k.cfg.V) : 0, k.cfg.valid_vocab());
+    if (sharded) tp_sum(tp, parts);
+    be.crossentropy_shard_combine(Tensor(a.losses.data, {N}), a.ce_lse, parts);
   }
   return static_cast<float>(be.sum(a.losses) / static_cast<double>(a.losses.numel()));
 }
 
 // dlogits (in place over the logits) of the loss weighted by dloss.
 void loss_backward(const Parts& k, const TpLayout& tp, Activations& a, const int32_t* targets, float dloss) {
-  if (!tp.shape().vocab && !k.cfg.masks_vocab()) {
+  const bool sharded = tp.shape().vocab;
+  if (!sharded && !k.cfg.masks_vocab()) {
     k.be.crossentropy_backward(a.logits, a.logits, targets, dloss);
   } else {
-    k.be.crossentropy_shard_backward(a.logits, a.logits, a.ce_lse, targets, tp.vocab_begin(k.cfg.V),
+    k.be.crossentropy_shard_backward(a.logits, a.logits, a.ce_lse, targets, sharded ? tp.vocab_begin(k.cfg.V) : 0,
                                      k.cfg.valid_vocab(), dloss);
   }
 }
