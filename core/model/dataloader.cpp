@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "model/rng.h"
-#include "util/hash.h"
 
 namespace gpt2 {
 
@@ -77,8 +76,7 @@ std::vector<int32_t> TokenStream::to_vector() const {
   return out;
 }
 
-uint64_t TokenStream::hash() const {
-  uint64_t h = kFnvOffsetBasis;
+uint64_t TokenStream::hash(uint64_t h) const {
   constexpr int64_t kBlock = 4096;
   std::vector<int32_t> buf(static_cast<size_t>(std::min(kBlock, std::max<int64_t>(n_, 1))));
   for (int64_t at = 0; at < n_; at += kBlock) {

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "util/hash.h"
+
 namespace gpt2 {
 
 enum class LoaderKind { kSequential, kRandom };
@@ -57,8 +59,8 @@ class TokenStream {
   TokenStream slice(int64_t begin, int64_t end) const;
   std::vector<int32_t> to_vector() const;
   // FNV-1a 64 of the tokens as little-endian int32 (what fnv1a64 gives for
-  // the same tokens in one int32 array).
-  uint64_t hash() const;
+  // the same tokens in one int32 array), continuing from `h` (chain streams).
+  uint64_t hash(uint64_t h = kFnvOffsetBasis) const;
 
  private:
   struct Part {

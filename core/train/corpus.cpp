@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "util/files.h"
-#include "util/hash.h"
 
 namespace gpt2 {
 
@@ -62,13 +61,7 @@ Corpus load_corpus(const DataConfig& d, const Tokenizer* vocabulary, Communicato
   return out;
 }
 
-uint64_t Corpus::hash() const {
-  if (!shards) return fnv1a64(tokens.data(), tokens.size() * sizeof(int32_t));
-  TokenStream all;  // the files in order: train, then val
-  for (const TokenShard& f : shards->train_files) f.append_to(all);
-  for (const TokenShard& f : shards->val_files) f.append_to(all);
-  return all.hash();
-}
+uint64_t Corpus::hash() const { return split.val.hash(split.train.hash()); }
 
 BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::string& vocab_bpe) {
   constexpr uint64_t kMaxBytes = uint64_t{64} << 20;  // GPT-2's are 1.0 MB and 0.46 MB

@@ -52,7 +52,8 @@ struct Corpus {
   Split split;                     // training and validation streams (data.val_fraction, or the val_*.bin files)
   int64_t size() const { return split.train.size() + split.val.size(); }
   // FNV-1a 64 of every token, training then validation, as int32 (for a
-  // corpus, of `tokens`): compared across ranks, recorded in checkpoints.
+  // corpus, fnv1a64 of `tokens`: the split is its two slices): compared
+  // across ranks, recorded in checkpoints.
   uint64_t hash() const;
 };
 
