@@ -244,8 +244,10 @@ def check_bf16_case(check, exporter, steps, workdir):
     largest logit; the loss within ub relative; each gradient tensor within 4
     ub of its largest element, the whole gradient within 2 ub in 2-norm; the
     10 steps' losses within 1% (the issue's bound for bf16 against fp32).
-    Measured here: logits 3.4e-3 of 0.61, loss 1e-5, gradients 0.6% and
-    0.43%; ours is closer to float64 than autocast is."""
+    Measured with AVX-512: logits 3.4e-3 of 0.61, loss 1e-5, gradients 0.6%
+    and 0.43%; ours is closer to float64 than autocast is. On an AVX2-only
+    CPU (ours through OpenBLAS, bf16_matmul.h) autocast's gradient is 2.1%
+    from float64 and ours 0.39%: see autocast_error below."""
     out = os.path.join(workdir, "small-bf16")
     os.makedirs(out, exist_ok=True)
     cmd = [exporter, "--preset", "small", "--batch", "4", "--optimizer", "adam_original", "--steps", str(steps),
@@ -279,19 +281,41 @@ def check_bf16_case(check, exporter, steps, workdir):
         ok_all &= result[0]
         lines.append(result[1])
 
+    def flat_grad(p):
+        return np.concatenate([p[n].grad.double().numpy().ravel() for n in names])
+
+    def relative(a, b):
+        return np.linalg.norm(a - b) / np.linalg.norm(b)
+
     try:
-        for title, dtype, forward in (("PyTorch autocast bf16", torch.float32, autocast_forward),
-                                      ("PyTorch float64", torch.float64, lambda p, xs: gpt2_forward(p, cfg, xs))):
-            p, logits, loss = first_batch(dtype, forward)
+        refs = {title: first_batch(dtype, forward) for title, dtype, forward in (
+            ("PyTorch autocast bf16", torch.float32, autocast_forward),
+            ("PyTorch float64", torch.float64, lambda p, xs: gpt2_forward(p, cfg, xs)))}
+        flat_ours = np.concatenate([arr["grad." + n].ravel() for n in names])
+        exact = flat_grad(refs["PyTorch float64"][0])
+        # How far autocast's own gradient is from the exact one. Where PyTorch's
+        # CPU bf16 products add in fp32 (oneDNN on AVX-512) it is within the 2 ub
+        # asked of ours; on an AVX2-only CPU its fallback GEMM is not (2.1% here,
+        # AMD EPYC without AVX-512), and gradients cannot be held to it within
+        # 2 ub: there ours must instead be at least as close to float64 as
+        # autocast is (the claim this case makes), a check that still can fail.
+        autocast_error = relative(flat_grad(refs["PyTorch autocast bf16"][0]), exact)
+        for title, (p, logits, loss) in refs.items():
             record(worst(f"logits against {title}", arr["logits"], logits, 2 * ub * np.abs(logits).max()))
             record(worst(f"loss against {title}", arr["losses"][:1], np.array([loss]), ub * loss))
+            if title != "PyTorch float64" and autocast_error > 2 * ub:
+                ours_error = relative(flat_ours, exact)
+                ok = ours_error <= autocast_error
+                ok_all &= ok
+                lines.append(f"  {'ok  ' if ok else 'FAIL'} gradient: {title} is itself {autocast_error:.3e} from "
+                             f"float64 (beyond 2 ub: its CPU bf16 path does not add in fp32 here); ours is "
+                             f"{ours_error:.3e}, asked to be no farther")
+                continue
             grads = [worst(f"grad {n}", arr["grad." + n], p[n].grad.double().numpy(),
                            4 * ub * np.abs(p[n].grad.double().numpy()).max() + 1e-12) for n in names]
             ok_all &= all(g[0] for g in grads)
             lines.extend(g[1] for g in grads if not g[0])
-            flat_ours = np.concatenate([arr["grad." + n].ravel() for n in names])
-            flat_ref = np.concatenate([p[n].grad.double().numpy().ravel() for n in names])
-            rel = np.linalg.norm(flat_ours - flat_ref) / np.linalg.norm(flat_ref)
+            rel = relative(flat_ours, flat_grad(p))
             ok = rel <= 2 * ub
             ok_all &= ok
             lines.append(f"  {'ok  ' if ok else 'FAIL'} whole gradient against {title}: relative 2-norm error "

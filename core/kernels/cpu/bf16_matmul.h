@@ -6,8 +6,11 @@
 //
 // A primitive is made once per shape and kept (oneDNN chooses its kernel
 // then: impl_info); later calls at that shape allocate nothing. On a CPU
-// with AVX512-BF16 oneDNN runs native bf16 dot products; elsewhere it
-// converts, with the same results up to the order of its fp32 sums.
+// with AVX512-BF16 oneDNN runs native bf16 dot products; on other AVX-512
+// CPUs it converts, with the same results up to the order of its fp32 sums.
+// oneDNN 2.6 has no bf16 matmul below AVX-512: on an AVX2-only CPU the
+// operands are widened to fp32 (exactly) and OpenBLAS's SGEMM runs the
+// product in fixed tiles of output rows (impl_info says so).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +37,8 @@ class Bf16Matmul {
   void backward_weight(float* dweight, const bf16* dout, const bf16* inp, int64_t N, int64_t C, int64_t OC);
 
   // The implementation oneDNN chose for the last product run, e.g.
-  // "brg:avx512_core_bf16" (native bf16) or "gemm:jit" (conversions); "" before any.
+  // "brg:avx512_core_bf16" (native bf16) or "gemm:jit" (conversions); "" before any;
+  // "openblas sgemm on bf16 values (...)" where oneDNN has no bf16 matmul.
   std::string impl_info() const;
   // oneDNN's version, "2.6.3", for provenance.
   static std::string library_version();
