@@ -11,7 +11,53 @@ when the detail is empty), flushed at once so that its line comes before
 whatever a slow or hung step prints next. A script that cannot go on (its
 reference run failed) records that as a failed check and returns finish().
 A note that is not a check (a skipped case and why) is a plain print.
+
+No process a test starts may outlive it (issue 53): importing this module
+tags the test's environment (TEST_TAG, inherited by every program it starts,
+mpiexec's proxies and ranks included), and finish() checks, as one more
+check, that no process with the tag is still alive, naming and ending any.
+tests/leftover_test.py, last in the suite, checks the same of every test.
 """
+
+import os
+import signal
+import sys
+import time
+
+# Every process a test starts carries "GPT2_TEST_TAG=<script>.<pid>".
+TEST_TAG = "GPT2_TEST_TAG"
+os.environ[TEST_TAG] = f"{os.path.basename(sys.argv[0] or 'python')}.{os.getpid()}"
+
+
+def tagged_processes(variable):
+    """(pid, command line, value) of each live process but this one whose
+    environment sets `variable` (a zombie's environment reads empty)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        prefix = variable.encode() + b"="
+        for e in env:
+            if e.startswith(prefix):
+                found.append((int(entry), cmd[:160], e[len(prefix):].decode(errors="replace")))
+                break
+    return found
+
+
+def end_processes(found):
+    """SIGKILL each (pid, ...) of `found` that is still there."""
+    for pid, *_ in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 class Checks:
@@ -42,7 +88,20 @@ class Checks:
         print(f"{'ok  ' if ok else 'FAIL'} {title}{': ' + detail if detail else ''}", flush=True)
 
     def finish(self):
-        """Prints "N passed, M failed"; the exit status: 0 if every check passed, else 1."""
+        """Checks that no process this test started is alive (ending any), then
+        prints "N passed, M failed"; the exit status: 0 if every check passed, else 1."""
+        mine = os.environ[TEST_TAG]
+        # A job that just ended may still be tearing down (a rank after
+        # mpiexec returned, a process mid-exit): up to 5 s to go.
+        deadline = time.time() + 5
+        while True:
+            left = [(pid, cmd) for pid, cmd, tag in tagged_processes(TEST_TAG) if tag == mine]
+            if not left or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        self("no process this test started is still alive", not left,
+             "; ".join(f"pid {pid}: {cmd}" for pid, cmd in left))
+        end_processes(left)
         passed = sum(self.results)
         print(f"{passed} passed, {len(self.results) - passed} failed")
         return 0 if all(self.results) else 1

@@ -14,6 +14,7 @@ Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
 import argparse
 import csv
+import glob
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from checks import Checks
+from checks import TEST_TAG, Checks, tagged_processes
 
 RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,variant,config_digest,seed,status,reason,"
                 "training_s,inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,mfu,params,"
@@ -582,6 +583,82 @@ def tensor_parallel_checks(exps, results, reports, harness, mpi_built, check):
           and float(table["spd,parallel,parallel"]["val_diff_max"]) != 0, str(table))
 
 
+def stand_in_processes():
+    """The live processes of leftover_checks' stand-ins (the shell and its
+    sleeps), found by this test's tag (tests/checks.py), which the harness and
+    everything it starts inherit: not by the harness's own tag, so that the
+    checks read the same whatever the harness does."""
+    mine = os.environ[TEST_TAG]
+    return [(pid, cmd) for pid, cmd, tag in tagged_processes(TEST_TAG)
+            if tag == mine and ("/stages/serial" in cmd or cmd.startswith("sleep 300"))]
+
+
+def leftover_checks(smoke, exps, results, a, work, env, check):
+    """No process of a run outlives it (issue 53). Each stand-in serial stage
+    behaves as MPICH's Hydra can: it starts a process in a session of its own
+    (a process group does not hold it) and ignores SIGTERM. Before the fix,
+    each case left its processes alive."""
+    real_serial = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(a.harness))), "stages", "serial")
+    exp = os.path.join(exps, "leftover.yaml")
+
+    def stand_in(name, train, timeout_s=120):
+        build = os.path.join(work, name)
+        os.makedirs(os.path.join(build, "stages"))
+        with open(os.path.join(build, "stages", "serial"), "w") as f:
+            f.write(f'#!/bin/sh\ncase "$1" in config|plan) exec "{real_serial}" "$@";; esac\n{train}\n')
+        os.chmod(os.path.join(build, "stages", "serial"), 0o755)
+        with open(exp, "w") as f:
+            f.write(smoke.split("runs:")[0].replace("name: smoke", f"name: {name}")
+                    .replace("timeout_s: 120", f"timeout_s: {timeout_s}")
+                    .replace("[table1, table2, scaling]", "[table1]") + "runs:\n  - stage: serial\n    threads: 1\n")
+        return subprocess.Popen([a.harness, "run", exp, "--results", results, "--build", build, "--quiet"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
+
+    def gone_within(seconds):
+        deadline = time.time() + seconds
+        while stand_in_processes() and time.time() < deadline:
+            time.sleep(0.1)
+        return stand_in_processes()
+
+    # The harness killed outright mid-run (SIGKILL to its process group, as
+    # step 4 does): its guardian ends the run, SIGTERM then SIGKILL after 3 s.
+    p = stand_in("leftover_killed", "trap '' TERM\nsetsid sleep 300 &\nsleep 300")
+    deadline = time.time() + 30
+    while len(stand_in_processes()) < 3 and time.time() < deadline:  # the shell and its two sleeps
+        time.sleep(0.05)
+    started = stand_in_processes()
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    left = gone_within(10)
+    check("a harness killed by SIGKILL mid-run leaves none of the run's processes (one in its own session, all "
+          "ignoring SIGTERM)", len(started) >= 3 and not left, f"started {started}; left {left}")
+    for pid, _ in left:
+        os.kill(pid, signal.SIGKILL)
+
+    # The program ends and leaves a process behind: the harness ends it and names it in the run's log.
+    p = stand_in("leftover_exit", "setsid sleep 300 &\necho 'serial: error: this stand-in fails at once' >&2\nexit 1")
+    p.communicate(timeout=120)
+    left = stand_in_processes()
+    logs = glob.glob(os.path.join(results, "leftover_exit", "*", "log.txt"))
+    text = open(logs[0]).read() if logs else ""
+    check("a program that ends leaving a process behind: the harness ends it and its log names it",
+          not left and "harness: 1 process(es) of this run were still alive after it ended" in text
+          and "sleep 300" in text, f"left {left}; log {text[-400:]}")
+    for pid, _ in left:
+        os.kill(pid, signal.SIGKILL)
+
+    # A run past its timeout that ignores SIGTERM, with a process in a session of its own.
+    p = stand_in("leftover_timeout", "trap '' TERM\nsetsid sleep 300 &\nsleep 300", timeout_s=2)
+    _, err = p.communicate(timeout=120)
+    left = stand_in_processes()
+    check("a run past its timeout that ignores SIGTERM: recorded as timed out, none of its processes left",
+          "timed out" in err and not left, f"left {left}; {err[-400:]}")
+    for pid, _ in left:
+        os.kill(pid, signal.SIGKILL)
+    os.remove(exp)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--harness", required=True)
@@ -758,6 +835,8 @@ def main():
           r.returncode == 0 and "ok 1/3; not run 2/3" in t1
           and sorted(x["status"] for x in reps_rows) == ["not run", "not run", "ok"], f"{r.stderr[-500:]} {t1[-800:]}")
     os.remove(os.path.join(exps, "reps.yaml"))
+    # 6d. No process of a run outlives it, however the run or the harness ends.
+    leftover_checks(smoke, exps, results, a, work, env, check)
 
     # 7. Bad experiment files: one clear error each, before anything runs.
     bad = {

@@ -19,6 +19,7 @@ Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,7 +29,7 @@ import time
 # Our checkpoint format, read with the standard library (shared with the PyTorch peer).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from checkpoint_file import read_params  # noqa: E402
-from checks import Checks  # noqa: E402
+from checks import TEST_TAG, Checks, end_processes, tagged_processes  # noqa: E402
 from layout_checks import Programs, plan_agrees  # noqa: E402
 
 
@@ -102,6 +103,53 @@ def main():
     check("a rank failing at step 5 ends the job", r.returncode != 0 and secs < 30 and count == 1
           and "metrics.jsonl" not in left and complete and not any(".tmp" in f for f in left),
           f"exit {r.returncode} after {secs:.1f} s, message printed {count} time(s), left {left}")
+
+    # A rank that finished its work exits within a bounded time though its
+    # launcher stops answering (issue 53): Hydra's proxy is stopped while the
+    # rank trains, so MPI_Finalize's PMI barrier is never answered; the rank's
+    # finalize watchdog (dist/mpi/mpi_comm.cpp, 3 s) ends it, saying so.
+    d = os.path.join(work, "stopped-launcher")
+    p = subprocess.Popen([a.mpiexec, "-n", "1", a.mpi, "train", "--out", d] + common + ["--train.steps", "400"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    mine = os.environ[TEST_TAG]
+
+    def job(program):
+        return [pid for pid, cmd, tag in tagged_processes(TEST_TAG) if tag == mine and cmd.startswith(program)]
+
+    # The first step's line has come through the proxy: the rank is past MPI_Init, training.
+    first_step = ""
+    for line in p.stderr:
+        first_step += line
+        if line.startswith("step "):
+            break
+    proxies, ranks = job("/usr/bin/hydra_pmi_proxy") or job("hydra_pmi_proxy"), job(a.mpi)
+    metrics, deadline = os.path.join(d, "metrics.jsonl"), time.time() + 60
+    done_at = gone_at = wait_status = None
+    if len(proxies) == 1 and len(ranks) == 1:
+        os.kill(proxies[0], signal.SIGSTOP)
+        while time.time() < deadline and gone_at is None:
+            if done_at is None and os.path.exists(metrics):  # written when the rank's work is done
+                done_at = time.time()
+            with open(f"/proc/{ranks[0]}/stat") as f:  # a zombie of the stopped proxy once it has exited
+                fields = f.read().rsplit(")", 1)[1].split()
+            if fields[0] == "Z":
+                gone_at, wait_status = time.time(), int(fields[-1])  # the last field: its wait status
+            time.sleep(0.02)
+        os.kill(proxies[0], signal.SIGCONT)
+    try:
+        _, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        end_processes([(pid,) for pid, _, tag in tagged_processes(TEST_TAG) if tag == mine])
+        _, err = p.communicate()
+    waited = gone_at - done_at if done_at and gone_at else None
+    # Its note (stderr) cannot pass through the stopped proxy; its wait status
+    # shows how it ended: exited with the status it was going to return (0),
+    # not killed.
+    check("a rank that finished its work exits within 3 s of it, with its own status, though its launcher stops "
+          "answering", waited is not None and waited < 6 and wait_status == 0,
+          f"proxies {proxies}, ranks {ranks}; results written {done_at is not None}, rank ended "
+          f"{gone_at is not None}, after {waited if waited is None else round(waited, 2)} s, wait status "
+          f"{wait_status}; {(first_step + err)[-600:]}")
 
     # Input errors: each reported once, non-zero exit.
     def one_error(title, n, args, needle, extra=()):

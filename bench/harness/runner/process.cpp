@@ -10,6 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -30,10 +33,84 @@ namespace {
 // rank) too.
 volatile sig_atomic_t g_child_group = 0;
 
+// How long a program has to end after SIGTERM before SIGKILL.
+constexpr double kGraceSeconds = 3.0;
+
 extern "C" void forward_and_exit(int sig) {
   if (g_child_group > 0) kill(-g_child_group, SIGTERM);
   signal(sig, SIG_DFL);
   raise(sig);
+}
+
+// The launches of this process, for their tags.
+int g_launches = 0;
+
+// The processes other than this one whose environment holds `entry`
+// ("NAME=value") exactly, with their command lines.
+std::vector<std::pair<pid_t, std::string>> tagged_processes(const std::string& entry) {
+  std::vector<std::pair<pid_t, std::string>> found;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return found;
+  const auto read_all = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  while (const dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == getpid()) continue;
+    const std::string env = read_all(fmt::format("/proc/{}/environ", pid));  // empty for a zombie
+    bool tagged = false;
+    for (size_t at = 0; at < env.size() && !tagged;) {
+      const size_t next = env.find('\0', at);
+      tagged = env.compare(at, (next == std::string::npos ? env.size() : next) - at, entry) == 0;
+      at = next == std::string::npos ? env.size() : next + 1;
+    }
+    if (!tagged) continue;
+    std::string cmd = read_all(fmt::format("/proc/{}/cmdline", pid));
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    found.emplace_back(static_cast<pid_t>(pid), cmd.substr(0, 120));
+  }
+  closedir(proc);
+  return found;
+}
+
+// Ends every process tagged `entry`: SIGTERM, up to `grace_s` to go, then
+// SIGKILL. Returns those that were alive at first.
+std::vector<std::pair<pid_t, std::string>> end_tagged(const std::string& entry, double grace_s) {
+  const auto first = tagged_processes(entry);
+  for (const auto& [pid, cmd] : first) kill(pid, SIGTERM);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto left = first; !left.empty(); left = tagged_processes(entry)) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > grace_s) {
+      for (const auto& [pid, cmd] : left) kill(pid, SIGKILL);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return first;
+}
+
+// The guardian of one launch: a process of its own session (a signal to the
+// harness's group does not reach it) that holds the read end of a pipe whose
+// write end only the harness holds. A 'd' on it means the harness ended the
+// run itself; end of file without it means the harness died (SIGKILL
+// included), and the guardian ends every process of the run.
+[[noreturn]] void guard(int read_fd, const std::string& entry) {
+  setsid();
+  read_fd = fcntl(read_fd, F_DUPFD, 10);  // out of 0-2's way, should the harness have started without them
+  const int null_fd = ::open("/dev/null", O_RDWR);
+  for (int fd = 0; fd < 3 && null_fd >= 0; ++fd) dup2(null_fd, fd);
+  // Nothing else of the harness's (a results folder's lock above all) stays open here.
+  dup2(read_fd, 3);
+  read_fd = 3;
+  close_range(4, ~0U, 0);
+  char c = 0;
+  ssize_t n;
+  while ((n = ::read(read_fd, &c, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1 || c != 'd') end_tagged(entry, kGraceSeconds);
+  std::_Exit(0);
 }
 
 // argv as the char* array execvp wants; the strings must outlive it.
@@ -81,11 +158,28 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, const Laun
     }
   }
   std::vector<char*> args = c_args(argv);
+  // Every process of this run carries the tag, mpiexec's proxies and ranks
+  // too: Hydra passes the environment on but starts each proxy and rank in a
+  // session of its own, so no process group holds the whole run.
+  const std::string tag_value = fmt::format("{}.{}", getpid(), ++g_launches);
+  const std::string tag = fmt::format("{}={}", kRunTagVariable, tag_value);
+  int guard_pipe[2];
+  if (pipe2(guard_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  const pid_t guardian = fork();  // first: from here on, a harness that dies leaves nothing of the run behind
+  if (guardian < 0) throw std::runtime_error("fork failed");
+  if (guardian == 0) {
+    ::close(guard_pipe[1]);
+    ::close(fd);
+    guard(guard_pipe[0], tag);
+  }
+  ::close(guard_pipe[0]);
+  const pid_t harness = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);  // the harness killed outright (SIGKILL): end the program too
+    if (getppid() != harness) std::_Exit(127);  // it died before the line above
     const int null_fd = ::open("/dev/null", O_RDONLY);  // nothing the harness starts reads its input
     if (null_fd >= 0) dup2(null_fd, 0);
     dup2(fd, 1);
@@ -93,12 +187,33 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, const Laun
     // The harness is single-threaded, so changing the environment here is safe.
     for (const auto& [k, v] : opt.env) setenv(k.c_str(), v.c_str(), 1);
     for (const std::string& k : opt.unset_env) unsetenv(k.c_str());
+    setenv(kRunTagVariable, tag_value.c_str(), 1);
     if (!opt.cwd.empty() && chdir(opt.cwd.c_str()) != 0) std::_Exit(127);
     exec_child(args);
   }
-  ::close(fd);
   setpgid(pid, pid);
   g_child_group = pid;
+  // However the run ends, nothing of it stays: what is left is ended, the
+  // guardian told so and waited for.
+  const auto finish = [&](bool timed_out) {
+    const auto left = end_tagged(tag, kGraceSeconds);
+    if (!left.empty() && !timed_out) {  // the program ended and left processes behind: say so in its log
+      std::string note = fmt::format("harness: {} process(es) of this run were still alive after it ended; ended "
+                                     "them:\n", left.size());
+      for (const auto& [p, cmd] : left) note += fmt::format("harness:   pid {}: {}\n", p, cmd);
+      ::lseek(fd, 0, SEEK_END);
+      if (::write(fd, note.data(), note.size()) < 0) {
+        // The note is a courtesy: the processes are ended whether or not it is written.
+      }
+    }
+    ::close(fd);
+    while (::write(guard_pipe[1], "d", 1) < 0 && errno == EINTR) {
+    }
+    ::close(guard_pipe[1]);
+    while (waitpid(guardian, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    g_child_group = 0;
+  };
   const auto t0 = std::chrono::steady_clock::now();
   auto next_tick = t0 + std::chrono::milliseconds(500);
   int status = 0;
@@ -108,21 +223,22 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, const Laun
       next_tick += std::chrono::milliseconds(500);
     }
     const pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid || (r < 0 && errno != EINTR)) break;
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) {
+      finish(false);
+      throw std::runtime_error(fmt::format("waiting for {}: {}", argv[0], std::strerror(errno)));
+    }
     if (opt.timeout_s > 0 &&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > opt.timeout_s) {
       kill(-pid, SIGTERM);
-      for (int i = 0; i < 30 && waitpid(pid, &status, WNOHANG) == 0; ++i) {  // up to 3 s to end cleanly
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
+      finish(true);  // the program (tagged) and all of its processes, SIGKILL after the grace
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
-      g_child_group = 0;
       return -1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  g_child_group = 0;
+  finish(false);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }

@@ -20,6 +20,13 @@ namespace gpt2::harness {
 // this status; the harness records it as skipped, not failed.
 inline constexpr int kExitUnavailable = 3;
 
+// Every process a launch starts, and everything those start (mpiexec's
+// proxies and ranks included), carries this variable in its environment,
+// set to "<harness pid>.<launch>": how the harness finds the whole run, which
+// no process group holds (MPICH's Hydra starts each proxy and rank in a
+// session of its own). tests/checks.py finds leftovers the same way.
+inline constexpr const char* kRunTagVariable = "GPT2_HARNESS_RUN";
+
 struct LaunchOptions {
   double timeout_s = 0;                                     // > 0: end the process group after this long
   bool append_log = false;                                  // append to the log (with a "$ command" line) instead of replacing it
@@ -31,7 +38,13 @@ struct LaunchOptions {
 
 // Runs argv with stdout and stderr to `log`, in its own process group so a
 // timeout (or the harness's own SIGINT/SIGTERM) ends it and its children.
-// Returns the exit status, 128 + signal for a killed program, or -1 on timeout.
+// No process of the run outlives the call: when the program has ended, or
+// the timeout ends it, every process tagged with the run (kRunTagVariable)
+// gets SIGTERM and, 3 s later, SIGKILL (leftovers after a normal end are
+// named in the log). A guardian process, forked first, does the same if the
+// harness itself dies, even by SIGKILL.
+// Returns the exit status, 128 + signal for a killed program, or -1 on
+// timeout; throws std::runtime_error if the program cannot be waited for.
 int launch(const std::vector<std::string>& argv, const std::filesystem::path& log, const LaunchOptions& opt);
 
 // What a short-lived program printed: for `serial config`, whose stdout is data.

@@ -107,13 +107,15 @@ struct MpiSession {
     // MPICH 4.0.2 (Debian 12, ch4:ucx) with UCX over TCP can leave a rank
     // waiting forever in MPI_Finalize for an acknowledgement from a peer that
     // has already gone on to the final PMI barrier (docs/mpi_stage.md: seen
-    // across hosts and on one host with UCX_TLS=tcp). Everything the job had
-    // to do is done by then, so a watchdog ends this process with the status
-    // it was going to return instead of letting the job hang.
+    // across hosts and on one host with UCX_TLS=tcp), and a launcher that
+    // stops answering (Hydra's proxy stopped or wedged) leaves it in the
+    // barrier's read on the PMI socket (mpi_test checks this). Everything the
+    // job had to do is done by then, so a watchdog ends this process with the
+    // status it was going to return instead of letting the job hang.
     std::thread([] {
       std::this_thread::sleep_for(kFinalizeGrace);
-      std::fprintf(stderr, "note: MPI_Finalize did not return within %lld s (a known MPICH/UCX hang over TCP); "
-                   "ending the process, its work complete\n", static_cast<long long>(kFinalizeGrace.count()));
+      std::fprintf(stderr, "note: MPI_Finalize did not return within %lld s (a peer or the launcher did not "
+                   "answer; MPICH/UCX over TCP is known to); ending the process, its work complete\n", static_cast<long long>(kFinalizeGrace.count()));
       std::fflush(stderr);
       std::_Exit(g_status_if_finalize_hangs.load());
     }).detach();

@@ -1,0 +1,33 @@
+"""Last in the suite (issue 53): no process that any test started is still
+alive. Every Python test tags its environment (tests/checks.py, TEST_TAG),
+and every program it starts inherits the tag, mpiexec's proxies and ranks
+included; meson runs this test alone, after the others (priority, not
+parallel). A process left is named and ended, and the test fails."""
+import sys
+import time
+
+from checks import TEST_TAG, Checks, end_processes, tagged_processes
+
+
+def main():
+    check = Checks()
+    # A test's processes may take a moment to go after it ended (a rank's
+    # MPI_Finalize watchdog, a harness guardian's 3 s grace).
+    deadline = time.time() + 10
+    while time.time() < deadline and others():
+        time.sleep(0.2)
+    left = others()
+    check("no process of the suite's tests is alive after them", not left,
+          "; ".join(f"pid {pid} (test {tag}): {cmd}" for pid, cmd, tag in left))
+    end_processes(left)
+    return check.finish()
+
+
+def others():
+    """The tagged processes but this test's own (its tag is set at import)."""
+    import os
+    return [x for x in tagged_processes(TEST_TAG) if x[2] != os.environ[TEST_TAG]]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
