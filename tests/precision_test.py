@@ -104,7 +104,7 @@ def main():
 
     # ---- Errors ----
     error = refuser(check, programs, a, common, out)
-    error("an unknown precision is refused", 1, ["--train.precision", "fp16"], "expected fp32 or bf16", serial=True)
+    error("an unknown precision is refused", 1, ["--train.precision", "fp16"], "expected fp32 | bf16", serial=True)
     def activations(stage, *extra):
         r = run([a.serial, "plan", *extra, "--stage", stage])
         return (json.loads(r.stdout)["per_rank"][0]["memory"]["activations_bytes"] if r.returncode == 0 else None), r

@@ -166,7 +166,7 @@ def main():
     error = refuser(check, programs, a, common, out)
     error("recompute full with zb-h1", 2, ["--train.recompute", "full", "--parallel.pp", "2",
                                           "--parallel.microbatches", "2", "--parallel.schedule", "zb-h1"], "zb-h1")
-    error("an unknown recompute setting", 2, ["--train.recompute", "selective"], "expected none, attention or full")
+    error("an unknown recompute setting", 2, ["--train.recompute", "selective"], "expected none | attention | full")
     error("a ZeRO stage outside 0..3", 2, ["--parallel.zero", "4"], "parallel.zero")
     error("ZeRO-3 with pipeline stages", 2, ["--parallel.zero", "3", "--parallel.pp", "2"], "parallel.zero 3")
     error("ZeRO-2 with tied embeddings", 2, ["--parallel.zero", "2", "--model.tie_embeddings", "true"],

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "util/enum_names.h"
+
 namespace gpt2 {
 
 void Gpt2Config::validate(bool vocab_from_tokenizer) const {
@@ -54,50 +56,28 @@ void Gpt2Config::validate(bool vocab_from_tokenizer) const {
   }
 }
 
-namespace {
-template <typename E>
-struct Names;
-template <> struct Names<Arch> { static constexpr const char* v[] = {"gpt2", "llama"}; static constexpr const char* key = "arch"; };
-template <> struct Names<NormKind> { static constexpr const char* v[] = {"auto", "layernorm", "rmsnorm"}; static constexpr const char* key = "norm"; };
-template <> struct Names<NormPosition> { static constexpr const char* v[] = {"auto", "pre", "post"}; static constexpr const char* key = "norm_position"; };
-template <> struct Names<PositionKind> { static constexpr const char* v[] = {"auto", "learned", "rope"}; static constexpr const char* key = "position"; };
-template <> struct Names<ActivationKind> { static constexpr const char* v[] = {"auto", "gelu", "relu", "silu"}; static constexpr const char* key = "activation"; };
-template <> struct Names<MlpKind> { static constexpr const char* v[] = {"auto", "standard", "swiglu"}; static constexpr const char* key = "mlp"; };
-template <> struct Names<BiasKind> { static constexpr const char* v[] = {"proj", "all", "none"}; static constexpr const char* key = "bias"; };
+template <> struct EnumNames<Arch> { static constexpr const char* names[] = {"gpt2", "llama"}; static constexpr const char* key = "model.arch"; };
+template <> struct EnumNames<NormKind> { static constexpr const char* names[] = {"auto", "layernorm", "rmsnorm"}; static constexpr const char* key = "model.norm"; };
+template <> struct EnumNames<NormPosition> { static constexpr const char* names[] = {"auto", "pre", "post"}; static constexpr const char* key = "model.norm_position"; };
+template <> struct EnumNames<PositionKind> { static constexpr const char* names[] = {"auto", "learned", "rope"}; static constexpr const char* key = "model.position"; };
+template <> struct EnumNames<ActivationKind> { static constexpr const char* names[] = {"auto", "gelu", "relu", "silu"}; static constexpr const char* key = "model.activation"; };
+template <> struct EnumNames<MlpKind> { static constexpr const char* names[] = {"auto", "standard", "swiglu"}; static constexpr const char* key = "model.mlp"; };
+template <> struct EnumNames<BiasKind> { static constexpr const char* names[] = {"proj", "all", "none"}; static constexpr const char* key = "model.bias"; };
 
-template <typename E>
-std::string name_of(E v) { return Names<E>::v[static_cast<int>(v)]; }
-
-template <typename E>
-void parse_name(const std::string& name, E& out) {
-  std::string known;
-  int i = 0;
-  for (const char* n : Names<E>::v) {
-    if (name == n) {
-      out = static_cast<E>(i);
-      return;
-    }
-    known += (known.empty() ? "" : " | ") + std::string(n);
-    ++i;
-  }
-  throw std::invalid_argument(fmt::format("model.{}: unknown value '{}' (expected {})", Names<E>::key, name, known));
-}
-}  // namespace
-
-std::string to_string(Arch v) { return name_of(v); }
-std::string to_string(NormKind v) { return name_of(v); }
-std::string to_string(NormPosition v) { return name_of(v); }
-std::string to_string(PositionKind v) { return name_of(v); }
-std::string to_string(ActivationKind v) { return name_of(v); }
-std::string to_string(MlpKind v) { return name_of(v); }
-std::string to_string(BiasKind v) { return name_of(v); }
-void from_string(const std::string& name, Arch& v) { parse_name(name, v); }
-void from_string(const std::string& name, NormKind& v) { parse_name(name, v); }
-void from_string(const std::string& name, NormPosition& v) { parse_name(name, v); }
-void from_string(const std::string& name, PositionKind& v) { parse_name(name, v); }
-void from_string(const std::string& name, ActivationKind& v) { parse_name(name, v); }
-void from_string(const std::string& name, MlpKind& v) { parse_name(name, v); }
-void from_string(const std::string& name, BiasKind& v) { parse_name(name, v); }
+std::string to_string(Arch v) { return enum_name(v); }
+std::string to_string(NormKind v) { return enum_name(v); }
+std::string to_string(NormPosition v) { return enum_name(v); }
+std::string to_string(PositionKind v) { return enum_name(v); }
+std::string to_string(ActivationKind v) { return enum_name(v); }
+std::string to_string(MlpKind v) { return enum_name(v); }
+std::string to_string(BiasKind v) { return enum_name(v); }
+void from_string(const std::string& name, Arch& v) { parse_enum(name, v); }
+void from_string(const std::string& name, NormKind& v) { parse_enum(name, v); }
+void from_string(const std::string& name, NormPosition& v) { parse_enum(name, v); }
+void from_string(const std::string& name, PositionKind& v) { parse_enum(name, v); }
+void from_string(const std::string& name, ActivationKind& v) { parse_enum(name, v); }
+void from_string(const std::string& name, MlpKind& v) { parse_enum(name, v); }
+void from_string(const std::string& name, BiasKind& v) { parse_enum(name, v); }
 
 NormKind Gpt2Config::norm_kind() const {
   if (norm != NormKind::kAuto) return norm;

@@ -70,9 +70,9 @@ void check_deterministic(const RunConfig& c, int ranks, const std::string& stage
                        "train.batch_size {}; use {}", dp, K, c.train.batch_size,
                        K == 4 ? "1, 2 or 4 ranks" : K == 2 ? "1 or 2 ranks" : "1 rank"));
   }
-  if (c.train.precision != "fp32" && c.parallel.tp > 1) {
+  if (c.train.bf16() && c.parallel.tp > 1) {
     refuse(fmt::format("runs tensor parallelism in fp32 so far, not {} (its pieces' products are OpenBLAS's); use "
-                       "train.precision fp32 or parallel.tp 1", c.train.precision));
+                       "train.precision fp32 or parallel.tp 1", to_string(c.train.precision)));
   }
   if (c.parallel.pp > 1) {  // the microbatches are the replica's chunks (DeterministicPipelinedStep)
     if (c.parallel.microbatches * dp != K) {

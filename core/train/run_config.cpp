@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "train/pipeline.h"
+#include "util/enum_names.h"
 
 namespace gpt2 {
 
@@ -31,12 +32,6 @@ void TrainConfig::validate() const {
     if (v < 0) fail(key, fmt::format("must be >= 0, got {}", v));
   };
   positive("batch_size", batch_size);
-  if (precision != "fp32" && precision != "bf16") {
-    fail("precision", fmt::format("'{}' (expected fp32 or bf16)", precision));
-  }
-  if (recompute != "none" && recompute != "attention" && recompute != "full") {
-    fail("recompute", fmt::format("'{}' (expected none, attention or full)", recompute));
-  }
   if (micro_batch < 0) fail("micro_batch", fmt::format("must be >= 0 (0 = all of a rank's rows), got {}", micro_batch));
   if (micro_batch > batch_size) {
     fail("micro_batch", fmt::format("{} is above train.batch_size {}", micro_batch, batch_size));
@@ -51,6 +46,19 @@ void TrainConfig::validate() const {
   non_negative("grad_bucket_mb", grad_bucket_mb);
   non_negative("max_loss", max_loss);
 }
+
+template <> struct EnumNames<Precision> {
+  static constexpr const char* names[] = {"fp32", "bf16"};
+  static constexpr const char* key = "train.precision";
+};
+template <> struct EnumNames<Recompute> {
+  static constexpr const char* names[] = {"none", "attention", "full"};
+  static constexpr const char* key = "train.recompute";
+};
+std::string to_string(Precision p) { return enum_name(p); }
+std::string to_string(Recompute r) { return enum_name(r); }
+void from_string(const std::string& text, Precision& p) { parse_enum(text, p); }
+void from_string(const std::string& text, Recompute& r) { parse_enum(text, r); }
 
 std::string to_string(ZeroStage z) { return std::to_string(static_cast<int>(z)); }
 

@@ -24,6 +24,17 @@
 
 namespace gpt2 {
 
+// train.precision (DESIGN.md "Precision"): fp32, or bf16 mixed precision.
+enum class Precision { kFp32, kBf16 };
+// train.recompute: none; attention (Megatron's selective recomputation, which
+// this engine's attention always does: the same as none); full (each layer
+// keeps its input only and is recomputed in the backward).
+enum class Recompute { kNone, kAttention, kFull };
+std::string to_string(Precision p);
+std::string to_string(Recompute r);
+void from_string(const std::string& text, Precision& p);  // throws std::invalid_argument naming train.precision
+void from_string(const std::string& text, Recompute& r);  // throws std::invalid_argument naming train.recompute
+
 struct TrainConfig {
   int batch_size = 16;          // global batch rows
   int micro_batch = 0;          // rows of one forward/backward on a rank; 0: all its rows (no accumulation)
@@ -36,17 +47,17 @@ struct TrainConfig {
   int checkpoint_every = 0;     // training checkpoint every N steps; 0: at the end only
   bool save_checkpoint = true;  // false: write no checkpoint at all (benchmark runs)
   bool tf32 = false;            // CUDA stages: cuBLAS may use TF32 tensor cores
-  std::string precision = "fp32";  // "bf16": matrix products with bf16 inputs, fp32 sums (CPU stages)
+  Precision precision = Precision::kFp32;  // bf16: matrix products with bf16 inputs, fp32 sums
   bool deterministic = false;   // the same bits at any thread count (docs/determinism.md)
   double peak_gflops = 0.0;     // MFU denominator; 0: measure SGEMM at start-up
   double grad_bucket_mb = 0.0;  // data parallel: allreduce buckets overlapping backward; 0: one allreduce
   double max_loss = 0.0;        // divergence bound; 0: 3 x ln(vocab_size)
   bool layer_grad_norms = false;  // per-layer gradient norms in each step record (one pass over the gradients)
-  std::string recompute = "none";  // "full": each layer keeps its input only and is recomputed in the backward;
-                                   // "attention": what the attention always does here (= "none")
-  bool recompute_full() const { return recompute == "full"; }
+  Recompute recompute = Recompute::kNone;
+  bool bf16() const { return precision == Precision::kBf16; }
+  bool recompute_full() const { return recompute == Recompute::kFull; }
   // The element type of the activations only a matrix product reads: bf16 with precision bf16.
-  Dtype stored_dtype() const { return precision == "bf16" ? Dtype::bf16 : Dtype::f32; }
+  Dtype stored_dtype() const { return bf16() ? Dtype::bf16 : Dtype::f32; }
 
   // Throws std::invalid_argument naming the key.
   void validate() const;

@@ -301,7 +301,7 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   TpLayout layout = grid.layout(c.parallel.blocks(), c.parallel.vocab_parallel);
   layout.validate(st->model_config);
   // Every layout the same cut (fp32: under bf16 tensor parallelism is refused, and tp 1 needs no pieces).
-  if (c.train.deterministic && c.train.precision == "fp32") layout.pieces = canonical_pieces(st->model_config);
+  if (c.train.deterministic && !c.train.bf16()) layout.pieces = canonical_pieces(st->model_config);
   const StageLayers stage = StageLayers::of(st->model_config.L, grid.pp(), grid.stage());
   const ZeroLayout zl = zero_layout(c, dp);
   st->zero_stage = zl.stage;

@@ -55,7 +55,7 @@ MfuPeak mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Comm
           fmt::format("{}|{}|{}|{}x{}", m.hostname, m.cpu_model, st.backend->name(), comm.size(), threads);
       for (const auto& [k, v] : kernel_library_info()) key += "|" + v;
       // A bf16 run's ceiling is its bf16 products' (cpu_backend_kind measures those).
-      peak = best_known_peak(key, measured, c.train.precision == "bf16" ? "bf16 product" : "SGEMM");
+      peak = best_known_peak(key, measured, c.train.bf16() ? "bf16 product" : "SGEMM");
     }
     comm.broadcast(&peak.gflops, sizeof peak.gflops, 0);
   }
@@ -82,7 +82,7 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["schedule"] = c.parallel.schedule;
   p["zero"] = st.zero_stage;
   p["vocab_parallel"] = st.model->tp().shape().vocab;
-  p["precision"] = c.train.precision;
+  p["precision"] = to_string(c.train.precision);
   p["deterministic"] = c.train.deterministic;
   p["block_types"] = TpLayout{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.describe();
   p["hostfile"] = req.hostfile;
@@ -152,7 +152,7 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
     log.note(fmt::format("parallel.zero {} does nothing with one data-parallel rank: nothing to shard over",
                          c.parallel.zero_stage()));
   }
-  if (c.train.recompute == "attention") {
+  if (c.train.recompute == Recompute::kAttention) {
     log.note("train.recompute attention: the attention core's scores and probabilities are recomputed in every "
              "backward here (only each row's log-sum-exp is kept), so nothing more is recomputed: the same as none");
   }
@@ -545,7 +545,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
   ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp);
   const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend,
-                                                           {threads, c.train.tf32, 0, c.train.precision == "bf16",
+                                                           {threads, c.train.tf32, 0, c.train.bf16(),
                                                             c.train.deterministic},
                                                            grid);
   if (!req.resume.empty()) log.check_resume(req.resume, st->checkpoint_run_id);
@@ -682,12 +682,12 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   // As training cut them: train.deterministic in fp32 on the CPU stages, tp dividing the pieces (training refuses
   // the rest; generation then runs the default order).
   const bool cpu_stage = ctx.stage == "serial" || ctx.stage == "mpi";
-  if (c.train.deterministic && c.train.precision == "fp32" && cpu_stage &&
+  if (c.train.deterministic && !c.train.bf16() && cpu_stage &&
       canonical_pieces(ck->config) % layout.size == 0) {
     layout.pieces = canonical_pieces(ck->config);
   }
   auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, ctx.comm ? ctx.comm->local_rank() : 0,
-                              c.train.precision == "bf16", c.train.deterministic,
+                              c.train.bf16(), c.train.deterministic,
                               c.train.deterministic ? canonical_column_tile(ck->config) : 0});
   Gpt2 model(ck->config, be->memory(), layout);
   load_params(*ck, model);
