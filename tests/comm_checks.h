@@ -1,4 +1,4 @@
-// The Communicator's verbs (dist/comm.h) checked with exact values, on any
+// The Communicator's verbs (parallel/comm.h) checked with exact values, on any
 // communicator and in either memory: comm_test runs them on host memory
 // (local and MPI), nccl_test on device memory (NCCL and host-staged MPI),
 // both as GoogleTest programs under mpiexec (mpi_test_main.h).
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 namespace gpt2::testing {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "comm_checks.h"
-#include "dist/mpi/mpi_comm.h"
+#include "parallel/mpi/mpi_comm.h"
 #include "mpi_test_main.h"
 
 namespace gpt2 {

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/gradient_sync.h"
-#include "dist/mpi/mpi_comm.h"
-#include "dist/process_grid.h"
+#include "parallel/gradient_sync.h"
+#include "parallel/mpi/mpi_comm.h"
+#include "parallel/process_grid.h"
 #include "export_writer.h"
 #include "model/activations.h"
 #include "model/model.h"

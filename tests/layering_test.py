@@ -2,7 +2,7 @@
 """The layers of the engine (docs/architecture.md) include only downwards.
 
     util (beside the stack: any layer may include it; it includes none)
-    kernels < model < dist < train < app
+    kernels < model < parallel < train < app
 
 Every #include "layer/..." in core/<layer>/ must name its own layer, a lower
 one or util, and no quoted include may climb with "..". The model layer holds no YAML, files, MPI or clocks; the
@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-ORDER = ["kernels", "model", "dist", "train", "app"]
+ORDER = ["kernels", "model", "parallel", "train", "app"]
 # System headers a layer must not include: (pattern, what it stands for).
 FORBIDDEN = {
     "util": [(r"<cblas\.h>|<omp\.h>|<mpi\.h>|<cuda", "BLAS, OpenMP, MPI or CUDA")],

@@ -107,7 +107,7 @@ def main():
     # A rank that finished its work exits within a bounded time though its
     # launcher stops answering (issue 53): Hydra's proxy is stopped while the
     # rank trains, so MPI_Finalize's PMI barrier is never answered; the rank's
-    # finalize watchdog (dist/mpi/mpi_comm.cpp, 3 s) ends it, saying so.
+    # finalize watchdog (parallel/mpi/mpi_comm.cpp, 3 s) ends it, saying so.
     d = os.path.join(work, "stopped-launcher")
     p = subprocess.Popen([a.mpiexec, "-n", "1", a.mpi, "train", "--out", d] + common + ["--train.steps", "400"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)

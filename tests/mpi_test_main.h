@@ -25,7 +25,7 @@
 #include <cstdio>
 #include <string>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 namespace gpt2::testing {
 

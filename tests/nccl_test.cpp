@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "comm_checks.h"
-#include "dist/mpi/mpi_comm.h"
-#include "dist/nccl/cuda_comm.h"
+#include "parallel/mpi/mpi_comm.h"
+#include "parallel/nccl/cuda_comm.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "mpi_test_main.h"
 

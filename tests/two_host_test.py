@@ -47,7 +47,7 @@ STEPS = 10
 IFACE = "veth0"  # the veth end's name inside each namespace (same name in both)
 ADDR_A, ADDR_B = "10.77.0.1", "10.77.0.2"
 # Seconds mpiexec may take to exit once the run's results are complete. The
-# stage's finalize watchdog (core/dist/mpi/mpi_comm.h) ends a rank that hangs
+# stage's finalize watchdog (core/parallel/mpi/mpi_comm.h) ends a rank that hangs
 # in MPI_Finalize after 3 s; a job still running after this is a hang.
 FINALIZE_GRACE = 15
 

@@ -1,4 +1,4 @@
-// allreduce_bench: the data-parallel gradient sum, GradientSync (core/dist/gradient_sync.h)
+// allreduce_bench: the data-parallel gradient sum, GradientSync (core/parallel/gradient_sync.h)
 // over the MPI communicator, on a buffer the size of a shape's flat gradient
 // buffer. Run under mpiexec with 2 or more ranks; only rank 0 reports.
 //
@@ -21,9 +21,9 @@
 #include "bench_setup.h"
 #include "kernels/buffer.h"
 #include "app/cli.h"
-#include "dist/comm.h"
-#include "dist/gradient_sync.h"
-#include "dist/mpi/mpi_comm.h"
+#include "parallel/comm.h"
+#include "parallel/gradient_sync.h"
+#include "parallel/mpi/mpi_comm.h"
 
 namespace gpt2::bench {
 namespace {

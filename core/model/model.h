@@ -16,7 +16,7 @@ namespace gpt2 {
 // Told by the backward pass whenever a suffix of the gradient buffer is
 // final: grads[offset, end) will not change again this step. Data
 // parallelism starts the allreduce of finished buckets from here
-// (dist/gradient_sync.h) while the rest of the backward pass runs.
+// (parallel/gradient_sync.h) while the rest of the backward pass runs.
 class GradReadyHook {
  public:
   virtual ~GradReadyHook() = default;
@@ -26,7 +26,7 @@ class GradReadyHook {
 // Told before and after each unit (model/params.h, ParamUnit) of a forward
 // or backward pass: what ZeRO-3 gathers a unit's weights by (acquire binds
 // them, release frees them) and ZeRO-2 hands out and collects a unit's
-// gradient by (dist/zero.h). A model whose views are all resident needs none.
+// gradient by (parallel/zero.h). A model whose views are all resident needs none.
 // Units come in pass order: embeddings, layers, head forward; head, layers
 // from the last, embeddings backward. Within a pass, acquire(u) comes after
 // release of the unit before it, so a hook may prefetch one unit ahead.

@@ -85,7 +85,7 @@ struct ShardRange {
 // (set once by the parallel layout; the default is one whole model).
 //   ranges         ZeRO: the parts of the flat buffer this rank updates (one
 //                  contiguous range for ZeRO-1, a piece of every unit for
-//                  ZeRO-2/3, dist/zero.h); its moments are packed in that
+//                  ZeRO-2/3, parallel/zero.h); its moments are packed in that
 //                  order; the rest is updated by the other data-parallel
 //                  ranks. Empty: the whole buffer.
 //   stages         the pipeline group: each stage holds other parameters, so

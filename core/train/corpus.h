@@ -12,7 +12,7 @@
 
 #include <optional>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "model/bpe.h"
 #include "model/data_config.h"
 #include "model/dataloader.h"

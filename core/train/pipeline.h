@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "kernels/buffer.h"
 #include "kernels/backend.h"
 #include "model/activations.h"

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "dist/process_grid.h"
-#include "dist/zero.h"
+#include "parallel/process_grid.h"
+#include "parallel/zero.h"
 #include "kernels/exact_sum.h"
 #include "model/activations.h"
 #include "model/flops.h"

@@ -10,7 +10,7 @@
 // Per rank: its grid coordinates and pipeline stage's layers; its memory by
 // kind (RankMemory, as a run counts it from the buffers it allocated); the
 // calls and bytes each of its groups (tp, dp, pp) moves in one training step,
-// as the communicators count them (dist/comm.h: each call's buffer once).
+// as the communicators count them (parallel/comm.h: each call's buffer once).
 // Per run: the grid, the ZeRO stage in force, the rows, the FLOPs of a step
 // and the schedule's bubble when F, B and W take equal time.
 #pragma once

@@ -116,7 +116,7 @@ void from_string(const std::string& text, ZeroStage& z);  // throws std::invalid
 
 // The parallel layout (DESIGN.md "Parallel layouts"): ranks = dp x tp x pp,
 // with tensor-parallel groups of tp consecutive ranks, then pipeline stages,
-// then data-parallel replicas (dist/process_grid.h); the block type of each
+// then data-parallel replicas (parallel/process_grid.h); the block type of each
 // layer (model/tensor_parallel.h); the pipeline's microbatches and schedule
 // (train/pipeline.h); the ZeRO stage over the data-parallel group.
 struct ParallelConfig {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm.h"
-#include "dist/process_grid.h"
-#include "dist/zero.h"
+#include "parallel/comm.h"
+#include "parallel/process_grid.h"
+#include "parallel/zero.h"
 #include "kernels/backend.h"
 #include "model/config.h"
 #include "model/dataloader.h"
@@ -49,7 +49,7 @@ struct RunState {
   std::unique_ptr<Optimizer> opt;
   // parallel.zero with more than one data-parallel rank: the stage in force
   // (0 with one rank), and its shards: contiguous (`zero`: stage 1, or 2 under
-  // a pipeline) or unit-aligned (`sharded`: stages 2 and 3, dist/zero.h).
+  // a pipeline) or unit-aligned (`sharded`: stages 2 and 3, parallel/zero.h).
   int zero_stage = 0;
   std::optional<ZeroShard> zero;
   std::unique_ptr<ZeroShards> sharded;
@@ -126,7 +126,7 @@ int replica_rows(const RunConfig& c, int ranks, int tp, int pp);
 
 // How ZeRO lays a run out over `dp` data-parallel ranks: the stage in force
 // (0 with one rank); contiguous shards of a padded buffer (stage 1, or 2
-// under a pipeline schedule) or unit-aligned ones (dist/zero.h); what the
+// under a pipeline schedule) or unit-aligned ones (parallel/zero.h); what the
 // model's buffers hold.
 struct ZeroLayout {
   int stage = 0;

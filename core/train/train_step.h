@@ -4,14 +4,14 @@
 //
 //   data_parallel_step  one forward and backward on this rank's rows; the
 //                       reducer's collective overlaps the backward (bucketed
-//                       allreduce, dist/gradient_sync.h) or follows it
+//                       allreduce, parallel/gradient_sync.h) or follows it
 //                       (ZeRO-1's reduce-scatter, then an all-gather of the
 //                       parameters after the update). One process: no-ops.
 //   pipelined_step      pipeline stages or microbatches (train/pipeline.h):
 //                       the schedule's forwards and backwards, then the
 //                       reducer (allreduce or ZeRO-1), no overlap; the
 //                       replica's loss comes from the last stage.
-//   sharded_step        ZeRO-2/3 (dist/zero.h): the passes acquire and
+//   sharded_step        ZeRO-2/3 (parallel/zero.h): the passes acquire and
 //                       release each unit; gradients are reduce-scattered
 //                       unit by unit as the backward finishes them; the
 //                       update works on this rank's shard.
@@ -24,9 +24,9 @@
 #include <memory>
 #include <vector>
 
-#include "dist/comm.h"
-#include "dist/gradient_sync.h"
-#include "dist/zero.h"
+#include "parallel/comm.h"
+#include "parallel/gradient_sync.h"
+#include "parallel/zero.h"
 #include "kernels/backend.h"
 #include "model/activations.h"
 #include "model/model.h"

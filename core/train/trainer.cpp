@@ -12,9 +12,9 @@
 #include <iterator>
 #include <thread>
 
-#include "dist/gradient_sync.h"
-#include "dist/hostfile.h"
-#include "dist/process_grid.h"
+#include "parallel/gradient_sync.h"
+#include "parallel/hostfile.h"
+#include "parallel/process_grid.h"
 #include "model/activations.h"
 #include "model/flops.h"
 #include "model/generate.h"

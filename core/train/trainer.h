@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "kernels/backend.h"
 #include "train/run_config.h"
 

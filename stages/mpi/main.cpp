@@ -3,7 +3,7 @@
 // batch and the gradients are summed by one allreduce (MPICH) per step.
 // Everything else is the core's.
 #include "app/cli.h"
-#include "dist/mpi/mpi_comm.h"
+#include "parallel/mpi/mpi_comm.h"
 #include "kernels/cpu/omp_wait.h"
 
 int main(int argc, char** argv) {

@@ -8,8 +8,8 @@
 #include <cstdlib>
 
 #include "app/cli.h"
-#include "dist/mpi/mpi_comm.h"
-#include "dist/nccl/cuda_comm.h"
+#include "parallel/mpi/mpi_comm.h"
+#include "parallel/nccl/cuda_comm.h"
 #include "kernels/cpu/omp_wait.h"
 #include "kernels/cuda/cuda_backend.h"
 

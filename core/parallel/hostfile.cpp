@@ -1,4 +1,4 @@
-#include "dist/hostfile.h"
+#include "parallel/hostfile.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>

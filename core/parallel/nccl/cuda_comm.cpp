@@ -1,7 +1,7 @@
-// The verbs of dist/comm.h on device memory, through NCCL on the backend's
+// The verbs of parallel/comm.h on device memory, through NCCL on the backend's
 // stream or staged through host memory and the MPI communicator; host memory
-// goes to the MPI communicator as it is (dist/nccl/cuda_comm.h).
-#include "dist/nccl/cuda_comm.h"
+// goes to the MPI communicator as it is (parallel/nccl/cuda_comm.h).
+#include "parallel/nccl/cuda_comm.h"
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>

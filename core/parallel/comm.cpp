@@ -1,6 +1,6 @@
 // The Communicator's front door (argument checks, then the implementation's
 // do_ function), the local communicator and the broadcast helpers.
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #include <fmt/format.h>
 

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 namespace gpt2 {
 

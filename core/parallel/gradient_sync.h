@@ -10,13 +10,13 @@
 // GradientSync sums the whole buffer over the ranks (allreduce in buckets);
 // ContiguousShardSync is ZeRO-1's reduce-scatter of equal contiguous shards
 // and all-gather of the updated parameters. ZeRO-2/3's unit-aligned shards
-// are dist/zero.h.
+// are parallel/zero.h.
 #pragma once
 
 #include <cstddef>
 #include <utility>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "kernels/backend.h"
 #include "model/model.h"
 

@@ -1,4 +1,4 @@
-#include "dist/process_grid.h"
+#include "parallel/process_grid.h"
 
 #include <fmt/format.h>
 

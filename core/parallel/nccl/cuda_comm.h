@@ -16,7 +16,7 @@
 #include <string>
 
 #include "kernels/backend.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 namespace gpt2 {
 

@@ -1,9 +1,9 @@
-// The verbs of dist/comm.h over MPICH, on host memory. Counts beyond an int
+// The verbs of parallel/comm.h over MPICH, on host memory. Counts beyond an int
 // go in pieces of at most chunk_ elements. Collectives on floats use MPI's
 // blocking calls (the ranks reach them together, in the step's hot path);
 // broadcast, barrier and point to point wait without spinning (idle_wait), as
 // a pipeline stage may wait long for its neighbour.
-#include "dist/mpi/mpi_comm.h"
+#include "parallel/mpi/mpi_comm.h"
 
 #include <fmt/format.h>
 #include <mpi.h>

@@ -1,4 +1,4 @@
-#include "dist/zero.h"
+#include "parallel/zero.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "dist/gradient_sync.h"
+#include "parallel/gradient_sync.h"
 
 namespace gpt2 {
 

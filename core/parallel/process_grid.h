@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "model/tensor_parallel.h"
 
 namespace gpt2 {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 namespace gpt2 {
 

@@ -1,6 +1,6 @@
 // Communicator: a group of ranks and the verbs they use to talk, chosen once
 // at start-up: `local` (one process; every verb is the identity), `mpi`
-// (dist/mpi, MPICH) or the MPI+CUDA one (dist/nccl: NCCL or host-staged MPI
+// (parallel/mpi, MPICH) or the MPI+CUDA one (parallel/nccl: NCCL or host-staged MPI
 // on device memory). split() makes the sub-groups of a parallel layout (TP,
 // PP, DP groups) as Communicators of their own, with the same verbs.
 //
@@ -15,7 +15,7 @@
 // per rank. Buffers are the caller's: nothing is allocated for the result.
 //
 // Memory: broadcast and the scalar verbs take host memory. The float verbs
-// take the memory of the rank's backend (dist/nccl/cuda_comm.h): device
+// take the memory of the rank's backend (parallel/nccl/cuda_comm.h): device
 // memory for the MPI+CUDA communicator (which also accepts host memory and
 // sends it through MPI), host memory for local and mpi. On device memory a
 // verb is ordered on the backend's stream like a kernel: later kernels see its
@@ -130,7 +130,7 @@ class Communicator {
   void start_allreduce_sum(float* data, size_t count);
   // Non-blocking reduce_scatter_sum and all_gather (out of place only; the
   // buffers stay untouched until wait_all() returns): ZeRO-2/3's gradient
-  // pieces and prefetched weights (dist/zero.h). A communicator without a
+  // pieces and prefetched weights (parallel/zero.h). A communicator without a
   // non-blocking form completes them at once.
   void start_reduce_scatter_sum(const float* send, float* recv, size_t chunk);
   void start_all_gather(const float* send, float* recv, size_t chunk);

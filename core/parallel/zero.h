@@ -9,7 +9,7 @@
 // another in buffer order. So every collective is one unit's: a
 // reduce-scatter of its padded gradient (N x chunk floats) and an all-gather
 // of its weights, with equal counts on every rank (the verbs of
-// dist/comm.h, as NCCL has them too).
+// parallel/comm.h, as NCCL has them too).
 //
 //   stage 2  The model keeps its parameters (Residency::kParams). The
 //            backward's acquire(unit) binds the unit's gradient views to a
@@ -38,7 +38,7 @@
 
 #include <functional>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #include "kernels/buffer.h"
 #include "model/model.h"
