@@ -114,9 +114,11 @@ def train_on_shards(check, a, work, shards, encoder, vocab):
               "--data.vocab_bpe", vocab, "--train.seq_len", "16", "--train.batch_size", "4", "--train.eval_every", "2",
               "--model.block_size", "16", "--model.n_layer", "1", "--train.threads", "1"]
 
+    # errors="replace": a generated text may end inside a character (its last
+    # BPE token a part of a UTF-8 sequence), and the program prints its bytes.
     def train(out, *extra):
         return subprocess.run([a.serial, "train", "--out", os.path.join(work, out)] + common + list(extra),
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, errors="replace")
 
     def losses(out):
         rows = [json.loads(l) for l in open(os.path.join(work, out, "metrics.jsonl"))]
@@ -132,7 +134,7 @@ def train_on_shards(check, a, work, shards, encoder, vocab):
     first = train("part", "--train.steps", "2", "--data.loader", "random")
     resumed = subprocess.run([a.serial, "train", "--resume", os.path.join(work, "part", "checkpoint.bin"), "--out",
                               os.path.join(work, "part")] + common + ["--train.steps", "4", "--data.loader", "random"],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, errors="replace")
     check("a run on shards resumed from its checkpoint gives the uninterrupted run's losses",
           first.returncode == 0 and resumed.returncode == 0 and losses("part") == losses("whole"),
           (first.stderr + resumed.stderr).strip()[-300:])
@@ -148,16 +150,16 @@ def train_on_shards(check, a, work, shards, encoder, vocab):
     data[12:16] = (50000).to_bytes(4, "little")
     open(os.path.join(other, "train_000000.bin"), "wb").write(data)
     r = subprocess.run([a.serial, "train", "--out", os.path.join(work, "bad")] + common +
-                       ["--data.shards", other, "--train.steps", "1"], capture_output=True, text=True)
+                       ["--data.shards", other, "--train.steps", "1"], capture_output=True, text=True, errors="replace")
     check("a shard made with another vocabulary is refused, naming the file",
           r.returncode != 0 and "train_000000.bin" in r.stderr and "vocabulary of 50000" in r.stderr
           and not os.path.exists(os.path.join(work, "bad", "checkpoint.bin")), r.stderr.strip()[-300:])
     r = subprocess.run([a.serial, "train", "--out", os.path.join(work, "bad")] + common +
-                       ["--data.tokenizer", "word", "--train.steps", "1"], capture_output=True, text=True)
+                       ["--data.tokenizer", "word", "--train.steps", "1"], capture_output=True, text=True, errors="replace")
     check("shards with data.tokenizer word are refused", r.returncode == 2 and "data.shards" in r.stderr,
           r.stderr.strip()[-200:])
     r = subprocess.run([a.serial, "train", "--out", os.path.join(work, "bad"), "--config", config,
-                        "--data.tokenizer", "gpt2", "--train.steps", "1"], capture_output=True, text=True)
+                        "--data.tokenizer", "gpt2", "--train.steps", "1"], capture_output=True, text=True, errors="replace")
     check("gpt2 without its files is refused, naming the key", r.returncode == 2 and "data.encoder_json" in r.stderr,
           r.stderr.strip()[-200:])
 
@@ -187,11 +189,11 @@ def main():
         total += len(text)
         ours_ids, ref_ids = src + ".ours", src + ".tiktoken"
         r = subprocess.run([a.tool, "--encoder", encoder, "--vocab", vocab, "--in", src, "--out", ours_ids],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, errors="replace")
         check(f"{title}: our encoder runs and decodes its ids to the text's bytes", r.returncode == 0,
               (r.stdout + r.stderr).strip()[-300:])
         t = subprocess.run([node, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiktoken_encode.cjs"),
-                            modules, src, ref_ids], capture_output=True, text=True)
+                            modules, src, ref_ids], capture_output=True, text=True, errors="replace")
         if r.returncode != 0 or t.returncode != 0:
             check(f"{title}: tiktoken runs", t.returncode == 0, t.stderr.strip()[-300:])
             continue
@@ -211,14 +213,14 @@ def main():
     for threads in (1, 2):
         ids = os.path.join(work, f"docs_t{threads}.ids")
         r = subprocess.run([a.tool, "--encoder", encoder, "--vocab", vocab, "--in", src, "--out", ids,
-                            "--documents", "16", "--threads", str(threads)], capture_output=True, text=True)
+                            "--documents", "16", "--threads", str(threads)], capture_output=True, text=True, errors="replace")
         outs.append(open(ids, "rb").read() if r.returncode == 0 else None)
     check("16 documents on 2 threads give the ids of 1 thread, and decode to the text",
           outs[0] is not None and outs[0] == outs[1], f"{len(outs[0] or b'') // 4} tokens")
 
     bad = os.path.join(work, "invalid.bin")
     open(bad, "wb").write(invalid_utf8(20000))
-    r = subprocess.run([a.tool, "--encoder", encoder, "--vocab", vocab, "--in", bad], capture_output=True, text=True)
+    r = subprocess.run([a.tool, "--encoder", encoder, "--vocab", vocab, "--in", bad], capture_output=True, text=True, errors="replace")
     check("bytes that are not UTF-8: encoded, and decoded back to the same bytes", r.returncode == 0,
           (r.stdout + r.stderr).strip()[-300:])
 
@@ -228,7 +230,7 @@ def main():
         out = os.path.join(work, "shards")
         r = subprocess.run([a.serial, "prepare", "--input", ",".join(docs), "--encoder_json", encoder, "--vocab_bpe",
                             vocab, "--out", out, "--shard_tokens", "20000", "--data.val_fraction", "0.1",
-                            "--train.threads", "2"], capture_output=True, text=True)
+                            "--train.threads", "2"], capture_output=True, text=True, errors="replace")
         check("prepare runs and prints its summary", r.returncode == 0 and "prepared 2 documents" in r.stdout
               and "[prepare] 2/2 documents" in r.stderr, (r.stdout + r.stderr).strip()[-300:])
         if r.returncode == 0:
@@ -257,7 +259,7 @@ def main():
         fresh = os.path.join(work, "tiny_tales_gpt2")
         r = subprocess.run([a.serial, "prepare", "--input", os.path.join(a.root, "data", "tiny_tales.txt"),
                             "--encoder_json", encoder, "--vocab_bpe", vocab, "--out", fresh, "--data.val_fraction",
-                            "0.1"], capture_output=True, text=True)
+                            "0.1"], capture_output=True, text=True, errors="replace")
         shipped = os.path.join(a.root, "data", "tiny_tales_gpt2")
         names = sorted(os.listdir(shipped))
         check("data/tiny_tales_gpt2 holds exactly what prepare makes of the shipped corpus",
@@ -265,13 +267,13 @@ def main():
                   open(os.path.join(shipped, n), "rb").read() == open(os.path.join(fresh, n), "rb").read()
                   for n in names), f"{names}; {r.stderr.strip()[-200:]}")
         r = subprocess.run([a.serial, "prepare", "--input", os.path.join(work, "missing.txt"), "--encoder_json", encoder,
-                            "--vocab_bpe", vocab, "--out", os.path.join(work, "none")], capture_output=True, text=True)
+                            "--vocab_bpe", vocab, "--out", os.path.join(work, "none")], capture_output=True, text=True, errors="replace")
         check("prepare: a missing input file is named, and nothing is written",
               r.returncode == 2 and "missing.txt: no such file" in r.stderr
               and not os.path.exists(os.path.join(work, "none")), r.stderr.strip()[-200:])
 
     def refused(title, enc, voc, needle):
-        r = subprocess.run([a.tool, "--encoder", enc, "--vocab", voc, "--in", bad], capture_output=True, text=True)
+        r = subprocess.run([a.tool, "--encoder", enc, "--vocab", voc, "--in", bad], capture_output=True, text=True, errors="replace")
         lines = [l for l in r.stderr.splitlines() if "error" in l]
         check(title, r.returncode == 2 and len(lines) == 1 and needle in lines[0],
               lines[0] if lines else f"exit {r.returncode}: {r.stderr[-200:]}")
