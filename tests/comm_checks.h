@@ -272,6 +272,31 @@ inline void check_verbs(const Group& g, Arrays& arrays, size_t n, size_t k) {
   comm.send_recv(ring_out, out_count, next, ring_in, in_count, prev);
   expect_equal(fmt::format("{}: send_recv ring, {} floats out, {} in", at, out_count, in_count),
                arrays.read(ring_in, in_count), values(member(prev), in_count));
+
+  // ---- Host values of other types: 64-bit counters beyond a float's 24
+  // bits and doubles, moved as they are (host memory whatever `arrays`) ----
+  const auto counters = [](int world_rank) {
+    const auto r = static_cast<uint64_t>(world_rank);
+    return std::vector<uint64_t>{(uint64_t{1} << 60) + 12345 + r, ~uint64_t{0} - r, r};
+  };
+  std::vector<uint64_t> gathered_counters(3 * static_cast<size_t>(R), 0), expected_counters;
+  for (int r = 0; r < R; ++r) {
+    const auto c = counters(member(r));
+    expected_counters.insert(expected_counters.end(), c.begin(), c.end());
+  }
+  const std::vector<uint64_t> mine_counters = counters(w);
+  comm.all_gather(mine_counters.data(), gathered_counters.data(), 3);
+  expect(gathered_counters == expected_counters, at + ": all_gather of 64-bit counters");
+  std::vector<uint64_t> in_place(3 * static_cast<size_t>(R), 0);
+  std::copy(mine_counters.begin(), mine_counters.end(), in_place.begin() + 3 * comm.rank());
+  comm.all_gather(in_place.data() + 3 * comm.rank(), in_place.data(), 3);
+  expect(in_place == expected_counters, at + ": all_gather of 64-bit counters in place");
+  const double third = 1.0 / 3.0 + w, from_prev_double_expected = 1.0 / 3.0 + member(prev);
+  double from_prev_double = -1;
+  comm.send_recv(&third, 1, next, &from_prev_double, 1, prev);
+  expect(from_prev_double == from_prev_double_expected,
+         fmt::format("{}: send_recv ring of a double: got {:.17g}, expected {:.17g}", at, from_prev_double,
+                     from_prev_double_expected));
   comm.barrier();
 }
 
@@ -316,6 +341,18 @@ inline void check_argument_errors(const Group& g) {
   expect_rejects(at + "send_recv with itself of two counts", [&] { comm.send_recv(b, 1, me, b + 2, 2, me); },
                  "send_recv: with itself, sends 1 floats but receives 2");
   expect_rejects(at + "split with a negative color", [&] { comm.split(-1, 0); }, "split: color -1 is negative");
+  std::vector<uint64_t> u(2 * static_cast<size_t>(R) + 2, 0);
+  expect_rejects(at + "all_gather of counters from a shifted chunk",
+                 [&] { comm.all_gather(u.data() + 2 * me + 1, u.data(), 2); },
+                 "all_gather: send overlaps recv but is not this rank's chunk");
+  expect_rejects(at + "send_recv of doubles with overlapping buffers", [&] {
+    std::vector<double> d(4, 0.0);
+    comm.send_recv(d.data(), 3, 0, d.data() + 2, 2, 0);
+  }, "send_recv: send_data (24 bytes) and recv_data (16 bytes) overlap");
+  expect_rejects(at + "send_recv of doubles with itself of two counts", [&] {
+    std::vector<double> d(4, 0.0);
+    comm.send_recv(d.data(), 1, me, d.data() + 2, 2, me);
+  }, "send_recv: with itself, sends 8 bytes but receives 16");
 }
 
 }  // namespace gpt2::testing

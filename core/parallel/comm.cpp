@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "util/hash.h"
@@ -155,6 +157,54 @@ void Communicator::send_recv(const float* send_data, size_t send_count, int dest
   do_send_recv("send_recv", send_data, send_count, dest, recv_data, recv_count, source);
 }
 
+namespace {
+// Bytes [a, a + a_bytes) and [b, b + b_bytes) share one.
+bool overlap_bytes(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+void require_small(const char* verb, size_t bytes) {
+  if (bytes > static_cast<size_t>(INT_MAX)) {
+    throw std::invalid_argument(fmt::format("{}: {} bytes of host values in one call (at most {})", verb, bytes,
+                                            INT_MAX));
+  }
+}
+}  // namespace
+
+void Communicator::all_gather_bytes(const void* send, void* recv, size_t bytes) {
+  const size_t whole = bytes * static_cast<size_t>(size());
+  require_data("all_gather", "send", send, bytes);
+  require_data("all_gather", "recv", recv, whole);
+  require_small("all_gather", whole);
+  const bool in_place = send == static_cast<const char*>(recv) + static_cast<size_t>(rank()) * bytes;
+  if (!in_place && overlap_bytes(send, bytes, recv, whole)) {
+    throw std::invalid_argument("all_gather: send overlaps recv but is not this rank's chunk (in place means "
+                                "send == recv + rank * chunk)");
+  }
+  count_call(whole);
+  do_all_gather_bytes(send, recv, bytes);
+}
+
+void Communicator::send_recv_bytes(const void* send_data, size_t send_bytes, int dest, void* recv_data,
+                                   size_t recv_bytes, int source) {
+  require_data("send_recv", "send_data", send_data, send_bytes);
+  require_data("send_recv", "recv_data", recv_data, recv_bytes);
+  require_small("send_recv", std::max(send_bytes, recv_bytes));
+  require_rank("send_recv", "dest", dest, size());
+  require_rank("send_recv", "source", source, size());
+  if (overlap_bytes(send_data, send_bytes, recv_data, recv_bytes)) {
+    throw std::invalid_argument(fmt::format("send_recv: send_data ({} bytes) and recv_data ({} bytes) overlap",
+                                            send_bytes, recv_bytes));
+  }
+  if (dest == rank() && source == rank() && send_bytes != recv_bytes) {
+    throw std::invalid_argument(fmt::format("send_recv: with itself, sends {} bytes but receives {}", send_bytes,
+                                            recv_bytes));
+  }
+  count_call(send_bytes + recv_bytes);
+  do_send_recv_bytes(send_data, send_bytes, dest, recv_data, recv_bytes, source);
+}
+
 uint64_t Communicator::start_send(const float* data, size_t count, int peer) {
   require_data("start_send", "data", data, count);
   require_peer("start_send", peer, rank(), size());
@@ -200,6 +250,13 @@ class LocalCommunicator final : public Communicator {
     if (send_count > 0 && recv_count > 0) copy(recv_data, send_data, send_count);  // equal (checked above)
   }
   void do_start_allreduce_sum(float*, size_t) override {}
+  void do_all_gather_bytes(const void* send, void* recv, size_t bytes) override {
+    if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
+  }
+  void do_send_recv_bytes(const void* send_data, size_t send_bytes, int, void* recv_data, size_t recv_bytes,
+                          int) override {
+    if (send_bytes > 0 && recv_bytes > 0) std::memcpy(recv_data, send_data, send_bytes);  // equal (checked above)
+  }
 
  private:
   static void copy(float* dst, const float* src, size_t count) {

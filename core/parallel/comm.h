@@ -28,15 +28,22 @@
 // checked: like in MPI it is undefined, and may hang.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace gpt2 {
+
+// A host value the typed verbs move as its bytes: doubles, 64-bit counters,
+// std::byte; floats take the float verbs (device memory included).
+template <typename T>
+concept HostValue = std::is_trivially_copyable_v<T> && !std::same_as<T, float>;
 
 // What a communicator's verbs moved: calls of the data verbs (broadcast,
 // the allreduces, reduce_scatter_sum, all_gather, send, recv, send_recv) and
@@ -124,6 +131,22 @@ class Communicator {
   uint64_t start_send(const float* data, size_t count, int peer);
   void wait_send(uint64_t ticket);
 
+  // ---- Host values of other types ----
+
+  // all_gather and send_recv on host memory of another type than float (a
+  // double, 64-bit counters: NCCL and MPI verbs take a datatype), with the
+  // float verbs' rules: counts in elements of T, in place or disjoint for
+  // all_gather, no overlap for send_recv. The values travel as their bytes
+  // (at most 2^31 - 1 bytes a call: small values, not tensors).
+  template <HostValue T>
+  void all_gather(const T* send, T* recv, size_t chunk) {
+    all_gather_bytes(send, recv, chunk * sizeof(T));
+  }
+  template <HostValue T>
+  void send_recv(const T* send_data, size_t send_count, int dest, T* recv_data, size_t recv_count, int source) {
+    send_recv_bytes(send_data, send_count * sizeof(T), dest, recv_data, recv_count * sizeof(T), source);
+  }
+
   // ---- Overlap and faults ----
 
   // Non-blocking sum-allreduce of a range; completed by wait_all().
@@ -164,8 +187,15 @@ class Communicator {
   virtual void do_start_all_gather(const float* send, float* recv, size_t chunk) { do_all_gather(send, recv, chunk); }
   virtual uint64_t do_start_send(const float* data, size_t count, int peer);
   virtual void do_wait_send(uint64_t ticket);
+  // The typed host verbs, in bytes (checked: host memory, sizes, overlaps).
+  virtual void do_all_gather_bytes(const void* send, void* recv, size_t bytes) = 0;
+  virtual void do_send_recv_bytes(const void* send_data, size_t send_bytes, int dest, void* recv_data,
+                                  size_t recv_bytes, int source) = 0;
 
  private:
+  void all_gather_bytes(const void* send, void* recv, size_t bytes);
+  void send_recv_bytes(const void* send_data, size_t send_bytes, int dest, void* recv_data, size_t recv_bytes,
+                       int source);
   void count_call(size_t bytes) {
     if (size() > 1) {
       ++stats_.calls;

@@ -160,11 +160,8 @@ double tree_across_ranks(Backend& be, Communicator& dp, double loss_sum, float* 
   const Tensor g(grads, {static_cast<int64_t>(n)}), other_g(recv, {static_cast<int64_t>(n)});
   for (int bit = 1; bit < dp.size(); bit <<= 1) {
     const int partner = dp.rank() ^ bit;
-    float mine[2], theirs[2];
-    std::memcpy(mine, &loss_sum, sizeof loss_sum);
-    dp.send_recv(mine, 2, partner, theirs, 2, partner);
     double other = 0;
-    std::memcpy(&other, theirs, sizeof other);
+    dp.send_recv(&loss_sum, 1, partner, &other, 1, partner);
     loss_sum = loss_sum + other;
     if (grads != nullptr) {
       dp.send_recv(grads, n, partner, recv, n, partner);

@@ -313,23 +313,12 @@ Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
                              mem.arenas,      mem.gathered,     mem.comm_buffers, mem.formula,
                              static_cast<uint64_t>(grid.stage()), mem.count,  mem.arena_embed, mem.arena_layers,
                              mem.arena_head,  mem.arena_scratch, rss};
-  // Floats carry each value exactly as three 20-bit parts.
-  constexpr uint64_t kPart = uint64_t{1} << 20;
-  std::vector<float> mine;
-  for (uint64_t v : values) {
-    mine.push_back(static_cast<float>(v / kPart / kPart));
-    mine.push_back(static_cast<float>(v / kPart % kPart));
-    mine.push_back(static_cast<float>(v % kPart));
-  }
-  std::vector<float> all(mine.size() * static_cast<size_t>(aux.size()));
-  aux.all_gather(mine.data(), all.data(), mine.size());
+  std::vector<uint64_t> all(std::size(values) * static_cast<size_t>(aux.size()));
+  aux.all_gather(values, all.data(), std::size(values));
   Json out = Json::array();
   for (int r = 0; r < aux.size(); ++r) {
-    const float* x = all.data() + static_cast<size_t>(r) * mine.size();
-    auto at = [&](int i) {
-      const auto part = [&](int k) { return static_cast<int64_t>(x[3 * i + k]); };
-      return (part(0) * static_cast<int64_t>(kPart) + part(1)) * static_cast<int64_t>(kPart) + part(2);
-    };
+    const uint64_t* x = all.data() + static_cast<size_t>(r) * std::size(values);
+    auto at = [&](int i) { return static_cast<int64_t>(x[i]); };
     out.push_back(Json{{"rank", r}, {"stage", at(8)}, {"zero", zero_stage}, {"params_bytes", at(0)},
                        {"grads_bytes", at(1)}, {"moments_bytes", at(2)}, {"arena_bytes", at(3)}, {"arenas", at(4)},
                        {"activations_bytes", at(3) * at(4)}, {"gathered_bytes", at(5)},

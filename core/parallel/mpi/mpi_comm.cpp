@@ -300,6 +300,37 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // The typed host verbs as MPI_BYTE (their sizes fit an int: checked).
+  void do_all_gather_bytes(const void* send, void* recv, size_t bytes) override {
+    const int n = static_cast<int>(bytes);
+    if (send == static_cast<const char*>(recv) + static_cast<size_t>(rank_) * bytes) {
+      MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, MPI_BYTE, comm_));
+    } else {
+      MPI_CHECK(MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm_));
+    }
+  }
+  void do_send_recv_bytes(const void* send_data, size_t send_bytes, int dest, void* recv_data, size_t recv_bytes,
+                          int source) override {
+    MPI_Request req[2];
+    MPI_Status status[2];
+    int n = 0;
+    if (recv_bytes > 0) {
+      MPI_CHECK(MPI_Irecv(recv_data, static_cast<int>(recv_bytes), MPI_BYTE, source, 0, comm_, &req[n++]));
+    }
+    if (send_bytes > 0) {
+      MPI_CHECK(MPI_Isend(send_data, static_cast<int>(send_bytes), MPI_BYTE, dest, 0, comm_, &req[n++]));
+    }
+    idle_wait(req, n, status);
+    if (recv_bytes > 0) {
+      int got = 0;
+      MPI_CHECK(MPI_Get_count(&status[0], MPI_BYTE, &got));
+      if (static_cast<size_t>(got) != recv_bytes) {
+        throw std::runtime_error(fmt::format("send_recv: expected {} bytes from rank {}, got {} (the sender's count "
+                                             "differs)", recv_bytes, source, got));
+      }
+    }
+  }
+
   // One Isend per piece, as do_send_recv cuts them (the receiver's recv
   // checks each piece), kept under the ticket until wait_send.
   uint64_t do_start_send(const float* data, size_t count, int peer) override {

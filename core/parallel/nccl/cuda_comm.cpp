@@ -166,6 +166,22 @@ class Impl final : public CudaMpiCommunicator {
     }
   }
 
+  // The typed host verbs: host values, through MPI.
+  void do_all_gather_bytes(const void* send, void* recv, size_t bytes) override {
+    if (on_device("all_gather", {send, recv})) {
+      throw std::invalid_argument("all_gather: host values (doubles, counters) on device memory");
+    }
+    mpi_.all_gather(static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), bytes);
+  }
+  void do_send_recv_bytes(const void* send_data, size_t send_bytes, int dest, void* recv_data, size_t recv_bytes,
+                          int source) override {
+    if (on_device("send_recv", {send_data, recv_data})) {
+      throw std::invalid_argument("send_recv: host values (doubles, counters) on device memory");
+    }
+    mpi_.send_recv(static_cast<const std::byte*>(send_data), send_bytes, dest, static_cast<std::byte*>(recv_data),
+                   recv_bytes, source);
+  }
+
   // The sub-group's path is chosen here, where all its ranks are.
   std::unique_ptr<Communicator> do_split(int color, int key) override {
     auto sub = std::make_unique<Impl>(mpi_.split(color, key), *this);
