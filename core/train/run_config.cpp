@@ -52,13 +52,21 @@ template <> struct EnumNames<Precision> {
   static constexpr const char* key = "train.precision";
 };
 template <> struct EnumNames<Recompute> {
-  static constexpr const char* names[] = {"none", "attention", "full"};
+  static constexpr const char* names[] = {"none", "full"};
   static constexpr const char* key = "train.recompute";
 };
 std::string to_string(Precision p) { return enum_name(p); }
 std::string to_string(Recompute r) { return enum_name(r); }
 void from_string(const std::string& text, Precision& p) { parse_enum(text, p); }
-void from_string(const std::string& text, Recompute& r) { parse_enum(text, r); }
+void from_string(const std::string& text, Recompute& r) {
+  if (text == "attention") {
+    throw std::invalid_argument(
+        "train.recompute: attention (Megatron's selective recomputation) is what this engine's attention always "
+        "does: it keeps only each row's log-sum-exp and recomputes the scores and probabilities in every backward; "
+        "use none (the same) or full");
+  }
+  parse_enum(text, r);
+}
 
 std::string to_string(ZeroStage z) { return std::to_string(static_cast<int>(z)); }
 

@@ -26,10 +26,11 @@ namespace gpt2 {
 
 // train.precision (DESIGN.md "Precision"): fp32, or bf16 mixed precision.
 enum class Precision { kFp32, kBf16 };
-// train.recompute: none; attention (Megatron's selective recomputation, which
-// this engine's attention always does: the same as none); full (each layer
-// keeps its input only and is recomputed in the backward).
-enum class Recompute { kNone, kAttention, kFull };
+// train.recompute: none, or full (each layer keeps its input only and is
+// recomputed in the backward). Megatron's selective recomputation is what
+// this engine's attention always does (it keeps only each row's log-sum-exp):
+// 'attention' is refused, naming that.
+enum class Recompute { kNone, kFull };
 std::string to_string(Precision p);
 std::string to_string(Recompute r);
 void from_string(const std::string& text, Precision& p);  // throws std::invalid_argument naming train.precision
@@ -85,19 +86,20 @@ struct TrainConfig {
       "Adam moments, gradients, the residual stream, norms, softmax and loss stay fp32; on the CUDA stages the "
       "products alone; docs/precision.md)");
     f("deterministic", deterministic,
-      "true: every sum in a canonical order, so the run gives the same bits at any thread count, data-parallel "
-      "rank count (a power of two dividing the batch's canonical chunks) and accumulation (so far: the CPU "
-      "stages, fp32, no tp, pp or ZeRO; docs/determinism.md); false: the fastest order");
+      "true: every sum in a canonical order, so the run gives serial's bits at any thread count and on every "
+      "exact layout of the CPU stages: data parallelism (a power of two dividing the batch's canonical chunks), "
+      "accumulation, ZeRO 1-3, pipelines, tensor parallelism, and bf16 but not under tp; spd/parallel blocks, a "
+      "vocabulary-parallel head, post-norm under tp and the CUDA stages are refused naming the constraint "
+      "(docs/determinism.md); false: the fastest order");
     f("peak_gflops", peak_gflops, "peak GFLOP/s for MFU; 0 = measure an SGEMM at start-up");
     f("grad_bucket_mb", grad_bucket_mb,
       "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one allreduce "
       "after backward");
     f("recompute", recompute,
-      "activation recomputation: none | attention | full. attention (Megatron's selective): the attention core's "
-      "scores and probabilities are recomputed in the backward, never kept; this engine's attention always does "
-      "so (it keeps only each row's log-sum-exp), so attention is none here. full: each layer keeps only its "
-      "input and its forward is run again in the backward, one layer at a time (the same bits, less memory, "
-      "about one more forward of compute)");
+      "activation recomputation: none | full. full: each layer keeps only its input and its forward is run "
+      "again in the backward, one layer at a time (the same bits, less memory, about one more forward of "
+      "compute). Megatron's selective recomputation (the attention core's scores and probabilities recomputed "
+      "in the backward) is what this engine's attention always does, so there is no 'attention' setting");
     f("layer_grad_norms", layer_grad_norms,
       "record each layer's gradient 2-norm (and the embeddings' and head's) in every step record; one extra pass "
       "over the gradients; whole models (no tp, pp or ZeRO)");

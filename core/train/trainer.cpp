@@ -152,10 +152,6 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
     log.note(fmt::format("parallel.zero {} does nothing with one data-parallel rank: nothing to shard over",
                          c.parallel.zero_stage()));
   }
-  if (c.train.recompute == Recompute::kAttention) {
-    log.note("train.recompute attention: the attention core's scores and probabilities are recomputed in every "
-             "backward here (only each row's log-sum-exp is kept), so nothing more is recomputed: the same as none");
-  }
   if (c.parallel.vocab_parallel && c.parallel.tp == 1) {
     log.note("parallel.vocab_parallel does nothing with parallel.tp 1: the embedding and head stay whole");
   }
