@@ -24,6 +24,7 @@
 #include "model/tokenizer.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/layout.h"
 #include "train/mfu_peak.h"
 #include "train/plan.h"
 #include "train/run_config.h"
@@ -548,6 +549,64 @@ RunConfig tiny_plan_config(int tp, std::vector<std::string> types) {
 }
 
 std::pair<uint64_t, uint64_t> traffic(const GroupTraffic& t) { return {t.calls.value_or(~0ull), t.bytes}; }
+
+// The step each layout runs, resolved once (train/layout.h), worked out by
+// hand for batch 4 (4 canonical chunks of 1 row): which step, how the
+// gradient meets the other replicas', and the rows of one arena.
+TEST(StepLayout, EachLayoutByHand) {
+  struct Case {
+    const char* what;
+    int dp, rows;
+    std::function<void(RunConfig&)> set;
+    StepKind step;
+    GradSum grad;
+    int arena_rows, chunks;
+  };
+  const std::vector<Case> cases = {
+      {"one rank", 1, 4, [](RunConfig&) {}, StepKind::kReplica, GradSum::kBuckets, 4, 0},
+      {"dp 2", 2, 2, [](RunConfig&) {}, StepKind::kReplica, GradSum::kBuckets, 2, 0},
+      {"ZeRO-1 on dp 2", 2, 2, [](RunConfig& c) { c.parallel.zero = ZeroStage::k1; }, StepKind::kReplica,
+       GradSum::kContiguousShards, 2, 0},
+      {"ZeRO-2 on dp 2", 2, 2, [](RunConfig& c) { c.parallel.zero = ZeroStage::k2; }, StepKind::kReplica,
+       GradSum::kUnitShards, 2, 0},
+      {"ZeRO-1 on one rank: nothing to shard", 1, 4, [](RunConfig& c) { c.parallel.zero = ZeroStage::k1; },
+       StepKind::kReplica, GradSum::kBuckets, 4, 0},
+      {"pp 2, 2 microbatches", 1, 4, [](RunConfig& c) { c.parallel.pp = 2, c.parallel.microbatches = 2; },
+       StepKind::kPipeline, GradSum::kBuckets, 2, 0},
+      {"ZeRO-2 under a schedule keeps whole gradients", 2, 2,
+       [](RunConfig& c) { c.parallel.zero = ZeroStage::k2, c.parallel.microbatches = 2; }, StepKind::kPipeline,
+       GradSum::kContiguousShards, 1, 0},
+      {"deterministic", 1, 4, [](RunConfig& c) { c.train.deterministic = true; }, StepKind::kChunks, GradSum::kTree,
+       1, 4},
+      {"deterministic ZeRO-3 on dp 2", 2, 2,
+       [](RunConfig& c) { c.train.deterministic = true, c.parallel.zero = ZeroStage::k3; }, StepKind::kChunks,
+       GradSum::kUnitShards, 1, 4},
+      {"deterministic ZeRO-2 on dp 2: the tree keeps whole gradients", 2, 2,
+       [](RunConfig& c) { c.train.deterministic = true, c.parallel.zero = ZeroStage::k2; }, StepKind::kChunks,
+       GradSum::kContiguousShards, 1, 4},
+      {"deterministic microbatches without stages are the chunks", 1, 4,
+       [](RunConfig& c) { c.train.deterministic = true, c.parallel.microbatches = 4; }, StepKind::kChunks,
+       GradSum::kTree, 1, 4},
+      {"deterministic pp 2", 1, 4,
+       [](RunConfig& c) { c.train.deterministic = true, c.parallel.pp = 2, c.parallel.microbatches = 4; },
+       StepKind::kChunkPipeline, GradSum::kTree, 1, 4},
+  };
+  for (const Case& k : cases) {
+    RunConfig c = tiny_plan_config(1, {});
+    k.set(c);
+    const StepLayout s = resolve_step(c, k.dp, k.rows, Dtype::f32);
+    EXPECT_EQ(s.step, k.step) << k.what << ": " << s.describe();
+    EXPECT_EQ(s.grad_sum, k.grad) << k.what << ": " << s.describe();
+    EXPECT_EQ(s.arena_rows, k.arena_rows) << k.what << ": " << s.describe();
+    EXPECT_EQ(s.chunks, k.chunks) << k.what << ": " << s.describe();
+  }
+  RunConfig zb = tiny_plan_config(1, {});
+  zb.parallel.pp = 2, zb.parallel.microbatches = 4, zb.parallel.schedule = "zb-h1", zb.train.recompute = Recompute::kNone;
+  const StepLayout s = resolve_step(zb, 1, 4, Dtype::bf16);
+  EXPECT_TRUE(s.split_backward);
+  EXPECT_EQ(s.describe(), "step: pipeline (zb-h1, 4 microbatches of 1 rows), gradient by allreduce in buckets, "
+                          "ZeRO 0, stored activations bf16");
+}
 
 TEST(Plan, TensorParallelTrafficByHand) {
   // tp then spd, N = 32: the tp layer 4 calls of 4 x 32 x 8 floats (4096 bytes);

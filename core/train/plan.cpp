@@ -14,6 +14,7 @@
 #include "model/flops.h"
 #include "model/optim.h"
 #include "train/corpus.h"
+#include "train/layout.h"
 #include "train/pipeline.h"
 #include "train/run_state.h"
 #include "train/train_step.h"
@@ -139,8 +140,8 @@ struct RankShape {
   int dp = 1, dp_rank = 0, stage = 0, rows = 0;
   std::vector<ParamUnit> units;  // the rank's (its tp shard of its stage)
   UnitShards shards;             // its unit-aligned ZeRO shards (stages 2 and 3 without a schedule), else empty
-  Dtype stored = Dtype::f32;     // the stored activations' type (stored_dtype_on)
-  bool sharded() const { return zero.stage >= 2 && !zero.contiguous; }
+  StepLayout step;               // the step it runs and what it keeps (train/layout.h)
+  bool sharded() const { return step.grad_sum == GradSum::kUnitShards; }
 };
 
 // The buffers a rank allocates (init_or_resume, make_layout), by size.
@@ -163,29 +164,21 @@ RankMemory plan_memory(const RankShape& r) {
   m.moments = 2 * scope_floats(scope, n) * sizeof(float);
   if (sharded) m.comm_buffers = 2 * shards.max_padded * sizeof(float);
   if (r.zero.stage == 3) m.gathered = 2 * shards.max_padded * sizeof(float);
-  const int T = r.c.train.seq_len;
-  const bool chunked = r.c.train.deterministic && r.c.parallel.pp == 1;  // canonical chunks, one at a time
-  if (chunked) {  // one arena of a canonical chunk; the chunks' tree buffers
-    const int K = canonical_chunks(r.c);
-    set_arena(m, arena_kinds(r.cfg, r.c.train.batch_size / K, T, r.tp.shape(), r.tp.has_private(), r.layers, false,
-                             r.c.train.recompute_full(), r.stored));
+  const StepLayout& sl = r.step;
+  // One arena of a canonical chunk, of a microbatch, or of the replica's rows.
+  set_arena(m, arena_kinds(r.cfg, sl.arena_rows, r.c.train.seq_len, r.tp.shape(), r.tp.has_private(), r.layers,
+                           sl.split_backward, sl.recompute_full, sl.stored));
+  if (sl.pipelined()) {  // one arena per microbatch in flight
+    m.arenas = static_cast<uint64_t>(max_in_flight(stage_schedule(sl.schedule, r.c.parallel.pp, r.stage,
+                                                                  sl.microbatches)));
+  }
+  if (sl.step == StepKind::kChunks) {  // the chunks' tree buffers
     const size_t shard_chunk = r.zero.contiguous ? zero_shard(n, padded, r.dp, r.dp_rank).chunk : 0;
-    m.comm_buffers += deterministic_buffer_floats(n, K, r.dp, shard_chunk) * sizeof(float);
-  } else if (r.c.parallel.pipelined()) {  // one arena per microbatch in flight
-    const ScheduleKind kind = parse_schedule(r.c.parallel.schedule);
-    const int mb = r.rows / r.c.parallel.microbatches;
-    set_arena(m, arena_kinds(r.cfg, mb, T, r.tp.shape(), r.tp.has_private(), r.layers, kind == ScheduleKind::kZbH1,
-                             r.c.train.recompute_full(), r.stored));
-    m.arenas = static_cast<uint64_t>(
-        max_in_flight(stage_schedule(kind, r.c.parallel.pp, r.stage, r.c.parallel.microbatches)));
-    if (r.c.train.deterministic) {  // the microbatch tree's buffers (PipelineEngine, tree), a partner's gradient
-      const auto buffers =
-          static_cast<uint64_t>(PipelineEngine::tree_buffers(static_cast<int>(m.arenas), r.c.parallel.microbatches));
-      m.comm_buffers += (buffers + (r.dp > 1 ? 1 : 0)) * n * sizeof(float);
-    }
-  } else {
-    set_arena(m, arena_kinds(r.cfg, r.rows, T, r.tp.shape(), r.tp.has_private(), r.layers, false,
-                             r.c.train.recompute_full(), r.stored));
+    m.comm_buffers += deterministic_buffer_floats(n, sl.chunks, r.dp, shard_chunk) * sizeof(float);
+  } else if (sl.step == StepKind::kChunkPipeline) {  // the microbatch tree's buffers (PipelineEngine), a partner's
+    const auto buffers = static_cast<uint64_t>(PipelineEngine::tree_buffers(static_cast<int>(m.arenas),
+                                                                            sl.microbatches));
+    m.comm_buffers += (buffers + (r.dp > 1 ? 1 : 0)) * n * sizeof(float);
   }
   m.count = n;
   m.formula = zero_formula_bytes(n, r.dp, r.zero.stage, r.zero.contiguous);
@@ -207,10 +200,10 @@ RankMemory plan_memory(const RankShape& r) {
 GroupTraffic tp_traffic(const RankShape& r) {
   GroupTraffic t;
   if (r.tp.size == 1) return t;
-  const bool det = r.c.train.deterministic;
+  const bool det = r.step.deterministic();
   const uint64_t C = static_cast<uint64_t>(r.cfg.C);
-  const uint64_t m = static_cast<uint64_t>(det && r.c.parallel.pp == 1 ? canonical_chunks(r.c) / r.dp
-                                                                        : r.c.parallel.microbatches);
+  const uint64_t m = static_cast<uint64_t>(r.step.step == StepKind::kChunks ? r.step.chunks / r.dp
+                                                                            : r.step.microbatches);
   const uint64_t N = static_cast<uint64_t>(r.rows) * static_cast<uint64_t>(r.c.train.seq_len);
   uint64_t rounds = 0;
   for (int bit = 1; bit < r.tp.size; bit <<= 1) ++rounds;
@@ -232,7 +225,7 @@ GroupTraffic tp_traffic(const RankShape& r) {
   for (int l = r.layers.first; l < r.layers.last;) {
     if (!r.tp.is_private(l)) {
       // Recomputation runs the layer's forward again in the backward (its two sums), but the stage's last.
-      const uint64_t again = r.c.train.recompute_full() && l != r.layers.last - 1 ? 2 : 0;
+      const uint64_t again = r.step.recompute_full && l != r.layers.last - 1 ? 2 : 0;
       calls += (4 + again) * m * per_call;
       t.bytes += (4 + again) * N * C * per_float;
       ++l;
@@ -317,7 +310,7 @@ GroupTraffic deterministic_dp_traffic(const RankShape& r, const RankMemory& mem)
     ++calls;  // the parameters' all-gather
     t.bytes += mem.grads;
   } else {
-    const uint64_t local = static_cast<uint64_t>(canonical_chunks(r.c) / N);
+    const uint64_t local = static_cast<uint64_t>(r.step.chunks / N);
     for (const UnitShards::Piece& p : r.shards.pieces) {
       halving(p.unit.count, p.chunk);
       calls += 2 * local;
@@ -339,14 +332,13 @@ GroupTraffic deterministic_dp_traffic(const RankShape& r, const RankMemory& mem)
 GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem) {
   GroupTraffic t;
   if (r.dp == 1) return t;
-  if (r.c.train.deterministic) return deterministic_dp_traffic(r, mem);
+  if (r.step.deterministic()) return deterministic_dp_traffic(r, mem);
   uint64_t calls = 1;
   t.bytes = sizeof(double);
   if (r.zero.stage == 0) {
     const size_t bucket = static_cast<size_t>(r.c.train.grad_bucket_mb * (1 << 20) / sizeof(float));
     // Under a schedule the buckets go during the stage's last whole backward (none with zb-h1's split one).
-    const bool split = r.c.parallel.pipelined() && parse_schedule(r.c.parallel.schedule) == ScheduleKind::kZbH1;
-    calls += bucket == 0 || split ? 1 : bucket_calls(r, mem.count, bucket);
+    calls += bucket == 0 || r.step.split_backward ? 1 : bucket_calls(r, mem.count, bucket);
     t.bytes += mem.count * sizeof(float);
   } else if (r.zero.contiguous) {
     calls += 3;
@@ -378,7 +370,7 @@ GroupTraffic pp_traffic(const RankShape& r) {
   t.calls = messages + 2;
   // train.deterministic's norm is an exact sum: its digits (ExactSquares::kFloats floats), not a double.
   t.bytes = messages * msg + sizeof(double) +
-            (r.c.train.deterministic ? ExactSquares::kFloats * sizeof(float) : sizeof(double));
+            (r.step.deterministic() ? ExactSquares::kFloats * sizeof(float) : sizeof(double));
   return t;
 }
 
@@ -420,7 +412,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
                 StageLayers::of(cfg.L, p.pp, at.stage), zero, p.dp, at.dp_rank, at.stage, p.rows, {}, {}};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);
-    r.stored = stored_dtype_on(c, stage);
+    r.step = resolve_step(c, p.dp, p.rows, stored_dtype_on(c, stage));
     ParamTensors scratch;
     r.units = param_units(cfg, layout(cfg, scratch, r.tp.shape(), r.layers));
     if (r.sharded()) r.shards = UnitShards::of(r.units, r.dp, r.dp_rank);

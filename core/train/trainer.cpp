@@ -21,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/mfu_peak.h"
+#include "train/layout.h"
 #include "train/pipeline.h"
 #include "train/plan.h"
 #include "train/run_logger.h"
@@ -96,8 +97,8 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
 }
 
 // The two lines that open a run's log: the model and data, the layout and the MFU peak.
-void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Communicator& comm, int threads,
-              const MfuPeak& peak, double max_loss) {
+void announce(const RunLogger& log, const RunConfig& c, const StepLayout& sl, const RunState& st,
+              Communicator& comm, int threads, const MfuPeak& peak, double max_loss) {
   log.note(fmt::format("model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}",
                        st.model_config.describe(), st.model->num_params(), st.data.size(), st.data.split.train.size(),
                        st.data.split.val.size(), st.data.tok.size()));
@@ -115,35 +116,34 @@ void announce(const RunLogger& log, const RunConfig& c, const RunState& st, Comm
                                                         st.model_config.V)
                                           : ""));
   }
-  if (c.train.deterministic) {
-    const int chunks = canonical_chunks(c);
+  log.note(sl.describe());
+  if (sl.deterministic()) {
     log.note(fmt::format("deterministic: {} canonical chunks of {} rows, each run alone and added in one tree{} "
-                         "(docs/determinism.md)", chunks, c.train.batch_size / chunks,
+                         "(docs/determinism.md)", sl.chunks, c.train.batch_size / sl.chunks,
                          c.parallel.tp > 1
                              ? fmt::format("; {} canonical pieces of the dimensions tensor parallelism cuts",
                                            st.model->tp().pieces)
                              : ""));
   }
-  if (c.parallel.pp > 1 || (!c.train.deterministic && c.parallel.microbatches > 1)) {
+  if (sl.pipelined()) {
     std::string stages;
     for (int s = 0; s < c.parallel.pp; ++s) {
       const StageLayers l = StageLayers::of(st.model_config.L, c.parallel.pp, s);
       stages += fmt::format("{}{}[{}, {})", s ? ", " : "", s, l.first, l.last);
     }
     log.note(fmt::format("pipeline: {} stages (layers {}), {} microbatches of {} rows, schedule {}",
-                         c.parallel.pp, stages, c.parallel.microbatches, st.rows / c.parallel.microbatches,
-                         c.parallel.schedule));
+                         c.parallel.pp, stages, sl.microbatches, sl.arena_rows, c.parallel.schedule));
   }
   const int dp = comm.size() / c.parallel.tp / c.parallel.pp;
-  if (st.zero) {
+  if (sl.grad_sum == GradSum::kContiguousShards) {
     log.note(fmt::format("ZeRO-{}: Adam moments sharded over {} data-parallel ranks ({} of {} parameters here){}",
                          st.zero_stage, dp, st.zero->end - st.zero->begin, st.model->num_params(),
                          st.zero_stage != 2            ? ""
-                         : c.train.deterministic ? "; the deterministic tree adds whole gradients over its chunks, so "
+                         : sl.deterministic() ? "; the deterministic tree adds whole gradients over its chunks, so "
                                                    "stage 2 keeps stage 1's memory"
                                                  : "; the pipeline schedule accumulates the stage's whole gradient over "
                                                    "its microbatches, so stage 2 keeps stage 1's memory"));
-  } else if (st.sharded) {
+  } else if (sl.grad_sum == GradSum::kUnitShards) {
     log.note(fmt::format("ZeRO-{}: {} sharded over {} data-parallel ranks ({} of {} parameters here, in {} units)",
                          st.zero_stage, st.zero_stage == 2 ? "moments and gradients" : "moments, gradients and parameters",
                          dp, st.sharded->shards().shard_floats, st.model->num_params(),
@@ -339,8 +339,8 @@ struct Layout {
   RankMemory mem;
 };
 
-std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGrid& grid, double max_loss,
-                                    const std::string& timeline_path) {
+std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, RunState& st, ProcessGrid& grid,
+                                    double max_loss, const std::string& timeline_path) {
   auto lay = std::make_unique<Layout>();
   Backend& be = *st.backend;
   Gpt2& model = *st.model;
@@ -348,61 +348,55 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, RunState& st, ProcessGri
   // tensor-parallel sums happen inside the model (model.tp()).
   Communicator& dp = grid.dp_comm();
   const StepParts parts{be, model, *st.opt, dp, c.train.batch_size, max_loss, c.train.layer_grad_norms};
-  // bf16 stored activations where the backend takes them (the CPU's); the
-  // plan says the same by stage (stored_dtype_on).
-  const Dtype stored = be.accepts_bf16() ? c.train.stored_dtype() : Dtype::f32;
-  // ZeRO-1 and 2 under train.deterministic (contiguous shards): the tree's gradient scattered into the shards
-  // (canonical_reduce_scatter), the updated parameters all-gathered.
-  const auto contiguous_shards = [&] {
-    TreeShards shards;
-    if (st.zero) {
+  // The reducer (none for the tree and for unit shards, which the step drives itself).
+  switch (sl.grad_sum) {
+    case GradSum::kBuckets:
+      lay->reducer = std::make_unique<GradientSync>(dp, model.grad_data(), model.num_params(),
+                                                    static_cast<size_t>(c.train.grad_bucket_mb * (1 << 20) / sizeof(float)));
+      break;
+    case GradSum::kContiguousShards:
       lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
-      shards = {st.zero->chunk, lay->reducer.get(), nullptr};
-    }
-    return shards;
-  };
-  if (c.train.deterministic && c.parallel.pp > 1) {  // the stages' microbatches are the canonical chunks
-    const int chunks = canonical_chunks(c);
-    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), parse_schedule(c.parallel.schedule),
-                                                 c.parallel.microbatches, st.rows, c.train.seq_len,
-                                                 c.train.recompute_full(), stored, true);
-    lay->step = deterministic_pipelined_step(parts, *lay->pipe, grid.pp_comm(), chunks, contiguous_shards());
-    lay->recorder.emplace(grid, *lay->pipe, timeline_path);
-    lay->mem = rank_memory(st, lay->pipe.get(), nullptr, grid.dp());
-    lay->mem.comm_buffers += (static_cast<uint64_t>(PipelineEngine::tree_buffers(lay->pipe->arenas(),
-                                                                                 c.parallel.microbatches)) +
-                              (grid.dp() > 1 ? 1 : 0)) * model.num_params() * sizeof(float);
-    return lay;
+      break;
+    case GradSum::kUnitShards:
+    case GradSum::kTree:
+      break;
   }
-  if (c.train.deterministic) {  // canonical chunks, their tree, recursive doubling (no reducer)
-    const int chunks = canonical_chunks(c);
-    lay->arena.emplace(model, c.train.batch_size / chunks, c.train.seq_len, false, c.train.recompute_full(), stored);
-    TreeShards shards = contiguous_shards();
-    if (st.zero_stage == 3) shards.zero3 = st.sharded.get();
-    lay->step = deterministic_step(parts, lay->arena->acts(), chunks, shards);
-    lay->mem = rank_memory(st, nullptr, &*lay->arena, grid.dp());
-    lay->mem.comm_buffers +=
-        deterministic_buffer_floats(model.num_params(), chunks, grid.dp(), shards.chunk) * sizeof(float);
-    return lay;
-  }
-  if (st.zero) {
-    lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
-  } else if (!st.sharded) {
-    lay->reducer = std::make_unique<GradientSync>(dp, model.grad_data(), model.num_params(),
-                                                  static_cast<size_t>(c.train.grad_bucket_mb * (1 << 20) / sizeof(float)));
-  }
-  if (c.parallel.pipelined()) {  // the schedule's arenas, one per microbatch in flight
-    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), parse_schedule(c.parallel.schedule),
-                                                 c.parallel.microbatches, st.rows, c.train.seq_len,
-                                                 c.train.recompute_full(), stored);
-    lay->step = pipelined_step(parts, *lay->pipe, grid.pp_comm(), *lay->reducer);
+  // Under train.deterministic: the tree's gradient scattered into the contiguous shards
+  // (canonical_reduce_scatter) or ZeRO-3's unit pieces, else whole.
+  TreeShards shards;
+  if (sl.grad_sum == GradSum::kContiguousShards) shards = {st.zero->chunk, lay->reducer.get(), nullptr};
+  if (sl.grad_sum == GradSum::kUnitShards) shards.zero3 = st.sharded.get();
+  if (sl.pipelined()) {  // the schedule's arenas, one per microbatch in flight
+    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), sl.schedule, sl.microbatches, st.rows,
+                                                 c.train.seq_len, sl.recompute_full, sl.stored, sl.deterministic());
     lay->recorder.emplace(grid, *lay->pipe, timeline_path);
   } else {
-    lay->arena.emplace(model, st.rows, c.train.seq_len, false, c.train.recompute_full(), stored);
-    lay->step = st.sharded ? sharded_step(parts, lay->arena->acts(), *st.sharded)
-                           : data_parallel_step(parts, lay->arena->acts(), *lay->reducer);
+    lay->arena.emplace(model, sl.arena_rows, c.train.seq_len, false, sl.recompute_full, sl.stored);
+  }
+  switch (sl.step) {
+    case StepKind::kReplica:
+      lay->step = sl.grad_sum == GradSum::kUnitShards ? sharded_step(parts, lay->arena->acts(), *st.sharded)
+                                                      : data_parallel_step(parts, lay->arena->acts(), *lay->reducer);
+      break;
+    case StepKind::kPipeline:
+      lay->step = pipelined_step(parts, *lay->pipe, grid.pp_comm(), *lay->reducer);
+      break;
+    case StepKind::kChunks:  // canonical chunks, their tree, recursive doubling
+      lay->step = deterministic_step(parts, lay->arena->acts(), sl.chunks, shards);
+      break;
+    case StepKind::kChunkPipeline:  // the stages' microbatches are the canonical chunks
+      lay->step = deterministic_pipelined_step(parts, *lay->pipe, grid.pp_comm(), sl.chunks, shards);
+      break;
   }
   lay->mem = rank_memory(st, lay->pipe.get(), lay->arena ? &*lay->arena : nullptr, grid.dp());
+  if (sl.step == StepKind::kChunks) {
+    lay->mem.comm_buffers +=
+        deterministic_buffer_floats(model.num_params(), sl.chunks, grid.dp(), shards.chunk) * sizeof(float);
+  } else if (sl.step == StepKind::kChunkPipeline) {
+    lay->mem.comm_buffers += (static_cast<uint64_t>(PipelineEngine::tree_buffers(lay->pipe->arenas(),
+                                                                                 sl.microbatches)) +
+                              (grid.dp() > 1 ? 1 : 0)) * model.num_params() * sizeof(float);
+  }
   return lay;
 }
 
@@ -541,9 +535,13 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   log.set_peak_configured(c.train.peak_gflops > 0);
   // The divergence bound: train.max_loss, or three times the loss of a uniform guess.
   const double max_loss = c.train.max_loss > 0 ? c.train.max_loss : 3.0 * std::log(st->model_config.V);
-  announce(log, c, *st, comm, threads, peak, max_loss);
-  const std::unique_ptr<Layout> lay =
-      make_layout(c, *st, grid, max_loss, comm.rank() == 0 ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
+  // The step, decided once: the log, the layout and the plan read it (train/layout.h). The stored
+  // activations are bf16 where the backend takes them (the CPU's; the plan's stored_dtype_on).
+  const StepLayout sl = resolve_step(c, grid.dp(), st->rows,
+                                     st->backend->accepts_bf16() ? c.train.stored_dtype() : Dtype::f32);
+  announce(log, c, sl, *st, comm, threads, peak, max_loss);
+  const std::unique_ptr<Layout> lay = make_layout(
+      c, sl, *st, grid, max_loss, comm.rank() == 0 ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
   std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
   const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
   const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();

@@ -1,0 +1,67 @@
+// The step a run takes, decided once (issue 41; DESIGN.md "The RunLayout:
+// settings resolved once"): from the resolved configuration, the
+// data-parallel size and the replica's rows, which step function runs, how
+// a replica's gradient meets the others', the canonical chunks, the
+// activation arenas' rows, the schedule and the stored dtype. The run builds
+// its step and reducer from it with one switch (trainer.cpp, make_layout),
+// the plan counts its memory and traffic from it (plan.cpp) and the run's log
+// prints it (describe()). Neither re-derives it from the settings.
+//
+// This is the first part of the RunLayout the issue asks for; the grid and
+// this rank's coordinates, the backend options and the refusals still live
+// where they were (ProcessGrid, BackendOptions, plan.cpp's checks).
+#pragma once
+
+#include <string>
+
+#include "kernels/tensor.h"
+#include "train/pipeline.h"
+#include "train/run_config.h"
+#include "train/run_state.h"
+
+namespace gpt2 {
+
+// Which step function (train_step.h) a layout runs.
+enum class StepKind {
+  kReplica,        // one arena of the replica's rows: data_parallel_step, or sharded_step under unit shards
+  kPipeline,       // a schedule's arenas, one per microbatch in flight: pipelined_step
+  kChunks,         // train.deterministic: one arena of a canonical chunk, chunks in a tree: deterministic_step
+  kChunkPipeline,  // train.deterministic with stages: the microbatches are the chunks: deterministic_pipelined_step
+};
+
+// How a replica's gradient meets the other replicas' (the reducer).
+enum class GradSum {
+  kBuckets,           // an allreduce of the whole buffer, in buckets during the backward (GradientSync)
+  kContiguousShards,  // ZeRO-1 (and 2 under a schedule or the tree): reduce-scatter into contiguous shards
+  kUnitShards,        // ZeRO-2/3: per-unit shards (ZeroShards)
+  kTree,              // train.deterministic without ZeRO: recursive doubling of the whole gradient
+};
+
+std::string to_string(StepKind k);
+std::string to_string(GradSum g);
+
+struct StepLayout {
+  StepKind step = StepKind::kReplica;
+  GradSum grad_sum = GradSum::kBuckets;
+  ZeroLayout zero;              // the ZeRO stage in force and its shards (run_state.h)
+  int chunks = 0;               // canonical chunks of the global batch (train.deterministic); 0 otherwise
+  int arena_rows = 0;           // rows of one activation arena
+  int microbatches = 1;         // per replica, under a schedule
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  bool split_backward = false;  // zb-h1: the backward as B and W
+  bool recompute_full = false;  // train.recompute full
+  Dtype stored = Dtype::f32;    // the stored activations' type
+
+  bool pipelined() const { return step == StepKind::kPipeline || step == StepKind::kChunkPipeline; }
+  bool deterministic() const { return step == StepKind::kChunks || step == StepKind::kChunkPipeline; }
+  // One line for the run's log: "step: pipeline (zb-h1, 4 microbatches of 2 rows), gradient by allreduce
+  // in buckets, ZeRO 0".
+  std::string describe() const;
+};
+
+// `c` resolved (resolve_micro_batch) and valid for `dp` replicas of `rows`
+// rows each; `stored`: the stored activations' type on this stage
+// (stored_dtype_on, or what the backend accepts).
+StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored);
+
+}  // namespace gpt2
