@@ -24,9 +24,12 @@ import signal
 import sys
 import time
 
-# Every process a test starts carries "GPT2_TEST_TAG=<script>.<pid>".
+# Every process a test starts carries "GPT2_TEST_TAG=<suite>:<script>.<pid>",
+# the suite being the build folder meson runs it from (GPT2_SUITE; empty for
+# a test run by hand): the leftovers test looks at its own suite's alone.
 TEST_TAG = "GPT2_TEST_TAG"
-os.environ[TEST_TAG] = f"{os.path.basename(sys.argv[0] or 'python')}.{os.getpid()}"
+SUITE = os.environ.get("GPT2_SUITE", "")
+os.environ[TEST_TAG] = f"{SUITE}:{os.path.basename(sys.argv[0] or 'python')}.{os.getpid()}"
 
 
 def tagged_processes(variable):

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <functional>
@@ -349,6 +350,8 @@ inline void check_argument_errors(const Group& g) {
     std::vector<double> d(4, 0.0);
     comm.send_recv(d.data(), 3, 0, d.data() + 2, 2, 0);
   }, "send_recv: send_data (24 bytes) and recv_data (16 bytes) overlap");
+  expect_rejects(at + "all_gather of counters whose bytes overflow a size",
+                 [&] { comm.all_gather(u.data(), u.data(), SIZE_MAX / 4); }, "overflow a size");
   expect_rejects(at + "send_recv of doubles with itself of two counts", [&] {
     std::vector<double> d(4, 0.0);
     comm.send_recv(d.data(), 1, me, d.data() + 2, 2, me);

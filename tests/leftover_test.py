@@ -2,11 +2,14 @@
 alive. Every Python test tags its environment (tests/checks.py, TEST_TAG),
 and every program it starts inherits the tag, mpiexec's proxies and ranks
 included; meson runs this test alone, after the others (priority, not
-parallel). A process left is named and ended, and the test fails."""
+parallel). A process left is named and ended, and the test fails. Only this
+suite's processes count (GPT2_SUITE: the build folder), so another suite
+running beside it is left alone."""
+import os
 import sys
 import time
 
-from checks import TEST_TAG, Checks, end_processes, tagged_processes
+from checks import SUITE, TEST_TAG, Checks, end_processes, tagged_processes
 
 
 def main():
@@ -24,9 +27,8 @@ def main():
 
 
 def others():
-    """The tagged processes but this test's own (its tag is set at import)."""
-    import os
-    return [x for x in tagged_processes(TEST_TAG) if x[2] != os.environ[TEST_TAG]]
+    """This suite's tagged processes (the same build folder's) but this test's own."""
+    return [x for x in tagged_processes(TEST_TAG) if x[2].startswith(SUITE + ":") and x[2] != os.environ[TEST_TAG]]
 
 
 if __name__ == "__main__":

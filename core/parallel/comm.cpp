@@ -172,6 +172,13 @@ void require_small(const char* verb, size_t bytes) {
 }
 }  // namespace
 
+size_t Communicator::host_bytes(const char* verb, size_t count, size_t size) {
+  if (size != 0 && count > SIZE_MAX / size) {
+    throw std::invalid_argument(fmt::format("{}: {} values of {} bytes overflow a size", verb, count, size));
+  }
+  return count * size;
+}
+
 void Communicator::all_gather_bytes(const void* send, void* recv, size_t bytes) {
   const size_t whole = bytes * static_cast<size_t>(size());
   require_data("all_gather", "send", send, bytes);

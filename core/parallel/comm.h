@@ -140,11 +140,12 @@ class Communicator {
   // (at most 2^31 - 1 bytes a call: small values, not tensors).
   template <HostValue T>
   void all_gather(const T* send, T* recv, size_t chunk) {
-    all_gather_bytes(send, recv, chunk * sizeof(T));
+    all_gather_bytes(send, recv, host_bytes("all_gather", chunk, sizeof(T)));
   }
   template <HostValue T>
   void send_recv(const T* send_data, size_t send_count, int dest, T* recv_data, size_t recv_count, int source) {
-    send_recv_bytes(send_data, send_count * sizeof(T), dest, recv_data, recv_count * sizeof(T), source);
+    send_recv_bytes(send_data, host_bytes("send_recv", send_count, sizeof(T)), dest, recv_data,
+                    host_bytes("send_recv", recv_count, sizeof(T)), source);
   }
 
   // ---- Overlap and faults ----
@@ -193,6 +194,8 @@ class Communicator {
                                   size_t recv_bytes, int source) = 0;
 
  private:
+  // count x size, refused (std::invalid_argument naming the verb) when it would wrap.
+  static size_t host_bytes(const char* verb, size_t count, size_t size);
   void all_gather_bytes(const void* send, void* recv, size_t bytes);
   void send_recv_bytes(const void* send_data, size_t send_bytes, int dest, void* recv_data, size_t recv_bytes,
                        int source);

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -91,14 +92,18 @@ std::vector<std::pair<pid_t, std::string>> end_tagged(const std::string& entry, 
   return first;
 }
 
-// The guardian of one launch: a process of its own session (a signal to the
-// harness's group does not reach it) that holds the read end of a pipe whose
-// write end only the harness holds. A 'd' on it means the harness ended the
-// run itself; end of file without it means the harness died (SIGKILL
-// included), and the guardian ends every process of the run.
+// The guardian of one launch: a process of its own group (the harness puts
+// it there before starting the program, so a signal to the harness's group
+// does not reach it) that holds one end of a socket pair whose other end only
+// the harness holds. A 'd' on it means the harness ended the run itself; end
+// of file without it means the harness died (SIGKILL included), and the
+// guardian ends every process of the run.
 [[noreturn]] void guard(int read_fd, const std::string& entry) {
-  setsid();
-  read_fd = fcntl(read_fd, F_DUPFD, 10);  // out of 0-2's way, should the harness have started without them
+  setpgid(0, 0);  // the parent did so too (no window); either is enough
+  signal(SIGINT, SIG_DFL);  // not the harness's forwarding handlers
+  signal(SIGTERM, SIG_DFL);
+  const int moved = fcntl(read_fd, F_DUPFD, 10);  // out of 0-2's way, should the harness have started without them
+  if (moved >= 0) read_fd = moved;
   const int null_fd = ::open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3 && null_fd >= 0; ++fd) dup2(null_fd, fd);
   // Nothing else of the harness's (a results folder's lock above all) stays open here.
@@ -163,8 +168,12 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, const Laun
   // session of its own, so no process group holds the whole run.
   const std::string tag_value = fmt::format("{}.{}", getpid(), ++g_launches);
   const std::string tag = fmt::format("{}={}", kRunTagVariable, tag_value);
+  // A socket pair, not a pipe: the harness's 'd' is sent with MSG_NOSIGNAL,
+  // so a guardian that died meanwhile costs no SIGPIPE.
   int guard_pipe[2];
-  if (pipe2(guard_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, guard_pipe) != 0) {
+    throw std::runtime_error(fmt::format("socketpair failed: {}", std::strerror(errno)));
+  }
   const pid_t guardian = fork();  // first: from here on, a harness that dies leaves nothing of the run behind
   if (guardian < 0) throw std::runtime_error("fork failed");
   if (guardian == 0) {
@@ -172,10 +181,23 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, const Laun
     ::close(fd);
     guard(guard_pipe[0], tag);
   }
+  setpgid(guardian, guardian);  // out of the harness's group before the program exists
   ::close(guard_pipe[0]);
+  // Tells the guardian the harness ended the run, and waits for it.
+  const auto release_guardian = [&] {
+    while (::send(guard_pipe[1], "d", 1, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+    }
+    ::close(guard_pipe[1]);
+    while (waitpid(guardian, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  };
   const pid_t harness = getpid();
   const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid < 0) {
+    release_guardian();
+    ::close(fd);
+    throw std::runtime_error("fork failed");
+  }
   if (pid == 0) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGTERM);  // the harness killed outright (SIGKILL): end the program too
@@ -207,33 +229,39 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, const Laun
       }
     }
     ::close(fd);
-    while (::write(guard_pipe[1], "d", 1) < 0 && errno == EINTR) {
-    }
-    ::close(guard_pipe[1]);
-    while (waitpid(guardian, nullptr, 0) < 0 && errno == EINTR) {
-    }
+    release_guardian();
     g_child_group = 0;
+  };
+  // A failure while waiting (a progress callback that throws) ends the run like a timeout.
+  const auto abandon = [&] {
+    kill(-pid, SIGTERM);
+    finish(true);
+    kill(-pid, SIGKILL);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
   };
   const auto t0 = std::chrono::steady_clock::now();
   auto next_tick = t0 + std::chrono::milliseconds(500);
   int status = 0;
   for (;;) {
     if (opt.on_tick && std::chrono::steady_clock::now() >= next_tick) {
-      opt.on_tick();
+      try {
+        opt.on_tick();
+      } catch (...) {
+        abandon();
+        throw;
+      }
       next_tick += std::chrono::milliseconds(500);
     }
     const pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) break;
     if (r < 0 && errno != EINTR) {
-      finish(false);
+      abandon();
       throw std::runtime_error(fmt::format("waiting for {}: {}", argv[0], std::strerror(errno)));
     }
     if (opt.timeout_s > 0 &&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > opt.timeout_s) {
-      kill(-pid, SIGTERM);
-      finish(true);  // the program (tagged) and all of its processes, SIGKILL after the grace
-      kill(-pid, SIGKILL);
-      waitpid(pid, &status, 0);
+      abandon();  // the program (tagged) and all of its processes, SIGKILL after the grace
       return -1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
