@@ -24,6 +24,7 @@
 #include "model/params.h"
 #include "model/tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/layout.h"
 #include "train/train_step.h"
 #include "util/files.h"
 #include "util/provenance.h"
@@ -130,10 +131,13 @@ int run(int argc, char** argv) {
   for (int th : o.threads) {
     const double ceiling = cpu::sgemm_ceiling_gflops(th);
     // --deterministic as a run makes it: the canonical column tiles and pieces (model/tensor_parallel.h).
-    auto be = make_cpu_backend(th, bf16, o.deterministic, o.deterministic ? canonical_column_tile(cfg) : 0);
+    RunConfig as_run;  // the settings a run with these options would have: its backend and tp pieces
+    as_run.train.precision = bf16 ? Precision::kBf16 : Precision::kFp32;
+    as_run.train.deterministic = o.deterministic;
+    auto be = cpu_backend_kind().make(backend_options(as_run, cfg, th, 0));
     if (th == o.threads.front()) fmt::print("backend: {}; stored activations {}\n", be->name(), to_string(stored));
     TpLayout layout;
-    layout.pieces = o.deterministic && !bf16 ? canonical_pieces(cfg) : 0;  // tp's pieces: fp32 only
+    layout.pieces = deterministic_pieces(as_run, cfg, 1, "cpu");
     Gpt2 model(cfg, host_memory(), layout);
     model.init_weights(1);
     ActivationArena arena(cfg, B, T, host_memory(), {}, {}, false, false, stored);

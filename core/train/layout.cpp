@@ -27,6 +27,17 @@ std::string to_string(GradSum g) {
   return "?";
 }
 
+BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int threads, int device_hint) {
+  return BackendOptions{threads, c.train.tf32, device_hint, c.train.bf16(), c.train.deterministic,
+                        c.train.deterministic ? canonical_column_tile(model) : 0};
+}
+
+int deterministic_pieces(const RunConfig& c, const Gpt2Config& model, int tp, const std::string& backend) {
+  if (!c.train.deterministic || c.train.bf16() || backend != "cpu") return 0;
+  const int q = canonical_pieces(model);
+  return q % tp == 0 ? q : 0;
+}
+
 StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
   StepLayout s;
   s.zero = zero_layout(c, dp);

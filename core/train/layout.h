@@ -14,6 +14,7 @@
 
 #include <string>
 
+#include "kernels/backend.h"
 #include "kernels/tensor.h"
 #include "train/pipeline.h"
 #include "train/run_config.h"
@@ -58,6 +59,19 @@ struct StepLayout {
   // in buckets, ZeRO 0".
   std::string describe() const;
 };
+
+// What a run asks of its backend, assembled once from the configuration (the
+// run and generation make their backends from it): `threads` CPU threads,
+// train.tf32, the GPU `device_hint`, bf16 products, and under
+// train.deterministic the canonical column tile of `model`.
+BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int threads, int device_hint);
+
+// The canonical pieces of the dimensions tensor parallelism cuts under
+// train.deterministic (model/tensor_parallel.h): fp32 on the CPU backend
+// with `tp` dividing them; 0 (none: the default order) otherwise. Training
+// refuses the other deterministic cases before it gets here; generation
+// from their checkpoints runs the default order.
+int deterministic_pieces(const RunConfig& c, const Gpt2Config& model, int tp, const std::string& backend);
 
 // `c` resolved (resolve_micro_batch) and valid for `dp` replicas of `rows`
 // rows each; `stored`: the stored activations' type on this stage

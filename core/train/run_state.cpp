@@ -10,6 +10,7 @@
 
 #include "train/checkpoint.h"
 #include "train/corpus.h"
+#include "train/layout.h"
 #include "util/hash.h"
 
 namespace gpt2 {
@@ -245,7 +246,7 @@ ZeroShard zero_shard(const Gpt2& model, int dp, int dp_rank) {
 }
 
 std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
-                                         const BackendOptions& options, ProcessGrid& grid) {
+                                         int threads, int device_hint, ProcessGrid& grid) {
   Communicator& comm = grid.world();
   auto st = std::make_unique<RunState>();
   const int dp = grid.dp(), rank = comm.rank(), dp_rank = grid.dp_comm().rank();
@@ -293,15 +294,13 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   }
 
   // Model and optimizer in the backend's memory.
-  BackendOptions backend_options = options;
-  if (c.train.deterministic) backend_options.column_tile = canonical_column_tile(st->model_config);
-  st->backend = kind.make(backend_options);
+  st->backend = kind.make(backend_options(c, st->model_config, threads, device_hint));
   Memory& mem = st->backend->memory();
   st->model_config.validate();
   TpLayout layout = grid.layout(c.parallel.blocks(), c.parallel.vocab_parallel);
   layout.validate(st->model_config);
-  // Every layout the same cut (fp32: under bf16 tensor parallelism is refused, and tp 1 needs no pieces).
-  if (c.train.deterministic && !c.train.bf16()) layout.pieces = canonical_pieces(st->model_config);
+  // Every layout the same cut (fp32: under bf16 tensor parallelism is refused).
+  layout.pieces = deterministic_pieces(c, st->model_config, layout.size, kind.name);
   const StageLayers stage = StageLayers::of(st->model_config.L, grid.pp(), grid.stage());
   const ZeroLayout zl = zero_layout(c, dp);
   st->zero_stage = zl.stage;

@@ -80,8 +80,10 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm);
 // of the same global weights; the batch is divided over the data-parallel
 // group (grid.dp() ranks), and a checkpoint (always the full model) is
 // broadcast and sharded.
+// The backend is made with backend_options (train/layout.h) of the
+// resolved model, `threads` and `device_hint`.
 std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
-                                         const BackendOptions& options, ProcessGrid& grid);
+                                         int threads, int device_hint, ProcessGrid& grid);
 
 // Writes a training checkpoint of `st` (rank 0 calls it) with what resume
 // checks recorded in its header: the model and optimizer sections, the

@@ -523,10 +523,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
             inputs);
   check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
   ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp);
-  const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend,
-                                                           {threads, c.train.tf32, 0, c.train.bf16(),
-                                                            c.train.deterministic},
-                                                           grid);
+  const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, threads, 0, grid);
   if (!req.resume.empty()) log.check_resume(req.resume, st->checkpoint_run_id);
   RunConfig resolved = c;
   resolved.model = st->model_config;
@@ -662,16 +659,10 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
     prompt.resize(std::min<size_t>(prompt.size(), static_cast<size_t>(c.generate.prompt_tokens)));
   }
   if (prompt.empty()) throw std::invalid_argument("--prompt: the prompt has no tokens");
-  // As training cut them: train.deterministic in fp32 on the CPU stages, tp dividing the pieces (training refuses
-  // the rest; generation then runs the default order).
-  const bool cpu_stage = ctx.stage == "serial" || ctx.stage == "mpi";
-  if (c.train.deterministic && !c.train.bf16() && cpu_stage &&
-      canonical_pieces(ck->config) % layout.size == 0) {
-    layout.pieces = canonical_pieces(ck->config);
-  }
-  auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, ctx.comm ? ctx.comm->local_rank() : 0,
-                              c.train.bf16(), c.train.deterministic,
-                              c.train.deterministic ? canonical_column_tile(ck->config) : 0});
+  // As training cut them (train/layout.h).
+  layout.pieces = deterministic_pieces(c, ck->config, layout.size, ctx.backend.name);
+  auto be = ctx.backend.make(
+      backend_options(c, ck->config, resolve_threads(c.train.threads), ctx.comm ? ctx.comm->local_rank() : 0));
   Gpt2 model(ck->config, be->memory(), layout);
   load_params(*ck, model);
   const auto g0 = Clock::now();
