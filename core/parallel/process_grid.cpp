@@ -7,20 +7,20 @@
 
 namespace gpt2 {
 
-void CommTpGroup::allreduce_sum(Tensor x) {
+void CommGroup::allreduce_sum(Tensor x) {
   const auto t0 = std::chrono::steady_clock::now();
   comm_.allreduce_sum(x.data, static_cast<size_t>(x.numel()));
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-double CommTpGroup::allreduce_sum(double x) {
+double CommGroup::allreduce_sum(double x) {
   const auto t0 = std::chrono::steady_clock::now();
   const double sum = comm_.allreduce_sum(x);
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return sum;
 }
 
-void CommTpGroup::tree_sum(Tensor x) {
+void CommGroup::tree_sum(Tensor x) {
   const int n = comm_.size(), me = comm_.rank();
   if ((n & (n - 1)) != 0) throw std::invalid_argument(fmt::format("tree_sum: a group of {} (a power of two)", n));
   const auto t0 = std::chrono::steady_clock::now();

@@ -19,11 +19,13 @@
 
 namespace gpt2 {
 
-// A Communicator as the model's tensor-parallel group (model/tensor_parallel.h).
-// Times its calls: the tensor-parallel share of a step's communication time.
-class CommTpGroup final : public TpGroup {
+// A Communicator as a group the model and the update talk to through
+// model/tensor_parallel.h's TpGroup interface: the tensor-parallel group, the
+// pipeline's stages (the norm's sum) and the data-parallel shards (ZeRO's
+// norm). Times its calls: that group's share of a step's communication time.
+class CommGroup final : public TpGroup {
  public:
-  explicit CommTpGroup(Communicator& comm) : comm_(comm) {}
+  explicit CommGroup(Communicator& comm) : comm_(comm) {}
   int size() const override { return comm_.size(); }
   int rank() const override { return comm_.rank(); }
   void allreduce_sum(Tensor x) override;
@@ -67,10 +69,10 @@ class ProcessGrid {
   // A world-wide group outside the accounting: metrics and timelines gathered
   // to rank 0 do not count as the step's communication.
   Communicator& aux_comm() const { return *aux_; }
-  CommTpGroup& tp_group() { return group_; }
+  CommGroup& tp_group() { return group_; }
   // The pipeline and data-parallel groups as sums of the gradient norm's parts.
-  CommTpGroup& pp_group() { return pp_group_; }
-  CommTpGroup& dp_group() { return dp_group_; }
+  CommGroup& pp_group() { return pp_group_; }
+  CommGroup& dp_group() { return dp_group_; }
   // The model's layout on this rank with these block types.
   TpLayout layout(std::vector<BlockType> blocks, bool vocab = false);
   void reset_stats();
@@ -81,7 +83,7 @@ class ProcessGrid {
   Communicator* tp_ = nullptr;
   Communicator* pp_ = nullptr;
   Communicator* dp_ = nullptr;
-  CommTpGroup group_, pp_group_, dp_group_;
+  CommGroup group_, pp_group_, dp_group_;
 };
 
 }  // namespace gpt2

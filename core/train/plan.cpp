@@ -154,7 +154,7 @@ RankMemory plan_memory(const RankShape& r) {
   const UnitShards& shards = r.shards;
   UpdateScope scope;
   if (r.zero.contiguous) {
-    const ZeroShard z = zero_shard(n, padded, r.dp, r.dp_rank);
+    const ContiguousShard z = contiguous_shard(n, padded, r.dp, r.dp_rank);
     scope.ranges = {{z.begin, z.end, 0}};
   } else if (sharded) {
     scope.ranges = shards.ranges;
@@ -173,7 +173,7 @@ RankMemory plan_memory(const RankShape& r) {
                                                                   sl.microbatches)));
   }
   if (sl.step == StepKind::kChunks) {  // the chunks' tree buffers
-    const size_t shard_chunk = r.zero.contiguous ? zero_shard(n, padded, r.dp, r.dp_rank).chunk : 0;
+    const size_t shard_chunk = r.zero.contiguous ? contiguous_shard(n, padded, r.dp, r.dp_rank).chunk : 0;
     m.comm_buffers += deterministic_buffer_floats(n, sl.chunks, r.dp, shard_chunk) * sizeof(float);
   } else if (sl.step == StepKind::kChunkPipeline) {  // the microbatch tree's buffers (PipelineEngine), a partner's
     const auto buffers = static_cast<uint64_t>(PipelineEngine::tree_buffers(static_cast<int>(m.arenas),
@@ -306,7 +306,7 @@ GroupTraffic deterministic_dp_traffic(const RankShape& r, const RankMemory& mem)
     }
   };
   if (r.zero.contiguous) {
-    halving(mem.count, zero_shard(mem.count, mem.grads / sizeof(float), N, me).chunk);
+    halving(mem.count, contiguous_shard(mem.count, mem.grads / sizeof(float), N, me).chunk);
     ++calls;  // the parameters' all-gather
     t.bytes += mem.grads;
   } else {

@@ -235,14 +235,14 @@ ZeroLayout zero_layout(const RunConfig& c, int dp) {
   return z;
 }
 
-ZeroShard zero_shard(size_t num_params, size_t padded, int dp, int dp_rank) {
+ContiguousShard contiguous_shard(size_t num_params, size_t padded, int dp, int dp_rank) {
   const size_t chunk = padded / static_cast<size_t>(dp);
   const size_t begin = std::min(static_cast<size_t>(dp_rank) * chunk, num_params);
   return {begin, std::min(begin + chunk, num_params), chunk};
 }
 
-ZeroShard zero_shard(const Gpt2& model, int dp, int dp_rank) {
-  return zero_shard(model.num_params(), model.padded_params(), dp, dp_rank);
+ContiguousShard contiguous_shard(const Gpt2& model, int dp, int dp_rank) {
+  return contiguous_shard(model.num_params(), model.padded_params(), dp, dp_rank);
 }
 
 std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
@@ -310,7 +310,7 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   UpdateScope scope;
   scope.exact_norm = c.train.deterministic;  // the same norm however the gradient is split (docs/determinism.md)
   if (contiguous) {
-    st->zero = zero_shard(*st->model, dp, dp_rank);
+    st->zero = contiguous_shard(*st->model, dp, dp_rank);
     scope.ranges = {{st->zero->begin, st->zero->end, 0}};
     scope.shards = &grid.dp_group();
   } else if (st->zero_stage >= 2) {

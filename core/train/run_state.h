@@ -31,7 +31,7 @@ namespace gpt2 {
 // end) of its flat parameter buffer, cut into equal chunks of `chunk` floats
 // over the data-parallel group (the buffer is padded to a multiple of the
 // group's size).
-struct ZeroShard {
+struct ContiguousShard {
   size_t begin = 0, end = 0, chunk = 0;
 };
 
@@ -51,7 +51,7 @@ struct RunState {
   // (0 with one rank), and its shards: contiguous (`zero`: stage 1, or 2 under
   // a pipeline) or unit-aligned (`sharded`: stages 2 and 3, parallel/zero.h).
   int zero_stage = 0;
-  std::optional<ZeroShard> zero;
+  std::optional<ContiguousShard> zero;
   std::unique_ptr<ZeroShards> sharded;
   std::optional<DataLoader> loader;  // this rank's rows of the training split
   bool eval_on = false;              // train.eval_every > 0 and a validation split
@@ -138,8 +138,8 @@ struct ZeroLayout {
 ZeroLayout zero_layout(const RunConfig& c, int dp);
 
 // ZeRO-1's shard of `model`'s buffer for data-parallel rank `dp_rank` of `dp`.
-ZeroShard zero_shard(const Gpt2& model, int dp, int dp_rank);
+ContiguousShard contiguous_shard(const Gpt2& model, int dp, int dp_rank);
 // The same for a buffer of `num_params` floats padded to `padded`.
-ZeroShard zero_shard(size_t num_params, size_t padded, int dp, int dp_rank);
+ContiguousShard contiguous_shard(size_t num_params, size_t padded, int dp, int dp_rank);
 
 }  // namespace gpt2
