@@ -39,11 +39,34 @@ void require_peer(const char* verb, int peer, int rank, int size) {
   }
 }
 
-// Whether [a, a + a_count) and [b, b + b_count) share a float. As integers:
-// the two may be unrelated allocations, or device addresses.
-bool overlap(const float* a, size_t a_count, const float* b, size_t b_count) {
+// Whether bytes [a, a + a_bytes) and [b, b + b_bytes) share one. As
+// integers: the two may be unrelated allocations, or device addresses.
+bool overlap_bytes(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
-  return a_count > 0 && b_count > 0 && a0 < b0 + b_count * sizeof(float) && b0 < a0 + a_count * sizeof(float);
+  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+// The same for [a, a + a_count) and [b, b + b_count) floats.
+bool overlap(const float* a, size_t a_count, const float* b, size_t b_count) {
+  return overlap_bytes(a, a_count * sizeof(float), b, b_count * sizeof(float));
+}
+
+// send_recv's checks, for counts in elements of `unit` named `unit_name`
+// ("floats" for the float verb, "bytes" for the host values').
+void require_send_recv(const void* send_data, size_t send_count, int dest, const void* recv_data, size_t recv_count,
+                       int source, int rank, int size, size_t unit, const char* unit_name) {
+  require_data("send_recv", "send_data", send_data, send_count);
+  require_data("send_recv", "recv_data", recv_data, recv_count);
+  require_rank("send_recv", "dest", dest, size);
+  require_rank("send_recv", "source", source, size);
+  if (overlap_bytes(send_data, send_count * unit, recv_data, recv_count * unit)) {
+    throw std::invalid_argument(fmt::format("send_recv: send_data ({} {}) and recv_data ({} {}) overlap", send_count,
+                                            unit_name, recv_count, unit_name));
+  }
+  if (dest == rank && source == rank && send_count != recv_count) {
+    throw std::invalid_argument(fmt::format("send_recv: with itself, sends {} {} but receives {}", send_count,
+                                            unit_name, recv_count));
+  }
 }
 
 // The shape check of reduce_scatter_sum and all_gather: `part` (chunk floats)
@@ -141,29 +164,13 @@ void Communicator::recv(float* data, size_t count, int peer) {
 
 void Communicator::send_recv(const float* send_data, size_t send_count, int dest, float* recv_data,
                              size_t recv_count, int source) {
-  require_data("send_recv", "send_data", send_data, send_count);
-  require_data("send_recv", "recv_data", recv_data, recv_count);
-  require_rank("send_recv", "dest", dest, size());
-  require_rank("send_recv", "source", source, size());
-  if (overlap(send_data, send_count, recv_data, recv_count)) {
-    throw std::invalid_argument(fmt::format("send_recv: send_data ({} floats) and recv_data ({} floats) overlap",
-                                            send_count, recv_count));
-  }
-  if (dest == rank() && source == rank() && send_count != recv_count) {
-    throw std::invalid_argument(fmt::format("send_recv: with itself, sends {} floats but receives {}", send_count,
-                                            recv_count));
-  }
+  require_send_recv(send_data, send_count, dest, recv_data, recv_count, source, rank(), size(), sizeof(float),
+                    "floats");
   count_call((send_count + recv_count) * sizeof(float));
   do_send_recv("send_recv", send_data, send_count, dest, recv_data, recv_count, source);
 }
 
 namespace {
-// Bytes [a, a + a_bytes) and [b, b + b_bytes) share one.
-bool overlap_bytes(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
 void require_small(const char* verb, size_t bytes) {
   if (bytes > static_cast<size_t>(INT_MAX)) {
     throw std::invalid_argument(fmt::format("{}: {} bytes of host values in one call (at most {})", verb, bytes,
@@ -195,19 +202,8 @@ void Communicator::all_gather_bytes(const void* send, void* recv, size_t bytes) 
 
 void Communicator::send_recv_bytes(const void* send_data, size_t send_bytes, int dest, void* recv_data,
                                    size_t recv_bytes, int source) {
-  require_data("send_recv", "send_data", send_data, send_bytes);
-  require_data("send_recv", "recv_data", recv_data, recv_bytes);
+  require_send_recv(send_data, send_bytes, dest, recv_data, recv_bytes, source, rank(), size(), 1, "bytes");
   require_small("send_recv", std::max(send_bytes, recv_bytes));
-  require_rank("send_recv", "dest", dest, size());
-  require_rank("send_recv", "source", source, size());
-  if (overlap_bytes(send_data, send_bytes, recv_data, recv_bytes)) {
-    throw std::invalid_argument(fmt::format("send_recv: send_data ({} bytes) and recv_data ({} bytes) overlap",
-                                            send_bytes, recv_bytes));
-  }
-  if (dest == rank() && source == rank() && send_bytes != recv_bytes) {
-    throw std::invalid_argument(fmt::format("send_recv: with itself, sends {} bytes but receives {}", send_bytes,
-                                            recv_bytes));
-  }
   count_call(send_bytes + recv_bytes);
   do_send_recv_bytes(send_data, send_bytes, dest, recv_data, recv_bytes, source);
 }
