@@ -225,4 +225,71 @@ DirectoryLock::~DirectoryLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the flock
 }
 
+namespace {
+
+// A training run's folder (core/train/run_dir.h: these mark one).
+bool is_run_folder(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const char* marker : {"run.json", "metrics.jsonl", "metrics.jsonl.partial"}) {
+    if (std::filesystem::symlink_status(dir / marker, ec).type() != std::filesystem::file_type::not_found && !ec) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether another process holds `dir` locked (DirectoryLock's flock): taken
+// and dropped at once, so checking writes nothing and holds nothing.
+bool locked_by_another(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return held;
+}
+
+}  // namespace
+
+void check_output(const std::filesystem::path& out, const OutputRules& rules) {
+  namespace fs = std::filesystem;
+  const auto refuse = [&](const std::string& why) {
+    throw std::invalid_argument(fmt::format("{}: '{}' {}", rules.option, out.string(), why));
+  };
+  if (out.empty()) throw std::invalid_argument(fmt::format("{}: where to write is required", rules.option));
+  struct stat out_st {};
+  const bool exists_or_link = ::lstat(out.c_str(), &out_st) == 0;
+  struct stat target {};
+  if (exists_or_link && ::stat(out.c_str(), &target) == 0) {
+    for (const fs::path& in : rules.inputs) {
+      struct stat in_st {};
+      if (::stat(in.c_str(), &in_st) == 0 && in_st.st_dev == target.st_dev && in_st.st_ino == target.st_ino) {
+        refuse(fmt::format("is this command's input '{}'; write the output elsewhere", in.string()));
+      }
+    }
+  }
+  if (exists_or_link) {
+    const bool is_dir = S_ISDIR(out_st.st_mode);
+    if (rules.folder && !is_dir) refuse("exists and is not a folder");
+    if (!rules.folder && is_dir) refuse("is a folder; name the file to write");
+    std::error_code ec;
+    const bool empty_dir = is_dir && fs::is_empty(out, ec) && !ec;
+    if (!rules.overwrite && !empty_dir) {
+      refuse(fmt::format("{}; choose another path, or give --overwrite to replace it",
+                         S_ISLNK(out_st.st_mode) ? "exists (a symbolic link)" : is_dir ? "exists and is not empty"
+                                                                                       : "exists"));
+    }
+  }
+  const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  if (rules.folder && exists_or_link && is_run_folder(out)) refuse("is a training run's folder");
+  if (is_run_folder(parent)) {
+    refuse(fmt::format("lies in the training run folder '{}', whose files are the run's; write it elsewhere",
+                       parent.string()));
+  }
+  if (rules.folder && exists_or_link && locked_by_another(out)) refuse("is held by another process (locked)");
+  if (locked_by_another(parent)) {
+    refuse(fmt::format("lies in '{}', which another process holds (a running run or harness); write it elsewhere",
+                       parent.string()));
+  }
+}
+
 }  // namespace gpt2

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "util/json.h"
 
@@ -101,5 +102,23 @@ class DirectoryLock {
 // {"pid": .., "host": .., "started": "<UTC time>"} of this process: what a
 // lock holder records about itself.
 Json holder_info();
+
+// The rules every command that writes a file or folder it was given follows
+// (export, import, prepare, harness compare; docs/guarantees.md "What a
+// command writes"), checked before any work starts.
+struct OutputRules {
+  std::string option = "--out";                   // names the path in errors
+  std::vector<std::filesystem::path> inputs;      // the command's inputs
+  bool overwrite = false;                         // an existing `out` may be replaced
+  bool folder = false;                            // `out` is a folder (else a file)
+};
+// Refuses `out` (std::invalid_argument "<option>: '<out>' <why>"; the
+// programs exit with status 2) when it is empty; is one of `inputs` (the same
+// file through any name or link); exists (a file, a folder that is not empty,
+// or a link, dangling or not) without `overwrite`, or is of the other kind
+// (a folder where a file is written); lies in a training run's folder (one
+// holding run.json, metrics.jsonl or metrics.jsonl.partial); or is in a
+// folder another process holds locked (a running run, the harness).
+void check_output(const std::filesystem::path& out, const OutputRules& rules);
 
 }  // namespace gpt2
