@@ -2,7 +2,9 @@
 """The harness end to end, through the real stage programs (experiments/smoke.yaml):
 CSV columns and loss rows, skip reasons, reuse, resume after an interruption,
 a failing run that leaves earlier results intact, bad experiment files
-that fail with one clear error before anything runs, no serial program to
+that fail with one clear error before anything runs (and a --results,
+--reports, train_step --json or compare --out that cannot be used: exit 2,
+before any work), no serial program to
 resolve configurations, and the other kinds of experiment at tiny settings:
 kernels (the kernel benchmark programs, their JSON and kernels.md), peer
 (ours against PyTorch; the PyTorch side is skipped, with the reason printed,
@@ -533,6 +535,48 @@ def compare_checks(work, a_harness, env, check):
     r = subprocess.run([a_harness, "compare", a, garbage], capture_output=True, text=True, env=env, timeout=60)
     check("compare: an unreadable runs.csv is bad input (exit 2, one line naming it)",
           r.returncode == 2 and "cmp_garbage" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr[-300:])
+    # --out follows util/files.h's check_output, before any side is read (issue 42).
+    def compare_out(*extra):
+        return subprocess.run([a_harness, "compare", a, b] + list(extra), capture_output=True, text=True, env=env,
+                              timeout=60)
+
+    def one_refusal(r, needle):
+        lines = r.stderr.strip().splitlines()
+        return r.returncode == 2 and len(lines) == 1 and lines[0].startswith("harness: error: --out: '") \
+            and needle in lines[0] and r.stdout == ""
+
+    md_before = open(os.path.join(out, "compare.md")).read()
+    os.utime(os.path.join(out, "compare.md"), (1, 1))
+    r = compare_out("--out", out)
+    check("compare --out an existing folder with results: refused (exit 2, one line), compare.md untouched",
+          one_refusal(r, "exists and is not empty") and "--overwrite" in r.stderr
+          and os.path.getmtime(os.path.join(out, "compare.md")) == 1, r.stderr[-300:])
+    r = compare_out("--out", out, "--overwrite")
+    check("compare --out an existing folder with --overwrite: compare.md and compare.csv replaced",
+          r.returncode == 0 and os.path.getmtime(os.path.join(out, "compare.md")) > 1
+          and open(os.path.join(out, "compare.md")).read() == md_before, r.stderr[-300:])
+    kept = os.path.join(work, "cmp_kept.md")
+    with open(kept, "w") as f:
+        f.write("mine\n")
+    for extra in ([], ["--overwrite"]):
+        r = compare_out("--out", kept, *extra)
+        check(f"compare --out an existing file{' with --overwrite' if extra else ''}: refused, the file unchanged",
+              one_refusal(r, "exists and is not a folder") and open(kept).read() == "mine\n", r.stderr[-300:])
+    csv_a = open(os.path.join(a, "runs.csv")).read()
+    r = compare_out("--out", a, "--overwrite")
+    check("compare --out a compared side's folder: refused as its input, even with --overwrite",
+          one_refusal(r, "is this command's input") and sorted(os.listdir(a)) == ["runs.csv"]
+          and open(os.path.join(a, "runs.csv")).read() == csv_a, r.stderr[-300:])
+    run_folder = os.path.join(work, "cmp_run")
+    os.makedirs(run_folder, exist_ok=True)
+    with open(os.path.join(run_folder, "run.json"), "w") as f:
+        f.write("{}\n")
+    r = compare_out("--out", os.path.join(run_folder, "cmp"))
+    check("compare --out inside a training run's folder: refused", one_refusal(r, "training run folder")
+          and sorted(os.listdir(run_folder)) == ["run.json"], r.stderr[-300:])
+    r = compare_out("--out", os.path.join(work, "cmp_fresh"))
+    check("compare --out a fresh folder: written", r.returncode == 0
+          and os.path.exists(os.path.join(work, "cmp_fresh", "compare.csv")), r.stderr[-300:])
 
 
 def tensor_parallel_checks(exps, results, reports, harness, mpi_built, check):
@@ -659,6 +703,45 @@ def leftover_checks(smoke, exps, results, a, work, env, check):
     os.remove(exp)
 
 
+def bad_places_checks(work, exps, a, env, check):
+    """Issue 42, round three: a --results or --reports the harness cannot use, and a train_step --json it cannot
+    write, are bad input (exit 2, one line naming the option) before any work; nothing is created."""
+    afile = os.path.join(work, "a_file")
+    with open(afile, "w") as f:
+        f.write("kept\n")
+    before = sorted(os.listdir(work))
+    for title, args in [("--results a file", ["run", "--results", afile]),
+                        ("--results below a file", ["run", "--results", os.path.join(afile, "sub")]),
+                        ("--reports a file", ["run", "--reports", afile]),
+                        ("report --results a file", ["report", "--results", afile]),
+                        ("report --reports below a file", ["report", "--reports", os.path.join(afile, "x", "y")])]:
+        opt = next(x for x in args if x.startswith("--"))
+        t0 = time.time()
+        r = subprocess.run([a.harness, args[0], os.path.join(exps, "smoke.yaml")] + args[1:], capture_output=True,
+                           text=True, env=env, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        check(f"harness {title}: exit 2, one line naming the option, before any run",
+              r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"harness: error: {opt}: '")
+              and "running" not in r.stderr and time.time() - t0 < 60, f"exit {r.returncode}: {r.stderr[-400:]}")
+    check("refused --results and --reports created nothing, and the file is as it was",
+          sorted(os.listdir(work)) == before and open(afile).read() == "kept\n", str(sorted(os.listdir(work))))
+    train_step = os.path.join(os.path.dirname(os.path.abspath(a.harness)), "train_step")
+    if not os.path.exists(train_step):
+        return
+    for title, path, needle in [("in a folder that does not exist", os.path.join(work, "nowhere", "t.json"),
+                                 "does not exist"),
+                                ("below a file", os.path.join(afile, "t.json"), f"its folder '{afile}'"),
+                                ("a folder", work, "is a folder")]:
+        t0 = time.time()
+        r = subprocess.run([train_step, "--preset", "small", "--batch", "1", "--threads", "1", "--steps", "1",
+                            "--warmup", "0", "--json", path], capture_output=True, text=True, env=env, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        check(f"train_step --json {title}: exit 2, one line, before the benchmark (nothing printed on stdout)",
+              r.returncode == 2 and len(lines) == 1 and lines[0].startswith("train_step: error: --json: ")
+              and needle in lines[0] and r.stdout == "" and time.time() - t0 < 30,
+              f"exit {r.returncode}: {r.stderr[-300:]} / {r.stdout[-200:]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--harness", required=True)
@@ -682,6 +765,8 @@ def main():
         return subprocess.run([a.harness, *args, os.path.join(exps, exp), "--results", results, "--reports", reports],
                               capture_output=True, text=True, env=env, timeout=timeout)
 
+    # 0. Places the harness cannot use: refused before anything runs.
+    bad_places_checks(work, exps, a, env, check)
     # 1. A full run of the smoke experiment.
     r = harness("run")
     check("smoke runs", r.returncode == 0, r.stderr[-1500:] if r.returncode else "")

@@ -8,11 +8,27 @@
 #include <tuple>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <iterator>
+
+#include "model/bpe.h"
+#include "model/tokenizer.h"
+#include "parallel/hostfile.h"
 #include "train/metrics.h"
+#include "util/checked.h"
 #include "util/fields.h"
+#include "util/files.h"
 #include "util/json.h"
 #include "util/records.h"
 #include "util/stats.h"
+#include "util/text.h"
 
 namespace gpt2 {
 namespace {
@@ -222,6 +238,302 @@ TEST(MetricsWriter, ASummaryWhoseGeneratedTextIsCutInsideACharacterIsStillWritte
   EXPECT_EQ(m.summary->generated_text, "un caf\xef\xbf\xbd");
   EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
   std::filesystem::remove_all(dir);
+}
+
+
+// Quoting input in messages (issue 42, docs/guarantees.md "Messages quote
+// input briefly"): excerpt() and the messages that use it.
+
+constexpr size_t kShortMessage = 400;  // a message that quotes input stays one short line
+
+// Checked arithmetic: an overflow is a one-line refusal naming what was computed, never a wrapped value.
+TEST(Checked, OverflowIsRefusedNamingWhatWasComputed) {
+  EXPECT_EQ(checked_mul(uint64_t{1} << 31, uint64_t{1} << 31, "x"), uint64_t{1} << 62);
+  EXPECT_EQ(checked_add(uint64_t{1} << 63, (uint64_t{1} << 63) - 1, "x"), ~uint64_t{0});
+  EXPECT_EQ(checked_product({3, 5, 7}, "x"), 105u);
+  EXPECT_EQ(checked_product({}, "x"), 1u);
+  const auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // 2^32 x 2^32 wraps to 0 unchecked; 4 x 2^62 too.
+  EXPECT_EQ(message([] { checked_mul(uint64_t{1} << 32, uint64_t{1} << 32, "llm.c header: tensor wte"); }),
+            "llm.c header: tensor wte: 4294967296 x 4294967296 overflows 64 bits");
+  EXPECT_EQ(message([] { checked_add(~uint64_t{0}, 1, "file size"); }),
+            "file size: 18446744073709551615 + 1 overflows 64 bits");
+  EXPECT_EQ(message([] { checked_product({4, uint64_t{1} << 62, 1}, "model.n_embd"); }),
+            "model.n_embd: 4 x 4611686018427387904 x 1 overflows 64 bits");
+  EXPECT_EQ(message([] { checked_mul(10, 10, "rows", 99); }), "rows: 10 x 10 overflows 99");
+  EXPECT_EQ(message([] { checked_int(uint64_t{1} << 31, "model.mlp_hidden"); }),
+            "model.mlp_hidden: 2147483648 overflows a 32-bit int");
+  EXPECT_EQ(checked_int(2147483647, "x"), 2147483647);
+}
+
+TEST(Excerpt, BinaryBytesAreEscapedNotPassedToTheTerminal) {
+  const std::string bin("a\0\x1b[31m\xff\xfe\n\t\\z", 13);
+  EXPECT_EQ(excerpt(bin), "a\\x00\\x1b[31m\\xff\\xfe\\n\\t\\\\z");
+  for (const std::string& s : {excerpt(bin), excerpt(std::string(1000, '\x07'))}) {
+    for (const char c : s) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "a raw byte " << int(c);
+  }
+}
+
+TEST(Excerpt, TenMegabytesAreCutAndTheirLengthNamed) {
+  const std::string big(10u << 20, 'a');
+  const std::string e = excerpt(big);
+  EXPECT_LE(e.size(), kExcerptChars + 30);
+  EXPECT_EQ(e, std::string(kExcerptChars, 'a') + "... (10485760 bytes)");
+  // A cut never splits an escape.
+  const std::string esc = excerpt(std::string(100, '\xff'), 10);
+  EXPECT_EQ(esc, "\\xff\\xff... (100 bytes)");
+}
+
+TEST(Excerpt, ALongLineStaysOneShortLine) {
+  std::string line = "root:x:0:0:root:/root:/bin/bash";
+  while (line.size() < 5000) line += " and more\r\n";
+  const std::string e = excerpt(line);
+  EXPECT_EQ(e.find('\n'), std::string::npos);
+  EXPECT_EQ(e.find('\r'), std::string::npos);
+  EXPECT_LE(e.size(), kExcerptChars + 30);
+  EXPECT_EQ(e.rfind("root:x:0:0", 0), 0u);
+  EXPECT_EQ(excerpt("short"), "short");  // what fits is kept whole
+  EXPECT_EQ(excerpt(""), "");
+}
+
+// A fresh folder for one test, removed after it.
+struct Scratch {
+  std::filesystem::path dir;
+  explicit Scratch(const std::string& name) : dir(std::filesystem::temp_directory_path() / name) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~Scratch() { std::filesystem::remove_all(dir); }
+  std::filesystem::path file(const std::string& name, const std::string& text = "x") const {
+    std::ofstream(dir / name) << text;
+    return dir / name;
+  }
+};
+
+std::string refusal(const std::filesystem::path& out, const OutputRules& rules) {
+  try {
+    check_output(out, rules);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CheckOutput, RefusesAnExistingFileUnlessOverwriteAndAcceptsAFreshPath) {
+  Scratch s("gpt2_util_test_check_output_exists");
+  const auto old = s.file("old.md", "kept");
+  EXPECT_NE(refusal(old, {"--out", {}, false, false}).find("exists; choose another path, or give --overwrite"),
+            std::string::npos);
+  EXPECT_EQ(refusal(old, {"--out", {}, true, false}), "");
+  EXPECT_EQ(refusal(s.dir / "fresh.md", {"--out", {}, false, false}), "");
+  EXPECT_EQ(refusal(s.dir / "fresh_folder", {"--out", {}, false, true}), "");
+  EXPECT_NE(refusal("", {"--out", {}, false, false}).find("required"), std::string::npos);
+  EXPECT_NE(refusal(s.dir, {"--out", {}, true, false}).find("is a folder"), std::string::npos);
+  std::ifstream in(old);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "kept");  // checking writes nothing
+}
+
+TEST(CheckOutput, RefusesAnInputThroughASymbolicLinkEvenWithOverwrite) {
+  Scratch s("gpt2_util_test_check_output_input");
+  const auto input = s.file("runs.csv");
+  std::filesystem::create_symlink(input, s.dir / "link.csv");
+  const std::string why = refusal(s.dir / "link.csv", {"--out", {input}, true, false});
+  EXPECT_NE(why.find("is this command's input"), std::string::npos) << why;
+  // And the other way round: the input named through the link.
+  EXPECT_NE(refusal(input, {"--out", {s.dir / "link.csv"}, true, false}).find("input"), std::string::npos);
+}
+
+TEST(CheckOutput, RefusesAPathInATrainingRunsFolder) {
+  Scratch s("gpt2_util_test_check_output_run");
+  s.file("run.json", "{}");
+  const std::string why = refusal(s.dir / "export.bin", {"--out", {}, true, false});
+  EXPECT_NE(why.find("lies in the training run folder"), std::string::npos) << why;
+}
+
+TEST(CheckOutput, RefusesAFolderAnotherProcessHoldsLocked) {
+  Scratch s("gpt2_util_test_check_output_lock");
+  // Another process holds the folder (as DirectoryLock does): a child takes
+  // flock() on it and waits; the parent checks while it holds it.
+  int ready[2], done[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int fd = ::open(s.dir.c_str(), O_RDONLY | O_DIRECTORY);
+    const char ok = fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? '1' : '0';
+    (void)!::write(ready[1], &ok, 1);
+    char c;
+    (void)!::read(done[0], &c, 1);
+    ::_exit(0);
+  }
+  char ok = '0';
+  ASSERT_EQ(::read(ready[0], &ok, 1), 1);
+  ASSERT_EQ(ok, '1');
+  const std::string in_locked = refusal(s.dir / "compare.md", {"--out", {}, true, false});
+  const std::string locked_itself = refusal(s.dir, {"--out", {}, true, true});
+  (void)!::write(done[1], "x", 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  for (const int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
+  EXPECT_NE(in_locked.find("which another process holds"), std::string::npos) << in_locked;
+  EXPECT_NE(locked_itself.find("is held by another process"), std::string::npos) << locked_itself;
+  // A second open file description in this process conflicts the same way.
+  const int fd = ::open(s.dir.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  EXPECT_NE(refusal(s.dir / "x.md", {"--out", {}, true, false}).find("another process"), std::string::npos);
+  ::close(fd);
+  EXPECT_EQ(refusal(s.dir / "x.md", {"--out", {}, true, false}), "");  // released: accepted
+}
+
+TEST(JsonDepth, DeepNestingIsRefusedBeforeItIsParsedOrWritten) {
+  const std::string deep = "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_GT(json_nesting(deep), kMaxJsonDepth);
+  try {
+    parse_json(deep, "deep.json:1");
+    FAIL() << "accepted 100000 levels";
+  } catch (const std::runtime_error& e) {
+    EXPECT_LT(std::string(e.what()).size(), kShortMessage);
+    EXPECT_NE(std::string(e.what()).find("deep.json:1: not valid JSON here: arrays and objects nested deeper than 512"),
+              std::string::npos) << e.what();
+  }
+  // Brackets inside strings are text, escaped quotes included; ordinary depth parses.
+  EXPECT_EQ(json_nesting(R"({"a": "[[[[\"[[[", "b": [1, {"c": [2]}]})"), 4u);
+  const std::string ok = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_EQ(json_text(parse_json(ok, "ok")).size(), ok.size());
+}
+
+TEST(JsonDepth, AParseErrorQuotesTheBadTokenBriefly) {
+  const std::string bad = "{\"a\": \"" + std::string(10u << 20, 'x') + "\x01\"}";
+  try {
+    parse_json(bad, "metrics.jsonl:3");
+    FAIL() << "accepted a control character in a string";
+  } catch (const std::runtime_error& e) {
+    EXPECT_LT(std::string(e.what()).size(), kShortMessage);
+    EXPECT_EQ(std::string(e.what()).rfind("metrics.jsonl:3: not valid JSON: ", 0), 0u) << e.what();
+  }
+}
+
+TEST(QuotedInput, FieldsQuoteALongOrBinaryValueBriefly) {
+  const std::string big(10u << 20, '7');
+  for (const auto& f : std::vector<std::function<void()>>{
+           [&] { parse_int64("train.steps", big + "x"); }, [&] { parse_bool("train.flag", "\x1b[2J" + big); },
+           [&] { parse_int_list("train.list", big + ","); }}) {
+    try {
+      f();
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_LT(m.size(), kShortMessage) << m.substr(0, 200);
+      EXPECT_EQ(m.find('\x1b'), std::string::npos);
+    }
+  }
+  Section s;
+  Fields f;
+  f.add_section("train", s);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    parse_command_line({"--train." + std::string(10u << 20, 'q'), "1"}, f);
+    ADD_FAILURE() << "accepted an unknown key";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_LT(std::string(e.what()).size(), kShortMessage);
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);  // no 10 MB edit distance
+}
+
+TEST(QuotedInput, AWordTokenOfTenMegabytesIsQuotedBriefly) {
+  const Tokenizer tok = Tokenizer::build(TokenizerKind::kWord, "the cat");
+  try {
+    tok.encode("the " + std::string(10u << 20, 'z'), "prompt.txt");
+    FAIL() << "encoded an unknown token";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_LT(m.size(), kShortMessage);
+    EXPECT_EQ(m.rfind("prompt.txt:1:5: token 'zzz", 0), 0u) << m.substr(0, 200);
+    EXPECT_NE(m.find("(10485760 bytes)"), std::string::npos);
+  }
+}
+
+TEST(QuotedInput, EncoderJsonNestedDeeplyIsRefusedNotACrash) {
+  const std::string deep = "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  try {
+    BpeTokenizer::from_text(deep, "#version: 0.2\na b\n", "deep.json", "vocab.bpe");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("encoder.json 'deep.json': arrays and objects nested deeper than 512"),
+              std::string::npos) << e.what();
+  }
+  // Shallow but large, or a long key: described, not written out.
+  const std::string wide = "{\"a\": [" + std::string(1u << 20, '1') + "]}";
+  const std::string long_key = "{\"" + std::string(1u << 20, 'k') + "\": -1}";
+  for (const std::string& enc : {wide, long_key}) {
+    try {
+      BpeTokenizer::from_text(enc, "#version: 0.2\na b\n", "enc.json", "vocab.bpe");
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_LT(std::string(e.what()).size(), kShortMessage) << std::string(e.what()).substr(0, 200);
+    }
+  }
+}
+
+TEST(QuotedInput, AVocabBpeLineOfTenMegabytesOrBinaryIsQuotedBriefly) {
+  for (const std::string& line : {std::string(10u << 20, 'x'), std::string("\x1b[31m\0\xff evil", 12)}) {
+    try {
+      BpeTokenizer::from_text("{\"a\": 0}", "#version: 0.2\n" + line + "\n", "enc.json", "long.bpe");
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_LT(m.size(), kShortMessage) << m.substr(0, 200);
+      EXPECT_EQ(m.rfind("vocab.bpe 'long.bpe':2: not a merge of two tokens: '", 0), 0u) << m.substr(0, 200);
+      for (const char c : m) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "a raw byte " << int(c);
+    }
+  }
+}
+
+TEST(QuotedInput, AHostfileThatIsNotOneNamesTheLineAndTheFormat) {
+  Scratch s("gpt2_util_test_hostfile");
+  const auto passwd = s.file("passwd", "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/:/bin/false\n");
+  try {
+    read_hostfile(passwd.string());
+    FAIL() << "accepted a passwd file";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "hostfile " + passwd.string() + ":1: 'root:x:0:0:root:/root:/bin/bash' is not an MPICH hostfile line "
+              "(the count after ':' must be a positive integer, got 'x:0:0:root:/root:/bi... (26 bytes)'); expected "
+              "host[:count], e.g. 'node1' or 'node1:4', '#' for a comment");
+  }
+  if (std::filesystem::is_regular_file("/etc/passwd")) {  // the file itself, where it is one
+    try {
+      read_hostfile("/etc/passwd");
+      FAIL() << "accepted /etc/passwd";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("hostfile /etc/passwd:1: '", 0), 0u) << m;
+      EXPECT_NE(m.find("host[:count]"), std::string::npos) << m;
+      EXPECT_LT(m.size(), kShortMessage);
+    }
+  }
+  for (const std::string& text : {std::string(10u << 20, 'h') + " x\n", std::string("\x7f" "ELF\x02\x01\x01\0\0", 9),
+                                  std::string("localhost:4\n  # fine\nnode 2\n")}) {
+    const auto f = s.file("hosts", text);
+    try {
+      read_hostfile(f.string());
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_LT(m.size(), kShortMessage) << m.substr(0, 200);
+      EXPECT_NE(m.find("host[:count]"), std::string::npos) << m;
+      for (const char c : m) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "a raw byte " << int(c);
+    }
+  }
+  EXPECT_EQ(read_hostfile(s.file("ok", "# two\nlocalhost:2\n127.0.0.1\n").string()).size(), 2u);
 }
 
 }  // namespace

@@ -12,7 +12,12 @@
 // programs as processes and reads what they write (util/records.h).
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -35,6 +40,7 @@
 #include "records/tables.h"
 #include "util/fields.h"
 #include "util/provenance.h"
+#include "util/text.h"
 #include "runner/yaml_reader.h"
 
 namespace fs = std::filesystem;
@@ -60,7 +66,7 @@ usage:
   harness report EXPERIMENT [--results DIR] [--reports DIR] [--build DIR]
       Rebuilds the reports from stored results (no run). EXPERIMENT is a file
       or a name in experiments/.
-  harness compare A B [--metric training_s] [--out DIR] [--results DIR]
+  harness compare A B [--metric training_s] [--out DIR [--overwrite]] [--results DIR]
       Matches two result sets of stage runs configuration by configuration:
       medians of the metric (a runs.csv column: training_s, step_ms,
       inference_s, tokens_per_s, final_loss, val_loss), the ratio B / A and
@@ -68,7 +74,8 @@ usage:
       google/benchmark's compare.py does when there are fewer than 9. A and
       B: a folder with runs.csv, an experiment name (results/NAME), or
       REV:NAME (that experiment's runs.csv at git revision REV). Markdown on
-      stdout; --out also writes compare.md and compare.csv.
+      stdout; --out also writes compare.md and compare.csv in a new or empty
+      folder (an existing one only with --overwrite; never a side's folder).
   harness list [--experiments DIR] [--build DIR]
       The experiments, and which stages this machine can run (and why not).
   harness reindex NAME [--results DIR]
@@ -115,6 +122,7 @@ struct Args {
   std::string results, reports, build, experiments;  // "" = the default
   std::vector<std::string> set;                       // --set KEY=VALUE,...
   bool force = false;
+  bool overwrite = false;  // compare: --out may be an existing folder
   bool quiet = false;
   bool help = false;
 };
@@ -130,6 +138,7 @@ Args parse(int argc, char** argv) {
   f.add("experiments", a.experiments, "the folder `list` reads", "path");
   f.add("metric", a.metric, "compare: the runs.csv column to compare (training_s, step_ms, ...)", "name");
   f.add("out", a.out, "compare: also write compare.md and compare.csv in this folder", "path");
+  f.add("overwrite", a.overwrite, "compare: replace compare.md and compare.csv in an existing --out folder");
   f.add("set", a.set, "KEY=VALUE[,KEY=VALUE...] set in every run of a stages experiment (after its own settings)",
         "list");
   const gpt2::CommandLine cl = gpt2::parse_command_line({argv + 1, argv + argc}, f);
@@ -147,6 +156,40 @@ Args parse(int argc, char** argv) {
 
 fs::path opt_path(const std::string& given, const fs::path& dflt) {
   return given.empty() ? dflt : fs::absolute(given);
+}
+
+// A folder option (--results, --reports) checked before any work: bad input,
+// exit 2, instead of a filesystem error (exit 1) once runs have started.
+// Where it exists it must be a folder (through a link is fine), and
+// writable when the command writes there (`write`); where it does not, the
+// nearest folder above it that exists must be one, writable, so the harness
+// can create it. Nothing is created or written here.
+void check_folder_option(const std::string& option, const fs::path& dir, bool write) {
+  const auto refuse = [&](const std::string& why) {
+    throw std::invalid_argument(fmt::format("{}: '{}' {}", option, gpt2::excerpt(dir.string(), 200), why));
+  };
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (!S_ISDIR(st.st_mode)) refuse("is not a folder; name a folder (it is created if missing)");
+    if (write && ::access(dir.c_str(), W_OK | X_OK) != 0) {
+      refuse(fmt::format("is not writable ({}); name a folder this user can write", std::strerror(errno)));
+    }
+    return;
+  }
+  if (errno == ENOTDIR) refuse("cannot be a folder: a part of the path above it is a file");
+  if (errno != ENOENT) refuse(fmt::format("cannot be used: {}", std::strerror(errno)));
+  if (!write) return;  // read only: a missing folder is "no results", said where it is read
+  fs::path above = dir.parent_path();
+  if (above.empty()) above = ".";
+  while (!above.empty() && ::stat(above.c_str(), &st) != 0) {
+    if (errno == ENOTDIR) refuse("cannot be created: a part of the path above it is a file");
+    if (above == above.parent_path()) break;
+    above = above.parent_path();
+  }
+  if (!S_ISDIR(st.st_mode)) refuse(fmt::format("cannot be created: '{}' is not a folder", above.string()));
+  if (::access(above.c_str(), W_OK | X_OK) != 0) {
+    refuse(fmt::format("cannot be created in '{}' ({})", above.string(), std::strerror(errno)));
+  }
 }
 
 // An experiment given by file or by name (experiments/<name>.yaml).
@@ -260,6 +303,7 @@ int list(const Args& a, const Places& at, ConfigResolver& resolver) {
 
 int reindex(const Args& a) {
   if (a.target.empty()) throw std::invalid_argument("reindex: which results? (a name in results/, or a folder)");
+  if (!a.results.empty()) check_folder_option("--results", fs::absolute(a.results), false);
   fs::path dir = a.target;
   if (!fs::exists(dir / "runs.csv")) dir = opt_path(a.results, fs::path(kRepoRoot) / "results") / a.target;
   if (!fs::exists(dir / "runs.csv")) {
@@ -285,8 +329,10 @@ int run(int argc, char** argv) {
   if (a.command == "list") return list(a, at, resolver);
   if (a.command == "compare") {
     if (a.second.empty()) throw std::invalid_argument("compare: two result sets are needed: harness compare A B");
-    CompareRequest req{a.target, a.second, a.metric, fs::path(kRepoRoot), opt_path(a.results, fs::path(kRepoRoot) / "results"),
-                       a.out.empty() ? fs::path() : fs::absolute(a.out)};
+    const fs::path results = opt_path(a.results, fs::path(kRepoRoot) / "results");
+    if (!a.results.empty()) check_folder_option("--results", results, false);
+    CompareRequest req{a.target, a.second, a.metric, fs::path(kRepoRoot), results,
+                       a.out.empty() ? fs::path() : fs::absolute(a.out), a.overwrite};
     fmt::print("{}", compare_results(req));
     return 0;
   }
@@ -300,7 +346,12 @@ int run(int argc, char** argv) {
   at.repo = file.parent_path().parent_path();
   at.results = opt_path(a.results, at.repo / "results");
   at.reports = opt_path(a.reports, at.repo / "reports");
+  // Before anything runs: `run` writes both, `report` reads results and writes reports.
+  check_folder_option("--results", at.results, a.command == "run");
+  check_folder_option("--reports", at.reports, true);
   const Loaded ex = load(file, at, resolver, a.set);  // validates every job before any runs
+  check_folder_option("--results", child_of(at.results, ex.name), a.command == "run");
+  check_folder_option("--reports", child_of(at.reports, ex.name), true);
   int failed = 0;
   if (a.command == "run") {
     failed = ex.run(a.force);

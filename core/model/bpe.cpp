@@ -10,6 +10,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "util/json.h"
+#include "util/text.h"
+
 namespace gpt2 {
 
 namespace {
@@ -58,6 +61,15 @@ bool spelled_bytes(std::string_view s, const std::unordered_map<uint32_t, char>&
     i += static_cast<size_t>(len);
   }
   return !out.empty();
+}
+
+// An encoder.json value as an error quotes it: a number as written, a string
+// as a short excerpt, anything else by its kind (an array or object can be
+// megabytes long; it is never written out whole).
+std::string value_text(const nlohmann::json& value) {
+  if (value.is_number() || value.is_boolean() || value.is_null()) return value.dump();
+  if (value.is_string()) return "'" + excerpt(value.get_ref<const std::string&>()) + "'";
+  return fmt::format("an {} of {} elements", value.type_name(), value.size());
 }
 
 }  // namespace
@@ -113,6 +125,12 @@ BpeTokenizer BpeTokenizer::from_text(std::string_view encoder_text, std::string_
   std::unordered_map<uint32_t, char> byte_of;
   for (size_t b = 0; b < 256; ++b) byte_of[cp[b]] = static_cast<char>(b);
 
+  // GPT-2's file nests one level; a deeply nested value would overflow the
+  // stack where it is written out or compared (util/json.h).
+  if (json_nesting(encoder_text) > kMaxJsonDepth) {
+    throw std::invalid_argument(fmt::format("encoder.json '{}': arrays and objects nested deeper than {} levels; "
+                                            "expected a JSON object of token -> id", encoder_json, kMaxJsonDepth));
+  }
   const nlohmann::json enc = nlohmann::json::parse(encoder_text, nullptr, false);
   if (!enc.is_object() || enc.empty()) {
     throw std::invalid_argument(fmt::format("encoder.json '{}': not a JSON object of token -> id", encoder_json));
@@ -123,7 +141,7 @@ BpeTokenizer BpeTokenizer::from_text(std::string_view encoder_text, std::string_
   for (const auto& [key, value] : enc.items()) {
     if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() >= static_cast<int64_t>(enc.size())) {
       throw std::invalid_argument(fmt::format("encoder.json '{}': entry '{}' has id {}, not one of 0..{}", encoder_json,
-                                              key, value.dump(), enc.size() - 1));
+                                              excerpt(key), value_text(value), enc.size() - 1));
     }
     const auto id = value.get<int32_t>();
     if (seen[static_cast<size_t>(id)]) {
@@ -137,7 +155,7 @@ BpeTokenizer BpeTokenizer::from_text(std::string_view encoder_text, std::string_
     }
     if (!spelled_bytes(key, byte_of, bytes)) {
       throw std::invalid_argument(fmt::format("encoder.json '{}': entry {} ('{}') is not spelt in GPT-2's byte "
-                                              "characters", encoder_json, id, key));
+                                              "characters", encoder_json, id, excerpt(key)));
     }
     v->tokens[static_cast<size_t>(id)] = bytes;
     v->ids.emplace(bytes, id);
@@ -153,7 +171,7 @@ BpeTokenizer BpeTokenizer::from_text(std::string_view encoder_text, std::string_
     if (space == std::string::npos || !spelled_bytes(std::string_view(line).substr(0, space), byte_of, a) ||
         !spelled_bytes(std::string_view(line).substr(space + 1), byte_of, b)) {
       throw std::invalid_argument(fmt::format("vocab.bpe '{}':{}: not a merge of two tokens: '{}'", vocab_bpe, lineno,
-                                              line));
+                                              excerpt(line)));
     }
     const auto it = v->ids.find(a + b);
     if (it == v->ids.end() || it->second != static_cast<int32_t>(256 + k)) {

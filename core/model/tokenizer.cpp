@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "util/hash.h"
+#include "util/text.h"
 
 namespace gpt2 {
 namespace {
@@ -48,28 +49,9 @@ void for_each_token(TokenizerKind kind, std::string_view text, Fn&& fn) {
 }
 
 // A token as it should appear in a one-line message: control and non-ASCII
-// bytes escaped.
-std::string printable(std::string_view s) {
-  std::string out;
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\\' || c == '\'') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20 || c >= 0x7f) {
-      out += fmt::format("\\x{:02x}", c);
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
+// bytes escaped, and at most util/text.h's excerpt of it (a word token can be
+// a 10 MB run of letters; a vocabulary entry any bytes at all).
+std::string printable(std::string_view s) { return excerpt(s); }
 
 bool is_punctuation(const std::string& tok) {
   return tok.size() == 1 && !is_alnum(static_cast<unsigned char>(tok[0]));
@@ -88,7 +70,7 @@ TokenizerKind parse_tokenizer_kind(const std::string& name) {
   if (name == "char") return TokenizerKind::kChar;
   if (name == "gpt2") return TokenizerKind::kGpt2;
   throw std::invalid_argument(
-      fmt::format("data.tokenizer: expected 'word', 'char' or 'gpt2', got '{}'", name));
+      fmt::format("data.tokenizer: expected 'word', 'char' or 'gpt2', got '{}'", excerpt(name)));
 }
 
 Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::string> vocab)

@@ -6,11 +6,13 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
 #include "util/files.h"
+#include "util/text.h"
 
 namespace gpt2 {
 
@@ -59,9 +61,17 @@ std::vector<HostEntry> read_hostfile(const std::string& path) {
   std::istringstream f(read_input_file(path, kMaxTextInputBytes, "hostfile", "an MPICH hostfile"));
   std::vector<HostEntry> hosts;
   int n = 0;
-  for (std::string line; std::getline(f, line);) {
+  for (std::string raw; std::getline(f, raw);) {
     ++n;
-    line = line.substr(0, line.find('#'));
+    // One line for every refusal: the file, the line, a short excerpt of it
+    // (util/text.h: a line can be megabytes, or binary), and what a line
+    // should be.
+    const auto refuse = [&](const std::string& why) {
+      return std::invalid_argument(fmt::format("hostfile {}:{}: '{}' is not an MPICH hostfile line ({}); expected "
+                                               "host[:count], e.g. 'node1' or 'node1:4', '#' for a comment",
+                                               path, n, excerpt(raw), why));
+    };
+    std::string line = raw.substr(0, raw.find('#'));
     const size_t b = line.find_first_not_of(" \t\r"), e = line.find_last_not_of(" \t\r");
     if (b == std::string::npos) continue;
     line = line.substr(b, e - b + 1);
@@ -69,21 +79,28 @@ std::vector<HostEntry> read_hostfile(const std::string& path) {
     h.line = n;
     const size_t colon = line.find(':');
     h.host = line.substr(0, colon);
+    if (h.host.empty()) throw refuse("no host name");
+    // A host name or IPv4 address: letters, digits, '.', '-', '_'.
+    for (const char c : h.host) {
+      const auto u = static_cast<unsigned char>(c);
+      if (!(std::isalnum(u) || c == '.' || c == '-' || c == '_')) {
+        throw refuse(u == ' ' || u == '\t' ? "a space in the host name"
+                                          : fmt::format("'{}' in the host name", excerpt(std::string(1, c))));
+      }
+    }
     if (colon != std::string::npos) {
       const std::string s = line.substr(colon + 1);
       try {
         size_t used = 0;
+        if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0]))) throw std::invalid_argument(s);
         h.slots = std::stoi(s, &used);
         if (used != s.size() || h.slots <= 0) throw std::invalid_argument(s);
       } catch (const std::exception&) {
-        throw std::invalid_argument(fmt::format("hostfile {}:{}: slots must be a positive integer, got '{}'", path, n, s));
+        throw refuse(fmt::format("the count after ':' must be a positive integer, got '{}'", excerpt(s, 20)));
       }
     }
-    if (h.host.empty() || h.host.find_first_of(" \t") != std::string::npos) {
-      throw std::invalid_argument(fmt::format("hostfile {}:{}: expected 'host' or 'host:slots', got '{}'", path, n, line));
-    }
     if (addresses(h.host).empty()) {
-      throw std::invalid_argument(fmt::format("hostfile {}:{}: cannot resolve host '{}'", path, n, h.host));
+      throw std::invalid_argument(fmt::format("hostfile {}:{}: cannot resolve host '{}'", path, n, excerpt(h.host)));
     }
     hosts.push_back(h);
   }

@@ -31,14 +31,16 @@ uint64_t checked_add(uint64_t a, uint64_t b, std::string_view what, uint64_t max
 }
 
 uint64_t checked_product(std::initializer_list<uint64_t> factors, std::string_view what, uint64_t max) {
+  for (const uint64_t f : factors) {
+    if (f == 0) return 0;  // whatever the others are
+  }
   uint64_t r = 1;
-  std::string shown;
-  for (uint64_t f : factors) {
-    shown += fmt::format("{}{}", shown.empty() ? "" : " x ", f);
-    if (__builtin_mul_overflow(r, f, &r) || r > max) {
-      for (const uint64_t* g = &f + 1; g != factors.end(); ++g) shown += fmt::format(" x {}", *g);
-      throw_size_overflow(what, shown, limit_text(max));
-    }
+  bool overflow = false;
+  for (const uint64_t f : factors) overflow = overflow || __builtin_mul_overflow(r, f, &r) || r > max;
+  if (overflow) {
+    std::string shown;
+    for (const uint64_t f : factors) shown += fmt::format("{}{}", shown.empty() ? "" : " x ", f);
+    throw_size_overflow(what, shown, limit_text(max));
   }
   return r;
 }

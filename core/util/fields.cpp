@@ -8,13 +8,15 @@
 #include <limits>
 #include <sstream>
 
+#include "util/text.h"
+
 namespace gpt2 {
 
 namespace {
 
 template <typename X>
 std::string out_of_range(const std::string& key, const std::string& text, X lowest, X highest) {
-  return fmt::format("{}: '{}' is out of range (allowed {}..{})", key, text, lowest, highest);
+  return fmt::format("{}: '{}' is out of range (allowed {}..{})", key, excerpt(text), lowest, highest);
 }
 
 template <typename X>
@@ -30,7 +32,7 @@ X parse_number(const std::string& key, const std::string& text, const char* expe
     throw std::invalid_argument(out_of_range(key, text, std::numeric_limits<X>::lowest(), std::numeric_limits<X>::max()));
   }
   if (text.empty() || second_sign || ec != std::errc() || end != last) {
-    throw std::invalid_argument(fmt::format("{}: expected {}, got '{}'", key, expected, text));
+    throw std::invalid_argument(fmt::format("{}: expected {}, got '{}'", key, expected, excerpt(text)));
   }
   return v;
 }
@@ -80,7 +82,7 @@ std::string yaml_quoted(const std::string& s) {
 bool parse_bool(const std::string& key, const std::string& text) {
   if (text == "true") return true;
   if (text == "false") return false;
-  throw std::invalid_argument(fmt::format("{}: expected true or false, got '{}'", key, text));
+  throw std::invalid_argument(fmt::format("{}: expected true or false, got '{}'", key, excerpt(text)));
 }
 
 int64_t parse_int64(const std::string& key, const std::string& text) {
@@ -89,27 +91,27 @@ int64_t parse_int64(const std::string& key, const std::string& text) {
 
 uint64_t parse_uint64(const std::string& key, const std::string& text) {
   if (!text.empty() && text[0] == '-') {
-    throw std::invalid_argument(fmt::format("{}: expected a non-negative integer, got '{}'", key, text));
+    throw std::invalid_argument(fmt::format("{}: expected a non-negative integer, got '{}'", key, excerpt(text)));
   }
   return parse_number<uint64_t>(key, text, "a non-negative integer");
 }
 
 double parse_double(const std::string& key, const std::string& text) {
   const double v = parse_number<double>(key, text, "a number");
-  if (!std::isfinite(v)) throw std::invalid_argument(fmt::format("{}: expected a number, got '{}'", key, text));
+  if (!std::isfinite(v)) throw std::invalid_argument(fmt::format("{}: expected a number, got '{}'", key, excerpt(text)));
   return v;
 }
 
 float parse_float(const std::string& key, const std::string& text) {
   const float v = parse_number<float>(key, text, "a number");
-  if (!std::isfinite(v)) throw std::invalid_argument(fmt::format("{}: expected a number, got '{}'", key, text));
+  if (!std::isfinite(v)) throw std::invalid_argument(fmt::format("{}: expected a number, got '{}'", key, excerpt(text)));
   return v;
 }
 
 std::vector<int> parse_int_list(const std::string& key, const std::string& text) {
   // Every error quotes the whole list, not the item that failed.
   const auto bad = [&] {
-    return std::invalid_argument(fmt::format("{}: expected a comma-separated list of integers, got '{}'", key, text));
+    return std::invalid_argument(fmt::format("{}: expected a comma-separated list of integers, got '{}'", key, excerpt(text)));
   };
   if (text.empty() || text.back() == ',') throw bad();  // getline would drop an empty last item
   std::vector<int> out;
@@ -132,7 +134,7 @@ std::vector<std::string> parse_name_list(const std::string& key, const std::stri
     const size_t a = part.find_first_not_of(" \t"), b = part.find_last_not_of(" \t");
     if (a == std::string::npos) {
       throw std::invalid_argument(fmt::format("{}: expected a comma-separated list of names, got '{}' (an empty item)",
-                                              key, text));
+                                              key, excerpt(text)));
     }
     out.push_back(part.substr(a, b - a + 1));
   }
@@ -197,7 +199,7 @@ void Fields::set(const std::string& key, const std::string& text, const std::str
     return;
   }
   const std::string hint = closest_key(key, keys());
-  throw std::invalid_argument(fmt::format("{}: unknown key '{}'{}", where, key,
+  throw std::invalid_argument(fmt::format("{}: unknown key '{}'{}", where, excerpt(key),
                                           hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
 }
 
@@ -239,9 +241,13 @@ std::string closest_key(const std::string& key, const std::vector<std::string>& 
   std::string best;
   size_t best_d = std::max<size_t>(3, key.size() / 3) + 1;
   for (const std::string& k : known) {
-    size_t d = edit_distance(key, k);
     const std::string name = name_of(k);
-    if (key == name || name_of(key) == name) d = std::min<size_t>(d, 1);
+    const bool same_name = key == name || name_of(key) == name;
+    // The lengths' difference bounds the distance from below: a 10 MB key is
+    // not compared letter by letter with every known one.
+    const size_t length_gap = key.size() > k.size() ? key.size() - k.size() : k.size() - key.size();
+    if (!same_name && length_gap >= best_d) continue;
+    size_t d = same_name ? (key == k ? 0 : 1) : edit_distance(key, k);
     if (d < best_d) {
       best_d = d;
       best = k;
@@ -282,7 +288,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const Field
     const bool known = listed(extra_keys, key) || fields.find(key) != nullptr;
     if (!known && key.find('.') != std::string::npos) {  // a configuration key (section.name)
       const std::string hint = closest_key(key, fields.keys());
-      throw std::invalid_argument(fmt::format("command line: unknown key '{}'{}", key,
+      throw std::invalid_argument(fmt::format("command line: unknown key '{}'{}", excerpt(key),
                                               hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
     }
     if (!known) {
@@ -290,7 +296,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const Field
       all.insert(all.end(), extra_keys.begin(), extra_keys.end());
       all.insert(all.end(), extra_flags.begin(), extra_flags.end());
       const std::string hint = closest_key(key, all);
-      throw std::invalid_argument(fmt::format("unknown option '--{}'{}", key,
+      throw std::invalid_argument(fmt::format("unknown option '--{}'{}", excerpt(key),
                                               hint.empty() ? "" : fmt::format(" (did you mean '--{}'?)", hint)));
     }
     if (!has_value) {
@@ -303,7 +309,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const Field
         // would train into a directory named "--overwrite". A value that
         // starts with "-" alone (a negative number) is still a value.
         if (args[i + 1].rfind("--", 0) == 0) {
-          throw std::invalid_argument(fmt::format("--{}: missing value (got the option '{}')", key, args[i + 1]));
+          throw std::invalid_argument(fmt::format("--{}: missing value (got the option '{}')", key, excerpt(args[i + 1])));
         }
         value = args[++i];
       }

@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace gpt2 {
 
@@ -28,8 +30,21 @@ std::string json_text(const Json& j, int indent = -1);
 // `missing` where obj has no such key or it is null.
 std::string field_text(const Json& obj, const std::string& key, const std::string& missing = "");
 
+// How deeply a JSON text read from a file may nest arrays and objects. The
+// parser keeps its own stack, but writing a value back (dump(), json_text(),
+// an error message quoting it), comparing and copying recurse once a level:
+// 100000 levels of [[[[...]]]] overflow the stack. No file of ours nests
+// deeper than a few levels.
+inline constexpr size_t kMaxJsonDepth = 512;
+
+// The deepest nesting of arrays and objects in a JSON text (brackets inside
+// strings not counted), counted no further than `stop_above` + 1: linear in
+// the text, allocates nothing, for checking a text before it is parsed.
+size_t json_nesting(std::string_view text, size_t stop_above = kMaxJsonDepth);
+
 // Parses one JSON text; throws std::runtime_error naming `where` (a file and
-// line, say) and the parser's message.
+// line, say) and the parser's message (quoting at most a short excerpt of
+// the text), or that the text nests deeper than kMaxJsonDepth.
 Json parse_json(const std::string& text, const std::string& where);
 
 }  // namespace gpt2

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "util/files.h"
+#include "util/text.h"
 
 namespace gpt2 {
 
@@ -72,7 +73,7 @@ void refuse_duplicate_keys(const YAML::Node& node, const std::string& file, cons
       const auto [it, fresh] = first_line.emplace(key, line);
       if (!fresh) {
         throw std::invalid_argument(
-            fmt::format("{}:{}: duplicate key '{}' (first at line {})", file, line, key, it->second));
+            fmt::format("{}:{}: duplicate key '{}' (first at line {})", file, line, excerpt(key), it->second));
       }
     }
     if (nested) refuse_duplicate_keys(kv.second, file, "", true);

@@ -120,6 +120,21 @@ Matched match(const ConfigRuns& ca, const ConfigRuns& cb, const Metric& metric) 
 
 std::string compare_results(const CompareRequest& req) {
   const Metric& metric = metric_of(req.metric);
+  if (!req.out.empty()) {
+    // Before any work: the folders and runs.csv files the two sides can name
+    // (load_side's places; REV:NAME reads git, nothing here) are inputs.
+    OutputRules rules;
+    rules.option = "--out";
+    rules.folder = true;
+    rules.overwrite = req.overwrite;
+    for (const std::string& side : {req.a, req.b}) {
+      for (const fs::path& dir : {fs::path(side), req.results / side}) {
+        rules.inputs.push_back(dir);
+        rules.inputs.push_back(dir / "runs.csv");
+      }
+    }
+    check_output(req.out, rules);
+  }
   const bool smaller_better = metric.smaller_better;
   const fs::path scratch = fs::temp_directory_path() / fmt::format("harness_compare_{}", ::getpid());
   fs::create_directories(scratch);

@@ -19,10 +19,14 @@ struct CompareRequest {
   std::filesystem::path repo;         // the repository (results/, git)
   std::filesystem::path results;      // the results folder names resolve in
   std::filesystem::path out;          // "" = stdout only
+  bool overwrite = false;             // `out` may be an existing folder (compare.md, compare.csv replaced)
 };
 
 // Returns the Markdown. Throws std::invalid_argument for a side that names
-// nothing, an unknown metric, or two sides with no configuration in common.
+// nothing, an unknown metric, two sides with no configuration in common, or
+// an `out` that util/files.h's check_output refuses (checked first, before
+// any side is read: an existing folder without `overwrite`, a file, a side's
+// runs.csv or folder, a run's folder, a folder another process holds).
 std::string compare_results(const CompareRequest& req);
 
 }  // namespace gpt2::harness

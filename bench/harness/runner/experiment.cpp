@@ -13,6 +13,7 @@
 #include "records/tables.h"
 #include "util/hash.h"
 #include "util/json.h"
+#include "util/text.h"
 
 namespace gpt2::harness {
 
@@ -44,7 +45,7 @@ std::vector<std::string> read_reports(const ExperimentFile& f) {
     const std::string k = f.rd.scalar(r, "reports");
     const std::vector<std::string>& known = report_kinds();
     if (std::find(known.begin(), known.end(), k) == known.end()) {
-      f.rd.fail(r, fmt::format("reports: unknown report '{}' (expected {})", k, report_kinds_text()));
+      f.rd.fail(r, fmt::format("reports: unknown report '{}' (expected {})", excerpt(k), report_kinds_text()));
     }
     out.push_back(k);
   }
@@ -57,7 +58,7 @@ std::vector<Override> cli_overrides(const std::vector<std::string>& cli) {
   for (const std::string& kv : cli) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {
-      throw std::invalid_argument(fmt::format("--set: '{}' is not KEY=VALUE (e.g. data.corpus=PATH)", kv));
+      throw std::invalid_argument(fmt::format("--set: '{}' is not KEY=VALUE (e.g. data.corpus=PATH)", excerpt(kv)));
     }
     // A configuration key (section.name), never one of the stage program's own options (--config, --out, --help).
     const std::string key = kv.substr(0, eq);
@@ -65,7 +66,7 @@ std::vector<Override> cli_overrides(const std::vector<std::string>& cli) {
     if (dot == std::string::npos || dot == 0 || dot + 1 == key.size() || key.find_first_of(" /=-") != std::string::npos) {
       throw std::invalid_argument(fmt::format(
           "--set: '{}' is not a configuration key (section.name, e.g. train.steps=50; see build/stages/serial "
-          "train --help)", key));
+          "train --help)", excerpt(key)));
     }
     std::string value = kv.substr(eq + 1);
     // A relative path on the command line means the current folder: made absolute here, so the plan
@@ -108,7 +109,7 @@ RunEntry read_run_entry(const Reader& rd, const YAML::Node& run, const StageBase
   if (!run["stage"]) rd.fail(run, "a run needs 'stage' (serial, mpi, cuda or mpi_cuda)");
   RunEntry e{run, rd.scalar(run["stage"], "stage"), "", {1}, {std::nullopt}, base.overrides};
   if (std::find(kStages.begin(), kStages.end(), e.stage) == kStages.end()) {
-    rd.fail(run["stage"], fmt::format("stage: unknown stage '{}'{}", e.stage,
+    rd.fail(run["stage"], fmt::format("stage: unknown stage '{}'{}", excerpt(e.stage),
                                       did_you_mean(e.stage, kStages, " (expected serial, mpi, cuda or mpi_cuda)")));
   }
   if (run["ranks"]) e.ranks = rd.axis(run["ranks"], "ranks", 1);
@@ -125,7 +126,7 @@ RunEntry read_run_entry(const Reader& rd, const YAML::Node& run, const StageBase
       rd.fail(run["hostfile"], fmt::format("hostfile: the {} stage does not use MPI", e.stage));
     }
     e.hostfile = rd.path(run["hostfile"], "hostfile").string();
-    if (!fs::is_regular_file(e.hostfile)) rd.fail(run["hostfile"], fmt::format("hostfile: no such file '{}'", e.hostfile));
+    if (!fs::is_regular_file(e.hostfile)) rd.fail(run["hostfile"], fmt::format("hostfile: no such file '{}'", excerpt(e.hostfile, 200)));
   }
   return e;
 }

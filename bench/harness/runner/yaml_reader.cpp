@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "util/fields.h"
+#include "util/text.h"
 #include "util/yaml_file.h"
 
 namespace gpt2::harness {
@@ -49,7 +50,7 @@ std::string experiment_kind(const fs::path& file) {
   const Reader rd(file);
   const std::string kind = rd.scalar(root["kind"], "kind");
   if (std::find(kKinds.begin(), kKinds.end(), kind) == kKinds.end()) {
-    rd.fail(root["kind"], fmt::format("kind: unknown kind '{}'{}", kind,
+    rd.fail(root["kind"], fmt::format("kind: unknown kind '{}'{}", excerpt(kind),
                                       did_you_mean(kind, kKinds, " (expected stages, kernels, peer or mpi_step)")));
   }
   return kind;
@@ -63,13 +64,13 @@ ExperimentFile open_experiment(const fs::path& file, const std::string& kind, co
   if (!root.IsMap()) throw std::invalid_argument(fmt::format("{}: expected a mapping with {}", file.string(), needs));
   rd.known_keys(root, keys, what);
   const std::string k = root["kind"] ? rd.scalar(root["kind"], "kind") : "stages";
-  if (k != kind) rd.fail(root["kind"], fmt::format("kind: this file is a '{}' experiment, not '{}'", k, kind));
+  if (k != kind) rd.fail(root["kind"], fmt::format("kind: this file is a '{}' experiment, not '{}'", excerpt(k), kind));
   std::string& name = f.info.name;
   name = root["name"] ? rd.scalar(root["name"], "name") : file.stem().string();
   if (!is_plain_name(name)) {
     rd.fail(root["name"] ? root["name"] : root,
             fmt::format("name: '{}' must be a plain word of letters, digits, '_', '-' and '.', not starting with '.' "
-                        "or '-' (it names the experiment's results and reports folders)", name));
+                        "or '-' (it names the experiment's results and reports folders)", excerpt(name)));
   }
   if (root["description"]) f.info.description = rd.scalar(root["description"], "description");
   return f;
@@ -84,7 +85,7 @@ bool is_plain_name(const std::string& name) {
 
 std::filesystem::path child_of(const std::filesystem::path& root, const std::string& name) {
   if (!is_plain_name(name)) {
-    throw std::invalid_argument(fmt::format("'{}' would not name a folder inside {}", name, root.string()));
+    throw std::invalid_argument(fmt::format("'{}' would not name a folder inside {}", excerpt(name), root.string()));
   }
   return root / name;
 }
@@ -99,7 +100,7 @@ void Reader::known_keys(const YAML::Node& map, const std::vector<std::string>& k
   for (const auto& kv : map) {
     const std::string k = kv.first.as<std::string>();
     if (std::find(keys.begin(), keys.end(), k) != keys.end()) continue;
-    fail(kv.first, fmt::format("unknown key '{}' in {}{}", k, where, did_you_mean(k, keys)));
+    fail(kv.first, fmt::format("unknown key '{}' in {}{}", excerpt(k), where, did_you_mean(k, keys)));
   }
 }
 
@@ -113,19 +114,19 @@ int Reader::integer(const YAML::Node& n, const std::string& key, int min) const 
   const std::string s = scalar(n, key);
   const size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
   const bool digits = s.size() > sign && s.find_first_not_of("0123456789", sign) == std::string::npos;
-  if (!digits) fail(n, fmt::format("{}: expected an integer >= {}, got '{}'", key, min, s));
+  if (!digits) fail(n, fmt::format("{}: expected an integer >= {}, got '{}'", key, min, excerpt(s)));
   int64_t v = kMax + 1;  // digits beyond 64 bits: out of range, like any other too-large value
   try {
     v = parse_int64(key, s);
   } catch (const std::invalid_argument&) {
   }
-  if (v < min || v > kMax) fail(n, fmt::format("{}: '{}' is out of range (allowed {}..{})", key, s, min, kMax));
+  if (v < min || v > kMax) fail(n, fmt::format("{}: '{}' is out of range (allowed {}..{})", key, excerpt(s), min, kMax));
   return static_cast<int>(v);
 }
 
 bool Reader::boolean(const YAML::Node& n, const std::string& key) const {
   const std::string s = scalar(n, key);
-  if (s != "true" && s != "false") fail(n, fmt::format("{}: expected true or false, got '{}'", key, s));
+  if (s != "true" && s != "false") fail(n, fmt::format("{}: expected true or false, got '{}'", key, excerpt(s)));
   return s == "true";
 }
 
@@ -133,7 +134,7 @@ double Reader::seconds(const YAML::Node& n, const std::string& key, bool allow_z
   const std::string s = scalar(n, key);
   const std::optional<double> v = finite_number(s);
   if (!v || !(allow_zero ? *v >= 0 : *v > 0)) {
-    fail(n, fmt::format("{}: expected seconds {} 0, got '{}'", key, allow_zero ? ">=" : ">", s));
+    fail(n, fmt::format("{}: expected seconds {} 0, got '{}'", key, allow_zero ? ">=" : ">", excerpt(s)));
   }
   return *v;
 }
@@ -141,7 +142,7 @@ double Reader::seconds(const YAML::Node& n, const std::string& key, bool allow_z
 double Reader::non_negative(const YAML::Node& n, const std::string& key) const {
   const std::string s = scalar(n, key);
   const std::optional<double> v = finite_number(s);
-  if (!v || *v < 0) fail(n, fmt::format("{}: expected a number >= 0, got '{}'", key, s));
+  if (!v || *v < 0) fail(n, fmt::format("{}: expected a number >= 0, got '{}'", key, excerpt(s)));
   return *v;
 }
 
@@ -189,14 +190,14 @@ std::vector<Override> Reader::overrides(const YAML::Node& n, const std::string& 
     const std::string key = kv.first.as<std::string>();
     // The stage's own options of `config` would not be overrides: --config would replace the base.
     if (key == "config" || key == "help") {
-      fail(kv.first, fmt::format("{}: '{}' is not a configuration key (section.key, e.g. train.steps)", where, key));
+      fail(kv.first, fmt::format("{}: '{}' is not a configuration key (section.key, e.g. train.steps)", where, excerpt(key)));
     }
     // A list (parallel.block_types: [tp, spd]) is given to the stage as its
     // command-line text, "tp,spd"; the stage checks the names.
     std::string value;
     if (kv.second.IsSequence()) {
       for (const std::string& item : strings(kv.second, key)) {
-        if (item.find(',') != std::string::npos) fail(kv.second, fmt::format("{}: '{}' holds a comma", key, item));
+        if (item.find(',') != std::string::npos) fail(kv.second, fmt::format("{}: '{}' holds a comma", key, excerpt(item)));
         value += (value.empty() ? "" : ",") + item;
       }
     } else {
