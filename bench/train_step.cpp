@@ -6,8 +6,14 @@
 // A benchmark, not a test: nothing here asserts a time.
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <cstdio>
 #include <random>
 #include <stdexcept>
@@ -29,6 +35,7 @@
 #include "util/files.h"
 #include "util/provenance.h"
 #include "util/stats.h"
+#include "util/text.h"
 
 namespace {
 
@@ -73,6 +80,32 @@ const char* kHelpTail =
     "For the machine's full speed unset OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE in\n"
     "this one command; the report names the BLAS kernel that ran.\n";
 
+// --json checked before the benchmark runs (minutes of it): bad input, exit 2,
+// not a failure to write once it is done. util/files.h's check_output (not a
+// folder, not inside a training run's folder or one another process holds);
+// an existing file is replaced, as it always was (scripts write the same
+// file run after run); the folder it goes in must exist and be writable.
+void check_json_path(const std::string& json) {
+  namespace fs = std::filesystem;
+  gpt2::OutputRules rules;
+  rules.option = "--json";
+  rules.overwrite = true;
+  gpt2::check_output(json, rules);
+  const fs::path parent = fs::path(json).parent_path().empty() ? fs::path(".") : fs::path(json).parent_path();
+  struct stat st {};
+  const bool found = ::stat(parent.c_str(), &st) == 0;
+  if (!found || !S_ISDIR(st.st_mode)) {
+    throw std::invalid_argument(fmt::format("--json: '{}': its folder '{}' {}", gpt2::excerpt(json, 200),
+                                            gpt2::excerpt(parent.string(), 200),
+                                            !found && errno == ENOENT ? "does not exist" : "is not a folder"));
+  }
+  if (::access(parent.c_str(), W_OK | X_OK) != 0) {
+    throw std::invalid_argument(fmt::format("--json: '{}': its folder '{}' is not writable ({})",
+                                            gpt2::excerpt(json, 200), gpt2::excerpt(parent.string(), 200),
+                                            std::strerror(errno)));
+  }
+}
+
 int run(int argc, char** argv) {
   using namespace gpt2;
   Options o;
@@ -99,7 +132,9 @@ int run(int argc, char** argv) {
   const Dtype stored = o.stored == "bf16" || (o.stored == "auto" && bf16) ? Dtype::bf16 : Dtype::f32;
   for (int t : o.threads) {
     if (t <= 0) throw std::invalid_argument(fmt::format("--threads: expected positive thread counts, got {}", t));
+    check_threads(t, "--threads");  // at most max_threads() (train/trainer.h)
   }
+  if (!o.json.empty() && o.save_init.empty()) check_json_path(o.json);
   const Gpt2Config cfg = preset(o.preset);
   const int B = o.batch, T = o.seq > 0 ? o.seq : cfg.T;
   if (T > cfg.T) throw std::invalid_argument(fmt::format("--seq {} exceeds block size {}", T, cfg.T));

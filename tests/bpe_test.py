@@ -24,7 +24,10 @@ Checks:
     same ids.
   * Bad vocabulary files are refused with one line naming the file: a
     missing file, a merge out of GPT-2's order, and a token spelt in
-    characters that are not GPT-2's byte alphabet.
+    characters that are not GPT-2's byte alphabet; hostile ones (issue 42)
+    with one short printable line: encoder.json nested 100000 levels deep
+    (a crash before), a 1 MB key whose id is a 2 MB array, a 10 MB
+    vocab.bpe line, binary bytes in a line.
 
   * `serial prepare` writes llm.c shards whose stream is <|endoftext|>
     then each file's tiktoken ids, the last 10% for validation, in shards
@@ -145,8 +148,8 @@ def train_on_shards(check, a, work, shards, encoder, vocab):
           g.returncode == 0 and "prompt of 7 tokens" in g.stderr, (g.stdout + g.stderr).strip()[-300:])
     # A shard made with another vocabulary, in a folder of its own.
     other = os.path.join(work, "other")
-    os.makedirs(other, exist_ok=True)
-    data = bytearray(open(os.path.join(shards, sorted(os.listdir(shards))[0]), "rb").read())
+    shutil.copytree(shards, other)  # with its manifest.json: the header changes below, not the size
+    data = bytearray(open(os.path.join(shards, sorted(n for n in os.listdir(shards) if n.endswith(".bin"))[0]), "rb").read())
     data[12:16] = (50000).to_bytes(4, "little")
     open(os.path.join(other, "train_000000.bin"), "wb").write(data)
     r = subprocess.run([a.serial, "train", "--out", os.path.join(work, "bad")] + common +
@@ -241,7 +244,7 @@ def main():
                                 modules, d, ref], check=True)
                 want += [50256] + read_ids(ref)
             got, headers = {"train": [], "val": []}, []
-            for name in sorted(os.listdir(out)):
+            for name in sorted(n for n in os.listdir(out) if n.endswith(".bin")):  # the shards, not manifest.json
                 data = open(os.path.join(out, name), "rb").read()
                 h = [int.from_bytes(data[4 * i:4 * i + 4], "little") for i in range(4)]
                 headers.append(h)
@@ -272,11 +275,16 @@ def main():
               r.returncode == 2 and "missing.txt: no such file" in r.stderr
               and not os.path.exists(os.path.join(work, "none")), r.stderr.strip()[-200:])
 
-    def refused(title, enc, voc, needle):
-        r = subprocess.run([a.tool, "--encoder", enc, "--vocab", voc, "--in", bad], capture_output=True, text=True, errors="replace")
-        lines = [l for l in r.stderr.splitlines() if "error" in l]
-        check(title, r.returncode == 2 and len(lines) == 1 and needle in lines[0],
-              lines[0] if lines else f"exit {r.returncode}: {r.stderr[-200:]}")
+    def refused(title, enc, voc, needle, brief=False):
+        """One error line with `needle`, exit 2; `brief`: the line is short (at most 300 characters) and
+        printable ASCII, however long or binary the input it quotes (util/text.h: excerpt)."""
+        r = subprocess.run([a.tool, "--encoder", enc, "--vocab", voc, "--in", bad], capture_output=True)
+        err = r.stderr.decode("latin-1")
+        lines = [l for l in err.splitlines() if "error" in l]
+        ok = r.returncode == 2 and len(lines) == 1 and needle in lines[0]
+        if brief:
+            ok = ok and len(err) <= 300 and all(0x20 <= ord(c) < 0x7f for c in err.rstrip("\n"))
+        check(title, ok, (lines[0][:300] if lines else f"exit {r.returncode}: {err[-200:]}") + f" ({len(err)} bytes)")
 
     refused("a missing encoder.json is named", os.path.join(work, "nope.json"), vocab, "nope.json: no such file")
     lines = open(vocab, encoding="utf-8").read().split("\n")
@@ -286,6 +294,23 @@ def main():
     foreign = os.path.join(work, "foreign.json")
     open(foreign, "w", encoding="utf-8").write('{"a": 0, "\\u4e2d": 1}')
     refused("a token not spelt in GPT-2's byte characters is refused", foreign, vocab, "is not spelt")
+    # Hostile files (issue 42): each one short printable line, exit 2, no crash.
+    deep = os.path.join(work, "deep.json")
+    open(deep, "w").write('{"a": ' + "[" * 100000 + "]" * 100000 + "}")
+    refused("encoder.json nested 100000 levels deep is refused (it crashed writing the value into the message)",
+            deep, vocab, "nested deeper than 512 levels", brief=True)
+    wide = os.path.join(work, "wide.json")
+    open(wide, "w").write('{"' + "k" * 1_000_000 + '": [' + "1," * 1_000_000 + "1]}")
+    refused("an encoder.json entry with a 1 MB key and a 2 MB array for its id is quoted briefly", wide, vocab,
+            "has id an array of 1000001 elements", brief=True)
+    long_line = os.path.join(work, "long.bpe")
+    open(long_line, "w").write(lines[0] + "\n" + "x" * 10_000_000 + "\n")
+    refused("a 10 MB vocab.bpe line is quoted as an excerpt with its length", encoder, long_line,
+            "long.bpe':2: not a merge of two tokens: 'xxxx", brief=True)
+    binary = os.path.join(work, "binary.bpe")
+    open(binary, "wb").write(lines[0].encode() + b"\n\x1b[31m\x00\xff\xfe\x07evil\n")
+    refused("binary bytes in vocab.bpe are escaped, never written to the terminal", encoder, binary,
+            "'\\x1b[31m\\x00\\xff\\xfe\\x07evil'", brief=True)
     shutil.rmtree(work, ignore_errors=True)
     return check.finish()
 

@@ -11,10 +11,27 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "model/dataloader.h"
 #include "model/rng.h"
 #include "model/tokenizer.h"
+#include "train/corpus.h"
+#include "train/prepare.h"
+#include "train/shards.h"
+#include "train/trainer.h"
+#include "util/files.h"
 #include "util/hash.h"
+#include "util/json.h"
 
 namespace gpt2 {
 namespace {
@@ -547,6 +564,249 @@ TEST(Split, RejectsFractionsOutsideZeroOne) {
             "data.val_fraction: must be in [0, 1), got -0.25");
   EXPECT_THROW(split_tokens(tokens, std::numeric_limits<double>::quiet_NaN()),
                std::invalid_argument);
+}
+
+// ---------------------------------------------------------------- prepare's folders (issue 42)
+// A folder of shards is what prepare finished: written under a lock into an
+// absent or empty folder, its manifest last; training reads it only through
+// the manifest. A tiny GPT-2-format tokenizer (the 256 byte tokens, one merge
+// "t h", <|endoftext|>) keeps these tests off the real files.
+
+namespace fs = std::filesystem;
+
+// GPT-2's byte -> character table (bytes_to_unicode), as UTF-8.
+std::string byte_char(int b) {
+  const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+  uint32_t cp = static_cast<uint32_t>(b);
+  if (!printable) {
+    int n = 0;
+    for (int x = 0; x < b; ++x) {
+      if (!((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF))) ++n;
+    }
+    cp = 256 + static_cast<uint32_t>(n);
+  }
+  std::string out;
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return out;
+}
+
+class PrepareFolder : public ::testing::Test {
+ protected:
+  fs::path root = fs::temp_directory_path() / fmt::format("data_test_prepare_{}", ::getpid());
+  fs::path out = root / "shards";
+  void SetUp() override {
+    fs::remove_all(root);
+    fs::create_directories(root);
+    Json enc = Json::object();
+    for (int b = 0; b < 256; ++b) enc[byte_char(b)] = b;
+    enc["th"] = 256;
+    enc["<|endoftext|>"] = 257;
+    write(root / "encoder.json", enc.dump());
+    write(root / "vocab.bpe", "#version: 0.2\nt h\n");
+    std::string a, b;
+    for (int i = 0; i < 12; ++i) a += fmt::format("the cat {} sat on the mat. ", i);
+    for (int i = 0; i < 6; ++i) b += fmt::format("then the hat {} fell. ", i);
+    write(root / "a.txt", a);
+    write(root / "b.txt", b);
+  }
+  void TearDown() override { fs::remove_all(root); }
+  static void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+  PrepareRequest request(uint64_t shard_tokens = 40) const {
+    PrepareRequest r;
+    r.inputs = {(root / "a.txt").string(), (root / "b.txt").string()};
+    r.encoder_json = (root / "encoder.json").string();
+    r.vocab_bpe = (root / "vocab.bpe").string();
+    r.out_dir = out.string();
+    r.val_fraction = 0.2;
+    r.shard_tokens = shard_tokens;
+    r.progress = false;
+    return r;
+  }
+  static std::vector<std::string> names(const fs::path& dir) {
+    std::vector<std::string> n;
+    for (const auto& e : fs::directory_iterator(dir)) n.push_back(e.path().filename().string());
+    std::sort(n.begin(), n.end());
+    return n;
+  }
+  std::string open_error() const {
+    return error_of<std::invalid_argument>([&] { open_shards(out.string(), 258); });
+  }
+};
+
+TEST_F(PrepareFolder, WritesShardsThenTheManifestTrainingReads) {
+  const PrepareSummary sum = prepare_shards(request(100));
+  ASSERT_EQ(sum.shards.size(), 5u);  // 325 training tokens in 4 shards, 81 validation tokens in 1
+  EXPECT_EQ(sum.manifest, (out / "manifest.json").string());
+  EXPECT_FALSE(fs::exists(out / kPrepareHolderName));  // the holder record goes when prepare ends
+  const ShardManifest m = read_manifest(out);
+  EXPECT_EQ(m.vocab, 258);
+  EXPECT_EQ(m.train_tokens, sum.train_tokens);
+  EXPECT_EQ(m.val_tokens, sum.val_tokens);
+  EXPECT_EQ(m.shards.size(), sum.shards.size());
+  EXPECT_EQ(m.shards.front().file, "train_000000.bin");
+  EXPECT_EQ(m.shards.back().file, "val_000000.bin");
+  const std::string enc = read_input_file(root / "encoder.json", 1 << 20, "", "");
+  EXPECT_EQ(m.encoder_json_fnv1a64, fnv1a64(enc.data(), enc.size()));
+  for (const ManifestShard& s : m.shards) EXPECT_EQ(fs::file_size(out / s.file), s.bytes) << s.file;
+  // Read back and written again: the same bytes (the manifest holds nothing but the data's facts).
+  const std::string text = read_input_file(out / "manifest.json", 1 << 20, "", "");
+  EXPECT_EQ(text, manifest_text(m));
+  const ShardSet set = open_shards(out.string(), 258);
+  EXPECT_EQ(static_cast<uint64_t>(set.train.size()), sum.train_tokens);
+  EXPECT_EQ(static_cast<uint64_t>(set.val.size()), sum.val_tokens);
+  const std::string line = set.describe();
+  EXPECT_NE(line.find(fmt::format("{} train shards, {} tokens (train_000000.bin ..", set.train_files.size(),
+                                  sum.train_tokens)), std::string::npos) << line;
+  EXPECT_NE(line.find(fmt::format("1 val shard, {} tokens (val_000000.bin)", sum.val_tokens)), std::string::npos)
+      << line;
+}
+
+TEST_F(PrepareFolder, RefusesAFolderThatIsNotEmptyBeforeReadingAnything) {
+  fs::create_directories(out);
+  write(out / "notes.txt", "mine");
+  PrepareRequest r = request();
+  r.inputs.push_back((root / "missing.txt").string());  // would fail if it were read first
+  const std::string e = error_of<std::invalid_argument>([&] { prepare_shards(r); });
+  EXPECT_NE(e.find("--out: '" + out.string() + "' exists and is not empty"), std::string::npos) << e;
+  EXPECT_NE(e.find("--overwrite"), std::string::npos) << e;
+  EXPECT_EQ(names(out), std::vector<std::string>{"notes.txt"});
+  // A file where the folder goes, and an input as the folder.
+  write(root / "file", "x");
+  r = request();
+  r.out_dir = (root / "file").string();
+  EXPECT_NE(error_of<std::invalid_argument>([&] { prepare_shards(r); }).find("exists and is not a folder"),
+            std::string::npos);
+}
+
+TEST_F(PrepareFolder, OverwriteReplacesOnlyThePreviousPreparesFiles) {
+  prepare_shards(request(20));
+  const size_t before = names(out).size();
+  write(out / "notes.txt", "mine");
+  write(out / "val_000007.bin.tmp.1.0", "a stale temporary");
+  EXPECT_NE(error_of<std::invalid_argument>([&] { prepare_shards(request(1000)); }).find("is not empty"),
+            std::string::npos);
+  EXPECT_EQ(names(out).size(), before + 2);  // refused: nothing removed
+  PrepareRequest r = request(1000);
+  r.overwrite = true;
+  const PrepareSummary sum = prepare_shards(r);
+  EXPECT_EQ(sum.shards.size(), 2u);
+  EXPECT_EQ(names(out), (std::vector<std::string>{"manifest.json", "notes.txt", "train_000000.bin",
+                                                  "val_000000.bin"}));
+  EXPECT_EQ(read_input_file(out / "notes.txt", 100, "", ""), "mine");
+  EXPECT_EQ(open_error(), "");
+}
+
+TEST_F(PrepareFolder, AFolderAnotherPrepareHoldsIsRefusedNamingIt) {
+  fs::create_directories(out);
+  const DirectoryLock held(out, "--out", kPrepareHolderName);  // what a running prepare holds
+  write_file_atomically(out / kPrepareHolderName, json_text(holder_info()));
+  const std::string e = error_of<std::invalid_argument>([&] { prepare_shards(request()); });
+  EXPECT_NE(e.find("--out: '" + out.string() + "' is in use"), std::string::npos) << e;
+  EXPECT_NE(e.find(fmt::format("pid {} on ", ::getpid())), std::string::npos) << e;
+  EXPECT_EQ(names(out), std::vector<std::string>{kPrepareHolderName});
+}
+
+TEST_F(PrepareFolder, AFailedPrepareLeavesNoManifestAndTrainingRefusesTheFolder) {
+  // The disk fills after the shards, at the manifest: files above 2 KiB cannot be written.
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct sigaction ignore {}, was {};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGXFSZ, &ignore, &was), 0);
+  struct rlimit small = old;
+  small.rlim_cur = 2048;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  PrepareRequest r = request(8);  // 1,040-byte shards; a manifest of them is larger than 2 KiB
+  bool failed = false;
+  try {
+    prepare_shards(r);
+  } catch (const std::exception&) {
+    failed = true;
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ::sigaction(SIGXFSZ, &was, nullptr);
+  EXPECT_TRUE(failed);
+  EXPECT_FALSE(fs::exists(out / "manifest.json"));
+  EXPECT_EQ(names(out), std::vector<std::string>{});  // its shards and holder record removed too
+  EXPECT_NE(open_error().find("has no manifest.json: not a finished prepare; run prepare again"), std::string::npos);
+  // And once there is room, the folder (empty) takes the prepare.
+  EXPECT_NO_THROW(prepare_shards(r));
+}
+
+TEST_F(PrepareFolder, TrainingRefusesAFolderThatDisagreesWithItsManifest) {
+  prepare_shards(request(40));
+  ASSERT_EQ(open_error(), "");
+  // A shard the manifest does not list (another prepare's, or put there by hand).
+  fs::copy_file(out / "train_000000.bin", out / "train_000100.bin");
+  EXPECT_NE(open_error().find("holds train_000100.bin, which manifest.json does not list"), std::string::npos)
+      << open_error();
+  fs::remove(out / "train_000100.bin");
+  // A listed one missing.
+  fs::rename(out / "train_000001.bin", root / "kept.bin");
+  EXPECT_NE(open_error().find("manifest.json lists train_000001.bin, which is missing"), std::string::npos)
+      << open_error();
+  // Of another size.
+  fs::copy_file(out / "train_000000.bin", out / "train_000001.bin");
+  fs::resize_file(out / "train_000001.bin", fs::file_size(out / "train_000001.bin") - 2);
+  EXPECT_NE(open_error().find("train_000001.bin' is "), std::string::npos) << open_error();
+  EXPECT_NE(open_error().find("the folder changed since prepare"), std::string::npos) << open_error();
+  // A FIFO in a shard's place is named by its kind, never opened (nothing blocks).
+  fs::remove(out / "train_000001.bin");
+  ASSERT_EQ(::mkfifo((out / "train_000001.bin").c_str(), 0600), 0);
+  EXPECT_NE(open_error().find("is not a regular file (a FIFO), expected an llm.c token shard"), std::string::npos) << open_error();
+  fs::remove(out / "train_000001.bin");
+  fs::rename(root / "kept.bin", out / "train_000001.bin");
+  ASSERT_EQ(open_error(), "");
+  // A manifest naming a file outside the folder, or whose counts do not add up.
+  const std::string good = read_input_file(out / "manifest.json", 1 << 20, "", "");
+  Json j = Json::parse(good);
+  j["shards"][0]["file"] = "../a.txt";
+  write_file_atomically(out / "manifest.json", j.dump());
+  EXPECT_NE(open_error().find("not a shard name prepare writes"), std::string::npos) << open_error();
+  j = Json::parse(good);
+  j["train_tokens"] = j["train_tokens"].get<uint64_t>() + 1;
+  write_file_atomically(out / "manifest.json", j.dump());
+  EXPECT_NE(open_error().find("but its shards hold"), std::string::npos) << open_error();
+  write_file_atomically(out / "manifest.json", "{\"version\": 2}");
+  EXPECT_NE(open_error().find("version 2, not 1"), std::string::npos) << open_error();
+  write_file_atomically(out / "manifest.json", std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_NE(open_error().find("nested deeper than a manifest is"), std::string::npos) << open_error();
+  fs::remove(out / "manifest.json");
+  EXPECT_EQ(open_error(), "data.shards: '" + out.string() +
+                              "' has no manifest.json: not a finished prepare; run prepare again");
+}
+
+TEST_F(PrepareFolder, AShardIsReadIntoMemorySoALaterTruncationCannotFaultTheRun) {
+  prepare_shards(request(1000));
+  const ShardSet set = open_shards(out.string(), 258);
+  const std::vector<int32_t> before = set.train.to_vector();
+  // Truncated (and then rewritten) under the run: a mapped file would raise SIGBUS on the next read.
+  fs::resize_file(out / "train_000000.bin", 1024);
+  fs::resize_file(out / "train_000000.bin", 0);
+  EXPECT_EQ(set.train.to_vector(), before);
+}
+
+TEST_F(PrepareFolder, ThreadsAreBoundedAndAtMostOneADocument) {
+  EXPECT_GE(max_threads(), 64);
+  EXPECT_EQ(check_threads(max_threads(), "train.threads"), max_threads());
+  const std::string e = error_of<std::invalid_argument>([] { resolve_threads(65536); });
+  EXPECT_EQ(e.rfind("train.threads: 65536 threads is above the limit of ", 0), 0u) << e;
+  PrepareRequest r = request();
+  r.threads = 65536;
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { prepare_shards(r); }).rfind("train.threads: 65536 threads", 0),
+            0u);
+  EXPECT_FALSE(fs::exists(out));  // refused before the folder is made
+  r.threads = max_threads();
+  EXPECT_EQ(prepare_shards(r).threads, 2);  // two documents: two threads
+  // encode_documents starts no more threads than documents (a million would end in std::terminate).
+  const BpeTokenizer tok = load_bpe_tokenizer(r.encoder_json, r.vocab_bpe);
+  const std::vector<std::string_view> docs = {"the hat", "that"};
+  EXPECT_EQ(encode_documents(tok, docs, 1'000'000), encode_documents(tok, docs, 1));
 }
 
 }  // namespace

@@ -17,14 +17,25 @@ shipped corpus that `serial prepare` makes with GPT-2's BPE. Then:
     The biases are not zero after 3 steps, so q/k/v's bias is exercised.
   * Refusals, one line each naming the key: an untied model to llm.c, a llama model to
     safetensors, a truncated llm.c file and a bf16 (version 5) one to import.
+  * prepare's folders (issue 42; docs/guarantees.md "Token shards and prepare"): a folder that
+    is not empty refused before tokenizing, --overwrite replacing the previous prepare's files
+    only, a folder another process holds refused naming the holder, a prepare that fails at
+    its manifest (a file size limit) leaving none and training refusing the folder, FIFOs named
+    like a shard or the manifest refused by train and plan without blocking, the run's log
+    naming the shards it reads, and train.threads 65536 refused by train, plan, config and
+    prepare; each refusal one line and exit status 2.
 
 usage: formats_test.py --serial PATH --npm DIR --root DIR
 """
 import argparse
+import fcntl
 import json
 import math
 import os
+import resource
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -88,6 +99,112 @@ def hf_gpt2_loss(tensors, config, tokens):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
 
 
+def prepare_cases(check, a, work, encoder, vocab, shards):
+    """prepare's output folder and training's reading of it (issue 42): each refusal one line, exit 2."""
+    corpus = os.path.join(a.root, "data", "tiny_tales.txt")
+    tok = ["--data.tokenizer", "gpt2", "--data.encoder_json", encoder, "--data.vocab_bpe", vocab]
+    small = ["--config", os.path.join(a.root, "configs", "small.yaml"), *tok, "--model.block_size", "16",
+             "--model.n_layer", "1", "--train.seq_len", "16", "--train.batch_size", "2", "--train.steps", "1",
+             "--train.threads", "1"]
+
+    def serial(*args, timeout=60, **kw):
+        try:
+            return subprocess.run([a.serial, *args], capture_output=True, text=True, errors="replace",
+                                  timeout=timeout, **kw)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(args, -1, "", "timed out (blocked)")
+
+    def prepare(out, *extra, **kw):
+        return serial("prepare", "--input", corpus, "--encoder_json", encoder, "--vocab_bpe", vocab, "--out", out,
+                      *extra, **kw)
+
+    def one_line(title, r, *needles):
+        lines = [x for x in r.stderr.splitlines() if "error" in x]
+        check(title, r.returncode == 2 and len(lines) == 1 and all(n in lines[0] for n in needles),
+              lines[0] if len(lines) == 1 else f"exit {r.returncode}: {r.stderr[-300:]}")
+
+    # Not empty: refused before a token is encoded (no progress line), nothing touched.
+    busy = os.path.join(work, "busy")
+    os.makedirs(busy)
+    open(os.path.join(busy, "notes.txt"), "w").write("mine")
+    r = prepare(busy)
+    one_line("prepare into a folder that is not empty is refused, naming --out", r, "--out", "is not empty",
+             "--overwrite")
+    check("... before tokenizing, and the folder is as it was",
+          "[prepare]" not in r.stderr and sorted(os.listdir(busy)) == ["notes.txt"], r.stderr[-200:])
+    # --overwrite: the previous prepare's files (a stale shard and temporary included) go, nothing else.
+    again = os.path.join(work, "again")
+    shutil.copytree(shards, again)
+    open(os.path.join(again, "notes.txt"), "w").write("mine")
+    for stale in ("train_000042.bin", "val_000000.bin.tmp.1.0"):
+        open(os.path.join(again, stale), "wb").write(b"x")
+    r = prepare(again, "--overwrite", "--shard_tokens", "40000")
+    check("prepare --overwrite replaces the previous prepare's files only",
+          r.returncode == 0 and sorted(os.listdir(again)) == ["manifest.json", "notes.txt", "train_000000.bin",
+                                                               "train_000001.bin"]
+          and open(os.path.join(again, "notes.txt")).read() == "mine", f"{sorted(os.listdir(again))} {r.stderr[-200:]}")
+    # A folder another prepare holds (its lock and holder record): refused, naming the holder.
+    held = os.path.join(work, "held")
+    os.makedirs(held)
+    fd = os.open(held, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": "2026-01-01T00:00:00Z"},
+              open(os.path.join(held, "prepare.holder.json"), "w"))
+    r = prepare(held)
+    os.close(fd)
+    one_line("prepare into a folder another prepare holds is refused, naming the holder", r, "--out", "in use",
+             f"pid {os.getpid()}")
+    # The disk fills at the manifest (files above 16 KiB cannot be written; each shard is 1,224 bytes):
+    # no manifest is left, and training refuses the folder.
+    full = os.path.join(work, "full")
+
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16384, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    r = prepare(full, "--shard_tokens", "100", preexec_fn=limit_file_size)
+    errors = [x for x in r.stderr.splitlines() if "error" in x]
+    check("a prepare that fails at its manifest exits non-zero with one line, and leaves no manifest",
+          r.returncode != 0 and len(errors) == 1 and not os.path.exists(os.path.join(full, "manifest.json")),
+          f"exit {r.returncode}: {r.stderr[-300:]}")
+    one_line("training refuses a folder without a manifest", serial("train", "--out", os.path.join(work, "t0"), *small,
+                                                                    "--data.shards", full),
+             "data.shards", "has no manifest.json: not a finished prepare; run prepare again")
+    # FIFOs named like a shard, in place of one, or as the manifest: refused by train and plan, never waited on.
+    fifo = os.path.join(work, "fifo")
+    shutil.copytree(shards, fifo)
+    os.mkfifo(os.path.join(fifo, "train_000009.bin"))
+    for cmd in ("train", "plan"):
+        one_line(f"{cmd}: a FIFO named like a shard the manifest does not list is refused without blocking",
+                 serial(cmd, *(["--out", os.path.join(work, "t1")] if cmd == "train" else []), *small,
+                        "--data.shards", fifo, timeout=30), "train_000009.bin", "does not list")
+    os.remove(os.path.join(fifo, "train_000009.bin"))
+    os.remove(os.path.join(fifo, "train_000000.bin"))
+    os.mkfifo(os.path.join(fifo, "train_000000.bin"))
+    one_line("a FIFO in a listed shard's place is refused by its kind without blocking",
+             serial("plan", *small, "--data.shards", fifo, timeout=30), "train_000000.bin", "(a FIFO)")
+    os.remove(os.path.join(fifo, "manifest.json"))
+    os.mkfifo(os.path.join(fifo, "manifest.json"))
+    one_line("a FIFO as manifest.json is refused without blocking",
+             serial("train", "--out", os.path.join(work, "t2"), *small, "--data.shards", fifo, timeout=30),
+             "manifest.json", "FIFO")
+    # A shard of another size than its manifest says.
+    cut = os.path.join(work, "cut")
+    shutil.copytree(shards, cut)
+    with open(os.path.join(cut, "train_000000.bin"), "r+b") as f:
+        f.truncate(os.path.getsize(os.path.join(shards, "train_000000.bin")) - 2)
+    one_line("a shard of another size than the manifest's is refused, naming it",
+             serial("train", "--out", os.path.join(work, "t3"), *small, "--data.shards", cut),
+             "train_000000.bin", "manifest.json says", "run prepare again")
+    # Thread counts: one line, exit 2, never a crash.
+    for cmd, extra in (("train", ["--out", os.path.join(work, "t4"), *small]), ("plan", small), ("config", []),
+                       ("prepare", ["--input", corpus, "--encoder_json", encoder, "--vocab_bpe", vocab, "--out",
+                                    os.path.join(work, "t5")])):
+        one_line(f"{cmd}: train.threads 65536 is refused", serial(cmd, *extra, "--train.threads", "65536"),
+                 "train.threads: 65536 threads is above the limit of")
+    check("a refused prepare made no folder", not os.path.exists(os.path.join(work, "t5")))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--serial", required=True)
@@ -109,6 +226,7 @@ def main():
     if r.returncode != 0:
         check("prepare the shards", False, r.stderr[-300:])
         return check.finish()
+    prepare_cases(check, a, work, encoder, vocab, shards)
     model = ["--model.vocab_size", "50304", "--model.vocab_valid", "50257", "--model.bias", "all",
              "--model.tie_embeddings", "true", "--model.block_size", str(T), "--model.n_layer", str(L),
              "--model.n_head", str(NH), "--model.n_embd", str(C)]
@@ -120,6 +238,9 @@ def main():
     if r.returncode != 0:
         check("train the GPT-2-exact model 3 steps", False, r.stderr[-400:])
         return check.finish()
+    check("the run's log names the shards it reads, from the manifest",
+          f"data.shards '{shards}' (manifest.json): 1 train shard, " in r.stderr,
+          r.stderr[:600])
     ckpt = os.path.join(run_dir, "checkpoint.bin")
     trained = checkpoint_file.load(ckpt)
 

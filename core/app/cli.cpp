@@ -51,23 +51,30 @@ const std::vector<Option>& options(const std::string& command) {
       {"config", "FILE", "YAML file of sections: the run to plan"},
       {"ranks", "N", "the job's ranks (mpiexec -n N) [default: 1]"},
       {"stage", "NAME", "the stage program the run is for: serial, mpi, cuda or mpi_cuda [default: this one]"}};
-  static const std::vector<Option> init = {{"out", "FILE", "the model checkpoint to write (required)"},
+  static const std::vector<Option> init = {{"out", "FILE", "the model checkpoint to write (required; not an existing "
+                                                           "file, not in a run's folder)"},
+                                           {"overwrite", "", "replace an existing --out file"},
                                            {"config", "FILE", "YAML file of sections: model, data, train"}};
   static const std::vector<Option> prepare = {
       {"input", "FILES", "text files, comma-separated: one document each (required)"},
       {"encoder_json", "FILE", "GPT-2's encoder.json (required; docs/tokenizer.md)"},
       {"vocab_bpe", "FILE", "GPT-2's vocab.bpe (required)"},
-      {"out", "DIR", "the folder for train_NNNNNN.bin and val_NNNNNN.bin (required)"},
+      {"out", "DIR", "the folder for train_NNNNNN.bin, val_NNNNNN.bin and manifest.json (required): absent or "
+                     "empty"},
+      {"overwrite", "", "replace the previous prepare's files in DIR (train_*.bin, val_*.bin, manifest.json); "
+                        "nothing else there is touched"},
       {"shard_tokens", "N", "the most tokens a shard holds [default: 100000000]"},
       {"config", "FILE", "YAML file (for data.val_fraction and train.threads)"}};
   static const std::vector<Option> export_ = {
       {"checkpoint", "CKPT", "the checkpoint to export (required)"},
       {"format", "NAME", "llmc (llm.c's model file) or hf (model.safetensors + config.json for GPT2LMHeadModel) "
                          "[default: llmc]"},
-      {"out", "PATH", "the file (llmc) or folder (hf) to write (required)"}};
+      {"out", "PATH", "the file (llmc) or folder (hf) to write (required; not an existing one, not in a run's folder)"},
+      {"overwrite", "", "replace an existing --out (a file, or the folder's model.safetensors and config.json)"}};
   static const std::vector<Option> import_ = {
       {"llmc", "FILE", "llm.c's model file (version 3, fp32) to import (required)"},
-      {"out", "CKPT", "the model checkpoint to write (required)"},
+      {"out", "CKPT", "the model checkpoint to write (required; not an existing file, not in a run's folder)"},
+      {"overwrite", "", "replace an existing --out file"},
       {"config", "FILE", "YAML file (for data.encoder_json and data.vocab_bpe: the tokenizer the checkpoint keeps)"}};
   return command == "train"      ? train
          : command == "export"   ? export_
@@ -94,7 +101,8 @@ const char* summary(const std::string& command) {
   if (command == "prepare") {
     return "tokenizes text files with GPT-2's BPE into llm.c token shards (docs/tokenizer.md): <|endoftext|>\n"
            "before each file's tokens, the last data.val_fraction of the tokens for validation, on train.threads\n"
-           "threads; prints a progress line and a summary (documents, tokens, vocabulary, shards).";
+           "threads (one a file at most); then DIR/manifest.json, last: training reads a folder through it.\n"
+           "Prints a progress line and a summary (documents, tokens, vocabulary, shards).";
   }
   if (command == "export") {
     return "writes a checkpoint as llm.c's model file, or as safetensors with a config.json that Hugging Face's\n"
@@ -120,12 +128,12 @@ std::string usage(const std::string& stage) {
       "                [--KEY VALUE ...]\n"
       "       {0} generate --checkpoint CKPT [--prompt TEXT] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} config   [--config FILE] [--KEY VALUE ...]\n"
-      "       {0} init     --out FILE [--config FILE] [--KEY VALUE ...]\n"
+      "       {0} init     --out FILE [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} plan     [--config FILE] [--ranks N] [--stage NAME] [--KEY VALUE ...]\n"
       "       {0} prepare  --input FILES --encoder_json FILE --vocab_bpe FILE --out DIR [--shard_tokens N]\n"
-      "                [--config FILE] [--KEY VALUE ...]\n"
-      "       {0} export   --checkpoint CKPT [--format llmc|hf] --out PATH\n"
-      "       {0} import   --llmc FILE --out CKPT [--config FILE] [--KEY VALUE ...]\n"
+      "                [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
+      "       {0} export   --checkpoint CKPT [--format llmc|hf] --out PATH [--overwrite]\n"
+      "       {0} import   --llmc FILE --out CKPT [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} [train|generate|config|init|plan|prepare|export|import] --help\n",
       stage);
 }
@@ -302,6 +310,7 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
     req.encoder_json = get("encoder_json");
     req.vocab_bpe = get("vocab_bpe");
     req.out_dir = get("out");
+    req.overwrite = cl.find("overwrite") != nullptr;
     req.val_fraction = cfg.data.val_fraction;
     req.threads = resolve_threads(cfg.train.threads);
     if (!get("shard_tokens").empty()) {
@@ -315,27 +324,35 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
     }
     const PrepareSummary sum = prepare_shards(req);
     fmt::print("prepared {} documents ({:.2f} MB): {} training and {} validation tokens, vocabulary {}, {:.2f} "
-               "MB/s on {} threads; {} shards in {}\n",
+               "MB/s on {} threads; {} shards and manifest.json in {}\n",
                sum.documents, static_cast<double>(sum.bytes) / 1e6, sum.train_tokens, sum.val_tokens, sum.vocab,
-               sum.seconds > 0 ? static_cast<double>(sum.bytes) / 1e6 / sum.seconds : 0.0, req.threads,
+               sum.seconds > 0 ? static_cast<double>(sum.bytes) / 1e6 / sum.seconds : 0.0, sum.threads,
                sum.shards.size(), req.out_dir);
   } else if (command == "export" || command == "import") {
+    const bool overwrite = cl.find("overwrite") != nullptr;
     if (ctx.comm && ctx.comm->size() > 1) {
       throw std::invalid_argument(fmt::format("{} runs on one process (the serial stage)", command));
     }
     if (command == "export") {
       fmt::print("{}\n", export_checkpoint(get("checkpoint"), get("format").empty() ? "llmc" : get("format"),
-                                            get("out")));
+                                            get("out"), overwrite));
     } else {
       if (cfg.data.encoder_json.empty() || cfg.data.vocab_bpe.empty()) {
         throw std::invalid_argument("data.encoder_json and data.vocab_bpe: import keeps GPT-2's tokenizer in the "
                                     "checkpoint; give its two files (docs/tokenizer.md)");
       }
+      if (get("llmc").empty()) throw std::invalid_argument("--llmc: the llm.c model file to import is required");
+      // --out is checked before the tokenizer and the model are read (and again by import_llmc).
+      const std::vector<std::string> inputs = {cfg.data.encoder_json, cfg.data.vocab_bpe};
+      check_output(get("out"), OutputRules{"--out", {get("llmc"), inputs[0], inputs[1]}, overwrite, false});
       const Tokenizer tok = Tokenizer::gpt2(load_bpe_tokenizer(cfg.data.encoder_json, cfg.data.vocab_bpe));
-      fmt::print("{}\n", import_llmc(get("llmc"), tok, get("out")));
+      fmt::print("{}\n", import_llmc(get("llmc"), tok, get("out"), overwrite, inputs));
     }
   } else if (command == "init") {
     if (get("out").empty()) throw std::invalid_argument("--out: the checkpoint file to write is required");
+    OutputRules rules{"--out", {cfg.data.corpus}, cl.find("overwrite") != nullptr, false};
+    if (!config_file.empty()) rules.inputs.emplace_back(config_file);
+    check_output(get("out"), rules);
     run_init(InitRequest{cfg, get("out")}, ctx);
   } else if (command == "train") {
     const std::string out = get("out").empty() ? default_out_dir(ctx.stage) : get("out");

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "util/checked.h"
 #include "util/enum_names.h"
 
 namespace gpt2 {
@@ -25,6 +26,13 @@ void Gpt2Config::validate(bool vocab_from_tokenizer) const {
   positive("n_layer", L);
   positive("n_head", NH);
   positive("n_embd", C);
+  const auto at_most = [](const char* key, int v, int max) {
+    if (v > max) throw std::invalid_argument(fmt::format("model.{}: at most {}, got {}", key, max, v));
+  };
+  at_most("vocab_size", V, kMaxVocab);
+  at_most("n_layer", L, kMaxLayers);
+  at_most("n_embd", C, kMaxEmbd);
+  at_most("mlp_hidden", mlp_hidden, kMaxMlpHidden);
   if (C % NH != 0) {
     throw std::invalid_argument(fmt::format("model.n_embd: {} is not divisible by model.n_head {}", C, NH));
   }
@@ -53,6 +61,18 @@ void Gpt2Config::validate(bool vocab_from_tokenizer) const {
     throw std::invalid_argument(fmt::format(
         "model.activation: {} with model.mlp swiglu; SwiGLU gates with silu (set model.activation to silu or auto)",
         to_string(activation_kind())));
+  }
+  // The parameters in all (every bias counted: a bound, not the exact count), checked as they are summed.
+  const auto u = [](int v) { return static_cast<uint64_t>(v); };
+  const std::string_view what = "model: the parameter count";
+  const uint64_t c = u(C), rows = u(V) * (tie_embeddings ? 1 : 2) + (rope() ? 0 : u(T));
+  const uint64_t per_layer = checked_product({u(qkv_width()) + u(C) + u(fc_width()) + u(mlp_width()) + 1, c}, what) +
+                             u(qkv_width()) + u(fc_width()) + 6 * c;
+  const uint64_t total = checked_add(checked_product({rows, c}, what), checked_product({per_layer, u(L)}, what), what);
+  if (total + 2 * c > kMaxParams) {
+    throw std::invalid_argument(fmt::format(
+        "model: about {} parameters, above the {} (2^40) this engine plans for; make model.n_layer, model.n_embd or "
+        "model.vocab_size smaller", total + 2 * c, kMaxParams));
   }
 }
 

@@ -59,6 +59,16 @@ void from_string(const std::string& name, BiasKind& v);
 // The longest block_size accepted: every activation arena and the position
 // table are sized by it (model.block_size above it is refused).
 inline constexpr int kMaxBlockSize = 1 << 20;
+// The other sizes' bounds (docs/guarantees.md "Sizes"), far above any model
+// this engine trains, so that every size derived from them (4 x n_embd, the
+// parameter count, its bytes) is computed without overflow and a plan of any
+// configuration it accepts takes milliseconds: n_layer, n_embd, the MLP's
+// hidden width, the vocabulary rows, and the parameters in all.
+inline constexpr int kMaxLayers = 4096;
+inline constexpr int kMaxEmbd = 1 << 16;
+inline constexpr int kMaxMlpHidden = 1 << 20;
+inline constexpr int kMaxVocab = 1 << 24;
+inline constexpr uint64_t kMaxParams = uint64_t{1} << 40;
 
 struct Gpt2Config {
   int V = 172;   // vocab_size

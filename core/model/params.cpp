@@ -86,6 +86,26 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, TpShape tp
   return out;
 }
 
+std::string non_finite(std::span<const float> x) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) return fmt::format("element {} is {}", i, std::isnan(x[i]) ? "nan" : x[i] > 0 ? "inf" : "-inf");
+  }
+  return "";
+}
+
+std::string non_finite_tensor(const Gpt2Config& cfg, std::span<const float> params) {
+  ParamTensors scratch;
+  for (const ParamInfo& info : layout(cfg, scratch)) {
+    size_t n = 1;
+    for (int64_t d : info.shape) n *= static_cast<size_t>(d);
+    if (info.offset + n > params.size()) break;
+    if (const std::string bad = non_finite(params.subspan(info.offset, n)); !bad.empty()) {
+      return fmt::format("tensor {}: {}", info.name, bad);
+    }
+  }
+  return "";
+}
+
 size_t param_count(const Gpt2Config& cfg, TpShape tp, StageLayers stage) {
   ParamTensors scratch;
   auto infos = layout(cfg, scratch, tp, stage);

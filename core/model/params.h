@@ -93,6 +93,14 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, TpShape tp
 // of one stage's tensors).
 size_t param_count(const Gpt2Config& cfg, TpShape tp = {}, StageLayers stage = {});
 
+// Weights read from a file are checked finite before they are used (an
+// imported or loaded model of NaNs would generate garbage with exit 0):
+// "" when every value is finite, else "element 17 is nan" (the first).
+std::string non_finite(std::span<const float> x);
+// The same over `cfg`'s whole parameter buffer, naming the tensor:
+// "tensor h.3.qkv_w: element 17 is nan"; "" when every value is finite.
+std::string non_finite_tensor(const Gpt2Config& cfg, std::span<const float> params);
+
 // The units a layer-wise sharding moves (ZeRO-2 and ZeRO-3, DESIGN.md
 // "Memory"): the embeddings (wte, wpe), each layer, the head (final norm
 // and lm_head), each one contiguous run [offset, offset + count) of the flat

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -73,6 +74,7 @@ BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::stri
 std::vector<std::vector<int32_t>> encode_documents(const BpeTokenizer& tok, std::span<const std::string_view> docs,
                                                    int threads) {
   if (threads < 1) throw std::invalid_argument(fmt::format("encode_documents: {} threads", threads));
+  threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(docs.size(), 1)));
   std::vector<std::vector<int32_t>> out(docs.size());
   std::atomic<size_t> next{0};  // documents are taken in turn: long and short ones share the threads
   std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));

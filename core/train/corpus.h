@@ -1,7 +1,7 @@
 // The training data as every rank needs it: rank 0 reads and tokenizes the
 // corpus (with a given vocabulary when resuming) and broadcasts the result,
-// so only rank 0 needs the file; or token shards (data.shards), which every
-// rank maps.
+// so only rank 0 needs the file; or token shards (data.shards: prepare's
+// folder, read through its manifest.json), which every rank reads itself.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,8 @@ std::string read_corpus(const std::string& path);
 // missing, unreadable, or not GPT-2's format.
 BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::string& vocab_bpe);
 
-// Each document encoded alone (no piece spans two) on `threads` threads,
+// Each document encoded alone (no piece spans two) on `threads` threads (at
+// most one a document),
 // each with its own tokenizer on `tok`'s vocabulary (BpeTokenizer::clone:
 // its own cache); the ids of document d in out[d], the same at any thread
 // count. A thread's failure is rethrown here.
@@ -48,7 +49,7 @@ struct Corpus {
 
   Tokenizer tok;
   std::vector<int32_t> tokens;    // data.corpus: encode(text) then [EOS]; empty with data.shards
-  std::optional<ShardSet> shards;  // data.shards: the mapped files
+  std::optional<ShardSet> shards;  // data.shards: the files, read into memory
   Split split;                     // training and validation streams (data.val_fraction, or the val_*.bin files)
   int64_t size() const { return split.train.size() + split.val.size(); }
   // FNV-1a 64 of every token, training then validation, as int32 (for a
@@ -61,8 +62,8 @@ struct Corpus {
 // given, else word/char built from the text or gpt2 from d.encoder_json and
 // d.vocab_bpe. A corpus: rank 0 reads and tokenizes it and every rank gets
 // the tokenizer and the tokens. Shards: rank 0 makes the tokenizer, every
-// rank maps the files itself (each checked against the tokenizer's
-// vocabulary). Errors name the key and the file.
+// rank reads the files its manifest lists itself (each checked against the
+// tokenizer's vocabulary). Errors name the key and the file.
 Corpus load_corpus(const DataConfig& d, const Tokenizer* vocabulary, Communicator& comm);
 
 }  // namespace gpt2

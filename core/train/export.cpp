@@ -10,6 +10,7 @@
 
 #include "model/params.h"
 #include "train/checkpoint.h"
+#include "util/checked.h"
 #include "util/files.h"
 #include "util/json.h"
 
@@ -145,13 +146,16 @@ void write_llmc_model(const std::string& path, const Gpt2Config& cfg, std::span<
 }
 
 LlmcModel read_llmc_model(const std::string& path) {
-  const std::string bytes = read_input_file(path, uint64_t{64} << 30, "--llmc", "an llm.c model file");
+  // The header first, then its sizes checked (with checked arithmetic) against the file's before the body is read.
+  InputFile file(path, kMaxCheckpointBytes, "--llmc", "an llm.c model file");
   const auto fail = [&](const std::string& why) {
     throw std::invalid_argument(fmt::format("llm.c model '{}': {}", path, why));
   };
-  if (bytes.size() < 256 * sizeof(int32_t)) fail(fmt::format("{} bytes, shorter than the 1024-byte header", bytes.size()));
+  if (file.size() < 256 * sizeof(int32_t)) {
+    fail(fmt::format("{} bytes, shorter than the 1024-byte header", file.size()));
+  }
   std::array<int32_t, 256> h{};
-  std::memcpy(h.data(), bytes.data(), sizeof(h));
+  file.read(h.data(), sizeof(h));
   if (h[0] != kLlmcModelMagic) fail(fmt::format("magic {}, not {}: not an llm.c model file", h[0], kLlmcModelMagic));
   if (h[1] != 3) {
     fail(fmt::format("version {}, not 3 (fp32){}", h[1], h[1] == 5 ? ": version 5 is bf16, which import does not read" : ""));
@@ -166,23 +170,26 @@ LlmcModel read_llmc_model(const std::string& path) {
   m.config.tie_embeddings = true;
   m.config.vocab_valid = Vp > V ? V : 0;
   try {
-    m.config.validate();
+    m.config.validate();  // bounds every size (model/config.h), so the layers below are few and their sizes small
   } catch (const std::invalid_argument& e) {
-    fail(e.what());
+    fail(fmt::format("header sizes T {} V {} L {} NH {} C {} padded V {}: {}", T, V, L, NH, C, Vp, e.what()));
   }
   m.config = m.config.resolved();
-  size_t want = 256 * sizeof(int32_t);
-  for_each_llmc(m.config, [&](const std::string&, size_t n) { want += n * sizeof(float); });
-  if (bytes.size() != want) {
-    fail(fmt::format("{} bytes, but its header's model takes {}: {}", bytes.size(), want,
-                     bytes.size() < want ? "truncated" : "trailing bytes"));
+  uint64_t want = 256 * sizeof(int32_t);
+  for_each_llmc(m.config, [&](const std::string& name, size_t n) {
+    want = checked_add(want, checked_mul(n, sizeof(float), "llm.c header: tensor " + name), "llm.c header: file size");
+  });
+  if (file.size() != want) {
+    fail(fmt::format("{} bytes, but its header's model takes {}: {}", file.size(), want,
+                     file.size() < want ? "truncated" : "trailing bytes"));
   }
   m.params.assign(param_count(m.config), 0.0f);
   const Slots slots(m.config);
-  size_t at = 256 * sizeof(int32_t);
   for_each_llmc(m.config, [&](const std::string& name, size_t n) {
-    std::memcpy(slots.get(std::span<float>(m.params), name).data(), bytes.data() + at, n * sizeof(float));
-    at += n * sizeof(float);
+    const std::span<float> to = slots.get(std::span<float>(m.params), name);
+    if (to.size() != n) throw std::logic_error(fmt::format("import: {} holds {} floats, llm.c's {}", name, to.size(), n));
+    file.read(to.data(), n * sizeof(float));
+    if (const std::string bad = non_finite(to); !bad.empty()) fail(fmt::format("tensor {}: {}", name, bad));
   });
   return m;
 }
@@ -245,7 +252,7 @@ void write_hf_gpt2(const std::string& dir, const Gpt2Config& cfg, std::span<cons
   for (int i = 0; i < 8; ++i) file[static_cast<size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
   file += text;
   file += data;
-  std::filesystem::create_directories(dir);
+  std::filesystem::create_directory(dir);
   write_file_atomically(std::filesystem::path(dir) / "model.safetensors", file);
   const int eot = tok.kind() == TokenizerKind::kGpt2 ? tok.eos_id() : -1;
   Json config = {{"architectures", {"GPT2LMHeadModel"}},
@@ -271,12 +278,14 @@ void write_hf_gpt2(const std::string& dir, const Gpt2Config& cfg, std::span<cons
   write_file_atomically(std::filesystem::path(dir) / "config.json", config.dump(2) + "\n");
 }
 
-std::string export_checkpoint(const std::string& ckpt, const std::string& format, const std::string& out) {
+std::string export_checkpoint(const std::string& ckpt, const std::string& format, const std::string& out,
+                              bool overwrite) {
   if (ckpt.empty()) throw std::invalid_argument("--checkpoint: the checkpoint to export is required");
   if (out.empty()) throw std::invalid_argument("--out: where to write the export is required");
   if (format != "llmc" && format != "hf") {
     throw std::invalid_argument(fmt::format("--format: '{}' (expected llmc or hf)", format));
   }
+  check_output(out, OutputRules{"--out", {ckpt}, overwrite, format == "hf"});
   const Checkpoint ck = load_given_checkpoint(ckpt);
   if (format == "llmc") {
     write_llmc_model(out, ck.config, ck.params);
@@ -288,9 +297,13 @@ std::string export_checkpoint(const std::string& ckpt, const std::string& format
                      ck.config.describe());
 }
 
-std::string import_llmc(const std::string& file, const Tokenizer& tok, const std::string& out) {
+std::string import_llmc(const std::string& file, const Tokenizer& tok, const std::string& out, bool overwrite,
+                        const std::vector<std::string>& inputs) {
   if (file.empty()) throw std::invalid_argument("--llmc: the llm.c model file to import is required");
   if (out.empty()) throw std::invalid_argument("--out: the checkpoint to write is required");
+  OutputRules rules{"--out", {file}, overwrite, false};
+  for (const std::string& in : inputs) rules.inputs.emplace_back(in);
+  check_output(out, rules);
   const LlmcModel m = read_llmc_model(file);
   if (tok.size() > m.config.valid_vocab()) {
     throw std::invalid_argument(fmt::format("llm.c model '{}': its {} ids cannot hold the tokenizer's {} tokens", file,

@@ -62,12 +62,19 @@ LlmcModel read_llmc_model(const std::string& path);
 void write_hf_gpt2(const std::string& dir, const Gpt2Config& cfg, std::span<const float> params, const Tokenizer& tok);
 
 // The `export` command: the checkpoint `ckpt` (any, training or model) as
-// `format` "llmc" (a file at `out`) or "hf" (the folder `out`). Returns a
-// one-line summary. Errors name the option.
-std::string export_checkpoint(const std::string& ckpt, const std::string& format, const std::string& out);
+// `format` "llmc" (a file at `out`) or "hf" (the folder `out`). `out` is
+// checked first (util/files.h check_output: not the checkpoint, not an
+// existing file or a folder that is not empty unless `overwrite`, not in a
+// run's folder or a held one). Returns a one-line summary. Errors name the
+// option.
+std::string export_checkpoint(const std::string& ckpt, const std::string& format, const std::string& out,
+                              bool overwrite = false);
 
 // The `import` command: an llm.c model file as our model checkpoint at
 // `out`, with `tok` (GPT-2's, whose vocabulary must fit the file's V).
-std::string import_llmc(const std::string& file, const Tokenizer& tok, const std::string& out);
+// `out` follows check_output's rules (`inputs`: the files the command
+// read: the model file, the tokenizer's); every tensor is checked finite.
+std::string import_llmc(const std::string& file, const Tokenizer& tok, const std::string& out, bool overwrite = false,
+                        const std::vector<std::string>& inputs = {});
 
 }  // namespace gpt2

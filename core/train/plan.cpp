@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 
 #include "parallel/process_grid.h"
@@ -376,8 +377,21 @@ GroupTraffic pp_traffic(const RankShape& r) {
 
 }  // namespace
 
+std::vector<int> planned_ranks(int ranks, int replica) {
+  std::vector<int> shown;
+  if (ranks <= kPlanRankRecords) {
+    for (int k = 0; k < ranks; ++k) shown.push_back(k);
+    return shown;
+  }
+  const int each = std::min(replica, kPlanRankRecords / 2);
+  for (int k = 0; k < each; ++k) shown.push_back(k);
+  for (int k = 0; k < each; ++k) shown.push_back(ranks - replica + k);
+  return shown;
+}
+
 Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   if (ranks < 1) throw std::invalid_argument(fmt::format("--ranks: must be >= 1, got {}", ranks));
+  if (ranks > kMaxRanks) throw std::invalid_argument(fmt::format("--ranks: at most {}, got {}", kMaxRanks, ranks));
   validate(given);
   const RunConfig c = resolve_micro_batch(given, ranks);
   const bool multi = stage_is_multi_process(stage);
@@ -406,15 +420,22 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   p.params_total = static_cast<int64_t>(param_count(cfg));
   p.flops_per_step = training_flops(cfg, c.train.batch_size, c.train.seq_len).total();
   p.bubble = p.pp > 1 ? schedule_bubble(parse_schedule(p.schedule), p.pp, p.microbatches) : 0.0;
-  for (int k = 0; k < ranks; ++k) {
+  // A rank's parameter units depend on its place in a replica only: worked out once per (tp rank, stage).
+  std::map<int, std::vector<ParamUnit>> units_of;
+  const StepLayout step = resolve_step(c, p.dp, p.rows, stored_dtype_on(c, stage));
+  for (const int k : planned_ranks(ranks, p.tp * p.pp)) {
     const GridCoords at = grid_coords(k, p.tp, p.pp);
     RankShape r{c, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
                 StageLayers::of(cfg.L, p.pp, at.stage), zero, p.dp, at.dp_rank, at.stage, p.rows, {}, {}};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);
-    r.step = resolve_step(c, p.dp, p.rows, stored_dtype_on(c, stage));
-    ParamTensors scratch;
-    r.units = param_units(cfg, layout(cfg, scratch, r.tp.shape(), r.layers));
+    r.step = step;
+    std::vector<ParamUnit>& units = units_of[at.tp_rank * p.pp + at.stage];
+    if (units.empty()) {
+      ParamTensors scratch;
+      units = param_units(cfg, layout(cfg, scratch, r.tp.shape(), r.layers));
+    }
+    r.units = units;
     if (r.sharded()) r.shards = UnitShards::of(r.units, r.dp, r.dp_rank);
     RankPlan rp;
     rp.rank = k;
@@ -429,6 +450,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
     rp.pp = pp_traffic(r);
     p.rank.push_back(rp);
   }
+  p.ranks_omitted = ranks - static_cast<int>(p.rank.size());
   return p;
 }
 
@@ -480,13 +502,15 @@ Json plan_json(const Plan& p) {
                         {"formula_bytes", m.formula}}},
         {"comm", Json{{"tp", traffic_json(r.tp)}, {"dp", traffic_json(r.dp)}, {"pp", traffic_json(r.pp)}}}});
   }
-  return Json{{"schema", "gpt2-plan/1"}, {"stage", p.stage}, {"ranks", p.ranks}, {"ok", true},
+  Json out{{"schema", "gpt2-plan/1"}, {"stage", p.stage}, {"ranks", p.ranks}, {"ok", true},
               {"layout", Json{{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"microbatches", p.microbatches},
                               {"schedule", p.schedule}, {"zero", p.zero}, {"zero_contiguous", p.zero_contiguous}}},
               {"variant", p.variant},
               {"data", Json{{"corpus", p.corpus}, {"tokenizer", p.tokenizer}, {"tokens", p.corpus_tokens}}},
               {"rows_per_replica", p.rows}, {"vocab", p.vocab}, {"params_total", p.params_total},
               {"flops_per_step", p.flops_per_step}, {"bubble", p.bubble}, {"per_rank", ranks}};
+  if (p.ranks_omitted > 0) out["per_rank_omitted"] = p.ranks_omitted;
+  return out;
 }
 
 Json refusal_json(const std::string& stage, int ranks, const std::string& error) {

@@ -77,8 +77,19 @@ struct Plan {
   int64_t vocab = 0, params_total = 0;
   double flops_per_step = 0;  // the whole model, forward and backward, every rank together
   double bubble = 0;          // the schedule's idle share of a step per stage, F = B = W
-  std::vector<RankPlan> rank;
+  std::vector<RankPlan> rank;  // every rank's, or above kPlanRankRecords ranks planned_ranks()
+  int ranks_omitted = 0;       // the ranks not in `rank`
 };
+
+// The most ranks a plan (and a run) takes, and the most per-rank records a
+// plan holds: above kPlanRankRecords ranks it holds the ranks of the first
+// and the last data-parallel replica (at most kPlanRankRecords / 2 of each,
+// in rank order) and counts the others as omitted, so that a plan of any
+// rank count takes milliseconds and bounded memory.
+inline constexpr int kMaxRanks = 1 << 20;
+inline constexpr int kPlanRankRecords = 1024;
+// The ranks a plan of `ranks` ranks, `replica` to a data-parallel replica, holds records of.
+std::vector<int> planned_ranks(int ranks, int replica);
 
 // The layouts a stage cannot run, refused before anything is written.
 // `multi_process`: the stage runs under mpiexec (mpi, mpi_cuda).

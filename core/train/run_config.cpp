@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "train/pipeline.h"
+#include "train/trainer.h"
 #include "util/enum_names.h"
 
 namespace gpt2 {
@@ -39,6 +40,7 @@ void TrainConfig::validate() const {
   positive("seq_len", seq_len);
   positive("steps", steps);
   if (threads < 0) fail("threads", fmt::format("must be >= 0 (0 = every core), got {}", threads));
+  check_threads(threads, "train.threads");  // at most max_threads() (train/trainer.h)
   non_negative("eval_every", eval_every);
   positive("eval_batches", eval_batches);
   non_negative("checkpoint_every", checkpoint_every);

@@ -72,7 +72,7 @@ struct TrainConfig {
     f("seq_len", seq_len, "tokens per row, <= model.block_size");
     f("steps", steps, "optimizer steps (the original's 'epochs': one global batch each)");
     f("seed", seed, "seed of the weights (Philox) and of random windows");
-    f("threads", threads, "CPU threads; 0 = every core");
+    f("threads", threads, "CPU threads; 0 = every core; at most 4 x the cores (at least 64)");
     f("eval_every", eval_every, "validation loss every N steps; 0 = never");
     f("eval_batches", eval_batches, "batches per validation evaluation");
     f("checkpoint_every", checkpoint_every, "training checkpoint every N steps; 0 = at the end only");

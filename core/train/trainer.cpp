@@ -102,6 +102,7 @@ void announce(const RunLogger& log, const RunConfig& c, const StepLayout& sl, co
   log.note(fmt::format("model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}",
                        st.model_config.describe(), st.model->num_params(), st.data.size(), st.data.split.train.size(),
                        st.data.split.val.size(), st.data.tok.size()));
+  if (st.data.shards) log.note(st.data.shards->describe());  // which files, from prepare's manifest
   log.note(fmt::format("{} backend, {} ranks x {} threads, batch {} x {} ({} rows per replica), {} steps from step {}, "
                        "MFU peak {:.1f} GFLOP/s ({}), divergence bound: loss {:.4g}", st.backend->name(), comm.size(),
                        threads, c.train.batch_size, c.train.seq_len, st.rows, c.train.steps, st.first_step,
@@ -494,7 +495,22 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
 
 }  // namespace
 
+int max_threads() {
+  const unsigned cores = std::min(std::thread::hardware_concurrency(), 1u << 20);  // 0: unknown
+  return std::max(64, 4 * static_cast<int>(cores));
+}
+
+int check_threads(int threads, const char* what) {
+  if (threads > max_threads()) {
+    throw std::invalid_argument(fmt::format("{}: {} threads is above the limit of {} (4 x the {} cores this machine "
+                                            "reports, at least 64)", what, threads, max_threads(),
+                                            std::thread::hardware_concurrency()));
+  }
+  return threads;
+}
+
 int resolve_threads(int threads) {
+  check_threads(threads, "train.threads");
   return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
@@ -618,6 +634,10 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   const int rank = ctx.comm ? ctx.comm->rank() : 0;
   if (rank == 0) {
     ck = load_given_checkpoint(req.checkpoint);
+    if (const std::string bad = non_finite_tensor(ck->config, ck->params); !bad.empty()) {
+      throw std::invalid_argument(fmt::format("--checkpoint: '{}': {}; a model with non-finite weights cannot "
+                                              "generate", req.checkpoint, bad));
+    }
     if (const std::string* f = ck->find("parallel.function")) function[0] = *f;
   }
   if (ctx.comm) broadcast_strings(*ctx.comm, function, 0);

@@ -17,18 +17,18 @@
 
 namespace gpt2 {
 
-namespace {
-
-// What kind of file a status names, for errors.
-std::string kind_of(const struct stat& st) {
-  if (S_ISDIR(st.st_mode)) return "a directory";
-  if (S_ISCHR(st.st_mode)) return "not a regular file (a character device)";
-  if (S_ISBLK(st.st_mode)) return "not a regular file (a block device)";
-  if (S_ISFIFO(st.st_mode)) return "not a regular file (a FIFO)";
-  if (S_ISSOCK(st.st_mode)) return "not a regular file (a socket)";
-  if (S_ISLNK(st.st_mode)) return "a symbolic link";
+std::string file_kind(unsigned mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "not a regular file (a character device)";
+  if (S_ISBLK(mode)) return "not a regular file (a block device)";
+  if (S_ISFIFO(mode)) return "not a regular file (a FIFO)";
+  if (S_ISSOCK(mode)) return "not a regular file (a socket)";
+  if (S_ISLNK(mode)) return "a symbolic link";
   return "not a regular file";
 }
+
+namespace {
+
 
 void write_all(int fd, const char* data, size_t n, const std::filesystem::path& path) {
   while (n > 0) {
@@ -91,14 +91,14 @@ InputFile::InputFile(const std::filesystem::path& path, uint64_t max_bytes, cons
   if (::stat(path.c_str(), &st) != 0) {
     throw std::invalid_argument(error(errno == ENOENT ? "no such file" : std::strerror(errno)));
   }
-  if (!S_ISREG(st.st_mode)) throw std::invalid_argument(error(fmt::format("is {}, expected {}", kind_of(st), expected)));
+  if (!S_ISREG(st.st_mode)) throw std::invalid_argument(error(fmt::format("is {}, expected {}", file_kind(st.st_mode), expected)));
   // O_NONBLOCK: should the path have become a FIFO since, opening it does not wait for a writer.
   fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd_ < 0) throw std::invalid_argument(error(fmt::format("cannot read: {}", std::strerror(errno))));
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
     fd_ = -1;
-    throw std::invalid_argument(error(fmt::format("is {}, expected {}", kind_of(st), expected)));
+    throw std::invalid_argument(error(fmt::format("is {}, expected {}", file_kind(st.st_mode), expected)));
   }
   size_ = static_cast<uint64_t>(st.st_size);
   if (size_ > max_bytes) {
@@ -243,7 +243,7 @@ bool is_run_folder(const std::filesystem::path& dir) {
 bool locked_by_another(const std::filesystem::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return false;
-  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;  // shared: probes never meet each other
   ::close(fd);
   return held;
 }
@@ -280,6 +280,13 @@ void check_output(const std::filesystem::path& out, const OutputRules& rules) {
     }
   }
   const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  struct stat parent_st {};
+  if (::stat(parent.c_str(), &parent_st) != 0 || !S_ISDIR(parent_st.st_mode)) {
+    refuse(fmt::format("cannot be written: its folder '{}' does not exist", parent.string()));
+  }
+  if (::access(parent.c_str(), W_OK | X_OK) != 0) {
+    refuse(fmt::format("cannot be written: its folder '{}' is not writable", parent.string()));
+  }
   if (rules.folder && exists_or_link && is_run_folder(out)) refuse("is a training run's folder");
   if (is_run_folder(parent)) {
     refuse(fmt::format("lies in the training run folder '{}', whose files are the run's; write it elsewhere",

@@ -10,6 +10,10 @@
 
 namespace gpt2 {
 
+// What kind of file a stat mode names, for errors: "a directory", "not a
+// regular file (a FIFO)", ... (read as "<path> is <kind>").
+std::string file_kind(unsigned mode);
+
 // Writes `text` to a fresh temporary beside `path` (created exclusively, not
 // through a link: O_CREAT | O_EXCL | O_NOFOLLOW) and renames it over `path`:
 // readers see the old file or the new one, never a half-written one, and a
@@ -113,7 +117,8 @@ struct OutputRules {
   bool folder = false;                            // `out` is a folder (else a file)
 };
 // Refuses `out` (std::invalid_argument "<option>: '<out>' <why>"; the
-// programs exit with status 2) when it is empty; is one of `inputs` (the same
+// programs exit with status 2) when it is empty; is in a folder that does not
+// exist or is not writable; is one of `inputs` (the same
 // file through any name or link); exists (a file, a folder that is not empty,
 // or a link, dangling or not) without `overwrite`, or is of the other kind
 // (a folder where a file is written); lies in a training run's folder (one
