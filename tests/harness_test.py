@@ -740,6 +740,20 @@ def bad_places_checks(work, exps, a, env, check):
               r.returncode == 2 and len(lines) == 1 and lines[0].startswith("train_step: error: --json: ")
               and needle in lines[0] and r.stdout == "" and time.time() - t0 < 30,
               f"exit {r.returncode}: {r.stderr[-300:]} / {r.stdout[-200:]}")
+    # The benchmarks' thread counts are bounded as train.threads is (65536 ended in the OpenMP runtime).
+    r = subprocess.run([train_step, "--preset", "small", "--threads", "65536", "--steps", "1"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    check("train_step --threads 65536: exit 2, one line naming the bound, nothing run",
+          r.returncode == 2 and len(lines) == 1 and "--threads: 65536 threads is above the limit" in lines[0]
+          and r.stdout == "", f"exit {r.returncode}: {r.stderr[-300:]}")
+    generate_bench = os.path.join(os.path.dirname(os.path.abspath(a.harness)), "generate_bench")
+    if os.path.exists(generate_bench):
+        r = subprocess.run([generate_bench, "--threads", "65536"], capture_output=True, text=True, env=env, timeout=120)
+        lines = r.stderr.strip().splitlines()
+        check("generate_bench --threads 65536: exit 2, one line naming the bound",
+              r.returncode == 2 and len(lines) == 1 and "65536 threads is above the limit" in lines[0],
+              f"exit {r.returncode}: {r.stderr[-300:]}")
 
 
 def main():
