@@ -235,6 +235,133 @@ void print_plan(const RunConfig& cfg, const std::string& ranks_text, const std::
   }
 }
 
+// The options a command was given, read by name ("" for one not given).
+struct Given {
+  const CommandLine& cl;
+  std::string get(const char* key) const {
+    const std::string* v = cl.find(key);
+    return v ? *v : std::string();
+  }
+  bool flag(const char* name) const { return cl.find(name) != nullptr; }
+};
+
+// The command and its options as every rank was given them, compared across
+// the job's ranks (the configuration keys are compared key by key later,
+// check_ranks_agree, with a message naming the key).
+void check_options_agree(const std::string& command, const CommandLine& cl, Communicator& comm) {
+  std::vector<std::string> given = {command};
+  for (const Option& o : options(command)) {
+    const std::string* v = cl.find(o.name);
+    given.push_back(v ? fmt::format("--{} {}", o.name, *v) : "");
+    // The hostfile every rank reads itself: its content must agree too (one path may name
+    // different files on different hosts; a --config's resolved keys are compared one by one
+    // later, naming the key). An unreadable one is left to the reader's own error.
+    if (v && std::string(o.name) == "hostfile") {
+      try {
+        const std::string text = read_input_file(*v, kMaxTextInputBytes, "", "a file");
+        given.push_back(fmt::format("(content {:016x})", fnv1a64(text.data(), text.size())));
+      } catch (const std::exception&) {
+        given.push_back("");
+      }
+    }
+  }
+  given.push_back(cl.help ? "--help" : "");
+  check_command_lines_agree(given, comm);
+}
+
+void refuse_several_processes(const std::string& command, const StageContext& ctx) {
+  if (ctx.comm && ctx.comm->size() > 1) {
+    throw std::invalid_argument(fmt::format("{} runs on one process (the serial stage)", command));
+  }
+}
+
+void run_prepare(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
+  refuse_several_processes("prepare", ctx);
+  PrepareRequest req;
+  const std::string inputs = g.get("input");
+  size_t at = 0;
+  for (size_t comma; (comma = inputs.find(',', at)) != std::string::npos; at = comma + 1) {
+    if (comma > at) req.inputs.push_back(inputs.substr(at, comma - at));
+  }
+  if (at < inputs.size()) req.inputs.push_back(inputs.substr(at));
+  req.encoder_json = g.get("encoder_json");
+  req.vocab_bpe = g.get("vocab_bpe");
+  req.out_dir = g.get("out");
+  req.overwrite = g.flag("overwrite");
+  req.val_fraction = cfg.data.val_fraction;
+  req.threads = resolve_threads(cfg.train.threads);
+  if (const std::string n = g.get("shard_tokens"); !n.empty()) {
+    try {
+      size_t used = 0;
+      req.shard_tokens = std::stoull(n, &used);
+      if (used != n.size()) throw std::invalid_argument("");
+    } catch (const std::exception&) {
+      throw std::invalid_argument(fmt::format("--shard_tokens: '{}' is not a count", n));
+    }
+  }
+  const PrepareSummary sum = prepare_shards(req);
+  fmt::print("prepared {} documents ({:.2f} MB): {} training and {} validation tokens, vocabulary {}, {:.2f} "
+             "MB/s on {} threads; {} shards and manifest.json in {}\n",
+             sum.documents, static_cast<double>(sum.bytes) / 1e6, sum.train_tokens, sum.val_tokens, sum.vocab,
+             sum.seconds > 0 ? static_cast<double>(sum.bytes) / 1e6 / sum.seconds : 0.0, sum.threads,
+             sum.shards.size(), req.out_dir);
+}
+
+void run_import(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
+  refuse_several_processes("import", ctx);
+  if (cfg.data.encoder_json.empty() || cfg.data.vocab_bpe.empty()) {
+    throw std::invalid_argument("data.encoder_json and data.vocab_bpe: import keeps GPT-2's tokenizer in the "
+                                "checkpoint; give its two files (docs/tokenizer.md)");
+  }
+  if (g.get("llmc").empty()) throw std::invalid_argument("--llmc: the llm.c model file to import is required");
+  // --out is checked before the tokenizer and the model are read (and again by import_llmc).
+  const std::vector<std::string> inputs = {cfg.data.encoder_json, cfg.data.vocab_bpe};
+  check_output(g.get("out"), OutputRules{"--out", {g.get("llmc"), inputs[0], inputs[1]}, g.flag("overwrite"), false});
+  const Tokenizer tok = Tokenizer::gpt2(load_bpe_tokenizer(cfg.data.encoder_json, cfg.data.vocab_bpe));
+  fmt::print("{}\n", import_llmc(g.get("llmc"), tok, g.get("out"), g.flag("overwrite"), inputs));
+}
+
+void run_init_command(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
+  if (g.get("out").empty()) throw std::invalid_argument("--out: the checkpoint file to write is required");
+  OutputRules rules{"--out", {cfg.data.corpus}, g.flag("overwrite"), false};
+  if (!g.get("config").empty()) rules.inputs.emplace_back(g.get("config"));
+  check_output(g.get("out"), rules);
+  run_init(InitRequest{cfg, g.get("out")}, ctx);
+}
+
+// The command, its configuration resolved (the file, then the overrides).
+void dispatch(const std::string& command, const Given& g, const RunConfig& cfg, const StageContext& ctx) {
+  const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
+  if (command == "config") {
+    validate(cfg);
+    if (root) fmt::print("{}", to_yaml(cfg));
+  } else if (command == "plan") {
+    print_plan(cfg, g.get("ranks"), g.get("stage").empty() ? ctx.stage : g.get("stage"), root);
+  } else if (command == "prepare") {
+    run_prepare(g, cfg, ctx);
+  } else if (command == "export") {
+    refuse_several_processes("export", ctx);
+    fmt::print("{}\n", export_checkpoint(g.get("checkpoint"), g.get("format").empty() ? "llmc" : g.get("format"),
+                                          g.get("out"), g.flag("overwrite")));
+  } else if (command == "import") {
+    run_import(g, cfg, ctx);
+  } else if (command == "init") {
+    run_init_command(g, cfg, ctx);
+  } else if (command == "train") {
+    const std::string out = g.get("out").empty() ? default_out_dir(ctx.stage) : g.get("out");
+    const TrainRequest req{cfg, out, g.get("resume"), g.flag("overwrite"), g.get("config"), g.get("hostfile")};
+    run_train(req, ctx);
+    if (root) fmt::print(stderr, "[{}] results in {}\n", ctx.stage, req.out_dir);
+  } else {
+    // GenerateRequest's "" means "no prompt: take it from the corpus"; one
+    // given empty on purpose is a mistake, not a request for the corpus.
+    if (const std::string* p = g.cl.find("prompt"); p && p->empty()) {
+      throw std::invalid_argument("--prompt: empty prompt (leave --prompt out to start from the corpus)");
+    }
+    run_generate(GenerateRequest{cfg, g.get("checkpoint"), g.get("prompt")}, ctx);
+  }
+}
+
 int run(int argc, char** argv, const StageContext& ctx, const std::string& note) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
@@ -257,116 +384,17 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   RunConfig cfg;
   const Fields fields = run_fields(cfg);
   const CommandLine cl = parse_command_line({args.begin() + 1, args.end()}, fields, keys, flags);
-  if (ctx.comm) {
-    // The command and its options (the configuration keys are compared key by
-    // key later, check_ranks_agree, with a message naming the key).
-    std::vector<std::string> given = {command};
-    for (const Option& o : options(command)) {
-      const std::string* v = cl.find(o.name);
-      given.push_back(v ? fmt::format("--{} {}", o.name, *v) : "");
-      // The hostfile every rank reads itself: its content must agree too (one path may name
-      // different files on different hosts; a --config's resolved keys are compared one by one
-      // later, naming the key). An unreadable one is left to the reader's own error.
-      if (v && std::string(o.name) == "hostfile") {
-        try {
-          const std::string text = read_input_file(*v, kMaxTextInputBytes, "", "a file");
-          given.push_back(fmt::format("(content {:016x})", fnv1a64(text.data(), text.size())));
-        } catch (const std::exception&) {
-          given.push_back("");
-        }
-      }
-    }
-    given.push_back(cl.help ? "--help" : "");
-    check_command_lines_agree(given, *ctx.comm);
-  }
+  if (ctx.comm) check_options_agree(command, cl, *ctx.comm);
   if (cl.help) {
     if (root) fmt::print("{}", help(ctx.stage, note, command));
     return 0;
   }
   if (!cl.positional.empty()) throw std::invalid_argument(fmt::format("unexpected argument '{}'", cl.positional[0]));
-  auto get = [&](const char* key) {
-    const std::string* v = cl.find(key);
-    return v ? *v : std::string();
-  };
-  const std::string config_file = get("config");
+  const Given g{cl};
   if (command == "generate") refuse_unused_by_generate(cl);
-  if (!config_file.empty()) load_yaml(cfg, config_file);
+  if (!g.get("config").empty()) load_yaml(cfg, g.get("config"));
   apply_settings(fields, cl);
-
-  if (command == "config") {
-    validate(cfg);
-    if (root) fmt::print("{}", to_yaml(cfg));
-  } else if (command == "plan") {
-    print_plan(cfg, get("ranks"), get("stage").empty() ? ctx.stage : get("stage"), root);
-  } else if (command == "prepare") {
-    if (ctx.comm && ctx.comm->size() > 1) throw std::invalid_argument("prepare runs on one process (the serial stage)");
-    PrepareRequest req;
-    const std::string inputs = get("input");
-    size_t at = 0;
-    for (size_t comma; (comma = inputs.find(',', at)) != std::string::npos; at = comma + 1) {
-      if (comma > at) req.inputs.push_back(inputs.substr(at, comma - at));
-    }
-    if (at < inputs.size()) req.inputs.push_back(inputs.substr(at));
-    req.encoder_json = get("encoder_json");
-    req.vocab_bpe = get("vocab_bpe");
-    req.out_dir = get("out");
-    req.overwrite = cl.find("overwrite") != nullptr;
-    req.val_fraction = cfg.data.val_fraction;
-    req.threads = resolve_threads(cfg.train.threads);
-    if (!get("shard_tokens").empty()) {
-      try {
-        size_t used = 0;
-        req.shard_tokens = std::stoull(get("shard_tokens"), &used);
-        if (used != get("shard_tokens").size()) throw std::invalid_argument("");
-      } catch (const std::exception&) {
-        throw std::invalid_argument(fmt::format("--shard_tokens: '{}' is not a count", get("shard_tokens")));
-      }
-    }
-    const PrepareSummary sum = prepare_shards(req);
-    fmt::print("prepared {} documents ({:.2f} MB): {} training and {} validation tokens, vocabulary {}, {:.2f} "
-               "MB/s on {} threads; {} shards and manifest.json in {}\n",
-               sum.documents, static_cast<double>(sum.bytes) / 1e6, sum.train_tokens, sum.val_tokens, sum.vocab,
-               sum.seconds > 0 ? static_cast<double>(sum.bytes) / 1e6 / sum.seconds : 0.0, sum.threads,
-               sum.shards.size(), req.out_dir);
-  } else if (command == "export" || command == "import") {
-    const bool overwrite = cl.find("overwrite") != nullptr;
-    if (ctx.comm && ctx.comm->size() > 1) {
-      throw std::invalid_argument(fmt::format("{} runs on one process (the serial stage)", command));
-    }
-    if (command == "export") {
-      fmt::print("{}\n", export_checkpoint(get("checkpoint"), get("format").empty() ? "llmc" : get("format"),
-                                            get("out"), overwrite));
-    } else {
-      if (cfg.data.encoder_json.empty() || cfg.data.vocab_bpe.empty()) {
-        throw std::invalid_argument("data.encoder_json and data.vocab_bpe: import keeps GPT-2's tokenizer in the "
-                                    "checkpoint; give its two files (docs/tokenizer.md)");
-      }
-      if (get("llmc").empty()) throw std::invalid_argument("--llmc: the llm.c model file to import is required");
-      // --out is checked before the tokenizer and the model are read (and again by import_llmc).
-      const std::vector<std::string> inputs = {cfg.data.encoder_json, cfg.data.vocab_bpe};
-      check_output(get("out"), OutputRules{"--out", {get("llmc"), inputs[0], inputs[1]}, overwrite, false});
-      const Tokenizer tok = Tokenizer::gpt2(load_bpe_tokenizer(cfg.data.encoder_json, cfg.data.vocab_bpe));
-      fmt::print("{}\n", import_llmc(get("llmc"), tok, get("out"), overwrite, inputs));
-    }
-  } else if (command == "init") {
-    if (get("out").empty()) throw std::invalid_argument("--out: the checkpoint file to write is required");
-    OutputRules rules{"--out", {cfg.data.corpus}, cl.find("overwrite") != nullptr, false};
-    if (!config_file.empty()) rules.inputs.emplace_back(config_file);
-    check_output(get("out"), rules);
-    run_init(InitRequest{cfg, get("out")}, ctx);
-  } else if (command == "train") {
-    const std::string out = get("out").empty() ? default_out_dir(ctx.stage) : get("out");
-    const TrainRequest req{cfg, out, get("resume"), cl.find("overwrite") != nullptr, config_file, get("hostfile")};
-    run_train(req, ctx);
-    if (root) fmt::print(stderr, "[{}] results in {}\n", ctx.stage, req.out_dir);
-  } else {
-    // GenerateRequest's "" means "no prompt: take it from the corpus"; one
-    // given empty on purpose is a mistake, not a request for the corpus.
-    if (const std::string* p = cl.find("prompt"); p && p->empty()) {
-      throw std::invalid_argument("--prompt: empty prompt (leave --prompt out to start from the corpus)");
-    }
-    run_generate(GenerateRequest{cfg, get("checkpoint"), get("prompt")}, ctx);
-  }
+  dispatch(command, g, cfg, ctx);
   return 0;
 }
 
