@@ -245,46 +245,45 @@ ContiguousShard contiguous_shard(const Gpt2& model, int dp, int dp_rank) {
   return contiguous_shard(model.num_params(), model.padded_params(), dp, dp_rank);
 }
 
-std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
-                                         int threads, int device_hint, ProcessGrid& grid) {
-  Communicator& comm = grid.world();
-  auto st = std::make_unique<RunState>();
-  const int dp = grid.dp(), rank = comm.rank(), dp_rank = grid.dp_comm().rank();
-  st->rows = replica_rows(c, comm.size(), grid.tp(), grid.pp());
+namespace {
 
-  // Data: rank 0 reads the checkpoint and the corpus; every rank gets tokens.
-  std::optional<Checkpoint> ckpt;
-  if (rank == 0 && !resume.empty()) {
+// The run's data (rank 0 reads the checkpoint and the corpus; every rank
+// gets the tokens), its loaders and the resolved model configuration.
+void load_run_data(const RunConfig& c, const std::string& resume, ProcessGrid& grid, RunState& st,
+                   std::optional<Checkpoint>& ckpt) {
+  Communicator& comm = grid.world();
+  const int dp_rank = grid.dp_comm().rank();
+  if (comm.rank() == 0 && !resume.empty()) {
     ckpt = load_given_checkpoint(resume);
     check_training_checkpoint(*ckpt, c, resume);
   }
-  st->data = load_corpus(c.data, ckpt ? &ckpt->tokenizer : nullptr, comm);
-  const Split& split = st->data.split;
+  st.data = load_corpus(c.data, ckpt ? &ckpt->tokenizer : nullptr, comm);
+  const Split& split = st.data.split;
   // Rank 0 read the corpus and sent its tokens (or every rank mapped the shards):
   // guard that every rank trains on the same. The hash is computed once: it is
   // also what checkpoints record and resume compares.
-  st->corpus_hash = st->data.hash();
-  if (!comm.all_equal(st->corpus_hash)) {
+  st.corpus_hash = st.data.hash();
+  if (!comm.all_equal(st.corpus_hash)) {
     throw std::runtime_error(c.data.shards.empty()
                                  ? "the corpus tokens differ across ranks after their broadcast (checksum mismatch)"
                                  : "the token shards differ across ranks (checksum mismatch): every rank must see the "
                                    "same data.shards files");
   }
-  st->model_config = resolve_vocab(c.model, st->data.tok.size());
+  st.model_config = resolve_vocab(c.model, st.data.tok.size());
   const std::string source = c.data.shards.empty() ? fmt::format("data.corpus '{}'", c.data.corpus)
                                                    : fmt::format("data.shards '{}'", c.data.shards);
   try {
-    st->loader.emplace(split.train, c.train.batch_size, c.train.seq_len, c.data.loader, c.train.seed,
-                       dp_rank * st->rows, st->rows);
+    st.loader.emplace(split.train, c.train.batch_size, c.train.seq_len, c.data.loader, c.train.seed,
+                      dp_rank * st.rows, st.rows);
   } catch (const std::invalid_argument& e) {
     if (split.val.empty() || !c.data.shards.empty()) throw std::invalid_argument(fmt::format("{}: {}", source, e.what()));
     // The corpus may be long enough: the held-out share left too little for training.
     throw std::invalid_argument(fmt::format(
         "data.val_fraction {}: leaves {} of the corpus's {} tokens for training ({} held out for validation): {}",
-        c.data.val_fraction, split.train.size(), st->data.size(), split.val.size(), e.what()));
+        c.data.val_fraction, split.train.size(), st.data.size(), split.val.size(), e.what()));
   }
-  st->eval_on = c.train.eval_every > 0 && !split.val.empty();
-  if (st->eval_on) {  // the validation split must hold one batch: fail now, not at the first evaluation
+  st.eval_on = c.train.eval_every > 0 && !split.val.empty();
+  if (st.eval_on) {  // the validation split must hold one batch: fail now, not at the first evaluation
     try {
       DataLoader probe(split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed);
     } catch (const std::invalid_argument& e) {
@@ -292,104 +291,139 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
                                               c.data.shards.empty() ? "data.val_fraction" : "data.shards", e.what()));
     }
   }
+}
 
-  // Model and optimizer in the backend's memory.
-  st->backend = kind.make(backend_options(c, st->model_config, threads, device_hint));
-  Memory& mem = st->backend->memory();
-  st->model_config.validate();
+// The model and its optimizer in the backend's memory, laid out for this
+// rank's place in the grid and ZeRO's sharding. Returns the rank's stage.
+StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads, int device_hint, ProcessGrid& grid,
+                       RunState& st) {
+  const int dp = grid.dp(), dp_rank = grid.dp_comm().rank();
+  st.backend = kind.make(backend_options(c, st.model_config, threads, device_hint));
+  Memory& mem = st.backend->memory();
+  st.model_config.validate();
   TpLayout layout = grid.layout(c.parallel.blocks(), c.parallel.vocab_parallel);
-  layout.validate(st->model_config);
+  layout.validate(st.model_config);
   // Every layout the same cut (fp32: under bf16 tensor parallelism is refused).
-  layout.pieces = deterministic_pieces(c, st->model_config, layout.size, kind.name);
-  const StageLayers stage = StageLayers::of(st->model_config.L, grid.pp(), grid.stage());
+  layout.pieces = deterministic_pieces(c, st.model_config, layout.size, kind.name);
+  const StageLayers stage = StageLayers::of(st.model_config.L, grid.pp(), grid.stage());
   const ZeroLayout zl = zero_layout(c, dp);
-  st->zero_stage = zl.stage;
+  st.zero_stage = zl.stage;
   const bool contiguous = zl.contiguous;
-  st->model = std::make_unique<Gpt2>(st->model_config, mem, std::move(layout), stage,
-                                     contiguous ? static_cast<size_t>(dp) : 1, zl.residency);
+  st.model = std::make_unique<Gpt2>(st.model_config, mem, std::move(layout), stage,
+                                    contiguous ? static_cast<size_t>(dp) : 1, zl.residency);
   UpdateScope scope;
   scope.exact_norm = c.train.deterministic;  // the same norm however the gradient is split (docs/determinism.md)
   if (contiguous) {
-    st->zero = contiguous_shard(*st->model, dp, dp_rank);
-    scope.ranges = {{st->zero->begin, st->zero->end, 0}};
+    st.zero = contiguous_shard(*st.model, dp, dp_rank);
+    scope.ranges = {{st.zero->begin, st.zero->end, 0}};
     scope.shards = &grid.dp_group();
-  } else if (st->zero_stage >= 2) {
-    st->sharded = std::make_unique<ZeroShards>(*st->model, grid.dp_comm(), st->zero_stage);
-    scope.ranges = st->sharded->shards().ranges;
+  } else if (st.zero_stage >= 2) {
+    st.sharded = std::make_unique<ZeroShards>(*st.model, grid.dp_comm(), st.zero_stage);
+    scope.ranges = st.sharded->shards().ranges;
     scope.shards = &grid.dp_group();
   }
   if (grid.pp() > 1) scope.stages = &grid.pp_group();
-  st->opt = std::make_unique<Optimizer>(c.optimizer, st->model->num_params(), mem, scope);
-  const TpLayout& tp = st->model->tp();
+  st.opt = std::make_unique<Optimizer>(c.optimizer, st.model->num_params(), mem, scope);
+  return stage;
+}
+
+// The weights (and, resuming, the moments and counters) this rank starts
+// from: the checkpoint's, broadcast from rank 0 and cut to this rank's
+// shard, or model.init's from train.seed. Returns this rank's weights where
+// they were built on the host (ZeRO-3, and resuming), for the check below.
+std::vector<float> set_initial_state(const RunConfig& c, const std::string& resume, ProcessGrid& grid, RunState& st,
+                                     std::optional<Checkpoint>& ckpt, const StageLayers& stage) {
+  Communicator& comm = grid.world();
+  const int rank = comm.rank();
+  const TpLayout& tp = st.model->tp();
   auto shard = [&](std::vector<float>& full) {
-    if (tp.size > 1 || !stage.whole(st->model_config.L)) {
-      full = shard_of(st->model_config, tp.shape(), tp.rank, full, stage);
+    if (tp.size > 1 || !stage.whole(st.model_config.L)) {
+      full = shard_of(st.model_config, tp.shape(), tp.rank, full, stage);
     }
   };
   auto zero_part = [&](std::vector<float>& part) {
-    if (st->zero) {
-      part = std::vector<float>(part.begin() + static_cast<std::ptrdiff_t>(st->zero->begin),
-                                part.begin() + static_cast<std::ptrdiff_t>(st->zero->end));
-    } else if (st->sharded) {
-      part = st->sharded->shards().pack(part);
+    if (st.zero) {
+      part = std::vector<float>(part.begin() + static_cast<std::ptrdiff_t>(st.zero->begin),
+                                part.begin() + static_cast<std::ptrdiff_t>(st.zero->end));
+    } else if (st.sharded) {
+      part = st.sharded->shards().pack(part);
     }
   };
   // The weights into the model (or, ZeRO-3, this rank's pieces into the shard).
   auto set_params = [&](const std::vector<float>& local) {
-    if (st->zero_stage == 3) st->sharded->load_params(local);
-    else st->model->params_from_host(local);
+    if (st.zero_stage == 3) st.sharded->load_params(local);
+    else st.model->params_from_host(local);
   };
   std::vector<float> w;  // this rank's weights (its tp shard of its stage), for the check below
   if (!resume.empty()) {
     HostState hs;
     if (rank == 0) {
-      st->unchecked = check_training_state(*ckpt, st->model_config, c, *st, resume);
-      if (const std::string* id = ckpt->find("run.id")) st->checkpoint_run_id = *id;
+      st.unchecked = check_training_state(*ckpt, st.model_config, c, st, resume);
+      if (const std::string* id = ckpt->find("run.id")) st.checkpoint_run_id = *id;
       hs.params = std::move(ckpt->params);
       hs.m = std::move(ckpt->training->m);
       hs.v = std::move(ckpt->training->v);
       hs.counters = {ckpt->training->steps_done, ckpt->training->loader_position, ckpt->training->loader_batches};
       ckpt.reset();
     }
-    broadcast_state(comm, hs, param_count(st->model_config));
+    broadcast_state(comm, hs, param_count(st.model_config));
     for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) shard(*v);  // this rank's shard of each
     zero_part(hs.m);
     zero_part(hs.v);
     set_params(hs.params);
-    st->opt->moments_from_host(hs.m, hs.v);
-    st->opt->set_steps_done(hs.counters[0]);
-    st->loader->restore(hs.counters[1], hs.counters[2]);
-    if (st->zero_stage == 3) w = std::move(hs.params);
-  } else if (st->zero_stage == 3 && st->model_config.init != InitKind::kOriginal) {
+    st.opt->moments_from_host(hs.m, hs.v);
+    st.opt->set_steps_done(hs.counters[0]);
+    st.loader->restore(hs.counters[1], hs.counters[2]);
+    if (st.zero_stage == 3) w = std::move(hs.params);
+  } else if (st.zero_stage == 3 && st.model_config.init != InitKind::kOriginal) {
     // Only this rank's pieces, each computed where it lands: no rank holds the whole model (docs/memory.md).
-    st->sharded->load_params([&](size_t begin, std::span<float> out) {
-      initial_values(st->model_config, c.train.seed, tp.shape(), tp.rank, stage, begin, out);
+    st.sharded->load_params([&](size_t begin, std::span<float> out) {
+      initial_values(st.model_config, c.train.seed, tp.shape(), tp.rank, stage, begin, out);
     });
-  } else if (st->zero_stage == 3) {  // the original's scheme is one sequence of draws over the whole model
-    w = initial_weights(st->model_config, c.train.seed);
+  } else if (st.zero_stage == 3) {  // the original's scheme is one sequence of draws over the whole model
+    w = initial_weights(st.model_config, c.train.seed);
     shard(w);
     set_params(w);
   } else {
-    st->model->init_weights(c.train.seed);
+    st.model->init_weights(c.train.seed);
   }
-  // Every data-parallel replica holds the same weights (ZeRO-3: before its
+  return w;
+}
+
+// Every data-parallel replica holds the same weights (checked by hash).
+void check_replicas_agree(ProcessGrid& grid, RunState& st, std::vector<float>& w) {
+  Memory& mem = st.backend->memory();
+  // ZeRO-3: before its
   // pieces were cut; otherwise as the model's memory holds them).
   // ZeRO-3 started from the seed holds no whole copy to compare: its pieces
   // are a function of the seed, which every rank agreed on before this. A
   // model in host memory is hashed where it is (no copy of it).
   const float* held = w.data();
   size_t floats = w.size();
-  if (st->zero_stage != 3 && mem.is_host()) {
-    held = st->model->param_data();
-    floats = st->model->num_params();
-  } else if (st->zero_stage != 3) {
-    w = st->model->params_to_host();
+  if (st.zero_stage != 3 && mem.is_host()) {
+    held = st.model->param_data();
+    floats = st.model->num_params();
+  } else if (st.zero_stage != 3) {
+    w = st.model->params_to_host();
     held = w.data();
     floats = w.size();
   }
   if (floats > 0 && !grid.dp_comm().all_equal(fnv1a64(held, floats * sizeof(float)))) {
     throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
   }
+}
+
+}  // namespace
+
+std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
+                                         int threads, int device_hint, ProcessGrid& grid) {
+  auto st = std::make_unique<RunState>();
+  st->rows = replica_rows(c, grid.world().size(), grid.tp(), grid.pp());
+  std::optional<Checkpoint> ckpt;
+  load_run_data(c, resume, grid, *st, ckpt);
+  const StageLayers stage = make_model(c, kind, threads, device_hint, grid, *st);
+  std::vector<float> w = set_initial_state(c, resume, grid, *st, ckpt, stage);
+  check_replicas_agree(grid, *st, w);
   st->first_step = st->opt->steps_done();
   return st;
 }
