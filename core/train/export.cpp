@@ -194,6 +194,34 @@ LlmcModel read_llmc_model(const std::string& path) {
   return m;
 }
 
+namespace {
+// GPT2LMHeadModel's config.json for `c` (resolved); `tok` gives the end-of-text id.
+Json hf_config(const Gpt2Config& c, const Tokenizer& tok) {
+  const int eot = tok.kind() == TokenizerKind::kGpt2 ? tok.eos_id() : -1;
+  Json config = {{"architectures", {"GPT2LMHeadModel"}},
+                 {"model_type", "gpt2"},
+                 {"vocab_size", c.valid_vocab()},
+                 {"n_positions", c.T},
+                 {"n_ctx", c.T},
+                 {"n_embd", c.C},
+                 {"n_layer", c.L},
+                 {"n_head", c.NH},
+                 {"n_inner", nullptr},
+                 {"activation_function", "gelu_new"},
+                 {"layer_norm_epsilon", 1e-5},
+                 {"resid_pdrop", 0.0},
+                 {"embd_pdrop", 0.0},
+                 {"attn_pdrop", 0.0},
+                 {"tie_word_embeddings", c.tie_embeddings},
+                 {"torch_dtype", "float32"}};
+  if (eot >= 0) {
+    config["bos_token_id"] = eot;
+    config["eos_token_id"] = eot;
+  }
+  return config;
+}
+}  // namespace
+
 void write_hf_gpt2(const std::string& dir, const Gpt2Config& cfg, std::span<const float> params, const Tokenizer& tok) {
   const Gpt2Config c = cfg.resolved();
   if (const std::string why = hf_gpt2_difference(c); !why.empty()) {
@@ -254,28 +282,7 @@ void write_hf_gpt2(const std::string& dir, const Gpt2Config& cfg, std::span<cons
   file += data;
   std::filesystem::create_directory(dir);
   write_file_atomically(std::filesystem::path(dir) / "model.safetensors", file);
-  const int eot = tok.kind() == TokenizerKind::kGpt2 ? tok.eos_id() : -1;
-  Json config = {{"architectures", {"GPT2LMHeadModel"}},
-                 {"model_type", "gpt2"},
-                 {"vocab_size", V},
-                 {"n_positions", T},
-                 {"n_ctx", T},
-                 {"n_embd", C},
-                 {"n_layer", c.L},
-                 {"n_head", c.NH},
-                 {"n_inner", nullptr},
-                 {"activation_function", "gelu_new"},
-                 {"layer_norm_epsilon", 1e-5},
-                 {"resid_pdrop", 0.0},
-                 {"embd_pdrop", 0.0},
-                 {"attn_pdrop", 0.0},
-                 {"tie_word_embeddings", c.tie_embeddings},
-                 {"torch_dtype", "float32"}};
-  if (eot >= 0) {
-    config["bos_token_id"] = eot;
-    config["eos_token_id"] = eot;
-  }
-  write_file_atomically(std::filesystem::path(dir) / "config.json", config.dump(2) + "\n");
+  write_file_atomically(std::filesystem::path(dir) / "config.json", hf_config(c, tok).dump(2) + "\n");
 }
 
 std::string export_checkpoint(const std::string& ckpt, const std::string& format, const std::string& out,

@@ -126,9 +126,8 @@ void write_part(const fs::path& out, std::span<const int32_t> tokens, bool train
   }
 }
 
-}  // namespace
-
-PrepareSummary prepare_shards(const PrepareRequest& req) {
+// The options, before anything is read (std::invalid_argument naming the option).
+void check_request(const PrepareRequest& req) {
   if (req.inputs.empty()) throw std::invalid_argument("--input: give at least one text file (comma-separated)");
   if (req.encoder_json.empty() || req.vocab_bpe.empty()) {
     throw std::invalid_argument("--encoder_json and --vocab_bpe: GPT-2's tokenizer files are required (docs/tokenizer.md)");
@@ -142,6 +141,12 @@ PrepareSummary prepare_shards(const PrepareRequest& req) {
   }
   if (req.threads < 1) throw std::invalid_argument(fmt::format("train.threads: {} threads", req.threads));
   check_threads(req.threads, "train.threads");
+}
+
+}  // namespace
+
+PrepareSummary prepare_shards(const PrepareRequest& req) {
+  check_request(req);
   std::vector<fs::path> inputs(req.inputs.begin(), req.inputs.end());
   inputs.emplace_back(req.encoder_json);
   inputs.emplace_back(req.vocab_bpe);

@@ -225,6 +225,30 @@ std::string manifest_text(const ShardManifest& m) {
   return j.dump(1) + "\n";
 }
 
+// One entry of the manifest's list, checked (`after_train`: the entries
+// before it are all training shards; `bad` and `count` report as
+// read_manifest does).
+template <typename Bad, typename Count>
+ManifestShard manifest_shard(const Json& e, uint64_t width, bool after_train, const Bad& bad, const Count& count) {
+  ManifestShard s;
+  s.file = e["file"].get<std::string>();
+  const std::string split = e["split"].get<std::string>();
+  if (split != "train" && split != "val") bad(fmt::format("split {}, not train or val", excerpt(split)));
+  s.train = split == "train";
+  if (!is_plain_shard_name(s.file, s.train)) {
+    bad(fmt::format("lists {} ({}), not a shard name prepare writes", excerpt(s.file), split));
+  }
+  if (s.train && !after_train) {
+    bad(fmt::format("lists {} after validation shards", s.file));
+  }
+  s.tokens = count(e, "tokens", kMaxShardTokens);
+  s.bytes = count(e, "bytes", kShardHeaderInts * 4 + kMaxShardTokens * 4);
+  if (s.bytes != kShardHeaderInts * 4 + s.tokens * width) {
+    bad(fmt::format("{}: {} bytes for {} tokens of {} bytes", s.file, s.bytes, s.tokens, width));
+  }
+  return s;
+}
+
 ShardManifest read_manifest(const fs::path& dir) {
   const fs::path path = dir / kManifestName;
   std::error_code ec;
@@ -278,23 +302,8 @@ ShardManifest read_manifest(const fs::path& dir) {
         !e["split"].is_string()) {
       bad("a shard without its 'file' and 'split'");
     }
-    ManifestShard s;
-    s.file = e["file"].get<std::string>();
-    const std::string split = e["split"].get<std::string>();
-    if (split != "train" && split != "val") bad(fmt::format("split {}, not train or val", excerpt(split)));
-    s.train = split == "train";
-    if (!is_plain_shard_name(s.file, s.train)) {
-      bad(fmt::format("lists {} ({}), not a shard name prepare writes", excerpt(s.file), split));
-    }
-    if (s.train && !m.shards.empty() && !m.shards.back().train) {
-      bad(fmt::format("lists {} after validation shards", s.file));
-    }
+    const ManifestShard s = manifest_shard(e, width, m.shards.empty() || m.shards.back().train, bad, count);
     if (!seen.insert(s.file).second) bad(fmt::format("lists {} twice", s.file));
-    s.tokens = count(e, "tokens", kMaxShardTokens);
-    s.bytes = count(e, "bytes", kShardHeaderInts * 4 + kMaxShardTokens * 4);
-    if (s.bytes != kShardHeaderInts * 4 + s.tokens * width) {
-      bad(fmt::format("{}: {} bytes for {} tokens of {} bytes", s.file, s.bytes, s.tokens, width));
-    }
     (s.train ? train : val) += s.tokens;
     m.shards.push_back(s);
   }

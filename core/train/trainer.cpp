@@ -514,22 +514,30 @@ int resolve_threads(int threads) {
   return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
-void run_train(const TrainRequest& given, const StageContext& ctx) {
+namespace {
+// The request checked before anything is made, with train.micro_batch made
+// the replica's microbatch count (the ranks are known now).
+TrainRequest checked_request(const TrainRequest& given, const StageContext& ctx, Communicator& comm) {
   validate(given.config);
-  std::unique_ptr<Communicator> local;
-  Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
-  // train.micro_batch becomes the replica's microbatch count once the ranks are known.
   TrainRequest req = given;
   req.config = resolve_micro_batch(given.config, comm.size());
-  const RunConfig& c = req.config;
-  const int threads = resolve_threads(c.train.threads);
   if (!req.hostfile.empty()) check_placement(read_hostfile(req.hostfile), req.hostfile, comm);
   if (req.overwrite && !req.resume.empty()) {
     throw std::invalid_argument("--overwrite and --resume together: --resume continues the directory's run, "
                                 "--overwrite discards it; give one");
   }
-  check_stage_runs(c, ctx.stage, ctx.comm != nullptr);
-  check_deterministic(c, comm.size(), ctx.stage);
+  check_stage_runs(req.config, ctx.stage, ctx.comm != nullptr);
+  check_deterministic(req.config, comm.size(), ctx.stage);
+  return req;
+}
+}  // namespace
+
+void run_train(const TrainRequest& given, const StageContext& ctx) {
+  std::unique_ptr<Communicator> local;
+  Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
+  const TrainRequest req = checked_request(given, ctx, comm);
+  const RunConfig& c = req.config;
+  const int threads = resolve_threads(c.train.threads);
   // Make: the run directory, the grid, the state, the layout.
   RunLogger log(ctx.stage, comm.rank() == 0);
   std::vector<fs::path> inputs;  // never taken for the directory's run files
