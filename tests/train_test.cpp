@@ -86,7 +86,7 @@ std::vector<double> losses_of(const fs::path& metrics) {
   return out;
 }
 
-const StageContext kSerial{"test", cpu_backend_kind(), nullptr};
+const StageContext kSerial{"serial", cpu_backend_kind(), nullptr};
 
 TEST(Checkpoint, RoundTripGivesSameLossAndTokens) {
   fs::path dir = temp_dir("roundtrip");
@@ -606,6 +606,41 @@ TEST(StepLayout, EachLayoutByHand) {
   EXPECT_TRUE(s.split_backward);
   EXPECT_EQ(s.describe(), "step: pipeline (zb-h1, 4 microbatches of 1 rows), gradient by allreduce in buckets, "
                           "ZeRO 0, stored activations bf16");
+}
+
+// The run's layout (train/layout.h): the grid, the rows and the step from
+// the configuration as given, the rank count and the stage; and the
+// refusals the plan and the run give, from this one place.
+TEST(RunLayout, TheGridTheRowsAndTheRefusals) {
+  RunConfig c = tiny_plan_config(2, {});
+  c.train.micro_batch = 1;  // resolved into the replica's microbatch count
+  const RunLayout r = resolve_run(c, 4, "mpi");
+  EXPECT_EQ(std::tuple(r.dp, r.tp, r.pp, r.rows), std::tuple(2, 2, 1, 2));
+  EXPECT_EQ(r.config.parallel.microbatches, 2);
+  EXPECT_EQ(r.step.step, StepKind::kPipeline);  // accumulation: the schedule on one stage
+  EXPECT_EQ(r.step.arena_rows, 1);
+  EXPECT_EQ(r.at(3).tp_rank, 1);
+  EXPECT_EQ(r.at(3).dp_rank, 1);
+  EXPECT_EQ(r.describe(), "grid: 4 ranks = dp 2 x tp 2 x pp 1, 2 rows per replica");
+  EXPECT_EQ(resolve_run(tiny_plan_config(1, {}), 1, "cuda").step.stored, Dtype::f32);
+  const auto refusal = [](const RunConfig& rc, int ranks, const std::string& stage) {
+    try {
+      resolve_run(rc, ranks, stage);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no refusal");
+  };
+  EXPECT_EQ(refusal(tiny_plan_config(1, {}), 2, "serial"),
+            "2 ranks: the serial stage runs one process (the mpi and mpi_cuda stages run several)");
+  EXPECT_EQ(refusal(tiny_plan_config(1, {}), 3, "mpi"), "train.batch_size 4 is not divisible by the 3 ranks");
+  EXPECT_NE(refusal(tiny_plan_config(2, {}), 1, "serial").find("parallel.tp 2: the serial stage runs one process"),
+            std::string::npos);
+  RunConfig det = tiny_plan_config(1, {});
+  det.train.deterministic = true;
+  EXPECT_NE(refusal(det, 1, "cuda").find("runs on the CPU stages only so far"), std::string::npos);
+  EXPECT_EQ(refusal(tiny_plan_config(1, {}), 1, "tpu"),
+            "--stage: unknown stage 'tpu' (expected serial, mpi, cuda or mpi_cuda)");
 }
 
 TEST(Plan, TensorParallelTrafficByHand) {

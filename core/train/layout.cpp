@@ -3,7 +3,11 @@
 
 #include <fmt/format.h>
 
-#include "train/plan.h"
+#include <algorithm>
+#include <stdexcept>
+
+#include "model/tensor_parallel.h"
+#include "parallel/process_grid.h"
 
 namespace gpt2 {
 
@@ -25,6 +29,97 @@ std::string to_string(GradSum g) {
     case GradSum::kTree: return "tree";
   }
   return "?";
+}
+
+int canonical_chunks(const RunConfig& c) {
+  const int B = c.train.batch_size;
+  return B % 4 == 0 ? 4 : B % 2 == 0 ? 2 : 1;
+}
+
+void check_deterministic(const RunConfig& c, int ranks, const std::string& stage) {
+  if (!c.train.deterministic) return;
+  const auto refuse = [](const std::string& why) {
+    throw std::invalid_argument("train.deterministic true: " + why + " (docs/determinism.md)");
+  };
+  if (stage == "cuda" || stage == "mpi_cuda") refuse(fmt::format("runs on the CPU stages only so far, not {}", stage));
+  if (c.parallel.tp > 1) {  // the canonical pieces of the dimensions it cuts (model/tensor_parallel.h)
+    const int q = canonical_pieces(c.model);
+    if (q % c.parallel.tp != 0) {
+      refuse(fmt::format("parallel.tp {} does not divide the {} canonical pieces of this model's heads and MLP width "
+                         "(n_head {}, key/value heads {}, hidden {}); use parallel.tp {}", c.parallel.tp, q, c.model.NH,
+                         c.model.kv_heads(), c.model.mlp_width(), q == 4 ? "1, 2 or 4" : q == 2 ? "1 or 2" : "1"));
+    }
+    const std::vector<BlockType> blocks = c.parallel.blocks();
+    const bool all_tp = std::all_of(blocks.begin(), blocks.end(), [](BlockType t) { return t == BlockType::kTp; });
+    if (c.model.post_norm() || !all_tp || c.parallel.vocab_parallel) {
+      refuse(fmt::format("runs tensor parallelism with pre-norm tp blocks and a whole vocabulary so far, not {}; use "
+                         "model.norm_position pre, parallel.block_types tp and parallel.vocab_parallel false",
+                         c.model.post_norm() ? "post-norm blocks" : !all_tp ? "spd or parallel blocks"
+                                                                          : "parallel.vocab_parallel"));
+    }
+  }
+  const int K = canonical_chunks(c), chunk = c.train.batch_size / K;
+  const int dp = std::max(1, ranks / (c.parallel.pp * c.parallel.tp));  // data-parallel ranks (the layout checks the grid)
+  if (dp < 1 || (dp & (dp - 1)) != 0 || K % dp != 0) {
+    refuse(fmt::format("{} data-parallel ranks do not hold whole subtrees of the {} canonical chunks of "
+                       "train.batch_size {}; use {}", dp, K, c.train.batch_size,
+                       K == 4 ? "1, 2 or 4 ranks" : K == 2 ? "1 or 2 ranks" : "1 rank"));
+  }
+  if (c.train.bf16() && c.parallel.tp > 1) {
+    refuse(fmt::format("runs tensor parallelism in fp32 so far, not {} (its pieces' products are OpenBLAS's); use "
+                       "train.precision fp32 or parallel.tp 1", to_string(c.train.precision)));
+  }
+  if (c.parallel.pp > 1) {  // the microbatches are the replica's chunks (DeterministicPipelinedStep)
+    if (c.parallel.microbatches * dp != K) {
+      refuse(fmt::format("a pipeline's microbatches are its canonical chunks ({} of train.batch_size {} over {} "
+                         "data-parallel replica{}), not {}; use parallel.microbatches {}", K, c.train.batch_size, dp,
+                         dp == 1 ? "" : "s", c.parallel.microbatches, K / dp));
+    }
+    return;
+  }
+  // Accumulation, spelt either way (resolve_micro_batch makes one the other): a
+  // rank runs its rows chunk by chunk anyway, so a micro-step of whole chunks is the same.
+  const int rows = c.train.batch_size / dp;
+  const int mbs = std::max(1, c.parallel.microbatches);
+  if (c.train.micro_batch == 0 && rows % mbs != 0) return;  // the layout's own check names this (replica_rows)
+  const int micro = c.train.micro_batch != 0 ? c.train.micro_batch : rows / mbs;
+  if (micro <= 0 || micro % chunk != 0 || rows % micro != 0) {
+    refuse(fmt::format("a micro-step of {} rows is not a whole number of the {}-row canonical chunks; use "
+                       "train.micro_batch a multiple of {} that divides {}", micro, chunk, chunk, rows));
+  }
+}
+
+Dtype stored_dtype_on(const RunConfig& c, const std::string& stage) {
+  return stage == "cuda" || stage == "mpi_cuda" ? Dtype::f32 : c.train.stored_dtype();
+}
+
+bool stage_is_multi_process(const std::string& stage) {
+  if (stage == "serial" || stage == "cuda") return false;
+  if (stage == "mpi" || stage == "mpi_cuda") return true;
+  throw std::invalid_argument(fmt::format("--stage: unknown stage '{}' (expected serial, mpi, cuda or mpi_cuda)", stage));
+}
+
+void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_process) {
+  if (!multi_process && c.parallel.tp > 1) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.tp {}: the {} stage runs one process; tensor parallelism runs on the mpi and mpi_cuda stages "
+        "(mpiexec -n <dp x tp>)", c.parallel.tp, stage));
+  }
+  if (!multi_process && c.parallel.pp > 1) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.pp {}: the {} stage runs one process; pipeline stages run on the mpi stage (mpiexec -n <dp x tp x "
+        "pp>)", c.parallel.pp, stage));
+  }
+  if (c.parallel.pp > 1 && stage != "mpi") {
+    throw std::invalid_argument(fmt::format(
+        "parallel.pp {}: pipeline stages run on the mpi stage only for now (the {} stage's communicator has no "
+        "non-blocking send)", c.parallel.pp, stage));
+  }
+  if (c.parallel.zero_stage() >= 2 && multi_process && stage != "mpi") {
+    throw std::invalid_argument(fmt::format(
+        "parallel.zero {}: ZeRO-2 and ZeRO-3 run on the mpi stage only for now (their working slots are host "
+        "memory); use parallel.zero 1 on {}", c.parallel.zero_stage(), stage));
+  }
 }
 
 BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int threads, int device_hint) {
@@ -78,6 +173,35 @@ std::string StepLayout::describe() const {
   if (recompute_full) out += ", recompute full";
   if (stored == Dtype::bf16) out += ", stored activations bf16";
   return out;
+}
+
+RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stage) {
+  if (ranks < 1) throw std::invalid_argument(fmt::format("--ranks: must be >= 1, got {}", ranks));
+  validate(given);
+  RunLayout r;
+  r.config = resolve_micro_batch(given, ranks);
+  const RunConfig& c = r.config;
+  const bool multi = stage_is_multi_process(stage);
+  validate(c);
+  if (!multi && ranks > 1) {
+    throw std::invalid_argument(
+        fmt::format("{} ranks: the {} stage runs one process (the mpi and mpi_cuda stages run several)", ranks, stage));
+  }
+  check_stage_runs(c, stage, multi);
+  check_deterministic(c, ranks, stage);
+  r.stage = stage;
+  r.ranks = ranks;
+  r.tp = c.parallel.tp;
+  r.pp = c.parallel.pp;
+  r.rows = replica_rows(c, ranks, r.tp, r.pp);  // checks the grid first
+  r.dp = ranks / (r.tp * r.pp);
+  r.step = resolve_step(c, r.dp, r.rows, stored_dtype_on(c, stage));
+  return r;
+}
+
+std::string RunLayout::describe() const {
+  return fmt::format("grid: {} rank{} = dp {} x tp {} x pp {}, {} rows per replica", ranks, ranks == 1 ? "" : "s", dp,
+                     tp, pp, rows);
 }
 
 }  // namespace gpt2

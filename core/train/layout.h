@@ -7,15 +7,20 @@
 // the plan counts its memory and traffic from it (plan.cpp) and the run's log
 // prints it (describe()). Neither re-derives it from the settings.
 //
-// This is the first part of the RunLayout the issue asks for; the grid and
-// this rank's coordinates, the backend options and the refusals still live
-// where they were (ProcessGrid, BackendOptions, plan.cpp's checks).
+// Around the step, RunLayout (below) holds the rest of what a run is decided
+// from: the configuration resolved, the grid and a rank's coordinates, the
+// rows per replica, and every refusal the plan and the run give (the
+// stage's reach, train.deterministic's, the grid's). The backend options and
+// train.deterministic's canonical pieces are assembled here too
+// (backend_options, deterministic_pieces). ProcessGrid makes the groups'
+// communicators from the grid the layout checked.
 #pragma once
 
 #include <string>
 
 #include "kernels/backend.h"
 #include "kernels/tensor.h"
+#include "parallel/process_grid.h"
 #include "train/pipeline.h"
 #include "train/run_config.h"
 #include "train/run_state.h"
@@ -60,6 +65,33 @@ struct StepLayout {
   std::string describe() const;
 };
 
+// The layouts a stage cannot run, refused before anything is written.
+// `multi_process`: the stage runs under mpiexec (mpi, mpi_cuda).
+void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_process);
+// Whether the stage program `stage` runs several processes ("mpi",
+// "mpi_cuda") or one ("serial", "cuda"); throws std::invalid_argument for
+// another name.
+bool stage_is_multi_process(const std::string& stage);
+
+// train.deterministic's canonical chunks of the global batch: 4 when
+// train.batch_size is a multiple of 4, else 2 when even, else 1; a function
+// of the configuration, never of the layout (docs/determinism.md).
+int canonical_chunks(const RunConfig& c);
+
+// train.deterministic's reach so far (docs/determinism.md): the CPU stages;
+// data-parallel replicas a power of two dividing the canonical chunks;
+// tensor parallelism in fp32, over pre-norm tp blocks and a whole
+// vocabulary, with tp dividing the canonical pieces; a pipeline whose
+// microbatches are the replica's chunks; ZeRO at any stage. Throws
+// std::invalid_argument naming the constraint and what is allowed for
+// anything else; nothing without it.
+void check_deterministic(const RunConfig& c, int ranks, const std::string& stage);
+
+// The type `stage` stores the activations only a product reads in: bf16 with
+// train.precision bf16 on the CPU stages; f32 on the CUDA stages, whose bf16
+// is the products' alone (their arena is device memory).
+Dtype stored_dtype_on(const RunConfig& c, const std::string& stage);
+
 // What a run asks of its backend, assembled once from the configuration (the
 // run and generation make their backends from it): `threads` CPU threads,
 // train.tf32, the GPU `device_hint`, bf16 products, and under
@@ -72,6 +104,26 @@ BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int 
 // refuses the other deterministic cases before it gets here; generation
 // from their checkpoints runs the default order.
 int deterministic_pieces(const RunConfig& c, const Gpt2Config& model, int tp, const std::string& backend);
+
+// The run's layout, decided once from the configuration as given, the rank
+// count and the stage program, before anything is read or allocated:
+// every refusal a run of these would give (the configuration's checks, the
+// stage's reach, train.deterministic's, the grid and the rows per
+// replica), then the grid, the rows and the step. The plan (make_plan)
+// formats it per rank, the run (run_train) builds from it, and the run's
+// log prints describe().
+struct RunLayout {
+  RunConfig config;  // resolved: train.micro_batch made the replica's microbatch count (resolve_micro_batch)
+  std::string stage;
+  int ranks = 1, dp = 1, tp = 1, pp = 1;
+  int rows = 0;  // of the global batch, per data-parallel replica
+  StepLayout step;
+
+  GridCoords at(int rank) const { return grid_coords(rank, tp, pp); }
+  // "grid: 4 ranks = dp 2 x tp 2 x pp 1, 8 rows per replica".
+  std::string describe() const;
+};
+RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stage);
 
 // `c` resolved (resolve_micro_batch) and valid for `dp` replicas of `rows`
 // rows each; `stored`: the stored activations' type on this stage

@@ -22,6 +22,7 @@
 
 #include "model/activations.h"
 #include "model/params.h"
+#include "train/layout.h"
 #include "train/run_config.h"
 #include "util/json.h"
 
@@ -90,30 +91,6 @@ inline constexpr int kMaxRanks = 1 << 20;
 inline constexpr int kPlanRankRecords = 1024;
 // The ranks a plan of `ranks` ranks, `replica` to a data-parallel replica, holds records of.
 std::vector<int> planned_ranks(int ranks, int replica);
-
-// The layouts a stage cannot run, refused before anything is written.
-// `multi_process`: the stage runs under mpiexec (mpi, mpi_cuda).
-void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_process);
-// Whether the stage program `stage` runs several processes ("mpi",
-// "mpi_cuda") or one ("serial", "cuda"); throws std::invalid_argument for
-// another name.
-bool stage_is_multi_process(const std::string& stage);
-
-// train.deterministic's canonical chunks of the global batch: 4 when
-// train.batch_size is a multiple of 4, else 2 when even, else 1; a function
-// of the configuration, never of the layout (docs/determinism.md).
-int canonical_chunks(const RunConfig& c);
-
-// train.deterministic's reach so far (docs/determinism.md): data parallelism
-// (a power of two dividing the canonical chunks) on a CPU stage, fp32, no
-// tp, pp or ZeRO. Throws std::invalid_argument naming the constraint and
-// what is allowed for anything else; nothing without it.
-void check_deterministic(const RunConfig& c, int ranks, const std::string& stage);
-
-// The type `stage` stores the activations only a product reads in: bf16 with
-// train.precision bf16 on the CPU stages; f32 on the CUDA stages, whose bf16
-// is the products' alone (their arena is device memory).
-Dtype stored_dtype_on(const RunConfig& c, const std::string& stage);
 
 // The plan of `c` (its model's vocabulary resolved: resolve_vocab) on
 // `ranks` ranks of `stage`, or the refusal a run would give (the same

@@ -97,8 +97,10 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
 }
 
 // The two lines that open a run's log: the model and data, the layout and the MFU peak.
-void announce(const RunLogger& log, const RunConfig& c, const StepLayout& sl, const RunState& st,
-              Communicator& comm, int threads, const MfuPeak& peak, double max_loss) {
+void announce(const RunLogger& log, const RunLayout& run, const RunState& st, Communicator& comm, int threads,
+              const MfuPeak& peak, double max_loss) {
+  const RunConfig& c = run.config;
+  const StepLayout& sl = run.step;
   log.note(fmt::format("model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}",
                        st.model_config.describe(), st.model->num_params(), st.data.size(), st.data.split.train.size(),
                        st.data.split.val.size(), st.data.tok.size()));
@@ -117,6 +119,7 @@ void announce(const RunLogger& log, const RunConfig& c, const StepLayout& sl, co
                                                         st.model_config.V)
                                           : ""));
   }
+  log.note(run.describe());
   log.note(sl.describe());
   if (sl.deterministic()) {
     log.note(fmt::format("deterministic: {} canonical chunks of {} rows, each run alone and added in one tree{} "
@@ -135,7 +138,7 @@ void announce(const RunLogger& log, const RunConfig& c, const StepLayout& sl, co
     log.note(fmt::format("pipeline: {} stages (layers {}), {} microbatches of {} rows, schedule {}",
                          c.parallel.pp, stages, sl.microbatches, sl.arena_rows, c.parallel.schedule));
   }
-  const int dp = comm.size() / c.parallel.tp / c.parallel.pp;
+  const int dp = run.dp;
   if (sl.grad_sum == GradSum::kContiguousShards) {
     log.note(fmt::format("ZeRO-{}: Adam moments sharded over {} data-parallel ranks ({} of {} parameters here){}",
                          st.zero_stage, dp, st.zero->end - st.zero->begin, st.model->num_params(),
@@ -152,6 +155,10 @@ void announce(const RunLogger& log, const RunConfig& c, const StepLayout& sl, co
   } else if (c.parallel.zero_stage() > 0) {
     log.note(fmt::format("parallel.zero {} does nothing with one data-parallel rank: nothing to shard over",
                          c.parallel.zero_stage()));
+  }
+  if (c.train.micro_batch > 0) {  // one quantity, two keys: the alias as resolve_micro_batch read it
+    log.note(fmt::format("train.micro_batch {} read as parallel.microbatches {}: {} micro-steps of {} rows per replica",
+                         c.train.micro_batch, c.parallel.microbatches, c.parallel.microbatches, c.train.micro_batch));
   }
   if (c.parallel.vocab_parallel && c.parallel.tp == 1) {
     log.note("parallel.vocab_parallel does nothing with parallel.tp 1: the embedding and head stay whole");
@@ -515,27 +522,25 @@ int resolve_threads(int threads) {
 }
 
 namespace {
-// The request checked before anything is made, with train.micro_batch made
-// the replica's microbatch count (the ranks are known now).
-TrainRequest checked_request(const TrainRequest& given, const StageContext& ctx, Communicator& comm) {
-  validate(given.config);
-  TrainRequest req = given;
-  req.config = resolve_micro_batch(given.config, comm.size());
+// The request checked before anything is made, and the run's layout
+// (train/layout.h: every refusal the plan gives, in its order).
+RunLayout checked_request(const TrainRequest& req, const StageContext& ctx, Communicator& comm) {
+  validate(req.config);
   if (!req.hostfile.empty()) check_placement(read_hostfile(req.hostfile), req.hostfile, comm);
   if (req.overwrite && !req.resume.empty()) {
     throw std::invalid_argument("--overwrite and --resume together: --resume continues the directory's run, "
                                 "--overwrite discards it; give one");
   }
-  check_stage_runs(req.config, ctx.stage, ctx.comm != nullptr);
-  check_deterministic(req.config, comm.size(), ctx.stage);
-  return req;
+  return resolve_run(req.config, comm.size(), ctx.stage);
 }
 }  // namespace
 
 void run_train(const TrainRequest& given, const StageContext& ctx) {
   std::unique_ptr<Communicator> local;
   Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
-  const TrainRequest req = checked_request(given, ctx, comm);
+  const RunLayout run = checked_request(given, ctx, comm);
+  TrainRequest req = given;
+  req.config = run.config;
   const RunConfig& c = req.config;
   const int threads = resolve_threads(c.train.threads);
   // Make: the run directory, the grid, the state, the layout.
@@ -556,11 +561,13 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   log.set_peak_configured(c.train.peak_gflops > 0);
   // The divergence bound: train.max_loss, or three times the loss of a uniform guess.
   const double max_loss = c.train.max_loss > 0 ? c.train.max_loss : 3.0 * std::log(st->model_config.V);
-  // The step, decided once: the log, the layout and the plan read it (train/layout.h). The stored
-  // activations are bf16 where the backend takes them (the CPU's; the plan's stored_dtype_on).
-  const StepLayout sl = resolve_step(c, grid.dp(), st->rows,
-                                     st->backend->accepts_bf16() ? c.train.stored_dtype() : Dtype::f32);
-  announce(log, c, sl, *st, comm, threads, peak, max_loss);
+  // The step, decided once with the run's layout: the log, the layout and the plan read it (train/layout.h).
+  const StepLayout& sl = run.step;
+  if (sl.stored == Dtype::bf16 && !st->backend->accepts_bf16()) {
+    throw std::logic_error(fmt::format("the {} backend does not take bf16 activations, which the {} stage's layout "
+                                       "stores", st->backend->name(), ctx.stage));
+  }
+  announce(log, run, *st, comm, threads, peak, max_loss);
   const std::unique_ptr<Layout> lay = make_layout(
       c, sl, *st, grid, max_loss, comm.rank() == 0 ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
   std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
