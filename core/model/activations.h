@@ -21,7 +21,8 @@ namespace gpt2 {
 // 2H with SwiGLU; RMSNorm keeps no means (empty). With post-norm
 // (norm_position post) the block is x -> r2 = x + attn(x) -> h = norm1(r2)
 // -> r3 = h + mlp(h) -> norm2(r3), and the tensors hold: ln1 = h,
-// residual2 = r2, ln2 = r3 (norm2's input), residual3 = norm2's output.
+// residual2 = r2, ln2 = r3 (norm2's input), residual3 = norm2's output
+// (model.cpp reads them through PostNormRoles, by those names).
 struct LayerActivations {
   Tensor ln1, ln1_mean, ln1_rstd;  // (B,T,C) (B,T) (B,T)
   Tensor qkv;                      // (B,T,3C/P), RoPE already applied to q and k

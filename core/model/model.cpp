@@ -171,25 +171,37 @@ void pre_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, La
   be.residual_forward(x.residual3, x.residual2, proj);
 }
 
+// Post-norm's tensors by their roles: the arena is laid out once for both
+// norm positions, so post-norm's land in the pre-norm slots
+// (model/activations.h); each name here means one thing.
+struct PostNormRoles {
+  Tensor& r2;   // x + attn(x): in residual2
+  Tensor& h;    // norm1(r2), the MLP's input and its residual: in ln1
+  Tensor& r3;   // h + mlp(h), norm2's input: in ln2's slot
+  Tensor& out;  // norm2(r3), the block's output: in residual3
+};
+PostNormRoles post_norm_roles(LayerActivations& x) { return {x.residual2, x.ln1, x.ln2, x.residual3}; }
+
 // A post-norm block (the original Transformer's): r2 = x + attn(x),
 // h = norm1(r2), r3 = h + mlp(h), out = norm2(r3); tensor parallel as the
-// pre-norm block. Where each lands: model/activations.h.
+// pre-norm block.
 template <typename AttentionStep>
 void post_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerActivations& x, Tensor residual,
                      Tensor proj, int l, const AttentionStep& attend) {
   Backend& be = k.be;
   const bool bias_here = tp.rank == 0;
+  const PostNormRoles v = post_norm_roles(x);
   attend(l, w, x, residual);
   be.matmul_forward(proj, x.atty, w.attn_proj_w, bias_here ? w.attn_proj_b : Tensor{});
   tp_sum(tp, proj);
-  be.residual_forward(x.residual2, residual, proj);
-  k.norm(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual2, w.ln1_w, w.ln1_b);
-  be.matmul_forward(x.fch, x.ln1, w.fc_w, w.fc_b);
+  be.residual_forward(v.r2, residual, proj);
+  k.norm(v.h, x.ln1_mean, x.ln1_rstd, v.r2, w.ln1_w, w.ln1_b);
+  be.matmul_forward(x.fch, v.h, w.fc_w, w.fc_b);
   k.activation(x.fch_gelu, x.fch);
   be.matmul_forward(proj, x.fch_gelu, w.fc_proj_w, bias_here ? w.fc_proj_b : Tensor{});
   tp_sum(tp, proj);
-  be.residual_forward(x.ln2, x.ln1, proj);
-  k.norm(x.residual3, x.ln2_mean, x.ln2_rstd, x.ln2, w.ln2_w, w.ln2_b);
+  be.residual_forward(v.r3, v.h, proj);
+  k.norm(v.out, x.ln2_mean, x.ln2_rstd, v.r3, w.ln2_w, w.ln2_b);
 }
 
 // A layer of a private run (model/tensor_parallel.h) on this rank's stream s
@@ -427,16 +439,17 @@ void pre_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerPara
 void post_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerParams& dw,
                               LayerActivations& x, Activations& a, Tensor residual) {
   Backend& be = k.be;
+  const PostNormRoles v = post_norm_roles(x);
   be.zero(a.dln);
-  k.norm_backward(a.dln, dw.ln2_w, dw.ln2_b, a.dresidual, x.ln2, w.ln2_w, x.ln2_mean, x.ln2_rstd);  // d(r3)
+  k.norm_backward(a.dln, dw.ln2_w, dw.ln2_b, a.dresidual, v.r3, w.ln2_w, x.ln2_mean, x.ln2_rstd);  // d(r3)
   const Tensor dhid = k.hidden_grad(a);
   be.matmul_backward(dhid, dw.fc_proj_w, dw.fc_proj_b, a.dln, x.fch_gelu, w.fc_proj_w);
   k.activation_backward(a.dfch, dhid, x.fch);
-  be.matmul_backward(a.dresidual, dw.fc_w, dw.fc_b, a.dfch, x.ln1, w.fc_w);
+  be.matmul_backward(a.dresidual, dw.fc_w, dw.fc_b, a.dfch, v.h, w.fc_w);
   tp_sum(tp, a.dresidual);
   be.residual_forward(a.dresidual, a.dresidual, a.dln);  // d(h): through the MLP and around it
   be.zero(a.dln);
-  k.norm_backward(a.dln, dw.ln1_w, dw.ln1_b, a.dresidual, x.residual2, w.ln1_w, x.ln1_mean, x.ln1_rstd);  // d(r2)
+  k.norm_backward(a.dln, dw.ln1_w, dw.ln1_b, a.dresidual, v.r2, w.ln1_w, x.ln1_mean, x.ln1_rstd);  // d(r2)
   be.matmul_backward(a.datty, dw.attn_proj_w, dw.attn_proj_b, a.dln, x.atty, w.attn_proj_w);
   k.attention_backward(a.dqkv, a.datty, x, a.pos0);
   be.matmul_backward(a.dresidual, dw.qkv_w, dw.qkv_b, a.dqkv, residual, w.qkv_w);
