@@ -85,4 +85,19 @@ std::pair<size_t, size_t> canonical_reduce_scatter(Communicator& comm, float* ba
   return {lo(me), len(me)};
 }
 
+double canonical_allreduce(Backend& be, Communicator& comm, double loss_sum, float* grads, size_t n, float* recv) {
+  const Tensor g(grads, {static_cast<int64_t>(n)}), other_g(recv, {static_cast<int64_t>(n)});
+  for (int bit = 1; bit < comm.size(); bit <<= 1) {
+    const int partner = comm.rank() ^ bit;
+    double other = 0;
+    comm.send_recv(&loss_sum, 1, partner, &other, 1, partner);
+    loss_sum = loss_sum + other;
+    if (grads != nullptr) {
+      comm.send_recv(grads, n, partner, recv, n, partner);
+      be.residual_forward(g, g, other_g);
+    }
+  }
+  return loss_sum;
+}
+
 }  // namespace gpt2

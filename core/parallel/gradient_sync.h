@@ -86,4 +86,12 @@ class ContiguousShardSync final : public GradReducer {
 std::pair<size_t, size_t> canonical_reduce_scatter(Communicator& comm, float* base, size_t count, size_t chunk,
                                                    float* scratch);
 
+// train.deterministic's allreduce (docs/determinism.md): recursive doubling
+// over `comm` (a power of two ranks; partners rank ^ 1, rank ^ 2, ...), each
+// pair adding the same two values (a + b == b + a), so every rank ends with
+// the canonical tree's sum: of the loss sums (returned, as a double), and,
+// when `grads` is given, of the n floats there (in place; `recv` holds n
+// floats, the partner's).
+double canonical_allreduce(Backend& be, Communicator& comm, double loss_sum, float* grads, size_t n, float* recv);
+
 }  // namespace gpt2

@@ -152,25 +152,6 @@ class ShardedStep final : public ArenaStep {
   ZeroShards& shards_;
 };
 
-// train.deterministic: recursive doubling over the data-parallel group. The
-// loss sum and (when given) the gradient of this rank's subtree (n floats)
-// become the whole tree's: partners rank ^ 1, rank ^ 2, ..., each pair adding
-// the same two values (a + b == b + a). `recv` holds n floats.
-double tree_across_ranks(Backend& be, Communicator& dp, double loss_sum, float* grads, size_t n, float* recv) {
-  const Tensor g(grads, {static_cast<int64_t>(n)}), other_g(recv, {static_cast<int64_t>(n)});
-  for (int bit = 1; bit < dp.size(); bit <<= 1) {
-    const int partner = dp.rank() ^ bit;
-    double other = 0;
-    dp.send_recv(&loss_sum, 1, partner, &other, 1, partner);
-    loss_sum = loss_sum + other;
-    if (grads != nullptr) {
-      dp.send_recv(grads, n, partner, recv, n, partner);
-      be.residual_forward(g, g, other_g);
-    }
-  }
-  return loss_sum;
-}
-
 // ZeRO-1's shard under train.deterministic: this rank's contiguous chunk of
 // the sum over the data-parallel group of every rank's `subtree_sum` (n
 // floats, cut every `chunk`: canonical_reduce_scatter), copied into `grads`
@@ -235,7 +216,7 @@ class DeterministicPipelinedStep final : public StepFunction {
   // then the replicas' tree.
   double across(double loss_sum, float* grads) {
     if (pp_.size() > 1) loss_sum = pp_.allreduce_sum(loss_sum);
-    return tree_across_ranks(parts_.be, parts_.dp, loss_sum, grads, parts_.model.num_params(), recv_.data());
+    return canonical_allreduce(parts_.be, parts_.dp, loss_sum, grads, parts_.model.num_params(), recv_.data());
   }
 
   PipelineEngine& pipe_;
@@ -331,7 +312,7 @@ class DeterministicStep final : public ArenaStep {
   void add_into(float* a, const float* b) { parts_.be.residual_forward(flat(a), flat(a), flat(b)); }
   void copy(float* dst, const float* src) { parts_.be.copy(flat(dst), flat(src)); }
   double across_ranks(double loss_sum, float* grads) {
-    return tree_across_ranks(parts_.be, parts_.dp, loss_sum, grads, parts_.model.num_params(), recv_.data());
+    return canonical_allreduce(parts_.be, parts_.dp, loss_sum, grads, parts_.model.num_params(), recv_.data());
   }
   int local_, chunks_;
   TreeShards shards_;

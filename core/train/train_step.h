@@ -87,8 +87,9 @@ std::unique_ptr<StepFunction> sharded_step(const StepParts& parts, Activations& 
 // parts.dp.size()` consecutive ones). Each chunk's forward and backward runs
 // alone; the chunks' gradients and losses are added in one balanced binary
 // tree, this rank's subtree first, then across the data-parallel ranks by
-// recursive doubling over send_recv (partners rank ^ 1, rank ^ 2, ...: each
-// pair adds the same two values, and addition commutes). Any power-of-two
+// recursive doubling over send_recv (parallel/gradient_sync.h,
+// canonical_allreduce: partners rank ^ 1, rank ^ 2, ...; each pair adds the
+// same two values, and addition commutes). Any power-of-two
 // data-parallel size that divides `chunks` gives the bits of one rank.
 // With ZeRO (`shards`) the tree's last levels are a reduce-scatter
 // (canonical_reduce_scatter, the same sums) into this rank's shard, and the
