@@ -657,6 +657,14 @@ TEST_F(PrepareFolder, WritesShardsThenTheManifestTrainingReads) {
   const std::string text = read_input_file(out / "manifest.json", 1 << 20, "", "");
   EXPECT_EQ(text, manifest_text(m));
   const ShardSet set = open_shards(out.string(), 258);
+  // The run's own tokenizer files: accepted; others (the same vocabulary size or not): refused.
+  const TokenizerFiles own = tokenizer_file_hashes((root / "encoder.json").string(), (root / "vocab.bpe").string());
+  EXPECT_NO_THROW(open_shards(out.string(), 258, own));
+  TokenizerFiles other = own;
+  other.vocab_bpe_fnv1a64 ^= 1;
+  EXPECT_NE(error_of<std::invalid_argument>([&] { open_shards(out.string(), 258, other); })
+                .find("was prepared with other tokenizer files"),
+            std::string::npos);
   EXPECT_EQ(static_cast<uint64_t>(set.train.size()), sum.train_tokens);
   EXPECT_EQ(static_cast<uint64_t>(set.val.size()), sum.val_tokens);
   const std::string line = set.describe();

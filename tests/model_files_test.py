@@ -99,6 +99,10 @@ def main():
                                                   "--model.n_head", "1", "--model.vocab_size", "16777216"], 2,
          ["parameters", "2^40"]),
         ("plan at 10^6 ranks", ["--stage", "mpi", "--ranks", "1000000", "--train.batch_size", "1000000"], 0, []),
+        ("plan of a batch whose logits' bytes pass 64 bits", ["--train.batch_size", "2147483647", "--model.block_size",
+                                                              "1048576", "--train.seq_len", "1048576",
+                                                              "--model.vocab_size", "16777216"], 2,
+         ["train.batch_size x train.seq_len", "overflows"]),
         ("plan at 2^21 ranks", ["--stage", "mpi", "--ranks", str(1 << 21), "--train.batch_size", str(1 << 21)], 2,
          ["--ranks", "at most"]),
     ]:
@@ -231,6 +235,9 @@ def main():
     refused("init --out an existing file", run(*init, "--out", other), ["exists", "--overwrite"], kept)
     refused("init --out a training run's checkpoint", run(*init, "--out", train_ckpt, "--overwrite"),
             ["training run"], kept)
+    kept[vocab] = digest(vocab)
+    refused("init --out the tokenizer's vocab.bpe it reads", run(*init, *tok, "--out", vocab, "--overwrite"),
+            ["input"], kept)
     r = run(*init, "--out", os.path.join(work, "init.bin"))
     check("init --out a new file", r.returncode == 0, r.stderr[-200:])
     r = run("export", "--checkpoint", ckpt, "--out", other, "--overwrite")

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -641,6 +642,23 @@ TEST(RunLayout, TheGridTheRowsAndTheRefusals) {
   EXPECT_NE(refusal(det, 1, "cuda").find("runs on the CPU stages only so far"), std::string::npos);
   EXPECT_EQ(refusal(tiny_plan_config(1, {}), 1, "tpu"),
             "--stage: unknown stage 'tpu' (expected serial, mpi, cuda or mpi_cuda)");
+}
+
+// Above kPlanRankRecords ranks a plan holds the first and the last
+// data-parallel replica's ranks, once each: with one replica, its first 512.
+TEST(Plan, PlannedRanksAreTheFirstAndLastReplicasOnce) {
+  EXPECT_EQ(planned_ranks(4, 2), (std::vector<int>{0, 1, 2, 3}));
+  std::vector<int> dp = planned_ranks(1 << 20, 2);  // dp 2^19: ranks 0, 1 and the last two
+  EXPECT_EQ(dp, (std::vector<int>{0, 1, (1 << 20) - 2, (1 << 20) - 1}));
+  const std::vector<int> one = planned_ranks(2048, 2048);  // one replica of 2048 ranks
+  ASSERT_EQ(one.size(), 512u);
+  for (int k = 0; k < 512; ++k) EXPECT_EQ(one[static_cast<size_t>(k)], k);
+  const std::vector<int> two = planned_ranks(2048, 1024);  // two replicas: 512 of each
+  ASSERT_EQ(two.size(), 1024u);
+  EXPECT_EQ(two[511], 511);
+  EXPECT_EQ(two[512], 1024);
+  const std::vector<int> near = planned_ranks(1200, 1000);  // the last replica starts at 200: 200..711, without 0..511 again
+  EXPECT_EQ(std::set<int>(near.begin(), near.end()).size(), near.size());
 }
 
 TEST(Plan, TensorParallelTrafficByHand) {

@@ -336,6 +336,11 @@ TEST(CheckOutput, RefusesAnExistingFileUnlessOverwriteAndAcceptsAFreshPath) {
   EXPECT_EQ(refusal(s.dir / "fresh_folder", {"--out", {}, false, true}), "");
   EXPECT_NE(refusal("", {"--out", {}, false, false}).find("required"), std::string::npos);
   EXPECT_NE(refusal(s.dir, {"--out", {}, true, false}).find("is a folder"), std::string::npos);
+  // A new folder named with a trailing slash: its parent is the folder above, not the folder itself.
+  EXPECT_EQ(refusal(s.dir.string() + "/new_folder/", {"--out", {}, false, true}), "");
+  EXPECT_EQ(refusal(s.dir.string() + "/new_folder//", {"--out", {}, false, true}), "");
+  EXPECT_NE(refusal(s.dir.string() + "/missing/new_folder/", {"--out", {}, false, true}).find("does not exist"),
+            std::string::npos);
   std::ifstream in(old);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "kept");  // checking writes nothing
 }

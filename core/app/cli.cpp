@@ -323,9 +323,12 @@ void run_import(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
 
 void run_init_command(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
   if (g.get("out").empty()) throw std::invalid_argument("--out: the checkpoint file to write is required");
-  OutputRules rules{"--out", {cfg.data.corpus}, g.flag("overwrite"), false};
-  if (!g.get("config").empty()) rules.inputs.emplace_back(g.get("config"));
-  check_output(g.get("out"), rules);
+  // Every file init reads is an input; rank 0 writes, so rank 0 checks (a refusal there ends the job).
+  OutputRules rules{"--out", {}, g.flag("overwrite"), false};
+  for (const std::string& in : {g.get("config"), cfg.data.corpus, cfg.data.encoder_json, cfg.data.vocab_bpe}) {
+    if (!in.empty()) rules.inputs.emplace_back(in);
+  }
+  if (ctx.comm == nullptr || ctx.comm->rank() == 0) check_output(g.get("out"), rules);
   run_init(InitRequest{cfg, g.get("out")}, ctx);
 }
 

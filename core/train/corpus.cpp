@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <filesystem>
 #include <stdexcept>
 #include <thread>
@@ -31,6 +32,7 @@ std::string read_corpus(const std::string& path) {
 Corpus load_corpus(const DataConfig& d, const Tokenizer* vocabulary, Communicator& comm) {
   Corpus out;
   const bool shards = !d.shards.empty();
+  std::optional<TokenizerFiles> tokenizer_files;  // rank 0, with shards: the files the ids are checked against
   if (comm.rank() == 0) {
     const std::string text = shards ? std::string() : read_corpus(d.corpus);
     if (vocabulary != nullptr) {
@@ -42,6 +44,7 @@ Corpus load_corpus(const DataConfig& d, const Tokenizer* vocabulary, Communicato
                                                 d.encoder_json.empty() ? "encoder_json" : "vocab_bpe"));
       }
       out.tok = Tokenizer::gpt2(load_bpe_tokenizer(d.encoder_json, d.vocab_bpe));
+      if (shards) tokenizer_files = tokenizer_file_hashes(d.encoder_json, d.vocab_bpe);
     } else {
       out.tok = Tokenizer::build(d.tokenizer, text);
     }
@@ -54,7 +57,7 @@ Corpus load_corpus(const DataConfig& d, const Tokenizer* vocabulary, Communicato
     if (comm.rank() != 0) out.tok = Tokenizer::from_vocab(d.tokenizer, std::move(vocab));
   }
   if (shards) {
-    out.shards = open_shards(d.shards, out.tok.size());
+    out.shards = open_shards(d.shards, out.tok.size(), tokenizer_files);
     out.split = Split{out.shards->train, out.shards->val};
   } else {
     out.split = split_tokens(std::span<const int32_t>(out.tokens), d.val_fraction);

@@ -294,7 +294,9 @@ std::vector<int> planned_ranks(int ranks, int replica) {
   }
   const int each = std::min(replica, kPlanRankRecords / 2);
   for (int k = 0; k < each; ++k) shown.push_back(k);
-  for (int k = 0; k < each; ++k) shown.push_back(ranks - replica + k);
+  for (int k = 0; k < each; ++k) {  // the last replica's (the first's again with one replica: not repeated)
+    if (ranks - replica + k >= each) shown.push_back(ranks - replica + k);
+  }
   return shown;
 }
 

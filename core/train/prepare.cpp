@@ -39,11 +39,6 @@ std::vector<fs::path> prepare_files_in(const fs::path& dir) {
   return found;
 }
 
-uint64_t file_hash(const std::string& path, const char* what) {
-  const std::string text = read_input_file(path, uint64_t{64} << 20, what, "a tokenizer file");
-  return fnv1a64(text.data(), text.size());
-}
-
 // The folder, before anything is read: absent or empty (or a previous
 // prepare's, with --overwrite), none of the inputs, not a run's, not held.
 void check_prepare_out(const fs::path& out, const std::vector<fs::path>& inputs, bool overwrite) {
@@ -158,8 +153,9 @@ PrepareSummary prepare_shards(const PrepareRequest& req) {
                                             req.encoder_json));
   }
   ShardManifest manifest;
-  manifest.encoder_json_fnv1a64 = file_hash(req.encoder_json, "encoder.json");
-  manifest.vocab_bpe_fnv1a64 = file_hash(req.vocab_bpe, "vocab.bpe");
+  const TokenizerFiles files = tokenizer_file_hashes(req.encoder_json, req.vocab_bpe);
+  manifest.encoder_json_fnv1a64 = files.encoder_json_fnv1a64;
+  manifest.vocab_bpe_fnv1a64 = files.vocab_bpe_fnv1a64;
   PrepareSummary sum;
   sum.vocab = tok.size();
   manifest.vocab = tok.size();

@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "train/pipeline.h"
 #include "train/trainer.h"
+#include "util/checked.h"
 #include "util/enum_names.h"
 
 namespace gpt2 {
@@ -105,6 +107,12 @@ void validate(const RunConfig& c) {
   c.generate.validate();
   c.parallel.validate();
   // Across sections.
+  // The widest activation a step holds, rows x positions x the widest row (the logits' vocabulary, the MLP's
+  // hidden width, q, k and v): its floats must have byte counts that fit a signed 64-bit size.
+  const auto u = [](int v) { return static_cast<uint64_t>(std::max(v, 0)); };
+  const uint64_t widest = std::max({u(c.model.V), u(c.model.fc_width()), u(c.model.qkv_width()), u(c.model.C)});
+  checked_product({u(c.train.batch_size), u(c.train.seq_len), widest},
+                  "train.batch_size x train.seq_len x the widest activation row", kMaxSignedBytes / 16);
   const TpLayout tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
   tp.validate(c.model);
   (void)StageLayers::of(c.model.L, c.parallel.pp, 0);  // no more stages than layers

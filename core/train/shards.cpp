@@ -17,6 +17,7 @@
 
 #include "util/checked.h"
 #include "util/files.h"
+#include "util/hash.h"
 #include "util/json.h"
 #include "util/text.h"
 
@@ -204,7 +205,8 @@ bool is_plain_shard_name(const std::string& name, bool train) {
 bool is_prepare_file(const std::string& name) {
   const size_t tmp = name.find(".tmp.");
   const std::string base = tmp == std::string::npos ? name : name.substr(0, tmp);
-  return base == kManifestName || base == kPrepareHolderName || is_shard_name(base);
+  return base == kManifestName || base == kPrepareHolderName || is_plain_shard_name(base, true) ||
+         is_plain_shard_name(base, false);
 }
 
 std::string manifest_text(const ShardManifest& m) {
@@ -328,12 +330,29 @@ std::string ShardSet::describe() const {
                      part(val_files, val, "val"));
 }
 
-ShardSet open_shards(const std::string& dir, int64_t model_vocab) {
+TokenizerFiles tokenizer_file_hashes(const std::string& encoder_json, const std::string& vocab_bpe) {
+  const auto hash = [](const std::string& path, const char* what) {
+    const std::string text = read_input_file(path, uint64_t{64} << 20, what, "a tokenizer file");
+    return fnv1a64(text.data(), text.size());
+  };
+  return {hash(encoder_json, "data.encoder_json"), hash(vocab_bpe, "data.vocab_bpe")};
+}
+
+ShardSet open_shards(const std::string& dir, int64_t model_vocab, const std::optional<TokenizerFiles>& tokenizer) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw std::invalid_argument(fmt::format("data.shards: '{}' is not a folder (make one with serial prepare)", dir));
   }
   const ShardManifest m = read_manifest(dir);
+  if (tokenizer && (tokenizer->encoder_json_fnv1a64 != m.encoder_json_fnv1a64 ||
+                    tokenizer->vocab_bpe_fnv1a64 != m.vocab_bpe_fnv1a64)) {
+    throw std::invalid_argument(fmt::format(
+        "data.shards: '{}' was prepared with other tokenizer files than data.encoder_json and data.vocab_bpe "
+        "(encoder.json {:016x}, vocab.bpe {:016x} in {}; these are {:016x}, {:016x}): its ids would name other "
+        "tokens; prepare it again with these files, or give the ones it was made with",
+        excerpt(dir, 200), m.encoder_json_fnv1a64, m.vocab_bpe_fnv1a64, kManifestName,
+        tokenizer->encoder_json_fnv1a64, tokenizer->vocab_bpe_fnv1a64));
+  }
   // Every train_*.bin and val_*.bin there must be the manifest's: another
   // prepare's leftovers, or a file put there by hand, is not silently left out.
   std::unordered_set<std::string> listed;

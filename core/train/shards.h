@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,15 @@ struct ShardSet {
   // One line for the run's log: the folder, how many train and val shards, their tokens.
   std::string describe() const;
 };
-ShardSet open_shards(const std::string& dir, int64_t model_vocab);
+// The tokenizer files' hashes a manifest records (fnv1a64 of their bytes).
+struct TokenizerFiles {
+  uint64_t encoder_json_fnv1a64 = 0, vocab_bpe_fnv1a64 = 0;
+};
+TokenizerFiles tokenizer_file_hashes(const std::string& encoder_json, const std::string& vocab_bpe);
+// `tokenizer`: the files the run encodes and decodes with, when it read them:
+// a manifest written with other files is refused (the ids would name other
+// tokens), even when the vocabulary's size is the same.
+ShardSet open_shards(const std::string& dir, int64_t model_vocab,
+                     const std::optional<TokenizerFiles>& tokenizer = std::nullopt);
 
 }  // namespace gpt2

@@ -349,6 +349,10 @@ struct Layout {
 
 std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, RunState& st, ProcessGrid& grid,
                                     double max_loss, const std::string& timeline_path) {
+  if (sl.stored == Dtype::bf16 && !st.backend->accepts_bf16()) {  // the layout's stage rule and the backend disagree
+    throw std::logic_error(fmt::format("the {} backend does not take the bf16 activations the layout stores",
+                                       st.backend->name()));
+  }
   auto lay = std::make_unique<Layout>();
   Backend& be = *st.backend;
   Gpt2& model = *st.model;
@@ -563,10 +567,6 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   const double max_loss = c.train.max_loss > 0 ? c.train.max_loss : 3.0 * std::log(st->model_config.V);
   // The step, decided once with the run's layout: the log, the layout and the plan read it (train/layout.h).
   const StepLayout& sl = run.step;
-  if (sl.stored == Dtype::bf16 && !st->backend->accepts_bf16()) {
-    throw std::logic_error(fmt::format("the {} backend does not take bf16 activations, which the {} stage's layout "
-                                       "stores", st->backend->name(), ctx.stage));
-  }
   announce(log, run, *st, comm, threads, peak, max_loss);
   const std::unique_ptr<Layout> lay = make_layout(
       c, sl, *st, grid, max_loss, comm.rank() == 0 ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");

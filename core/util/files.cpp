@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "util/json.h"
+#include "util/text.h"
 
 namespace gpt2 {
 
@@ -250,12 +251,14 @@ bool locked_by_another(const std::filesystem::path& dir) {
 
 }  // namespace
 
-void check_output(const std::filesystem::path& out, const OutputRules& rules) {
+void check_output(const std::filesystem::path& given, const OutputRules& rules) {
   namespace fs = std::filesystem;
   const auto refuse = [&](const std::string& why) {
-    throw std::invalid_argument(fmt::format("{}: '{}' {}", rules.option, out.string(), why));
+    throw std::invalid_argument(fmt::format("{}: '{}' {}", rules.option, excerpt(given.string(), 200), why));
   };
-  if (out.empty()) throw std::invalid_argument(fmt::format("{}: where to write is required", rules.option));
+  if (given.empty()) throw std::invalid_argument(fmt::format("{}: where to write is required", rules.option));
+  fs::path out = given;  // "dir/" names dir: its parent is dir's, not dir itself
+  while (out.has_relative_path() && out.filename().empty()) out = out.parent_path();
   struct stat out_st {};
   const bool exists_or_link = ::lstat(out.c_str(), &out_st) == 0;
   struct stat target {};
@@ -263,7 +266,7 @@ void check_output(const std::filesystem::path& out, const OutputRules& rules) {
     for (const fs::path& in : rules.inputs) {
       struct stat in_st {};
       if (::stat(in.c_str(), &in_st) == 0 && in_st.st_dev == target.st_dev && in_st.st_ino == target.st_ino) {
-        refuse(fmt::format("is this command's input '{}'; write the output elsewhere", in.string()));
+        refuse(fmt::format("is this command's input '{}'; write the output elsewhere", excerpt(in.string(), 200)));
       }
     }
   }
@@ -282,20 +285,20 @@ void check_output(const std::filesystem::path& out, const OutputRules& rules) {
   const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
   struct stat parent_st {};
   if (::stat(parent.c_str(), &parent_st) != 0 || !S_ISDIR(parent_st.st_mode)) {
-    refuse(fmt::format("cannot be written: its folder '{}' does not exist", parent.string()));
+    refuse(fmt::format("cannot be written: its folder '{}' does not exist", excerpt(parent.string(), 200)));
   }
   if (::access(parent.c_str(), W_OK | X_OK) != 0) {
-    refuse(fmt::format("cannot be written: its folder '{}' is not writable", parent.string()));
+    refuse(fmt::format("cannot be written: its folder '{}' is not writable", excerpt(parent.string(), 200)));
   }
   if (rules.folder && exists_or_link && is_run_folder(out)) refuse("is a training run's folder");
   if (is_run_folder(parent)) {
     refuse(fmt::format("lies in the training run folder '{}', whose files are the run's; write it elsewhere",
-                       parent.string()));
+                       excerpt(parent.string(), 200)));
   }
   if (rules.folder && exists_or_link && locked_by_another(out)) refuse("is held by another process (locked)");
   if (locked_by_another(parent)) {
     refuse(fmt::format("lies in '{}', which another process holds (a running run or harness); write it elsewhere",
-                       parent.string()));
+                       excerpt(parent.string(), 200)));
   }
 }
 
