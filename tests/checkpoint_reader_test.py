@@ -22,10 +22,7 @@ from checks import Checks  # noqa: E402
 
 
 def fnv1a64(data):
-    h = 0xcbf29ce484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
-    return f"{h:016x}"
+    return f"{checkpoint_file.fnv1a64(data):016x}"
 
 
 def main():

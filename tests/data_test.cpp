@@ -658,7 +658,8 @@ TEST_F(PrepareFolder, WritesShardsThenTheManifestTrainingReads) {
   EXPECT_EQ(text, manifest_text(m));
   const ShardSet set = open_shards(out.string(), 258);
   // The run's own tokenizer files: accepted; others (the same vocabulary size or not): refused.
-  const TokenizerFiles own = tokenizer_file_hashes((root / "encoder.json").string(), (root / "vocab.bpe").string());
+  TokenizerFiles own;
+  (void)load_bpe_tokenizer((root / "encoder.json").string(), (root / "vocab.bpe").string(), &own);
   EXPECT_NO_THROW(open_shards(out.string(), 258, own));
   TokenizerFiles other = own;
   other.vocab_bpe_fnv1a64 ^= 1;

@@ -51,13 +51,6 @@ def measured(args):
     return int(code), float(secs), int(kb), rest
 
 
-def fnv1a64(data):
-    h = 0xCBF29CE484222325
-    for byte in data:
-        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
 def llmc_header(T, V, L, NH, C, Vp):
     return struct.pack("<256i", 20240326, 3, T, V, L, NH, C, Vp, *([0] * 248))
 
@@ -184,7 +177,7 @@ def main():
         params = checkpoint_file.load(ckpt).params
         at = bytes(raw).find(params)
         raw[at + 4 * 3:at + 4 * 4] = struct.pack("<f", float("nan"))
-        raw[-8:] = struct.pack("<Q", fnv1a64(raw[:-8]))
+        raw[-8:] = struct.pack("<Q", checkpoint_file.fnv1a64(raw[:-8]))
         bad_ckpt = write("nan_ckpt.bin", bytes(raw))
         refused("generate from a checkpoint holding a NaN names the tensor",
                 run("generate", "--checkpoint", bad_ckpt, "--prompt", "Once", *tok), ["tensor wte", "element 3", "nan"])

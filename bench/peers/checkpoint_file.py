@@ -11,6 +11,15 @@ import struct
 MAGIC = b"GPT2CKPT"
 
 
+def fnv1a64(data):
+    """FNV-1a 64 of bytes, as an int: the checksum a checkpoint ends with
+    (over everything before it) and the engine's other content hashes."""
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
 class Checkpoint:
     """version, header (dict of str), vocab (list of bytes), and the float32
     arrays as raw little-endian bytes: params, m and v (None for a model

@@ -313,12 +313,8 @@ void run_import(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
     throw std::invalid_argument("data.encoder_json and data.vocab_bpe: import keeps GPT-2's tokenizer in the "
                                 "checkpoint; give its two files (docs/tokenizer.md)");
   }
-  if (g.get("llmc").empty()) throw std::invalid_argument("--llmc: the llm.c model file to import is required");
-  // --out is checked before the tokenizer and the model are read (and again by import_llmc).
-  const std::vector<std::string> inputs = {cfg.data.encoder_json, cfg.data.vocab_bpe};
-  check_output(g.get("out"), OutputRules{"--out", {g.get("llmc"), inputs[0], inputs[1]}, g.flag("overwrite"), false});
-  const Tokenizer tok = Tokenizer::gpt2(load_bpe_tokenizer(cfg.data.encoder_json, cfg.data.vocab_bpe));
-  fmt::print("{}\n", import_llmc(g.get("llmc"), tok, g.get("out"), g.flag("overwrite"), inputs));
+  fmt::print("{}\n", import_llmc(g.get("llmc"), cfg.data.encoder_json, cfg.data.vocab_bpe, g.get("out"),
+                                  g.flag("overwrite")));
 }
 
 void run_init_command(const Given& g, const RunConfig& cfg, const StageContext& ctx) {

@@ -79,8 +79,7 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, TpShape tp
   size_t offset = 0;
   for (ParamInfo& info : out) {
     info.offset = offset;
-    size_t n = 1;
-    for (int64_t d : info.shape) n *= static_cast<size_t>(d);
+    const size_t n = info.count();
     offset += n;
   }
   return out;
@@ -96,8 +95,7 @@ std::string non_finite(std::span<const float> x) {
 std::string non_finite_tensor(const Gpt2Config& cfg, std::span<const float> params) {
   ParamTensors scratch;
   for (const ParamInfo& info : layout(cfg, scratch)) {
-    size_t n = 1;
-    for (int64_t d : info.shape) n *= static_cast<size_t>(d);
+    const size_t n = info.count();
     if (info.offset + n > params.size()) break;
     if (const std::string bad = non_finite(params.subspan(info.offset, n)); !bad.empty()) {
       return fmt::format("tensor {}: {}", info.name, bad);
@@ -110,9 +108,7 @@ size_t param_count(const Gpt2Config& cfg, TpShape tp, StageLayers stage) {
   ParamTensors scratch;
   auto infos = layout(cfg, scratch, tp, stage);
   if (infos.empty()) return 0;
-  size_t n = 1;
-  for (int64_t d : infos.back().shape) n *= static_cast<size_t>(d);
-  return infos.back().offset + n;
+  return infos.back().offset + infos.back().count();
 }
 
 namespace {
@@ -213,8 +209,7 @@ std::vector<ParamUnit> param_units(const Gpt2Config& cfg, const std::vector<Para
   std::vector<ParamUnit> units;
   for (const ParamInfo& info : infos) {
     const int id = unit_id(info.name, cfg.L);
-    size_t n = 1;  // from the shape: the views of a layout not yet bound have none
-    for (int64_t d : info.shape) n *= static_cast<size_t>(d);
+    const size_t n = info.count();
     if (units.empty() || units.back().id != id) units.push_back({id, info.offset, 0});
     units.back().count = info.offset + n - units.back().offset;
   }
@@ -349,8 +344,7 @@ std::vector<float> original_weights(const Gpt2Config& cfg, uint64_t seed) {
   const std::vector<ParamInfo> infos = layout(cfg, p);
   std::vector<float> host(param_count(cfg), 0.0f);
   for (const ParamInfo& info : infos) {
-    size_t n = 1;
-    for (int64_t d : info.shape) n *= static_cast<size_t>(d);
+    const size_t n = info.count();
     if (info.init == ParamInit::kOne) std::fill_n(host.data() + info.offset, n, 1.0f);
   }
   std::map<const Tensor*, size_t> offset_of;  // each slot of `p` (unbound) and its offset in the buffer
@@ -416,8 +410,7 @@ void initial_values(const Gpt2Config& cfg, uint64_t seed, TpShape tp, int rank, 
   std::fill(out.begin(), out.end(), 0.0f);  // what no piece covers is padding
   for (size_t k = 0; k < local.size(); ++k) {
     const ParamInfo& info = local[k];
-    size_t n = 1;
-    for (int64_t d : info.shape) n *= static_cast<size_t>(d);
+    const size_t n = info.count();
     if (info.offset + n <= begin || info.offset >= end) continue;
     // Shard elements [so, so + count) of this tensor are its full tensor's [fo, fo + count).
     for_each_piece(info, tp.size, rank, [&](size_t fo, size_t so, size_t count) {

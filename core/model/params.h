@@ -80,6 +80,12 @@ struct ParamInfo {
   // on its own (qkv_w: q, k, v heads; SwiGLU's fc: gate, up). Empty: one group.
   std::vector<int64_t> groups;
   int64_t full_rows = 0;  // kVocabRows: the full tensor's rows (V)
+  // Its floats, from the shape (a layout's views may not be bound yet).
+  size_t count() const {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    return n;
+  }
 };
 
 // Visits every parameter slot of `p` in buffer order; the single definition of

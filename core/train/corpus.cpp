@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "util/files.h"
+#include "util/hash.h"
 
 namespace gpt2 {
 
@@ -43,8 +44,9 @@ Corpus load_corpus(const DataConfig& d, const Tokenizer* vocabulary, Communicato
                                                 "(data.encoder_json, data.vocab_bpe; docs/tokenizer.md)",
                                                 d.encoder_json.empty() ? "encoder_json" : "vocab_bpe"));
       }
-      out.tok = Tokenizer::gpt2(load_bpe_tokenizer(d.encoder_json, d.vocab_bpe));
-      if (shards) tokenizer_files = tokenizer_file_hashes(d.encoder_json, d.vocab_bpe);
+      TokenizerFiles files;
+      out.tok = Tokenizer::gpt2(load_bpe_tokenizer(d.encoder_json, d.vocab_bpe, &files));
+      if (shards) tokenizer_files = files;
     } else {
       out.tok = Tokenizer::build(d.tokenizer, text);
     }
@@ -67,10 +69,11 @@ Corpus load_corpus(const DataConfig& d, const Tokenizer* vocabulary, Communicato
 
 uint64_t Corpus::hash() const { return split.val.hash(split.train.hash()); }
 
-BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::string& vocab_bpe) {
+BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::string& vocab_bpe, TokenizerFiles* files) {
   constexpr uint64_t kMaxBytes = uint64_t{64} << 20;  // GPT-2's are 1.0 MB and 0.46 MB
   const std::string enc = read_input_file(encoder_json, kMaxBytes, "encoder.json", "GPT-2's token -> id JSON");
   const std::string merges = read_input_file(vocab_bpe, kMaxBytes, "vocab.bpe", "GPT-2's merges");
+  if (files != nullptr) *files = {fnv1a64(enc.data(), enc.size()), fnv1a64(merges.data(), merges.size())};
   return BpeTokenizer::from_text(enc, merges, encoder_json, vocab_bpe);
 }
 

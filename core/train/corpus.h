@@ -27,7 +27,10 @@ std::string read_corpus(const std::string& path);
 
 // GPT-2's BPE from its two files (model/bpe.h); errors name the file:
 // missing, unreadable, or not GPT-2's format.
-BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::string& vocab_bpe);
+// `files`, when given, gets the two files' hashes (what prepare's manifest
+// records and training compares), from the bytes read for the tokenizer.
+BpeTokenizer load_bpe_tokenizer(const std::string& encoder_json, const std::string& vocab_bpe,
+                                TokenizerFiles* files = nullptr);
 
 // Each document encoded alone (no piece spans two) on `threads` threads (at
 // most one a document),

@@ -10,6 +10,7 @@
 
 #include "model/params.h"
 #include "train/checkpoint.h"
+#include "train/corpus.h"
 #include "util/checked.h"
 #include "util/files.h"
 #include "util/json.h"
@@ -37,11 +38,7 @@ std::string block_difference(const Gpt2Config& c) {
 struct Slots {
   explicit Slots(const Gpt2Config& cfg) {
     ParamTensors p;
-    for (const ParamInfo& info : layout(cfg, p)) {
-      size_t n = 1;
-      for (int64_t d : info.shape) n *= static_cast<size_t>(d);
-      at.emplace(info.name, std::pair{info.offset, n});
-    }
+    for (const ParamInfo& info : layout(cfg, p)) at.emplace(info.name, std::pair{info.offset, info.count()});
   }
   // The tensor's floats in `params`, or an empty span (a bias the model has not).
   std::span<const float> get(std::span<const float> params, const std::string& name) const {
@@ -304,13 +301,12 @@ std::string export_checkpoint(const std::string& ckpt, const std::string& format
                      ck.config.describe());
 }
 
-std::string import_llmc(const std::string& file, const Tokenizer& tok, const std::string& out, bool overwrite,
-                        const std::vector<std::string>& inputs) {
+std::string import_llmc(const std::string& file, const std::string& encoder_json, const std::string& vocab_bpe,
+                        const std::string& out, bool overwrite) {
   if (file.empty()) throw std::invalid_argument("--llmc: the llm.c model file to import is required");
   if (out.empty()) throw std::invalid_argument("--out: the checkpoint to write is required");
-  OutputRules rules{"--out", {file}, overwrite, false};
-  for (const std::string& in : inputs) rules.inputs.emplace_back(in);
-  check_output(out, rules);
+  check_output(out, OutputRules{"--out", {file, encoder_json, vocab_bpe}, overwrite, false});  // before any reading
+  const Tokenizer tok = Tokenizer::gpt2(load_bpe_tokenizer(encoder_json, vocab_bpe));
   const LlmcModel m = read_llmc_model(file);
   if (tok.size() > m.config.valid_vocab()) {
     throw std::invalid_argument(fmt::format("llm.c model '{}': its {} ids cannot hold the tokenizer's {} tokens", file,

@@ -71,10 +71,11 @@ std::string export_checkpoint(const std::string& ckpt, const std::string& format
                               bool overwrite = false);
 
 // The `import` command: an llm.c model file as our model checkpoint at
-// `out`, with `tok` (GPT-2's, whose vocabulary must fit the file's V).
-// `out` follows check_output's rules (`inputs`: the files the command
-// read: the model file, the tokenizer's); every tensor is checked finite.
-std::string import_llmc(const std::string& file, const Tokenizer& tok, const std::string& out, bool overwrite = false,
-                        const std::vector<std::string>& inputs = {});
+// `out`, with GPT-2's tokenizer from `encoder_json` and `vocab_bpe` (whose
+// vocabulary must fit the file's V). `out` follows check_output's rules
+// (the inputs: the model file and the tokenizer's two), checked before
+// anything is read; every tensor is checked finite.
+std::string import_llmc(const std::string& file, const std::string& encoder_json, const std::string& vocab_bpe,
+                        const std::string& out, bool overwrite = false);
 
 }  // namespace gpt2

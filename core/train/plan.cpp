@@ -46,11 +46,11 @@ struct RankShape {
   const Gpt2Config& cfg;
   TpLayout tp;
   StageLayers layers;
-  ZeroLayout zero;
   int dp = 1, dp_rank = 0, stage = 0, rows = 0;
   std::vector<ParamUnit> units;  // the rank's (its tp shard of its stage)
   UnitShards shards;             // its unit-aligned ZeRO shards (stages 2 and 3 without a schedule), else empty
   StepLayout step;               // the step it runs and what it keeps (train/layout.h)
+  const ZeroLayout& zero() const { return step.zero; }
   bool sharded() const { return step.grad_sum == GradSum::kUnitShards; }
 };
 
@@ -58,22 +58,22 @@ struct RankShape {
 RankMemory plan_memory(const RankShape& r) {
   RankMemory m;
   const size_t n = param_count(r.cfg, r.tp.shape(), r.layers);
-  const size_t pad_to = r.zero.contiguous ? static_cast<size_t>(r.dp) : 1;
+  const size_t pad_to = r.zero().contiguous ? static_cast<size_t>(r.dp) : 1;
   const size_t padded = (n + pad_to - 1) / pad_to * pad_to;
   const bool sharded = r.sharded();
   const UnitShards& shards = r.shards;
   UpdateScope scope;
-  if (r.zero.contiguous) {
+  if (r.zero().contiguous) {
     const ContiguousShard z = contiguous_shard(n, padded, r.dp, r.dp_rank);
     scope.ranges = {{z.begin, z.end, 0}};
   } else if (sharded) {
     scope.ranges = shards.ranges;
   }
-  m.params = (r.zero.residency == Residency::kNone ? shards.shard_floats : padded) * sizeof(float);
-  m.grads = (r.zero.residency == Residency::kWhole ? padded : shards.shard_floats) * sizeof(float);
+  m.params = (r.zero().residency == Residency::kNone ? shards.shard_floats : padded) * sizeof(float);
+  m.grads = (r.zero().residency == Residency::kWhole ? padded : shards.shard_floats) * sizeof(float);
   m.moments = 2 * scope_floats(scope, n) * sizeof(float);
   if (sharded) m.comm_buffers = 2 * shards.max_padded * sizeof(float);
-  if (r.zero.stage == 3) m.gathered = 2 * shards.max_padded * sizeof(float);
+  if (r.zero().stage == 3) m.gathered = 2 * shards.max_padded * sizeof(float);
   const StepLayout& sl = r.step;
   // One arena of a canonical chunk, of a microbatch, or of the replica's rows.
   set_arena(m, arena_kinds(r.cfg, sl.arena_rows, r.c.train.seq_len, r.tp.shape(), r.tp.has_private(), r.layers,
@@ -83,7 +83,7 @@ RankMemory plan_memory(const RankShape& r) {
                                                                   sl.microbatches)));
   }
   if (sl.step == StepKind::kChunks) {  // the chunks' tree buffers
-    const size_t shard_chunk = r.zero.contiguous ? contiguous_shard(n, padded, r.dp, r.dp_rank).chunk : 0;
+    const size_t shard_chunk = r.zero().contiguous ? contiguous_shard(n, padded, r.dp, r.dp_rank).chunk : 0;
     m.comm_buffers += deterministic_buffer_floats(n, sl.chunks, r.dp, shard_chunk) * sizeof(float);
   } else if (sl.step == StepKind::kChunkPipeline) {  // the microbatch tree's buffers (PipelineEngine), a partner's
     const auto buffers = static_cast<uint64_t>(PipelineEngine::tree_buffers(static_cast<int>(m.arenas),
@@ -91,7 +91,7 @@ RankMemory plan_memory(const RankShape& r) {
     m.comm_buffers += (buffers + (r.dp > 1 ? 1 : 0)) * n * sizeof(float);
   }
   m.count = n;
-  m.formula = zero_formula_bytes(n, r.dp, r.zero.stage, r.zero.contiguous);
+  m.formula = zero_formula_bytes(n, r.dp, r.zero().stage, r.zero().contiguous);
   return m;
 }
 
@@ -194,13 +194,13 @@ GroupTraffic deterministic_dp_traffic(const RankShape& r, const RankMemory& mem)
   for (int bit = 1; bit < N; bit <<= 1) {
     ++calls;
     t.bytes += 2 * sizeof(double);
-    if (r.zero.stage == 0) {
+    if (r.zero().stage == 0) {
       ++calls;
       t.bytes += 2 * mem.count * sizeof(float);
     }
   }
   t.calls = calls;
-  if (r.zero.stage == 0) return t;
+  if (r.zero().stage == 0) return t;
   // A buffer of `count` floats in blocks of `chunk` (the last cut short).
   auto halving = [&](size_t count, size_t chunk) {
     auto len = [&](int p) {
@@ -215,7 +215,7 @@ GroupTraffic deterministic_dp_traffic(const RankShape& r, const RankMemory& mem)
       }
     }
   };
-  if (r.zero.contiguous) {
+  if (r.zero().contiguous) {
     halving(mem.count, contiguous_shard(mem.count, mem.grads / sizeof(float), N, me).chunk);
     ++calls;  // the parameters' all-gather
     t.bytes += mem.grads;
@@ -245,18 +245,18 @@ GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem) {
   if (r.step.deterministic()) return deterministic_dp_traffic(r, mem);
   uint64_t calls = 1;
   t.bytes = sizeof(double);
-  if (r.zero.stage == 0) {
+  if (r.zero().stage == 0) {
     const size_t bucket = static_cast<size_t>(r.c.train.grad_bucket_mb * (1 << 20) / sizeof(float));
     // Under a schedule the buckets go during the stage's last whole backward (none with zb-h1's split one).
     calls += bucket == 0 || r.step.split_backward ? 1 : bucket_calls(r, mem.count, bucket);
     t.bytes += mem.count * sizeof(float);
-  } else if (r.zero.contiguous) {
+  } else if (r.zero().contiguous) {
     calls += 3;
     t.bytes += 2 * mem.grads + sizeof(double);
   } else {
     uint64_t floats = 0;
     for (const UnitShards::Piece& p : r.shards.pieces) floats += p.chunk * static_cast<uint64_t>(r.dp);
-    const uint64_t passes = r.zero.stage == 3 ? 3 : 2;
+    const uint64_t passes = r.zero().stage == 3 ? 3 : 2;
     calls += passes * r.shards.pieces.size() + 1;
     t.bytes += passes * floats * sizeof(float) + sizeof(double);
   }
@@ -315,9 +315,8 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   p.dp = run.dp;
   p.microbatches = c.parallel.microbatches;
   p.schedule = c.parallel.schedule;
-  const ZeroLayout& zero = run.step.zero;
-  p.zero = zero.stage;
-  p.zero_contiguous = zero.contiguous;
+  p.zero = run.step.zero.stage;
+  p.zero_contiguous = run.step.zero.contiguous;
   p.vocab = cfg.V;
   p.params_total = static_cast<int64_t>(param_count(cfg));
   p.flops_per_step = training_flops(cfg, c.train.batch_size, c.train.seq_len).total();
@@ -328,7 +327,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   for (const int k : planned_ranks(ranks, p.tp * p.pp)) {
     const GridCoords at = run.at(k);
     RankShape r{c, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
-                StageLayers::of(cfg.L, p.pp, at.stage), zero, p.dp, at.dp_rank, at.stage, p.rows, {}, {}, step};
+                StageLayers::of(cfg.L, p.pp, at.stage), p.dp, at.dp_rank, at.stage, p.rows, {}, {}, step};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);
     std::vector<ParamUnit>& units = units_of[at.tp_rank * p.pp + at.stage];

@@ -20,7 +20,6 @@
 #include "train/shards.h"
 #include "train/trainer.h"
 #include "util/files.h"
-#include "util/hash.h"
 #include "util/json.h"
 
 namespace gpt2 {
@@ -147,13 +146,13 @@ PrepareSummary prepare_shards(const PrepareRequest& req) {
   inputs.emplace_back(req.vocab_bpe);
   const fs::path out = req.out_dir;
   check_prepare_out(out, inputs, req.overwrite);
-  BpeTokenizer tok = load_bpe_tokenizer(req.encoder_json, req.vocab_bpe);
+  TokenizerFiles files;  // the manifest records them
+  BpeTokenizer tok = load_bpe_tokenizer(req.encoder_json, req.vocab_bpe, &files);
   if (tok.eot_id() < 0) {
     throw std::invalid_argument(fmt::format("encoder.json '{}': no <|endoftext|> token to separate documents",
                                             req.encoder_json));
   }
   ShardManifest manifest;
-  const TokenizerFiles files = tokenizer_file_hashes(req.encoder_json, req.vocab_bpe);
   manifest.encoder_json_fnv1a64 = files.encoder_json_fnv1a64;
   manifest.vocab_bpe_fnv1a64 = files.vocab_bpe_fnv1a64;
   PrepareSummary sum;

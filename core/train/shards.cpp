@@ -17,7 +17,6 @@
 
 #include "util/checked.h"
 #include "util/files.h"
-#include "util/hash.h"
 #include "util/json.h"
 #include "util/text.h"
 
@@ -328,14 +327,6 @@ std::string ShardSet::describe() const {
   };
   return fmt::format("data.shards '{}' ({}): {}; {}", dir, kManifestName, part(train_files, train, "train"),
                      part(val_files, val, "val"));
-}
-
-TokenizerFiles tokenizer_file_hashes(const std::string& encoder_json, const std::string& vocab_bpe) {
-  const auto hash = [](const std::string& path, const char* what) {
-    const std::string text = read_input_file(path, uint64_t{64} << 20, what, "a tokenizer file");
-    return fnv1a64(text.data(), text.size());
-  };
-  return {hash(encoder_json, "data.encoder_json"), hash(vocab_bpe, "data.vocab_bpe")};
 }
 
 ShardSet open_shards(const std::string& dir, int64_t model_vocab, const std::optional<TokenizerFiles>& tokenizer) {

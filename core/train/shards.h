@@ -126,11 +126,11 @@ struct ShardSet {
   // One line for the run's log: the folder, how many train and val shards, their tokens.
   std::string describe() const;
 };
-// The tokenizer files' hashes a manifest records (fnv1a64 of their bytes).
+// The tokenizer files' hashes a manifest records (fnv1a64 of their bytes;
+// train/corpus.h's load_bpe_tokenizer gives them).
 struct TokenizerFiles {
   uint64_t encoder_json_fnv1a64 = 0, vocab_bpe_fnv1a64 = 0;
 };
-TokenizerFiles tokenizer_file_hashes(const std::string& encoder_json, const std::string& vocab_bpe);
 // `tokenizer`: the files the run encodes and decodes with, when it read them:
 // a manifest written with other files is refused (the ids would name other
 // tokens), even when the vocabulary's size is the same.
