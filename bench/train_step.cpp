@@ -151,7 +151,7 @@ int run(int argc, char** argv) {
     auto be = cpu_backend_kind().make(backend_options(as_run, cfg, th, 0));
     if (th == o.threads.front()) fmt::print("backend: {}; stored activations {}\n", be->name(), to_string(stored));
     TpLayout layout;
-    layout.pieces = deterministic_pieces(as_run, cfg, 1, "cpu");
+    layout.pieces = deterministic_pieces(cfg, 1, *be);
     Gpt2 model(cfg, host_memory(), layout);
     model.init_weights(1);
     ActivationArena arena(cfg, B, T, host_memory(), {}, {}, false, false, stored);

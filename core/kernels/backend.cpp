@@ -8,12 +8,4 @@ double sum_in_order(Tensor x) {
   return s;
 }
 
-void Backend::matmul_forward_tree(Tensor, Tensor, Tensor, Tensor, std::span<const int64_t>, int) {
-  throw std::logic_error(name() + ": matmul_forward_tree runs on the deterministic CPU backend only");
-}
-
-void Backend::matmul_backward_input_tree(Tensor, Tensor, Tensor, std::span<const int64_t>, int) {
-  throw std::logic_error(name() + ": matmul_backward_input_tree runs on the deterministic CPU backend only");
-}
-
 }  // namespace gpt2

@@ -51,6 +51,27 @@ class BackendUnavailable : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// train.deterministic under tensor parallelism (docs/determinism.md): the
+// two products whose inner dimension tensor parallelism cuts, in the
+// canonical pieces. The inner dimension is `segments` (lengths summing to
+// it, in order, each divisible by `groups`); piece (g, s) is the g-th
+// groups-th of segment s. Each piece is multiplied alone; a group's pieces
+// are added in segment order, and the groups in one balanced binary tree
+// (groups a power of two). A shard holding some groups computes its
+// subtree; the group's tree sum (TpGroup::tree_sum) finishes it.
+// A capability, not part of every backend: Backend::tree_products().
+class TreeProducts {
+ public:
+  virtual ~TreeProducts() = default;
+  // out (N,OC) = inp (N,K) @ weight (OC,K)^T + bias; K cut, the bias (may
+  // be empty) in group 0's first piece's product.
+  virtual void matmul_forward_tree(Tensor out, Tensor inp, Tensor weight, Tensor bias,
+                                   std::span<const int64_t> segments, int groups) = 0;
+  // dinp (N,C) = dout (N,OC) @ weight (OC,C); OC cut.
+  virtual void matmul_backward_input_tree(Tensor dinp, Tensor dout, Tensor weight,
+                                          std::span<const int64_t> segments, int groups) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -112,22 +133,12 @@ class Backend {
   // pass); dbias must then be empty too.
   virtual void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                                Tensor weight) = 0;
-  // train.deterministic under tensor parallelism (docs/determinism.md): the
-  // two products whose inner dimension tensor parallelism cuts, in the
-  // canonical pieces. The inner dimension is `segments` (lengths summing to
-  // it, in order, each divisible by `groups`); piece (g, s) is the g-th
-  // groups-th of segment s. Each piece is multiplied alone; a group's pieces
-  // are added in segment order, and the groups in one balanced binary tree
-  // (groups a power of two). A shard holding some groups computes its
-  // subtree; the group's tree sum (TpGroup::tree_sum) finishes it.
-  //   matmul_forward_tree          out (N,OC) = inp (N,K) @ weight (OC,K)^T + bias; K cut, the
-  //                                bias (may be empty) in group 0's first piece's product
-  //   matmul_backward_input_tree   dinp (N,C) = dout (N,OC) @ weight (OC,C); OC cut
-  // Only the deterministic CPU backend has them; the others throw std::logic_error.
-  virtual void matmul_forward_tree(Tensor out, Tensor inp, Tensor weight, Tensor bias,
-                                   std::span<const int64_t> segments, int groups);
-  virtual void matmul_backward_input_tree(Tensor dinp, Tensor dout, Tensor weight,
-                                          std::span<const int64_t> segments, int groups);
+  // The canonical-piece products of train.deterministic under tensor
+  // parallelism (TreeProducts, below) where this backend has them: the
+  // deterministic fp32 CPU backend; null elsewhere. A run asks once, when it
+  // lays out the model (train/layout.h deterministic_pieces), so a backend
+  // without them is never asked for them mid-step.
+  virtual TreeProducts* tree_products() { return nullptr; }
 
   // Causal multi-head self-attention with NH query heads and KVH key/value
   // heads (grouped-query attention; KVH divides NH, KVH = NH is plain

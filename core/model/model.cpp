@@ -31,9 +31,16 @@ struct Parts {
   Backend& be;
   const Gpt2Config& cfg;
   int NH, KVH;  // this rank's query and key/value heads
+  TreeProducts* tree;  // with tp.pieces: the backend's canonical-piece products (row_parallel)
 
   Parts(Backend& b, const Gpt2& model)
-      : be(b), cfg(model.config()), NH(cfg.NH / model.tp().size), KVH(cfg.kv_heads() / model.tp().size) {}
+      : be(b), cfg(model.config()), NH(cfg.NH / model.tp().size), KVH(cfg.kv_heads() / model.tp().size),
+        tree(model.tp().pieces > 0 ? b.tree_products() : nullptr) {
+    // tp.pieces come from the backend's capability (train/layout.h deterministic_pieces).
+    if (model.tp().pieces > 0 && tree == nullptr) {
+      throw std::logic_error(b.name() + ": the model was laid out in canonical pieces this backend cannot multiply");
+    }
+  }
 
   void norm(Tensor out, Tensor mean, Tensor rstd, Tensor inp, Tensor w, Tensor b) const {
     if (cfg.rms()) be.rmsnorm_forward(out, rstd, inp, w);
@@ -106,7 +113,7 @@ void bias_rows_backward(Backend& be, Tensor dbias, Tensor scratch, Tensor dout, 
 // A row-parallel product (attn_proj, fc_proj) summed over the group: rank
 // 0's product adds the bias. By default the group allreduces; with
 // tp.pieces (train.deterministic) the product is the canonical tree over
-// its inner dimension's pieces, this rank's subtree (Backend::
+// its inner dimension's pieces, this rank's subtree (TreeProducts::
 // matmul_forward_tree) finished across the ranks by tree_sum.
 void row_parallel(const Parts& k, const TpLayout& tp, Tensor out, Tensor in, Tensor w, Tensor b) {
   const Tensor bias = tp.rank == 0 ? b : Tensor{};
@@ -116,7 +123,7 @@ void row_parallel(const Parts& k, const TpLayout& tp, Tensor out, Tensor in, Ten
     return;
   }
   const int64_t inner[] = {in.cols()};
-  k.be.matmul_forward_tree(out, in, w, bias, inner, tp.pieces / tp.size);
+  k.tree->matmul_forward_tree(out, in, w, bias, inner, tp.pieces / tp.size);
   if (tp.size > 1) tp.group->tree_sum(out);
 }
 
@@ -132,7 +139,7 @@ void column_parallel_backward(const Parts& k, const TpLayout& tp, Tensor dinp, T
     return;
   }
   if (!dw.empty()) k.be.matmul_backward(Tensor{}, dw, db, dout, in, w);
-  k.be.matmul_backward_input_tree(dinp, dout, w, segments, tp.pieces / tp.size);
+  k.tree->matmul_backward_input_tree(dinp, dout, w, segments, tp.pieces / tp.size);
   if (tp.size > 1) tp.group->tree_sum(dinp);
 }
 

@@ -93,7 +93,7 @@ struct TpLayout {
   // train.deterministic: the canonical pieces of every dimension tensor
   // parallelism cuts (canonical_pieces); 0: off. The row-parallel products
   // and the column-parallel input gradients are then trees over the pieces
-  // (Backend::matmul_forward_tree), finished across ranks by tree_sum.
+  // (TreeProducts::matmul_forward_tree), finished across ranks by tree_sum.
   int pieces = 0;
 
   TpShape shape() const { return {size, vocab}; }

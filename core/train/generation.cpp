@@ -103,9 +103,9 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   }
   const std::vector<int32_t> prompt = generation_prompt(req, *ck);
   // As training cut them (train/layout.h).
-  layout.pieces = deterministic_pieces(c, ck->config, layout.size, ctx.backend.name);
   auto be = ctx.backend.make(
       backend_options(c, ck->config, resolve_threads(c.train.threads), ctx.comm ? ctx.comm->local_rank() : 0));
+  layout.pieces = deterministic_pieces(ck->config, layout.size, *be);
   Gpt2 model(ck->config, be->memory(), layout);
   load_params(*ck, model);
   const auto g0 = std::chrono::steady_clock::now();

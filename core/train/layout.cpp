@@ -127,8 +127,8 @@ BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int 
                         c.train.deterministic ? canonical_column_tile(model) : 0};
 }
 
-int deterministic_pieces(const RunConfig& c, const Gpt2Config& model, int tp, const std::string& backend) {
-  if (!c.train.deterministic || c.train.bf16() || backend != "cpu") return 0;
+int deterministic_pieces(const Gpt2Config& model, int tp, Backend& be) {
+  if (be.tree_products() == nullptr) return 0;
   const int q = canonical_pieces(model);
   return q % tp == 0 ? q : 0;
 }
@@ -139,7 +139,7 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
   s.stored = stored;
   s.recompute_full = c.train.recompute_full();
   s.microbatches = c.parallel.microbatches;
-  s.schedule = parse_schedule(c.parallel.schedule);
+  s.schedule = c.parallel.schedule;
   if (c.train.deterministic) {
     // The chunks, and a pipeline only with stages: microbatches without stages are the chunks themselves.
     s.chunks = canonical_chunks(c);

@@ -99,11 +99,13 @@ Dtype stored_dtype_on(const RunConfig& c, const std::string& stage);
 BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int threads, int device_hint);
 
 // The canonical pieces of the dimensions tensor parallelism cuts under
-// train.deterministic (model/tensor_parallel.h): fp32 on the CPU backend
-// with `tp` dividing them; 0 (none: the default order) otherwise. Training
-// refuses the other deterministic cases before it gets here; generation
-// from their checkpoints runs the default order.
-int deterministic_pieces(const RunConfig& c, const Gpt2Config& model, int tp, const std::string& backend);
+// train.deterministic (model/tensor_parallel.h), where the backend `be` has
+// the canonical-piece products (Backend::tree_products: the deterministic
+// fp32 CPU backend) and `tp` divides them; 0 (none: the default order)
+// otherwise. Training refuses the other deterministic cases before it gets
+// here (check_deterministic); generation from their checkpoints runs the
+// default order.
+int deterministic_pieces(const Gpt2Config& model, int tp, Backend& be);
 
 // The run's layout, decided once from the configuration as given, the rank
 // count and the stage program, before anything is read or allocated:

@@ -304,7 +304,7 @@ StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads,
   TpLayout layout = grid.layout(c.parallel.blocks(), c.parallel.vocab_parallel);
   layout.validate(st.model_config);
   // Every layout the same cut (fp32: under bf16 tensor parallelism is refused).
-  layout.pieces = deterministic_pieces(c, st.model_config, layout.size, kind.name);
+  layout.pieces = deterministic_pieces(st.model_config, layout.size, *st.backend);
   const StageLayers stage = StageLayers::of(st.model_config.L, grid.pp(), grid.stage());
   const ZeroLayout zl = zero_layout(c, dp);
   st.zero_stage = zl.stage;

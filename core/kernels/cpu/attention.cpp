@@ -71,25 +71,36 @@ float attention_row(float* o, float* p, const float* base, int64_t t, const Head
 }
 }  // namespace
 
+// One dispatch per call on the output's type and the products' type
+// (products_, fixed when the backend was made).
 void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor qkv, int NH, int KVH) {
-  dispatch_dtype(out.dtype, [&](auto tag) { attention_tiles(out.as<decltype(tag)>(), lse, qkv, out.dim(2), NH, KVH); });
+  dispatch_dtype(products_, [&](auto product) {
+    dispatch_dtype(out.dtype, [&](auto tag) {
+      attention_tiles<decltype(tag), decltype(product)>(out.as<decltype(tag)>(), lse, qkv, out.dim(2), NH, KVH);
+    });
+  });
 }
 
 // out (B,T,C) of element type E: a bf16 output is the float tile's rounding.
-template <typename E>
+// Prod: the products' operand type.
+template <typename E, typename Prod>
 void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int NH, int KVH) {
   // Per (b, h), in blocks of kBlock query rows [r0, r1): the block sees keys
   // [0, r1) only, so the scores S = scale Q K^T and the output O = P V are
   // GEMMs on the causal lower part (62.5% of the square at T = 256).
   constexpr bool kF32 = std::is_same_v<E, float>;
+  constexpr bool kBf16Products = std::is_same_v<Prod, bf16>;
   const int64_t B = qkv.dim(0), T = qkv.dim(1), C3 = qkv.dim(2), HS = C / NH;
   const int64_t tile = kF32 ? 0 : kBlock * HS;  // a bf16 output's float tile, after the scores
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   float* scratch_all = scratch(static_cast<size_t>(threads_ * (kBlock * T + tile)));
   // Under train.precision bf16 the two products take bf16 operands: qkv
   // rounded once here, P rounded per tile (attention_bf16 below).
-  const bf16* qkv16 = bf16_ ? as_bf16(bf16_a_, qkv) : nullptr;
-  if (bf16_) ready_tile_products(static_cast<size_t>(kBlock * T));
+  const bf16* qkv16 = nullptr;
+  if constexpr (kBf16Products) {
+    qkv16 = as_bf16(bf16_a_, qkv);
+    ready_tile_products(static_cast<size_t>(kBlock * T));
+  }
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
     const int64_t b = bh / NH, h = bh % NH;
@@ -103,7 +114,7 @@ void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int 
     for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
       const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
       // S (m, n) = scale * Q[r0:r1] K[0:n]^T
-      if (bf16_) {
+      if constexpr (kBf16Products) {
         const bf16* q16 = qkv16 + b * T * C3 + c.q;
         tile_gemm_[th]->run(S, n, {q16 + r0 * C3, C3, 1}, {qkv16 + b * T * C3 + c.k, 1, C3}, m, n, HS, scale, false);
       } else {
@@ -136,7 +147,7 @@ void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int 
         dst = O + r0 * C;
         ldd = C;
       }
-      if (bf16_) {  // P rounded to bf16, then the bf16 product
+      if constexpr (kBf16Products) {  // P rounded to bf16, then the bf16 product
         bf16* Pb = tile16_.data() + static_cast<size_t>(th) * 2 * kBlock * T;
         for (int64_t i = 0; i < m * n; ++i) Pb[i] = to_bf16(S[i]);
         tile_gemm_[th]->run(dst, ldd, {Pb, n, 1}, {qkv16 + b * T * C3 + c.v, C3, 1}, m, HS, n, 1.0f, false);
@@ -167,14 +178,17 @@ void CpuBackend::attention_decode(Tensor out, Tensor qkv, int NH, int KVH) {
 
 void CpuBackend::attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int NH,
                                     int KVH) {
-  dispatch_dtype(out.dtype, [&](auto tag) {
-    attention_backward_tiles(dqkv, dout, out.as<decltype(tag)>(), lse, qkv, out.dim(2), NH, KVH);
+  dispatch_dtype(products_, [&](auto product) {
+    dispatch_dtype(out.dtype, [&](auto tag) {
+      attention_backward_tiles<decltype(tag), decltype(product)>(dqkv, dout, out.as<decltype(tag)>(), lse, qkv,
+                                                                 out.dim(2), NH, KVH);
+    });
   });
 }
 
 // The forward's output `out` of element type E: f32 enters through D = dO . O;
-// a bf16 one is not read (D comes from the tile).
-template <typename E>
+// a bf16 one is not read (D comes from the tile). Prod: the products' operand type.
+template <typename E, typename Prod>
 void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out, Tensor lse, Tensor qkv, int64_t C,
                                           int NH, int KVH) {
   // Per (b, h) and block of query rows [r0, r1) over keys [0, r1):
@@ -190,10 +204,15 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
   // Under train.precision bf16 the five products take bf16 operands: qkv and
   // dout rounded once here, P and dS rounded per tile; D then comes from the
   // tile whatever O's type (the products' own D).
-  const bf16* qkv16 = bf16_ ? as_bf16(bf16_a_, qkv) : nullptr;
-  const bf16* dout16 = bf16_ ? as_bf16(bf16_b_, dout) : nullptr;
-  if (bf16_) ready_tile_products(static_cast<size_t>(kBlock * T));
-  const bool tile_D = bf16_ != nullptr || !std::is_same_v<E, float>;
+  constexpr bool kBf16Products = std::is_same_v<Prod, bf16>;
+  const bf16* qkv16 = nullptr;
+  const bf16* dout16 = nullptr;
+  if constexpr (kBf16Products) {
+    qkv16 = as_bf16(bf16_a_, qkv);
+    dout16 = as_bf16(bf16_b_, dout);
+    ready_tile_products(static_cast<size_t>(kBlock * T));
+  }
+  constexpr bool kTileD = kBf16Products || !std::is_same_v<E, float>;
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t bg = 0; bg < B * KVH; ++bg) {
     const int64_t b = bg / KVH, kv = bg % KVH;
@@ -219,9 +238,9 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
         const int64_t r1 = std::min(T, r0 + kBlock), m = r1 - r0, n = r1;
         const int im = static_cast<int>(m), in = static_cast<int>(n), ihs = static_cast<int>(HS);
         const int ic3 = static_cast<int>(C3), ic = static_cast<int>(C);
-        const bf16* head16 = bf16_ ? qkv16 + b * T * C3 : nullptr;        // this b's qkv rows, bf16
-        const bf16* dO16 = bf16_ ? dout16 + b * T * C + h * HS : nullptr;  // this head's dout, bf16
-        if (bf16_) {
+        const bf16* head16 = kBf16Products ? qkv16 + b * T * C3 : nullptr;        // this b's qkv rows, bf16
+        const bf16* dO16 = kBf16Products ? dout16 + b * T * C + h * HS : nullptr;  // this head's dout, bf16
+        if constexpr (kBf16Products) {
           tile_gemm_[th]->run(P, n, {head16 + c.q + r0 * C3, C3, 1}, {head16 + c.k, 1, C3}, m, n, HS, scale, false);
           tile_gemm_[th]->run(dP, n, {dO16 + r0 * C, C, 1}, {head16 + c.v, 1, C3}, m, n, HS, 1.0f, false);
         } else {
@@ -235,19 +254,14 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
           float* p = P + i * n;
           float* dp = dP + i * n;
           const float row_lse = lse.data[bh * T + t];
-          bool done = false;
-          if constexpr (std::is_same_v<E, float>) {
-            if (!tile_D) {  // the fp32 path: D = dO . O
-              const float D = dot(dO + t * C, O + t * C, HS);
+          if constexpr (!kTileD) {  // the fp32 path: D = dO . O
+            const float D = dot(dO + t * C, O + t * C, HS);
 #pragma omp simd
-              for (int64_t s = 0; s <= t; ++s) {
-                p[s] = fast_exp(p[s] - row_lse);
-                dp[s] = p[s] * (dp[s] - D) * scale;  // dS
-              }
-              done = true;
+            for (int64_t s = 0; s <= t; ++s) {
+              p[s] = fast_exp(p[s] - row_lse);
+              dp[s] = p[s] * (dp[s] - D) * scale;  // dS
             }
-          }
-          if (!done) {
+          } else {
             // A bf16 O carries 8 bits, and bf16 products make their own P and
             // dP: D = sum_s P dP instead, the same value in exact arithmetic,
             // from the tile's float P and dP (t + 1 terms).
@@ -263,7 +277,7 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
           for (int64_t s = t + 1; s < n; ++s) p[s] = dp[s] = 0.0f;  // masked
         }
         // dQ[r0:r1] = dS K[0:n];  dK[0:n] += dS^T Q[r0:r1];  dV[0:n] += P^T dO[r0:r1]
-        if (bf16_) {  // dS and P rounded to bf16, then the bf16 products
+        if constexpr (kBf16Products) {  // dS and P rounded to bf16, then the bf16 products
           bf16* Pb = tile16_.data() + static_cast<size_t>(th) * 2 * kBlock * T;
           bf16* dSb = Pb + kBlock * T;
           for (int64_t i = 0; i < m * n; ++i) {
@@ -273,14 +287,14 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
           tile_gemm_[th]->run(dQ + r0 * C3, C3, {dSb, n, 1}, {head16 + c.k, C3, 1}, m, HS, n, 1.0f, false);
           tile_gemm_[th]->run(dK, C3, {dSb, 1, n}, {head16 + c.q + r0 * C3, C3, 1}, n, HS, m, 1.0f, true);
           tile_gemm_[th]->run(dV, C3, {Pb, 1, n}, {dO16 + r0 * C, C, 1}, n, HS, m, 1.0f, true);
-          continue;
+        } else {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, ihs, in, 1.0f, dP, in, K, ic3, 0.0f,
+                      dQ + r0 * C3, ic3);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, dP, in, Q + r0 * C3, ic3, 1.0f,
+                      dK, ic3);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, P, in, dO + r0 * C, ic, 1.0f, dV,
+                      ic3);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, ihs, in, 1.0f, dP, in, K, ic3, 0.0f,
-                    dQ + r0 * C3, ic3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, dP, in, Q + r0 * C3, ic3, 1.0f, dK,
-                    ic3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, P, in, dO + r0 * C, ic, 1.0f, dV,
-                    ic3);
       }
     }
   }

@@ -33,24 +33,25 @@ CpuBackend::CpuBackend(int threads, bool bf16_products, bool deterministic, int 
   openblas_set_num_threads(1);
   omp_set_num_threads(threads);
   if (bf16_products) {
-    bf16_ = std::make_unique<Bf16Matmul>(threads);
+    products_ = Dtype::bf16;
+    onednn_ = std::make_unique<Bf16Matmul>(threads);
     // One small product now, so that name() says which kernel oneDNN chose on this CPU.
     std::vector<bf16> a(64 * 64, to_bf16(1.0f));
     std::vector<float> out(64 * 64);
-    bf16_->forward(out.data(), a.data(), a.data(), nullptr, 64, 64, 64);
+    onednn_->forward(out.data(), a.data(), a.data(), nullptr, 64, 64, 64);
   }
 }
 
 std::string CpuBackend::name() const {
   std::string extras;
-  if (bf16_) extras = fmt::format("bf16 products: oneDNN {} {}", Bf16Matmul::library_version(), bf16_->impl_info());
+  if (onednn_) extras = fmt::format("bf16 products: oneDNN {} {}", Bf16Matmul::library_version(), onednn_->impl_info());
   if (deterministic_) extras += std::string(extras.empty() ? "" : ", ") + "deterministic";
   return extras.empty() ? "cpu" : fmt::format("cpu ({})", extras);
 }
 
 std::vector<std::pair<std::string, std::string>> CpuBackend::library_versions() const {
-  if (!bf16_) return {};
-  return {{"onednn", Bf16Matmul::library_version()}, {"onednn_matmul", bf16_->impl_info()}};
+  if (!onednn_) return {};
+  return {{"onednn", Bf16Matmul::library_version()}, {"onednn_matmul", onednn_->impl_info()}};
 }
 
 const bf16* CpuBackend::as_bf16(std::vector<bf16>& to, Tensor from) {

@@ -17,7 +17,7 @@
 
 namespace gpt2::cpu {
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public TreeProducts {
  public:
   // `bf16`: matrix products with bf16 inputs through oneDNN (make_cpu_backend).
   // `deterministic`: train.deterministic; every result the same bits at any
@@ -33,7 +33,11 @@ class CpuBackend final : public Backend {
   std::string name() const override;
   std::vector<std::pair<std::string, std::string>> library_versions() const override;
   int threads() const { return threads_; }
-  bool bf16_products() const { return bf16_ != nullptr; }
+  // The products' operand type, fixed at construction: f32 (OpenBLAS) or
+  // bf16 (oneDNN). Each product kernel dispatches on it once per call; no
+  // kernel body tests it (attention's tiles take it as a template type).
+  Dtype products() const { return products_; }
+  bool bf16_products() const { return products_ == Dtype::bf16; }
   // With bf16 products (a bf16 input goes to oneDNN as it is).
   bool accepts_bf16() const override { return bf16_products(); }
 
@@ -49,6 +53,10 @@ class CpuBackend final : public Backend {
   void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override;
   void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
                        Tensor weight) override;
+  // The tree products with deterministic fp32 products; null otherwise.
+  TreeProducts* tree_products() override {
+    return deterministic_ && products_ == Dtype::f32 ? this : nullptr;
+  }
   void matmul_forward_tree(Tensor out, Tensor inp, Tensor weight, Tensor bias, std::span<const int64_t> segments,
                            int groups) override;
   void matmul_backward_input_tree(Tensor dinp, Tensor dout, Tensor weight, std::span<const int64_t> segments,
@@ -99,11 +107,17 @@ class CpuBackend final : public Backend {
   void layernorm_rows(T* out, Tensor mean, Tensor rstd, Tensor inp, Tensor weight, Tensor bias);
   template <typename T>
   void rmsnorm_rows(T* out, Tensor rstd, Tensor inp, Tensor weight);
-  template <typename T>
+  // The attention's tiles: T the output's (stored) element type, Prod the
+  // products' operand type (float: OpenBLAS; bf16: oneDNN's tile products).
+  template <typename T, typename Prod>
   void attention_tiles(T* out, Tensor lse, Tensor qkv, int64_t C, int NH, int KVH);
-  template <typename T>
+  template <typename T, typename Prod>
   void attention_backward_tiles(Tensor dqkv, Tensor dout, const T* out, Tensor lse, Tensor qkv, int64_t C, int NH,
                                 int KVH);
+  // matmul_forward and matmul_backward's products with bf16 operands (oneDNN):
+  // the operands rounded to bf16, the sums in fp32.
+  void onednn_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);
+  void onednn_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight);
 
   // Under bf16 products: one tile product per thread and, per thread, two
   // bf16 tiles of `tile` elements (the attention's P and dS); grown, never shrunk.
@@ -137,6 +151,13 @@ class CpuBackend final : public Backend {
 
   // The norms' weight (and bias) gradients under deterministic_: each column
   // summed over the rows in row order by the one thread that owns it.
+  // The norms' backward over the rows; kByColumns: the weight (and bias)
+  // gradients by norm_weight_columns afterwards (deterministic_).
+  template <bool kByColumns>
+  void layernorm_backward_rows(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight,
+                               Tensor mean, Tensor rstd);
+  template <bool kByColumns>
+  void rmsnorm_backward_rows(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd);
   template <bool kLayerNorm>
   void norm_weight_columns(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor mean, Tensor rstd);
 
@@ -146,8 +167,9 @@ class CpuBackend final : public Backend {
   std::vector<Buffer> tree_buffers_;  // inner_tree's partial sums and one piece's product
   std::vector<double> chunk_sums_;  // sum_squares' fixed chunks (deterministic_)
   Buffer scratch_;
-  std::unique_ptr<Bf16Matmul> bf16_;  // null: fp32 products (OpenBLAS)
-  std::vector<bf16> bf16_a_, bf16_b_, bf16_c_;
+  Dtype products_ = Dtype::f32;
+  std::unique_ptr<Bf16Matmul> onednn_;  // the bf16 products (products_ bf16); null otherwise
+  std::vector<bf16> bf16_a_, bf16_b_, bf16_c_;  // the products' bf16 operands (as_bf16)
   std::vector<std::unique_ptr<Bf16TileGemm>> tile_gemm_;  // one per thread (attention, bf16 products)
   std::vector<bf16> tile16_;                               // threads x 2 tiles
 };

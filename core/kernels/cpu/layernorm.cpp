@@ -39,8 +39,21 @@ void CpuBackend::layernorm_rows(T* out, Tensor mean, Tensor rstd, Tensor inp, Te
   }
 }
 
+// The weight and bias gradients' order is the backend's, fixed when it was
+// made: by columns under deterministic_ (norm_weight_columns), else per-thread
+// partial sums. One dispatch here; the rows below test nothing.
 void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout,
                                     Tensor inp, Tensor weight, Tensor mean, Tensor rstd) {
+  if (deterministic_) {
+    layernorm_backward_rows<true>(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+  } else {
+    layernorm_backward_rows<false>(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+  }
+}
+
+template <bool kByColumns>
+void CpuBackend::layernorm_backward_rows(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp,
+                                         Tensor weight, Tensor mean, Tensor rstd) {
   // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight.
   const int64_t N = inp.rows(), C = inp.cols();
   const float* w = weight.data;
@@ -66,32 +79,32 @@ void CpuBackend::layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, T
         gx_sum += g * (x[c] - m) * s;
       }
       const float g_mean = g_sum / static_cast<float>(C), gx_mean = gx_sum / static_cast<float>(C);
-      if (deterministic_) {  // the weight and bias gradients below, by columns
+      if constexpr (kByColumns) {  // the weight and bias gradients below, by columns
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
           float xhat = (x[c] - m) * s;
           dx[c] += s * (d[c] * w[c] - g_mean - xhat * gx_mean);
         }
-        continue;
-      }
+      } else {
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) {
-        float xhat = (x[c] - m) * s;
-        db[c] += d[c];
-        dw[c] += xhat * d[c];
-        dx[c] += s * (d[c] * w[c] - g_mean - xhat * gx_mean);
+        for (int64_t c = 0; c < C; ++c) {
+          float xhat = (x[c] - m) * s;
+          db[c] += d[c];
+          dw[c] += xhat * d[c];
+          dx[c] += s * (d[c] * w[c] - g_mean - xhat * gx_mean);
+        }
       }
     }
   }
-  if (deterministic_) {
+  if constexpr (kByColumns) {
     norm_weight_columns<true>(dweight, dbias, dout, inp, mean, rstd);
-    return;
-  }
-  for (int64_t t = 0; t < ran; ++t) {  // only the slots that were written
-    const float* dw = partials + t * 2 * C;
-    for (int64_t c = 0; c < C; ++c) {
-      dweight.data[c] += dw[c];
-      dbias.data[c] += dw[C + c];
+  } else {
+    for (int64_t t = 0; t < ran; ++t) {  // only the slots that were written
+      const float* dw = partials + t * 2 * C;
+      for (int64_t c = 0; c < C; ++c) {
+        dweight.data[c] += dw[c];
+        dbias.data[c] += dw[C + c];
+      }
     }
   }
 }

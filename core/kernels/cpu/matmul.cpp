@@ -54,11 +54,7 @@ CpuBackend::Tiling CpuBackend::channel_tiling(int rows, int cols, int nt) const 
 void CpuBackend::matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
   const int N = static_cast<int>(inp.rows()), C = static_cast<int>(inp.cols());
   const int OC = static_cast<int>(weight.dim(0));
-  if (bf16_) {  // train.precision bf16: the operands rounded to bf16, the sums in fp32 (oneDNN)
-    bf16_->forward(out.data, as_bf16(bf16_a_, inp), as_bf16(bf16_b_, weight), bias.empty() ? nullptr : bias.data, N,
-                   C, OC);
-    return;
-  }
+  if (products_ == Dtype::bf16) return onednn_forward(out, inp, weight, bias);
   expect_f32(inp, "matmul_forward: a bf16 input needs the bf16 products (train.precision bf16)");
   if (N < kFewRows) {
     // Few rows (generation's one-token decode): the work is reading the
@@ -88,10 +84,8 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
                                  Tensor weight) {
   const int N = static_cast<int>(inp.rows()), C = static_cast<int>(inp.cols());
   const int OC = static_cast<int>(weight.dim(0));
-  if (bf16_) {  // the two products in bf16 (oneDNN); the bias gradient below, in fp32 as always
-    const bf16* d = (dinp.data != nullptr || dweight.data != nullptr) ? as_bf16(bf16_a_, dout) : nullptr;
-    if (dinp.data != nullptr) bf16_->backward_input(dinp.data, d, as_bf16(bf16_b_, weight), N, C, OC);
-    if (dweight.data != nullptr) bf16_->backward_weight(dweight.data, d, as_bf16(bf16_c_, inp), N, C, OC);
+  if (products_ == Dtype::bf16) {  // the two products in bf16; the bias gradient below, in fp32 as always
+    onednn_backward(dinp, dweight, dout, inp, weight);
     dinp = Tensor{};
     dweight = Tensor{};
   } else {
@@ -136,6 +130,22 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
   }
 }
 
+void CpuBackend::onednn_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) {
+  const int N = static_cast<int>(inp.rows()), C = static_cast<int>(inp.cols());
+  const int OC = static_cast<int>(weight.dim(0));
+  onednn_->forward(out.data, as_bf16(bf16_a_, inp), as_bf16(bf16_b_, weight), bias.empty() ? nullptr : bias.data, N,
+                   C, OC);
+}
+
+void CpuBackend::onednn_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight) {
+  const int N = static_cast<int>(inp.rows()), C = static_cast<int>(inp.cols());
+  const int OC = static_cast<int>(weight.dim(0));
+  if (dinp.data == nullptr && dweight.data == nullptr) return;
+  const bf16* d = as_bf16(bf16_a_, dout);
+  if (dinp.data != nullptr) onednn_->backward_input(dinp.data, d, as_bf16(bf16_b_, weight), N, C, OC);
+  if (dweight.data != nullptr) onednn_->backward_weight(dweight.data, d, as_bf16(bf16_c_, inp), N, C, OC);
+}
+
 void CpuBackend::tiled_product(float* out, const float* A, int lda, const float* B, int ldb, bool b_rows, int N,
                                int M, int k, const float* bias) {
 #pragma omp parallel num_threads(threads_)
@@ -161,9 +171,6 @@ void CpuBackend::tiled_product(float* out, const float* A, int lda, const float*
 
 void CpuBackend::inner_tree(float* out, const float* A, int lda, const float* B, int ldb, bool b_rows, int N, int M,
                             std::span<const int64_t> segments, int groups, const float* bias) {
-  if (!deterministic_ || bf16_) {
-    throw std::logic_error("the inner-dimension tree runs on the deterministic fp32 CPU backend (train.deterministic)");
-  }
   if (groups < 1 || (groups & (groups - 1)) != 0 || segments.empty()) {
     throw std::invalid_argument(fmt::format("inner_tree: {} groups (a power of two) of {} segments", groups,
                                             segments.size()));

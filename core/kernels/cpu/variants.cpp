@@ -38,8 +38,19 @@ void CpuBackend::rmsnorm_rows(T* out, Tensor rstd, Tensor inp, Tensor weight) {
   }
 }
 
+// The weight gradient's order is the backend's, as layernorm_backward's.
 void CpuBackend::rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
                                   Tensor rstd) {
+  if (deterministic_) {
+    rmsnorm_backward_rows<true>(dinp, dweight, dout, inp, weight, rstd);
+  } else {
+    rmsnorm_backward_rows<false>(dinp, dweight, dout, inp, weight, rstd);
+  }
+}
+
+template <bool kByColumns>
+void CpuBackend::rmsnorm_backward_rows(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
+                                       Tensor rstd) {
   // dx = rstd * (g - xhat * mean(g * xhat)), g = dout * weight, xhat = x * rstd.
   const int64_t N = inp.rows(), C = inp.cols();
   const float* w = weight.data;
@@ -60,29 +71,29 @@ void CpuBackend::rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tens
 #pragma omp simd reduction(+ : gx_sum)
       for (int64_t c = 0; c < C; ++c) gx_sum += d[c] * w[c] * x[c] * s;
       const float gx_mean = gx_sum / static_cast<float>(C);
-      if (deterministic_) {  // the weight gradient below, by columns
+      if constexpr (kByColumns) {  // the weight gradient below, by columns
 #pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
           const float xhat = x[c] * s;
           dx[c] += s * (d[c] * w[c] - xhat * gx_mean);
         }
-        continue;
-      }
+      } else {
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) {
-        const float xhat = x[c] * s;
-        dw[c] += xhat * d[c];
-        dx[c] += s * (d[c] * w[c] - xhat * gx_mean);
+        for (int64_t c = 0; c < C; ++c) {
+          const float xhat = x[c] * s;
+          dw[c] += xhat * d[c];
+          dx[c] += s * (d[c] * w[c] - xhat * gx_mean);
+        }
       }
     }
   }
-  if (deterministic_) {
+  if constexpr (kByColumns) {
     norm_weight_columns<false>(dweight, Tensor{}, dout, inp, Tensor{}, rstd);
-    return;
-  }
-  for (int64_t t = 0; t < ran; ++t) {
-    const float* dw = partials + t * C;
-    for (int64_t c = 0; c < C; ++c) dweight.data[c] += dw[c];
+  } else {
+    for (int64_t t = 0; t < ran; ++t) {
+      const float* dw = partials + t * C;
+      for (int64_t c = 0; c < C; ++c) dweight.data[c] += dw[c];
+    }
   }
 }
 

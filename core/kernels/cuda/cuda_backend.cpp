@@ -82,7 +82,8 @@ class Scratch {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const CudaOptions& opt, int device_count) : tf32_(opt.tf32), bf16_(opt.bf16) {
+  explicit CudaBackend(const CudaOptions& opt, int device_count)
+      : tf32_(opt.tf32), products_(opt.bf16 ? Dtype::bf16 : Dtype::f32) {
     device_ = opt.device_hint % device_count;
     GPT2_CUDA_CHECK(cudaSetDevice(device_));
     GPT2_CUDA_CHECK(cudaGetDeviceProperties(&prop_, device_));
@@ -108,7 +109,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override {
     return fmt::format("cuda ({}, sm_{}{}{}{})", prop_.name, prop_.major, prop_.minor, tf32_ ? ", TF32" : "",
-                       bf16_ ? ", bf16 products" : "");
+                       products_ == Dtype::bf16 ? ", bf16 products" : "");
   }
   std::vector<std::pair<std::string, std::string>> library_versions() const override {
     auto cuda_version = [](int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); };
@@ -126,7 +127,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
 
-  bool bf16_products() const { return bf16_; }
+  bool bf16_products() const { return products_ == Dtype::bf16; }
 
   double ceiling_gflops(int ranks, int ranks_per_machine) {
     // A large product on this GPU, best of five after a warm-up: FP32, or
@@ -136,18 +137,11 @@ class CudaBackend final : public Backend {
     cudaEvent_t e0, e1;
     GPT2_CUDA_CHECK(cudaEventCreate(&e0));
     GPT2_CUDA_CHECK(cudaEventCreate(&e1));
-    const float one = 1.0f, zero = 0.0f;
     float best_ms = 1e30f;
     for (int rep = 0; rep < 6; ++rep) {
       GPT2_CUDA_CHECK(cudaEventRecord(e0, stream_));
-      if (bf16_) {  // a and b's first halves as n x n bf16 matrices (their bits are whatever: zeros)
-        GPT2_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data(), CUDA_R_16BF, n,
-                                       b.data(), CUDA_R_16BF, n, &zero, c.data(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
-      } else {
-        GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data(), n, b.data(), n, &zero,
-                                      c.data(), n));
-      }
+      // With bf16 products a and b's first halves are n x n bf16 matrices (their bits are whatever: zeros).
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, a.data(), n, b.data(), n, 0.0f, c.data(), n);
       GPT2_CUDA_CHECK(cudaEventRecord(e1, stream_));
       GPT2_CUDA_CHECK(cudaEventSynchronize(e1));
       float ms = 0;
@@ -220,43 +214,27 @@ class CudaBackend final : public Backend {
   // Row-major products through column-major cuBLAS: a row-major (R,K) matrix
   // is a column-major (K,R) one, so every product is computed transposed.
   void matmul_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias) override {
-    if (!bf16_) expect_f32(inp, "cuda matmul_forward: a bf16 input needs the bf16 products");
     const int N = rows(inp), C = cols(inp), OC = static_cast<int>(weight.dim(0));
-    const float one = 1.0f, zero = 0.0f;
     // out^T (OC,N) = W (OC,C) . inp^T (C,N)
-    if (bf16_) {
-      GPT2_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, as_bf16(*bf16_b_, weight),
-                                     CUDA_R_16BF, C, as_bf16(*bf16_a_, inp), CUDA_R_16BF, C, &zero, out.data,
-                                     CUDA_R_32F, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    } else {
-      GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight.data, C, inp.data, C,
-                                    &zero, out.data, OC));
-    }
+    const void* w = operand(weight, *bf16_b_);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, operand(inp, *bf16_a_), C, 0.0f, out.data,
+         OC);
     if (!bias.empty()) cuda::add_bias(out.data, bias.data, N, OC, stream_);
   }
   void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor weight) override {
-    if (!bf16_) expect_f32(inp, "cuda matmul_backward: a bf16 input needs the bf16 products");
     const int N = rows(inp), C = cols(inp), OC = static_cast<int>(weight.dim(0));
-    const float one = 1.0f, zero = 0.0f;
-    // With bf16 products the operands' bf16 copies, each converted once here.
-    const void* d16 = bf16_ && (dinp.data != nullptr || dweight.data != nullptr) ? as_bf16(*bf16_a_, dout) : nullptr;
+    // dout as the products read it (with bf16 products its bf16 copy, converted once for both).
+    const void* d = dinp.data != nullptr || dweight.data != nullptr
+                        ? operand(dout, *bf16_a_) : nullptr;
     // dinp^T (C,N) = W^T (C,OC) . dout^T (OC,N)
-    if (dinp.data != nullptr && bf16_) {
-      GPT2_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, as_bf16(*bf16_b_, weight),
-                                     CUDA_R_16BF, C, d16, CUDA_R_16BF, OC, &zero, dinp.data, CUDA_R_32F, C,
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    } else if (dinp.data != nullptr) {
-      GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight.data, C, dout.data, OC,
-                                    &zero, dinp.data, C));
+    if (dinp.data != nullptr) {
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, operand(weight, *bf16_b_), C, d, OC, 0.0f,
+           dinp.data, C);
     }
     // dW^T (C,OC) += inp^T (C,N) . dout (N,OC)
-    if (dweight.data != nullptr && bf16_) {
-      GPT2_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, as_bf16(*bf16_c_, inp),
-                                     CUDA_R_16BF, C, d16, CUDA_R_16BF, OC, &one, dweight.data, CUDA_R_32F, C,
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    } else if (dweight.data != nullptr) {
-      GPT2_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp.data, C, dout.data, OC,
-                                    &one, dweight.data, C));
+    if (dweight.data != nullptr) {
+      gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, operand(inp, *bf16_c_), C, d, OC, 1.0f,
+           dweight.data, C);
     }
     if (!dbias.empty()) {
       float* scratch = bias_scratch_->get<float>(cuda::bias_backward_scratch_floats(N, OC));
@@ -359,6 +337,29 @@ class CudaBackend final : public Backend {
 
   // x's bf16 copy in `s` (grown, never shrunk: no allocation once the step's
   // shapes have been seen), converted on the stream; a bf16 x is its own.
+  // One cuBLAS product, column-major (cuBLAS's view): c (m,n) = op_a(a) op_b(b) + beta c, in the products'
+  // operand type (products_, fixed at construction; the one place a product reads it): fp32 operands through
+  // cublasSgemm (TF32 under train.tf32), bf16 operands through cublasGemmEx with fp32 sums. a and b come
+  // from operand() (or are raw buffers of that type).
+  void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* a, int lda, const void* b,
+            int ldb, float beta, float* c, int ldc) {
+    const float one = 1.0f;
+    if (products_ == Dtype::bf16) {
+      GPT2_CUBLAS_CHECK(cublasGemmEx(blas_, ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &beta, c,
+                                     CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+      GPT2_CUBLAS_CHECK(cublasSgemm(blas_, ta, tb, m, n, k, &one, static_cast<const float*>(a), lda,
+                                    static_cast<const float*>(b), ldb, &beta, c, ldc));
+    }
+  }
+  // A product's operand as gemm reads it: the tensor's floats, or with bf16
+  // products its bf16 copy in `copy` (a bf16 tensor is its own copy).
+  const void* operand(const Tensor& x, Scratch& copy) {
+    if (products_ == Dtype::bf16) return as_bf16(copy, x);
+    expect_f32(x, "cuda matmul: a bf16 operand needs the bf16 products (train.precision bf16)");
+    return x.data;
+  }
+
   const void* as_bf16(Scratch& s, const Tensor& x) {
     if (x.is_bf16()) return x.data;
     uint16_t* d = s.get<uint16_t>(static_cast<size_t>(x.numel()));
@@ -383,14 +384,14 @@ class CudaBackend final : public Backend {
   }
 
   bool tf32_;
-  bool bf16_;  // CudaOptions::bf16
+  Dtype products_;  // the products' operand type: bf16 with CudaOptions::bf16
   int device_ = 0;
   cudaDeviceProp prop_{};
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   std::unique_ptr<CudaMemory> memory_;
   std::optional<Scratch> norm_scratch_, bias_scratch_, att_scratch_, reduce_scratch_, tokens_, targets_, buckets_;
-  std::optional<Scratch> bf16_a_, bf16_b_, bf16_c_;  // the products' bf16 operands (bf16_)
+  std::optional<Scratch> bf16_a_, bf16_b_, bf16_c_;  // the products' bf16 operands (operand())
   cuda::TokenBuckets groups_;    // host side of encoder_backward's grouping
   std::vector<int32_t> packed_;  // its arrays, end to end
 };
