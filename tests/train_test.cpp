@@ -602,7 +602,7 @@ TEST(StepLayout, EachLayoutByHand) {
     EXPECT_EQ(s.chunks, k.chunks) << k.what << ": " << s.describe();
   }
   RunConfig zb = tiny_plan_config(1, {});
-  zb.parallel.pp = 2, zb.parallel.microbatches = 4, zb.parallel.schedule = "zb-h1", zb.train.recompute = Recompute::kNone;
+  zb.parallel.pp = 2, zb.parallel.microbatches = 4, zb.parallel.schedule = ScheduleKind::kZbH1, zb.train.recompute = Recompute::kNone;
   const StepLayout s = resolve_step(zb, 1, 4, Dtype::bf16);
   EXPECT_TRUE(s.split_backward);
   EXPECT_EQ(s.describe(), "step: pipeline (zb-h1, 4 microbatches of 1 rows), gradient by allreduce in buckets, "

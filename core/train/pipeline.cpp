@@ -9,23 +9,6 @@
 
 namespace gpt2 {
 
-ScheduleKind parse_schedule(const std::string& name) {
-  if (name == "gpipe") return ScheduleKind::kGpipe;
-  if (name == "1f1b") return ScheduleKind::k1F1B;
-  if (name == "zb-h1") return ScheduleKind::kZbH1;
-  throw std::invalid_argument(
-      fmt::format("parallel.schedule: unknown schedule '{}' (expected gpipe, 1f1b or zb-h1)", name));
-}
-
-std::string to_string(ScheduleKind k) {
-  switch (k) {
-    case ScheduleKind::kGpipe: return "gpipe";
-    case ScheduleKind::k1F1B: return "1f1b";
-    case ScheduleKind::kZbH1: return "zb-h1";
-  }
-  return "?";
-}
-
 const char* to_string(PipeOp op) {
   switch (op) {
     case PipeOp::kForward: return "F";

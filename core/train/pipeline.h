@@ -34,13 +34,10 @@
 #include "kernels/backend.h"
 #include "model/activations.h"
 #include "model/model.h"
+#include "train/run_config.h"
 
 namespace gpt2 {
 
-enum class ScheduleKind { kGpipe, k1F1B, kZbH1 };
-// "gpipe" | "1f1b" | "zb-h1"; throws std::invalid_argument naming parallel.schedule.
-ScheduleKind parse_schedule(const std::string& name);
-std::string to_string(ScheduleKind k);
 
 enum class PipeOp : uint8_t {
   kForward,         // F

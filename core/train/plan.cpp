@@ -314,13 +314,13 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   p.rows = run.rows;
   p.dp = run.dp;
   p.microbatches = c.parallel.microbatches;
-  p.schedule = c.parallel.schedule;
+  p.schedule = to_string(c.parallel.schedule);
   p.zero = run.step.zero.stage;
   p.zero_contiguous = run.step.zero.contiguous;
   p.vocab = cfg.V;
   p.params_total = static_cast<int64_t>(param_count(cfg));
   p.flops_per_step = training_flops(cfg, c.train.batch_size, c.train.seq_len).total();
-  p.bubble = p.pp > 1 ? schedule_bubble(parse_schedule(p.schedule), p.pp, p.microbatches) : 0.0;
+  p.bubble = p.pp > 1 ? schedule_bubble(c.parallel.schedule, p.pp, p.microbatches) : 0.0;
   // A rank's parameter units depend on its place in a replica only: worked out once per (tp rank, stage).
   std::map<int, std::vector<ParamUnit>> units_of;
   const StepLayout& step = run.step;

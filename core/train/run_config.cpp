@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "train/pipeline.h"
 #include "train/trainer.h"
 #include "util/checked.h"
 #include "util/enum_names.h"
+#include "util/text.h"
 
 namespace gpt2 {
 
@@ -59,8 +59,23 @@ template <> struct EnumNames<Recompute> {
   static constexpr const char* names[] = {"none", "full"};
   static constexpr const char* key = "train.recompute";
 };
+template <> struct EnumNames<ScheduleKind> {
+  static constexpr const char* names[] = {"gpipe", "1f1b", "zb-h1"};
+  static constexpr const char* key = "parallel.schedule";
+};
 std::string to_string(Precision p) { return enum_name(p); }
 std::string to_string(Recompute r) { return enum_name(r); }
+std::string to_string(ScheduleKind k) { return enum_name(k); }
+void from_string(const std::string& text, ScheduleKind& k) {
+  for (ScheduleKind s : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
+    if (text == enum_name(s)) {
+      k = s;
+      return;
+    }
+  }
+  throw std::invalid_argument(
+      fmt::format("parallel.schedule: unknown schedule '{}' (expected gpipe, 1f1b or zb-h1)", excerpt(text)));
+}
 void from_string(const std::string& text, Precision& p) { parse_enum(text, p); }
 void from_string(const std::string& text, Recompute& r) {
   if (text == "attention") {
@@ -87,7 +102,6 @@ void ParallelConfig::validate() const {
   if (microbatches < 1) {
     throw std::invalid_argument(fmt::format("parallel.microbatches: must be >= 1, got {}", microbatches));
   }
-  (void)parse_schedule(schedule);
   (void)blocks();  // every name known
 }
 
@@ -130,7 +144,7 @@ void validate(const RunConfig& c) {
         "train.layer_grad_norms: per-layer norms are taken on a whole model's gradient; this layout shards it "
         "(parallel.tp, parallel.pp or parallel.zero): turn one off");
   }
-  if (c.train.recompute_full() && c.parallel.pipelined() && c.parallel.schedule == "zb-h1") {
+  if (c.train.recompute_full() && c.parallel.pipelined() && c.parallel.schedule == ScheduleKind::kZbH1) {
     throw std::invalid_argument(
         "train.recompute full with parallel.schedule zb-h1: the split backward runs a layer's weight gradients after "
         "the next layer's input gradients, when its recomputed activations are gone; use 1f1b or gpipe");
@@ -162,7 +176,7 @@ void validate(const RunConfig& c) {
         "model.tie_embeddings with parallel.pp {}: the tied matrix would live on the first stage (embedding) and the "
         "last (head); untie it or run without a pipeline", c.parallel.pp));
   }
-  if (c.model.post_norm() && c.parallel.pp > 1 && parse_schedule(c.parallel.schedule) == ScheduleKind::kZbH1) {
+  if (c.model.post_norm() && c.parallel.pp > 1 && c.parallel.schedule == ScheduleKind::kZbH1) {
     throw std::invalid_argument(
         "parallel.schedule zb-h1 splits the pre-norm block's backward; with model.norm_position post use gpipe or "
         "1f1b");

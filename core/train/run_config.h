@@ -31,10 +31,14 @@ enum class Precision { kFp32, kBf16 };
 // this engine's attention always does (it keeps only each row's log-sum-exp):
 // 'attention' is refused, naming that.
 enum class Recompute { kNone, kFull };
+// parallel.schedule (train/pipeline.h): the pipeline's order of forwards and backwards.
+enum class ScheduleKind { kGpipe, k1F1B, kZbH1 };
 std::string to_string(Precision p);
 std::string to_string(Recompute r);
+std::string to_string(ScheduleKind k);
 void from_string(const std::string& text, Precision& p);  // throws std::invalid_argument naming train.precision
 void from_string(const std::string& text, Recompute& r);  // throws std::invalid_argument naming train.recompute
+void from_string(const std::string& text, ScheduleKind& k);  // "gpipe" | "1f1b" | "zb-h1"; throws naming parallel.schedule
 
 struct TrainConfig {
   int batch_size = 16;          // global batch rows
@@ -126,7 +130,7 @@ struct ParallelConfig {
   std::vector<std::string> block_types;  // one per layer; empty: all tp
   int pp = 1;
   int microbatches = 1;
-  std::string schedule = "1f1b";
+  ScheduleKind schedule = ScheduleKind::k1F1B;
   ZeroStage zero = ZeroStage::k0;
   bool vocab_parallel = false;
 

@@ -80,7 +80,7 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["pp"] = c.parallel.pp;
   p["dp"] = comm.size() / (c.parallel.tp * c.parallel.pp);
   p["microbatches"] = c.parallel.microbatches;
-  p["schedule"] = c.parallel.schedule;
+  p["schedule"] = to_string(c.parallel.schedule);
   p["zero"] = st.zero_stage;
   p["vocab_parallel"] = st.model->tp().shape().vocab;
   p["precision"] = to_string(c.train.precision);
@@ -136,7 +136,7 @@ void announce(const RunLogger& log, const RunLayout& run, const RunState& st, Co
       stages += fmt::format("{}{}[{}, {})", s ? ", " : "", s, l.first, l.last);
     }
     log.note(fmt::format("pipeline: {} stages (layers {}), {} microbatches of {} rows, schedule {}",
-                         c.parallel.pp, stages, sl.microbatches, sl.arena_rows, c.parallel.schedule));
+                         c.parallel.pp, stages, sl.microbatches, sl.arena_rows, to_string(c.parallel.schedule)));
   }
   const int dp = run.dp;
   if (sl.grad_sum == GradSum::kContiguousShards) {
