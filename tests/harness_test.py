@@ -920,9 +920,15 @@ def main():
                           reports], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          start_new_session=True)
     reps_dir = os.path.join(results, "reps")
+
+    def first_run_recorded():
+        # runs.csv is rewritten (atomically) after each run; a run's status.json comes just before that, so
+        # waiting for status.json alone raced the harness's write of runs.csv under load.
+        path = os.path.join(reps_dir, "runs.csv")
+        return os.path.isfile(path) and any(x["status"] == "ok" for x in rows(path)[1])
+
     deadline = time.time() + 60
-    while time.time() < deadline and not any(os.path.isfile(os.path.join(reps_dir, d, "status.json"))
-                                             for d in (os.listdir(reps_dir) if os.path.isdir(reps_dir) else [])):
+    while time.time() < deadline and not first_run_recorded():
         time.sleep(0.02)
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
