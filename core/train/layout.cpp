@@ -154,6 +154,7 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
                                      : GradSum::kBuckets;
   }
   s.split_backward = s.pipelined() && s.schedule == ScheduleKind::kZbH1;
+  s.microbatch_sum = s.step == StepKind::kChunkPipeline ? MicrobatchSum::kTree : MicrobatchSum::kAccumulate;
   s.arena_rows = s.step == StepKind::kChunks ? c.train.batch_size / s.chunks
                  : s.pipelined()             ? rows / s.microbatches
                                              : rows;
@@ -161,11 +162,10 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
 }
 
 std::string StepLayout::describe() const {
-  const char* schedules[] = {"gpipe", "1f1b", "zb-h1"};
   std::string out = fmt::format("step: {} (", to_string(step));
   if (step == StepKind::kChunks) out += fmt::format("{} of {} rows", chunks, arena_rows);
   if (pipelined()) {
-    out += fmt::format("{}, {} microbatches of {} rows", schedules[static_cast<int>(schedule)], microbatches,
+    out += fmt::format("{}, {} microbatches of {} rows", to_string(schedule), microbatches,
                        arena_rows);
   }
   if (step == StepKind::kReplica) out += fmt::format("{} rows", arena_rows);

@@ -56,6 +56,7 @@ struct StepLayout {
   ScheduleKind schedule = ScheduleKind::k1F1B;
   bool split_backward = false;  // zb-h1: the backward as B and W
   bool recompute_full = false;  // train.recompute full
+  MicrobatchSum microbatch_sum = MicrobatchSum::kAccumulate;  // a schedule's microbatches: kTree under kChunkPipeline
   Dtype stored = Dtype::f32;    // the stored activations' type
 
   bool pipelined() const { return step == StepKind::kPipeline || step == StepKind::kChunkPipeline; }

@@ -95,12 +95,123 @@ int PipelineEngine::tree_buffers(int arenas, int m) {
   return arenas + levels;
 }
 
-PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T,
-                               bool recompute, Dtype stored, bool tree)
-    : be_(be), model_(model), pp_(pp), kind_(kind), stages_(pp.size()), stage_(pp.rank()), m_(m), T_(T), tree_(tree) {
-  if (tree && (m & (m - 1)) != 0) {
-    throw std::invalid_argument(fmt::format("train.deterministic: {} microbatches (a power of two)", m));
+// How the stage's microbatches' gradients and losses combine (MicrobatchSum).
+// The engine calls these around its actions and never tests which it has.
+class MicrobatchCombiner {
+ public:
+  virtual ~MicrobatchCombiner() = default;
+  // Around each backward pass of microbatch `mb`; `first`: its B (or BW), where its gradient starts.
+  virtual void bind(int mb, bool first) = 0;
+  virtual void unbind() = 0;
+  // Microbatch `mb`'s gradient is complete (after its BW, or its W).
+  virtual void done(int mb) = 0;
+  virtual void loss(int mb, double l) = 0;
+  // After the step's last action (`grads`), or forward_loss's.
+  virtual void finish(bool grads) = 0;
+  virtual double loss_sum() const = 0;
+};
+
+namespace {
+
+// kAccumulate: the backward's kernels add every microbatch's gradient into model.grads themselves.
+class Accumulate final : public MicrobatchCombiner {
+ public:
+  void bind(int, bool) override {}
+  void unbind() override {}
+  void done(int) override {}
+  void loss(int, double) override {}
+  void finish(bool) override {}
+  double loss_sum() const override { return 0.0; }
+};
+
+// kTree: each microbatch's gradient in a buffer of its own, folded into the balanced binary tree in
+// microbatch order (a binary counter over the leaves); the losses in the same tree.
+class Tree final : public MicrobatchCombiner {
+ public:
+  Tree(Backend& be, Gpt2& model, int stage, int stages, int m, int arenas)
+      : be_(be), model_(model), stage_(stage), stages_(stages), m_(m), held_(static_cast<size_t>(m)),
+        mb_loss_(static_cast<size_t>(m), 0.0) {
+    if ((m & (m - 1)) != 0) {
+      throw std::invalid_argument(fmt::format("train.deterministic: {} microbatches (a power of two)", m));
+    }
+    for (int i = 0; i < PipelineEngine::tree_buffers(arenas, m); ++i) {
+      spare_.emplace_back(model.num_params(), model.memory());
+    }
   }
+  void bind(int mb, bool first) override {
+    Buffer& g = held_[static_cast<size_t>(mb)];
+    if (first) {
+      g = spare();
+      g.zero();
+    }
+    model_.bind_grads(g.data());
+  }
+  void unbind() override { model_.bind_grads(nullptr); }
+  void done(int mb) override { fold(std::move(held_[static_cast<size_t>(mb)]), mb); }
+  void loss(int mb, double l) override { mb_loss_[static_cast<size_t>(mb)] = l; }
+  void finish(bool grads) override {
+    if (grads) {
+      if (sums_.size() != 1 || sums_[0].first != m_) {
+        throw std::logic_error(fmt::format("pipeline stage {}: the microbatch tree did not close", stage_));
+      }
+      const int64_t n = static_cast<int64_t>(model_.num_params());
+      be_.copy(Tensor(model_.grad_data(), {n}), Tensor(sums_[0].second.data(), {n}));
+      spare_.push_back(std::move(sums_[0].second));
+      sums_.clear();
+    }
+    loss_sum_ = stage_ == stages_ - 1 ? tree_sum(0, m_) : 0.0;
+  }
+  double loss_sum() const override { return loss_sum_; }
+
+ private:
+  Buffer spare() {
+    if (spare_.empty()) throw std::logic_error("pipeline: no spare gradient buffer for the tree");
+    Buffer b = std::move(spare_.back());
+    spare_.pop_back();
+    return b;
+  }
+  // Microbatch `mb`'s complete gradient joins the partial sums, and equal-sized neighbours are added;
+  // std::logic_error unless it is the next microbatch in order.
+  void fold(Buffer&& leaf, int mb) {
+    int done = 0;  // microbatches already in the partial sums: the tree needs them in order
+    for (const auto& s : sums_) done += s.first;
+    if (mb != done) {
+      throw std::logic_error(fmt::format("pipeline stage {}: microbatch {} completed before microbatch {} (the "
+                                         "deterministic tree adds them in order)", stage_, mb, done));
+    }
+    sums_.emplace_back(1, std::move(leaf));
+    const int64_t n = static_cast<int64_t>(model_.num_params());
+    while (sums_.size() >= 2 && sums_[sums_.size() - 1].first == sums_[sums_.size() - 2].first) {
+      auto& left = sums_[sums_.size() - 2];
+      Buffer& right = sums_.back().second;
+      const Tensor a(left.second.data(), {n}), b(right.data(), {n});
+      be_.residual_forward(a, a, b);
+      left.first *= 2;
+      spare_.push_back(std::move(right));
+      sums_.pop_back();
+    }
+  }
+  double tree_sum(int lo, int n) const {  // mb_loss_[lo, lo + n) in the tree's order
+    if (n == 1) return mb_loss_[static_cast<size_t>(lo)];
+    const double left = tree_sum(lo, n / 2);
+    return left + tree_sum(lo + n / 2, n / 2);
+  }
+
+  Backend& be_;
+  Gpt2& model_;
+  int stage_, stages_, m_;
+  std::vector<Buffer> held_;                  // per microbatch: its gradient, from its B (or BW) until its W
+  std::vector<Buffer> spare_;                 // free gradient buffers
+  std::vector<std::pair<int, Buffer>> sums_;  // (leaves, their sum), in microbatch order
+  std::vector<double> mb_loss_;
+  double loss_sum_ = 0;
+};
+
+}  // namespace
+
+PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T,
+                               bool recompute, Dtype stored, MicrobatchSum sum)
+    : be_(be), model_(model), pp_(pp), kind_(kind), stages_(pp.size()), stage_(pp.rank()), m_(m), T_(T) {
   if (m < 1 || rows % m != 0) {
     throw std::invalid_argument(fmt::format(
         "parallel.microbatches {} does not divide the {} rows of each data-parallel replica", m, rows));
@@ -120,44 +231,15 @@ PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, Sched
     arena_bytes_ = s.arena->bytes();
     arenas_.push_back(std::move(s));
   }
-  if (tree_) {
-    for (int i = 0; i < tree_buffers(n, m); ++i) spare_.emplace_back(model.num_params(), model.memory());
-    mb_loss_.assign(static_cast<size_t>(m), 0.0);
+  switch (sum) {
+    case MicrobatchSum::kAccumulate: sum_ = std::make_unique<Accumulate>(); break;
+    case MicrobatchSum::kTree: sum_ = std::make_unique<Tree>(be, model, stage_, stages_, m, n); break;
   }
 }
 
-Buffer PipelineEngine::spare() {
-  if (spare_.empty()) throw std::logic_error("pipeline: no spare gradient buffer for the tree");
-  Buffer b = std::move(spare_.back());
-  spare_.pop_back();
-  return b;
-}
+PipelineEngine::~PipelineEngine() = default;
 
-void PipelineEngine::fold(Buffer&& leaf, int mb) {
-  int done = 0;  // microbatches already in the partial sums: the tree needs them in order
-  for (const auto& s : sums_) done += s.first;
-  if (mb != done) {
-    throw std::logic_error(fmt::format("pipeline stage {}: microbatch {} completed before microbatch {} (the "
-                                       "deterministic tree adds them in order)", stage_, mb, done));
-  }
-  sums_.emplace_back(1, std::move(leaf));
-  const int64_t n = static_cast<int64_t>(model_.num_params());
-  while (sums_.size() >= 2 && sums_[sums_.size() - 1].first == sums_[sums_.size() - 2].first) {
-    auto& left = sums_[sums_.size() - 2];
-    Buffer& right = sums_.back().second;
-    const Tensor a(left.second.data(), {n}), b(right.data(), {n});
-    be_.residual_forward(a, a, b);
-    left.first *= 2;
-    spare_.push_back(std::move(right));
-    sums_.pop_back();
-  }
-}
-
-double PipelineEngine::tree_sum(int lo, int n) const {
-  if (n == 1) return mb_loss_[static_cast<size_t>(lo)];
-  const double left = tree_sum(lo, n / 2);
-  return left + tree_sum(lo + n / 2, n / 2);
-}
+double PipelineEngine::loss_sum() const { return sum_->loss_sum(); }
 
 double PipelineEngine::now_ms() const { return static_cast<double>(steady_ns() - t0_ns_) * 1e-6; }
 
@@ -254,23 +336,19 @@ double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float
   for (size_t k = 0; k < actions_.size(); ++k) {
     if (actions_[k].op == PipeOp::kBackward) last_backward = k;
   }
-  // tree: a microbatch's gradient buffer is zeroed at its B (or BW) and bound around each of its passes.
+  // The combiner's hold on the gradient around each of a microbatch's passes (kTree: its own buffer,
+  // zeroed at its B or BW).
   auto bound = [&](Slot& s, bool first, auto&& pass) {
-    if (!tree_) return pass();
-    if (first) {
-      s.grads = spare();
-      s.grads.zero();
-    }
-    model_.bind_grads(s.grads.data());
+    sum_->bind(s.mb, first);
     pass();
-    model_.bind_grads(nullptr);
+    sum_->unbind();
   };
   for (size_t k = 0; k < actions_.size(); ++k) {
     const PipeAction& act = actions_[k];
     switch (act.op) {
       case PipeOp::kForward: {
         const double l = forward(take(act.mb), inputs, targets);
-        if (tree_) mb_loss_[static_cast<size_t>(act.mb)] = l;
+        sum_->loss(act.mb, l);
         loss += l;
         break;
       }
@@ -279,7 +357,7 @@ double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float
         bound(s, true, [&] {
           backward(s, inputs, targets, dloss, BackwardPart::kAll, k == last_backward ? hook : nullptr);
         });
-        if (tree_) fold(std::move(s.grads), act.mb);
+        sum_->done(act.mb);
         release(s);
         break;
       }
@@ -291,26 +369,15 @@ double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float
       case PipeOp::kBackwardWeight: {
         Slot& s = holding(act.mb);
         bound(s, false, [&] { backward(s, inputs, targets, dloss, BackwardPart::kWeight); });
-        if (tree_) fold(std::move(s.grads), act.mb);
+        sum_->done(act.mb);
         release(s);
         break;
       }
     }
   }
   for (Slot& s : arenas_) wait_sends(s);
-  if (tree_) finish_tree();
+  sum_->finish(true);
   return stage_ == stages_ - 1 ? loss / m_ : 0.0;
-}
-
-void PipelineEngine::finish_tree() {
-  if (sums_.size() != 1 || sums_[0].first != m_) {
-    throw std::logic_error(fmt::format("pipeline stage {}: the microbatch tree did not close", stage_));
-  }
-  const int64_t n = static_cast<int64_t>(model_.num_params());
-  be_.copy(Tensor(model_.grad_data(), {n}), Tensor(sums_[0].second.data(), {n}));
-  spare_.push_back(std::move(sums_[0].second));
-  sums_.clear();
-  loss_sum_ = stage_ == stages_ - 1 ? tree_sum(0, m_) : 0.0;
 }
 
 double PipelineEngine::forward_loss(const int32_t* inputs, const int32_t* targets) {
@@ -321,12 +388,12 @@ double PipelineEngine::forward_loss(const int32_t* inputs, const int32_t* target
   for (int j = 0; j < m_; ++j) {
     Slot& s = take(j);
     const double l = forward(s, inputs, targets);
-    if (tree_) mb_loss_[static_cast<size_t>(j)] = l;
+    sum_->loss(j, l);
     loss += l;
     release(s);
   }
   for (Slot& s : arenas_) wait_sends(s);
-  if (tree_) loss_sum_ = stage_ == stages_ - 1 ? tree_sum(0, m_) : 0.0;
+  sum_->finish(false);
   return stage_ == stages_ - 1 ? loss / m_ : 0.0;
 }
 

@@ -76,23 +76,33 @@ struct TimelineEvent {
   double t0_ms = 0, t1_ms = 0;
 };
 
+// How a stage's microbatches' gradients and losses combine, chosen once
+// (StepLayout: the deterministic steps take the tree):
+//   kAccumulate  every backward adds into model.grads (the kernels' +=); the
+//                losses are summed as they come
+//   kTree        train.deterministic (docs/determinism.md): each microbatch's
+//                backward (B and W together, or apart under zb-h1) writes
+//                into a zeroed gradient buffer of its own
+//                (Gpt2::bind_grads), and the microbatches' gradients,
+//                complete in microbatch order under every schedule, are
+//                added in the balanced binary tree as they complete (m a
+//                power of two); the microbatches' losses likewise
+//                (loss_sum). The stage's gradient is then the serial tree's
+//                over the same chunks, bit for bit.
+enum class MicrobatchSum { kAccumulate, kTree };
+class MicrobatchCombiner;  // pipeline.cpp: one implementation per MicrobatchSum
+
 // One pipeline stage of one data-parallel replica: runs a step's schedule
 // over its microbatches on its own activation arenas (one per microbatch in
-// flight, allocated once), accumulating the gradients of every microbatch
-// into model.grads.
+// flight, allocated once), combining the microbatches' gradients into
+// model.grads as `sum` says.
 class PipelineEngine {
  public:
   // `pp` is the pipeline group (stage = pp.rank(), the model holds that
   // stage); `rows` this replica's rows per step, cut into `m` microbatches.
-  // `tree` (train.deterministic, docs/determinism.md): each microbatch's
-  // backward (B and W together, or apart under zb-h1) writes into a zeroed
-  // gradient buffer of its own (Gpt2::bind_grads), and the microbatches'
-  // gradients, complete in microbatch order under every schedule, are added
-  // in the balanced binary tree as they complete (m a power of two); the
-  // microbatches' losses likewise (loss_sum). The stage's gradient is then
-  // the serial tree's over the same chunks, bit for bit.
   PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T,
-                 bool recompute = false, Dtype stored = Dtype::f32, bool tree = false);
+                 bool recompute = false, Dtype stored = Dtype::f32, MicrobatchSum sum = MicrobatchSum::kAccumulate);
+  ~PipelineEngine();
   PipelineEngine(const PipelineEngine&) = delete;
   PipelineEngine& operator=(const PipelineEngine&) = delete;
 
@@ -108,10 +118,10 @@ class PipelineEngine {
   // Forward only (validation): the mean loss on the last stage, 0 elsewhere.
   double forward_loss(const int32_t* inputs, const int32_t* targets);
 
-  // With `tree`: the last step's (or forward_loss's) microbatch mean losses
-  // added in the tree, on the last stage; 0 elsewhere.
-  double loss_sum() const { return loss_sum_; }
-  // With `tree`: the gradient-sized buffers it allocates for `arenas` arenas
+  // Under kTree: the last step's (or forward_loss's) microbatch mean losses
+  // added in the tree, on the last stage; 0 elsewhere (and under kAccumulate).
+  double loss_sum() const;
+  // Under kTree: the gradient-sized buffers it allocates for `arenas` arenas
   // and m microbatches (one per microbatch in its backward, and the tree's
   // partial sums: 1 + log2(m)).
   static int tree_buffers(int arenas, int m);
@@ -141,15 +151,7 @@ class PipelineEngine {
     std::vector<uint64_t> sends;  // tickets of sends from this arena's tensors
     int mb = -1;                  // the microbatch it holds; -1: free
     int last_mb = -1;             // the microbatch it held last (whose sends may be in flight)
-    Buffer grads;                 // tree: the microbatch's gradient, from its B (or BW) until its W
   };
-  // tree: microbatch `mb`'s complete gradient joins the partial sums, and
-  // equal-sized neighbours are added (a binary counter over the leaves);
-  // std::logic_error unless it is the next microbatch in order.
-  void fold(Buffer&& leaf, int mb);
-  Buffer spare();
-  double tree_sum(int lo, int n) const;  // mb_loss_[lo, lo + n) in the tree's order
-  void finish_tree();                     // the tree's sum into model.grads; loss_sum_
   Slot& take(int mb);
   Slot& holding(int mb);
   void release(Slot& slot);
@@ -176,11 +178,7 @@ class PipelineEngine {
   std::vector<TimelineEvent> events_;
   double wait_s_ = 0;
   int64_t t0_ns_ = 0;
-  bool tree_ = false;
-  std::vector<Buffer> spare_;                 // tree: free gradient buffers
-  std::vector<std::pair<int, Buffer>> sums_;  // tree: (leaves, their sum), in microbatch order
-  std::vector<double> mb_loss_;
-  double loss_sum_ = 0;
+  std::unique_ptr<MicrobatchCombiner> sum_;  // MicrobatchSum's, made once
 };
 
 }  // namespace gpt2
