@@ -26,7 +26,9 @@ generated text, for:
     dimensions tp cuts, each rank's subtree then tree_sum, and product
     tiles at fixed places;
   * bf16: 2 threads, dp 2, pp 2 (zb-h1) and ZeRO-3 give serial bf16's bits.
-A ZeRO-3 run stopped at step 6 and resumed as pp 2 ends with serial's bits.
+A ZeRO-3 run stopped at step 6 and resumed as pp 2 ends with serial's bits,
+and a serial run resumed as ZeRO-3 on dp 2 does too; model.init original
+under ZeRO-3 on dp 2 gives serial's bits.
 A run stopped at step 6 on 2 threads and resumed from its step-5
 checkpoint on 1 thread ends with the uninterrupted run's bits. The
 checkpoints are compared tensor bytes to tensor bytes (their headers
@@ -217,6 +219,24 @@ def main():
               all(p == q for p, q in zip(got[0], ref[0])) and got[1][-1] == ref[1][-1], f"records {got[1][-1:]}")
     else:
         check("the run resumed as pp 2 completes", False, r.stderr.strip()[-300:])
+
+    # Resume into ZeRO-3 (its parameters load as this rank's pieces, not into the model): a serial run
+    # stopped at step 6, resumed from its step-5 checkpoint on dp 2 with ZeRO-3, ends with serial's bits.
+    d = out("det_resumed_into_zero3")
+    r = run([a.serial, "train", *det, "--train.threads", "1", *crash, "--out", d])
+    check("a serial deterministic run stops at step 6 with its step-5 checkpoint",
+          r.returncode != 0 and os.path.exists(os.path.join(d, "checkpoint.bin")), r.stderr.strip()[-200:])
+    r = programs.mpi(2, [*det, "--parallel.zero", "3", "--out", d, "--resume", os.path.join(d, "checkpoint.bin")])
+    if r.returncode == 0 and ref is not None:
+        got = state(d)
+        check("resumed as ZeRO-3 on dp 2, it ends with serial's bits (weights, moments, last step's record)",
+              all(p == q for p, q in zip(got[0], ref[0])) and got[1][-1] == ref[1][-1], f"records {got[1][-1:]}")
+    else:
+        check("the run resumed as ZeRO-3 completes", False, r.stderr.strip()[-300:])
+    # model.init original under ZeRO-3: drawn whole (one sequence over the model), then cut into the pieces.
+    original = [*det, "--model.init", "original"]
+    same("deterministic: model.init original with ZeRO-3 on dp 2 gives serial's bits",
+         train("det_original", original, 1), train("det_original_zero3", [*original, "--parallel.zero", "3"], 1, ranks=2))
 
     fast1, fast2 = train("fast_t1", common, 1), train("fast_t2", common, 2)
     check("the default's fast order differs between 1 and 2 threads (so the checks above can fail)",

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "model/params.h"
 #include "model/tensor_parallel.h"
 #include "parallel/process_grid.h"
 
@@ -29,6 +30,56 @@ std::string to_string(GradSum g) {
     case GradSum::kTree: return "tree";
   }
   return "?";
+}
+
+RunConfig resolve_micro_batch(const RunConfig& c, int ranks) {
+  const int mb = c.train.micro_batch, grid = c.parallel.tp * c.parallel.pp;
+  if (mb == 0 || grid < 1 || ranks % grid != 0 || c.train.batch_size % (ranks / grid) != 0) return c;
+  const int dp = ranks / grid, rows = c.train.batch_size / dp;
+  if (rows % mb != 0) {
+    throw std::invalid_argument(fmt::format(
+        "train.micro_batch {} does not divide the {} rows of each data-parallel replica (train.batch_size {} / {} "
+        "replicas)", mb, rows, c.train.batch_size, dp));
+  }
+  const int m = rows / mb;
+  if (c.parallel.microbatches != 1 && c.parallel.microbatches != m) {
+    throw std::invalid_argument(fmt::format(
+        "train.micro_batch {} makes {} micro-steps of the {} rows of each replica, but parallel.microbatches is {}; "
+        "give one of them", mb, m, rows, c.parallel.microbatches));
+  }
+  RunConfig r = c;
+  r.parallel.microbatches = m;
+  validate(r);  // what accumulation turns on (a schedule of m > 1) must suit the rest of the layout
+  return r;
+}
+
+int replica_rows(const RunConfig& c, int ranks, int tp, int pp) {
+  check_grid(ranks, tp, pp);
+  const int dp = ranks / (tp * pp);
+  if (c.train.batch_size % dp != 0) {
+    throw std::invalid_argument(
+        tp * pp == 1
+            ? fmt::format("train.batch_size {} is not divisible by the {} ranks", c.train.batch_size, dp)
+            : fmt::format("train.batch_size {} is not divisible by the {} data-parallel replicas ({} ranks / "
+                          "(parallel.tp {} x parallel.pp {}))", c.train.batch_size, dp, ranks, tp, pp));
+  }
+  const int rows = c.train.batch_size / dp;
+  if (rows % c.parallel.microbatches != 0) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.microbatches {} does not divide the {} rows of each data-parallel replica (train.batch_size {} / "
+        "{} replicas)", c.parallel.microbatches, rows, c.train.batch_size, dp));
+  }
+  return rows;
+}
+
+ZeroLayout zero_layout(const RunConfig& c, int dp) {
+  ZeroLayout z;
+  z.stage = dp > 1 ? c.parallel.zero_stage() : 0;
+  // ZeRO-2 keeps the whole gradient where the step needs it: a pipeline schedule
+  // accumulates it over microbatches, and train.deterministic's tree over chunks.
+  z.contiguous = z.stage == 1 || (z.stage == 2 && (c.parallel.pipelined() || c.train.deterministic));
+  z.residency = z.contiguous || z.stage < 2 ? Residency::kWhole : z.stage == 2 ? Residency::kParams : Residency::kNone;
+  return z;
 }
 
 int canonical_chunks(const RunConfig& c) {
@@ -202,6 +253,65 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
 std::string RunLayout::describe() const {
   return fmt::format("grid: {} rank{} = dp {} x tp {} x pp {}, {} rows per replica", ranks, ranks == 1 ? "" : "s", dp,
                      tp, pp, rows);
+}
+
+std::vector<std::string> RunLayout::notes(const LayoutFacts& f) const {
+  const RunConfig& c = config;
+  const StepLayout& sl = step;
+  std::vector<std::string> out;
+  if (tp > 1) {
+    const TpShape shape{tp, c.parallel.vocab_parallel};
+    out.push_back(fmt::format("layout: data parallel {} x tensor parallel {} (groups of consecutive ranks); blocks {}{}{}",
+                              dp, tp, f.tp_blocks,
+                              f.tp_private ? " (spd/parallel blocks: another function than the standard model)" : "",
+                              shape.vocab ? fmt::format("; embedding, head and loss sharded by vocabulary rows ({} "
+                                                        "of {} a rank)", shape.vocab_rows(f.model.V), f.model.V)
+                                          : ""));
+  }
+  out.push_back(describe());
+  out.push_back(sl.describe());
+  if (sl.deterministic()) {
+    out.push_back(fmt::format("deterministic: {} canonical chunks of {} rows, each run alone and added in one tree{} "
+                              "(docs/determinism.md)", sl.chunks, c.train.batch_size / sl.chunks,
+                              tp > 1 ? fmt::format("; {} canonical pieces of the dimensions tensor parallelism cuts",
+                                                   f.tp_pieces)
+                                     : ""));
+  }
+  if (sl.pipelined()) {
+    std::string stages;
+    for (int s = 0; s < pp; ++s) {
+      const StageLayers l = StageLayers::of(f.model.L, pp, s);
+      stages += fmt::format("{}{}[{}, {})", s ? ", " : "", s, l.first, l.last);
+    }
+    out.push_back(fmt::format("pipeline: {} stages (layers {}), {} microbatches of {} rows, schedule {}", pp, stages,
+                              sl.microbatches, sl.arena_rows, to_string(sl.schedule)));
+  }
+  const int zero = sl.zero.stage;
+  if (sl.grad_sum == GradSum::kContiguousShards) {
+    out.push_back(fmt::format("ZeRO-{}: Adam moments sharded over {} data-parallel ranks ({} of {} parameters here){}",
+                              zero, dp, f.shard_params, f.params,
+                              zero != 2            ? ""
+                              : sl.deterministic() ? "; the deterministic tree adds whole gradients over its chunks, "
+                                                     "so stage 2 keeps stage 1's memory"
+                                                   : "; the pipeline schedule accumulates the stage's whole gradient "
+                                                     "over its microbatches, so stage 2 keeps stage 1's memory"));
+  } else if (sl.grad_sum == GradSum::kUnitShards) {
+    out.push_back(fmt::format("ZeRO-{}: {} sharded over {} data-parallel ranks ({} of {} parameters here, in {} units)",
+                              zero, zero == 2 ? "moments and gradients" : "moments, gradients and parameters", dp,
+                              f.shard_params, f.params, f.shard_units));
+  } else if (c.parallel.zero_stage() > 0) {
+    out.push_back(fmt::format("parallel.zero {} does nothing with one data-parallel rank: nothing to shard over",
+                              c.parallel.zero_stage()));
+  }
+  if (c.train.micro_batch > 0) {  // one quantity, two keys: the alias as resolve_micro_batch read it
+    out.push_back(fmt::format("train.micro_batch {} read as parallel.microbatches {}: {} micro-steps of {} rows per "
+                              "replica", c.train.micro_batch, c.parallel.microbatches, c.parallel.microbatches,
+                              c.train.micro_batch));
+  }
+  if (c.parallel.vocab_parallel && tp == 1) {
+    out.push_back("parallel.vocab_parallel does nothing with parallel.tp 1: the embedding and head stay whole");
+  }
+  return out;
 }
 
 }  // namespace gpt2

@@ -27,6 +27,32 @@
 
 namespace gpt2 {
 
+// `c` with train.micro_batch turned into parallel.microbatches for a job of
+// `ranks` ranks: the replica's rows / micro_batch micro-steps (gradient
+// accumulation is the pipeline's microbatches on one stage: one mechanism).
+// Throws std::invalid_argument naming train.micro_batch when it does not
+// divide the rows, or disagrees with a parallel.microbatches also given; a
+// grid that does not divide the ranks is left for replica_rows to refuse.
+RunConfig resolve_micro_batch(const RunConfig& c, int ranks);
+
+// This replica's rows of every global batch over `ranks` = dp x tp x pp;
+// throws std::invalid_argument naming the key when the grid, the batch or
+// parallel.microbatches does not divide (what a run and its plan refuse).
+int replica_rows(const RunConfig& c, int ranks, int tp, int pp);
+
+// How ZeRO lays a run out over `dp` data-parallel ranks: the stage in force
+// (0 with one rank); contiguous shards of a padded buffer (stage 1, or 2
+// under a pipeline schedule) or unit-aligned ones (parallel/zero.h); what the
+// model's buffers hold.
+struct ZeroLayout {
+  int stage = 0;
+  bool contiguous = false;
+  Residency residency = Residency::kWhole;
+  // Stage 2 or 3 over unit-aligned shards (ZeroShards).
+  bool unit_shards() const { return stage >= 2 && !contiguous; }
+};
+ZeroLayout zero_layout(const RunConfig& c, int dp);
+
 // Which step function (train_step.h) a layout runs.
 enum class StepKind {
   kReplica,        // one arena of the replica's rows: data_parallel_step, or sharded_step under unit shards
@@ -125,6 +151,23 @@ struct RunLayout {
   GridCoords at(int rank) const { return grid_coords(rank, tp, pp); }
   // "grid: 4 ranks = dp 2 x tp 2 x pp 1, 8 rows per replica".
   std::string describe() const;
+  // The lines the run's log gives the layout: tensor parallelism, describe()
+  // and the step's, the deterministic order, the pipeline, ZeRO, and the
+  // settings that do nothing here or were read as an alias. `facts`: the
+  // sizes the made model gives them.
+  std::vector<std::string> notes(const struct LayoutFacts& facts) const;
+};
+
+// What a rank's layout came to once its model was made: the sizes the log's
+// notes name (RunLayout::notes).
+struct LayoutFacts {
+  Gpt2Config model;           // resolved (a resumed run's is its checkpoint's)
+  size_t params = 0;          // the rank's model's parameters (its tp shard of its stage)
+  size_t shard_params = 0;    // ZeRO: the parameters this rank updates
+  size_t shard_units = 0;     // ZeRO-2/3: the units its shards are cut by
+  std::string tp_blocks;      // TpLayout::describe()
+  bool tp_private = false;    // spd or parallel blocks
+  int tp_pieces = 0;          // train.deterministic's canonical pieces (TpLayout::pieces)
 };
 RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stage);
 

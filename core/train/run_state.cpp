@@ -185,56 +185,6 @@ std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const s
   return full;
 }
 
-RunConfig resolve_micro_batch(const RunConfig& c, int ranks) {
-  const int mb = c.train.micro_batch, grid = c.parallel.tp * c.parallel.pp;
-  if (mb == 0 || grid < 1 || ranks % grid != 0 || c.train.batch_size % (ranks / grid) != 0) return c;
-  const int dp = ranks / grid, rows = c.train.batch_size / dp;
-  if (rows % mb != 0) {
-    throw std::invalid_argument(fmt::format(
-        "train.micro_batch {} does not divide the {} rows of each data-parallel replica (train.batch_size {} / {} "
-        "replicas)", mb, rows, c.train.batch_size, dp));
-  }
-  const int m = rows / mb;
-  if (c.parallel.microbatches != 1 && c.parallel.microbatches != m) {
-    throw std::invalid_argument(fmt::format(
-        "train.micro_batch {} makes {} micro-steps of the {} rows of each replica, but parallel.microbatches is {}; "
-        "give one of them", mb, m, rows, c.parallel.microbatches));
-  }
-  RunConfig r = c;
-  r.parallel.microbatches = m;
-  validate(r);  // what accumulation turns on (a schedule of m > 1) must suit the rest of the layout
-  return r;
-}
-
-int replica_rows(const RunConfig& c, int ranks, int tp, int pp) {
-  check_grid(ranks, tp, pp);
-  const int dp = ranks / (tp * pp);
-  if (c.train.batch_size % dp != 0) {
-    throw std::invalid_argument(
-        tp * pp == 1
-            ? fmt::format("train.batch_size {} is not divisible by the {} ranks", c.train.batch_size, dp)
-            : fmt::format("train.batch_size {} is not divisible by the {} data-parallel replicas ({} ranks / "
-                          "(parallel.tp {} x parallel.pp {}))", c.train.batch_size, dp, ranks, tp, pp));
-  }
-  const int rows = c.train.batch_size / dp;
-  if (rows % c.parallel.microbatches != 0) {
-    throw std::invalid_argument(fmt::format(
-        "parallel.microbatches {} does not divide the {} rows of each data-parallel replica (train.batch_size {} / "
-        "{} replicas)", c.parallel.microbatches, rows, c.train.batch_size, dp));
-  }
-  return rows;
-}
-
-ZeroLayout zero_layout(const RunConfig& c, int dp) {
-  ZeroLayout z;
-  z.stage = dp > 1 ? c.parallel.zero_stage() : 0;
-  // ZeRO-2 keeps the whole gradient where the step needs it: a pipeline schedule
-  // accumulates it over microbatches, and train.deterministic's tree over chunks.
-  z.contiguous = z.stage == 1 || (z.stage == 2 && (c.parallel.pipelined() || c.train.deterministic));
-  z.residency = z.contiguous || z.stage < 2 ? Residency::kWhole : z.stage == 2 ? Residency::kParams : Residency::kNone;
-  return z;
-}
-
 ContiguousShard contiguous_shard(size_t num_params, size_t padded, int dp, int dp_rank) {
   const size_t chunk = padded / static_cast<size_t>(dp);
   const size_t begin = std::min(static_cast<size_t>(dp_rank) * chunk, num_params);
@@ -293,6 +243,62 @@ void load_run_data(const RunConfig& c, const std::string& resume, ProcessGrid& g
   }
 }
 
+// ZeRO 0 to 2: the model's own buffer holds this rank's parameters.
+class ModelHome final : public ParamHome {
+ public:
+  ModelHome(Gpt2& model, Memory& mem) : model_(model), mem_(mem) {}
+  void load(const std::vector<float>& local) override { model_.params_from_host(local); }
+  void init(uint64_t seed) override { model_.init_weights(seed); }
+  std::optional<uint64_t> start_hash() override {
+    if (mem_.is_host()) return fnv1a64(model_.param_data(), model_.num_params() * sizeof(float));  // where it is
+    const std::vector<float> w = model_.params_to_host();
+    return fnv1a64(w.data(), w.size() * sizeof(float));
+  }
+  std::vector<float> gather(bool keep) override { return keep ? model_.params_to_host() : std::vector<float>{}; }
+  bool in_model() const override { return true; }
+
+ private:
+  Gpt2& model_;
+  Memory& mem_;
+};
+
+// ZeRO-3: only this rank's pieces of the unit shards (parallel/zero.h).
+class ShardHome final : public ParamHome {
+ public:
+  ShardHome(ZeroShards& shards, const Gpt2Config& cfg, TpShape tp, int tp_rank, StageLayers stage)
+      : shards_(shards), cfg_(cfg), tp_(tp), tp_rank_(tp_rank), stage_(stage) {}
+  void load(const std::vector<float>& local) override {
+    shards_.load_params(local);
+    hash_ = fnv1a64(local.data(), local.size() * sizeof(float));
+  }
+  void init(uint64_t seed) override {
+    if (cfg_.init == InitKind::kOriginal) {  // the original's scheme is one sequence of draws over the whole model
+      std::vector<float> w = initial_weights(cfg_, seed);
+      if (tp_.size > 1 || !stage_.whole(cfg_.L)) w = shard_of(cfg_, tp_, tp_rank_, w, stage_);
+      load(w);
+      return;
+    }
+    // Only this rank's pieces, each computed where it lands: no rank holds the whole model (docs/memory.md).
+    shards_.load_params([&](size_t begin, std::span<float> out) {
+      initial_values(cfg_, seed, tp_, tp_rank_, stage_, begin, out);
+    });
+  }
+  std::optional<uint64_t> start_hash() override { return hash_; }
+  std::vector<float> gather(bool keep) override {
+    std::vector<float> whole = shards_.gather(shards_.param_shard());
+    return keep ? whole : std::vector<float>{};
+  }
+  bool in_model() const override { return false; }
+
+ private:
+  ZeroShards& shards_;
+  Gpt2Config cfg_;
+  TpShape tp_;
+  int tp_rank_;
+  StageLayers stage_;
+  std::optional<uint64_t> hash_;
+};
+
 // The model and its optimizer in the backend's memory, laid out for this
 // rank's place in the grid and ZeRO's sharding. Returns the rank's stage.
 StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads, int device_hint, ProcessGrid& grid,
@@ -317,10 +323,16 @@ StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads,
     st.zero = contiguous_shard(*st.model, dp, dp_rank);
     scope.ranges = {{st.zero->begin, st.zero->end, 0}};
     scope.shards = &grid.dp_group();
-  } else if (st.zero_stage >= 2) {
+  } else if (zl.unit_shards()) {
     st.sharded = std::make_unique<ZeroShards>(*st.model, grid.dp_comm(), st.zero_stage);
     scope.ranges = st.sharded->shards().ranges;
     scope.shards = &grid.dp_group();
+  }
+  if (zl.residency == Residency::kNone) {
+    st.params = std::make_unique<ShardHome>(*st.sharded, st.model_config, st.model->tp().shape(), st.model->tp().rank,
+                                            stage);
+  } else {
+    st.params = std::make_unique<ModelHome>(*st.model, mem);
   }
   if (grid.pp() > 1) scope.stages = &grid.pp_group();
   st.opt = std::make_unique<Optimizer>(c.optimizer, st.model->num_params(), mem, scope);
@@ -329,12 +341,14 @@ StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads,
 
 // The weights (and, resuming, the moments and counters) this rank starts
 // from: the checkpoint's, broadcast from rank 0 and cut to this rank's
-// shard, or model.init's from train.seed. Returns this rank's weights where
-// they were built on the host (ZeRO-3, and resuming), for the check below.
-std::vector<float> set_initial_state(const RunConfig& c, const std::string& resume, ProcessGrid& grid, RunState& st,
-                                     std::optional<Checkpoint>& ckpt, const StageLayers& stage) {
+// shard, or model.init's from train.seed; into where they live (st.params).
+void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGrid& grid, RunState& st,
+                       std::optional<Checkpoint>& ckpt, const StageLayers& stage) {
+  if (resume.empty()) {
+    st.params->init(c.train.seed);
+    return;
+  }
   Communicator& comm = grid.world();
-  const int rank = comm.rank();
   const TpLayout& tp = st.model->tp();
   auto shard = [&](std::vector<float>& full) {
     if (tp.size > 1 || !stage.whole(st.model_config.L)) {
@@ -349,66 +363,31 @@ std::vector<float> set_initial_state(const RunConfig& c, const std::string& resu
       part = st.sharded->shards().pack(part);
     }
   };
-  // The weights into the model (or, ZeRO-3, this rank's pieces into the shard).
-  auto set_params = [&](const std::vector<float>& local) {
-    if (st.zero_stage == 3) st.sharded->load_params(local);
-    else st.model->params_from_host(local);
-  };
-  std::vector<float> w;  // this rank's weights (its tp shard of its stage), for the check below
-  if (!resume.empty()) {
-    HostState hs;
-    if (rank == 0) {
-      st.unchecked = check_training_state(*ckpt, st.model_config, c, st, resume);
-      if (const std::string* id = ckpt->find("run.id")) st.checkpoint_run_id = *id;
-      hs.params = std::move(ckpt->params);
-      hs.m = std::move(ckpt->training->m);
-      hs.v = std::move(ckpt->training->v);
-      hs.counters = {ckpt->training->steps_done, ckpt->training->loader_position, ckpt->training->loader_batches};
-      ckpt.reset();
-    }
-    broadcast_state(comm, hs, param_count(st.model_config));
-    for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) shard(*v);  // this rank's shard of each
-    zero_part(hs.m);
-    zero_part(hs.v);
-    set_params(hs.params);
-    st.opt->moments_from_host(hs.m, hs.v);
-    st.opt->set_steps_done(hs.counters[0]);
-    st.loader->restore(hs.counters[1], hs.counters[2]);
-    if (st.zero_stage == 3) w = std::move(hs.params);
-  } else if (st.zero_stage == 3 && st.model_config.init != InitKind::kOriginal) {
-    // Only this rank's pieces, each computed where it lands: no rank holds the whole model (docs/memory.md).
-    st.sharded->load_params([&](size_t begin, std::span<float> out) {
-      initial_values(st.model_config, c.train.seed, tp.shape(), tp.rank, stage, begin, out);
-    });
-  } else if (st.zero_stage == 3) {  // the original's scheme is one sequence of draws over the whole model
-    w = initial_weights(st.model_config, c.train.seed);
-    shard(w);
-    set_params(w);
-  } else {
-    st.model->init_weights(c.train.seed);
+  HostState hs;
+  if (comm.rank() == 0) {
+    st.unchecked = check_training_state(*ckpt, st.model_config, c, st, resume);
+    if (const std::string* id = ckpt->find("run.id")) st.checkpoint_run_id = *id;
+    hs.params = std::move(ckpt->params);
+    hs.m = std::move(ckpt->training->m);
+    hs.v = std::move(ckpt->training->v);
+    hs.counters = {ckpt->training->steps_done, ckpt->training->loader_position, ckpt->training->loader_batches};
+    ckpt.reset();
   }
-  return w;
+  broadcast_state(comm, hs, param_count(st.model_config));
+  for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) shard(*v);  // this rank's shard of each
+  zero_part(hs.m);
+  zero_part(hs.v);
+  st.params->load(hs.params);
+  st.opt->moments_from_host(hs.m, hs.v);
+  st.opt->set_steps_done(hs.counters[0]);
+  st.loader->restore(hs.counters[1], hs.counters[2]);
 }
 
-// Every data-parallel replica holds the same weights (checked by hash).
-void check_replicas_agree(ProcessGrid& grid, RunState& st, std::vector<float>& w) {
-  Memory& mem = st.backend->memory();
-  // ZeRO-3: before its
-  // pieces were cut; otherwise as the model's memory holds them).
-  // ZeRO-3 started from the seed holds no whole copy to compare: its pieces
-  // are a function of the seed, which every rank agreed on before this. A
-  // model in host memory is hashed where it is (no copy of it).
-  const float* held = w.data();
-  size_t floats = w.size();
-  if (st.zero_stage != 3 && mem.is_host()) {
-    held = st.model->param_data();
-    floats = st.model->num_params();
-  } else if (st.zero_stage != 3) {
-    w = st.model->params_to_host();
-    held = w.data();
-    floats = w.size();
-  }
-  if (floats > 0 && !grid.dp_comm().all_equal(fnv1a64(held, floats * sizeof(float)))) {
+// Every data-parallel replica holds the same weights (checked by hash, as
+// loaded or initialised: ParamHome::start_hash).
+void check_replicas_agree(ProcessGrid& grid, RunState& st) {
+  const std::optional<uint64_t> h = st.params->start_hash();
+  if (h && !grid.dp_comm().all_equal(*h)) {
     throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
   }
 }
@@ -422,8 +401,8 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   std::optional<Checkpoint> ckpt;
   load_run_data(c, resume, grid, *st, ckpt);
   const StageLayers stage = make_model(c, kind, threads, device_hint, grid, *st);
-  std::vector<float> w = set_initial_state(c, resume, grid, *st, ckpt, stage);
-  check_replicas_agree(grid, *st, w);
+  set_initial_state(c, resume, grid, *st, ckpt, stage);
+  check_replicas_agree(grid, *st);
   st->first_step = st->opt->steps_done();
   return st;
 }
@@ -446,12 +425,11 @@ uint64_t save_training_checkpoint(const std::string& path, const RunState& st, c
   // ZeRO: the moments' shards first (and ZeRO-3's parameters), over the
   // data-parallel group (every rank).
   std::vector<float> m = st.opt->m_to_host(), v = st.opt->v_to_host();
-  std::vector<float> local;
   if (st.sharded) {
     m = st.sharded->gather(m);
     v = st.sharded->gather(v);
-    if (st.zero_stage == 3) local = st.sharded->gather(st.sharded->param_shard());
   }
+  const std::vector<float> local = st.params->gather(grid.dp_comm().rank() == 0);
   if (st.zero) {
     for (std::vector<float>* x : {&m, &v}) {
       std::vector<float> whole(st.zero->chunk * static_cast<size_t>(grid.dp()));
@@ -470,7 +448,6 @@ uint64_t save_training_checkpoint(const std::string& path, const RunState& st, c
   ts.steps_done = st.opt->steps_done();
   KeyValues extra = curve_entries(c, static_cast<size_t>(st.data.size()), st.corpus_hash);
   extra.emplace_back("run.id", run_id);
-  if (st.zero_stage != 3) local = st.model->params_to_host();
   if (grid.tp() > 1 && !grid.tp_comm().all_equal(replicated_hash(*st.model, local))) {
     throw std::runtime_error("the replicated parameters differ across the tensor-parallel group");
   }

@@ -35,6 +35,30 @@ struct ContiguousShard {
   size_t begin = 0, end = 0, chunk = 0;
 };
 
+// Where this rank's parameters live, decided once when the model is made
+// (make_model, from ZeroLayout::residency): in the model's own buffer (ZeRO 0
+// to 2), or only as this rank's pieces of ZeRO-3's unit shards. Resuming, the
+// replicas' start-up check, checkpoints and generation reach the parameters
+// through it; none of them asks which it is.
+class ParamHome {
+ public:
+  virtual ~ParamHome() = default;
+  // This rank's weights (its tp shard of its stage, whole) into where they live.
+  virtual void load(const std::vector<float>& local) = 0;
+  // model.init's weights from `seed`, where they live (ZeRO-3 under philox:
+  // each piece computed where it lands, no rank holding the whole model).
+  virtual void init(uint64_t seed) = 0;
+  // The hash of the weights as loaded or initialised, which the replicas
+  // compare at start-up; none where no rank holds them whole (ZeRO-3 from
+  // the seed: its pieces are a function of the seed the ranks agreed on).
+  virtual std::optional<uint64_t> start_hash() = 0;
+  // This rank's weights, whole, on the host where `keep` (else nothing).
+  // Collective over the data-parallel group under ZeRO-3: every rank of it calls this.
+  virtual std::vector<float> gather(bool keep) = 0;
+  // Whether the model holds them (generation then runs it as it is).
+  virtual bool in_model() const = 0;
+};
+
 struct RunState {
   RunState() = default;
   RunState(const RunState&) = delete;  // the loader views data's tokens
@@ -53,6 +77,7 @@ struct RunState {
   int zero_stage = 0;
   std::optional<ContiguousShard> zero;
   std::unique_ptr<ZeroShards> sharded;
+  std::unique_ptr<ParamHome> params;  // where the parameters live (the model, or ZeRO-3's shards)
   std::optional<DataLoader> loader;  // this rank's rows of the training split
   bool eval_on = false;              // train.eval_every > 0 and a validation split
   int64_t first_step = 0;            // > 0 when resumed
@@ -112,30 +137,6 @@ std::string parallel_function(const ParallelConfig& p);
 // too (TpShape).
 std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local,
                                StageLayers stage = {}, bool vocab = false);
-
-// `c` with train.micro_batch turned into parallel.microbatches for a job of
-// `ranks` ranks: the replica's rows / micro_batch micro-steps (gradient
-// accumulation is the pipeline's microbatches on one stage: one mechanism).
-// Throws std::invalid_argument naming train.micro_batch when it does not
-// divide the rows, or disagrees with a parallel.microbatches also given; a
-// grid that does not divide the ranks is left for replica_rows to refuse.
-RunConfig resolve_micro_batch(const RunConfig& c, int ranks);
-
-// This replica's rows of every global batch over `ranks` = dp x tp x pp;
-// throws std::invalid_argument naming the key when the grid, the batch or
-// parallel.microbatches does not divide (what a run and its plan refuse).
-int replica_rows(const RunConfig& c, int ranks, int tp, int pp);
-
-// How ZeRO lays a run out over `dp` data-parallel ranks: the stage in force
-// (0 with one rank); contiguous shards of a padded buffer (stage 1, or 2
-// under a pipeline schedule) or unit-aligned ones (parallel/zero.h); what the
-// model's buffers hold.
-struct ZeroLayout {
-  int stage = 0;
-  bool contiguous = false;
-  Residency residency = Residency::kWhole;
-};
-ZeroLayout zero_layout(const RunConfig& c, int dp);
 
 // ZeRO-1's shard of `model`'s buffer for data-parallel rank `dp_rank` of `dp`.
 ContiguousShard contiguous_shard(const Gpt2& model, int dp, int dp_rank);

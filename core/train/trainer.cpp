@@ -100,7 +100,6 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
 void announce(const RunLogger& log, const RunLayout& run, const RunState& st, Communicator& comm, int threads,
               const MfuPeak& peak, double max_loss) {
   const RunConfig& c = run.config;
-  const StepLayout& sl = run.step;
   log.note(fmt::format("model {} ({} parameters), {} tokens ({} train, {} val), vocabulary {}",
                        st.model_config.describe(), st.model->num_params(), st.data.size(), st.data.split.train.size(),
                        st.data.split.val.size(), st.data.tok.size()));
@@ -109,60 +108,14 @@ void announce(const RunLogger& log, const RunLayout& run, const RunState& st, Co
                        "MFU peak {:.1f} GFLOP/s ({}), divergence bound: loss {:.4g}", st.backend->name(), comm.size(),
                        threads, c.train.batch_size, c.train.seq_len, st.rows, c.train.steps, st.first_step,
                        peak.gflops, peak.source, max_loss));
-  if (c.parallel.tp > 1) {
-    const TpLayout& tp = st.model->tp();
-    log.note(fmt::format("layout: data parallel {} x tensor parallel {} (groups of consecutive ranks); blocks {}{}{}",
-                         comm.size() / tp.size / c.parallel.pp, tp.size, tp.describe(),
-                         tp.has_private() ? " (spd/parallel blocks: another function than the standard model)" : "",
-                         tp.shape().vocab ? fmt::format("; embedding, head and loss sharded by vocabulary rows ({} "
-                                                        "of {} a rank)", tp.shape().vocab_rows(st.model_config.V),
-                                                        st.model_config.V)
-                                          : ""));
+  const TpLayout& tp = st.model->tp();
+  LayoutFacts facts{st.model_config, st.model->num_params(), 0, 0, tp.describe(), tp.has_private(), tp.pieces};
+  if (st.zero) facts.shard_params = st.zero->end - st.zero->begin;
+  if (st.sharded) {
+    facts.shard_params = st.sharded->shards().shard_floats;
+    facts.shard_units = st.sharded->shards().pieces.size();
   }
-  log.note(run.describe());
-  log.note(sl.describe());
-  if (sl.deterministic()) {
-    log.note(fmt::format("deterministic: {} canonical chunks of {} rows, each run alone and added in one tree{} "
-                         "(docs/determinism.md)", sl.chunks, c.train.batch_size / sl.chunks,
-                         c.parallel.tp > 1
-                             ? fmt::format("; {} canonical pieces of the dimensions tensor parallelism cuts",
-                                           st.model->tp().pieces)
-                             : ""));
-  }
-  if (sl.pipelined()) {
-    std::string stages;
-    for (int s = 0; s < c.parallel.pp; ++s) {
-      const StageLayers l = StageLayers::of(st.model_config.L, c.parallel.pp, s);
-      stages += fmt::format("{}{}[{}, {})", s ? ", " : "", s, l.first, l.last);
-    }
-    log.note(fmt::format("pipeline: {} stages (layers {}), {} microbatches of {} rows, schedule {}",
-                         c.parallel.pp, stages, sl.microbatches, sl.arena_rows, to_string(c.parallel.schedule)));
-  }
-  const int dp = run.dp;
-  if (sl.grad_sum == GradSum::kContiguousShards) {
-    log.note(fmt::format("ZeRO-{}: Adam moments sharded over {} data-parallel ranks ({} of {} parameters here){}",
-                         st.zero_stage, dp, st.zero->end - st.zero->begin, st.model->num_params(),
-                         st.zero_stage != 2            ? ""
-                         : sl.deterministic() ? "; the deterministic tree adds whole gradients over its chunks, so "
-                                                   "stage 2 keeps stage 1's memory"
-                                                 : "; the pipeline schedule accumulates the stage's whole gradient over "
-                                                   "its microbatches, so stage 2 keeps stage 1's memory"));
-  } else if (sl.grad_sum == GradSum::kUnitShards) {
-    log.note(fmt::format("ZeRO-{}: {} sharded over {} data-parallel ranks ({} of {} parameters here, in {} units)",
-                         st.zero_stage, st.zero_stage == 2 ? "moments and gradients" : "moments, gradients and parameters",
-                         dp, st.sharded->shards().shard_floats, st.model->num_params(),
-                         st.sharded->shards().pieces.size()));
-  } else if (c.parallel.zero_stage() > 0) {
-    log.note(fmt::format("parallel.zero {} does nothing with one data-parallel rank: nothing to shard over",
-                         c.parallel.zero_stage()));
-  }
-  if (c.train.micro_batch > 0) {  // one quantity, two keys: the alias as resolve_micro_batch read it
-    log.note(fmt::format("train.micro_batch {} read as parallel.microbatches {}: {} micro-steps of {} rows per replica",
-                         c.train.micro_batch, c.parallel.microbatches, c.parallel.microbatches, c.train.micro_batch));
-  }
-  if (c.parallel.vocab_parallel && c.parallel.tp == 1) {
-    log.note("parallel.vocab_parallel does nothing with parallel.tp 1: the embedding and head stay whole");
-  }
+  for (const std::string& line : run.notes(facts)) log.note(line);
   if (!st.unchecked.empty()) {
     std::string keys;
     for (const std::string& k : st.unchecked) keys += (keys.empty() ? "" : ", ") + k;
@@ -459,9 +412,10 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
                 RunSummary& sum, const Json& memory, const Json& provenance) {
   const RunConfig& c = req.config;
   Communicator& comm = grid.world();
-  std::vector<float> local;  // ZeRO-3: this replica's weights, gathered (only to generate: the whole model on every rank)
   const bool generates = c.generate.max_new_tokens > 0;
-  if (st.zero_stage == 3 && generates) local = st.sharded->gather(st.sharded->param_shard());
+  // ZeRO-3: this replica's weights, gathered over the data-parallel group (only to generate: the whole model).
+  std::vector<float> local;
+  if (generates && !st.params->in_model()) local = st.params->gather(grid.dp_comm().rank() == 0);
   if (grid.dp_comm().rank() != 0) {
     comm.barrier();  // idle (no spinning) while replica 0 generates
     return;
@@ -482,7 +436,7 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
     }
     whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks(), st.model->tp().vocab));
     whole->params_from_host(shard_of(st.model_config, whole->tp().shape(), grid.tp_comm().rank(), full));
-  } else if (st.zero_stage == 3 && generates) {
+  } else if (!local.empty()) {
     whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks(), st.model->tp().vocab));
     whole->params_from_host(local);
   }
