@@ -205,34 +205,29 @@ def main():
     else:
         check("the resumed run completes", False, r.stderr.strip()[-300:])
 
-    # Resume across layouts: ZeRO-3 on dp 2, stopped at step 6, resumed from
-    # its step-5 checkpoint as pp 2 (zb-h1), ends with serial's bits.
-    d = out("det_resumed_layouts")
-    r = programs.mpi(2, [*det, "--parallel.zero", "3", *crash, "--out", d])
-    check("a deterministic ZeRO-3 dp 2 run stops at step 6 with its step-5 checkpoint",
-          r.returncode != 0 and os.path.exists(os.path.join(d, "checkpoint.bin")), r.stderr.strip()[-200:])
-    r = programs.mpi(2, [*det, "--parallel.pp", "2", "--parallel.microbatches", "4", "--parallel.schedule", "zb-h1",
-                         "--out", d, "--resume", os.path.join(d, "checkpoint.bin")])
-    if r.returncode == 0 and ref is not None:
-        got = state(d)
-        check("resumed as pp 2 (zb-h1), it ends with serial's bits (weights, moments, last step's record)",
-              all(p == q for p, q in zip(got[0], ref[0])) and got[1][-1] == ref[1][-1], f"records {got[1][-1:]}")
-    else:
-        check("the run resumed as pp 2 completes", False, r.stderr.strip()[-300:])
+    def stopped_then_resumed(name, stopper, stop_args, resumer, resume_args, stopped_as, resumed_as):
+        """A deterministic run on `stopper` (its ranks, 0: serial) stopped at step 6, then resumed from its
+        step-5 checkpoint on `resumer`, ends with serial's bits."""
+        d = out(name)
+        go = lambda ranks, args: programs.mpi(ranks, args) if ranks else run([a.serial, "train", *args])
+        r = go(stopper, [*det, *stop_args, *crash, "--out", d])
+        check(f"a deterministic {stopped_as} run stops at step 6 with its step-5 checkpoint",
+              r.returncode != 0 and os.path.exists(os.path.join(d, "checkpoint.bin")), r.stderr.strip()[-200:])
+        r = go(resumer, [*det, *resume_args, "--out", d, "--resume", os.path.join(d, "checkpoint.bin")])
+        if r.returncode == 0 and ref is not None:
+            got = state(d)
+            check(f"resumed as {resumed_as}, it ends with serial's bits (weights, moments, last step's record)",
+                  all(p == q for p, q in zip(got[0], ref[0])) and got[1][-1] == ref[1][-1], f"records {got[1][-1:]}")
+        else:
+            check(f"the run resumed as {resumed_as} completes", False, r.stderr.strip()[-300:])
 
-    # Resume into ZeRO-3 (its parameters load as this rank's pieces, not into the model): a serial run
-    # stopped at step 6, resumed from its step-5 checkpoint on dp 2 with ZeRO-3, ends with serial's bits.
-    d = out("det_resumed_into_zero3")
-    r = run([a.serial, "train", *det, "--train.threads", "1", *crash, "--out", d])
-    check("a serial deterministic run stops at step 6 with its step-5 checkpoint",
-          r.returncode != 0 and os.path.exists(os.path.join(d, "checkpoint.bin")), r.stderr.strip()[-200:])
-    r = programs.mpi(2, [*det, "--parallel.zero", "3", "--out", d, "--resume", os.path.join(d, "checkpoint.bin")])
-    if r.returncode == 0 and ref is not None:
-        got = state(d)
-        check("resumed as ZeRO-3 on dp 2, it ends with serial's bits (weights, moments, last step's record)",
-              all(p == q for p, q in zip(got[0], ref[0])) and got[1][-1] == ref[1][-1], f"records {got[1][-1:]}")
-    else:
-        check("the run resumed as ZeRO-3 completes", False, r.stderr.strip()[-300:])
+    # Resume across layouts: ZeRO-3 on dp 2 resumed as pp 2 (zb-h1); and into ZeRO-3 (its parameters load as
+    # this rank's pieces, not into the model): a serial run resumed on dp 2 with ZeRO-3.
+    stopped_then_resumed("det_resumed_layouts", 2, ["--parallel.zero", "3"], 2,
+                         ["--parallel.pp", "2", "--parallel.microbatches", "4", "--parallel.schedule", "zb-h1"],
+                         "ZeRO-3 dp 2", "pp 2 (zb-h1)")
+    stopped_then_resumed("det_resumed_into_zero3", 0, ["--train.threads", "1"], 2, ["--parallel.zero", "3"],
+                         "serial", "ZeRO-3 on dp 2")
     # model.init original under ZeRO-3: drawn whole (one sequence over the model), then cut into the pieces.
     original = [*det, "--model.init", "original"]
     same("deterministic: model.init original with ZeRO-3 on dp 2 gives serial's bits",
