@@ -97,6 +97,10 @@ class Backend {
   // attention_backward takes; the `inp` of matmul_forward and
   // matmul_backward (read exactly). Every other tensor is f32 always.
   virtual bool accepts_bf16() const { return false; }
+  // The matrix products' operand type, fixed when the backend is made: f32,
+  // or bf16 with train.precision bf16 (fp32 sums either way). The MFU peak
+  // is measured on products of this type.
+  virtual Dtype products() const { return Dtype::f32; }
 
   // x = 0.
   virtual void zero(Tensor x) = 0;

@@ -56,7 +56,7 @@ MfuPeak mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Comm
           fmt::format("{}|{}|{}|{}x{}", m.hostname, m.cpu_model, st.backend->name(), comm.size(), threads);
       for (const auto& [k, v] : kernel_library_info()) key += "|" + v;
       // A bf16 run's ceiling is its bf16 products' (cpu_backend_kind measures those).
-      peak = best_known_peak(key, measured, c.train.bf16() ? "bf16 product" : "SGEMM");
+      peak = best_known_peak(key, measured, st.backend->products() == Dtype::bf16 ? "bf16 product" : "SGEMM");
     }
     comm.broadcast(&peak.gflops, sizeof peak.gflops, 0);
   }
@@ -531,7 +531,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   // (rank 0's is the summary's). `last`: under train.deterministic the state
   // is hashed even when no checkpoint is written, for the bits' comparison.
   auto save = [&](bool last) {
-    const bool hash_only = !c.train.save_checkpoint && last && c.train.deterministic;
+    const bool hash_only = !c.train.save_checkpoint && last && sl.deterministic();
     if (!c.train.save_checkpoint && !hash_only) return std::string();
     const std::string path = hash_only ? "" : (fs::path(req.out_dir) / "checkpoint.bin").string();
     return fmt::format("{:016x}", save_training_checkpoint(path, *st, c, log.run_id(), grid));

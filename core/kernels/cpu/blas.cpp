@@ -62,8 +62,7 @@ BackendKind cpu_backend_kind() {
                      [](Backend& be, int ranks, int /*ranks_per_machine*/, int threads) {
                        // A backend with bf16 products is measured by its own products: the MFU of a
                        // bf16 run is against the bf16 ceiling, not fp32's.
-                       const auto* cpu_be = dynamic_cast<const cpu::CpuBackend*>(&be);
-                       if (cpu_be != nullptr && cpu_be->bf16_products()) {
+                       if (be.products() == Dtype::bf16) {
                          return cpu::bf16_ceiling_gflops(ranks * threads, 1024, 3);
                        }
                        return cpu::sgemm_ceiling_gflops(ranks * threads, 1024, 3);

@@ -36,10 +36,9 @@ class CpuBackend final : public Backend, public TreeProducts {
   // The products' operand type, fixed at construction: f32 (OpenBLAS) or
   // bf16 (oneDNN). Each product kernel dispatches on it once per call; no
   // kernel body tests it (attention's tiles take it as a template type).
-  Dtype products() const { return products_; }
-  bool bf16_products() const { return products_ == Dtype::bf16; }
+  Dtype products() const override { return products_; }
   // With bf16 products (a bf16 input goes to oneDNN as it is).
-  bool accepts_bf16() const override { return bf16_products(); }
+  bool accepts_bf16() const override { return products_ == Dtype::bf16; }
 
   void zero(Tensor x) override;
   void copy(Tensor dst, Tensor src) override;

@@ -127,7 +127,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   int device() const { return device_; }
 
-  bool bf16_products() const { return products_ == Dtype::bf16; }
+  Dtype products() const override { return products_; }
 
   double ceiling_gflops(int ranks, int ranks_per_machine) {
     // A large product on this GPU, best of five after a warm-up: FP32, or
