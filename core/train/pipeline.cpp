@@ -90,9 +90,11 @@ int64_t steady_ns() {
 }  // namespace
 
 int PipelineEngine::tree_buffers(int arenas, int m) {
-  int levels = 1;
-  for (int leaves = 1; leaves < m; leaves <<= 1) ++levels;
-  return arenas + levels;
+  // At most `arenas` microbatches hold a gradient at once (from their B to their W), and before the last
+  // fold the partial sums are popcount(microbatches done) <= log2(m) buffers.
+  int log2m = 0;
+  for (int leaves = 1; leaves < m; leaves <<= 1) ++log2m;
+  return arenas + log2m;
 }
 
 // How the stage's microbatches' gradients and losses combine (MicrobatchSum).

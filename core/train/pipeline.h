@@ -122,8 +122,8 @@ class PipelineEngine {
   // added in the tree, on the last stage; 0 elsewhere (and under kAccumulate).
   double loss_sum() const;
   // Under kTree: the gradient-sized buffers it allocates for `arenas` arenas
-  // and m microbatches (one per microbatch in its backward, and the tree's
-  // partial sums: 1 + log2(m)).
+  // and m microbatches: one per microbatch between its backward and its
+  // fold, and the tree's partial sums before the last fold (log2(m)).
   static int tree_buffers(int arenas, int m);
 
   int stages() const { return stages_; }
