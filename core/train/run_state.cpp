@@ -299,6 +299,53 @@ class ShardHome final : public ParamHome {
   std::optional<uint64_t> hash_;
 };
 
+// ZeRO 0: every rank holds the whole moments.
+class WholeMoments final : public MomentShard {
+ public:
+  explicit WholeMoments(size_t n) : n_(n) {}
+  std::vector<float> cut(std::vector<float> whole) const override { return whole; }
+  std::vector<float> gather(std::vector<float> part, Communicator&) const override { return part; }
+  size_t updated() const override { return n_; }
+
+ private:
+  size_t n_;
+};
+
+// A contiguous range of the padded buffer (ContiguousShard), all-gathered by chunks.
+class ContiguousMoments final : public MomentShard {
+ public:
+  ContiguousMoments(ContiguousShard shard, size_t n) : s_(shard), n_(n) {}
+  std::vector<float> cut(std::vector<float> whole) const override {
+    return std::vector<float>(whole.begin() + static_cast<std::ptrdiff_t>(s_.begin),
+                              whole.begin() + static_cast<std::ptrdiff_t>(s_.end));
+  }
+  std::vector<float> gather(std::vector<float> part, Communicator& dp) const override {
+    std::vector<float> whole(s_.chunk * static_cast<size_t>(dp.size()));
+    part.resize(s_.chunk, 0.0f);
+    dp.all_gather(part.data(), whole.data(), s_.chunk);
+    whole.resize(n_);
+    return whole;
+  }
+  size_t updated() const override { return s_.end - s_.begin; }
+
+ private:
+  ContiguousShard s_;
+  size_t n_;
+};
+
+// ZeRO-2/3's unit pieces (parallel/zero.h).
+class UnitMoments final : public MomentShard {
+ public:
+  explicit UnitMoments(ZeroShards& shards) : shards_(shards) {}
+  std::vector<float> cut(std::vector<float> whole) const override { return shards_.shards().pack(whole); }
+  std::vector<float> gather(std::vector<float> part, Communicator&) const override { return shards_.gather(part); }
+  size_t updated() const override { return shards_.shards().shard_floats; }
+  size_t units() const override { return shards_.shards().pieces.size(); }
+
+ private:
+  ZeroShards& shards_;
+};
+
 // The model and its optimizer in the backend's memory, laid out for this
 // rank's place in the grid and ZeRO's sharding. Returns the rank's stage.
 StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads, int device_hint, ProcessGrid& grid,
@@ -323,10 +370,14 @@ StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads,
     st.zero = contiguous_shard(*st.model, dp, dp_rank);
     scope.ranges = {{st.zero->begin, st.zero->end, 0}};
     scope.shards = &grid.dp_group();
+    st.moments = std::make_unique<ContiguousMoments>(*st.zero, st.model->num_params());
   } else if (zl.unit_shards()) {
     st.sharded = std::make_unique<ZeroShards>(*st.model, grid.dp_comm(), st.zero_stage);
     scope.ranges = st.sharded->shards().ranges;
     scope.shards = &grid.dp_group();
+    st.moments = std::make_unique<UnitMoments>(*st.sharded);
+  } else {
+    st.moments = std::make_unique<WholeMoments>(st.model->num_params());
   }
   if (zl.residency == Residency::kNone) {
     st.params = std::make_unique<ShardHome>(*st.sharded, st.model_config, st.model->tp().shape(), st.model->tp().rank,
@@ -355,14 +406,6 @@ void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGri
       full = shard_of(st.model_config, tp.shape(), tp.rank, full, stage);
     }
   };
-  auto zero_part = [&](std::vector<float>& part) {
-    if (st.zero) {
-      part = std::vector<float>(part.begin() + static_cast<std::ptrdiff_t>(st.zero->begin),
-                                part.begin() + static_cast<std::ptrdiff_t>(st.zero->end));
-    } else if (st.sharded) {
-      part = st.sharded->shards().pack(part);
-    }
-  };
   HostState hs;
   if (comm.rank() == 0) {
     st.unchecked = check_training_state(*ckpt, st.model_config, c, st, resume);
@@ -375,8 +418,8 @@ void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGri
   }
   broadcast_state(comm, hs, param_count(st.model_config));
   for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) shard(*v);  // this rank's shard of each
-  zero_part(hs.m);
-  zero_part(hs.v);
+  hs.m = st.moments->cut(std::move(hs.m));
+  hs.v = st.moments->cut(std::move(hs.v));
   st.params->load(hs.params);
   st.opt->moments_from_host(hs.m, hs.v);
   st.opt->set_steps_done(hs.counters[0]);
@@ -422,23 +465,11 @@ uint64_t replicated_hash(const Gpt2& model, const std::vector<float>& local) {
 
 uint64_t save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
                               const std::string& run_id, ProcessGrid& grid) {
-  // ZeRO: the moments' shards first (and ZeRO-3's parameters), over the
+  // ZeRO: the moments' shards first, then ZeRO-3's parameters, over the
   // data-parallel group (every rank).
-  std::vector<float> m = st.opt->m_to_host(), v = st.opt->v_to_host();
-  if (st.sharded) {
-    m = st.sharded->gather(m);
-    v = st.sharded->gather(v);
-  }
+  std::vector<float> m = st.moments->gather(st.opt->m_to_host(), grid.dp_comm());
+  std::vector<float> v = st.moments->gather(st.opt->v_to_host(), grid.dp_comm());
   const std::vector<float> local = st.params->gather(grid.dp_comm().rank() == 0);
-  if (st.zero) {
-    for (std::vector<float>* x : {&m, &v}) {
-      std::vector<float> whole(st.zero->chunk * static_cast<size_t>(grid.dp()));
-      x->resize(st.zero->chunk, 0.0f);
-      grid.dp_comm().all_gather(x->data(), whole.data(), st.zero->chunk);
-      whole.resize(st.model->num_params());
-      *x = std::move(whole);
-    }
-  }
   if (grid.dp_comm().rank() != 0) return 0;
   TrainingState ts;
   ts.loader_position = st.loader->position();

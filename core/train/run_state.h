@@ -59,6 +59,24 @@ class ParamHome {
   virtual bool in_model() const = 0;
 };
 
+// How this rank's Adam moments are cut from the whole model's, decided once
+// when the model is made (make_model, with the ZeRO layout): whole (ZeRO 0),
+// a contiguous range (ZeRO-1, and 2 under a schedule or the tree) or
+// ZeRO-2/3's unit pieces. Resuming cuts a checkpoint's moments with `cut`; a
+// checkpoint gathers them back with `gather`; the log names `updated()`.
+class MomentShard {
+ public:
+  virtual ~MomentShard() = default;
+  // This rank's part of the whole (its tp shard of its stage) `whole`.
+  virtual std::vector<float> cut(std::vector<float> whole) const = 0;
+  // The whole from every rank's `part`: collective over the data-parallel
+  // group `dp` when the moments are sharded (every rank calls it).
+  virtual std::vector<float> gather(std::vector<float> part, Communicator& dp) const = 0;
+  // The parameters whose moments this rank holds, and the units they are cut by (0: none).
+  virtual size_t updated() const = 0;
+  virtual size_t units() const { return 0; }
+};
+
 struct RunState {
   RunState() = default;
   RunState(const RunState&) = delete;  // the loader views data's tokens
@@ -77,7 +95,8 @@ struct RunState {
   int zero_stage = 0;
   std::optional<ContiguousShard> zero;
   std::unique_ptr<ZeroShards> sharded;
-  std::unique_ptr<ParamHome> params;  // where the parameters live (the model, or ZeRO-3's shards)
+  std::unique_ptr<ParamHome> params;     // where the parameters live (the model, or ZeRO-3's shards)
+  std::unique_ptr<MomentShard> moments;  // which part of the Adam moments this rank holds
   std::optional<DataLoader> loader;  // this rank's rows of the training split
   bool eval_on = false;              // train.eval_every > 0 and a validation split
   int64_t first_step = 0;            // > 0 when resumed
@@ -87,20 +106,21 @@ struct RunState {
   std::vector<std::string> unchecked;
 };
 
-// Collective. Divides the batch over the ranks, reads the corpus (rank 0;
-// with the checkpoint's vocabulary when resuming), resolves the model's
-// vocabulary, makes the data loader and the backend (`kind` with
-// `options`), then the model and optimizer in its memory: fresh weights
-// (every rank computes the same Philox values) or the checkpoint `resume`
-// (rank 0 reads it, checks it against `c` and broadcasts it). Ends by
-// checking that every rank holds bit-identical weights. Throws
-// std::invalid_argument for bad input (naming the key, file or value).
 // Collective. Every rank's resolved configuration must equal rank 0's: else
 // every rank throws the same std::invalid_argument naming the first key that
 // differs and its values. Called before anything is laid out by it (the
 // process grid, the corpus broadcast).
 void check_ranks_agree(const RunConfig& config, Communicator& comm);
 
+// Collective. Divides the batch over the ranks, reads the corpus (rank 0;
+// with the checkpoint's vocabulary when resuming), resolves the model's
+// vocabulary, makes the data loader and the backend (`kind` with
+// `options`), then the model and optimizer in its memory and the
+// parameters' and moments' homes (ParamHome, MomentShard): fresh weights
+// (every rank computes the same Philox values) or the checkpoint `resume`
+// (rank 0 reads it, checks it against `c` and broadcasts it). Ends by
+// checking that every rank holds bit-identical weights. Throws
+// std::invalid_argument for bad input (naming the key, file or value).
 // With tensor parallelism (grid.tp() > 1) the model is this rank's shard
 // of the same global weights; the batch is divided over the data-parallel
 // group (grid.dp() ranks), and a checkpoint (always the full model) is

@@ -109,12 +109,8 @@ void announce(const RunLogger& log, const RunLayout& run, const RunState& st, Co
                        threads, c.train.batch_size, c.train.seq_len, st.rows, c.train.steps, st.first_step,
                        peak.gflops, peak.source, max_loss));
   const TpLayout& tp = st.model->tp();
-  LayoutFacts facts{st.model_config, st.model->num_params(), 0, 0, tp.describe(), tp.has_private(), tp.pieces};
-  if (st.zero) facts.shard_params = st.zero->end - st.zero->begin;
-  if (st.sharded) {
-    facts.shard_params = st.sharded->shards().shard_floats;
-    facts.shard_units = st.sharded->shards().pieces.size();
-  }
+  const LayoutFacts facts{st.model_config, st.model->num_params(), st.moments->updated(), st.moments->units(),
+                          tp.describe(), tp.has_private(), tp.pieces};
   for (const std::string& line : run.notes(facts)) log.note(line);
   if (!st.unchecked.empty()) {
     std::string keys;
