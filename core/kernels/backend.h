@@ -275,8 +275,9 @@ std::unique_ptr<Backend> make_reference_backend();
 // The optimised CPU kernels (kernels/cpu/): BLAS GEMMs, OpenMP threads.
 // threads = 1 runs truly serially (no worker threads are used). With `bf16`
 // every matrix product rounds its inputs to bf16 and accumulates in fp32
-// through oneDNN (kernels/cpu/bf16_matmul.h); every other kernel, and every
-// stored tensor, stays fp32 (train.precision bf16, docs/precision.md).
+// through oneDNN (kernels/cpu/bf16_matmul.h), and the backend accepts bf16
+// tensors for the activations only a product reads (accepts_bf16); every
+// other kernel computes in fp32 (train.precision bf16, docs/precision.md).
 // With `deterministic` (train.deterministic) every result is the same bits
 // at any thread count: the sums over rows that threads would split (the
 // norms' weight and bias gradients, sum_squares) take a fixed order, and

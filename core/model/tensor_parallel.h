@@ -1,7 +1,7 @@
 // Tensor parallelism as the model sees it (Megatron-LM, Shoeybi et al. 2019):
 // which shard of the weights this rank holds, the block type of each layer,
 // and the one verb the blocks need, the sum over the tensor-parallel group.
-// The group itself is a Communicator's (parallel/tp_group.h); the model layer
+// The group itself is a Communicator's (CommGroup, parallel/process_grid.h); the model layer
 // only names the interface, as it does for GradReadyHook.
 //
 // Shards: rank r of P holds attention heads [r*NH/P, (r+1)*NH/P): its rows

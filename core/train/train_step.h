@@ -15,6 +15,12 @@
 //                       release each unit; gradients are reduce-scattered
 //                       unit by unit as the backward finishes them; the
 //                       update works on this rank's shard.
+//   deterministic_step  train.deterministic (docs/determinism.md): the
+//                       canonical chunks one at a time, each gradient in its
+//                       own buffer, added in one tree, then the replicas'
+//                       canonical sum (or scatter into ZeRO's shards).
+//   deterministic_pipelined_step  the same under a schedule: the engine's
+//                       microbatches are the chunks (MicrobatchSum::kTree).
 // Every step: the loss is the mean over the global batch (one scalar
 // allreduce); the update (clipping and Adam) is skipped and the step throws
 // when the loss is not finite or above the bound (the run diverged).
