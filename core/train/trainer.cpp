@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <thread>
+#include <type_traits>
 
 #include "parallel/gradient_sync.h"
 #include "parallel/hostfile.h"
@@ -260,25 +261,31 @@ RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, const Act
 // rank's peak resident set so far (the process as the system counts it:
 // libraries, communication buffers and transients included).
 Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
+  // One record per rank, gathered as it is (the Communicator moves trivially copyable host values as bytes).
+  struct Record {
+    RankMemory mem;
+    uint64_t stage = 0, peak_rss = 0;
+  };
+  static_assert(std::is_trivially_copyable_v<Record>);
   Communicator& aux = grid.aux_comm();
-  const auto rss = static_cast<uint64_t>(peak_rss_mb() * 1024.0 * 1024.0);
-  const uint64_t values[] = {mem.params,      mem.grads,        mem.moments,    mem.arena,
-                             mem.arenas,      mem.gathered,     mem.comm_buffers, mem.formula,
-                             static_cast<uint64_t>(grid.stage()), mem.count,  mem.arena_embed, mem.arena_layers,
-                             mem.arena_head,  mem.arena_scratch, rss};
-  std::vector<uint64_t> all(std::size(values) * static_cast<size_t>(aux.size()));
-  aux.all_gather(values, all.data(), std::size(values));
+  const Record mine{mem, static_cast<uint64_t>(grid.stage()),
+                    static_cast<uint64_t>(peak_rss_mb() * 1024.0 * 1024.0)};
+  std::vector<Record> all(static_cast<size_t>(aux.size()));
+  aux.all_gather(&mine, all.data(), 1);
   Json out = Json::array();
   for (int r = 0; r < aux.size(); ++r) {
-    const uint64_t* x = all.data() + static_cast<size_t>(r) * std::size(values);
-    auto at = [&](int i) { return static_cast<int64_t>(x[i]); };
-    out.push_back(Json{{"rank", r}, {"stage", at(8)}, {"zero", zero_stage}, {"params_bytes", at(0)},
-                       {"grads_bytes", at(1)}, {"moments_bytes", at(2)}, {"arena_bytes", at(3)}, {"arenas", at(4)},
-                       {"activations_bytes", at(3) * at(4)}, {"gathered_bytes", at(5)},
-                       {"comm_buffer_bytes", at(6)}, {"model_state_bytes", at(0) + at(1) + at(2)},
-                       {"formula_bytes", at(7)}, {"params", at(9)}, {"arena_embed_bytes", at(10)},
-                       {"arena_layers_bytes", at(11)}, {"arena_head_bytes", at(12)}, {"arena_scratch_bytes", at(13)},
-                       {"peak_rss_bytes", at(14)}});
+    const RankMemory& m = all[static_cast<size_t>(r)].mem;
+    auto i64 = [](uint64_t v) { return static_cast<int64_t>(v); };
+    out.push_back(Json{{"rank", r}, {"stage", i64(all[static_cast<size_t>(r)].stage)}, {"zero", zero_stage},
+                       {"params_bytes", i64(m.params)}, {"grads_bytes", i64(m.grads)},
+                       {"moments_bytes", i64(m.moments)}, {"arena_bytes", i64(m.arena)}, {"arenas", i64(m.arenas)},
+                       {"activations_bytes", i64(m.arena) * i64(m.arenas)}, {"gathered_bytes", i64(m.gathered)},
+                       {"comm_buffer_bytes", i64(m.comm_buffers)},
+                       {"model_state_bytes", i64(m.params) + i64(m.grads) + i64(m.moments)},
+                       {"formula_bytes", i64(m.formula)}, {"params", i64(m.count)},
+                       {"arena_embed_bytes", i64(m.arena_embed)}, {"arena_layers_bytes", i64(m.arena_layers)},
+                       {"arena_head_bytes", i64(m.arena_head)}, {"arena_scratch_bytes", i64(m.arena_scratch)},
+                       {"peak_rss_bytes", i64(all[static_cast<size_t>(r)].peak_rss)}});
   }
   return out;
 }
