@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "app/config_file.h"
+#include "train/preemption.h"
 #include "train/plan.h"
 #include "train/corpus.h"
 #include "train/export.h"
@@ -90,7 +91,9 @@ const char* summary(const std::string& command) {
   if (command == "train") {
     return "trains from a YAML configuration (and overrides), writes DIR/config.yaml,\n"
            "DIR/metrics.jsonl (JSON lines, renamed into place when the run completes) and\n"
-           "DIR/checkpoint.bin, then generates from the first corpus tokens and prints the text.";
+           "DIR/checkpoint.bin, then generates from the first corpus tokens and prints the text.\n"
+           "SIGTERM, SIGINT or SIGUSR1 (on any rank) stop it after the current step with DIR/checkpoint.bin\n"
+           "written: exit status 4, resume with --resume DIR/checkpoint.bin; a second signal ends it at once.";
   }
   if (command == "generate") return "continues a prompt with a trained checkpoint and prints the new text.";
   if (command == "init") {
@@ -441,6 +444,12 @@ int stage_main_error(const StageContext& ctx, const char* what, int code) { retu
 int stage_main(int argc, char** argv, const StageContext& ctx, const std::string& help_note) {
   try {
     return run(argc, argv, ctx, help_note);
+  } catch (const RunPreempted& e) {  // every rank stopped after the same step, its work written: no abort
+    // Rank 0 alone exits with the status. MPICH 4.0's mpiexec can report 0 when several ranks exit non-zero
+    // at once (its cleanup resets their statuses: pmodels/mpich#7057, fixed in later releases); with one
+    // non-zero rank it reports that rank's status.
+    if (ctx.comm == nullptr || ctx.comm->rank() == 0) fmt::print(stderr, "{}: preempted: {}\n", ctx.stage, e.what());
+    return kExitPreempted;
   } catch (const BackendUnavailable& e) {
     return fail(ctx, e.what(), kExitUnavailable);
   } catch (const std::invalid_argument& e) {

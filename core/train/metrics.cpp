@@ -33,7 +33,8 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_steps_before)
         continue;  // a line cut short by the interruption
       }
       const RecordKind kind = record_kind(j);
-      if ((kind == RecordKind::kStep || kind == RecordKind::kEval) && j["step"].is_number_integer() &&
+      const bool preempted = j.is_object() && j.value("event", "") == "preempted";
+      if ((kind == RecordKind::kStep || kind == RecordKind::kEval || preempted) && j["step"].is_number_integer() &&
           j["step"].get<int64_t>() < keep_steps_before) {
         kept.push_back(l);
       }
@@ -63,6 +64,11 @@ void MetricsWriter::line(const std::string& json) {
 void MetricsWriter::step(const StepRecord& r) { line(json_text(to_json(r))); }
 
 void MetricsWriter::eval(const EvalRecord& r) { line(json_text(to_json(r))); }
+
+void MetricsWriter::preempted(int64_t step, const std::string& signal, double signal_to_exit_s) {
+  line(json_text(Json{{"event", "preempted"}, {"step", step}, {"signal", signal},
+                      {"signal_to_exit_s", signal_to_exit_s}}));
+}
 
 void MetricsWriter::finish(const RunSummary& summary) {
   line(json_text(to_json(summary)));

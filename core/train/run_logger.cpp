@@ -50,6 +50,14 @@ void RunLogger::eval(const EvalRecord& r, int64_t steps) {
   fmt::print(stderr, "step {:>4}/{} | val loss {:.6f}\n", r.step, steps, r.val_loss);
 }
 
+void RunLogger::preempted(int64_t step, const std::string& signal, double signal_to_exit_s,
+                          const std::string& checkpoint) {
+  if (!active_) return;
+  metrics_->preempted(step, signal, signal_to_exit_s);
+  fmt::print(stderr, "[{}] stopped by {} after step {}: checkpoint {} written, {:.2f} s after the signal; resume with "
+             "--resume {}\n", stage_, signal, step, checkpoint, signal_to_exit_s, checkpoint);
+}
+
 void RunLogger::finish(const RunSummary& s) {
   if (!active_) return;
   fmt::print(stderr, "[{}] trained {} steps in {:.2f} s ({:.2f} s wall, {:.2f} s communicating); generated {} tokens "

@@ -25,6 +25,7 @@
 #include "train/layout.h"
 #include "train/pipeline.h"
 #include "train/plan.h"
+#include "train/preemption.h"
 #include "train/run_logger.h"
 #include "train/run_state.h"
 #include "train/train_step.h"
@@ -496,21 +497,42 @@ RunLayout checked_request(const TrainRequest& req, const StageContext& ctx, Comm
 }
 }  // namespace
 
+// Takes the request's run directory: new, resumed or overwritten (its
+// --config file is never taken for one of the run's files).
+void claim_run_dir(RunLogger& log, const TrainRequest& req) {
+  std::vector<fs::path> inputs;
+  if (!req.config_file.empty()) inputs.push_back(req.config_file);
+  log.claim(req.out_dir,
+            !req.resume.empty() ? DirIntent::kResume : req.overwrite ? DirIntent::kOverwrite : DirIntent::kNew,
+            inputs);
+}
+
+// The ranks agreed to stop for a signal after `steps` steps: the training
+// checkpoint of this state (unless the periodic one was just written), the
+// record, then RunPreempted on every rank (train/preemption.h).
+[[noreturn]] void stop_for_signal(const StopRequest& stop, int64_t steps, bool saved, const std::string& out_dir,
+                                  const RunState& st, const RunConfig& c, ProcessGrid& grid, RunLogger& log) {
+  const auto t0 = Clock::now();
+  const std::string path = (fs::path(out_dir) / "checkpoint.bin").string();
+  if (!saved) save_training_checkpoint(path, st, c, log.run_id(), grid);
+  const double to_exit = stop.waited_s + seconds_since(t0);
+  log.preempted(steps - 1, signal_name(stop.signal), to_exit, path);
+  throw RunPreempted(fmt::format("stopped by {} after step {} of {}, checkpoint {} written; resume with --resume {}",
+                                 signal_name(stop.signal), steps - 1, c.train.steps, path, path));
+}
+
 void run_train(const TrainRequest& given, const StageContext& ctx) {
   std::unique_ptr<Communicator> local;
   Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
   const RunLayout run = checked_request(given, ctx, comm);
+  install_stop_handlers();  // a signal from here on stops the run at its next step's end, with a checkpoint
   TrainRequest req = given;
   req.config = run.config;
   const RunConfig& c = req.config;
   const int threads = resolve_threads(c.train.threads);
   // Make: the run directory, the grid, the state, the layout.
   RunLogger log(ctx.stage, comm.rank() == 0);
-  std::vector<fs::path> inputs;  // never taken for the directory's run files
-  if (!req.config_file.empty()) inputs.push_back(req.config_file);
-  log.claim(req.out_dir,
-            !req.resume.empty() ? DirIntent::kResume : req.overwrite ? DirIntent::kOverwrite : DirIntent::kNew,
-            inputs);
+  claim_run_dir(log, req);
   check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
   ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp);
   const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, threads, 0, grid);
@@ -564,7 +586,11 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
       log.eval({s, validation_loss(*lay->step, c, *st, grid.dp_comm().rank(), x.data(), y.data())}, c.train.steps);
     }
-    if (c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0) save(false);
+    const bool saved = c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0;
+    if (saved) save(false);
+    if (const StopRequest stop = agreed_stop(grid.aux_comm()); stop.signal != 0) {
+      stop_for_signal(stop, s + 1, saved && c.train.save_checkpoint, req.out_dir, *st, c, grid, log);
+    }
   }
 
   // Finish.

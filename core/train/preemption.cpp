@@ -1,0 +1,74 @@
+// The stop signals' handlers (see preemption.h). A handler may only touch
+// lock-free atomics and call async-signal-safe functions: it stores the
+// signal and the time (clock_gettime is async-signal-safe; CLOCK_MONOTONIC
+// is the steady clock's), or on a second signal restores the default action
+// and raises the signal again.
+#include "train/preemption.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <time.h>
+
+#include <atomic>
+#include <vector>
+
+namespace gpt2 {
+
+namespace {
+std::atomic<int> g_signal{0};
+std::atomic<int64_t> g_ns{0};
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
+
+void on_stop_signal(int sig) {
+  int none = 0;
+  if (!g_signal.compare_exchange_strong(none, sig)) {  // the second: at once
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  g_ns.store(static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec);
+}
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a blocking call the signal interrupts goes on; the flag is read at the step's end
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
+}
+
+int stop_signal() { return g_signal.load(); }
+int64_t stop_signal_ns() { return g_ns.load(); }
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+  }
+  return fmt::format("signal {}", sig);
+}
+
+StopRequest agreed_stop(Communicator& comm) {
+  const int64_t ns = stop_signal_ns();
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  // Each rank's signal and how long ago it came (its own clock: hosts need not agree on time).
+  const StopRequest mine{stop_signal(), ns > 0 ? static_cast<double>(now - ns) * 1e-9 : 0.0};
+  if (comm.size() == 1) return mine;
+  static std::vector<StopRequest> all;  // grown once: a training step allocates nothing (tests/alloc_test.cpp)
+  all.resize(static_cast<size_t>(comm.size()));
+  comm.all_gather(&mine, all.data(), 1);
+  StopRequest out;
+  for (const StopRequest& r : all) {
+    out.signal = r.signal > out.signal ? r.signal : out.signal;
+    out.waited_s = r.waited_s > out.waited_s ? r.waited_s : out.waited_s;
+  }
+  return out;
+}
+
+}  // namespace gpt2

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Signals and preemption (issue 43, first part; docs/guarantees.md "Signals and preemption").
+
+A training run that receives SIGTERM, SIGINT or SIGUSR1 stops after its
+current step with its training checkpoint written, records the stop in its
+metrics stream ({"event":"preempted",...}) and exits with status 4; resumed
+with --resume it finishes. Each case below is tried at random moments (the
+seed of each try is printed), with train.deterministic true, so the
+interrupted-and-resumed run's final parameters and Adam moments must equal
+the uninterrupted run's byte for byte, and its metrics stream must hold
+every step exactly once:
+  * serial: SIGTERM (3 tries), SIGINT and SIGUSR1;
+  * mpi on 2 ranks (dp 2): SIGTERM to one rank only (2 tries; the ranks
+    agree at the step's end and stop together) and to mpiexec (which passes
+    it on to the ranks). Every rank exits 4; MPICH 4.0.2's mpiexec may
+    report 0 for that (pmodels/mpich#7057), so there the stop is checked by
+    its record, its checkpoint and the resumed bits;
+  * a second SIGTERM ends the process at once (killed by the signal), and
+    the checkpoint written before it still loads and resumes.
+Each stop is within 10 s of the signal (the worst is printed).
+
+usage: preemption_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
+Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
+"""
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from layout_checks import LayoutTest, common_args, load, records
+
+STEPS = 600
+
+
+def main():
+    t = LayoutTest(__doc__, "preemption_test_")
+    a, check, out = t.a, t.check, t.out
+    common = [*common_args(a.corpus, B=4, T=32, C=32, L=2, NH=2, steps=STEPS), "--train.deterministic", "true",
+              "--train.eval_every", "0", "--generate.max_new_tokens", "0"]
+    env = t.programs.env
+    worst = [0.0]
+
+    def start(cmd):
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
+
+    def steps_logged(d):
+        path = os.path.join(d, "metrics.jsonl.partial")
+        try:
+            with open(path) as f:
+                return sum(1 for line in f if '"event":"step"' in line)
+        except OSError:
+            return 0
+
+    def wait_for_steps(p, d, n, limit=60):
+        deadline = time.time() + limit
+        while time.time() < deadline and p.poll() is None and steps_logged(d) < n:
+            time.sleep(0.01)
+
+    def rank_pids(p):
+        """The stage program's processes under mpiexec (its descendants)."""
+        parent, cmds = {}, {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmds[int(pid)] = f.read().split(b"\0")
+                with open(f"/proc/{pid}/stat") as f:
+                    parent[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+
+        def under(x):
+            while x in parent and x > 1:
+                if x == p.pid:
+                    return True
+                x = parent[x]
+            return False
+        return sorted(x for x, c in cmds.items() if c and c[0].endswith(b"/mpi") and b"train" in c and under(x))
+
+    def stopped(title, p, target, sig, d, seed, statuses=(4,)):
+        """Signals `target` once `d` shows a few steps; the run must exit with one of `statuses` within 10 s,
+        its checkpoint at the step the preempted record names."""
+        random.seed(seed)
+        wait_for_steps(p, d, random.randint(3, 120))
+        if p.poll() is not None:
+            check(f"{title} (seed {seed}): still running when signalled", False, p.stderr.read()[-300:])
+            return False
+        os.kill(target(), sig)
+        t0 = time.time()
+        try:
+            _, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            _, err = p.communicate()
+        waited = time.time() - t0
+        worst[0] = max(worst[0], waited)
+        stops = [r for r in read_all(d) if r.get("event") == "preempted"]
+        ck = load(os.path.join(d, "checkpoint.bin")) if os.path.exists(os.path.join(d, "checkpoint.bin")) else None
+        done = int(ck.header.get("state.steps_done", -1)) if ck else -1
+        ok = (p.returncode in statuses and waited < 10 and len(stops) == 1 and stops[0]["signal"] == signal_name(sig)
+              and done == stops[0]["step"] + 1 and f"stopped by {signal_name(sig)}" in err)
+        check(f"{title} (seed {seed}): exit {' or '.join(map(str, statuses))} within 10 s, the checkpoint of the "
+              "step the record names",
+              ok, f"exit {p.returncode} after {waited:.2f} s, records {stops}, steps_done {done}; {err.strip()[-300:]}")
+        return ok
+
+    def resumed_equal(title, d, cmd):
+        r = subprocess.run([*cmd, *common, "--out", d, "--resume", os.path.join(d, "checkpoint.bin")],
+                           capture_output=True, text=True, env=env, timeout=300)
+        if r.returncode != 0:
+            check(f"{title}: resumed, it finishes", False, r.stderr.strip()[-300:])
+            return
+        got, ref = load(os.path.join(d, "checkpoint.bin")), load(out("reference") + "/checkpoint.bin")
+        steps = [s["step"] for s in records(d, "step")]
+        check(f"{title}: resumed, its parameters and moments equal the uninterrupted run's, every step recorded once",
+              got.params == ref.params and got.m == ref.m and got.v == ref.v and steps == list(range(STEPS)),
+              f"steps recorded {len(steps)} (distinct {len(set(steps))})")
+
+    r = subprocess.run([a.serial, "train", *common, "--out", out("reference")], capture_output=True, text=True,
+                       env=env, timeout=300)
+    check("the uninterrupted reference run", r.returncode == 0, r.stderr.strip()[-300:])
+    if r.returncode != 0:
+        return check.finish()
+
+    base = random.randrange(1 << 30)
+    serial_cases = [("serial, SIGTERM", signal.SIGTERM)] * 3 + [("serial, SIGINT", signal.SIGINT),
+                                                                 ("serial, SIGUSR1", signal.SIGUSR1)]
+    for k, (title, sig) in enumerate(serial_cases):
+        d = out(f"serial_{k}")
+        p = start([a.serial, "train", *common, "--out", d])
+        if stopped(title, p, lambda: p.pid, sig, d, base + k):
+            resumed_equal(title, d, [a.serial, "train"])
+
+    mpi = [a.mpiexec, "-n", "2", a.mpi, "train"]
+    mpi_cases = [("dp 2, SIGTERM to one rank", "rank")] * 2 + [("dp 2, SIGTERM to mpiexec", "mpiexec")]
+    for k, (title, who) in enumerate(mpi_cases):
+        d = out(f"mpi_{k}")
+        p = start([*mpi, *common, "--out", d])
+        pick = random.Random(base + 100 + k)
+
+        def target(p=p, who=who, pick=pick):
+            if who == "mpiexec":
+                return p.pid
+            pids = rank_pids(p)
+            check(f"{title}: the 2 ranks found under mpiexec", len(pids) == 2, f"{pids}")
+            return pick.choice(pids or [p.pid])
+
+        # Every rank exits 4, but MPICH 4.0.2's mpiexec sometimes reports 0 for ranks that exit non-zero
+        # together (its cleanup resets their statuses: pmodels/mpich#7057), most often when it was signalled
+        # itself: the record, the checkpoint and the resumed bits are checked either way.
+        if stopped(title, p, target, signal.SIGTERM, d, base + 100 + k, statuses=(4, 0)):
+            resumed_equal(title, d, mpi)
+
+    # A second signal: at once, by the signal; the periodic checkpoint before it loads and resumes.
+    d = out("twice")
+    p = start([a.serial, "train", *common, "--train.checkpoint_every", "1", "--out", d])
+    wait_for_steps(p, d, 20)
+    os.kill(p.pid, signal.SIGTERM)
+    os.kill(p.pid, signal.SIGTERM)
+    t0 = time.time()
+    try:
+        p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+    waited = time.time() - t0
+    check("a second SIGTERM ends the run at once (killed by the signal, or exit 4 when the first stop had already "
+          "finished)", p.returncode in (-signal.SIGTERM, 4) and waited < 10, f"exit {p.returncode} after {waited:.2f} s")
+    resumed_equal("after the second signal, the checkpoint written before it", d, [a.serial, "train"])
+
+    print(f"note: the slowest stop took {worst[0]:.2f} s from the signal to the exit")
+    if check.finish() == 0:
+        shutil.rmtree(t.work, ignore_errors=True)
+        return 0
+    return 1
+
+
+def read_all(d):
+    import json
+    for name in ("metrics.jsonl.partial", "metrics.jsonl"):
+        path = os.path.join(d, name)
+        if os.path.exists(path):
+            out = []
+            with open(path) as f:
+                for line in f:
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass
+            return out
+    return []
+
+
+def signal_name(sig):
+    return {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT", signal.SIGUSR1: "SIGUSR1"}[sig]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
