@@ -17,7 +17,13 @@ every step exactly once:
     its record, its checkpoint and the resumed bits;
   * a second SIGTERM ends the process at once (killed by the signal), and
     the checkpoint written before it still loads and resumes.
-Each stop is within 10 s of the signal (the worst is printed).
+Each stop is within 10 s of the signal (the worst is printed). Half the
+resumptions use `--resume auto`, which also starts afresh in a new folder
+and over a run that wrote no checkpoint, and refuses (exit 2, one line, the
+folder unchanged) a folder of files but no run, a run whose only checkpoint
+is an incomplete temporary, and another configuration's run. A full disk
+(an 800 KiB tmpfs; skipped where no tmpfs can be mounted) fails the save
+with one line and leaves the checkpoint before it whole and resumable.
 
 usage: preemption_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
@@ -107,9 +113,14 @@ def main():
               ok, f"exit {p.returncode} after {waited:.2f} s, records {stops}, steps_done {done}; {err.strip()[-300:]}")
         return ok
 
-    def resumed_equal(title, d, cmd):
-        r = subprocess.run([*cmd, *common, "--out", d, "--resume", os.path.join(d, "checkpoint.bin")],
-                           capture_output=True, text=True, env=env, timeout=300)
+    def resumed_equal(title, d, cmd, how="path"):
+        """--resume DIR/checkpoint.bin, or (how "auto") --resume auto."""
+        resume = "auto" if how == "auto" else os.path.join(d, "checkpoint.bin")
+        r = subprocess.run([*cmd, *common, "--out", d, "--resume", resume], capture_output=True, text=True, env=env,
+                           timeout=300)
+        if how == "auto":
+            check(f"{title}: --resume auto names the checkpoint it takes",
+                  f"--resume auto: resuming from {os.path.join(d, 'checkpoint.bin')}" in r.stderr, r.stderr[-300:])
         if r.returncode != 0:
             check(f"{title}: resumed, it finishes", False, r.stderr.strip()[-300:])
             return
@@ -132,7 +143,7 @@ def main():
         d = out(f"serial_{k}")
         p = start([a.serial, "train", *common, "--out", d])
         if stopped(title, p, lambda: p.pid, sig, d, base + k):
-            resumed_equal(title, d, [a.serial, "train"])
+            resumed_equal(title, d, [a.serial, "train"], how="auto" if k % 2 else "path")
 
     mpi = [a.mpiexec, "-n", "2", a.mpi, "train"]
     mpi_cases = [("dp 2, SIGTERM to one rank", "rank")] * 2 + [("dp 2, SIGTERM to mpiexec", "mpiexec")]
@@ -152,7 +163,7 @@ def main():
         # together (its cleanup resets their statuses: pmodels/mpich#7057), most often when it was signalled
         # itself: the record, the checkpoint and the resumed bits are checked either way.
         if stopped(title, p, target, signal.SIGTERM, d, base + 100 + k, statuses=(4, 0)):
-            resumed_equal(title, d, mpi)
+            resumed_equal(title, d, mpi, how="auto" if k % 2 == 0 else "path")
 
     # A second signal: at once, by the signal; the periodic checkpoint before it loads and resumes.
     d = out("twice")
@@ -171,11 +182,81 @@ def main():
           "finished)", p.returncode in (-signal.SIGTERM, 4) and waited < 10, f"exit {p.returncode} after {waited:.2f} s")
     resumed_equal("after the second signal, the checkpoint written before it", d, [a.serial, "train"])
 
+    # --resume auto when there is nothing to resume: a fresh start, in a new folder and over a run that wrote no
+    # checkpoint; and refusals (exit 2, one line, the folder as it was).
+    short = [*common, "--train.steps", "3"]
+    d = out("auto_new")
+    r = subprocess.run([a.serial, "train", *short, "--out", d, "--resume", "auto"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    check("--resume auto into a new folder: a fresh start that finishes",
+          r.returncode == 0 and "a fresh start" in r.stderr and len(records(d, "step")) == 3, r.stderr[-300:])
+    d = out("auto_no_checkpoint")
+    r = subprocess.run([a.serial, "train", *short, "--train.save_checkpoint", "false", "--out", d],
+                       capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run([a.serial, "train", *short, "--out", d, "--resume", "auto"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    check("--resume auto over a run that wrote no checkpoint: a fresh start over its files",
+          r.returncode == 0 and "wrote no checkpoint: a fresh start" in r.stderr and len(records(d, "step")) == 3,
+          r.stderr[-300:])
+
+    def refused(title, d, args, words):
+        before = sorted(os.listdir(d))
+        r = subprocess.run([a.serial, "train", *args, "--out", d, "--resume", "auto"], capture_output=True,
+                           text=True, env=env, timeout=300)
+        lines = [x for x in r.stderr.splitlines() if "error" in x]
+        check(title, r.returncode == 2 and len(lines) == 1 and words in lines[0] and sorted(os.listdir(d)) == before,
+              f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
+
+    d = out("auto_not_a_run")
+    os.makedirs(d)
+    with open(os.path.join(d, "notes.txt"), "w") as f:
+        f.write("not a run\n")
+    refused("--resume auto on a folder holding files but no run: refused", d, short, "holds files but no run")
+    d = out("auto_incomplete")
+    os.makedirs(d)
+    for name, text in (("run.json", '{"run_id": "0123456789abcdef"}'), ("checkpoint.bin.tmp.4242", "cut short")):
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+    refused("--resume auto on a run whose only checkpoint is incomplete: refused, naming it", d, short,
+            "checkpoint.bin.tmp.4242")
+    refused("--resume auto on another configuration's run: refused", out("serial_0"),
+            [*common, "--model.n_embd", "64"], "model.n_embd")
+
+    disk_full(check, a, common, env, out)
     print(f"note: the slowest stop took {worst[0]:.2f} s from the signal to the exit")
     if check.finish() == 0:
         shutil.rmtree(t.work, ignore_errors=True)
         return 0
     return 1
+
+
+def disk_full(check, a, common, env, out):
+    """A run folder on an 800 KiB tmpfs: the first checkpoint (510 KiB) fits, the second's temporary does not.
+    The save fails with one line (exit 1), the first checkpoint stays whole and resumes elsewhere."""
+    mnt = out("small_disk")
+    os.makedirs(mnt)
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=800k", "tmpfs", mnt], capture_output=True, text=True)
+    if m.returncode != 0:
+        print(f"note: skipped the full-disk case: cannot mount a tmpfs here ({m.stderr.strip()[:200]})")
+        return
+    try:
+        d = os.path.join(mnt, "run")
+        r = subprocess.run([a.serial, "train", *common, "--train.steps", "6", "--train.checkpoint_every", "2",
+                            "--out", d], capture_output=True, text=True, env=env, timeout=300)
+        errors = [x for x in r.stderr.splitlines() if "error" in x]
+        ck = load(os.path.join(d, "checkpoint.bin")) if os.path.exists(os.path.join(d, "checkpoint.bin")) else None
+        check("a full disk at the second save: exit 1, one line naming the checkpoint and the reason, the first "
+              "checkpoint whole", r.returncode == 1 and len(errors) == 1 and "No space left" in errors[0]
+              and ck is not None and ck.header.get("state.steps_done") == "2"
+              and not [x for x in os.listdir(d) if ".tmp" in x], f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
+        moved = out("moved_from_small_disk")
+        shutil.copytree(d, moved)
+    finally:
+        subprocess.run(["umount", mnt], capture_output=True)
+    r = subprocess.run([a.serial, "train", *common, "--train.steps", "6", "--out", moved, "--resume", "auto"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    check("... and that checkpoint resumes (--resume auto, on a disk with room) to the end", r.returncode == 0 and
+          [s["step"] for s in records(moved, "step")] == list(range(6)), r.stderr.strip()[-300:])
 
 
 def read_all(d):

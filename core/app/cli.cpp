@@ -39,7 +39,8 @@ const std::vector<Option>& options(const std::string& command) {
       {"config", "FILE", "YAML file of sections: model, data, train, optimizer, generate"},
       {"out", "DIR", "output directory [default: runs/<stage>-<UTC time>]"},
       {"resume", "CKPT", "continue the run of this training checkpoint (same curve as uninterrupted): in its own "
-                         "DIR (its earlier metrics are kept) or in an empty one"},
+                         "DIR (its earlier metrics are kept) or in an empty one. auto: DIR's checkpoint.bin if it "
+                         "has one, else a fresh start (a new or empty DIR, or a run that wrote no checkpoint)"},
       {"overwrite", "", "discard the run DIR holds (finished or interrupted): its files are removed once this "
                         "run's input has been checked"},
       {"hostfile", "FILE", "MPI: fail unless the job's ranks fit this MPICH hostfile"}};

@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -238,6 +239,14 @@ void write_atomically(const std::string& path, const std::vector<unsigned char>&
     std::remove(tmp.c_str());
     throw std::runtime_error(fmt::format("{}: writing checkpoint failed: {}", path, why));
   }
+  // The rename is durable once the folder is synced too (a crash after the
+  // return cannot bring back the old name's file).
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const bool synced = dfd >= 0 && ::fsync(dfd) == 0;
+  const std::string why = std::strerror(errno);
+  if (dfd >= 0) ::close(dfd);
+  if (!synced) throw std::runtime_error(fmt::format("{}: syncing its folder failed: {}", path, why));
 }
 
 }  // namespace

@@ -75,6 +75,47 @@ std::string read_run_id(const fs::path& file) {
 
 }  // namespace
 
+AutoResume resolve_auto_resume(const fs::path& out) {
+  AutoResume r;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(out, ec))) {
+    r.note = fmt::format("--resume auto: '{}' does not exist yet: a fresh start", out.string());
+    return r;
+  }
+  if (!fs::is_directory(out)) throw std::invalid_argument(fmt::format("--out: '{}' is not a directory", out.string()));
+  bool files = false, run = false, complete = false;
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    files = true;
+    if (!is_run_file(name)) continue;
+    run = true;
+    if (name == "checkpoint.bin") complete = true;
+    if (name.rfind("checkpoint.bin.tmp", 0) == 0) r.skipped.push_back(e.path().string());
+  }
+  std::sort(r.skipped.begin(), r.skipped.end());
+  std::string skipped;
+  for (const std::string& s : r.skipped) skipped += (skipped.empty() ? "" : ", ") + s;
+  if (complete) {
+    r.checkpoint = (out / "checkpoint.bin").string();
+    r.note = fmt::format("--resume auto: resuming from {}{}", r.checkpoint,
+                         skipped.empty() ? "" : fmt::format(" (not taken, incomplete: {})", skipped));
+  } else if (!r.skipped.empty()) {
+    throw std::invalid_argument(fmt::format(
+        "--resume auto: '{}' holds only incomplete checkpoints ({}): an interrupted save; remove them to start "
+        "afresh, or --resume a complete checkpoint", out.string(), skipped));
+  } else if (run) {
+    r.replace = true;
+    r.note = fmt::format("--resume auto: the run in '{}' wrote no checkpoint: a fresh start over its files",
+                         out.string());
+  } else if (files) {
+    throw std::invalid_argument(fmt::format("--resume auto: '{}' holds files but no run; give an empty or new "
+                                            "folder, or a run's folder", out.string()));
+  } else {
+    r.note = fmt::format("--resume auto: '{}' is empty: a fresh start", out.string());
+  }
+  return r;
+}
+
 std::string new_run_id() {
   std::random_device rd;
   const uint64_t x = (static_cast<uint64_t>(rd()) << 32) ^ rd();

@@ -60,6 +60,26 @@ class RunDirectory {
   std::string run_id_;
 };
 
+// `--resume auto` (issue 43): what the folder `out` holds decides, before
+// anything is written:
+//   missing or empty                       a fresh start;
+//   a run with its checkpoint.bin          resume from it (checkpoints are
+//                                          renamed into place only once
+//                                          written: it is complete); the
+//                                          temporaries of an interrupted save
+//                                          beside it are named and not taken;
+//   a run that wrote no checkpoint         a fresh start over its files (as
+//                                          --overwrite);
+// and std::invalid_argument (exit 2), naming the folder, for files but no
+// run, or a run whose only checkpoints are incomplete temporaries.
+struct AutoResume {
+  std::string checkpoint;            // to resume from; "" for a fresh start
+  bool replace = false;              // a fresh start over an earlier attempt's files
+  std::vector<std::string> skipped;  // incomplete checkpoints, not taken
+  std::string note;                  // one line for the log: what was decided and why
+};
+AutoResume resolve_auto_resume(const std::filesystem::path& out);
+
 // A fresh random run id (16 hex digits).
 std::string new_run_id();
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <thread>
 #include <type_traits>
 
@@ -497,9 +498,42 @@ RunLayout checked_request(const TrainRequest& req, const StageContext& ctx, Comm
 }
 }  // namespace
 
+// `--resume auto` made a path or a fresh start (run_dir.h resolve_auto_resume),
+// decided by rank 0 from what the folder holds and sent to every rank, so
+// that all resume or all start afresh (a refusal is every rank's, exit 2).
+// Returns the log's note ("" when the request did not say auto).
+std::string resolve_auto(TrainRequest& req, Communicator& comm) {
+  if (req.resume != "auto") return "";
+  std::string text;  // "<0|1 refused>\n<replace 0|1>\n<checkpoint>\n<note or refusal>"
+  if (comm.rank() == 0) {
+    try {
+      const AutoResume r = resolve_auto_resume(req.out_dir);
+      text = fmt::format("0\n{}\n{}\n{}", r.replace ? 1 : 0, r.checkpoint, r.note);
+    } catch (const std::invalid_argument& e) {
+      text = fmt::format("1\n0\n\n{}", e.what());
+    }
+  }
+  uint64_t n = text.size();
+  comm.broadcast(&n, sizeof n, 0);
+  text.resize(n);
+  comm.broadcast(text.data(), n, 0);
+  std::istringstream in(text);
+  std::string refused, replace, checkpoint, note;
+  std::getline(in, refused);
+  std::getline(in, replace);
+  std::getline(in, checkpoint);
+  std::getline(in, note, '\0');
+  if (refused == "1") throw std::invalid_argument(note);
+  req.overwrite = replace == "1";
+  req.resume = checkpoint;
+  return note;
+}
+
 // Takes the request's run directory: new, resumed or overwritten (its
-// --config file is never taken for one of the run's files).
-void claim_run_dir(RunLogger& log, const TrainRequest& req) {
+// --config file is never taken for one of the run's files), `--resume auto`
+// first made a path or a fresh start.
+void claim_run_dir(RunLogger& log, TrainRequest& req, Communicator& comm) {
+  if (const std::string note = resolve_auto(req, comm); !note.empty()) log.note(note);
   std::vector<fs::path> inputs;
   if (!req.config_file.empty()) inputs.push_back(req.config_file);
   log.claim(req.out_dir,
@@ -532,7 +566,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   const int threads = resolve_threads(c.train.threads);
   // Make: the run directory, the grid, the state, the layout.
   RunLogger log(ctx.stage, comm.rank() == 0);
-  claim_run_dir(log, req);
+  claim_run_dir(log, req, comm);
   check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
   ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp);
   const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, threads, 0, grid);
