@@ -17,7 +17,11 @@ every step exactly once:
     its record, its checkpoint and the resumed bits;
   * a second SIGTERM ends the process at once (killed by the signal), and
     the checkpoint written before it still loads and resumes.
-Each stop is within 10 s of the signal (the worst is printed). Half the
+Each stop is within 10 s of the signal (the worst is printed). SIGKILL at
+random moments of one rank of 2 (10 tries) and 4 (5), and of a serial run
+(5), each checkpointing every 2 steps so that many kills land mid-save:
+the job ends within 10 s, non-zero, no process left, and --resume auto
+finishes with the uninterrupted run's bits. Half the
 resumptions use `--resume auto`, which also starts afresh in a new folder
 and over a run that wrote no checkpoint, and refuses (exit 2, one line, the
 folder unchanged) a folder of files but no run, a run whose only checkpoint
@@ -68,23 +72,7 @@ def main():
 
     def rank_pids(p):
         """The stage program's processes under mpiexec (its descendants)."""
-        parent, cmds = {}, {}
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmds[int(pid)] = f.read().split(b"\0")
-                with open(f"/proc/{pid}/stat") as f:
-                    parent[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-
-        def under(x):
-            while x in parent and x > 1:
-                if x == p.pid:
-                    return True
-                x = parent[x]
-            return False
-        return sorted(x for x, c in cmds.items() if c and c[0].endswith(b"/mpi") and b"train" in c and under(x))
+        return processes_under(p.pid)
 
     def stopped(title, p, target, sig, d, seed, statuses=(4,)):
         """Signals `target` once `d` shows a few steps; the run must exit with one of `statuses` within 10 s,
@@ -223,11 +211,102 @@ def main():
             [*common, "--model.n_embd", "64"], "model.n_embd")
 
     disk_full(check, a, common, env, out)
+    killed(check, t, common, env, out, base)
     print(f"note: the slowest stop took {worst[0]:.2f} s from the signal to the exit")
     if check.finish() == 0:
         shutil.rmtree(t.work, ignore_errors=True)
         return 0
     return 1
+
+
+KILL_STEPS = 120
+
+
+def killed(check, t, common, env, out, base):
+    """SIGKILL at random moments (10 tries on dp 2, 5 on dp 4, 5 serial) of a run that checkpoints every 2
+    steps (so many kills land mid-save): the job ends within 10 s with a non-zero status and no process
+    left, the folder's checkpoint is complete, and --resume auto finishes with the uninterrupted run's bits."""
+    a = t.a
+    args = [*common, "--train.steps", str(KILL_STEPS), "--train.checkpoint_every", "2"]
+    ref = out("kill_reference")
+    r = subprocess.run([a.serial, "train", *args, "--out", ref], capture_output=True, text=True, env=env,
+                       timeout=300)
+    check("the uninterrupted run of the kill cases", r.returncode == 0, r.stderr.strip()[-300:])
+    if r.returncode != 0:
+        return
+    want = load(os.path.join(ref, "checkpoint.bin"))
+    slowest, skipped, mid_save = 0.0, 0, 0
+    for ranks, tries in ((2, 10), (4, 5), (0, 5)):
+        for k in range(tries):
+            seed = base + 1000 * (ranks + 1) + k
+            rnd = random.Random(seed)
+            d = out(f"killed_{ranks}_{k}")
+            cmd = [t.a.mpiexec, "-n", str(ranks), a.mpi, "train"] if ranks else [a.serial, "train"]
+            p = subprocess.Popen([*cmd, *args, "--out", d], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=env, start_new_session=True)
+            deadline = time.time() + 60
+            target_step = rnd.randint(2, KILL_STEPS - 10)
+            while time.time() < deadline and p.poll() is None and steps_in(d) < target_step:
+                time.sleep(0.005)
+            pids = processes_under(p.pid) if ranks else [p.pid]
+            title = f"SIGKILL of {'one rank of ' + str(ranks) if ranks else 'a serial run'} (seed {seed})"
+            if p.poll() is not None or not pids:
+                check(f"{title}: running when killed", False, f"exit {p.returncode}")
+                continue
+            os.kill(rnd.choice(pids), signal.SIGKILL)
+            t0 = time.time()
+            try:
+                p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+            waited = time.time() - t0
+            slowest = max(slowest, waited)
+            left = processes_under(p.pid)
+            ck_path = os.path.join(d, "checkpoint.bin")
+            if not os.path.exists(ck_path):  # killed before its first save: nothing to resume
+                skipped += 1
+                continue
+            mid_save += any(".tmp" in x for x in os.listdir(d))
+            r = subprocess.run([*cmd, *args, "--out", d, "--resume", "auto"], capture_output=True, text=True,
+                               env=env, timeout=300)
+            got = load(ck_path) if r.returncode == 0 else None
+            check(f"{title}: ended in {waited:.2f} s (< 10) with status {p.returncode} (non-zero), no process left; "
+                  "--resume auto ends with the uninterrupted run's bits",
+                  p.returncode != 0 and waited < 10 and not left and got is not None and got.params == want.params
+                  and got.m == want.m and got.v == want.v, f"left {left}; {r.stderr.strip()[-300:]}")
+    print(f"note: the slowest end after a SIGKILL took {slowest:.2f} s; {mid_save} kills landed mid-save (a "
+          f"temporary left beside the checkpoint); {skipped} came before the first checkpoint")
+
+
+def steps_in(d):
+    try:
+        with open(os.path.join(d, "metrics.jsonl.partial")) as f:
+            return sum(1 for line in f if '"event":"step"' in line)
+    except OSError:
+        return 0
+
+
+def processes_under(root):
+    """The stage programs (mpi or serial train) that descend from process `root`."""
+    parent, cmds = {}, {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmds[int(pid)] = f.read().split(b"\0")
+            with open(f"/proc/{pid}/stat") as f:
+                parent[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+
+    def under(x):
+        while x in parent and x > 1:
+            if x == root:
+                return True
+            x = parent[x]
+        return False
+    return sorted(x for x, c in cmds.items() if c and c[0].endswith((b"/mpi", b"/serial")) and b"train" in c
+                  and under(x) and x != root)
 
 
 def disk_full(check, a, common, env, out):
