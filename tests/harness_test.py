@@ -30,7 +30,7 @@ import time
 
 from checks import TEST_TAG, Checks, tagged_processes
 
-RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,variant,config_digest,seed,status,reason,"
+RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,variant,config_digest,seed,status,reason,attempts,"
                 "training_s,inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,mfu,params,"
                 "activation_bytes,tp_calls,tp_bytes,"
                 "dp_calls,dp_bytes,formula_tp_calls,formula_tp_bytes,formula_dp_calls,formula_dp_bytes,git_commit,"
@@ -507,7 +507,8 @@ def compare_checks(work, a_harness, env, check):
             for k, (stage, ranks, t) in enumerate(rows):
                 row = dict.fromkeys(RUNS_COLUMNS, "")
                 row.update(experiment="x", run_id=f"{stage}-{ranks}-{k}", stage=stage, ranks=str(ranks), threads="1",
-                           repetition=str(k), tp="1", seed="1", status="ok", training_s=str(t), steps="10")
+                           repetition=str(k), tp="1", seed="1", status="ok", attempts="1", training_s=str(t),
+                           steps="10")
                 w.writerow([row[c] for c in RUNS_COLUMNS])
         return d
     a = write("cmp_a", [("serial", 1, t) for t in (1.0, 1.1, 0.9)] + [("mpi", 2, 0.5)])
@@ -756,6 +757,85 @@ def bad_places_checks(work, exps, a, env, check):
               f"exit {r.returncode}: {r.stderr[-300:]}")
 
 
+RESUME = """name: resume
+base: ../configs/original.yaml
+config:
+  model.block_size: 32
+  model.n_layer: 2
+  model.n_head: 2
+  model.n_embd: 32
+  train.batch_size: 4
+  train.seq_len: 32
+  train.steps: 3000
+  train.checkpoint_every: 50
+  train.eval_every: 0
+  train.peak_gflops: 10
+  train.deterministic: true
+  generate.max_new_tokens: 0
+reports: [table1]
+timeout_s: 300
+checkpoints: true
+runs:
+  - stage: serial
+    threads: 1
+"""
+
+
+def resume_checks(exps, results, reports, a, env, check):
+    """Issue 43: the harness killed while a run trains, then run again: the run continues from its
+    checkpoint (attempt 2, every step recorded once, the uninterrupted run's final state), the report
+    complete. And --retries: a run that fails after a checkpoint is attempted again, each attempt resuming."""
+    with open(os.path.join(exps, "resume.yaml"), "w") as f:
+        f.write(RESUME)
+    cmd = [a.harness, "run", os.path.join(exps, "resume.yaml"), "--results", results, "--reports", reports]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
+    res = os.path.join(results, "resume")
+    deadline = time.time() + 120
+
+    def checkpointed():
+        if not os.path.isdir(res):
+            return False
+        return any(d.endswith(".attempt") and os.path.exists(os.path.join(res, d, "checkpoint.bin"))
+                   for d in os.listdir(res))
+    while time.time() < deadline and p.poll() is None and not checkpointed():
+        time.sleep(0.02)
+    if p.poll() is not None:
+        check("the harness is still running when its run has a checkpoint (to be killed)", False,
+              p.stderr.read()[-600:])
+        return
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    time.sleep(0.5)  # the run in the harness's group is gone with it
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    _, rows_ = rows(os.path.join(res, "runs.csv"))
+    run_dir = os.path.join(res, rows_[0]["run_id"]) if rows_ else ""
+    log = open(os.path.join(run_dir, "log.txt")).read() if run_dir and os.path.exists(os.path.join(run_dir, "log.txt")) else ""
+    steps = []
+    if run_dir and os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            steps = [json.loads(x)["step"] for x in f if '"event":"step"' in x]
+    check("the harness killed mid-run, run again: the run resumes from its checkpoint (attempt 2), every step "
+          "recorded once, the report complete",
+          r.returncode == 0 and "attempt 2, continuing the last" in r.stderr and "--resume auto: resuming from" in log
+          and steps == list(range(3000)) and rows_ and rows_[0]["status"] == "ok" and rows_[0]["attempts"] == "2"
+          and os.path.exists(os.path.join(reports, "resume", "table1.md")),
+          f"exit {r.returncode}, rows {rows_[:1]}, steps {len(steps)}: {r.stderr[-600:]}")
+    # --retries: a run that fails at step 30 (after its step-20 checkpoint) is attempted 3 times, each resuming.
+    with open(os.path.join(exps, "resume.yaml"), "w") as f:
+        f.write(RESUME.replace("name: resume", "name: retries").replace("train.steps: 3000", "train.steps: 40")
+                .replace("train.checkpoint_every: 50", "train.checkpoint_every: 20")
+                + "    config: {debug.fail_rank: 0, debug.fail_step: 30}\n")
+    r = subprocess.run([*cmd, "--retries", "2"], capture_output=True, text=True, env=env, timeout=300)
+    _, rows_ = rows(os.path.join(results, "retries", "runs.csv"))
+    check("--retries 2: a run failing after a checkpoint is attempted 3 times, each resuming it; failed, attempts 3",
+          r.returncode == 1 and r.stderr.count("continuing the last") == 2 and rows_
+          and rows_[0]["status"] == "failed" and rows_[0]["attempts"] == "3", f"rows {rows_[:1]}: {r.stderr[-600:]}")
+    r = subprocess.run([*cmd, "--retries", "-1"], capture_output=True, text=True, env=env, timeout=60)
+    check("--retries -1 is refused", r.returncode == 2 and "--retries" in r.stderr, r.stderr[-300:])
+    os.remove(os.path.join(exps, "resume.yaml"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--harness", required=True)
@@ -942,6 +1022,8 @@ def main():
     os.remove(os.path.join(exps, "reps.yaml"))
     # 6d. No process of a run outlives it, however the run or the harness ends.
     leftover_checks(smoke, exps, results, a, work, env, check)
+    # 6e. A run the harness was killed in resumes from its checkpoint; --retries resumes a failing run.
+    resume_checks(exps, results, reports, a, env, check)
 
     # 7. Bad experiment files: one clear error each, before anything runs.
     bad = {

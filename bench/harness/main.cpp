@@ -51,14 +51,17 @@ namespace {
 const char* kHelp = R"(harness: run experiments over the GPT-2 stages and report them.
 
 usage:
-  harness run EXPERIMENT.yaml [--force] [--quiet] [--set KEY=VALUE,...] [--results DIR] [--reports DIR] [--build DIR]
+  harness run EXPERIMENT.yaml [--force] [--retries N] [--quiet] [--set KEY=VALUE,...] [--results DIR] [--reports DIR]
+             [--build DIR]
       Runs every job of the experiment (reusing completed ones unless --force),
+      continuing a training run that was interrupted, preempted or failed from
+      its checkpoint (--resume auto), and up to N more times (--retries N),
       writes DIR/<experiment>/<job-id>/ for each and the experiment's index
       (runs.csv and loss.csv, programs.csv or jobs.csv), then the reports.
       While a stage trains, a progress line follows its metrics stream (step,
       loss, tokens/s, time left): rewritten in place on a terminal, one line
       per run otherwise; --quiet prints none.
-      Exit status: 0 all jobs ok or skipped, 1 a job failed, 2 bad input
+      Exit status: 0 all jobs ok or skipped, 1 a job failed or was preempted, 2 bad input
       (nothing is run). --set overrides a configuration key in every run of a
       stages experiment (after the experiment's own settings); an experiment
       whose `needs:` names a key not set this way is skipped, and its report
@@ -122,6 +125,7 @@ struct Args {
   std::string results, reports, build, experiments;  // "" = the default
   std::vector<std::string> set;                       // --set KEY=VALUE,...
   bool force = false;
+  int retries = 0;         // run: more attempts of a failed or preempted training run, each resuming the last
   bool overwrite = false;  // compare: --out may be an existing folder
   bool quiet = false;
   bool help = false;
@@ -131,6 +135,8 @@ Args parse(int argc, char** argv) {
   Args a;
   gpt2::Fields f;
   f.add("force", a.force, "rerun completed jobs");
+  f.add("retries", a.retries, "run: attempt a failed or preempted training run up to N more times, each resuming "
+        "the last one's checkpoint (0-100)", "N");
   f.add("quiet", a.quiet, "no live progress line while a run trains");
   f.add("results", a.results, "results folder", "path");
   f.add("reports", a.reports, "reports folder", "path");
@@ -204,6 +210,7 @@ fs::path experiment_file(const std::string& target, const fs::path& experiments_
 struct Places {
   fs::path build, results, reports, repo;
   std::string build_id;
+  int retries = 0;  // --retries
 };
 
 // An experiment of any kind, loaded and validated: what list, run and report need of it.
@@ -231,7 +238,8 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver, co
                    fmt::print(stderr, "{}: skipped: this experiment {}\n", ex->name, ex->skip_reason);
                    return 0;
                  }
-                 return run_experiment(*ex, RunnerOptions{child_of(at.results, ex->name), at.build / "stages", force});
+                 return run_experiment(*ex,
+                                       RunnerOptions{child_of(at.results, ex->name), at.build / "stages", force, at.retries});
                },
                [ex, at](const std::string& cmd) {
                  ReportSpec spec{ex->name, ex->description, ex->reports, child_of(at.results, ex->name),
@@ -323,6 +331,10 @@ int run(int argc, char** argv) {
   }
   set_progress_mode(default_progress_mode(a.quiet));
   Places at;
+  if (a.retries < 0 || a.retries > 100) {
+    throw std::invalid_argument(fmt::format("--retries: {} is not an attempt count from 0 to 100", a.retries));
+  }
+  at.retries = a.retries;
   at.build = opt_path(a.build, default_build());
   at.build_id = gpt2::build_info().git_commit;
   ConfigResolver resolver(at.build / "stages" / "serial");

@@ -221,7 +221,8 @@ const std::vector<Column<RunRow>>& runs_schema() {
       col("pipeline", &RunRow::pipeline, true),
       col("variant", &RunRow::variant, true), col("config_digest", &RunRow::config_digest, true),
       col("seed", &RunRow::seed),             col("status", &RunRow::status),
-      col("reason", &RunRow::reason),         // the counters (run_counters()) go here
+      col("reason", &RunRow::reason),         col("attempts", &RunRow::attempts, true),
+      // the counters (run_counters()) go here
       col("git_commit", &RunRow::git_commit), col("git_dirty", &RunRow::git_dirty),
       col("build_type", &RunRow::build_type), col("compiler", &RunRow::compiler),
       col("cpu", &RunRow::cpu),               col("cores", &RunRow::cores),
@@ -276,8 +277,9 @@ std::vector<RunRow> read_runs_csv(const fs::path& path) {
       throw std::runtime_error(fmt::format("{}: row {}: tp {} does not divide ranks {}", path.string(), k + 1, r.tp,
                                            r.ranks));
     }
-    if (r.status != "ok" && r.status != "failed" && r.status != "skipped" && r.status != "not run") {
-      throw std::runtime_error(fmt::format("{}: row {}: status '{}' is not one of ok, failed, skipped, not run",
+    if (r.status != "ok" && r.status != "failed" && r.status != "preempted" && r.status != "skipped" &&
+        r.status != "not run") {
+      throw std::runtime_error(fmt::format("{}: row {}: status '{}' is not one of ok, failed, preempted, skipped, not run",
                                            path.string(), k + 1, r.status));
     }
   }

@@ -68,7 +68,8 @@ struct RunRow {
   // Since the hostile-input issue (optional): the resolved configuration's
   // digest but train.seed (runner/experiment.h); "" in older files.
   std::string config_digest;
-  std::string status, reason;  // ok | failed | skipped | not run (planned, no attempt recorded), and why
+  std::string status, reason;  // ok | failed | preempted | skipped | not run (planned, no attempt recorded), and why
+  int attempts = 1;            // since the faults issue (optional): the attempts the run took (resumed, retried)
   Counters counters;
   std::optional<double> get(const std::string& counter) const { return counters.get(counter); }
   // Provenance: the run's own when it completed, else the harness's.

@@ -59,7 +59,7 @@ std::optional<Status> read_status(const fs::path& dir) {
     const std::optional<Json> j = read_json_file(dir / "status.json");
     if (!j) return std::nullopt;
     return Status{j->at("status").get<std::string>(), j->value("reason", ""), j->value("seconds", 0.0),
-                  j->value("date", ""), j->value("build", "")};
+                  j->value("date", ""), j->value("build", ""), j->value("attempts", 1)};
   } catch (const std::exception&) {
     return std::nullopt;  // unreadable (a half-written file from another tool): the job is not done
   }
@@ -67,7 +67,7 @@ std::optional<Status> read_status(const fs::path& dir) {
 
 void write_status(const fs::path& dir, const Status& s) {
   const Json j{{"status", s.status}, {"reason", s.reason}, {"seconds", round_fixed(s.seconds, 3)}, {"date", s.date},
-               {"build", s.build}};
+               {"build", s.build}, {"attempts", s.attempts}};
   write_file_atomically(dir / "status.json", json_text(j) + "\n");
 }
 
@@ -92,6 +92,9 @@ Status status_of_exit(int rc, const fs::path& log, double timeout_s) {
   if (rc == 0) return Status{"ok", "", 0, ""};
   if (rc == -1) return Status{"failed", fmt::format("timed out after {:.0f} s (timeout_s)", timeout_s), 0, ""};
   std::string why = error_from_log(log);
+  if (rc == kExitPreempted) {  // stopped for a signal, its checkpoint written: the next attempt resumes it
+    return Status{"preempted", "stopped by a signal after writing its checkpoint; the next run resumes it", 0, ""};
+  }
   if (rc == kExitUnavailable) {  // this machine lacks what the program needs (a GPU, say)
     if (why.empty()) why = last_line_of(log);
     return Status{"skipped", why.empty() ? "the program cannot run on this machine (exit status 3)" : why, 0, ""};
@@ -99,8 +102,51 @@ Status status_of_exit(int rc, const fs::path& log, double timeout_s) {
   return Status{"failed", why.empty() ? fmt::format("exit status {} (see log.txt)", rc) : why, 0, ""};
 }
 
+namespace {
+
+// The directory an attempt runs in. A resumable job continues what is there:
+// an interrupted attempt's directory as it was, or a failed or preempted
+// run's, moved there; any other job (or none of those) gets a new, empty one.
+// Returns the attempts the new one continues (0: none).
+int prepare_attempt(const Job& job, const fs::path& dir, const fs::path& attempt, const std::optional<Status>& prev) {
+  std::error_code ec;
+  if (job.resumable && fs::is_directory(attempt, ec) && !fs::is_empty(attempt, ec)) {
+    const std::optional<Status> moved = read_status(attempt);  // a failed run's, itself then interrupted
+    return (moved ? moved->attempts : 0) + 1;
+  }
+  fs::remove_all(attempt);  // nothing stale from an interrupted attempt
+  if (job.resumable && prev && (prev->status == "failed" || prev->status == "preempted")) {
+    fs::rename(dir, attempt);
+    return prev->attempts;
+  }
+  fs::create_directories(attempt);
+  return 0;
+}
+
+// One attempt of `job` in its attempt directory, its status returned (seconds and attempts filled in).
+Status run_attempt(const Job& job, const fs::path& attempt, const std::string& title, int earlier) {
+  if (!job.settings.is_null()) write_file_atomically(attempt / "job.json", json_text(job.settings, 1) + "\n");
+  Status st{"skipped", job.unavailable, 0, ""};
+  if (job.unavailable.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    progress_begin(title);
+    try {
+      st = job.run(attempt);
+    } catch (...) {
+      progress_end();
+      throw;
+    }
+    progress_end();
+    st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  st.attempts = earlier + 1;
+  return st;
+}
+
+}  // namespace
+
 int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool force, const std::string& build,
-             const std::function<void()>& after_commit) {
+             const std::function<void()>& after_commit, int retries) {
   fs::create_directories(results_dir);
   // One harness at a time per results folder: two at once would interleave
   // their attempts and indexes. Released when this returns (or the process ends).
@@ -110,7 +156,7 @@ int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool for
   for (size_t index = 1; index <= total; ++index) {
     const Job& job = jobs[index - 1];
     const fs::path dir = results_dir / job.id;
-    const std::optional<Status> prev = read_status(dir);
+    std::optional<Status> prev = read_status(dir);
     const bool done = prev && prev->status == "ok";
     if (done && !force && prev->build == build) {
       fmt::print(stderr, "[{}/{}] {}: done earlier, reused\n", index, total, job.id);
@@ -120,34 +166,28 @@ int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool for
       fmt::print(stderr, "[{}/{}] {}: done earlier by another build ({}), rerun; kept until this run completes\n",
                  index, total, job.id, prev->build.empty() ? "not recorded" : prev->build);
     }
-    fmt::print(stderr, "[{}/{}] {}: running ({})...\n", index, total, job.id, job.plan);
-    const fs::path attempt = attempt_dir(dir);
-    fs::remove_all(attempt);  // nothing stale from an interrupted attempt
-    fs::create_directories(attempt);
-    if (!job.settings.is_null()) write_file_atomically(attempt / "job.json", json_text(job.settings, 1) + "\n");
-    Status st{"skipped", job.unavailable, 0, ""};
-    if (job.unavailable.empty()) {
-      const auto t0 = std::chrono::steady_clock::now();
-      progress_begin(fmt::format("[{}/{}] {}", index, total, job.id));
-      try {
-        st = job.run(attempt);
-      } catch (...) {
-        progress_end();
-        throw;
+    Status st;
+    for (int retry = 0;; ++retry) {
+      const fs::path attempt = attempt_dir(dir);
+      const int earlier = prepare_attempt(job, dir, attempt, prev);
+      fmt::print(stderr, "[{}/{}] {}: {} ({})...\n", index, total, job.id,
+                 earlier > 0 ? fmt::format("attempt {}, continuing the last", earlier + 1) : std::string("running"),
+                 job.plan);
+      st = run_attempt(job, attempt, fmt::format("[{}/{}] {}", index, total, job.id), earlier);
+      st.build = build;
+      if (!commit_attempt(dir, st, prev)) {
+        fmt::print(stderr, "[{}/{}] {}: this attempt {} ({}); the earlier completed run is kept, the attempt is in {}\n",
+                   index, total, job.id, st.status, st.reason, dir.string() + ".last-attempt");
+        break;
       }
-      progress_end();
-      st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (after_commit) after_commit();
+      fmt::print(stderr, "[{}/{}] {}: {}{} ({:.1f} s)\n", index, total, job.id, st.status,
+                 st.reason.empty() ? "" : ": " + st.reason, st.seconds);
+      const bool again = job.resumable && retry < retries && (st.status == "failed" || st.status == "preempted");
+      if (!again) break;
+      prev = read_status(dir);
     }
-    if (st.status == "failed") ++failed;
-    st.build = build;
-    if (!commit_attempt(dir, st, prev)) {
-      fmt::print(stderr, "[{}/{}] {}: this attempt {} ({}); the earlier completed run is kept, the attempt is in {}\n",
-                 index, total, job.id, st.status, st.reason, dir.string() + ".last-attempt");
-      continue;
-    }
-    if (after_commit) after_commit();
-    fmt::print(stderr, "[{}/{}] {}: {}{} ({:.1f} s)\n", index, total, job.id, st.status,
-               st.reason.empty() ? "" : ": " + st.reason, st.seconds);
+    if (st.status == "failed" || st.status == "preempted") ++failed;
   }
   return failed;
 }

@@ -33,6 +33,7 @@ struct Status {
   double seconds = 0;
   std::string date;
   std::string build = {};  // programs_identity of the programs that made it ("" in older results)
+  int attempts = 1;        // the attempts it took (a resumable job resumed or retried adds one each)
 };
 // nullopt when there is none or it cannot be read (the job is not done).
 std::optional<Status> read_status(const std::filesystem::path& dir);
@@ -70,18 +71,24 @@ struct Job {
   std::string plan;         // shown before it runs, e.g. "50 steps, timeout 3600 s"
   std::string unavailable;  // why it cannot run here: recorded as skipped, not run ("" if it can run)
   Json settings;            // what the job is, written as job.json into its directory (skipped or not); null: none
-  // Runs the job into `dir` (an empty attempt directory) and returns its status.
+  // Runs the job into `dir` (an empty attempt directory, or for a resumable
+  // job the earlier attempt's files) and returns its status.
   std::function<Status(const std::filesystem::path& dir)> run;
+  // The job's program continues what an earlier attempt left (a stage run:
+  // its checkpoint, with --resume auto): an interrupted attempt's directory,
+  // or a failed or preempted run's, is kept for it instead of emptied.
+  bool resumable = false;
 };
 
 // Runs (or reuses) every job into results_dir/<id>, printing a progress line
 // before and after each; `build` (programs_identity) is recorded in each
 // status.json, and a done job recorded with another is rerun. `after_commit`
 // runs after each attempt put in place (to rewrite an index, so an
-// interruption loses nothing recorded). Returns the number of jobs whose
-// attempt failed.
+// interruption loses nothing recorded). A failed or preempted resumable job
+// is attempted up to `retries` more times, each continuing the last.
+// Returns the number of jobs whose last attempt failed.
 int run_jobs(const std::vector<Job>& jobs, const std::filesystem::path& results_dir, bool force,
-             const std::string& build, const std::function<void()>& after_commit = {});
+             const std::string& build, const std::function<void()>& after_commit = {}, int retries = 0);
 
 // The commands of one job, run one after another with their output appended
 // to the job's log.txt, within the job's time limit as a whole.

@@ -19,6 +19,9 @@ namespace gpt2::harness {
 // A program that cannot run on this machine (no CUDA device, say) exits with
 // this status; the harness records it as skipped, not failed.
 inline constexpr int kExitUnavailable = 3;
+// The stage program stopped for a signal after writing its checkpoint
+// (train/preemption.h's kExitPreempted): the run is resumable.
+inline constexpr int kExitPreempted = 4;
 
 // Every process a launch starts, and everything those start (mpiexec's
 // proxies and ranks included), carries this variable in its environment,

@@ -51,8 +51,11 @@ std::vector<std::string> stage_train_command(const std::string& stage, const fs:
     argv = {"mpiexec", "-n", std::to_string(ranks)};
     if (!hostfile.empty()) argv.insert(argv.end(), {"-f", hostfile});
   }
-  argv.insert(argv.end(),
-              {program.string(), "train", "--config", run_yaml.string(), "--out", out_dir.string(), "--overwrite"});
+  std::error_code ec;
+  const bool resume = fs::is_regular_file(out_dir / "checkpoint.bin", ec);
+  argv.insert(argv.end(), {program.string(), "train", "--config", run_yaml.string(), "--out", out_dir.string(),
+                           resume ? "--resume" : "--overwrite"});
+  if (resume) argv.push_back("auto");
   if (!hostfile.empty()) argv.insert(argv.end(), {"--hostfile", hostfile});
   return argv;
 }
@@ -158,6 +161,7 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
   RunRow row = planned_row(experiment, r);
   row.status = st.status;
   row.reason = st.reason;
+  row.attempts = st.attempts;
   // Provenance: the run's own when it completed, else this machine's and
   // build's, and the time of the attempt; the BLAS kernel and the backend are
   // the run's to name (the harness runs no kernels), so they stay empty.
@@ -262,10 +266,11 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
                          }
                          return st;
                        }});
+    jobs.back().resumable = true;  // an interrupted or preempted attempt continues from its checkpoint
   }
   // runs.csv after every run: an interruption loses nothing recorded.
   const int failed = run_jobs(jobs, opt.results_dir, opt.force, programs_identity(opt.stages_dir),
-                              [&] { write_results_csv(ex, opt.results_dir); });
+                              [&] { write_results_csv(ex, opt.results_dir); }, opt.retries);
   write_results_csv(ex, opt.results_dir);
   return failed;
 }

@@ -31,7 +31,9 @@ struct Availability {
 Availability stage_availability(const std::string& stage, const std::filesystem::path& stages_dir);
 
 // The command line of one training run of `stage` (under mpiexec for the MPI
-// stages), given run.yaml, writing into out_dir.
+// stages), given run.yaml, writing into out_dir: a fresh run (--overwrite),
+// or, when out_dir holds an earlier attempt's checkpoint, its continuation
+// (--resume auto).
 std::vector<std::string> stage_train_command(const std::string& stage, const std::filesystem::path& program, int ranks,
                                              const std::string& hostfile, const std::filesystem::path& run_yaml,
                                              const std::filesystem::path& out_dir);
@@ -40,6 +42,7 @@ struct RunnerOptions {
   std::filesystem::path results_dir;  // results/<experiment>
   std::filesystem::path stages_dir;   // where the stage programs are
   bool force = false;                 // rerun completed runs
+  int retries = 0;                    // attempts after a failed or preempted one (each resumes its checkpoint)
 };
 
 // Runs (or reuses) every run, then writes runs.csv and loss.csv.
