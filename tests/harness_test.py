@@ -757,16 +757,12 @@ def bad_places_checks(work, exps, a, env, check):
               f"exit {r.returncode}: {r.stderr[-300:]}")
 
 
+# The tiny model of the pipeline smoke experiment (PP_SMOKE's config block, up to its steps).
+TINY = PP_SMOKE.split("config:\n", 1)[1].split("  train.steps", 1)[0]
 RESUME = """name: resume
 base: ../configs/original.yaml
 config:
-  model.block_size: 32
-  model.n_layer: 2
-  model.n_head: 2
-  model.n_embd: 32
-  train.batch_size: 4
-  train.seq_len: 32
-  train.steps: 3000
+""" + TINY + """  train.steps: 3000
   train.checkpoint_every: 50
   train.eval_every: 0
   train.peak_gflops: 10
