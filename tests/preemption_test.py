@@ -32,6 +32,7 @@ with one line and leaves the checkpoint before it whole and resumable.
 usage: preemption_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
+import json
 import os
 import random
 import shutil
@@ -57,39 +58,15 @@ def main():
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                 start_new_session=True)
 
-    def steps_logged(d):
-        path = os.path.join(d, "metrics.jsonl.partial")
-        try:
-            with open(path) as f:
-                return sum(1 for line in f if '"event":"step"' in line)
-        except OSError:
-            return 0
-
-    def wait_for_steps(p, d, n, limit=60):
-        deadline = time.time() + limit
-        while time.time() < deadline and p.poll() is None and steps_logged(d) < n:
-            time.sleep(0.01)
-
-    def rank_pids(p):
-        """The stage program's processes under mpiexec (its descendants)."""
-        return processes_under(p.pid)
-
     def stopped(title, p, target, sig, d, seed, statuses=(4,)):
         """Signals `target` once `d` shows a few steps; the run must exit with one of `statuses` within 10 s,
         its checkpoint at the step the preempted record names."""
-        random.seed(seed)
-        wait_for_steps(p, d, random.randint(3, 120))
+        wait_for_steps(p, d, random.Random(seed).randint(3, 120))
         if p.poll() is not None:
             check(f"{title} (seed {seed}): still running when signalled", False, p.stderr.read()[-300:])
             return False
         os.kill(target(), sig)
-        t0 = time.time()
-        try:
-            _, err = p.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            _, err = p.communicate()
-        waited = time.time() - t0
+        err, waited = wait_end(p)
         worst[0] = max(worst[0], waited)
         stops = [r for r in read_all(d) if r.get("event") == "preempted"]
         ck = load(os.path.join(d, "checkpoint.bin")) if os.path.exists(os.path.join(d, "checkpoint.bin")) else None
@@ -143,7 +120,7 @@ def main():
         def target(p=p, who=who, pick=pick):
             if who == "mpiexec":
                 return p.pid
-            pids = rank_pids(p)
+            pids = processes_under(p.pid)
             check(f"{title}: the 2 ranks found under mpiexec", len(pids) == 2, f"{pids}")
             return pick.choice(pids or [p.pid])
 
@@ -159,13 +136,7 @@ def main():
     wait_for_steps(p, d, 20)
     os.kill(p.pid, signal.SIGTERM)
     os.kill(p.pid, signal.SIGTERM)
-    t0 = time.time()
-    try:
-        p.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-    waited = time.time() - t0
+    _, waited = wait_end(p)
     check("a second SIGTERM ends the run at once (killed by the signal, or exit 4 when the first stop had already "
           "finished)", p.returncode in (-signal.SIGTERM, 4) and waited < 10, f"exit {p.returncode} after {waited:.2f} s")
     resumed_equal("after the second signal, the checkpoint written before it", d, [a.serial, "train"])
@@ -244,23 +215,14 @@ def killed(check, t, common, env, out, base):
             cmd = [t.a.mpiexec, "-n", str(ranks), a.mpi, "train"] if ranks else [a.serial, "train"]
             p = subprocess.Popen([*cmd, *args, "--out", d], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, env=env, start_new_session=True)
-            deadline = time.time() + 60
-            target_step = rnd.randint(2, KILL_STEPS - 10)
-            while time.time() < deadline and p.poll() is None and steps_in(d) < target_step:
-                time.sleep(0.005)
+            wait_for_steps(p, d, rnd.randint(2, KILL_STEPS - 10))
             pids = processes_under(p.pid) if ranks else [p.pid]
             title = f"SIGKILL of {'one rank of ' + str(ranks) if ranks else 'a serial run'} (seed {seed})"
             if p.poll() is not None or not pids:
                 check(f"{title}: running when killed", False, f"exit {p.returncode}")
                 continue
             os.kill(rnd.choice(pids), signal.SIGKILL)
-            t0 = time.time()
-            try:
-                p.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.communicate()
-            waited = time.time() - t0
+            _, waited = wait_end(p)
             slowest = max(slowest, waited)
             left = processes_under(p.pid)
             ck_path = os.path.join(d, "checkpoint.bin")
@@ -277,6 +239,24 @@ def killed(check, t, common, env, out, base):
                   and got.m == want.m and got.v == want.v, f"left {left}; {r.stderr.strip()[-300:]}")
     print(f"note: the slowest end after a SIGKILL took {slowest:.2f} s; {mid_save} kills landed mid-save (a "
           f"temporary left beside the checkpoint); {skipped} came before the first checkpoint")
+
+
+def wait_for_steps(p, d, n, limit=60):
+    """Until run folder `d` records n steps, `p` ends, or `limit` seconds pass."""
+    deadline = time.time() + limit
+    while time.time() < deadline and p.poll() is None and steps_in(d) < n:
+        time.sleep(0.005)
+
+
+def wait_end(p):
+    """`p`'s stderr and the seconds it took to end (its group killed after 30)."""
+    t0 = time.time()
+    try:
+        _, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+    return err, time.time() - t0
 
 
 def steps_in(d):
@@ -339,7 +319,6 @@ def disk_full(check, a, common, env, out):
 
 
 def read_all(d):
-    import json
     for name in ("metrics.jsonl.partial", "metrics.jsonl"):
         path = os.path.join(d, name)
         if os.path.exists(path):

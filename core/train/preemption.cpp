@@ -16,6 +16,14 @@ namespace gpt2 {
 
 namespace {
 std::atomic<int> g_signal{0};
+
+// CLOCK_MONOTONIC (the steady clock's) in nanoseconds; async-signal-safe.
+int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 std::atomic<int64_t> g_ns{0};
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free);
 
@@ -26,9 +34,7 @@ void on_stop_signal(int sig) {
     raise(sig);
     return;
   }
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  g_ns.store(static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec);
+  g_ns.store(monotonic_ns());
 }
 }  // namespace
 
@@ -54,11 +60,8 @@ std::string signal_name(int sig) {
 
 StopRequest agreed_stop(Communicator& comm) {
   const int64_t ns = stop_signal_ns();
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   // Each rank's signal and how long ago it came (its own clock: hosts need not agree on time).
-  const StopRequest mine{stop_signal(), ns > 0 ? static_cast<double>(now - ns) * 1e-9 : 0.0};
+  const StopRequest mine{stop_signal(), ns > 0 ? static_cast<double>(monotonic_ns() - ns) * 1e-9 : 0.0};
   if (comm.size() == 1) return mine;
   static std::vector<StopRequest> all;  // grown once: a training step allocates nothing (tests/alloc_test.cpp)
   all.resize(static_cast<size_t>(comm.size()));

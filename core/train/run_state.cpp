@@ -243,14 +243,19 @@ void load_run_data(const RunConfig& c, const std::string& resume, ProcessGrid& g
   }
 }
 
+// The whole model's `full` arrays cut to this rank's part: its tp shard of its stage's tensors.
+void cut_to_rank(std::vector<float>& full, const Gpt2Config& cfg, TpShape tp, int tp_rank, StageLayers stage) {
+  if (tp.size > 1 || !stage.whole(cfg.L)) full = shard_of(cfg, tp, tp_rank, full, stage);
+}
+
 // ZeRO 0 to 2: the model's own buffer holds this rank's parameters.
 class ModelHome final : public ParamHome {
  public:
-  ModelHome(Gpt2& model, Memory& mem) : model_(model), mem_(mem) {}
+  explicit ModelHome(Gpt2& model) : model_(model) {}
   void load(const std::vector<float>& local) override { model_.params_from_host(local); }
   void init(uint64_t seed) override { model_.init_weights(seed); }
   std::optional<uint64_t> start_hash() override {
-    if (mem_.is_host()) return fnv1a64(model_.param_data(), model_.num_params() * sizeof(float));  // where it is
+    if (model_.memory().is_host()) return fnv1a64(model_.param_data(), model_.num_params() * sizeof(float));  // where it is
     const std::vector<float> w = model_.params_to_host();
     return fnv1a64(w.data(), w.size() * sizeof(float));
   }
@@ -259,7 +264,6 @@ class ModelHome final : public ParamHome {
 
  private:
   Gpt2& model_;
-  Memory& mem_;
 };
 
 // ZeRO-3: only this rank's pieces of the unit shards (parallel/zero.h).
@@ -274,7 +278,7 @@ class ShardHome final : public ParamHome {
   void init(uint64_t seed) override {
     if (cfg_.init == InitKind::kOriginal) {  // the original's scheme is one sequence of draws over the whole model
       std::vector<float> w = initial_weights(cfg_, seed);
-      if (tp_.size > 1 || !stage_.whole(cfg_.L)) w = shard_of(cfg_, tp_, tp_rank_, w, stage_);
+      cut_to_rank(w, cfg_, tp_, tp_rank_, stage_);
       load(w);
       return;
     }
@@ -383,7 +387,7 @@ StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads,
     st.params = std::make_unique<ShardHome>(*st.sharded, st.model_config, st.model->tp().shape(), st.model->tp().rank,
                                             stage);
   } else {
-    st.params = std::make_unique<ModelHome>(*st.model, mem);
+    st.params = std::make_unique<ModelHome>(*st.model);
   }
   if (grid.pp() > 1) scope.stages = &grid.pp_group();
   st.opt = std::make_unique<Optimizer>(c.optimizer, st.model->num_params(), mem, scope);
@@ -401,11 +405,6 @@ void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGri
   }
   Communicator& comm = grid.world();
   const TpLayout& tp = st.model->tp();
-  auto shard = [&](std::vector<float>& full) {
-    if (tp.size > 1 || !stage.whole(st.model_config.L)) {
-      full = shard_of(st.model_config, tp.shape(), tp.rank, full, stage);
-    }
-  };
   HostState hs;
   if (comm.rank() == 0) {
     st.unchecked = check_training_state(*ckpt, st.model_config, c, st, resume);
@@ -417,7 +416,9 @@ void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGri
     ckpt.reset();
   }
   broadcast_state(comm, hs, param_count(st.model_config));
-  for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) shard(*v);  // this rank's shard of each
+  for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) {  // this rank's shard of each
+    cut_to_rank(*v, st.model_config, tp.shape(), tp.rank, stage);
+  }
   hs.m = st.moments->cut(std::move(hs.m));
   hs.v = st.moments->cut(std::move(hs.v));
   st.params->load(hs.params);

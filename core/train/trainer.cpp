@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <sstream>
 #include <thread>
 #include <type_traits>
 
@@ -504,29 +503,20 @@ RunLayout checked_request(const TrainRequest& req, const StageContext& ctx, Comm
 // Returns the log's note ("" when the request did not say auto).
 std::string resolve_auto(TrainRequest& req, Communicator& comm) {
   if (req.resume != "auto") return "";
-  std::string text;  // "<0|1 refused>\n<replace 0|1>\n<checkpoint>\n<note or refusal>"
+  std::vector<std::string> d;  // refused ("1") or not, replace ("1") or not, the checkpoint, the note or refusal
   if (comm.rank() == 0) {
     try {
       const AutoResume r = resolve_auto_resume(req.out_dir);
-      text = fmt::format("0\n{}\n{}\n{}", r.replace ? 1 : 0, r.checkpoint, r.note);
+      d = {"0", r.replace ? "1" : "0", r.checkpoint, r.note};
     } catch (const std::invalid_argument& e) {
-      text = fmt::format("1\n0\n\n{}", e.what());
+      d = {"1", "0", "", e.what()};
     }
   }
-  uint64_t n = text.size();
-  comm.broadcast(&n, sizeof n, 0);
-  text.resize(n);
-  comm.broadcast(text.data(), n, 0);
-  std::istringstream in(text);
-  std::string refused, replace, checkpoint, note;
-  std::getline(in, refused);
-  std::getline(in, replace);
-  std::getline(in, checkpoint);
-  std::getline(in, note, '\0');
-  if (refused == "1") throw std::invalid_argument(note);
-  req.overwrite = replace == "1";
-  req.resume = checkpoint;
-  return note;
+  broadcast_strings(comm, d, 0);
+  if (d[0] == "1") throw std::invalid_argument(d[3]);
+  req.overwrite = d[1] == "1";
+  req.resume = d[2];
+  return d[3];
 }
 
 // Takes the request's run directory: new, resumed or overwritten (its

@@ -104,6 +104,9 @@ Status status_of_exit(int rc, const fs::path& log, double timeout_s) {
 
 namespace {
 
+// A status a resumable job's next attempt continues from.
+bool unfinished(const std::string& status) { return status == "failed" || status == "preempted"; }
+
 // The directory an attempt runs in. A resumable job continues what is there:
 // an interrupted attempt's directory as it was, or a failed or preempted
 // run's, moved there; any other job (or none of those) gets a new, empty one.
@@ -115,7 +118,7 @@ int prepare_attempt(const Job& job, const fs::path& dir, const fs::path& attempt
     return (moved ? moved->attempts : 0) + 1;
   }
   fs::remove_all(attempt);  // nothing stale from an interrupted attempt
-  if (job.resumable && prev && (prev->status == "failed" || prev->status == "preempted")) {
+  if (job.resumable && prev && unfinished(prev->status)) {
     fs::rename(dir, attempt);
     return prev->attempts;
   }
@@ -183,11 +186,10 @@ int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool for
       if (after_commit) after_commit();
       fmt::print(stderr, "[{}/{}] {}: {}{} ({:.1f} s)\n", index, total, job.id, st.status,
                  st.reason.empty() ? "" : ": " + st.reason, st.seconds);
-      const bool again = job.resumable && retry < retries && (st.status == "failed" || st.status == "preempted");
-      if (!again) break;
+      if (!job.resumable || retry >= retries || !unfinished(st.status)) break;
       prev = read_status(dir);
     }
-    if (st.status == "failed" || st.status == "preempted") ++failed;
+    if (unfinished(st.status)) ++failed;
   }
   return failed;
 }
