@@ -187,7 +187,7 @@ def main():
     r = run("train", "--config", small, "--train.steps", "1", "--train.threads", "1", "--out", run_dir)
     check("a one-step training run", r.returncode == 0, r.stderr[-300:])
     train_ckpt = os.path.join(run_dir, "checkpoint.bin")
-    run_files = {os.path.join(run_dir, f): digest(os.path.join(run_dir, f)) for f in os.listdir(run_dir)}
+    run_files = {os.path.join(top, f): digest(os.path.join(top, f)) for top, _, files in os.walk(run_dir) for f in files}
     other = write("other.bin", b"someone else's file")
     kept = {ckpt: digest(ckpt), other: b"someone else's file", fine: digest(fine), **run_files}
     refused("export --out its own checkpoint", run("export", "--checkpoint", ckpt, "--out", ckpt), ["input"], kept)
@@ -197,6 +197,12 @@ def main():
             run("export", "--checkpoint", ckpt, "--out", train_ckpt, "--overwrite"), ["training run"], kept)
     refused("export --out a run's metrics stream", run("export", "--checkpoint", ckpt, "--out",
                                                         os.path.join(run_dir, "metrics.jsonl"), "--overwrite"),
+            ["training run"], kept)
+    step_dir = os.path.join(run_dir, "checkpoints", "step-00000001")
+    refused("export --out a new file in a run's step folder",
+            run("export", "--checkpoint", ckpt, "--out", os.path.join(step_dir, "x.llmc")), ["training run"], kept)
+    refused("export --out a new file in a run's checkpoints folder",
+            run("export", "--checkpoint", ckpt, "--out", os.path.join(run_dir, "checkpoints", "x.llmc")),
             ["training run"], kept)
     refused("import --out its own model file", run("import", "--llmc", fine, "--out", fine, "--overwrite", *tok),
             ["input"], kept)

@@ -39,8 +39,9 @@ const std::vector<Option>& options(const std::string& command) {
       {"config", "FILE", "YAML file of sections: model, data, train, optimizer, generate"},
       {"out", "DIR", "output directory [default: runs/<stage>-<UTC time>]"},
       {"resume", "CKPT", "continue the run of this training checkpoint (same curve as uninterrupted): in its own "
-                         "DIR (its earlier metrics are kept) or in an empty one. auto: DIR's checkpoint.bin if it "
-                         "has one, else a fresh start (a new or empty DIR, or a run that wrote no checkpoint)"},
+                         "DIR (its earlier metrics are kept) or in an empty one; a step folder DIR/checkpoints/step-N "
+                         "is taken only when complete. auto: DIR's newest complete checkpoint, else a fresh start "
+                         "(a new or empty DIR, or a run that wrote no checkpoint)"},
       {"overwrite", "", "discard the run DIR holds (finished or interrupted): its files are removed once this "
                         "run's input has been checked"},
       {"hostfile", "FILE", "MPI: fail unless the job's ranks fit this MPICH hostfile"}};
@@ -91,10 +92,12 @@ const std::vector<Option>& options(const std::string& command) {
 const char* summary(const std::string& command) {
   if (command == "train") {
     return "trains from a YAML configuration (and overrides), writes DIR/config.yaml,\n"
-           "DIR/metrics.jsonl (JSON lines, renamed into place when the run completes) and\n"
-           "DIR/checkpoint.bin, then generates from the first corpus tokens and prints the text.\n"
-           "SIGTERM, SIGINT or SIGUSR1 (on any rank) stop it after the current step with DIR/checkpoint.bin\n"
-           "written: exit status 4, resume with --resume DIR/checkpoint.bin; a second signal ends it at once.";
+           "DIR/metrics.jsonl (JSON lines, renamed into place when the run completes) and its training\n"
+           "checkpoints, DIR/checkpoints/step-N/ (complete once their COMPLETE marker is written; the newest\n"
+           "train.keep_checkpoints kept; DIR/checkpoint.bin is the newest), then generates from the first\n"
+           "corpus tokens and prints the text. SIGTERM, SIGINT or SIGUSR1 (on any rank) stop it after the\n"
+           "current step (or between micro-steps of a long one) with its checkpoint written: exit status 4,\n"
+           "resume with --resume auto; a second signal ends it at once.";
   }
   if (command == "generate") return "continues a prompt with a trained checkpoint and prints the new text.";
   if (command == "init") {

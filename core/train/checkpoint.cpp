@@ -13,6 +13,7 @@
 #include <span>
 #include <stdexcept>
 
+#include "train/checkpoint_store.h"
 #include "util/fields.h"
 #include "util/files.h"
 #include "util/hash.h"
@@ -241,12 +242,11 @@ void write_atomically(const std::string& path, const std::vector<unsigned char>&
   }
   // The rename is durable once the folder is synced too (a crash after the
   // return cannot bring back the old name's file).
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  const bool synced = dfd >= 0 && ::fsync(dfd) == 0;
-  const std::string why = std::strerror(errno);
-  if (dfd >= 0) ::close(dfd);
-  if (!synced) throw std::runtime_error(fmt::format("{}: syncing its folder failed: {}", path, why));
+  try {
+    sync_directory(std::filesystem::path(path).parent_path());
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(fmt::format("{}: {}", path, e.what()));
+  }
 }
 
 }  // namespace
@@ -427,7 +427,7 @@ void load_params(const Checkpoint& ck, Gpt2& model) {
 
 Checkpoint load_given_checkpoint(const std::string& path) {
   try {
-    return load_checkpoint(path);
+    return load_checkpoint(given_checkpoint_file(path));
   } catch (const std::runtime_error& e) {
     throw std::invalid_argument(e.what());
   }

@@ -87,7 +87,9 @@ void save_checkpoint(const std::string& path, const Gpt2Config& config, std::spa
 // malformed header entry, inconsistent sizes; a directory.
 Checkpoint load_checkpoint(const std::string& path);
 // load_checkpoint of a file the user named (--checkpoint, --resume): a
-// directory, or any of load_checkpoint's problems, is bad input, thrown as
+// run folder's step folder stands for its checkpoint, which is taken only
+// when complete (train/checkpoint_store.h); another directory, an incomplete
+// checkpoint, or any of load_checkpoint's problems, is bad input, thrown as
 // std::invalid_argument (the stages' exit status 2), not a failure of the run.
 Checkpoint load_given_checkpoint(const std::string& path);
 

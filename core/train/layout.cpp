@@ -209,6 +209,8 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
   s.arena_rows = s.step == StepKind::kChunks ? c.train.batch_size / s.chunks
                  : s.pipelined()             ? rows / s.microbatches
                                              : rows;
+  s.stop_between_micro_steps = c.parallel.pp == 1 && (s.step == StepKind::kChunks ? s.chunks / dp > 1
+                                                      : s.pipelined() && s.microbatches > 1);
   return s;
 }
 
@@ -223,6 +225,7 @@ std::string StepLayout::describe() const {
   out += fmt::format("), gradient by {}, ZeRO {}", to_string(grad_sum), zero.stage);
   if (recompute_full) out += ", recompute full";
   if (stored == Dtype::bf16) out += ", stored activations bf16";
+  if (stop_between_micro_steps) out += ", a stop signal taken between micro-steps";
   return out;
 }
 

@@ -84,6 +84,10 @@ struct StepLayout {
   bool recompute_full = false;  // train.recompute full
   MicrobatchSum microbatch_sum = MicrobatchSum::kAccumulate;  // a schedule's microbatches: kTree under kChunkPipeline
   Dtype stored = Dtype::f32;    // the stored activations' type
+  // A stop signal is agreed between micro-steps too, not only at the step's end (train/preemption.h):
+  // where a rank runs several (accumulation, train.deterministic's chunks) and every rank the same ones
+  // (no pipeline stages).
+  bool stop_between_micro_steps = false;
 
   bool pipelined() const { return step == StepKind::kPipeline || step == StepKind::kChunkPipeline; }
   bool deterministic() const { return step == StepKind::kChunks || step == StepKind::kChunkPipeline; }

@@ -65,9 +65,10 @@ void MetricsWriter::step(const StepRecord& r) { line(json_text(to_json(r))); }
 
 void MetricsWriter::eval(const EvalRecord& r) { line(json_text(to_json(r))); }
 
-void MetricsWriter::preempted(int64_t step, const std::string& signal, double signal_to_exit_s) {
+void MetricsWriter::preempted(int64_t step, const std::string& signal, double signal_to_exit_s,
+                              bool abandoned_step) {
   line(json_text(Json{{"event", "preempted"}, {"step", step}, {"signal", signal},
-                      {"signal_to_exit_s", signal_to_exit_s}}));
+                      {"signal_to_exit_s", signal_to_exit_s}, {"abandoned_step", abandoned_step}}));
 }
 
 void MetricsWriter::finish(const RunSummary& summary) {

@@ -23,9 +23,10 @@ class MetricsWriter {
 
   void step(const StepRecord& r);
   void eval(const EvalRecord& r);
-  // {"event":"preempted","step":s,"signal":"SIGTERM","signal_to_exit_s":..}: the run stopped for a
-  // signal after step s with its checkpoint written (train/preemption.h). Kept when the run resumes.
-  void preempted(int64_t step, const std::string& signal, double signal_to_exit_s);
+  // {"event":"preempted","step":s,"signal":"SIGTERM","signal_to_exit_s":..,"abandoned_step":b}: the run
+  // stopped for a signal after step s with its checkpoint written (train/preemption.h); b: whether step
+  // s + 1 was under way and abandoned between its micro-steps. Kept when the run resumes.
+  void preempted(int64_t step, const std::string& signal, double signal_to_exit_s, bool abandoned_step);
   // Writes the summary and renames the stream to its final name.
   void finish(const RunSummary& summary);
 

@@ -327,7 +327,9 @@ void PipelineEngine::backward(Slot& slot, const int32_t* inputs, const int32_t* 
   }
 }
 
-double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float dloss, GradReadyHook* hook) {
+double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float dloss, GradReadyHook* hook,
+                            StepInterrupt* interrupt) {
+  if (interrupt != nullptr && stages_ > 1) throw std::logic_error("PipelineEngine: a stop between actions needs one stage");
   t0_ns_ = steady_ns();
   events_.clear();
   wait_s_ = 0;
@@ -347,6 +349,7 @@ double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float
   };
   for (size_t k = 0; k < actions_.size(); ++k) {
     const PipeAction& act = actions_[k];
+    if (interrupt != nullptr && k > 0 && k <= last_backward && interrupt->stop_now()) throw StepAbandoned();
     switch (act.op) {
       case PipeOp::kForward: {
         const double l = forward(take(act.mb), inputs, targets);

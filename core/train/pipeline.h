@@ -34,6 +34,7 @@
 #include "kernels/backend.h"
 #include "model/activations.h"
 #include "model/model.h"
+#include "train/preemption.h"
 #include "train/run_config.h"
 
 namespace gpt2 {
@@ -114,7 +115,11 @@ class PipelineEngine {
   // gradients the stage's last backward finishes: accumulated over every
   // microbatch, they are final then, so their allreduce overlaps that last
   // backward (a split backward, zb-h1, tells nothing: the sum follows).
-  double step(const int32_t* inputs, const int32_t* targets, float dloss, GradReadyHook* hook = nullptr);
+  // `interrupt` (one stage only: every rank runs the same actions) is asked
+  // before each action after the first, up to the last backward's (no sum
+  // is in flight then); when it says stop, StepAbandoned is thrown.
+  double step(const int32_t* inputs, const int32_t* targets, float dloss, GradReadyHook* hook = nullptr,
+              StepInterrupt* interrupt = nullptr);
   // Forward only (validation): the mean loss on the last stage, 0 elsewhere.
   double forward_loss(const int32_t* inputs, const int32_t* targets);
 

@@ -42,6 +42,23 @@ struct StopRequest {
 // every rank stops after the same step.
 StopRequest agreed_stop(Communicator& comm);
 
+// Asked between a step's micro-steps, where every rank runs the same ones
+// (StepLayout::stop_between_micro_steps): true abandons the step, so a long
+// step need not finish before a run stops. Collective over the ranks that
+// run the step.
+class StepInterrupt {
+ public:
+  virtual ~StepInterrupt() = default;
+  virtual bool stop_now() = 0;
+};
+
+// Thrown by a step function that abandoned its step (StepInterrupt): no
+// parameter or moment was changed; the gradients are partial and unused.
+class StepAbandoned : public std::runtime_error {
+ public:
+  StepAbandoned() : std::runtime_error("the step was abandoned for a stop signal") {}
+};
+
 // Thrown by a run that stopped for a signal once its checkpoint is written
 // (every rank throws it); the stage exits with kExitPreempted.
 class RunPreempted : public std::runtime_error {

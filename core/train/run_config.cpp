@@ -46,6 +46,7 @@ void TrainConfig::validate() const {
   non_negative("eval_every", eval_every);
   positive("eval_batches", eval_batches);
   non_negative("checkpoint_every", checkpoint_every);
+  positive("keep_checkpoints", keep_checkpoints);
   non_negative("peak_gflops", peak_gflops);
   non_negative("grad_bucket_mb", grad_bucket_mb);
   non_negative("max_loss", max_loss);

@@ -51,6 +51,7 @@ struct TrainConfig {
   int eval_batches = 4;
   int checkpoint_every = 0;     // training checkpoint every N steps; 0: at the end only
   bool save_checkpoint = true;  // false: write no checkpoint at all (benchmark runs)
+  int keep_checkpoints = 2;     // complete training checkpoints kept in the run folder (the newest)
   bool tf32 = false;            // CUDA stages: cuBLAS may use TF32 tensor cores
   Precision precision = Precision::kFp32;  // bf16: matrix products with bf16 inputs, fp32 sums
   bool deterministic = false;   // the same bits at any thread count (docs/determinism.md)
@@ -81,6 +82,9 @@ struct TrainConfig {
     f("eval_batches", eval_batches, "batches per validation evaluation");
     f("checkpoint_every", checkpoint_every, "training checkpoint every N steps; 0 = at the end only");
     f("save_checkpoint", save_checkpoint, "write training checkpoints (false: none, e.g. for benchmarks)");
+    f("keep_checkpoints", keep_checkpoints,
+      "complete training checkpoints kept in the run folder's checkpoints/ (the newest N; an older one is removed "
+      "only once a newer one is complete)");
     f("tf32", tf32,
       "CUDA stages: let cuBLAS use TF32 tensor cores for the matrix products (faster, ~1e-3 relative error; "
       "changes results); ignored on the CPU");

@@ -11,6 +11,7 @@
 #include <system_error>
 #include <vector>
 
+#include "train/checkpoint_store.h"
 #include "util/json.h"
 
 namespace gpt2 {
@@ -22,7 +23,7 @@ namespace {
 // The files a run writes into its directory; each one's temporaries are
 // "<name>.tmp" followed by anything (util/files.h).
 const char* const kRunFiles[] = {"config.yaml",    "metrics.jsonl", "metrics.jsonl.partial", "metrics.jsonl.partial.new",
-                                 "checkpoint.bin", "run.json",      "timeline.jsonl"};
+                                 "checkpoint.bin", "run.json",      "timeline.jsonl", "checkpoints"};
 
 // Whether `name` is a run file or one of their temporaries.
 bool is_run_file(const std::string& name) {
@@ -83,21 +84,34 @@ AutoResume resolve_auto_resume(const fs::path& out) {
     return r;
   }
   if (!fs::is_directory(out)) throw std::invalid_argument(fmt::format("--out: '{}' is not a directory", out.string()));
-  bool files = false, run = false, complete = false;
+  bool files = false, run = false, latest = false;
   for (const auto& e : fs::directory_iterator(out, ec)) {
     const std::string name = e.path().filename().string();
     files = true;
     if (!is_run_file(name)) continue;
     run = true;
-    if (name == "checkpoint.bin") complete = true;
-    if (name.rfind("checkpoint.bin.tmp", 0) == 0) r.skipped.push_back(e.path().string());
+    if (name == kCheckpointFile) latest = true;
+    // A single-file save cut short (before step folders): its temporary.
+    if (name.rfind("checkpoint.bin.tmp", 0) == 0 && name.find(".tmp.link.") == std::string::npos) {
+      r.skipped.push_back(e.path().string() + " (a temporary)");
+    }
   }
-  std::sort(r.skipped.begin(), r.skipped.end());
+  // The newest complete step folder; else checkpoint.bin (a run from before
+  // step folders; it is only ever swapped in once complete).
+  std::string newest;
+  for (const StoredCheckpoint& s : stored_checkpoints(out)) {
+    if (s.complete()) {
+      newest = s.file().string();
+    } else {
+      r.skipped.push_back(fmt::format("{} ({})", s.dir.string(), s.problem));
+    }
+  }
+  if (newest.empty() && latest) newest = (out / kCheckpointFile).string();
   std::string skipped;
   for (const std::string& s : r.skipped) skipped += (skipped.empty() ? "" : ", ") + s;
-  if (complete) {
-    r.checkpoint = (out / "checkpoint.bin").string();
-    r.note = fmt::format("--resume auto: resuming from {}{}", r.checkpoint,
+  if (!newest.empty()) {
+    r.checkpoint = newest;
+    r.note = fmt::format("--resume auto: resuming from {}, the newest complete checkpoint{}", r.checkpoint,
                          skipped.empty() ? "" : fmt::format(" (not taken, incomplete: {})", skipped));
   } else if (!r.skipped.empty()) {
     throw std::invalid_argument(fmt::format(
@@ -143,8 +157,8 @@ RunDirectory::RunDirectory(const fs::path& out, DirIntent intent, const std::str
     throw std::invalid_argument(
         finished ? fmt::format("--out: '{}' already holds a finished run (metrics.jsonl); choose another directory, "
                                 "or pass --overwrite to replace it", out.string())
-                  : fmt::format("--out: '{}' holds an interrupted run; pass --resume {} to continue it, or "
-                                "--overwrite to discard it", out.string(), (out / "checkpoint.bin").string()));
+                  : fmt::format("--out: '{}' holds an interrupted run; pass --resume auto to continue it from its "
+                                "newest complete checkpoint, or --overwrite to discard it", out.string()));
   }
 }
 
@@ -170,7 +184,7 @@ void RunDirectory::begin() {
   if (intent_ == DirIntent::kOverwrite && holds_run_) {
     for (const fs::path& f : run_files_in(out_, inputs_)) {  // a link is removed, not what it points to
       std::error_code ec;
-      fs::remove(f, ec);
+      fs::remove_all(f, ec);  // the checkpoints folder with what it holds
       if (ec) throw std::runtime_error(fmt::format("--out: cannot remove '{}': {}", f.string(), ec.message()));
     }
     holds_run_ = false;

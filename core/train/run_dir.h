@@ -5,7 +5,7 @@
 // may happen:
 //   nothing            any run starts there;
 //   a run (finished:   metrics.jsonl; interrupted: metrics.jsonl.partial,
-//   checkpoint.bin or config.yaml without metrics.jsonl)
+//   checkpoint.bin, checkpoints/ or config.yaml without metrics.jsonl)
 //                      refused unless the user says --resume (continue that
 //                      very run: the checkpoint must be the run's own, and its
 //                      earlier metrics are kept) or --overwrite (the old run's
@@ -63,11 +63,12 @@ class RunDirectory {
 // `--resume auto` (issue 43): what the folder `out` holds decides, before
 // anything is written:
 //   missing or empty                       a fresh start;
-//   a run with its checkpoint.bin          resume from it (checkpoints are
-//                                          renamed into place only once
-//                                          written: it is complete); the
-//                                          temporaries of an interrupted save
-//                                          beside it are named and not taken;
+//   a run with a complete checkpoint       resume from the newest complete
+//                                          step folder (train/checkpoint_store.h),
+//                                          else from checkpoint.bin (a run
+//                                          from before step folders); the
+//                                          incomplete ones (a save cut short)
+//                                          are named and not taken;
 //   a run that wrote no checkpoint         a fresh start over its files (as
 //                                          --overwrite);
 // and std::invalid_argument (exit 2), naming the folder, for files but no

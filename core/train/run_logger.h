@@ -40,9 +40,11 @@ class RunLogger {
   // The record, and the progress line "step s/steps | loss ... | ms | tok/s | MFU".
   void step(const StepRecord& r, int64_t steps, bool show_comm);
   void eval(const EvalRecord& r, int64_t steps);
-  // The run stopped for `signal` after step `step`, its checkpoint written:
-  // the record (MetricsWriter::preempted) and one line naming how to resume.
-  void preempted(int64_t step, const std::string& signal, double signal_to_exit_s, const std::string& checkpoint);
+  // The run stopped for `signal` after step `step` (`abandoned_step`: the
+  // next was under way and abandoned), its checkpoint written: the record
+  // (MetricsWriter::preempted) and one line naming how to resume.
+  void preempted(int64_t step, const std::string& signal, double signal_to_exit_s, const std::string& checkpoint,
+                 bool abandoned_step);
   // The summary line, the generated text on stdout, and the summary record
   // (which renames the metrics stream into place: the run is complete).
   void finish(const RunSummary& s);

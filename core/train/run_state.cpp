@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "train/checkpoint.h"
+#include "train/checkpoint_store.h"
 #include "train/corpus.h"
 #include "train/layout.h"
 #include "util/hash.h"
@@ -493,6 +494,23 @@ uint64_t save_training_checkpoint(const std::string& path, const RunState& st, c
   uint64_t h = fnv1a64(params.data(), params.size() * sizeof(float));
   h = fnv1a64(ts.m.data(), ts.m.size() * sizeof(float), h);
   return fnv1a64(ts.v.data(), ts.v.size() * sizeof(float), h);
+}
+
+std::string store_training_checkpoint(const std::string& out_dir, int64_t steps, const RunState& st,
+                                      const RunConfig& c, const std::string& run_id, ProcessGrid& grid,
+                                      uint64_t* hash) {
+  const bool writer = grid.world().rank() == 0;
+  const std::filesystem::path dir = writer ? begin_checkpoint(out_dir, steps) : std::filesystem::path();
+  uint64_t h = 0;
+  try {
+    h = save_training_checkpoint(writer ? (dir / kCheckpointFile).string() : "", st, c, run_id, grid);
+  } catch (...) {
+    if (writer) abandon_checkpoint(dir);
+    throw;
+  }
+  if (hash) *hash = h;
+  if (!writer) return "";
+  return commit_checkpoint(out_dir, dir, steps, {kCheckpointFile}, c.train.keep_checkpoints).string();
 }
 
 }  // namespace gpt2

@@ -145,6 +145,15 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
 uint64_t save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
                               const std::string& run_id, ProcessGrid& grid);
 
+// save_training_checkpoint into the run folder `out_dir`'s store, as the
+// checkpoint after `steps` steps (train/checkpoint_store.h: a step folder,
+// complete once its marker is written; train.keep_checkpoints kept). A save
+// that fails leaves no step folder behind. Collective; on world rank 0,
+// returns the checkpoint file (the others: "") and sets `*hash`.
+std::string store_training_checkpoint(const std::string& out_dir, int64_t steps, const RunState& st,
+                                      const RunConfig& c, const std::string& run_id, ProcessGrid& grid,
+                                      uint64_t* hash = nullptr);
+
 // The function a layout computes, as checkpoints record it ("parallel.function"):
 // "standard" (every layout whose blocks are all tp, or one rank per group),
 // else "tp=P:types" (spd and parallel blocks are other functions for each P).

@@ -101,7 +101,7 @@ class PipelinedStep final : public StepFunction {
     // The gradient sum starts during the last microbatch's backward (bucketed), once every micro-step
     // has accumulated into it: accumulation costs no extra communication.
     reducer_.start_grad_sync();
-    double local_loss = pipe_.step(inputs, targets, loss_weight(s, pipe_.seq_len()), &reducer_);
+    double local_loss = pipe_.step(inputs, targets, loss_weight(s, pipe_.seq_len()), &reducer_, s.interrupt);
     StepResult r;
     const auto t0 = Clock::now();
     local_loss = from_last_stage(local_loss);
@@ -286,6 +286,7 @@ class DeterministicStep final : public ArenaStep {
   double subtree(const int32_t* inputs, const int32_t* targets, int lo, int n, size_t level, bool backward) {
     const StepParts& s = parts_;
     if (n == 1) {
+      if (backward && lo > 0 && s.interrupt != nullptr && s.interrupt->stop_now()) throw StepAbandoned();
       const size_t off = static_cast<size_t>(lo) * static_cast<size_t>(acts_.B) * static_cast<size_t>(acts_.T);
       const double loss = gpt2_forward(s.be, s.model, acts_, inputs + off, targets + off, 0, units_);
       if (backward) {  // the leaf's gradient straight into its tree buffer (no copy)

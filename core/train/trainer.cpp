@@ -20,6 +20,7 @@
 #include "model/flops.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_store.h"
 #include "train/corpus.h"
 #include "train/mfu_peak.h"
 #include "train/layout.h"
@@ -291,11 +292,27 @@ Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
   return out;
 }
 
+// The stop signal agreed between micro-steps (StepLayout::stop_between_micro_steps),
+// kept for the stop that follows.
+class AgreedInterrupt final : public StepInterrupt {
+ public:
+  explicit AgreedInterrupt(Communicator& comm) : comm_(comm) {}
+  bool stop_now() override {
+    agreed = agreed_stop(comm_);
+    return agreed.signal != 0;
+  }
+  StopRequest agreed;
+
+ private:
+  Communicator& comm_;
+};
+
 // The run's layout, made once from the configuration (DESIGN.md "Memory":
 // one step function per layout): the activation arena, or the pipeline's
 // arenas; the gradient reducer; the step function; the pipeline's recorder;
-// this rank's memory.
+// this rank's memory; the stop between micro-steps.
 struct Layout {
+  std::unique_ptr<AgreedInterrupt> interrupt;
   std::unique_ptr<PipelineEngine> pipe;
   std::optional<ActivationArena> arena;
   std::unique_ptr<GradReducer> reducer;
@@ -316,7 +333,9 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, Ru
   // The gradient sum and the loss over the data-parallel group; the
   // tensor-parallel sums happen inside the model (model.tp()).
   Communicator& dp = grid.dp_comm();
-  const StepParts parts{be, model, *st.opt, dp, c.train.batch_size, max_loss, c.train.layer_grad_norms};
+  if (sl.stop_between_micro_steps) lay->interrupt = std::make_unique<AgreedInterrupt>(grid.aux_comm());
+  const StepParts parts{be,       model,   *st.opt, dp, c.train.batch_size, max_loss, c.train.layer_grad_norms,
+                        lay->interrupt.get()};
   // The reducer (none for the tree and for unit shards, which the step drives itself).
   switch (sl.grad_sum) {
     case GradSum::kBuckets:
@@ -531,18 +550,21 @@ void claim_run_dir(RunLogger& log, TrainRequest& req, Communicator& comm) {
             inputs);
 }
 
-// The ranks agreed to stop for a signal after `steps` steps: the training
-// checkpoint of this state (unless the periodic one was just written), the
-// record, then RunPreempted on every rank (train/preemption.h).
-[[noreturn]] void stop_for_signal(const StopRequest& stop, int64_t steps, bool saved, const std::string& out_dir,
-                                  const RunState& st, const RunConfig& c, ProcessGrid& grid, RunLogger& log) {
+// The ranks agreed to stop for a signal after `steps` steps (`abandoned`:
+// the next was under way, and is dropped): the training checkpoint of this
+// state (`written`: the periodic one, file `saved` on rank 0, was just
+// written: it is this state), the record, then RunPreempted on every rank
+// (train/preemption.h).
+[[noreturn]] void stop_for_signal(const StopRequest& stop, int64_t steps, bool abandoned, bool written,
+                                  const std::string& saved, const std::string& out_dir, const RunState& st,
+                                  const RunConfig& c, ProcessGrid& grid, RunLogger& log) {
   const auto t0 = Clock::now();
-  const std::string path = (fs::path(out_dir) / "checkpoint.bin").string();
-  if (!saved) save_training_checkpoint(path, st, c, log.run_id(), grid);
+  std::string path = written ? saved : store_training_checkpoint(out_dir, steps, st, c, log.run_id(), grid);
+  if (path.empty()) path = (fs::path(out_dir) / kCheckpointFile).string();  // the other ranks: its name in the run folder
   const double to_exit = stop.waited_s + seconds_since(t0);
-  log.preempted(steps - 1, signal_name(stop.signal), to_exit, path);
-  throw RunPreempted(fmt::format("stopped by {} after step {} of {}, checkpoint {} written; resume with --resume {}",
-                                 signal_name(stop.signal), steps - 1, c.train.steps, path, path));
+  log.preempted(steps - 1, signal_name(stop.signal), to_exit, path, abandoned);
+  throw RunPreempted(fmt::format("stopped by {} after step {} of {}, checkpoint {} written; resume with --resume auto",
+                                 signal_name(stop.signal), steps - 1, c.train.steps, path));
 }
 
 void run_train(const TrainRequest& given, const StageContext& ctx) {
@@ -576,14 +598,23 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
   const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
   const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
-  // Writes the checkpoint (train.save_checkpoint); returns the state's hash
-  // (rank 0's is the summary's). `last`: under train.deterministic the state
-  // is hashed even when no checkpoint is written, for the bits' comparison.
-  auto save = [&](bool last) {
-    const bool hash_only = !c.train.save_checkpoint && last && sl.deterministic();
-    if (!c.train.save_checkpoint && !hash_only) return std::string();
-    const std::string path = hash_only ? "" : (fs::path(req.out_dir) / "checkpoint.bin").string();
-    return fmt::format("{:016x}", save_training_checkpoint(path, *st, c, log.run_id(), grid));
+  // Writes the checkpoint after `steps` steps (train.save_checkpoint) and
+  // notes its file in `saved` (rank 0; "" elsewhere); returns the state's hash (rank 0's is
+  // the summary's). `last`: under train.deterministic the state is hashed
+  // even when no checkpoint is written, for the bits' comparison.
+  std::string saved;
+  int64_t stored = -1;  // the step of the last checkpoint written
+  auto save = [&](int64_t steps, bool last) {
+    uint64_t hash = 0;
+    if (c.train.save_checkpoint && stored != steps) {
+      saved = store_training_checkpoint(req.out_dir, steps, *st, c, log.run_id(), grid, &hash);
+      stored = steps;
+    } else if (c.train.save_checkpoint || (last && sl.deterministic())) {  // written already, or not at all
+      hash = save_training_checkpoint("", *st, c, log.run_id(), grid);
+    } else {
+      return std::string();
+    }
+    return fmt::format("{:016x}", hash);
   };
 
   // Loop.
@@ -594,9 +625,16 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     if (comm.rank() == c.debug.fail_rank && s == c.debug.fail_step) {
       throw std::runtime_error(fmt::format("rank {}: injected failure at step {} (debug.fail_rank)", comm.rank(), s));
     }
+    const int64_t position = st->loader->position(), served = st->loader->batches_served();
     st->loader->next(x.data(), y.data());
     grid.reset_stats();
-    const StepResult r = lay->step->step(x.data(), y.data());
+    StepResult r;
+    try {
+      r = lay->step->step(x.data(), y.data());
+    } catch (const StepAbandoned&) {  // a stop signal between micro-steps: the state after step s - 1
+      st->loader->restore(position, served);
+      stop_for_signal(lay->interrupt->agreed, s, true, false, "", req.out_dir, *st, c, grid, log);
+    }
     st->backend->synchronize();  // a device backend's update is still running: count it in this step
     const double dt = seconds_since(t0);
     const double comm_s = r.comm_s + grid.tp_group().seconds() + grid.pp_group().seconds() +
@@ -610,16 +648,16 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
       log.eval({s, validation_loss(*lay->step, c, *st, grid.dp_comm().rank(), x.data(), y.data())}, c.train.steps);
     }
-    const bool saved = c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0;
-    if (saved) save(false);
+    const bool periodic = c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0;
+    if (periodic) save(s + 1, false);
     if (const StopRequest stop = agreed_stop(grid.aux_comm()); stop.signal != 0) {
-      stop_for_signal(stop, s + 1, saved && c.train.save_checkpoint, req.out_dir, *st, c, grid, log);
+      stop_for_signal(stop, s + 1, false, periodic && c.train.save_checkpoint, saved, req.out_dir, *st, c, grid, log);
     }
   }
 
   // Finish.
   sum.train_wall_s = seconds_since(wall0);
-  sum.state_hash = save(true);
+  sum.state_hash = save(c.train.steps, true);
   const Json memory = memory_per_rank(grid, lay->mem, st->zero_stage);
   const Json provenance =
       comm.rank() == 0 ? run_provenance(req, ctx, *st, comm, threads, peak, log.run_id()) : Json::object();

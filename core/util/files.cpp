@@ -67,7 +67,7 @@ int open_output(const std::filesystem::path& path, bool append) {
   throw std::runtime_error(fmt::format("{}: cannot write: {}", path.string(), std::strerror(err)));
 }
 
-void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
+void write_file_atomically(const std::filesystem::path& path, const std::string& text, bool durable) {
   // A fresh name each time: a stale temporary (or a link planted in its
   // place) is never opened.
   static std::atomic<uint64_t> serial{0};
@@ -76,6 +76,11 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
   const int fd = create_new_file(tmp);
   try {
     write_all(fd, text.data(), text.size(), tmp);
+    if (durable && ::fsync(fd) != 0) {
+      const int err = errno;
+      ::close(fd);
+      throw std::runtime_error(fmt::format("{}: sync failed: {}", tmp.string(), std::strerror(err)));
+    }
     if (::close(fd) != 0) throw std::runtime_error(fmt::format("{}: write failed: {}", tmp.string(), std::strerror(errno)));
   } catch (...) {
     std::error_code ec;
@@ -83,6 +88,15 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
     throw;
   }
   std::filesystem::rename(tmp, path);
+  if (durable) sync_directory(path.parent_path());
+}
+
+void sync_directory(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (!synced) throw std::runtime_error(fmt::format("{}: syncing the folder failed: {}", dir.string(), std::strerror(err)));
 }
 
 InputFile::InputFile(const std::filesystem::path& path, uint64_t max_bytes, const std::string& what,
@@ -239,6 +253,19 @@ bool is_run_folder(const std::filesystem::path& dir) {
   return false;
 }
 
+// The training run folder `dir` lies in: itself, or the run above its
+// checkpoints folder or one of its step folders (core/train/checkpoint_store.h);
+// "" for none.
+std::filesystem::path run_folder_of(const std::filesystem::path& dir) {
+  const std::filesystem::path abs = std::filesystem::absolute(dir).lexically_normal();
+  if (is_run_folder(abs)) return dir;
+  for (std::filesystem::path p = abs; p.has_relative_path() && p != abs.parent_path().parent_path();
+       p = p.parent_path()) {
+    if (p.filename() == "checkpoints" && is_run_folder(p.parent_path())) return p.parent_path();
+  }
+  return {};
+}
+
 // Whether another process holds `dir` locked (DirectoryLock's flock): taken
 // and dropped at once, so checking writes nothing and holds nothing.
 bool locked_by_another(const std::filesystem::path& dir) {
@@ -291,9 +318,9 @@ void check_output(const std::filesystem::path& given, const OutputRules& rules) 
     refuse(fmt::format("cannot be written: its folder '{}' is not writable", excerpt(parent.string(), 200)));
   }
   if (rules.folder && exists_or_link && is_run_folder(out)) refuse("is a training run's folder");
-  if (is_run_folder(parent)) {
+  if (const fs::path run = run_folder_of(parent); !run.empty()) {
     refuse(fmt::format("lies in the training run folder '{}', whose files are the run's; write it elsewhere",
-                       excerpt(parent.string(), 200)));
+                       excerpt(run.string(), 200)));
   }
   if (rules.folder && exists_or_link && locked_by_another(out)) refuse("is held by another process (locked)");
   if (locked_by_another(parent)) {

@@ -17,8 +17,14 @@ std::string file_kind(unsigned mode);
 // Writes `text` to a fresh temporary beside `path` (created exclusively, not
 // through a link: O_CREAT | O_EXCL | O_NOFOLLOW) and renames it over `path`:
 // readers see the old file or the new one, never a half-written one, and a
-// symbolic link named `path` is replaced, never written through.
-void write_file_atomically(const std::filesystem::path& path, const std::string& text);
+// symbolic link named `path` is replaced, never written through. `durable`:
+// the file is synced before the rename and its folder after it, so the new
+// file survives a crash of the machine once this returns.
+void write_file_atomically(const std::filesystem::path& path, const std::string& text, bool durable = false);
+
+// fsync() of a folder: the names created, renamed or removed in it are
+// durable once this returns. Throws std::runtime_error naming the folder.
+void sync_directory(const std::filesystem::path& dir);
 
 // Creates `path` for writing as a new file, never through a symbolic link
 // (O_NOFOLLOW) and never an existing one (O_EXCL): the one way a run or the

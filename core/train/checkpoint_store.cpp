@@ -1,0 +1,185 @@
+#include "train/checkpoint_store.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <stdexcept>
+#include <system_error>
+
+#include "util/files.h"
+#include "util/json.h"
+
+namespace gpt2 {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The step of a folder named "step-<digits>", or -1.
+int64_t step_of(const std::string& name) {
+  const std::string prefix = "step-";
+  if (name.size() <= prefix.size() || name.size() > prefix.size() + 18 || name.rfind(prefix, 0) != 0) return -1;
+  int64_t step = -1;
+  const char* first = name.data() + prefix.size();
+  const char* last = name.data() + name.size();
+  const auto [end, ec] = std::from_chars(first, last, step);
+  return ec == std::errc() && end == last ? step : -1;
+}
+
+std::string step_name(int64_t step) { return fmt::format("step-{:08d}", step); }
+
+// A regular file's size, or -1 (missing, a link, not a regular file).
+int64_t regular_size(const fs::path& p) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(p, ec);
+  if (ec || !fs::is_regular_file(st)) return -1;
+  const uintmax_t n = fs::file_size(p, ec);
+  return ec ? -1 : static_cast<int64_t>(n);
+}
+
+void remove_tree(const fs::path& p) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+  if (ec) throw std::runtime_error(fmt::format("{}: cannot remove: {}", p.string(), ec.message()));
+}
+
+}  // namespace
+
+std::string checkpoint_problem(const fs::path& dir) {
+  const fs::path marker = dir / kCompleteMarker;
+  if (regular_size(marker) < 0) return fmt::format("no {} marker (a save that did not finish)", kCompleteMarker);
+  Json j;
+  try {
+    j = Json::parse(read_input_file(marker, kMaxTextInputBytes, "", "a checkpoint's marker"));
+  } catch (const std::exception& e) {
+    return fmt::format("its {} marker is unreadable ({})", kCompleteMarker, e.what());
+  }
+  if (!j.is_object() || !j.contains("files") || !j["files"].is_array() || j["files"].empty()) {
+    return fmt::format("its {} marker names no files", kCompleteMarker);
+  }
+  for (const Json& f : j["files"]) {
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("bytes") ||
+        !f["bytes"].is_number_unsigned()) {
+      return fmt::format("its {} marker has a malformed file entry", kCompleteMarker);
+    }
+    const std::string name = f["name"].get<std::string>();
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+      return fmt::format("its {} marker names '{}', not a file of the folder", kCompleteMarker, name);
+    }
+    const int64_t have = regular_size(dir / name);
+    const uint64_t want = f["bytes"].get<uint64_t>();
+    if (have < 0) return fmt::format("{} is missing", name);
+    if (static_cast<uint64_t>(have) != want) {
+      return fmt::format("{} has {} bytes, its marker says {}", name, have, want);
+    }
+  }
+  return "";
+}
+
+std::vector<StoredCheckpoint> stored_checkpoints(const fs::path& out) {
+  std::vector<StoredCheckpoint> found;
+  const fs::path root = out / kCheckpointsFolder;
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(root, ec))) return found;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const int64_t step = step_of(e.path().filename().string());
+    if (step < 0 || !fs::is_directory(fs::symlink_status(e.path(), ec))) continue;
+    found.push_back({e.path(), step, checkpoint_problem(e.path())});
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return found;
+}
+
+std::string given_checkpoint_file(const std::string& path) {
+  std::error_code ec;
+  const bool folder = fs::is_directory(path, ec);
+  const fs::path dir = fs::weakly_canonical(folder ? fs::path(path) : fs::path(path).parent_path(), ec);
+  if (ec || step_of(dir.filename().string()) < 0 || dir.parent_path().filename() != kCheckpointsFolder) return path;
+  if (const std::string why = checkpoint_problem(dir); !why.empty()) {
+    throw std::invalid_argument(fmt::format("'{}' is an incomplete checkpoint: {}; take a complete one (--resume "
+                                            "auto finds the newest)", path, why));
+  }
+  return folder ? (fs::path(path) / kCheckpointFile).string() : path;
+}
+
+fs::path begin_checkpoint(const fs::path& out, int64_t step) {
+  const fs::path root = out / kCheckpointsFolder;
+  const fs::path dir = root / step_name(step);
+  std::error_code ec;
+  const bool made_root = fs::create_directory(root, ec);
+  if (ec) throw std::runtime_error(fmt::format("{}: cannot create: {}", root.string(), ec.message()));
+  if (made_root) sync_directory(out);
+  if (fs::exists(fs::symlink_status(dir, ec))) {  // an earlier save of this step: it no longer counts, then goes
+    fs::remove(dir / kCompleteMarker, ec);
+    remove_tree(dir);
+  }
+  fs::create_directory(dir, ec);
+  if (ec) throw std::runtime_error(fmt::format("{}: cannot create: {}", dir.string(), ec.message()));
+  sync_directory(root);
+  return dir;
+}
+
+fs::path commit_checkpoint(const fs::path& out, const fs::path& dir, int64_t step,
+                           const std::vector<std::string>& files, int keep) {
+  Json list = Json::array();
+  for (const std::string& name : files) {
+    const int64_t bytes = regular_size(dir / name);
+    if (bytes < 0) throw std::runtime_error(fmt::format("{}: the save wrote no {}", dir.string(), name));
+    list.push_back({{"name", name}, {"bytes", static_cast<uint64_t>(bytes)}});
+  }
+  // The files are durable (each synced and renamed, the folder synced): the marker goes last.
+  try {
+    write_file_atomically(dir / kCompleteMarker, json_text(Json{{"step", step}, {"files", list}}, 1) + "\n", true);
+  } catch (...) {
+    abandon_checkpoint(dir);
+    throw;
+  }
+
+  // <out>/checkpoint.bin: a second name of the new file, swapped in by a rename.
+  const fs::path latest = out / kCheckpointFile;
+  const fs::path tmp = fmt::format("{}.tmp.link.{}", latest.string(), ::getpid());
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  fs::create_hard_link(dir / kCheckpointFile, tmp, ec);
+  if (ec) {  // a file system without hard links: a copy, synced
+    fs::copy_file(dir / kCheckpointFile, tmp, ec);
+    const int fd = ec ? -1 : ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0) {
+      const std::string why = ec ? ec.message() : std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      fs::remove(tmp, ec);
+      throw std::runtime_error(fmt::format("{}: cannot link or copy the new checkpoint: {}", latest.string(), why));
+    }
+    ::close(fd);
+  }
+  fs::rename(tmp, latest, ec);
+  if (ec) throw std::runtime_error(fmt::format("{}: cannot move to the new checkpoint: {}", latest.string(), ec.message()));
+  sync_directory(out);
+
+  // Only now the old ones go: the newest `keep` complete ones stay.
+  const std::vector<StoredCheckpoint> all = stored_checkpoints(out);
+  int kept = 0;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (it->dir == dir) {
+      ++kept;
+      continue;
+    }
+    const bool stays = it->complete() && it->step < step && kept < keep;
+    kept += stays;
+    if (!stays) remove_tree(it->dir);
+  }
+  sync_directory(out / kCheckpointsFolder);
+  return dir / kCheckpointFile;
+}
+
+void abandon_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+}  // namespace gpt2
