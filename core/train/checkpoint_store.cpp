@@ -62,6 +62,10 @@ std::string checkpoint_problem(const fs::path& dir) {
   if (!j.is_object() || !j.contains("files") || !j["files"].is_array() || j["files"].empty()) {
     return fmt::format("its {} marker names no files", kCompleteMarker);
   }
+  const int64_t step = step_of(dir.filename().string());
+  if (step >= 0 && (!j.contains("step") || !j["step"].is_number_integer() || j["step"].get<int64_t>() != step)) {
+    return fmt::format("its {} marker is not the folder's step {}", kCompleteMarker, step);
+  }
   for (const Json& f : j["files"]) {
     if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("bytes") ||
         !f["bytes"].is_number_unsigned()) {
@@ -99,7 +103,10 @@ std::string given_checkpoint_file(const std::string& path) {
   std::error_code ec;
   const bool folder = fs::is_directory(path, ec);
   const fs::path dir = fs::weakly_canonical(folder ? fs::path(path) : fs::path(path).parent_path(), ec);
-  if (ec || step_of(dir.filename().string()) < 0 || dir.parent_path().filename() != kCheckpointsFolder) return path;
+  if (ec || step_of(dir.filename().string()) < 0 || dir.parent_path().filename() != kCheckpointsFolder ||
+      !fs::is_directory(dir, ec)) {
+    return path;  // not a step folder (or none there: the reader says "no such file")
+  }
   if (const std::string why = checkpoint_problem(dir); !why.empty()) {
     throw std::invalid_argument(fmt::format("'{}' is an incomplete checkpoint: {}; take a complete one (--resume "
                                             "auto finds the newest)", path, why));
@@ -114,10 +121,12 @@ fs::path begin_checkpoint(const fs::path& out, int64_t step) {
   const bool made_root = fs::create_directory(root, ec);
   if (ec) throw std::runtime_error(fmt::format("{}: cannot create: {}", root.string(), ec.message()));
   if (made_root) sync_directory(out);
-  if (fs::exists(fs::symlink_status(dir, ec))) {  // an earlier save of this step: it no longer counts, then goes
+  const fs::file_status was = fs::symlink_status(dir, ec);
+  if (fs::is_directory(was)) {  // an earlier save of this step: it no longer counts, then goes
     fs::remove(dir / kCompleteMarker, ec);
-    remove_tree(dir);
+    sync_directory(dir);
   }
+  if (fs::exists(was)) remove_tree(dir);  // a link is removed, never followed
   fs::create_directory(dir, ec);
   if (ec) throw std::runtime_error(fmt::format("{}: cannot create: {}", dir.string(), ec.message()));
   sync_directory(root);
@@ -161,19 +170,28 @@ fs::path commit_checkpoint(const fs::path& out, const fs::path& dir, int64_t ste
   if (ec) throw std::runtime_error(fmt::format("{}: cannot move to the new checkpoint: {}", latest.string(), ec.message()));
   sync_directory(out);
 
-  // Only now the old ones go: the newest `keep` complete ones stay.
-  const std::vector<StoredCheckpoint> all = stored_checkpoints(out);
-  int kept = 0;
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (it->dir == dir) {
-      ++kept;
-      continue;
+  // Only now the old ones go: the newest `keep` complete ones stay. The new
+  // checkpoint is complete whatever happens here: a removal that fails is
+  // said and the run goes on.
+  try {
+    const std::vector<StoredCheckpoint> all = stored_checkpoints(out);
+    int kept = 0;
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (it->dir == dir) {
+        ++kept;
+        continue;
+      }
+      const bool stays = it->complete() && it->step < step && kept < keep;
+      kept += stays;
+      if (!stays) remove_tree(it->dir);
     }
-    const bool stays = it->complete() && it->step < step && kept < keep;
-    kept += stays;
-    if (!stays) remove_tree(it->dir);
+    for (const auto& e : fs::directory_iterator(out)) {  // the link temporaries of a save a crash cut short
+      if (e.path().filename().string().rfind(std::string(kCheckpointFile) + ".tmp.link.", 0) == 0) fs::remove(e.path());
+    }
+    sync_directory(out / kCheckpointsFolder);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "warning: {}: older checkpoints not removed: {}\n", out.string(), e.what());
   }
-  sync_directory(out / kCheckpointsFolder);
   return dir / kCheckpointFile;
 }
 

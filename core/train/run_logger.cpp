@@ -54,10 +54,11 @@ void RunLogger::preempted(int64_t step, const std::string& signal, double signal
                           const std::string& checkpoint, bool abandoned_step) {
   if (!active_) return;
   metrics_->preempted(step, signal, signal_to_exit_s, abandoned_step);
-  fmt::print(stderr, "[{}] stopped by {} after step {}{}: checkpoint {} written, {:.2f} s after the signal; resume "
-             "with --resume auto\n", stage_, signal, step,
-             abandoned_step ? fmt::format(" (step {} abandoned between its micro-steps)", step + 1) : "", checkpoint,
-             signal_to_exit_s);
+  fmt::print(stderr, "[{}] stopped by {} {}: checkpoint {} written, {:.2f} s after the signal; resume with --resume "
+             "auto\n", stage_, signal,
+             abandoned_step ? fmt::format("during step {} (abandoned between its micro-steps)", step + 1)
+                            : fmt::format("after step {}", step),
+             checkpoint, signal_to_exit_s);
 }
 
 void RunLogger::finish(const RunSummary& s) {

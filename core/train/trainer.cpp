@@ -563,8 +563,27 @@ void claim_run_dir(RunLogger& log, TrainRequest& req, Communicator& comm) {
   if (path.empty()) path = (fs::path(out_dir) / kCheckpointFile).string();  // the other ranks: its name in the run folder
   const double to_exit = stop.waited_s + seconds_since(t0);
   log.preempted(steps - 1, signal_name(stop.signal), to_exit, path, abandoned);
-  throw RunPreempted(fmt::format("stopped by {} after step {} of {}, checkpoint {} written; resume with --resume auto",
-                                 signal_name(stop.signal), steps - 1, c.train.steps, path));
+  const std::string when = abandoned ? fmt::format("during step {} of {} (abandoned)", steps, c.train.steps)
+                                     : fmt::format("after step {} of {}", steps - 1, c.train.steps);
+  throw RunPreempted(fmt::format("stopped by {} {}, checkpoint {} written; resume with --resume auto",
+                                 signal_name(stop.signal), when, path));
+}
+
+// `first_step` when the run folder already holds a complete checkpoint of
+// it (a resumed run's), its file in `file` (rank 0); else -1. Decided on
+// rank 0 for every rank (whether a save is written is collective).
+int64_t already_stored(const std::string& out_dir, int64_t first_step, std::string& file, Communicator& comm) {
+  std::vector<std::string> d;
+  if (comm.rank() == 0) {
+    d = {""};
+    for (const StoredCheckpoint& s : stored_checkpoints(out_dir)) {
+      if (first_step > 0 && s.step == first_step && s.complete()) d = {s.file().string()};
+    }
+  }
+  broadcast_strings(comm, d, 0);
+  if (d[0].empty()) return -1;
+  if (comm.rank() == 0) file = d[0];
+  return first_step;
 }
 
 void run_train(const TrainRequest& given, const StageContext& ctx) {
@@ -603,7 +622,9 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   // the summary's). `last`: under train.deterministic the state is hashed
   // even when no checkpoint is written, for the bits' comparison.
   std::string saved;
-  int64_t stored = -1;  // the step of the last checkpoint written
+  // The step of the newest checkpoint written: a resumed run's own first one
+  // is already there (a save at that step would only rewrite it).
+  int64_t stored = already_stored(req.out_dir, st->first_step, saved, comm);
   auto save = [&](int64_t steps, bool last) {
     uint64_t hash = 0;
     if (c.train.save_checkpoint && stored != steps) {
@@ -633,7 +654,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
       r = lay->step->step(x.data(), y.data());
     } catch (const StepAbandoned&) {  // a stop signal between micro-steps: the state after step s - 1
       st->loader->restore(position, served);
-      stop_for_signal(lay->interrupt->agreed, s, true, false, "", req.out_dir, *st, c, grid, log);
+      stop_for_signal(lay->interrupt->agreed, s, true, stored == s, saved, req.out_dir, *st, c, grid, log);
     }
     st->backend->synchronize();  // a device backend's update is still running: count it in this step
     const double dt = seconds_since(t0);
@@ -651,7 +672,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     const bool periodic = c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0;
     if (periodic) save(s + 1, false);
     if (const StopRequest stop = agreed_stop(grid.aux_comm()); stop.signal != 0) {
-      stop_for_signal(stop, s + 1, false, periodic && c.train.save_checkpoint, saved, req.out_dir, *st, c, grid, log);
+      stop_for_signal(stop, s + 1, false, stored == s + 1, saved, req.out_dir, *st, c, grid, log);
     }
   }
 
