@@ -209,8 +209,14 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
   s.arena_rows = s.step == StepKind::kChunks ? c.train.batch_size / s.chunks
                  : s.pipelined()             ? rows / s.microbatches
                                              : rows;
-  s.stop_between_micro_steps = c.parallel.pp == 1 && (s.step == StepKind::kChunks ? s.chunks / dp > 1
-                                                      : s.pipelined() && s.microbatches > 1);
+  const bool micro_steps = s.step == StepKind::kChunks ? s.chunks / dp > 1 : s.pipelined();
+  switch (micro_steps ? c.train.stop_within_step : StopWithin::kNever) {
+    case StopWithin::kNever: s.stop_in_step = StepLayout::StopInStep::kNever; break;
+    case StopWithin::kAlways: s.stop_in_step = StepLayout::StopInStep::kAlways; break;
+    case StopWithin::kAuto:  // pipeline stages would wait for each other at every stop point
+      s.stop_in_step = c.parallel.pp > 1 ? StepLayout::StopInStep::kNever : StepLayout::StopInStep::kLongSteps;
+      break;
+  }
   return s;
 }
 
@@ -225,7 +231,8 @@ std::string StepLayout::describe() const {
   out += fmt::format("), gradient by {}, ZeRO {}", to_string(grad_sum), zero.stage);
   if (recompute_full) out += ", recompute full";
   if (stored == Dtype::bf16) out += ", stored activations bf16";
-  if (stop_between_micro_steps) out += ", a stop signal taken between micro-steps";
+  if (stop_in_step == StopInStep::kAlways) out += ", a stop signal taken between micro-steps";
+  if (stop_in_step == StopInStep::kLongSteps) out += ", a stop signal taken between the micro-steps of long steps";
   return out;
 }
 

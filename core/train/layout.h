@@ -84,10 +84,13 @@ struct StepLayout {
   bool recompute_full = false;  // train.recompute full
   MicrobatchSum microbatch_sum = MicrobatchSum::kAccumulate;  // a schedule's microbatches: kTree under kChunkPipeline
   Dtype stored = Dtype::f32;    // the stored activations' type
-  // A stop signal is agreed between micro-steps too, not only at the step's end (train/preemption.h):
-  // where a rank runs several (accumulation, train.deterministic's chunks) and every rank the same ones
-  // (no pipeline stages).
-  bool stop_between_micro_steps = false;
+  // Where a stop signal is agreed inside a step besides its end (train.stop_within_step; train/preemption.h):
+  // between train.deterministic's chunks (several on a rank) or a pipeline's actions (accumulation's
+  // microbatches, or stages) where its schedule has no message in flight (stop_points, train/pipeline.h):
+  // never, in every step, or (auto, without pipeline stages) in the steps after one longer than
+  // debug.long_step_s.
+  enum class StopInStep { kNever, kLongSteps, kAlways };
+  StopInStep stop_in_step = StopInStep::kNever;
 
   bool pipelined() const { return step == StepKind::kPipeline || step == StepKind::kChunkPipeline; }
   bool deterministic() const { return step == StepKind::kChunks || step == StepKind::kChunkPipeline; }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <chrono>
 #include <deque>
 #include <stdexcept>
@@ -65,6 +66,42 @@ std::vector<PipeAction> stage_schedule(ScheduleKind kind, int stages, int stage,
   }
   for (int j = m - warmup; j < m; ++j) backward(j, PipePhase::kCooldown);
   for (int j : pending_w) out.push_back({PipeOp::kBackwardWeight, j, PipePhase::kCooldown});
+  return out;
+}
+
+std::vector<bool> stop_points(ScheduleKind kind, int stages, int m) {
+  // Every message as (the sender's action index, the receiver's): a forward's
+  // output to the next stage's forward, a backward's input gradient to the
+  // stage before's backward (B of zb-h1).
+  std::vector<std::pair<size_t, size_t>> messages;
+  size_t n = 0, last_backward = SIZE_MAX;
+  std::vector<std::vector<size_t>> fwd(static_cast<size_t>(stages)), bwd(static_cast<size_t>(stages));
+  for (int s = 0; s < stages; ++s) {
+    const std::vector<PipeAction> acts = stage_schedule(kind, stages, s, m);
+    n = acts.size();
+    fwd[static_cast<size_t>(s)].resize(static_cast<size_t>(m));
+    bwd[static_cast<size_t>(s)].resize(static_cast<size_t>(m));
+    size_t last = acts.size();
+    for (size_t k = 0; k < acts.size(); ++k) {
+      const size_t mb = static_cast<size_t>(acts[k].mb);
+      if (acts[k].op == PipeOp::kForward) fwd[static_cast<size_t>(s)][mb] = k;
+      if (acts[k].op == PipeOp::kBackward || acts[k].op == PipeOp::kBackwardInput) bwd[static_cast<size_t>(s)][mb] = k;
+      if (acts[k].op == PipeOp::kBackward) last = k;
+    }
+    last_backward = std::min(last_backward, last);
+  }
+  for (size_t s = 0; s + 1 < static_cast<size_t>(stages); ++s) {
+    for (size_t j = 0; j < static_cast<size_t>(m); ++j) {
+      messages.emplace_back(fwd[s][j], fwd[s + 1][j]);
+      messages.emplace_back(bwd[s + 1][j], bwd[s][j]);
+    }
+  }
+  std::vector<bool> out(n, false);
+  for (size_t k = 1; k < n && k <= last_backward; ++k) {
+    out[k] = std::all_of(messages.begin(), messages.end(), [k](const auto& msg) {
+      return (msg.first < k) == (msg.second < k);
+    });
+  }
   return out;
 }
 
@@ -226,6 +263,7 @@ PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, Sched
   }
   mb_rows_ = rows / m;
   actions_ = stage_schedule(kind, stages_, stage_, m);
+  stop_points_ = stop_points(kind, stages_, m);
   const int n = max_in_flight(actions_);
   for (int i = 0; i < n; ++i) {
     Slot s;
@@ -329,7 +367,6 @@ void PipelineEngine::backward(Slot& slot, const int32_t* inputs, const int32_t* 
 
 double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float dloss, GradReadyHook* hook,
                             StepInterrupt* interrupt) {
-  if (interrupt != nullptr && stages_ > 1) throw std::logic_error("PipelineEngine: a stop between actions needs one stage");
   t0_ns_ = steady_ns();
   events_.clear();
   wait_s_ = 0;
@@ -349,7 +386,10 @@ double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float
   };
   for (size_t k = 0; k < actions_.size(); ++k) {
     const PipeAction& act = actions_[k];
-    if (interrupt != nullptr && k > 0 && k <= last_backward && interrupt->stop_now()) throw StepAbandoned();
+    if (interrupt != nullptr && stop_points_[k] && interrupt->stop_now()) {
+      for (Slot& s : arenas_) wait_sends(s);
+      throw StepAbandoned();
+    }
     switch (act.op) {
       case PipeOp::kForward: {
         const double l = forward(take(act.mb), inputs, targets);

@@ -64,6 +64,17 @@ std::vector<PipeAction> stage_schedule(ScheduleKind kind, int stages, int stage,
 // not yet): the activation arenas the stage needs.
 int max_in_flight(const std::vector<PipeAction>& actions);
 
+// Where a step of this schedule may stop (a stop signal agreed by every
+// rank, train/preemption.h): before action k (1 <= k < the actions per
+// stage) when, on every stage, no message between stages is in flight
+// there (each one sent before action k is also received before it, and
+// none received before it is sent after it) and no stage has begun its last
+// whole backward (its gradients' sum may have started). Entry k of the
+// result; entry 0 is false. Every action under gpipe; every other one under
+// 1f1b on 2 stages; fewer on deeper pipelines; all but the first with one
+// stage (no messages).
+std::vector<bool> stop_points(ScheduleKind kind, int stages, int m);
+
 // The share of a step each stage idles when F, B and W take equal time:
 // (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1.
 double schedule_bubble(ScheduleKind kind, int stages, int m);
@@ -115,9 +126,10 @@ class PipelineEngine {
   // gradients the stage's last backward finishes: accumulated over every
   // microbatch, they are final then, so their allreduce overlaps that last
   // backward (a split backward, zb-h1, tells nothing: the sum follows).
-  // `interrupt` (one stage only: every rank runs the same actions) is asked
-  // before each action after the first, up to the last backward's (no sum
-  // is in flight then); when it says stop, StepAbandoned is thrown.
+  // `interrupt` is asked before each action at the schedule's stop_points
+  // (every rank of every stage at the same ones); when it says stop, the
+  // stage's sends are waited for (their receivers took them already) and
+  // StepAbandoned is thrown.
   double step(const int32_t* inputs, const int32_t* targets, float dloss, GradReadyHook* hook = nullptr,
               StepInterrupt* interrupt = nullptr);
   // Forward only (validation): the mean loss on the last stage, 0 elsewhere.
@@ -177,6 +189,7 @@ class PipelineEngine {
   ScheduleKind kind_;
   int stages_, stage_, m_, mb_rows_, T_;
   std::vector<PipeAction> actions_;
+  std::vector<bool> stop_points_;  // stop_points(kind, stages, m)
   std::vector<Slot> arenas_;
   size_t arena_bytes_ = 0;
   int in_use_ = 0, peak_ = 0;

@@ -58,10 +58,10 @@ std::string signal_name(int sig) {
   return fmt::format("signal {}", sig);
 }
 
-StopRequest agreed_stop(Communicator& comm) {
+StopRequest agreed_stop(Communicator& comm, double step_s) {
   const int64_t ns = stop_signal_ns();
   // Each rank's signal and how long ago it came (its own clock: hosts need not agree on time).
-  const StopRequest mine{stop_signal(), ns > 0 ? static_cast<double>(monotonic_ns() - ns) * 1e-9 : 0.0};
+  const StopRequest mine{stop_signal(), ns > 0 ? static_cast<double>(monotonic_ns() - ns) * 1e-9 : 0.0, step_s};
   if (comm.size() == 1) return mine;
   static std::vector<StopRequest> all;  // grown once: a training step allocates nothing (tests/alloc_test.cpp)
   all.resize(static_cast<size_t>(comm.size()));
@@ -70,6 +70,7 @@ StopRequest agreed_stop(Communicator& comm) {
   for (const StopRequest& r : all) {
     out.signal = r.signal > out.signal ? r.signal : out.signal;
     out.waited_s = r.waited_s > out.waited_s ? r.waited_s : out.waited_s;
+    out.step_s = r.step_s > out.step_s ? r.step_s : out.step_s;
   }
   return out;
 }

@@ -33,19 +33,22 @@ int64_t stop_signal_ns();
 std::string signal_name(int sig);
 
 // What the ranks agreed: the largest stop signal number any rank received
-// (0: none), and the longest any rank has waited since its signal.
+// (0: none), the longest any rank has waited since its signal, and the
+// longest step any rank reported.
 struct StopRequest {
   int signal = 0;
   double waited_s = 0;
+  double step_s = 0;
 };
-// Collective over `comm` (every rank, at the same step boundary), so that
-// every rank stops after the same step.
-StopRequest agreed_stop(Communicator& comm);
+// Collective over `comm` (every rank, at the same step boundary or stop
+// point), so that every rank stops at the same place. `step_s`: this rank's
+// last step, in seconds (0 inside a step).
+StopRequest agreed_stop(Communicator& comm, double step_s = 0);
 
-// Asked between a step's micro-steps, where every rank runs the same ones
-// (StepLayout::stop_between_micro_steps): true abandons the step, so a long
-// step need not finish before a run stops. Collective over the ranks that
-// run the step.
+// Asked at a step's stop points (between micro-steps, or a pipeline's
+// actions, where StepLayout::stop_in_step says so): true abandons the step,
+// so a long step need not finish before a run stops. Collective over the
+// ranks that run the step.
 class StepInterrupt {
  public:
   virtual ~StepInterrupt() = default;

@@ -60,6 +60,10 @@ template <> struct EnumNames<Recompute> {
   static constexpr const char* names[] = {"none", "full"};
   static constexpr const char* key = "train.recompute";
 };
+template <> struct EnumNames<StopWithin> {
+  static constexpr const char* names[] = {"auto", "always", "never"};
+  static constexpr const char* key = "train.stop_within_step";
+};
 template <> struct EnumNames<ScheduleKind> {
   static constexpr const char* names[] = {"gpipe", "1f1b", "zb-h1"};
   static constexpr const char* key = "parallel.schedule";
@@ -67,6 +71,8 @@ template <> struct EnumNames<ScheduleKind> {
 std::string to_string(Precision p) { return enum_name(p); }
 std::string to_string(Recompute r) { return enum_name(r); }
 std::string to_string(ScheduleKind k) { return enum_name(k); }
+std::string to_string(StopWithin w) { return enum_name(w); }
+void from_string(const std::string& text, StopWithin& w) { parse_enum(text, w); }
 void from_string(const std::string& text, ScheduleKind& k) {
   for (ScheduleKind s : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
     if (text == enum_name(s)) {
@@ -121,6 +127,9 @@ void validate(const RunConfig& c) {
   c.optimizer.validate();
   c.generate.validate();
   c.parallel.validate();
+  if (!(c.debug.long_step_s >= 0)) {
+    throw std::invalid_argument(fmt::format("debug.long_step_s: must be >= 0, got {}", c.debug.long_step_s));
+  }
   // Across sections.
   // The widest activation a step holds, rows x positions x the widest row (the logits' vocabulary, the MLP's
   // hidden width, q, k and v): its floats must have byte counts that fit a signed 64-bit size.

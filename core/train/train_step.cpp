@@ -193,7 +193,7 @@ class DeterministicPipelinedStep final : public StepFunction {
 
   StepResult step(const int32_t* inputs, const int32_t* targets) override {
     const StepParts& s = parts_;
-    pipe_.step(inputs, targets, loss_weight(s, pipe_.seq_len()));
+    pipe_.step(inputs, targets, loss_weight(s, pipe_.seq_len()), nullptr, s.interrupt);
     StepResult r;
     const auto t0 = Clock::now();
     float* g = s.model.grad_data();

@@ -51,8 +51,8 @@ struct StepParts {
   int batch_size;        // global rows per step (rows x data-parallel ranks)
   double max_loss = 0;   // a loss above it (or not finite) stops training: diverged; 0 = no bound
   bool layer_norms = false;  // fill StepResult::layer_grad_norms (a whole model only)
-  // Asked between micro-steps (StepLayout::stop_between_micro_steps; null: never): a stop abandons the
-  // step with StepAbandoned, nothing updated.
+  // Asked at the step's stop points (StepLayout::stop_in_step; null: never): a stop abandons the step
+  // with StepAbandoned, nothing updated.
   StepInterrupt* interrupt = nullptr;
 };
 

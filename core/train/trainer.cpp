@@ -292,19 +292,29 @@ Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
   return out;
 }
 
-// The stop signal agreed between micro-steps (StepLayout::stop_between_micro_steps),
-// kept for the stop that follows.
+// The stop signal agreed inside a step (StepLayout::stop_in_step), kept for
+// the stop that follows. Asks only while armed, which every rank sets alike
+// at each step's end (arm: from what the ranks agreed there).
 class AgreedInterrupt final : public StepInterrupt {
  public:
-  explicit AgreedInterrupt(Communicator& comm) : comm_(comm) {}
+  AgreedInterrupt(Communicator& comm, StepLayout::StopInStep when, double long_step_s)
+      : comm_(comm), when_(when), long_step_s_(long_step_s), armed_(when == StepLayout::StopInStep::kAlways) {}
   bool stop_now() override {
+    if (!armed_) return false;
     agreed = agreed_stop(comm_);
     return agreed.signal != 0;
+  }
+  // kLongSteps: the steps after one that took longer than debug.long_step_s on some rank.
+  void arm(const StopRequest& at_step_end) {
+    if (when_ == StepLayout::StopInStep::kLongSteps) armed_ = at_step_end.step_s > long_step_s_;
   }
   StopRequest agreed;
 
  private:
   Communicator& comm_;
+  StepLayout::StopInStep when_;
+  double long_step_s_;
+  bool armed_;
 };
 
 // The run's layout, made once from the configuration (DESIGN.md "Memory":
@@ -333,7 +343,9 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, Ru
   // The gradient sum and the loss over the data-parallel group; the
   // tensor-parallel sums happen inside the model (model.tp()).
   Communicator& dp = grid.dp_comm();
-  if (sl.stop_between_micro_steps) lay->interrupt = std::make_unique<AgreedInterrupt>(grid.aux_comm());
+  if (sl.stop_in_step != StepLayout::StopInStep::kNever) {
+    lay->interrupt = std::make_unique<AgreedInterrupt>(grid.aux_comm(), sl.stop_in_step, c.debug.long_step_s);
+  }
   const StepParts parts{be,       model,   *st.opt, dp, c.train.batch_size, max_loss, c.train.layer_grad_norms,
                         lay->interrupt.get()};
   // The reducer (none for the tree and for unit shards, which the step drives itself).
@@ -671,9 +683,9 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     }
     const bool periodic = c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0;
     if (periodic) save(s + 1, false);
-    if (const StopRequest stop = agreed_stop(grid.aux_comm()); stop.signal != 0) {
-      stop_for_signal(stop, s + 1, false, stored == s + 1, saved, req.out_dir, *st, c, grid, log);
-    }
+    const StopRequest stop = agreed_stop(grid.aux_comm(), dt);
+    if (stop.signal != 0) stop_for_signal(stop, s + 1, false, stored == s + 1, saved, req.out_dir, *st, c, grid, log);
+    if (lay->interrupt) lay->interrupt->arm(stop);
   }
 
   // Finish.
