@@ -19,9 +19,11 @@ every step exactly once:
     the checkpoint written before it still loads and resumes.
 Each stop is within 10 s of the signal (the worst is printed). SIGKILL at
 random moments of one rank of 2 and of 4, and of a serial run (10 tries
-each), and of one rank of 2 without train.deterministic (3 tries, the loss
-curve compared within 1e-5), each checkpointing every 2 steps so that many
-kills land mid-save: the job ends within 10 s, non-zero, no process left,
+each), of one rank of 2 without train.deterministic (3 tries, the loss
+curve compared within 1e-5) and of mpiexec itself over 2 ranks (3 tries),
+each checkpointing every 2 steps so that many kills land mid-save: the job
+ends within 10 s, non-zero, no process of it left (by pid: mpiexec's
+proxies and ranks each run in a session of their own),
 the newest complete checkpoint loads at its step, and --resume auto
 finishes with the uninterrupted run's bits. Checkpoints are step folders
 (checkpoints/step-N/) complete only with their COMPLETE marker; the newest
@@ -45,6 +47,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from layout_checks import LayoutTest, common_args, load, records
@@ -205,6 +208,7 @@ def main():
             [*common, "--model.n_embd", "64"], "model.n_embd")
 
     disk_full(check, a, common, env, out)
+    unwritable(check, a, common, env, out)
     mid_step(check, a, env, out, base)
     killed(check, t, common, env, out, base)
     print(f"note: the slowest stop took {worst[0]:.2f} s from the signal to the exit")
@@ -219,7 +223,7 @@ KILL_STEPS = 60
 
 def killed(check, t, common, env, out, base):
     """SIGKILL at random moments (10 tries each on dp 2, dp 4 and serial; 3 more on dp 2 without
-    train.deterministic) of a run that checkpoints every 2 steps (so many kills land mid-save): the job ends
+    train.deterministic, and 3 of mpiexec over 2 ranks) of a run that checkpoints every 2 steps (so many kills land mid-save): the job ends
     within 10 s with a non-zero status and no process left, its newest complete checkpoint loads at its step, and
     --resume auto finishes with the uninterrupted run's bits (without train.deterministic: its loss curve within
     1e-5)."""
@@ -239,26 +243,35 @@ def killed(check, t, common, env, out, base):
     want = load(os.path.join(ref, "checkpoint.bin"))
     want_loss = [x["loss"] for x in records(ref, "step")]
     slowest, skipped, mid_save = 0.0, 0, 0
-    for ranks, tries, exact in ((2, 10, True), (4, 10, True), (0, 10, True), (2, 3, False)):
+    for ranks, tries, exact, at in ((2, 10, True, "rank"), (4, 10, True, "rank"), (0, 10, True, "rank"),
+                                    (2, 3, False, "rank"), (2, 3, True, "mpiexec")):
         for k in range(tries):
-            seed = base + 1000 * (ranks + 1) + 100 * (not exact) + k
+            seed = base + 1000 * (ranks + 1) + 100 * (not exact) + 200 * (at == "mpiexec") + k
             rnd = random.Random(seed)
-            d = out(f"killed_{ranks}_{int(exact)}_{k}")
+            d = out(f"killed_{ranks}_{int(exact)}_{at}_{k}")
             cmd = [t.a.mpiexec, "-n", str(ranks), a.mpi, "train"] if ranks else [a.serial, "train"]
             run_args = args if exact else [*args, "--train.deterministic", "false"]
             p = subprocess.Popen([*cmd, *run_args, "--out", d], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, env=env, start_new_session=True)
             wait_for_steps(p, d, rnd.randint(2, KILL_STEPS - 10))
             pids = processes_under(p.pid) if ranks else [p.pid]
-            title = (f"SIGKILL of {'one rank of ' + str(ranks) if ranks else 'a serial run'}"
-                     f"{'' if exact else ', not deterministic'} (seed {seed})")
+            whom = ("a serial run" if not ranks else f"mpiexec over {ranks} ranks" if at == "mpiexec"
+                    else f"one rank of {ranks}")
+            title = f"SIGKILL of {whom}{'' if exact else ', not deterministic'} (seed {seed})"
             if p.poll() is not None or not pids:
                 check(f"{title}: running when killed", False, f"exit {p.returncode}")
                 continue
-            os.kill(rnd.choice(pids), signal.SIGKILL)
+            job = descendants(p.pid)  # mpiexec's proxies and ranks (each in a session of its own), before the kill
+            os.kill(p.pid if at == "mpiexec" else rnd.choice(pids), signal.SIGKILL)
             _, waited = wait_end(p)
+            # The job has ended when its every process has (by pid: an orphan is no longer under mpiexec; when
+            # mpiexec itself is killed, its proxies notice and end the ranks).
+            t0 = time.time()
+            while time.time() - t0 < 10 and any(alive(x) for x in job):
+                time.sleep(0.005)
+            waited += time.time() - t0
             slowest = max(slowest, waited)
-            left = processes_in_session(p.pid)  # a rank orphaned by mpiexec's end keeps the job's session
+            left = [x for x in job if alive(x)]
             steps = complete_steps(d)
             if not steps:  # killed before its first save completed: nothing to resume
                 skipped += 1
@@ -416,18 +429,31 @@ def steps_in(d):
         return 0
 
 
-def processes_in_session(sid):
-    """The processes of session `sid` (each job is started in a session of its own), however reparented."""
-    found = []
+def descendants(root):
+    """Every process descending from `root`, now."""
+    parent = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+                parent[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
         except OSError:
             continue
-        if int(fields[3]) == sid and fields[0] != "Z":
-            found.append(int(pid))
+    found, todo = [], [root]
+    while todo:
+        x = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == x]
+        found += kids
+        todo += kids
     return sorted(found)
+
+
+def alive(pid):
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def processes_under(root):
@@ -480,6 +506,45 @@ def disk_full(check, a, common, env, out):
                        capture_output=True, text=True, env=env, timeout=300)
     check("... and that checkpoint resumes (--resume auto, on a disk with room) to the end", r.returncode == 0 and
           [s["step"] for s in records(moved, "step")] == list(range(6)), r.stderr.strip()[-300:])
+
+
+def unwritable(check, a, common, env, out):
+    """The run folder's checkpoints/ made unwritable while the run trains (the run as user nobody, so that the
+    folder's mode binds): the next save fails with one line (exit 1), the complete checkpoints before it stay.
+    Skipped, with the reason, where the run cannot run as nobody."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        print("note: skipped the unwritable-folder case: needs root and setpriv to run as nobody")
+        return
+    top = tempfile.mkdtemp(prefix="preemption_test_unwritable_")  # outside the test's own folder, which is 0700
+    try:
+        os.chown(top, 65534, 65534)
+        unwritable_run(check, a, common, env, os.path.join(top, "run"))
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def unwritable_run(check, a, common, env, d):
+    p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", a.serial, "train", *common,
+                          "--train.steps", "100000", "--train.checkpoint_every", "20", "--out", d],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    deadline = time.time() + 60
+    while p.poll() is None and time.time() < deadline and not complete_steps(d):
+        time.sleep(0.01)
+    if p.poll() is not None or not complete_steps(d):
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        print(f"note: skipped the unwritable-folder case: the run as nobody wrote no checkpoint "
+              f"({p.communicate()[1].strip()[-200:]})")
+        return
+    os.chmod(os.path.join(d, "checkpoints"), 0o555)
+    err, _ = wait_end(p)
+    errors = [x for x in err.splitlines() if "error" in x]
+    steps = complete_steps(d)
+    newest = load(step_file(d, steps[-1])) if steps else None
+    check("checkpoints/ unwritable at a save: exit 1, one line naming the folder and the reason, the complete "
+          "checkpoints before it whole", p.returncode == 1 and len(errors) == 1 and "Permission denied" in errors[0]
+          and newest is not None and newest.header.get("state.steps_done") == str(steps[-1]),
+          f"exit {p.returncode}: {err.strip()[-300:]}")
 
 
 def read_all(d):

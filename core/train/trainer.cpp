@@ -346,7 +346,7 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, Ru
   if (sl.stop_in_step != StepLayout::StopInStep::kNever) {
     lay->interrupt = std::make_unique<AgreedInterrupt>(grid.aux_comm(), sl.stop_in_step, c.debug.long_step_s);
   }
-  const StepParts parts{be,       model,   *st.opt, dp, c.train.batch_size, max_loss, c.train.layer_grad_norms,
+  const StepParts parts{be, model, *st.opt, dp, c.train.batch_size, max_loss, c.train.layer_grad_norms,
                         lay->interrupt.get()};
   // The reducer (none for the tree and for unit shards, which the step drives itself).
   switch (sl.grad_sum) {
@@ -630,9 +630,10 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
   const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
   // Writes the checkpoint after `steps` steps (train.save_checkpoint) and
-  // notes its file in `saved` (rank 0; "" elsewhere); returns the state's hash (rank 0's is
-  // the summary's). `last`: under train.deterministic the state is hashed
-  // even when no checkpoint is written, for the bits' comparison.
+  // notes its file in `saved` (rank 0; "" elsewhere); returns the state's
+  // hash (rank 0's is the summary's). `last`: under train.deterministic the
+  // state is hashed even when no checkpoint is written, for the bits'
+  // comparison.
   std::string saved;
   // The step of the newest checkpoint written: a resumed run's own first one
   // is already there (a save at that step would only rewrite it).
