@@ -299,8 +299,9 @@ def killed(check, t, common, env, out, base):
 
 def mid_step(check, a, env, out, base):
     """A long step stops between its micro-steps: SIGTERM part way into step 2 of runs whose step is 8 or 16
-    micro-steps (accumulation: serial, and one rank of dp 2), 4 canonical chunks (train.deterministic) or a
-    2-stage 1f1b pipeline of 4 microbatches (one stage signalled; it stops at the schedule's stop points), under
+    micro-steps (accumulation: serial, and one rank of dp 2), 4 canonical chunks (train.deterministic), a
+    2-stage 1f1b pipeline of 4 microbatches (one stage signalled; it stops at the schedule's stop points) or
+    ZeRO-3 on dp 2 (one micro-step: it stops before one of its units), under
     train.stop_within_step always, or auto once a step took longer than debug.long_step_s: the step is abandoned
     (the record says so), the stop comes within a step's time and half a second (the checkpoint included), and
     the resumed run ends as the uninterrupted one (the bits under train.deterministic, else the loss curve
@@ -319,6 +320,10 @@ def mid_step(check, a, env, out, base):
              ("pp 2, 1f1b, 4 microbatches, train.deterministic, always, SIGTERM to one stage", mpi2,
               ["--parallel.pp", "2", "--parallel.microbatches", "4", "--train.deterministic", "true", *always],
               True, True),
+             ("dp 2, ZeRO-3, always: before a unit, SIGTERM to one rank", mpi2,
+              ["--parallel.zero", "3", *always], False, True),
+             ("dp 2, ZeRO-3, train.deterministic, always: before a unit or a chunk", mpi2,
+              ["--parallel.zero", "3", "--train.deterministic", "true", *always], True, True),
              ("dp 2, 8 micro-steps of 4 rows, auto (steps under 5 s: at the step's end)", mpi2,
               ["--train.micro_batch", "4"], False, False)]
     for k, (title, cmd, extra, exact, abandons) in enumerate(cases):

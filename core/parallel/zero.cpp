@@ -99,6 +99,15 @@ float* ZeroShards::gathered(const ParamUnit& unit, Pass pass) {
 }
 
 void ZeroShards::acquire(const ParamUnit& unit, Pass pass) {
+  if (before_unit_) {
+    try {
+      before_unit_();
+    } catch (...) {  // the step ends here: nothing in flight, no slot taken for a unit
+      wait();
+      slot_unit_[0] = slot_unit_[1] = -1;
+      throw;
+    }
+  }
   float* w = stage_ == 3 ? gathered(unit, pass) : nullptr;
   float* g = nullptr;
   if (pass == Pass::kBackward && whole_grads_ != nullptr) {

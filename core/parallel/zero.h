@@ -91,6 +91,12 @@ class ZeroShards final : public UnitHook {
   // rank's pieces of the sum over the group of every rank's `whole` into the
   // gradient shard, by canonical_reduce_scatter unit by unit (`whole` is spent).
   void whole_grads(float* whole) { whole_grads_ = whole; }
+  // Called before each unit is acquired, on every rank alike (the same units
+  // in the same order): a step's stop point (train/preemption.h). When it
+  // throws, the collectives in flight are waited for and the slots forgotten
+  // before the exception leaves acquire(), so the state can still be gathered
+  // and saved. Empty: none.
+  void before_unit(std::function<void()> check) { before_unit_ = std::move(check); }
   void scatter_sum(float* whole);
   // After the update (stage 2): every unit's parameters all-gathered back
   // into the model's buffer. Stage 3: nothing (the shard is the state).
@@ -143,6 +149,7 @@ class ZeroShards final : public UnitHook {
   int grad_slot_ = 0;            // the gradient slot the next acquire takes
   bool in_flight_ = false;       // a started collective not yet waited for
   float* whole_grads_ = nullptr;  // train.deterministic: the backward's flat gradient (whole_grads)
+  std::function<void()> before_unit_;  // before_unit
   double seconds_ = 0;
 };
 

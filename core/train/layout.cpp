@@ -209,7 +209,10 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
   s.arena_rows = s.step == StepKind::kChunks ? c.train.batch_size / s.chunks
                  : s.pipelined()             ? rows / s.microbatches
                                              : rows;
-  const bool micro_steps = s.step == StepKind::kChunks ? s.chunks / dp > 1 : s.pipelined();
+  // Stop points inside the step: between chunks, a pipeline's actions, or (ZeRO-2/3's unit shards, every rank
+  // acquiring the same units in the same order) before each unit.
+  const bool micro_steps = (s.step == StepKind::kChunks && s.chunks / dp > 1) || s.pipelined() ||
+                           (s.grad_sum == GradSum::kUnitShards && c.parallel.pp == 1);
   switch (micro_steps ? c.train.stop_within_step : StopWithin::kNever) {
     case StopWithin::kNever: s.stop_in_step = StepLayout::StopInStep::kNever; break;
     case StopWithin::kAlways: s.stop_in_step = StepLayout::StopInStep::kAlways; break;

@@ -85,8 +85,9 @@ struct StepLayout {
   MicrobatchSum microbatch_sum = MicrobatchSum::kAccumulate;  // a schedule's microbatches: kTree under kChunkPipeline
   Dtype stored = Dtype::f32;    // the stored activations' type
   // Where a stop signal is agreed inside a step besides its end (train.stop_within_step; train/preemption.h):
-  // between train.deterministic's chunks (several on a rank) or a pipeline's actions (accumulation's
-  // microbatches, or stages) where its schedule has no message in flight (stop_points, train/pipeline.h):
+  // between train.deterministic's chunks (several on a rank), a pipeline's actions (accumulation's
+  // microbatches, or stages) where its schedule has no message in flight (stop_points, train/pipeline.h),
+  // or before each of ZeRO-2/3's units (ZeroShards::before_unit):
   // never, in every step, or (auto, without pipeline stages) in the steps after one longer than
   // debug.long_step_s.
   enum class StopInStep { kNever, kLongSteps, kAlways };

@@ -112,7 +112,8 @@ struct TrainConfig {
     f("stop_within_step", stop_within_step,
       "where a stop signal (SIGTERM, SIGINT, SIGUSR1) is agreed besides the step's end: auto | always | never. "
       "auto: between the micro-steps of a step where every rank runs the same ones (train.micro_batch "
-      "accumulation, train.deterministic's chunks; no pipeline stages), once a step has taken more than 5 s; "
+      "accumulation, train.deterministic's chunks, ZeRO-2/3's units; no pipeline stages), once a step has taken "
+      "more than 5 s; "
       "always: also in short steps, and between a pipeline's actions where no message is in flight (the stages "
       "then wait for each other there: measured 20-70% slower pipeline steps); never: at the step's end only");
     f("recompute", recompute,

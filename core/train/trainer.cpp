@@ -300,7 +300,7 @@ class AgreedInterrupt final : public StepInterrupt {
   AgreedInterrupt(Communicator& comm, StepLayout::StopInStep when, double long_step_s)
       : comm_(comm), when_(when), long_step_s_(long_step_s), armed_(when == StepLayout::StopInStep::kAlways) {}
   bool stop_now() override {
-    if (!armed_) return false;
+    if (!armed_ || !in_step) return false;
     agreed = agreed_stop(comm_);
     return agreed.signal != 0;
   }
@@ -309,6 +309,7 @@ class AgreedInterrupt final : public StepInterrupt {
     if (when_ == StepLayout::StopInStep::kLongSteps) armed_ = at_step_end.step_s > long_step_s_;
   }
   StopRequest agreed;
+  bool in_step = false;  // only a training step stops inside (not validation's forwards through ZeRO's units)
 
  private:
   Communicator& comm_;
@@ -345,6 +346,11 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, Ru
   Communicator& dp = grid.dp_comm();
   if (sl.stop_in_step != StepLayout::StopInStep::kNever) {
     lay->interrupt = std::make_unique<AgreedInterrupt>(grid.aux_comm(), sl.stop_in_step, c.debug.long_step_s);
+    if (sl.grad_sum == GradSum::kUnitShards) {  // ZeRO-2/3: also before each unit
+      st.sharded->before_unit([i = lay->interrupt.get()] {
+        if (i->stop_now()) throw StepAbandoned();
+      });
+    }
   }
   const StepParts parts{be, model, *st.opt, dp, c.train.batch_size, max_loss, c.train.layer_grad_norms,
                         lay->interrupt.get()};
@@ -664,7 +670,9 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     grid.reset_stats();
     StepResult r;
     try {
+      if (lay->interrupt) lay->interrupt->in_step = true;
       r = lay->step->step(x.data(), y.data());
+      if (lay->interrupt) lay->interrupt->in_step = false;
     } catch (const StepAbandoned&) {  // a stop signal between micro-steps: the state after step s - 1
       st->loader->restore(position, served);
       stop_for_signal(lay->interrupt->agreed, s, true, stored == s, saved, req.out_dir, *st, c, grid, log);
