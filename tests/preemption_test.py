@@ -463,24 +463,16 @@ def alive(pid):
 
 def processes_under(root):
     """The stage programs (mpi or serial train) that descend from process `root`."""
-    parent, cmds = {}, {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    found = []
+    for x in descendants(root):
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmds[int(pid)] = f.read().split(b"\0")
-            with open(f"/proc/{pid}/stat") as f:
-                parent[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{x}/cmdline", "rb") as f:
+                c = f.read().split(b"\0")
         except OSError:
             continue
-
-    def under(x):
-        while x in parent and x > 1:
-            if x == root:
-                return True
-            x = parent[x]
-        return False
-    return sorted(x for x, c in cmds.items() if c and c[0].endswith((b"/mpi", b"/serial")) and b"train" in c
-                  and under(x) and x != root)
+        if c and c[0].endswith((b"/mpi", b"/serial")) and b"train" in c:
+            found.append(x)
+    return found
 
 
 def disk_full(check, a, common, env, out):

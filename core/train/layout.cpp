@@ -211,9 +211,9 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
                                              : rows;
   // Stop points inside the step: between chunks, a pipeline's actions, or (ZeRO-2/3's unit shards, every rank
   // acquiring the same units in the same order) before each unit.
-  const bool micro_steps = (s.step == StepKind::kChunks && s.chunks / dp > 1) || s.pipelined() ||
+  const bool stop_points = (s.step == StepKind::kChunks && s.chunks / dp > 1) || s.pipelined() ||
                            (s.grad_sum == GradSum::kUnitShards && c.parallel.pp == 1);
-  switch (micro_steps ? c.train.stop_within_step : StopWithin::kNever) {
+  switch (stop_points ? c.train.stop_within_step : StopWithin::kNever) {
     case StopWithin::kNever: s.stop_in_step = StepLayout::StopInStep::kNever; break;
     case StopWithin::kAlways: s.stop_in_step = StepLayout::StopInStep::kAlways; break;
     case StopWithin::kAuto:  // pipeline stages would wait for each other at every stop point

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -68,9 +69,9 @@ StopRequest agreed_stop(Communicator& comm, double step_s) {
   comm.all_gather(&mine, all.data(), 1);
   StopRequest out;
   for (const StopRequest& r : all) {
-    out.signal = r.signal > out.signal ? r.signal : out.signal;
-    out.waited_s = r.waited_s > out.waited_s ? r.waited_s : out.waited_s;
-    out.step_s = r.step_s > out.step_s ? r.step_s : out.step_s;
+    out.signal = std::max(out.signal, r.signal);
+    out.waited_s = std::max(out.waited_s, r.waited_s);
+    out.step_s = std::max(out.step_s, r.step_s);
   }
   return out;
 }

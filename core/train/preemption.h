@@ -3,12 +3,13 @@
 // ranks), SIGINT (Ctrl-C) and SIGUSR1 (an early warning a job asks for, as
 // `sbatch --signal=USR1@90`) ask a training run to stop. The first such
 // signal sets a flag and nothing else; the ranks agree on it at the next
-// step boundary (agreed_stop), write a training checkpoint, record the stop
-// in the metrics stream and exit with kExitPreempted. A second signal ends
-// the process at once with that signal's default action (exit status 128 +
-// its number), losing only a checkpoint still being written: checkpoints go
-// to a temporary name and are renamed when complete, so the one before
-// stays whole.
+// step boundary, or at a stop point inside the step (agreed_stop,
+// StepInterrupt), write a training checkpoint, record the stop in the
+// metrics stream and exit with kExitPreempted. A second signal ends the
+// process at once with that signal's default action (exit status 128 + its
+// number), losing only a checkpoint still being written: a checkpoint counts
+// only once its COMPLETE marker is written (train/checkpoint_store.h), so
+// the one before stays whole.
 #pragma once
 
 #include <cstdint>

@@ -568,16 +568,23 @@ void claim_run_dir(RunLogger& log, TrainRequest& req, Communicator& comm) {
             inputs);
 }
 
+// The newest checkpoint of this run in its folder: after which step (the
+// same on every rank, -1 for none) and its file (rank 0).
+struct LastCheckpoint {
+  int64_t step = -1;
+  std::string file;
+};
+
 // The ranks agreed to stop for a signal after `steps` steps (`abandoned`:
 // the next was under way, and is dropped): the training checkpoint of this
-// state (`written`: the periodic one, file `saved` on rank 0, was just
-// written: it is this state), the record, then RunPreempted on every rank
-// (train/preemption.h).
-[[noreturn]] void stop_for_signal(const StopRequest& stop, int64_t steps, bool abandoned, bool written,
-                                  const std::string& saved, const std::string& out_dir, const RunState& st,
-                                  const RunConfig& c, ProcessGrid& grid, RunLogger& log) {
+// state (unless `last` is already it), the record, then RunPreempted on
+// every rank (train/preemption.h).
+[[noreturn]] void stop_for_signal(const StopRequest& stop, int64_t steps, bool abandoned, const LastCheckpoint& last,
+                                  const std::string& out_dir, const RunState& st, const RunConfig& c,
+                                  ProcessGrid& grid, RunLogger& log) {
   const auto t0 = Clock::now();
-  std::string path = written ? saved : store_training_checkpoint(out_dir, steps, st, c, log.run_id(), grid);
+  std::string path =
+      last.step == steps ? last.file : store_training_checkpoint(out_dir, steps, st, c, log.run_id(), grid);
   if (path.empty()) path = (fs::path(out_dir) / kCheckpointFile).string();  // the other ranks: its name in the run folder
   const double to_exit = stop.waited_s + seconds_since(t0);
   log.preempted(steps - 1, signal_name(stop.signal), to_exit, path, abandoned);
@@ -587,10 +594,10 @@ void claim_run_dir(RunLogger& log, TrainRequest& req, Communicator& comm) {
                                  signal_name(stop.signal), when, path));
 }
 
-// `first_step` when the run folder already holds a complete checkpoint of
-// it (a resumed run's), its file in `file` (rank 0); else -1. Decided on
-// rank 0 for every rank (whether a save is written is collective).
-int64_t already_stored(const std::string& out_dir, int64_t first_step, std::string& file, Communicator& comm) {
+// The run folder's complete checkpoint after `first_step` steps (a resumed
+// run's), or none. Decided on rank 0 for every rank (whether a save is
+// written is collective).
+LastCheckpoint already_stored(const std::string& out_dir, int64_t first_step, Communicator& comm) {
   std::vector<std::string> d;
   if (comm.rank() == 0) {
     d = {""};
@@ -599,9 +606,8 @@ int64_t already_stored(const std::string& out_dir, int64_t first_step, std::stri
     }
   }
   broadcast_strings(comm, d, 0);
-  if (d[0].empty()) return -1;
-  if (comm.rank() == 0) file = d[0];
-  return first_step;
+  if (d[0].empty()) return {};
+  return {first_step, comm.rank() == 0 ? d[0] : ""};
 }
 
 void run_train(const TrainRequest& given, const StageContext& ctx) {
@@ -636,19 +642,17 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
   const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
   // Writes the checkpoint after `steps` steps (train.save_checkpoint) and
-  // notes its file in `saved` (rank 0; "" elsewhere); returns the state's
+  // notes it in `stored`; returns the state's
   // hash (rank 0's is the summary's). `last`: under train.deterministic the
   // state is hashed even when no checkpoint is written, for the bits'
   // comparison.
-  std::string saved;
-  // The step of the newest checkpoint written: a resumed run's own first one
-  // is already there (a save at that step would only rewrite it).
-  int64_t stored = already_stored(req.out_dir, st->first_step, saved, comm);
+  // The newest checkpoint written: a resumed run's own first one is already
+  // there (a save at that step would only rewrite it).
+  LastCheckpoint stored = already_stored(req.out_dir, st->first_step, comm);
   auto save = [&](int64_t steps, bool last) {
     uint64_t hash = 0;
-    if (c.train.save_checkpoint && stored != steps) {
-      saved = store_training_checkpoint(req.out_dir, steps, *st, c, log.run_id(), grid, &hash);
-      stored = steps;
+    if (c.train.save_checkpoint && stored.step != steps) {
+      stored = {steps, store_training_checkpoint(req.out_dir, steps, *st, c, log.run_id(), grid, &hash)};
     } else if (c.train.save_checkpoint || (last && sl.deterministic())) {  // written already, or not at all
       hash = save_training_checkpoint("", *st, c, log.run_id(), grid);
     } else {
@@ -673,9 +677,9 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
       if (lay->interrupt) lay->interrupt->in_step = true;
       r = lay->step->step(x.data(), y.data());
       if (lay->interrupt) lay->interrupt->in_step = false;
-    } catch (const StepAbandoned&) {  // a stop signal between micro-steps: the state after step s - 1
+    } catch (const StepAbandoned&) {  // a stop signal inside the step: the state after step s - 1
       st->loader->restore(position, served);
-      stop_for_signal(lay->interrupt->agreed, s, true, stored == s, saved, req.out_dir, *st, c, grid, log);
+      stop_for_signal(lay->interrupt->agreed, s, true, stored, req.out_dir, *st, c, grid, log);
     }
     st->backend->synchronize();  // a device backend's update is still running: count it in this step
     const double dt = seconds_since(t0);
@@ -693,7 +697,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     const bool periodic = c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0;
     if (periodic) save(s + 1, false);
     const StopRequest stop = agreed_stop(grid.aux_comm(), dt);
-    if (stop.signal != 0) stop_for_signal(stop, s + 1, false, stored == s + 1, saved, req.out_dir, *st, c, grid, log);
+    if (stop.signal != 0) stop_for_signal(stop, s + 1, false, stored, req.out_dir, *st, c, grid, log);
     if (lay->interrupt) lay->interrupt->arm(stop);
   }
 

@@ -259,8 +259,7 @@ bool is_run_folder(const std::filesystem::path& dir) {
 std::filesystem::path run_folder_of(const std::filesystem::path& dir) {
   const std::filesystem::path abs = std::filesystem::absolute(dir).lexically_normal();
   if (is_run_folder(abs)) return dir;
-  for (std::filesystem::path p = abs; p.has_relative_path() && p != abs.parent_path().parent_path();
-       p = p.parent_path()) {
+  for (const std::filesystem::path& p : {abs, abs.parent_path()}) {  // checkpoints/, or checkpoints/step-N/
     if (p.filename() == "checkpoints" && is_run_folder(p.parent_path())) return p.parent_path();
   }
   return {};
