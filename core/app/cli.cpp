@@ -16,6 +16,7 @@
 #include "train/plan.h"
 #include "train/corpus.h"
 #include "train/export.h"
+#include "train/sharded_checkpoint.h"
 #include "train/prepare.h"
 #include "train/trainer.h"
 #include "util/files.h"
@@ -79,7 +80,16 @@ const std::vector<Option>& options(const std::string& command) {
       {"out", "CKPT", "the model checkpoint to write (required; not an existing file, not in a run's folder)"},
       {"overwrite", "", "replace an existing --out file"},
       {"config", "FILE", "YAML file (for data.encoder_json and data.vocab_bpe: the tokenizer the checkpoint keeps)"}};
+  static const std::vector<Option> checkpoint = {
+      {"merge", "DIR", "a sharded checkpoint folder (train.checkpoint_format sharded: DIR/checkpoints/step-N, "
+                       "taken only when complete) to write as one file"},
+      {"split", "FILE", "a training checkpoint file to write as a sharded folder"},
+      {"ranks", "N", "--split: the rank files to cut it into [default: 1]"},
+      {"out", "PATH", "the file (--merge) or folder (--split) to write (required; not an existing one, not in a "
+                      "run's folder)"},
+      {"overwrite", "", "replace an existing --out"}};
   return command == "train"      ? train
+         : command == "checkpoint" ? checkpoint
          : command == "export"   ? export_
          : command == "import"   ? import_
          : command == "generate" ? generate
@@ -119,6 +129,11 @@ const char* summary(const std::string& command) {
     return "reads llm.c's model file into a model checkpoint (GPT-2's block, q/k/v biases, tied head) with\n"
            "GPT-2's tokenizer from data.encoder_json and data.vocab_bpe (docs/formats.md).";
   }
+  if (command == "checkpoint") {
+    return "converts a training checkpoint between the two formats (docs/formats.md): --merge writes a sharded\n"
+           "folder as one file (what export, generate and older programs read), --split a file as a sharded\n"
+           "folder that any layout resumes. Every rank file's checksum is verified first.";
+  }
   if (command == "plan") {
     return "prints, as JSON (docs/plan.md), what each of the job's N ranks would hold and do: its grid\n"
            "coordinates, its memory by kind, its groups' communication per step, the step's FLOPs; or the\n"
@@ -141,14 +156,15 @@ std::string usage(const std::string& stage) {
       "                [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} export   --checkpoint CKPT [--format llmc|hf] --out PATH [--overwrite]\n"
       "       {0} import   --llmc FILE --out CKPT [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
-      "       {0} [train|generate|config|init|plan|prepare|export|import] --help\n",
+      "       {0} checkpoint (--merge DIR | --split FILE [--ranks N]) --out PATH [--overwrite]\n"
+      "       {0} [train|generate|config|init|plan|prepare|export|import|checkpoint] --help\n",
       stage);
 }
 
 std::string help(const std::string& stage, const std::string& note, const std::string& command) {
   std::string h = fmt::format("{}: the {} stage of the GPT-2 engine.\n\n{}", stage, stage, usage(stage));
   if (!note.empty()) h += "\n" + note;
-  for (const char* cmd : {"train", "generate", "config", "init", "plan", "prepare", "export", "import"}) {
+  for (const char* cmd : {"train", "generate", "config", "init", "plan", "prepare", "export", "import", "checkpoint"}) {
     if (!command.empty() && command != cmd) continue;
     h += fmt::format("\n{}: {}\n", cmd, summary(cmd));
     for (const Option& o : options(cmd)) {
@@ -324,6 +340,28 @@ void run_import(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
                                   g.flag("overwrite")));
 }
 
+void run_checkpoint_command(const Given& g, const StageContext& ctx) {
+  refuse_several_processes("checkpoint", ctx);
+  const bool merge = !g.get("merge").empty(), split = !g.get("split").empty();
+  if (merge == split) throw std::invalid_argument("checkpoint: give one of --merge DIR and --split FILE");
+  if (merge) {
+    if (!g.get("ranks").empty()) throw std::invalid_argument("--ranks: only with --split");
+    fmt::print("{}\n", merge_checkpoint(g.get("merge"), g.get("out"), g.flag("overwrite")));
+    return;
+  }
+  int ranks = 1;
+  if (const std::string n = g.get("ranks"); !n.empty()) {
+    size_t used = 0;
+    try {
+      ranks = std::stoi(n, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != n.size() || used == 0) throw std::invalid_argument(fmt::format("--ranks: '{}' is not a count", n));
+  }
+  fmt::print("{}\n", split_checkpoint(g.get("split"), ranks, g.get("out"), g.flag("overwrite")));
+}
+
 void run_init_command(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
   if (g.get("out").empty()) throw std::invalid_argument("--out: the checkpoint file to write is required");
   // Every file init reads is an input; rank 0 writes, so rank 0 checks (a refusal there ends the job).
@@ -351,6 +389,8 @@ void dispatch(const std::string& command, const Given& g, const RunConfig& cfg, 
                                           g.get("out"), g.flag("overwrite")));
   } else if (command == "import") {
     run_import(g, cfg, ctx);
+  } else if (command == "checkpoint") {
+    run_checkpoint_command(g, ctx);
   } else if (command == "init") {
     run_init_command(g, cfg, ctx);
   } else if (command == "train") {
@@ -372,7 +412,8 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     throw std::invalid_argument(
-        "no command given (expected train, generate, config, init, plan, prepare, export or import; see --help)");
+        "no command given (expected train, generate, config, init, plan, prepare, export, import or checkpoint; see "
+        "--help)");
   }
   const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
@@ -381,9 +422,10 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   }
   const std::string command = args[0];
   if (command != "train" && command != "generate" && command != "config" && command != "init" && command != "plan" &&
-      command != "prepare" && command != "export" && command != "import") {
+      command != "prepare" && command != "export" && command != "import" && command != "checkpoint") {
     throw std::invalid_argument(fmt::format(
-        "unknown command '{}' (expected train, generate, config, init, plan, prepare, export or import)", command));
+        "unknown command '{}' (expected train, generate, config, init, plan, prepare, export, import or checkpoint)",
+        command));
   }
   std::vector<std::string> keys, flags;
   for (const Option& o : options(command)) (*o.value ? keys : flags).push_back(o.name);

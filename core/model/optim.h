@@ -139,6 +139,10 @@ class Optimizer {
     m_.upload(m);
     v_.upload(v);
   }
+  // The moments where they live (the memory given to the constructor;
+  // sharded checkpoints write and read host memory in place).
+  float* m_data() const { return m_.data(); }
+  float* v_data() const { return v_.data(); }
   void set_steps_done(int64_t s) { step_ = s; }
   const UpdateScope& scope() const { return scope_; }
   // Bytes of optimizer state this rank holds (the two moments).

@@ -171,16 +171,9 @@ namespace {
 // shard (to_shard), or shard to full buffer.
 void copy_shards(const Gpt2Config& cfg, TpShape tp, int rank, StageLayers stage, std::span<const float> from,
                  std::span<float> to, bool to_shard) {
-  ParamTensors sp, fp;
-  const auto local = layout(cfg, sp, tp, stage), whole = layout(cfg, fp);
-  size_t w = 0;  // the stage's tensors are a run of the whole list, in its order
-  while (!local.empty() && whole[w].name != local[0].name) ++w;
-  for (size_t k = 0; k < local.size(); ++k, ++w) {
-    const size_t f = whole[w].offset, s = local[k].offset;
-    for_each_piece(local[k], tp.size, rank, [&](size_t fo, size_t so, size_t n) {
-      if (to_shard) std::copy_n(from.data() + f + fo, n, to.data() + s + so);
-      else std::copy_n(from.data() + s + so, n, to.data() + f + fo);
-    });
+  for (const ShardPiece& p : shard_pieces(cfg, tp, rank, stage)) {
+    if (to_shard) std::copy_n(from.data() + p.full, p.count, to.data() + p.local);
+    else std::copy_n(from.data() + p.local, p.count, to.data() + p.full);
   }
 }
 }  // namespace
@@ -197,6 +190,21 @@ void place_shard(const Gpt2Config& cfg, TpShape tp, int rank, std::span<const fl
                  StageLayers stage) {
   check_sizes(cfg, tp, stage, full.size(), shard.size());
   copy_shards(cfg, tp, rank, stage, shard, full, false);
+}
+
+std::vector<ShardPiece> shard_pieces(const Gpt2Config& cfg, TpShape tp, int rank, StageLayers stage) {
+  ParamTensors sp, fp;
+  const auto local = layout(cfg, sp, tp, stage), whole = layout(cfg, fp);
+  std::vector<ShardPiece> pieces;
+  size_t w = 0;
+  while (!local.empty() && whole[w].name != local[0].name) ++w;
+  for (size_t k = 0; k < local.size(); ++k, ++w) {
+    const bool replicated = local[k].split == TpSplit::kNone;
+    for_each_piece(local[k], tp.size, rank, [&](size_t fo, size_t so, size_t n) {
+      if (n > 0) pieces.push_back({whole[w].offset + fo, local[k].offset + so, n, replicated});
+    });
+  }
+  return pieces;
 }
 
 int unit_id(const std::string& name, int n_layer) {

@@ -136,6 +136,19 @@ std::vector<float> shard_of(const Gpt2Config& cfg, TpShape tp, int rank, std::sp
 void place_shard(const Gpt2Config& cfg, TpShape tp, int rank, std::span<const float> shard, std::span<float> full,
                  StageLayers stage = {});
 
+// One contiguous piece of tensor-parallel rank `rank` of `tp`'s part of a
+// pipeline stage (shard_of's buffer): `count` floats at `local` in that
+// part, which are floats [full, full + count) of the whole model's buffer.
+// `replicated`: the tensor is whole on every rank of the group (TpSplit::kNone).
+struct ShardPiece {
+  size_t full = 0, local = 0, count = 0;
+  bool replicated = false;
+};
+// Every piece of that part, in its order (vocabulary padding, which no
+// full float maps to, left out): the map sharded checkpoints are written
+// and resharded by (train/sharded_checkpoint.h).
+std::vector<ShardPiece> shard_pieces(const Gpt2Config& cfg, TpShape tp, int rank, StageLayers stage = {});
+
 // The initial weights of the full model: N(0, 0.02) from Philox keyed by
 // (seed, parameter index, element index), biases 0, LayerNorm gains 1.
 std::vector<float> initial_weights(const Gpt2Config& cfg, uint64_t seed);

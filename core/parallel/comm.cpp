@@ -297,4 +297,20 @@ void broadcast_ints(Communicator& comm, std::vector<int32_t>& v, int root) {
   if (n) comm.broadcast(v.data(), n * sizeof(int32_t), root);
 }
 
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& text) {
+  const size_t ranks = static_cast<size_t>(comm.size());
+  const uint64_t mine = text.size();
+  std::vector<uint64_t> sizes(ranks);
+  comm.all_gather(&mine, sizes.data(), 1);
+  const size_t width = static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end()));
+  std::vector<std::string> out(ranks);
+  if (width == 0) return out;
+  std::string padded = text;
+  padded.resize(width, '\0');
+  std::string all(width * ranks, '\0');
+  comm.all_gather(padded.data(), all.data(), width);
+  for (size_t r = 0; r < ranks; ++r) out[r] = all.substr(r * width, static_cast<size_t>(sizes[r]));
+  return out;
+}
+
 }  // namespace gpt2

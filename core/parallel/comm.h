@@ -223,5 +223,7 @@ std::optional<std::string> root_text_if_ranks_differ(Communicator& comm, const s
 // Broadcast helpers for variable-size data (sizes first).
 void broadcast_strings(Communicator& comm, std::vector<std::string>& v, int root);
 void broadcast_ints(Communicator& comm, std::vector<int32_t>& v, int root);
+// Every rank's `text`, in rank order, on every rank (small texts: records of a few KiB).
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& text);
 
 }  // namespace gpt2

@@ -118,6 +118,8 @@ class ZeroShards final : public UnitHook {
   std::vector<float> gather(std::span<const float> packed);
   // Stage 3: the packed parameter shard, on the host.
   std::vector<float> param_shard() const { return param_shard_.download(); }
+  // Stage 3: the same where it lives (host memory), packed by shards().ranges.
+  const float* param_shard_data() const { return param_shard_.data(); }
 
   // Bytes this rank holds: the parameter shard (stage 3), the gradient shard,
   // and the working slots (gathered parameters; gradients computing or in flight).

@@ -187,6 +187,32 @@ void read_v1_body(In& in, uint32_t flags, Checkpoint& ck, TokenizerKind& kind, s
   }
 }
 
+// A version-2/3 header's fields into `ck` (its header already filled): the
+// model configuration, the tokenizer kind and, with `training`, the
+// optimizer, seed and counters (no arrays).
+void read_header_fields(Checkpoint& ck, bool training, TokenizerKind& kind, const std::string& path) {
+  read_section("model", ck.config, ck, path);
+  const std::string* tok = ck.find("data.tokenizer");
+  if (tok == nullptr) throw std::runtime_error(fmt::format("{}: invalid checkpoint: the header has no data.tokenizer", path));
+  try {
+    kind = parse_tokenizer_kind(*tok);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(fmt::format("{}: invalid checkpoint: header entry {}", path, e.what()));
+  }
+  if (!training) return;
+  TrainingState s;
+  read_section("optimizer", s.optimizer, ck, path);
+  s.seed = header_int<uint64_t>(ck, "train.seed", path);
+  s.steps_done = header_int<int64_t>(ck, "state.steps_done", path);
+  s.loader_position = header_int<int64_t>(ck, "state.loader_position", path);
+  s.loader_batches = header_int<int64_t>(ck, "state.loader_batches", path);
+  for (auto [key, v] : {std::pair("state.steps_done", s.steps_done), {"state.loader_position", s.loader_position},
+                        {"state.loader_batches", s.loader_batches}}) {
+    if (v < 0) throw std::runtime_error(fmt::format("{}: invalid checkpoint: header entry {} is {} (negative)", path, key, v));
+  }
+  ck.training = std::move(s);
+}
+
 void read_v2_body(In& in, uint32_t flags, Checkpoint& ck, TokenizerKind& kind, std::vector<std::string>& vocab,
                   const std::string& path) {
   const uint32_t pairs = in.get<uint32_t>("header size");
@@ -196,31 +222,13 @@ void read_v2_body(In& in, uint32_t flags, Checkpoint& ck, TokenizerKind& kind, s
     std::string value = in.text("header value");
     ck.header.emplace_back(std::move(key), std::move(value));
   }
-  read_section("model", ck.config, ck, path);
-  const std::string* tok = ck.find("data.tokenizer");
-  if (tok == nullptr) throw std::runtime_error(fmt::format("{}: invalid checkpoint: the header has no data.tokenizer", path));
-  try {
-    kind = parse_tokenizer_kind(*tok);
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(fmt::format("{}: invalid checkpoint: header entry {}", path, e.what()));
-  }
+  read_header_fields(ck, (flags & 1u) != 0, kind, path);
   vocab = read_vocab(in, path);
   const uint64_t n = in.get<uint64_t>("parameter count");
   ck.params = in.floats(n, "parameters");
-  if (flags & 1u) {
-    TrainingState s;
-    read_section("optimizer", s.optimizer, ck, path);
-    s.seed = header_int<uint64_t>(ck, "train.seed", path);
-    s.steps_done = header_int<int64_t>(ck, "state.steps_done", path);
-    s.loader_position = header_int<int64_t>(ck, "state.loader_position", path);
-    s.loader_batches = header_int<int64_t>(ck, "state.loader_batches", path);
-    for (auto [key, v] : {std::pair("state.steps_done", s.steps_done), {"state.loader_position", s.loader_position},
-                          {"state.loader_batches", s.loader_batches}}) {
-      if (v < 0) throw std::runtime_error(fmt::format("{}: invalid checkpoint: header entry {} is {} (negative)", path, key, v));
-    }
-    s.m = in.floats(n, "Adam m");
-    s.v = in.floats(n, "Adam v");
-    ck.training = std::move(s);
+  if (ck.training) {
+    ck.training->m = in.floats(n, "Adam m");
+    ck.training->v = in.floats(n, "Adam v");
   }
 }
 
@@ -258,6 +266,57 @@ const std::string* Checkpoint::find(const std::string& key) const {
   return nullptr;
 }
 
+namespace {
+void put_vocab(Out& out, const Tokenizer& tokenizer) {
+  out.put<uint32_t>(static_cast<uint32_t>(tokenizer.vocab().size()));
+  for (const std::string& t : tokenizer.vocab()) out.text(t);
+}
+}  // namespace
+
+KeyValues checkpoint_header(const Gpt2Config& config, const Tokenizer& tokenizer, const TrainingState* training,
+                            const KeyValues& extra) {
+  KeyValues header = section_values("model", config.resolved());
+  header.emplace_back("data.tokenizer", to_string(tokenizer.kind()));
+  if (training) {
+    for (auto& kv : section_values("optimizer", training->optimizer)) header.push_back(std::move(kv));
+    header.emplace_back("train.seed", std::to_string(training->seed));
+    header.emplace_back("state.steps_done", std::to_string(training->steps_done));
+    header.emplace_back("state.loader_position", std::to_string(training->loader_position));
+    header.emplace_back("state.loader_batches", std::to_string(training->loader_batches));
+  }
+  for (const auto& kv : extra) header.push_back(kv);
+  return header;
+}
+
+std::string vocabulary_bytes(const Tokenizer& tokenizer) {
+  Out out;
+  put_vocab(out, tokenizer);
+  return std::string(out.data().begin(), out.data().end());
+}
+
+Checkpoint checkpoint_from_header(KeyValues header, bool training, const std::string& vocabulary,
+                                  const std::string& path) {
+  Checkpoint ck;
+  ck.header = std::move(header);
+  TokenizerKind kind = TokenizerKind::kWord;
+  read_header_fields(ck, training, kind, path);
+  const std::vector<unsigned char> bytes(vocabulary.begin(), vocabulary.end());
+  In in(bytes, 0, bytes.size(), path);
+  std::vector<std::string> vocab = read_vocab(in, path);
+  if (in.remaining() != 0) throw std::runtime_error(fmt::format("{}: invalid checkpoint: bytes after the vocabulary", path));
+  try {
+    ck.config.validate();
+    ck.tokenizer = Tokenizer::from_vocab(kind, std::move(vocab));
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("{}: invalid checkpoint: {}", path, e.what()));
+  }
+  if (ck.tokenizer.size() > ck.config.V) {
+    throw std::runtime_error(fmt::format("{}: invalid checkpoint: vocabulary of {} exceeds vocab_size {}", path,
+                                         ck.tokenizer.size(), ck.config.V));
+  }
+  return ck;
+}
+
 void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer& tokenizer,
                      const Optimizer* optimizer, const TrainingState* training, const KeyValues& extra) {
   if ((optimizer == nullptr) != (training == nullptr)) {
@@ -281,16 +340,7 @@ void save_checkpoint(const std::string& path, const Gpt2Config& config, std::spa
   if (n != param_count(config) || (training && (training->m.size() != n || training->v.size() != n))) {
     throw std::invalid_argument("save_checkpoint: the arrays do not match the model configuration");
   }
-  KeyValues header = section_values("model", config.resolved());
-  header.emplace_back("data.tokenizer", to_string(tokenizer.kind()));
-  if (training) {
-    for (auto& kv : section_values("optimizer", training->optimizer)) header.push_back(std::move(kv));
-    header.emplace_back("train.seed", std::to_string(training->seed));
-    header.emplace_back("state.steps_done", std::to_string(training->steps_done));
-    header.emplace_back("state.loader_position", std::to_string(training->loader_position));
-    header.emplace_back("state.loader_batches", std::to_string(training->loader_batches));
-  }
-  for (const auto& kv : extra) header.push_back(kv);
+  const KeyValues header = checkpoint_header(config, tokenizer, training, extra);
 
   Out out;
   out.bytes(kMagic, sizeof kMagic);
@@ -302,8 +352,7 @@ void save_checkpoint(const std::string& path, const Gpt2Config& config, std::spa
     out.text(k);
     out.text(v);
   }
-  out.put<uint32_t>(static_cast<uint32_t>(tokenizer.vocab().size()));
-  for (const std::string& t : tokenizer.vocab()) out.text(t);
+  put_vocab(out, tokenizer);
   out.put<uint64_t>(n);
   out.floats(params);
   if (training) {

@@ -81,6 +81,21 @@ void save_checkpoint(const std::string& path, const Gpt2& model, const Tokenizer
 void save_checkpoint(const std::string& path, const Gpt2Config& config, std::span<const float> params,
                      const Tokenizer& tokenizer, const TrainingState* training, const KeyValues& extra = {});
 
+// The header save_checkpoint records: the model section, data.tokenizer,
+// with `training` the optimizer section, train.seed and the state.*
+// counters, then `extra`.
+KeyValues checkpoint_header(const Gpt2Config& config, const Tokenizer& tokenizer, const TrainingState* training,
+                            const KeyValues& extra);
+// The tokenizer's vocabulary as the format stores it (u32 count, then each
+// entry as u32 length and bytes).
+std::string vocabulary_bytes(const Tokenizer& tokenizer);
+// A Checkpoint without arrays from a header and vocabulary_bytes' text (a
+// sharded checkpoint's manifest, train/sharded_checkpoint.h): the
+// configuration, tokenizer and (with `training`) the optimizer, seed and
+// counters; params, m and v stay empty. Throws std::runtime_error naming `path`.
+Checkpoint checkpoint_from_header(KeyValues header, bool training, const std::string& vocabulary,
+                                  const std::string& path);
+
 // Reads and verifies a checkpoint of version 1, 2 or 3. Throws
 // std::runtime_error naming the file and the problem: not a checkpoint,
 // unsupported version, truncated, checksum mismatch (corrupted), a missing or

@@ -48,7 +48,44 @@ void remove_tree(const fs::path& p) {
   if (ec) throw std::runtime_error(fmt::format("{}: cannot remove: {}", p.string(), ec.message()));
 }
 
+// <out>/checkpoint.bin becomes a second name of `file`, swapped in by a
+// rename; with no file (a sharded checkpoint) it is removed, as an older
+// checkpoint's name would mislead.
+void name_newest(const fs::path& out, const fs::path& file) {
+  const fs::path latest = out / kCheckpointFile;
+  std::error_code ec;
+  if (file.empty()) {
+    if (fs::is_regular_file(fs::symlink_status(latest, ec))) {
+      fs::remove(latest, ec);
+      sync_directory(out);
+    }
+    return;
+  }
+  const fs::path tmp = fmt::format("{}.tmp.link.{}", latest.string(), ::getpid());
+  fs::remove(tmp, ec);
+  fs::create_hard_link(file, tmp, ec);
+  if (ec) {  // a file system without hard links: a copy, synced
+    fs::copy_file(file, tmp, ec);
+    const int fd = ec ? -1 : ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0) {
+      const std::string why = ec ? ec.message() : std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      fs::remove(tmp, ec);
+      throw std::runtime_error(fmt::format("{}: cannot link or copy the new checkpoint: {}", latest.string(), why));
+    }
+    ::close(fd);
+  }
+  fs::rename(tmp, latest, ec);
+  if (ec) throw std::runtime_error(fmt::format("{}: cannot move to the new checkpoint: {}", latest.string(), ec.message()));
+  sync_directory(out);
+}
+
 }  // namespace
+
+fs::path StoredCheckpoint::file() const {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(dir / kManifestFile, ec)) ? dir : dir / kCheckpointFile;
+}
 
 std::string checkpoint_problem(const fs::path& dir) {
   const fs::path marker = dir / kCompleteMarker;
@@ -111,7 +148,8 @@ std::string given_checkpoint_file(const std::string& path) {
     throw std::invalid_argument(fmt::format("'{}' is an incomplete checkpoint: {}; take a complete one (--resume "
                                             "auto finds the newest)", path, why));
   }
-  return folder ? (fs::path(path) / kCheckpointFile).string() : path;
+  if (!folder) return path;
+  return StoredCheckpoint{dir, 0, ""}.file() == dir ? path : (fs::path(path) / kCheckpointFile).string();
 }
 
 fs::path begin_checkpoint(const fs::path& out, int64_t step) {
@@ -149,26 +187,9 @@ fs::path commit_checkpoint(const fs::path& out, const fs::path& dir, int64_t ste
     throw;
   }
 
-  // <out>/checkpoint.bin: a second name of the new file, swapped in by a rename.
-  const fs::path latest = out / kCheckpointFile;
-  const fs::path tmp = fmt::format("{}.tmp.link.{}", latest.string(), ::getpid());
-  std::error_code ec;
-  fs::remove(tmp, ec);
-  fs::create_hard_link(dir / kCheckpointFile, tmp, ec);
-  if (ec) {  // a file system without hard links: a copy, synced
-    fs::copy_file(dir / kCheckpointFile, tmp, ec);
-    const int fd = ec ? -1 : ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::fsync(fd) != 0) {
-      const std::string why = ec ? ec.message() : std::strerror(errno);
-      if (fd >= 0) ::close(fd);
-      fs::remove(tmp, ec);
-      throw std::runtime_error(fmt::format("{}: cannot link or copy the new checkpoint: {}", latest.string(), why));
-    }
-    ::close(fd);
-  }
-  fs::rename(tmp, latest, ec);
-  if (ec) throw std::runtime_error(fmt::format("{}: cannot move to the new checkpoint: {}", latest.string(), ec.message()));
-  sync_directory(out);
+  // <out>/checkpoint.bin: a second name of the new file (a sharded checkpoint has none).
+  const bool one_file = std::find(files.begin(), files.end(), kCheckpointFile) != files.end();
+  name_newest(out, one_file ? dir / kCheckpointFile : fs::path());
 
   // Only now the old ones go: the newest `keep` complete ones stay. The new
   // checkpoint is complete whatever happens here: a removal that fails is
@@ -192,7 +213,7 @@ fs::path commit_checkpoint(const fs::path& out, const fs::path& dir, int64_t ste
   } catch (const std::exception& e) {
     fmt::print(stderr, "warning: {}: older checkpoints not removed: {}\n", out.string(), e.what());
   }
-  return dir / kCheckpointFile;
+  return one_file ? dir / kCheckpointFile : dir;
 }
 
 void abandon_checkpoint(const fs::path& dir) {

@@ -26,6 +26,7 @@ namespace gpt2 {
 inline constexpr const char* kCheckpointsFolder = "checkpoints";
 inline constexpr const char* kCompleteMarker = "COMPLETE";
 inline constexpr const char* kCheckpointFile = "checkpoint.bin";
+inline constexpr const char* kManifestFile = "manifest.json";  // a sharded checkpoint's (train/sharded_checkpoint.h)
 
 // One step folder of <out>/checkpoints.
 struct StoredCheckpoint {
@@ -33,7 +34,8 @@ struct StoredCheckpoint {
   int64_t step = 0;
   std::string problem;  // "" when complete; else why it does not count ("no COMPLETE marker: ...")
   bool complete() const { return problem.empty(); }
-  std::filesystem::path file() const { return dir / kCheckpointFile; }
+  // What a reader takes: the folder of a sharded checkpoint, else its checkpoint.bin.
+  std::filesystem::path file() const;
 };
 
 // The step folders of <out>/checkpoints (names "step-<digits>"; other
@@ -45,7 +47,7 @@ std::vector<StoredCheckpoint> stored_checkpoints(const std::filesystem::path& ou
 std::string checkpoint_problem(const std::filesystem::path& dir);
 
 // For a checkpoint the user names (--resume, --checkpoint): a step folder
-// stands for its checkpoint.bin, and a file in a step folder is taken only
+// stands for its checkpoint.bin (a sharded one for itself), and a file in a step folder is taken only
 // when that folder is complete (std::invalid_argument naming it otherwise).
 // Any other path is returned as it is.
 std::string given_checkpoint_file(const std::string& path);
@@ -57,7 +59,8 @@ std::filesystem::path begin_checkpoint(const std::filesystem::path& out, int64_t
 
 // The save into `dir` (begin_checkpoint's) wrote `files`: writes the marker
 // (the folder is removed if that fails),
-// moves <out>/checkpoint.bin to it, then removes the complete checkpoints
+// moves <out>/checkpoint.bin to it (a sharded checkpoint, without a
+// checkpoint.bin, removes that older name instead), then removes the complete checkpoints
 // older than the newest `keep` (those after `step`, an earlier attempt's
 // future, go too) and every incomplete one. Returns the checkpoint file.
 std::filesystem::path commit_checkpoint(const std::filesystem::path& out, const std::filesystem::path& dir,

@@ -18,6 +18,7 @@
 #include "train/layout.h"
 #include "train/pipeline.h"
 #include "train/run_state.h"
+#include "train/sharded_checkpoint.h"
 #include "train/train_step.h"
 #include "util/fields.h"
 
@@ -284,6 +285,36 @@ GroupTraffic pp_traffic(const RankShape& r) {
   return t;
 }
 
+// The rank's checkpoint bytes (CheckpointBytes), from the ranges the writer
+// and the reader take (train/sharded_checkpoint.h).
+CheckpointBytes checkpoint_bytes(const RankShape& r, int world_rank) {
+  CheckpointBytes b;
+  if (r.c.train.checkpoint_format == CheckpointFormat::kFile) {
+    if (world_rank == 0) b.write = b.read = 3 * param_count(r.cfg) * sizeof(float);
+    return b;
+  }
+  const size_t n = param_count(r.cfg, r.tp.shape(), r.layers);
+  std::vector<ShardRange> moments = {{0, n, 0}};  // what the moments hold: ZeRO's shard, or the whole part
+  if (r.zero().contiguous) {
+    const size_t padded = (n + static_cast<size_t>(r.dp) - 1) / static_cast<size_t>(r.dp) * static_cast<size_t>(r.dp);
+    const ContiguousShard z = contiguous_shard(n, padded, r.dp, r.dp_rank);
+    moments = z.end > z.begin ? std::vector<ShardRange>{{z.begin, z.end, 0}} : std::vector<ShardRange>{};
+  } else if (r.sharded()) {
+    moments.clear();
+    for (const ShardRange& x : r.shards.ranges) {
+      if (x.hi > x.lo) moments.push_back(x);
+    }
+  }
+  const bool replicated = r.zero().stage == 0;
+  RankPart part{r.tp.shape(), r.tp.rank, r.layers, owned_ranges(n, r.dp, r.dp_rank, replicated, moments)};
+  b.write = rank_file_bytes(r.cfg, part, std::string(16, '0'));  // run ids are 16 hex digits (train/run_dir.h)
+  part.ranges = moments;
+  b.read = 2 * ShardedCheckpoint::part_bytes(r.cfg, part);
+  part.ranges = r.zero().residency == Residency::kNone ? moments : std::vector<ShardRange>{{0, n, 0}};
+  b.read += ShardedCheckpoint::part_bytes(r.cfg, part);
+  return b;
+}
+
 }  // namespace
 
 std::vector<int> planned_ranks(int ranks, int replica) {
@@ -315,6 +346,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   p.dp = run.dp;
   p.microbatches = c.parallel.microbatches;
   p.schedule = to_string(c.parallel.schedule);
+  p.checkpoint_format = to_string(c.train.checkpoint_format);
   p.zero = run.step.zero.stage;
   p.zero_contiguous = run.step.zero.contiguous;
   p.vocab = cfg.V;
@@ -348,6 +380,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
     rp.tp = tp_traffic(r);
     rp.dp = dp_traffic(r, rp.mem);
     rp.pp = pp_traffic(r);
+    rp.checkpoint = checkpoint_bytes(r, k);
     p.rank.push_back(rp);
   }
   p.ranks_omitted = ranks - static_cast<int>(p.rank.size());
@@ -400,7 +433,9 @@ Json plan_json(const Plan& p) {
                         {"activations_bytes", m.activations()}, {"gathered_bytes", m.gathered},
                         {"comm_buffer_bytes", m.comm_buffers}, {"model_state_bytes", m.model_state()},
                         {"formula_bytes", m.formula}}},
-        {"comm", Json{{"tp", traffic_json(r.tp)}, {"dp", traffic_json(r.dp)}, {"pp", traffic_json(r.pp)}}}});
+        {"comm", Json{{"tp", traffic_json(r.tp)}, {"dp", traffic_json(r.dp)}, {"pp", traffic_json(r.pp)}}},
+        {"checkpoint", Json{{"format", p.checkpoint_format}, {"write_bytes", r.checkpoint.write},
+                            {"read_bytes", r.checkpoint.read}}}});
   }
   Json out{{"schema", "gpt2-plan/1"}, {"stage", p.stage}, {"ranks", p.ranks}, {"ok", true},
               {"layout", Json{{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"microbatches", p.microbatches},

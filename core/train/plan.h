@@ -56,10 +56,20 @@ struct GroupTraffic {
   uint64_t bytes = 0;
 };
 
+// What a rank's training checkpoint costs it (train.checkpoint_format):
+// sharded, the bytes of its rank file and the bytes of the arrays it reads
+// to resume (what it holds); file, world rank 0 writes and reads the whole
+// model's three arrays (header and vocabulary besides), the others nothing
+// (they receive their part from rank 0).
+struct CheckpointBytes {
+  uint64_t write = 0, read = 0;
+};
+
 struct RankPlan {
   int rank = 0, tp_rank = 0, stage = 0, dp_rank = 0;
   int first_layer = 0, end_layer = 0;  // the stage's layers [first, end)
   RankMemory mem;
+  CheckpointBytes checkpoint;
   GroupTraffic tp, dp, pp;
 };
 
@@ -67,6 +77,7 @@ struct Plan {
   std::string stage;  // the stage program the plan is for
   int ranks = 1, dp = 1, tp = 1, pp = 1, microbatches = 1;
   std::string schedule;
+  std::string checkpoint_format;  // train.checkpoint_format
   // The architecture keys that differ from the default GPT-2 as given (not
   // resolved), "key=value" words ("arch=llama n_kv_head=2"); "" for GPT-2.
   std::string variant;

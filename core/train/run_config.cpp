@@ -47,6 +47,10 @@ void TrainConfig::validate() const {
   positive("eval_batches", eval_batches);
   non_negative("checkpoint_every", checkpoint_every);
   positive("keep_checkpoints", keep_checkpoints);
+  if (async_checkpoint && checkpoint_format != CheckpointFormat::kSharded) {
+    fail("async_checkpoint", "needs train.checkpoint_format sharded (a one-file checkpoint is gathered and written "
+                             "by rank 0 in the loop)");
+  }
   non_negative("peak_gflops", peak_gflops);
   non_negative("grad_bucket_mb", grad_bucket_mb);
   non_negative("max_loss", max_loss);
@@ -64,6 +68,10 @@ template <> struct EnumNames<StopWithin> {
   static constexpr const char* names[] = {"auto", "always", "never"};
   static constexpr const char* key = "train.stop_within_step";
 };
+template <> struct EnumNames<CheckpointFormat> {
+  static constexpr const char* names[] = {"file", "sharded"};
+  static constexpr const char* key = "train.checkpoint_format";
+};
 template <> struct EnumNames<ScheduleKind> {
   static constexpr const char* names[] = {"gpipe", "1f1b", "zb-h1"};
   static constexpr const char* key = "parallel.schedule";
@@ -73,6 +81,8 @@ std::string to_string(Recompute r) { return enum_name(r); }
 std::string to_string(ScheduleKind k) { return enum_name(k); }
 std::string to_string(StopWithin w) { return enum_name(w); }
 void from_string(const std::string& text, StopWithin& w) { parse_enum(text, w); }
+std::string to_string(CheckpointFormat f) { return enum_name(f); }
+void from_string(const std::string& text, CheckpointFormat& f) { parse_enum(text, f); }
 void from_string(const std::string& text, ScheduleKind& k) {
   for (ScheduleKind s : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
     if (text == enum_name(s)) {
@@ -127,6 +137,10 @@ void validate(const RunConfig& c) {
   c.optimizer.validate();
   c.generate.validate();
   c.parallel.validate();
+  if (!(c.debug.checkpoint_delay_s >= 0 && c.debug.checkpoint_delay_s <= 3600)) {
+    throw std::invalid_argument(
+        fmt::format("debug.checkpoint_delay_s: must be between 0 and 3600, got {}", c.debug.checkpoint_delay_s));
+  }
   if (!(c.debug.long_step_s >= 0)) {
     throw std::invalid_argument(fmt::format("debug.long_step_s: must be >= 0, got {}", c.debug.long_step_s));
   }

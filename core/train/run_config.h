@@ -36,10 +36,16 @@ enum class ScheduleKind { kGpipe, k1F1B, kZbH1 };
 // train.stop_within_step (train/preemption.h): whether a stop signal is also
 // agreed inside a step, between its micro-steps, or only at its end.
 enum class StopWithin { kAuto, kAlways, kNever };
+// train.checkpoint_format: one file that world rank 0 writes from the
+// gathered model (train/checkpoint.h), or one file per rank of what it owns
+// (train/sharded_checkpoint.h).
+enum class CheckpointFormat { kFile, kSharded };
 std::string to_string(Precision p);
 std::string to_string(Recompute r);
 std::string to_string(ScheduleKind k);
 std::string to_string(StopWithin w);
+std::string to_string(CheckpointFormat f);
+void from_string(const std::string& text, CheckpointFormat& f);  // throws std::invalid_argument naming train.checkpoint_format
 void from_string(const std::string& text, StopWithin& w);  // throws std::invalid_argument naming train.stop_within_step
 void from_string(const std::string& text, Precision& p);  // throws std::invalid_argument naming train.precision
 void from_string(const std::string& text, Recompute& r);  // throws std::invalid_argument naming train.recompute
@@ -66,6 +72,8 @@ struct TrainConfig {
   bool layer_grad_norms = false;  // per-layer gradient norms in each step record (one pass over the gradients)
   Recompute recompute = Recompute::kNone;
   StopWithin stop_within_step = StopWithin::kAuto;
+  CheckpointFormat checkpoint_format = CheckpointFormat::kFile;
+  bool async_checkpoint = false;  // sharded saves: written by a background thread from a snapshot
   bool bf16() const { return precision == Precision::kBf16; }
   bool recompute_full() const { return recompute == Recompute::kFull; }
   // The element type of the activations only a matrix product reads: bf16 with precision bf16.
@@ -91,6 +99,15 @@ struct TrainConfig {
     f("keep_checkpoints", keep_checkpoints,
       "complete training checkpoints kept in the run folder's checkpoints/ (the newest N; an older one is removed "
       "only once a newer one is complete)");
+    f("checkpoint_format", checkpoint_format,
+      "file | sharded. file: one checkpoint file, gathered to and written by rank 0 (what export and generate "
+      "read); sharded: a folder with one file per rank holding what that rank owns and a manifest, written by "
+      "every rank at once with no rank holding the whole model, which any layout resumes (resharding) and "
+      "'checkpoint --merge' turns into one file (docs/formats.md)");
+    f("async_checkpoint", async_checkpoint,
+      "sharded checkpoints: copy this rank's state into a host snapshot at the step's end and write it from a "
+      "background thread while training goes on (the next save, a stop or the run's end waits for it; the "
+      "checkpoint counts once every rank's file is durable); false: the loop waits for the write");
     f("tf32", tf32,
       "CUDA stages: let cuBLAS use TF32 tensor cores for the matrix products (faster, ~1e-3 relative error; "
       "changes results); ignored on the CPU");
@@ -197,6 +214,7 @@ struct DebugConfig {
   int fail_rank = -1;  // this rank throws at step fail_step
   int fail_step = -1;
   double long_step_s = 5.0;  // train.stop_within_step auto: a step longer than this arms the stop inside steps
+  double checkpoint_delay_s = 0.0;  // a sharded save's writer waits this long before writing its file
 
   template <typename F>
   void visit_fields(F&& f) {
@@ -204,6 +222,9 @@ struct DebugConfig {
     f("fail_step", fail_step, "test-only: the step at which debug.fail_rank throws");
     f("long_step_s", long_step_s,
       "test-only: train.stop_within_step auto agrees on a stop inside the steps after one longer than this (s)");
+    f("checkpoint_delay_s", checkpoint_delay_s,
+      "test-only: a sharded checkpoint's writer waits this long before writing its rank file (s): an "
+      "asynchronous save then spans later steps");
   }
 };
 

@@ -12,6 +12,7 @@
 #include "train/checkpoint_store.h"
 #include "train/corpus.h"
 #include "train/layout.h"
+#include "train/sharded_checkpoint.h"
 #include "util/hash.h"
 
 namespace gpt2 {
@@ -201,12 +202,22 @@ namespace {
 // The run's data (rank 0 reads the checkpoint and the corpus; every rank
 // gets the tokens), its loaders and the resolved model configuration.
 void load_run_data(const RunConfig& c, const std::string& resume, ProcessGrid& grid, RunState& st,
-                   std::optional<Checkpoint>& ckpt) {
+                   std::optional<Checkpoint>& ckpt, std::unique_ptr<ShardedCheckpoint>& sharded) {
   Communicator& comm = grid.world();
   const int dp_rank = grid.dp_comm().rank();
-  if (comm.rank() == 0 && !resume.empty()) {
-    ckpt = load_given_checkpoint(resume);
-    check_training_checkpoint(*ckpt, c, resume);
+  if (!resume.empty()) {
+    // Rank 0 finds what was named (a step folder stands for its checkpoint); a sharded one every rank opens.
+    std::vector<std::string> given = {""};
+    if (comm.rank() == 0) {
+      given[0] = given_checkpoint_file(resume);
+      if (!is_sharded_checkpoint(given[0])) ckpt = load_given_checkpoint(resume);
+    }
+    broadcast_strings(comm, given, 0);
+    if (is_sharded_checkpoint(given[0])) {
+      sharded = open_sharded_checkpoint(given[0], comm);
+      if (comm.rank() == 0) ckpt = sharded->header();
+    }
+    if (comm.rank() == 0) check_training_checkpoint(*ckpt, c, resume);
   }
   st.data = load_corpus(c.data, ckpt ? &ckpt->tokenizer : nullptr, comm);
   const Split& split = st.data.split;
@@ -262,10 +273,27 @@ class ModelHome final : public ParamHome {
   }
   std::vector<float> gather(bool keep) override { return keep ? model_.params_to_host() : std::vector<float>{}; }
   bool in_model() const override { return true; }
+  std::vector<ShardRange> held() const override { return {{0, model_.num_params(), 0}}; }
+  StateAt host_at() const override { return {model_.memory().is_host() ? model_.param_data() : nullptr, false}; }
+  void load(const std::function<void(size_t, std::span<float>)>& values) override {
+    if (model_.memory().is_host()) {
+      values(0, {model_.param_data(), model_.num_params()});
+      return;
+    }
+    std::vector<float> w(model_.num_params());
+    values(0, w);
+    model_.params_from_host(w);
+  }
 
  private:
   Gpt2& model_;
 };
+
+// The ranges that hold something (ZeRO's pieces of a unit may be empty).
+std::vector<ShardRange> nonempty(std::vector<ShardRange> r) {
+  std::erase_if(r, [](const ShardRange& x) { return x.hi <= x.lo; });
+  return r;
+}
 
 // ZeRO-3: only this rank's pieces of the unit shards (parallel/zero.h).
 class ShardHome final : public ParamHome {
@@ -294,6 +322,12 @@ class ShardHome final : public ParamHome {
     return keep ? whole : std::vector<float>{};
   }
   bool in_model() const override { return false; }
+  std::vector<ShardRange> held() const override { return nonempty(shards_.shards().ranges); }
+  StateAt host_at() const override { return {const_cast<float*>(shards_.param_shard_data()), true}; }
+  void load(const std::function<void(size_t, std::span<float>)>& values) override {
+    shards_.load_params(values);
+    hash_.reset();  // each rank read its own pieces from a checked checkpoint: nothing whole to compare
+  }
 
  private:
   ZeroShards& shards_;
@@ -311,6 +345,9 @@ class WholeMoments final : public MomentShard {
   std::vector<float> cut(std::vector<float> whole) const override { return whole; }
   std::vector<float> gather(std::vector<float> part, Communicator&) const override { return part; }
   size_t updated() const override { return n_; }
+  std::vector<ShardRange> held() const override { return {{0, n_, 0}}; }
+  bool packed() const override { return false; }
+  bool replicated() const override { return true; }
 
  private:
   size_t n_;
@@ -332,6 +369,7 @@ class ContiguousMoments final : public MomentShard {
     return whole;
   }
   size_t updated() const override { return s_.end - s_.begin; }
+  std::vector<ShardRange> held() const override { return nonempty({{s_.begin, s_.end, 0}}); }
 
  private:
   ContiguousShard s_;
@@ -346,6 +384,7 @@ class UnitMoments final : public MomentShard {
   std::vector<float> gather(std::vector<float> part, Communicator&) const override { return shards_.gather(part); }
   size_t updated() const override { return shards_.shards().shard_floats; }
   size_t units() const override { return shards_.shards().pieces.size(); }
+  std::vector<ShardRange> held() const override { return nonempty(shards_.shards().ranges); }
 
  private:
   ZeroShards& shards_;
@@ -398,8 +437,36 @@ StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads,
 // The weights (and, resuming, the moments and counters) this rank starts
 // from: the checkpoint's, broadcast from rank 0 and cut to this rank's
 // shard, or model.init's from train.seed; into where they live (st.params).
+// A sharded checkpoint's state into where this rank's lives: each rank
+// reads only the floats it holds, straight into place (train/sharded_checkpoint.h).
+void read_sharded_state(const ShardedCheckpoint& ck, RunState& st, const StageLayers& stage) {
+  const TpLayout& tp = st.model->tp();
+  const RankPart whole{tp.shape(), tp.rank, stage, {}};
+  st.params->load([&](size_t begin, std::span<float> out) {
+    RankPart part = whole;
+    part.ranges = {{begin, begin + out.size(), 0}};
+    ck.read_part(StateArray::kParams, part, {out.data(), true});
+  });
+  RankPart part = whole;
+  part.ranges = st.moments->held();
+  const bool packed = st.moments->packed();
+  if (st.model->memory().is_host()) {
+    ck.read_part(StateArray::kM, part, {st.opt->m_data(), packed});
+    ck.read_part(StateArray::kV, part, {st.opt->v_data(), packed});
+  } else {
+    std::vector<float> m = st.opt->m_to_host(), v = st.opt->v_to_host();
+    ck.read_part(StateArray::kM, part, {m.data(), packed});
+    ck.read_part(StateArray::kV, part, {v.data(), packed});
+    st.opt->moments_from_host(m, v);
+  }
+}
+
+// The weights (and, resuming, the moments and counters) this rank starts
+// from: the checkpoint's, broadcast from rank 0 and cut to this rank's
+// shard (a sharded one's read by every rank), or model.init's from
+// train.seed; into where they live (st.params).
 void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGrid& grid, RunState& st,
-                       std::optional<Checkpoint>& ckpt, const StageLayers& stage) {
+                       std::optional<Checkpoint>& ckpt, const ShardedCheckpoint* sharded, const StageLayers& stage) {
   if (resume.empty()) {
     st.params->init(c.train.seed);
     return;
@@ -416,14 +483,19 @@ void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGri
     hs.counters = {ckpt->training->steps_done, ckpt->training->loader_position, ckpt->training->loader_batches};
     ckpt.reset();
   }
-  broadcast_state(comm, hs, param_count(st.model_config));
-  for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) {  // this rank's shard of each
-    cut_to_rank(*v, st.model_config, tp.shape(), tp.rank, stage);
+  if (sharded) {
+    comm.broadcast(hs.counters.data(), sizeof hs.counters, 0);
+    read_sharded_state(*sharded, st, stage);
+  } else {
+    broadcast_state(comm, hs, param_count(st.model_config));
+    for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) {  // this rank's shard of each
+      cut_to_rank(*v, st.model_config, tp.shape(), tp.rank, stage);
+    }
+    hs.m = st.moments->cut(std::move(hs.m));
+    hs.v = st.moments->cut(std::move(hs.v));
+    st.params->load(hs.params);
+    st.opt->moments_from_host(hs.m, hs.v);
   }
-  hs.m = st.moments->cut(std::move(hs.m));
-  hs.v = st.moments->cut(std::move(hs.v));
-  st.params->load(hs.params);
-  st.opt->moments_from_host(hs.m, hs.v);
   st.opt->set_steps_done(hs.counters[0]);
   st.loader->restore(hs.counters[1], hs.counters[2]);
 }
@@ -444,9 +516,10 @@ std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& 
   auto st = std::make_unique<RunState>();
   st->rows = replica_rows(c, grid.world().size(), grid.tp(), grid.pp());
   std::optional<Checkpoint> ckpt;
-  load_run_data(c, resume, grid, *st, ckpt);
+  std::unique_ptr<ShardedCheckpoint> sharded;
+  load_run_data(c, resume, grid, *st, ckpt, sharded);
   const StageLayers stage = make_model(c, kind, threads, device_hint, grid, *st);
-  set_initial_state(c, resume, grid, *st, ckpt, stage);
+  set_initial_state(c, resume, grid, *st, ckpt, sharded.get(), stage);
   check_replicas_agree(grid, *st);
   st->first_step = st->opt->steps_done();
   return st;
@@ -465,6 +538,26 @@ uint64_t replicated_hash(const Gpt2& model, const std::vector<float>& local) {
 }
 }  // namespace
 
+namespace {
+// The optimizer's settings and the counters of `st` as they are now (no arrays).
+TrainingState training_counters(const RunState& st, const RunConfig& c) {
+  TrainingState ts;
+  ts.loader_position = st.loader->position();
+  ts.loader_batches = st.loader->batches_served();
+  ts.seed = c.train.seed;
+  ts.optimizer = st.opt->config();
+  ts.steps_done = st.opt->steps_done();
+  return ts;
+}
+}  // namespace
+
+KeyValues training_header(const RunState& st, const RunConfig& c, const std::string& run_id) {
+  const TrainingState ts = training_counters(st, c);
+  KeyValues extra = curve_entries(c, static_cast<size_t>(st.data.size()), st.corpus_hash);
+  extra.emplace_back("run.id", run_id);
+  return checkpoint_header(st.model_config, st.data.tok, &ts, extra);
+}
+
 uint64_t save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
                               const std::string& run_id, ProcessGrid& grid) {
   // ZeRO: the moments' shards first, then ZeRO-3's parameters, over the
@@ -473,12 +566,7 @@ uint64_t save_training_checkpoint(const std::string& path, const RunState& st, c
   std::vector<float> v = st.moments->gather(st.opt->v_to_host(), grid.dp_comm());
   const std::vector<float> local = st.params->gather(grid.dp_comm().rank() == 0);
   if (grid.dp_comm().rank() != 0) return 0;
-  TrainingState ts;
-  ts.loader_position = st.loader->position();
-  ts.loader_batches = st.loader->batches_served();
-  ts.seed = c.train.seed;
-  ts.optimizer = st.opt->config();
-  ts.steps_done = st.opt->steps_done();
+  TrainingState ts = training_counters(st, c);
   KeyValues extra = curve_entries(c, static_cast<size_t>(st.data.size()), st.corpus_hash);
   extra.emplace_back("run.id", run_id);
   if (grid.tp() > 1 && !grid.tp_comm().all_equal(replicated_hash(*st.model, local))) {

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "model/optim.h"
 #include "model/params.h"
 #include "model/tokenizer.h"
+#include "train/checkpoint.h"
 #include "train/corpus.h"
 #include "train/run_config.h"
 
@@ -57,6 +60,13 @@ class ParamHome {
   virtual std::vector<float> gather(bool keep) = 0;
   // Whether the model holds them (generation then runs it as it is).
   virtual bool in_model() const = 0;
+  // Sharded checkpoints (train/sharded_checkpoint.h): the ranges of this
+  // rank's part it holds, and where (host memory; base nullptr on a device).
+  virtual std::vector<ShardRange> held() const = 0;
+  virtual StateAt host_at() const = 0;
+  // Fills what this rank holds in place: values(begin, out) gives floats
+  // [begin, begin + out.size()) of its part (no whole copy on the host).
+  virtual void load(const std::function<void(size_t begin, std::span<float> out)>& values) = 0;
 };
 
 // How this rank's Adam moments are cut from the whole model's, decided once
@@ -75,6 +85,12 @@ class MomentShard {
   // The parameters whose moments this rank holds, and the units they are cut by (0: none).
   virtual size_t updated() const = 0;
   virtual size_t units() const { return 0; }
+  // The ranges of the part this rank's moments hold, and whether they are
+  // packed in that order (ShardRange::pos; else at their own offsets).
+  virtual std::vector<ShardRange> held() const = 0;
+  virtual bool packed() const { return true; }
+  // Every data-parallel rank holds the same whole moments (ZeRO 0).
+  virtual bool replicated() const { return false; }
 };
 
 struct RunState {
@@ -153,6 +169,11 @@ uint64_t save_training_checkpoint(const std::string& path, const RunState& st, c
 std::string store_training_checkpoint(const std::string& out_dir, int64_t steps, const RunState& st,
                                       const RunConfig& c, const std::string& run_id, ProcessGrid& grid,
                                       uint64_t* hash = nullptr);
+
+// The header entries of a training checkpoint of `st` as it is now (the
+// one-file format's and a sharded manifest's): checkpoint_header's with
+// the counters, and what resume checks (the curve's entries, the run id).
+KeyValues training_header(const RunState& st, const RunConfig& c, const std::string& run_id);
 
 // The function a layout computes, as checkpoints record it ("parallel.function"):
 // "standard" (every layout whose blocks are all tp, or one rank per group),

@@ -21,6 +21,7 @@
 #include "model/generate.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_store.h"
+#include "train/checkpoint_writer.h"
 #include "train/corpus.h"
 #include "train/mfu_peak.h"
 #include "train/layout.h"
@@ -581,10 +582,11 @@ struct LastCheckpoint {
 // every rank (train/preemption.h).
 [[noreturn]] void stop_for_signal(const StopRequest& stop, int64_t steps, bool abandoned, const LastCheckpoint& last,
                                   const std::string& out_dir, const RunState& st, const RunConfig& c,
-                                  ProcessGrid& grid, RunLogger& log) {
+                                  ProcessGrid& grid, RunLogger& log, CheckpointWriter& writer) {
   const auto t0 = Clock::now();
   std::string path =
-      last.step == steps ? last.file : store_training_checkpoint(out_dir, steps, st, c, log.run_id(), grid);
+      last.step == steps ? last.file : writer.save(out_dir, steps, st, c, log.run_id(), grid, nullptr);
+  writer.finish(grid, steps);  // an asynchronous save (this one, or the one before) completes before the exit
   if (path.empty()) path = (fs::path(out_dir) / kCheckpointFile).string();  // the other ranks: its name in the run folder
   const double to_exit = stop.waited_s + seconds_since(t0);
   log.preempted(steps - 1, signal_name(stop.signal), to_exit, path, abandoned);
@@ -649,12 +651,17 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   // The newest checkpoint written: a resumed run's own first one is already
   // there (a save at that step would only rewrite it).
   LastCheckpoint stored = already_stored(req.out_dir, st->first_step, comm);
+  const std::unique_ptr<CheckpointWriter> writer =  // train.checkpoint_format and async_checkpoint, once
+      make_checkpoint_writer(c, [&log](const std::string& note) { log.note(note); });
   auto save = [&](int64_t steps, bool last) {
     uint64_t hash = 0;
     if (c.train.save_checkpoint && stored.step != steps) {
-      stored = {steps, store_training_checkpoint(req.out_dir, steps, *st, c, log.run_id(), grid, &hash)};
-    } else if (c.train.save_checkpoint || (last && sl.deterministic())) {  // written already, or not at all
-      hash = save_training_checkpoint("", *st, c, log.run_id(), grid);
+      stored = {steps, writer->save(req.out_dir, steps, *st, c, log.run_id(), grid, &hash)};
+      log.note(fmt::format("checkpoint after step {}: {} ({:.3f} s in the loop)", steps, stored.file,
+                           writer->last_wait_s()));
+      if (!writer->hashes()) return std::string();  // sharded: no rank holds the whole state to hash
+    } else if ((c.train.save_checkpoint && writer->hashes()) || (last && sl.deterministic())) {
+      hash = save_training_checkpoint("", *st, c, log.run_id(), grid);  // written already, or not at all
     } else {
       return std::string();
     }
@@ -679,7 +686,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
       if (lay->interrupt) lay->interrupt->in_step = false;
     } catch (const StepAbandoned&) {  // a stop signal inside the step: the state after step s - 1
       st->loader->restore(position, served);
-      stop_for_signal(lay->interrupt->agreed, s, true, stored, req.out_dir, *st, c, grid, log);
+      stop_for_signal(lay->interrupt->agreed, s, true, stored, req.out_dir, *st, c, grid, log, *writer);
     }
     st->backend->synchronize();  // a device backend's update is still running: count it in this step
     const double dt = seconds_since(t0);
@@ -696,14 +703,16 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     }
     const bool periodic = c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0;
     if (periodic) save(s + 1, false);
+    writer->poll(grid, s + 1);  // an asynchronous save whose files are all written completes
     const StopRequest stop = agreed_stop(grid.aux_comm(), dt);
-    if (stop.signal != 0) stop_for_signal(stop, s + 1, false, stored, req.out_dir, *st, c, grid, log);
+    if (stop.signal != 0) stop_for_signal(stop, s + 1, false, stored, req.out_dir, *st, c, grid, log, *writer);
     if (lay->interrupt) lay->interrupt->arm(stop);
   }
 
   // Finish.
   sum.train_wall_s = seconds_since(wall0);
   sum.state_hash = save(c.train.steps, true);
+  writer->finish(grid, c.train.steps);
   const Json memory = memory_per_rank(grid, lay->mem, st->zero_stage);
   const Json provenance =
       comm.rank() == 0 ? run_provenance(req, ctx, *st, comm, threads, peak, log.run_id()) : Json::object();

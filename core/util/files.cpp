@@ -28,10 +28,8 @@ std::string file_kind(unsigned mode) {
   return "not a regular file";
 }
 
-namespace {
-
-
-void write_all(int fd, const char* data, size_t n, const std::filesystem::path& path) {
+void write_all(int fd, const void* bytes, size_t n, const std::filesystem::path& path) {
+  const auto* data = static_cast<const char*>(bytes);
   while (n > 0) {
     const ssize_t w = ::write(fd, data, n);
     if (w < 0 && errno == EINTR) continue;
@@ -40,8 +38,6 @@ void write_all(int fd, const char* data, size_t n, const std::filesystem::path& 
     n -= static_cast<size_t>(w);
   }
 }
-
-}  // namespace
 
 int create_new_file(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);

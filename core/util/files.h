@@ -33,6 +33,10 @@ void sync_directory(const std::filesystem::path& dir);
 // for a link or an existing file at `path`: bad input, say what is there).
 int create_new_file(const std::filesystem::path& path);
 
+// Writes all n bytes to `fd` (retrying short writes and EINTR); throws
+// std::runtime_error "<path>: write failed: <reason>" (a full disk: ENOSPC).
+void write_all(int fd, const void* bytes, size_t n, const std::filesystem::path& path);
+
 // Opens `path` for writing in place (truncated, or appended to with
 // `append`), never through a symbolic link (O_NOFOLLOW): for the streams a
 // run extends as it goes (the metrics stream, the pipeline timeline, a log).
