@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "train/checkpoint_store.h"
+#include "train/sharded_checkpoint.h"
 #include "util/fields.h"
 #include "util/files.h"
 #include "util/hash.h"
@@ -475,8 +476,10 @@ void load_params(const Checkpoint& ck, Gpt2& model) {
 }
 
 Checkpoint load_given_checkpoint(const std::string& path) {
+  const std::string file = given_checkpoint_file(path);
+  if (is_sharded_checkpoint(file)) return merge_sharded(ShardedCheckpoint(file));  // the whole model: serial commands
   try {
-    return load_checkpoint(given_checkpoint_file(path));
+    return load_checkpoint(file);
   } catch (const std::runtime_error& e) {
     throw std::invalid_argument(e.what());
   }

@@ -103,7 +103,8 @@ Checkpoint checkpoint_from_header(KeyValues header, bool training, const std::st
 Checkpoint load_checkpoint(const std::string& path);
 // load_checkpoint of a file the user named (--checkpoint, --resume): a
 // run folder's step folder stands for its checkpoint, which is taken only
-// when complete (train/checkpoint_store.h); another directory, an incomplete
+// when complete (train/checkpoint_store.h); a sharded checkpoint folder is
+// read whole (train/sharded_checkpoint.h merge_sharded: generate, export); another directory, an incomplete
 // checkpoint, or any of load_checkpoint's problems, is bad input, thrown as
 // std::invalid_argument (the stages' exit status 2), not a failure of the run.
 Checkpoint load_given_checkpoint(const std::string& path);

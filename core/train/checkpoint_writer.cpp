@@ -72,11 +72,11 @@ RankWrite rank_write(const RunState& st, ProcessGrid& grid, bool snapshot) {
   }
   std::vector<float> snap[3];
   for (int a = 0; a < 3; ++a) {
-    snap[a].resize(total);
+    snap[a].reserve(total);  // filled by the copies alone (no zeroing pass first)
     const StateAt& from = w.at[static_cast<StateArray>(a)];
-    for (size_t k = 0; k < ranges.size(); ++k) {
-      const ShardRange& r = w.part.ranges[k];
-      std::copy_n(from.at(r, r.lo), r.hi - r.lo, snap[a].data() + ranges[k].pos);
+    for (const ShardRange& r : w.part.ranges) {
+      const float* p = from.at(r, r.lo);
+      snap[a].insert(snap[a].end(), p, p + (r.hi - r.lo));
     }
   }
   RankWrite s;
@@ -125,7 +125,9 @@ class ShardedWriter final : public CheckpointWriter {
       job.header = training_header(st, c, run_id);
       job.vocabulary = vocabulary_bytes(st.data.tok);
     }
+    const auto copy0 = std::chrono::steady_clock::now();
     job.write = rank_write(st, grid, async_);
+    last_snapshot_s_ = async_ ? seconds_since(copy0) : 0.0;
     if (async_) {
       job.thread = std::thread([&job, rank = world.rank()] { job.run(rank); });
       last_wait_s_ = seconds_since(t0);

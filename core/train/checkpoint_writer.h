@@ -52,9 +52,11 @@ class CheckpointWriter {
   // Seconds the last save() kept the loop waiting: the whole write, or an
   // asynchronous save's snapshot copy (and its wait for the one before).
   double last_wait_s() const { return last_wait_s_; }
+  // Of that, the asynchronous save's snapshot copy (0 for the others).
+  double last_snapshot_s() const { return last_snapshot_s_; }
 
  protected:
-  double last_wait_s_ = 0;
+  double last_wait_s_ = 0, last_snapshot_s_ = 0;
 };
 
 // `note` says when an asynchronous save completes (the run's log).

@@ -38,5 +38,12 @@ class MetricsWriter {
 
 // Peak resident memory of this process in MiB (getrusage).
 double peak_rss_mb();
+// A phase's peak resident set (a checkpoint's save, a resume): reset_peak_rss()
+// starts it (writes 5 to /proc/self/clear_refs, which resets VmHWM; false
+// where the kernel does not allow it), phase_peak_rss_bytes() reads it
+// (VmHWM), rss_bytes() the resident set now (VmRSS); 0 where unknown.
+bool reset_peak_rss();
+uint64_t phase_peak_rss_bytes();
+uint64_t rss_bytes();
 
 }  // namespace gpt2

@@ -569,6 +569,15 @@ void claim_run_dir(RunLogger& log, TrainRequest& req, Communicator& comm) {
             inputs);
 }
 
+// Collective: every rank's `bytes` in MB, "a b c d" (rank 0's text; 0: unknown).
+std::string per_rank_mb(Communicator& comm, uint64_t bytes) {
+  std::vector<uint64_t> all(static_cast<size_t>(comm.size()));
+  comm.all_gather(&bytes, all.data(), 1);
+  std::string text;
+  for (uint64_t b : all) text += fmt::format("{}{:.0f}", text.empty() ? "" : " ", static_cast<double>(b) / 1e6);
+  return text;
+}
+
 // The newest checkpoint of this run in its folder: after which step (the
 // same on every rank, -1 for none) and its file (rank 0).
 struct LastCheckpoint {
@@ -626,8 +635,14 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   claim_run_dir(log, req, comm);
   check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
   ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp);
+  const bool resuming = !req.resume.empty();
+  if (resuming) reset_peak_rss();  // the resume's peak, per rank, said below
   const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, threads, 0, grid);
-  if (!req.resume.empty()) log.check_resume(req.resume, st->checkpoint_run_id);
+  if (resuming) {
+    log.check_resume(req.resume, st->checkpoint_run_id);
+    log.note(fmt::format("resumed at step {}: peak resident set while starting (corpus, model, checkpoint read) "
+                         "per rank, MB: {}", st->first_step, per_rank_mb(comm, phase_peak_rss_bytes())));
+  }
   RunConfig resolved = c;
   resolved.model = st->model_config;
   log.open(to_yaml(resolved), !req.resume.empty(), st->first_step);
@@ -656,9 +671,15 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   auto save = [&](int64_t steps, bool last) {
     uint64_t hash = 0;
     if (c.train.save_checkpoint && stored.step != steps) {
+      const uint64_t before = rss_bytes();
+      reset_peak_rss();
       stored = {steps, writer->save(req.out_dir, steps, *st, c, log.run_id(), grid, &hash)};
-      log.note(fmt::format("checkpoint after step {}: {} ({:.3f} s in the loop)", steps, stored.file,
-                           writer->last_wait_s()));
+      const std::string peak = per_rank_mb(comm, phase_peak_rss_bytes()), was = per_rank_mb(comm, before);
+      const std::string copy =
+          writer->last_snapshot_s() > 0 ? fmt::format(", {:.3f} s of it the snapshot", writer->last_snapshot_s()) : "";
+      log.note(fmt::format("checkpoint after step {}: {} ({:.3f} s in the loop{}; resident set per rank before it, "
+                           "MB: {}; its peak during it: {})", steps, stored.file, writer->last_wait_s(), copy, was,
+                           peak));
       if (!writer->hashes()) return std::string();  // sharded: no rank holds the whole state to hash
     } else if ((c.train.save_checkpoint && writer->hashes()) || (last && sl.deterministic())) {
       hash = save_training_checkpoint("", *st, c, log.run_id(), grid);  // written already, or not at all
