@@ -493,7 +493,8 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
   sum.ranks = comm.size();
   sum.tokens_per_s = sum.train_s > 0 ? (c.train.steps - st.first_step) * tokens_per_step / sum.train_s : 0.0;
   sum.peak_rss_mb = peak_rss_mb();
-  sum.checkpoint = c.train.save_checkpoint ? (fs::path(req.out_dir) / "checkpoint.bin").string() : "";
+  // The run's last checkpoint (run_train names a sharded one's folder): by default DIR/checkpoint.bin.
+  if (sum.checkpoint.empty() && c.train.save_checkpoint) sum.checkpoint = (fs::path(req.out_dir) / kCheckpointFile).string();
   sum.provenance = provenance;
   sum.provenance["memory"] = memory;
   log.finish(sum);
@@ -734,6 +735,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   sum.train_wall_s = seconds_since(wall0);
   sum.state_hash = save(c.train.steps, true);
   writer->finish(grid, c.train.steps);
+  if (!writer->hashes()) sum.checkpoint = stored.file;  // a sharded checkpoint's folder (DIR/checkpoint.bin names none)
   const Json memory = memory_per_rank(grid, lay->mem, st->zero_stage);
   const Json provenance =
       comm.rank() == 0 ? run_provenance(req, ctx, *st, comm, threads, peak, log.run_id()) : Json::object();

@@ -43,6 +43,21 @@ Availability stage_availability(const std::string& stage, const fs::path& stages
   return a;
 }
 
+namespace {
+// The run folder holds a complete checkpoint (docs/guarantees.md): its
+// checkpoint.bin, or a step folder whose COMPLETE marker is written (a
+// sharded checkpoint has no checkpoint.bin). `--resume auto` then takes the
+// newest; a run whose saves were all cut short starts afresh.
+bool has_complete_checkpoint(const fs::path& out_dir) {
+  std::error_code ec;
+  if (fs::is_regular_file(out_dir / "checkpoint.bin", ec)) return true;
+  for (const auto& e : fs::directory_iterator(out_dir / "checkpoints", ec)) {
+    if (e.path().filename().string().starts_with("step-") && fs::is_regular_file(e.path() / "COMPLETE", ec)) return true;
+  }
+  return false;
+}
+}  // namespace
+
 std::vector<std::string> stage_train_command(const std::string& stage, const fs::path& program, int ranks,
                                              const std::string& hostfile, const fs::path& run_yaml,
                                              const fs::path& out_dir) {
@@ -51,8 +66,7 @@ std::vector<std::string> stage_train_command(const std::string& stage, const fs:
     argv = {"mpiexec", "-n", std::to_string(ranks)};
     if (!hostfile.empty()) argv.insert(argv.end(), {"-f", hostfile});
   }
-  std::error_code ec;
-  const bool resume = fs::is_regular_file(out_dir / "checkpoint.bin", ec);
+  const bool resume = has_complete_checkpoint(out_dir);
   argv.insert(argv.end(), {program.string(), "train", "--config", run_yaml.string(), "--out", out_dir.string(),
                            resume ? "--resume" : "--overwrite"});
   if (resume) argv.push_back("auto");
