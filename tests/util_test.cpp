@@ -24,6 +24,7 @@
 #include "train/metrics.h"
 #include "util/checked.h"
 #include "util/fields.h"
+#include "util/hash.h"
 #include "util/files.h"
 #include "util/json.h"
 #include "util/records.h"
@@ -539,6 +540,38 @@ TEST(QuotedInput, AHostfileThatIsNotOneNamesTheLineAndTheFormat) {
     }
   }
   EXPECT_EQ(read_hostfile(s.file("ok", "# two\nlocalhost:2\n127.0.0.1\n").string()).size(), 2u);
+}
+
+// The rank files' checksum: its definition worked out by hand on a short
+// input, the same digest however the input is cut, and a change of any one
+// byte, or two words swapped between lanes, changes it.
+TEST(Hash, Fnv1a64x4IsItsDefinitionWhateverTheCuts) {
+  std::vector<unsigned char> b(1000);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<unsigned char>(i * 37 + 11);
+  auto digest = [](const std::vector<unsigned char>& v, size_t cut) {
+    Fnv1a64x4 h;
+    for (size_t off = 0; off < v.size(); off += cut) h.update(v.data() + off, std::min(cut, v.size() - off));
+    return h.digest();
+  };
+  // By hand: 31 blocks of 32 bytes into the lanes, 8 bytes left into lane 0 one by one.
+  uint64_t lanes[4];
+  for (uint64_t i = 0; i < 4; ++i) lanes[i] = kFnvOffsetBasis ^ i;
+  for (size_t blk = 0; blk + 32 <= b.size(); blk += 32) {
+    for (size_t i = 0; i < 4; ++i) {
+      uint64_t w = 0;
+      for (int k = 7; k >= 0; --k) w = (w << 8) | b[blk + 8 * i + static_cast<size_t>(k)];
+      lanes[i] = (lanes[i] ^ w) * 0x100000001b3ull;
+    }
+  }
+  lanes[0] = fnv1a64(b.data() + 992, 8, lanes[0]);
+  const uint64_t want = fnv1a64(lanes, sizeof lanes);
+  for (size_t cut : {1000u, 1u, 7u, 31u, 32u, 33u, 500u}) EXPECT_EQ(digest(b, cut), want) << cut;
+  std::vector<unsigned char> c = b;
+  c[517] ^= 1;
+  EXPECT_NE(digest(c, 1000), want);
+  c = b;
+  std::swap_ranges(c.begin(), c.begin() + 8, c.begin() + 8);  // words 0 and 1 of the first block
+  EXPECT_NE(digest(c, 1000), want);
 }
 
 }  // namespace

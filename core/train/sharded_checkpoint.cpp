@@ -115,7 +115,7 @@ std::vector<GlobalRun> global_runs(const Gpt2Config& cfg, const RankPart& part, 
 }
 
 std::string rank_file_record(const RankFile& f) {
-  Json j = {{"file", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"fnv1a64", f.checksum}, {"floats", f.floats}};
+  Json j = {{"file", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"checksum", f.checksum}, {"floats", f.floats}};
   j.update(part_json(f.part));
   return j.dump();
 }
@@ -126,7 +126,7 @@ RankFile parse_rank_file_record(const std::string& text) {
   f.name = j.at("file").get<std::string>();
   f.rank = j.at("rank").get<int>();
   f.bytes = j.at("bytes").get<uint64_t>();
-  f.checksum = j.at("fnv1a64").get<uint64_t>();
+  f.checksum = j.at("checksum").get<uint64_t>();
   f.floats = j.at("floats").get<uint64_t>();
   const Json& st = j.at("stage");
   f.part.tp = TpShape(j.at("tp").get<int>(), j.at("vocab_parallel").get<bool>());
@@ -153,12 +153,13 @@ RankFile write_rank_file(const fs::path& dir, int rank, int64_t step, const std:
   const int fd = create_new_file(path);
   try {
     const std::string head = rank_header(rank, step, n, run_id);
-    uint64_t h = fnv1a64(head.data(), head.size());
+    Fnv1a64x4 sum;
+    sum.update(head.data(), head.size());
     write_all(fd, head.data(), head.size(), path);
     std::vector<float> buf;
     buf.reserve(std::min(kIoFloats, std::max<size_t>(n, 1)));
     auto flush = [&] {
-      h = fnv1a64(buf.data(), buf.size() * sizeof(float), h);
+      sum.update(buf.data(), buf.size() * sizeof(float));
       write_all(fd, buf.data(), buf.size() * sizeof(float), path);
       buf.clear();
     };
@@ -177,6 +178,7 @@ RankFile write_rank_file(const fs::path& dir, int rank, int64_t step, const std:
       }
     }
     flush();
+    const uint64_t h = sum.digest();
     write_all(fd, &h, sizeof h, path);
     if (::fsync(fd) != 0) throw std::runtime_error(fmt::format("{}: fsync failed: {}", path.string(), std::strerror(errno)));
     rf.checksum = h;
@@ -201,7 +203,7 @@ void write_manifest(const fs::path& dir, int64_t step, const std::string& run_id
   }
   Json list = Json::array();
   for (const RankFile& f : files) {
-    Json j = {{"file", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"fnv1a64", fmt::format("{:016x}", f.checksum)},
+    Json j = {{"file", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"fnv1a64x4", fmt::format("{:016x}", f.checksum)},
               {"floats", f.floats}};
     j.update(part_json(f.part));
     list.push_back(std::move(j));
@@ -340,7 +342,7 @@ ShardedCheckpoint::ShardedCheckpoint(const fs::path& dir) : dir_(dir) {
       r.fail(fmt::format("file \"{}\" of rank {}: expected {}", rf.name, rf.rank, rank_file_name(static_cast<int>(files_.size()))));
     }
     rf.bytes = r.num(f, "bytes");
-    rf.checksum = r.hex(f, "fnv1a64");
+    rf.checksum = r.hex(f, "fnv1a64x4");
     rf.floats = r.num(f, "floats");
     const int tp = r.integer(f, "tp"), tp_rank = r.integer(f, "tp_rank");
     if (tp < 1 || tp_rank < 0 || tp_rank >= tp) r.fail(fmt::format("{}: tp rank {} of {}", rf.name, tp_rank, tp));
@@ -448,14 +450,15 @@ std::string ShardedCheckpoint::verify(size_t i) const {
   const RankFile& f = files_[i];
   const fs::path p = dir_ / f.name;
   std::vector<char> buf(kIoFloats * sizeof(float));
-  uint64_t h = kFnvOffsetBasis;
+  Fnv1a64x4 sum;
   const uint64_t body = f.bytes - sizeof(uint64_t);
   for (uint64_t off = 0; off < body;) {
     const size_t take = static_cast<size_t>(std::min<uint64_t>(buf.size(), body - off));
     read_at(fds_[i], buf.data(), take, off, p);
-    h = fnv1a64(buf.data(), take, h);
+    sum.update(buf.data(), take);
     off += take;
   }
+  const uint64_t h = sum.digest();
   uint64_t stored = 0;
   read_at(fds_[i], &stored, sizeof stored, body, p);
   if (stored != h || h != f.checksum) {

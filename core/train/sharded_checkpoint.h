@@ -1,19 +1,19 @@
-// Sharded training checkpoints (issue 44; docs/formats.md "Sharded
-// checkpoints"): a folder with one file per rank holding what that rank
+// Sharded training checkpoints (issue 44; docs/formats.md "Training
+// checkpoints: one file, or sharded"): a folder with one file per rank holding what that rank
 // owns, a manifest naming every tensor and which file holds which floats,
 // and the vocabulary:
 //
 //   manifest.json    the header (the one-file format's key/value entries),
 //                    every tensor's name, global shape and offset, and every
-//                    rank file with its size, FNV-1a 64 checksum, the part of
+//                    rank file with its size, checksum, the part of
 //                    the model it was cut from (tp size and rank, vocabulary
 //                    cut, pipeline stage) and its ranges of that part
 //   vocabulary.bin   the tokenizer's vocabulary, as the one-file format stores it
 //   rank-00003.bin   "GPT2SHRD", u32 version 1, u32 rank, u64 step, u64 n,
 //                    u32 length + the run id; then n parameters, n Adam m,
 //                    n Adam v (the rank's runs of the whole model's buffer, in
-//                    the order of its ranges); then the FNV-1a 64 of every
-//                    byte before it
+//                    the order of its ranges); then the checksum of every
+//                    byte before it (util/hash.h Fnv1a64x4)
 //
 // What a rank owns: the ranges of its part it writes (RankPart::ranges:
 // ZeRO's shard, or an even share of a replicated part), less the tensors
