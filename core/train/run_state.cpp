@@ -434,9 +434,6 @@ StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads,
   return stage;
 }
 
-// The weights (and, resuming, the moments and counters) this rank starts
-// from: the checkpoint's, broadcast from rank 0 and cut to this rank's
-// shard, or model.init's from train.seed; into where they live (st.params).
 // A sharded checkpoint's state into where this rank's lives: each rank
 // reads only the floats it holds, straight into place (train/sharded_checkpoint.h).
 void read_sharded_state(const ShardedCheckpoint& ck, RunState& st, const StageLayers& stage) {

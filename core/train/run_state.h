@@ -134,7 +134,9 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm);
 // `options`), then the model and optimizer in its memory and the
 // parameters' and moments' homes (ParamHome, MomentShard): fresh weights
 // (every rank computes the same Philox values) or the checkpoint `resume`
-// (rank 0 reads it, checks it against `c` and broadcasts it). Ends by
+// (rank 0 reads it, checks it against `c` and broadcasts it; a sharded one,
+// train/sharded_checkpoint.h, every rank opens, and reads only the floats it
+// holds, straight into place: no rank holds the whole model). Ends by
 // checking that every rank holds bit-identical weights. Throws
 // std::invalid_argument for bad input (naming the key, file or value).
 // With tensor parallelism (grid.tp() > 1) the model is this rank's shard
