@@ -322,9 +322,8 @@ def mid_step(check, a, env, out, base):
               True, True),
              ("dp 2, ZeRO-3, always: before a unit, SIGTERM to one rank", mpi2,
               ["--parallel.zero", "3", *always], False, True),
-             ("dp 2, ZeRO-3, train.deterministic, always: before a unit or a chunk", mpi2,
-              ["--parallel.zero", "3", "--train.deterministic", "true", *always], True, True),
-             ("dp 2, ZeRO-3, train.deterministic, always, sharded asynchronous checkpoints every step", mpi2,
+             ("dp 2, ZeRO-3, train.deterministic, always: before a unit or a chunk; sharded asynchronous "
+              "checkpoints every step", mpi2,
               ["--parallel.zero", "3", "--train.deterministic", "true", *always, "--train.checkpoint_format",
                "sharded", "--train.async_checkpoint", "true", "--train.checkpoint_every", "1"], True, True),
              ("dp 2, 8 micro-steps of 4 rows, auto (steps under 5 s: at the step's end)", mpi2,

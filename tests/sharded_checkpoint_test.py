@@ -52,8 +52,9 @@ SAVERS = [
     ("pp 2", 2, ["--parallel.pp", "2", "--parallel.microbatches", "4"]),
 ]
 LAYOUT = {title: (n, args) for title, n, args in SAVERS}
-RESUMES = [("serial", "dp 4 ZeRO-3"), ("dp 4 ZeRO-3", "tp 2"), ("tp 2 x pp 2", "dp 2 ZeRO-1")] + [
-    (SAVERS[i][0], SAVERS[(i + 1) % len(SAVERS)][0]) for i in range(len(SAVERS))]
+# The pairs, then each saver on the next of the list (no pair twice).
+RESUMES = [("serial", "dp 4 ZeRO-3"), ("dp 4 ZeRO-3", "tp 2"), ("tp 2 x pp 2", "dp 2 ZeRO-1")]
+RESUMES += [p for p in ((SAVERS[i][0], SAVERS[(i + 1) % len(SAVERS)][0]) for i in range(len(SAVERS))) if p not in RESUMES]
 
 
 def step_dir(run, step):
