@@ -94,9 +94,7 @@ std::vector<Rank> ranks_of(const Gpt2Config& cfg, const Layout& l) {
           r.owned = r.part;
           r.packed = true;
         } else {
-          for (const ShardRange& x : UnitShards::of(param_units(cfg, infos), l.dp, d).ranges) {
-            if (x.hi > x.lo) r.part.ranges.push_back(x);
-          }
+          r.part.ranges = nonempty(UnitShards::of(param_units(cfg, infos), l.dp, d).ranges);
           r.owned = r.part;
           r.packed = true;
         }

@@ -172,7 +172,7 @@ def main():
     for title, args, needle in (
             ("--merge of a file", ["--merge", os.path.join(ref, "checkpoint.bin"), "--out", out("x.bin")],
              "not a sharded checkpoint folder"),
-            ("--split of a model checkpoint into an existing --out", ["--split", os.path.join(ref, "checkpoint.bin"),
+            ("--split into an existing --out", ["--split", os.path.join(ref, "checkpoint.bin"),
                                                                      "--out", split], "--out"),
             ("both --merge and --split", ["--merge", split, "--split", five, "--out", out("y")], "one of"),
             ("--ranks 0", ["--split", five, "--ranks", "0", "--out", out("z")], "--ranks")):

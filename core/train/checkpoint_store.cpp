@@ -82,10 +82,15 @@ void name_newest(const fs::path& out, const fs::path& file) {
 
 }  // namespace
 
-fs::path StoredCheckpoint::file() const {
+namespace {
+// A sharded checkpoint's folder (it has a manifest, and no checkpoint.bin).
+bool sharded_folder(const fs::path& dir) {
   std::error_code ec;
-  return fs::exists(fs::symlink_status(dir / kManifestFile, ec)) ? dir : dir / kCheckpointFile;
+  return fs::exists(fs::symlink_status(dir / kManifestFile, ec));
 }
+}  // namespace
+
+fs::path StoredCheckpoint::file() const { return sharded_folder(dir) ? dir : dir / kCheckpointFile; }
 
 std::string checkpoint_problem(const fs::path& dir) {
   const fs::path marker = dir / kCompleteMarker;
@@ -148,8 +153,8 @@ std::string given_checkpoint_file(const std::string& path) {
     throw std::invalid_argument(fmt::format("'{}' is an incomplete checkpoint: {}; take a complete one (--resume "
                                             "auto finds the newest)", path, why));
   }
-  if (!folder) return path;
-  return StoredCheckpoint{dir, 0, ""}.file() == dir ? path : (fs::path(path) / kCheckpointFile).string();
+  if (!folder || sharded_folder(dir)) return path;
+  return (fs::path(path) / kCheckpointFile).string();
 }
 
 fs::path begin_checkpoint(const fs::path& out, int64_t step) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -142,11 +143,9 @@ class ShardedWriter final : public CheckpointWriter {
   int64_t poll(ProcessGrid& grid, int64_t steps) override {
     if (!job_) return -1;
     const uint8_t done = job_->done.load() ? 1 : 0;
-    std::vector<uint8_t> all(static_cast<size_t>(grid.world().size()));
-    grid.world().all_gather(&done, all.data(), 1);
-    for (uint8_t d : all) {
-      if (d == 0) return -1;
-    }
+    done_.resize(static_cast<size_t>(grid.world().size()));  // made once: this runs at every step's end
+    grid.world().all_gather(&done, done_.data(), 1);
+    if (std::find(done_.begin(), done_.end(), uint8_t{0}) != done_.end()) return -1;
     const int64_t step = job_->step;
     finish(grid, steps);
     return step;
@@ -227,6 +226,7 @@ class ShardedWriter final : public CheckpointWriter {
   bool async_;
   std::function<void(const std::string&)> note_;
   std::unique_ptr<Job> job_;
+  std::vector<uint8_t> done_;  // poll's gather: every rank's "my file is written"
 };
 
 }  // namespace

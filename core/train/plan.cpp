@@ -55,6 +55,18 @@ struct RankShape {
   bool sharded() const { return step.grad_sum == GradSum::kUnitShards; }
 };
 
+// The ranges of its part (n floats) the rank's moments hold, as the
+// optimizer's scope has them (make_model): ZeRO-1's contiguous shard of the
+// padded buffer, ZeRO-2/3's unit pieces; none: the whole part.
+std::vector<ShardRange> moment_ranges(const RankShape& r, size_t n) {
+  if (r.zero().contiguous) {
+    const size_t dp = static_cast<size_t>(r.dp);
+    const ContiguousShard z = contiguous_shard(n, (n + dp - 1) / dp * dp, r.dp, r.dp_rank);
+    return {{z.begin, z.end, 0}};
+  }
+  return r.sharded() ? r.shards.ranges : std::vector<ShardRange>{};
+}
+
 // The buffers a rank allocates (init_or_resume, make_layout), by size.
 RankMemory plan_memory(const RankShape& r) {
   RankMemory m;
@@ -64,12 +76,7 @@ RankMemory plan_memory(const RankShape& r) {
   const bool sharded = r.sharded();
   const UnitShards& shards = r.shards;
   UpdateScope scope;
-  if (r.zero().contiguous) {
-    const ContiguousShard z = contiguous_shard(n, padded, r.dp, r.dp_rank);
-    scope.ranges = {{z.begin, z.end, 0}};
-  } else if (sharded) {
-    scope.ranges = shards.ranges;
-  }
+  scope.ranges = moment_ranges(r, n);
   m.params = (r.zero().residency == Residency::kNone ? shards.shard_floats : padded) * sizeof(float);
   m.grads = (r.zero().residency == Residency::kWhole ? padded : shards.shard_floats) * sizeof(float);
   m.moments = 2 * scope_floats(scope, n) * sizeof(float);
@@ -294,18 +301,9 @@ CheckpointBytes checkpoint_bytes(const RankShape& r, int world_rank) {
     return b;
   }
   const size_t n = param_count(r.cfg, r.tp.shape(), r.layers);
-  std::vector<ShardRange> moments = {{0, n, 0}};  // what the moments hold: ZeRO's shard, or the whole part
-  if (r.zero().contiguous) {
-    const size_t padded = (n + static_cast<size_t>(r.dp) - 1) / static_cast<size_t>(r.dp) * static_cast<size_t>(r.dp);
-    const ContiguousShard z = contiguous_shard(n, padded, r.dp, r.dp_rank);
-    moments = z.end > z.begin ? std::vector<ShardRange>{{z.begin, z.end, 0}} : std::vector<ShardRange>{};
-  } else if (r.sharded()) {
-    moments.clear();
-    for (const ShardRange& x : r.shards.ranges) {
-      if (x.hi > x.lo) moments.push_back(x);
-    }
-  }
-  const bool replicated = r.zero().stage == 0;
+  const bool replicated = r.zero().stage == 0;  // ZeRO 0: the moments are the whole part (as MomentShard::held)
+  const std::vector<ShardRange> moments =
+      replicated ? std::vector<ShardRange>{{0, n, 0}} : nonempty(moment_ranges(r, n));
   RankPart part{r.tp.shape(), r.tp.rank, r.layers, owned_ranges(n, r.dp, r.dp_rank, replicated, moments)};
   b.write = rank_file_bytes(r.cfg, part, std::string(16, '0'));  // run ids are 16 hex digits (train/run_dir.h)
   part.ranges = moments;

@@ -289,12 +289,6 @@ class ModelHome final : public ParamHome {
   Gpt2& model_;
 };
 
-// The ranges that hold something (ZeRO's pieces of a unit may be empty).
-std::vector<ShardRange> nonempty(std::vector<ShardRange> r) {
-  std::erase_if(r, [](const ShardRange& x) { return x.hi <= x.lo; });
-  return r;
-}
-
 // ZeRO-3: only this rank's pieces of the unit shards (parallel/zero.h).
 class ShardHome final : public ParamHome {
  public:

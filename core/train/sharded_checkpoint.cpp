@@ -83,6 +83,11 @@ size_t run_floats(const std::vector<GlobalRun>& runs) {
 
 }  // namespace
 
+std::vector<ShardRange> nonempty(std::vector<ShardRange> r) {
+  std::erase_if(r, [](const ShardRange& x) { return x.hi <= x.lo; });
+  return r;
+}
+
 std::vector<ShardRange> owned_ranges(size_t n, int dp, int dp_rank, bool replicated, std::vector<ShardRange> held) {
   if (!replicated) return held;
   const size_t d = static_cast<size_t>(dp), r = static_cast<size_t>(dp_rank);
@@ -414,29 +419,36 @@ ShardedCheckpoint::ShardedCheckpoint(const fs::path& dir) : dir_(dir) {
   }
   if (next != N) r.fail(fmt::format("no file holds floats [{}, {}) (tensor {}): the ranges leave a gap", next, N, tensor_at(next)));
   // Each file: there, of the size recorded, and its header this checkpoint's.
-  for (const RankFile& f : files_) {
-    const fs::path p = dir / f.name;
-    struct stat sb {};
-    if (::lstat(p.c_str(), &sb) != 0) {
-      throw std::invalid_argument(fmt::format("{}: missing rank file of the sharded checkpoint", p.string()));
+  // A refusal closes the files opened so far (no destructor runs for an
+  // object whose constructor threw).
+  try {
+    for (const RankFile& f : files_) {
+      const fs::path p = dir / f.name;
+      struct stat sb {};
+      if (::lstat(p.c_str(), &sb) != 0) {
+        throw std::invalid_argument(fmt::format("{}: missing rank file of the sharded checkpoint", p.string()));
+      }
+      if (!S_ISREG(sb.st_mode)) throw std::invalid_argument(fmt::format("{}: is {}", p.string(), file_kind(sb.st_mode)));
+      if (static_cast<uint64_t>(sb.st_size) != f.bytes) {
+        throw std::invalid_argument(fmt::format("{}: {} bytes, but the manifest says {}", p.string(), sb.st_size, f.bytes));
+      }
+      const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) throw std::invalid_argument(fmt::format("{}: cannot open: {}", p.string(), std::strerror(errno)));
+      fds_.push_back(fd);
+      std::string head(file_header_bytes(run_id_), '\0');
+      read_at(fd, head.data(), head.size(), 0, p);
+      if (head != rank_header(f.rank, step_, f.floats, run_id_)) {
+        const bool magic = head.compare(0, 8, std::string(kRankMagic, 8)) == 0;
+        throw std::invalid_argument(fmt::format(
+            "{}: {}", p.string(),
+            !magic ? "not a rank file of a sharded checkpoint (no GPT2SHRD magic)"
+                   : fmt::format("its header is not this checkpoint's (run {}, step {}, rank {}, {} floats): a rank "
+                                 "file of another run or save", run_id_, step_, f.rank, f.floats)));
+      }
     }
-    if (!S_ISREG(sb.st_mode)) throw std::invalid_argument(fmt::format("{}: is {}", p.string(), file_kind(sb.st_mode)));
-    if (static_cast<uint64_t>(sb.st_size) != f.bytes) {
-      throw std::invalid_argument(fmt::format("{}: {} bytes, but the manifest says {}", p.string(), sb.st_size, f.bytes));
-    }
-    const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) throw std::invalid_argument(fmt::format("{}: cannot open: {}", p.string(), std::strerror(errno)));
-    fds_.push_back(fd);
-    std::string head(file_header_bytes(run_id_), '\0');
-    read_at(fd, head.data(), head.size(), 0, p);
-    if (head != rank_header(f.rank, step_, f.floats, run_id_)) {
-      const bool magic = head.compare(0, 8, std::string(kRankMagic, 8)) == 0;
-      throw std::invalid_argument(fmt::format(
-          "{}: {}", p.string(),
-          !magic ? "not a rank file of a sharded checkpoint (no GPT2SHRD magic)"
-                 : fmt::format("its header is not this checkpoint's (run {}, step {}, rank {}, {} floats): a rank "
-                               "file of another run or save", run_id_, step_, f.rank, f.floats)));
-    }
+  } catch (...) {
+    for (int fd : fds_) ::close(fd);
+    throw;
   }
 }
 

@@ -56,6 +56,10 @@ struct RankPart {
   std::vector<ShardRange> ranges;
 };
 
+// `r` without its empty ranges (ZeRO's piece of a small unit may be empty;
+// a RankPart holds none).
+std::vector<ShardRange> nonempty(std::vector<ShardRange> r);
+
 // The ranges of its part (n floats) a rank writes: those its moments hold
 // (`held`: ZeRO's shard), or, where every rank of its data-parallel group
 // holds the whole part (`replicated`: ZeRO 0), the even share dp_rank of

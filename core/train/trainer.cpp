@@ -646,7 +646,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   }
   RunConfig resolved = c;
   resolved.model = st->model_config;
-  log.open(to_yaml(resolved), !req.resume.empty(), st->first_step);
+  log.open(to_yaml(resolved), resuming, st->first_step);
   const MfuPeak peak = mfu_peak(c, ctx, *st, comm, threads);
   log.set_peak_configured(c.train.peak_gflops > 0);
   // The divergence bound: train.max_loss, or three times the loss of a uniform guess.
