@@ -17,6 +17,8 @@
 #include "app/cli.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/omp_wait.h"
 #include "model/activations.h"
 #include "model/flops.h"
@@ -44,6 +46,7 @@ struct Options {
   std::string precision = "fp32";
   std::string stored = "auto";
   bool deterministic = false;
+  std::vector<std::string> gemm = {"auto"};
 
   gpt2::Fields fields() {
     gpt2::Fields f;
@@ -58,6 +61,9 @@ struct Options {
           "the stored activations' type: auto (bf16 with --precision bf16, as training) | f32 | bf16 (for a "
           "before/after comparison)");
     f.add("deterministic", deterministic, "as train.deterministic: every sum in a canonical order");
+    f.add("gemm", gemm,
+          "comma-separated train.gemm settings (auto | openblas | onednn) measured side by side: each timed step "
+          "runs every setting once in turn");
     f.add("json", json, "also write the results as JSON to this path", "path");
     f.add("save-init", save_init,
           "write the initial weights (seed 1) as a checkpoint, for the PyTorch peer (bench/peers), and exit", "path");
@@ -139,49 +145,89 @@ int run(int argc, char** argv) {
   std::vector<int32_t> data(static_cast<size_t>(B * T + 1));
   for (int32_t& t : data) t = tok(gen);
 
+  std::vector<GemmChoice> gemms;
+  for (const std::string& g : o.gemm) from_string(g, gemms.emplace_back());
+  if (gemms.empty()) throw std::invalid_argument("--gemm: give at least one setting");
+
   Json results = Json::array();
-  fmt::print("{:>7} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9}\n", "threads", "median ms", "min ms", "max ms",
-             "tokens/s", "GFLOP/s", "of SGEMM");
+  fmt::print("{:>7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9}\n", "threads", "gemm", "median ms", "min ms",
+             "max ms", "tokens/s", "GFLOP/s", "of best");
   for (int th : o.threads) {
-    const double ceiling = cpu::sgemm_ceiling_gflops(th);
-    // --deterministic as a run makes it: the canonical column tiles and pieces (model/tensor_parallel.h).
-    RunConfig as_run;  // the settings a run with these options would have: its backend and tp pieces
-    as_run.train.precision = bf16 ? Precision::kBf16 : Precision::kFp32;
-    as_run.train.deterministic = o.deterministic;
-    auto be = cpu_backend_kind().make(backend_options(as_run, cfg, th, 0));
-    if (th == o.threads.front()) fmt::print("backend: {}; stored activations {}\n", be->name(), to_string(stored));
-    TpLayout layout;
-    layout.pieces = deterministic_pieces(cfg, 1, *be);
-    Gpt2 model(cfg, host_memory(), layout);
-    model.init_weights(1);
-    ActivationArena arena(cfg, B, T, host_memory(), {}, {}, false, false, stored);
-    UpdateScope scope;
-    scope.exact_norm = o.deterministic;
-    Optimizer opt(OptimizerConfig::original(), model.num_params(), host_memory(), scope);
-    LocalTrainStep step(*be, model, opt, arena.acts());
-    std::vector<double> ms;
-    for (int s = 0; s < o.warmup + o.steps; ++s) {
-      const auto t0 = std::chrono::steady_clock::now();
-      step(data.data(), data.data() + 1);
-      const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      if (s >= o.warmup) ms.push_back(dt);
+    // The MFU peak as runs take it: the better of the two providers' ceilings.
+    const double openblas_ceiling = cpu::sgemm_ceiling_gflops(th);
+    const double onednn_ceiling = cpu::onednn_sgemm_ceiling_gflops(th);
+    const double ceiling = std::max(openblas_ceiling, onednn_ceiling);
+    // One engine per --gemm setting, stepped in turn so that they see the same machine.
+    struct Engine {
+      std::unique_ptr<Backend> be;
+      std::unique_ptr<Gpt2> model;
+      std::unique_ptr<ActivationArena> arena;
+      std::unique_ptr<Optimizer> opt;
+      std::unique_ptr<LocalTrainStep> step;
+      std::vector<double> ms;
+    };
+    std::vector<Engine> engines(gemms.size());
+    for (size_t i = 0; i < gemms.size(); ++i) {
+      Engine& e = engines[i];
+      // --deterministic as a run makes it: the canonical column tiles and pieces (model/tensor_parallel.h).
+      RunConfig as_run;  // the settings a run with these options would have: its backend and tp pieces
+      as_run.train.precision = bf16 ? Precision::kBf16 : Precision::kFp32;
+      as_run.train.deterministic = o.deterministic;
+      as_run.train.gemm = gemms[i];
+      e.be = cpu_backend_kind().make(backend_options(as_run, cfg, th, 0));
+      if (th == o.threads.front() && i == 0) {
+        fmt::print("backend: {}; stored activations {}\n", e.be->name(), to_string(stored));
+      }
+      TpLayout layout;
+      layout.pieces = deterministic_pieces(cfg, 1, *e.be);
+      e.model = std::make_unique<Gpt2>(cfg, host_memory(), layout);
+      e.model->init_weights(1);
+      e.arena = std::make_unique<ActivationArena>(cfg, B, T, host_memory(), TpLayout{}, StageLayers{}, false,
+                                                  false, stored);
+      UpdateScope scope;
+      scope.exact_norm = o.deterministic;
+      e.opt = std::make_unique<Optimizer>(OptimizerConfig::original(), e.model->num_params(), host_memory(), scope);
+      e.step = std::make_unique<LocalTrainStep>(*e.be, *e.model, *e.opt, e.arena->acts());
     }
-    const Summary st = *summarize(ms);
-    const double tokens_per_s = B * T / (st.median / 1e3), gflops = flops.total() / (st.median / 1e3) / 1e9;
-    fmt::print("{:>7} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.0f} {:>12.1f} {:>8.1f}%   (SGEMM ceiling {:.1f} GFLOP/s)\n",
-               th, st.median, st.min, st.max, tokens_per_s, gflops, 100 * gflops / ceiling, ceiling);
-    results.push_back(Json{{"threads", th},
-                           {"median_ms", round_fixed(st.median, 3)},
-                           {"min_ms", round_fixed(st.min, 3)},
-                           {"max_ms", round_fixed(st.max, 3)},
-                           {"tokens_per_s", round_fixed(tokens_per_s, 1)},
-                           {"gflops", round_fixed(gflops, 2)},
-                           {"sgemm_ceiling_gflops", round_fixed(ceiling, 2)},
-                           {"precision", o.precision},
-                           {"stored_activations", to_string(stored)},
-                           {"deterministic", o.deterministic},
-                           {"arena_bytes", arena.bytes()},
-                           {"backend", be->name()}});
+    for (int s = 0; s < o.warmup + o.steps; ++s) {
+      for (Engine& e : engines) {
+        const auto t0 = std::chrono::steady_clock::now();
+        (*e.step)(data.data(), data.data() + 1);
+        const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (s >= o.warmup) e.ms.push_back(dt);
+      }
+    }
+    for (size_t i = 0; i < gemms.size(); ++i) {
+      const Engine& e = engines[i];
+      const Summary st = *summarize(e.ms);
+      const double tokens_per_s = B * T / (st.median / 1e3), gflops = flops.total() / (st.median / 1e3) / 1e9;
+      fmt::print("{:>7} {:>9} {:>10.1f} {:>10.1f} {:>10.1f} {:>10.0f} {:>12.1f} {:>8.1f}%\n", th,
+                 to_string(gemms[i]), st.median, st.min, st.max, tokens_per_s, gflops, 100 * gflops / ceiling);
+      Json choices = Json::object();  // the provider of each timed shape (auto)
+      if (const auto* cpu_be = dynamic_cast<const cpu::CpuBackend*>(e.be.get())) {
+        for (const cpu::GemmDecision& d : cpu_be->gemm().decisions()) {
+          choices[d.shape.text()] = cpu::to_string(d.provider);
+        }
+      }
+      results.push_back(Json{{"threads", th},
+                             {"gemm", to_string(gemms[i])},
+                             {"median_ms", round_fixed(st.median, 3)},
+                             {"min_ms", round_fixed(st.min, 3)},
+                             {"max_ms", round_fixed(st.max, 3)},
+                             {"tokens_per_s", round_fixed(tokens_per_s, 1)},
+                             {"gflops", round_fixed(gflops, 2)},
+                             {"sgemm_ceiling_gflops", round_fixed(openblas_ceiling, 2)},
+                             {"onednn_ceiling_gflops", round_fixed(onednn_ceiling, 2)},
+                             {"fraction_of_best_ceiling", round_fixed(gflops / ceiling, 4)},
+                             {"precision", o.precision},
+                             {"stored_activations", to_string(stored)},
+                             {"deterministic", o.deterministic},
+                             {"arena_bytes", e.arena->bytes()},
+                             {"backend", e.be->name()},
+                             {"gemm_choices", choices}});
+    }
+    fmt::print("{:>7} ceilings: OpenBLAS SGEMM {:.1f} GFLOP/s, oneDNN fp32 matmul {:.1f} GFLOP/s\n", th,
+               openblas_ceiling, onednn_ceiling);
   }
   if (!o.json.empty()) {
     const Json out{{"cpu", mi.cpu_model},

@@ -106,20 +106,25 @@ TEST(BackendOpsBf16, StoredOperandsAreBf16AndOthersRefuseThem) {
 // tolerance of the reference, and the same bits at 1 and 2 threads for every
 // output (the default's order differs there: the norms' weight gradients and
 // sum_squares, and at small shapes OpenBLAS's products).
+// With either fp32 products' provider (train.gemm auto, which is OpenBLAS
+// here, or onednn forced).
 TEST(BackendOps, DeterministicBackendGivesTheSameBitsAtAnyThreadCount) {
-  auto t1 = make_cpu_backend(1, false, true), t2 = make_cpu_backend(2, false, true);
-  for (const ops::OpShape& s : testing::backend_ops_shapes()) {
-    testing::check_every_op(*t2, "cpu-deterministic/t2", s);
-    for (const ops::OpSpec& spec : ops::op_table()) {
-      const std::vector<ops::OpOutput> a = ops::run_on(spec, s, *t1), b = ops::run_on(spec, s, *t2);
-      ASSERT_EQ(a.size(), b.size());
-      for (size_t i = 0; i < a.size(); ++i) {
-        testing::expect_match(spec.name() + " deterministic, 2 threads against 1 at " + s.str(), b[i], a[i],
-                              ops::Tolerance{});
+  for (GemmChoice gemm : {GemmChoice::kAuto, GemmChoice::kOnednn}) {
+    auto t1 = make_cpu_backend(1, false, true, 0, gemm), t2 = make_cpu_backend(2, false, true, 0, gemm);
+    const std::string label = "cpu-deterministic/gemm " + to_string(gemm);
+    for (const ops::OpShape& s : testing::backend_ops_shapes()) {
+      testing::check_every_op(*t2, label + "/t2", s);
+      for (const ops::OpSpec& spec : ops::op_table()) {
+        const std::vector<ops::OpOutput> a = ops::run_on(spec, s, *t1), b = ops::run_on(spec, s, *t2);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+          testing::expect_match(spec.name() + " " + label + ", 2 threads against 1 at " + s.str(), b[i], a[i],
+                                ops::Tolerance{});
+        }
       }
     }
+    EXPECT_NE(t2->name().find("deterministic"), std::string::npos) << t2->name();
   }
-  EXPECT_NE(t2->name().find("deterministic"), std::string::npos) << t2->name();
 }
 
 // The oracle of the "sum" rows (exact): every host backend's sum is the

@@ -25,7 +25,7 @@ KERNELS = ["encoder_forward", "encoder_backward", "layernorm_forward", "layernor
            "matmul_forward", "matmul_backward", "attention_forward", "attention_backward",
            "gelu_forward", "gelu_backward", "residual_forward", "crossentropy_forward",
            "crossentropy_backward", "adam_update", "sum_squares"]
-VARIANTS = ["naive/t1", "cpu/t1", "cpu/t2"]
+VARIANTS = ["naive/t1", "cpu/t1", "cpu/t2", "cpu-openblas/t1", "cpu-openblas/t2", "cpu-onednn/t1", "cpu-onednn/t2"]
 COUNTERS = ["flop_rate", "byte_rate", "roofline", "flop", "bytes", "kernel_threads"]
 QUICK = ["--quick", "--benchmark_min_time=0", "--benchmark_repetitions=1", "--benchmark_out_format=json"]
 
@@ -103,7 +103,7 @@ def test_kernel_bench(exe, tmp):
     for key in CPU_CONTEXT:
         check(f"kernel_bench: context lacks {key}", key in d["context"])
     check_benchmarks(d, "kernel_bench", VARIANTS)
-    check_corrupt_fails(exe, tmp, "kernel_bench", ["cpu/t1", "cpu/t2"])
+    check_corrupt_fails(exe, tmp, "kernel_bench", [v for v in VARIANTS if v.startswith("cpu")])
 
     # Front door: --help works, a bad flag is a one-line error and exit status 2.
     check_help(exe, "kernel_bench")

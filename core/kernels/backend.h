@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -232,10 +233,28 @@ class Backend {
   virtual double sum_squares(Tensor x) = 0;
   // Sum of x, accumulated in double (the mean loss).
   virtual double sum(Tensor x) = 0;
+
+  // Where a backend chooses a library per product shape (the CPU backend
+  // under train.gemm auto): each shape it has decided, as (shape, library),
+  // "4096x1152x384 NT t2" -> "onednn"; the run's provenance records them.
+  virtual std::vector<std::pair<std::string, std::string>> product_choices() const { return {}; }
 };
 
 // Sum of a host tensor in element order, in double (the CPU backends' sum).
 double sum_in_order(Tensor x);
+
+// train.gemm: which library runs the CPU backend's fp32 matrix products
+// (kernels/cpu/gemm.h). auto: per product shape, the faster of OpenBLAS and
+// oneDNN as timed once on this machine (OpenBLAS under train.deterministic).
+enum class GemmChoice { kAuto, kOpenblas, kOnednn };
+std::string to_string(GemmChoice g);                       // "auto" | "openblas" | "onednn"
+void from_string(const std::string& text, GemmChoice& g);  // throws std::invalid_argument naming train.gemm
+// train.gemm_choices: the per-shape choices a run recorded (its provenance's
+// "gemm_choices": {"4096x1152x384 NT t2": "onednn", ...}), read from a JSON
+// file holding that object or from a run's metrics.jsonl (its summary's
+// provenance), so that a rerun makes the same choices. Throws
+// std::invalid_argument "train.gemm_choices: <path>: <problem>".
+std::map<std::string, GemmChoice> read_gemm_choices(const std::string& path);
 
 // What a stage asks of its backend, from the configuration.
 struct BackendOptions {
@@ -245,6 +264,8 @@ struct BackendOptions {
   bool bf16 = false;    // train.precision bf16: matrix products with bf16 inputs, fp32 accumulation (CPU)
   bool deterministic = false;  // train.deterministic: the same bits at any thread count (CPU)
   int column_tile = 0;         // with deterministic: the products' column tiles (canonical_column_tile; 0: 256)
+  GemmChoice gemm = GemmChoice::kAuto;  // train.gemm: the fp32 products' library (CPU)
+  std::map<std::string, GemmChoice> gemm_pins;  // train.gemm_choices (read_gemm_choices): auto's choices pinned
 };
 
 // A kind of backend as a stage program chooses it, once: how to make one,
@@ -259,8 +280,9 @@ struct BackendKind {
   std::function<double(Backend& be, int ranks, int ranks_per_machine, int threads)> ceiling_gflops;
 };
 
-// The CPU backend's kind: make_cpu_backend, and OpenBLAS's own threaded SGEMM
-// on ranks x threads threads as the ceiling (kernels/cpu/blas.h).
+// The CPU backend's kind: make_cpu_backend, and as the ceiling the better of
+// OpenBLAS's own threaded SGEMM and oneDNN's fp32 matmul on ranks x threads
+// threads (kernels/cpu/blas.h, gemm.h); a bf16 backend's, oneDNN's bf16 product.
 BackendKind cpu_backend_kind();
 
 // The kernel libraries linked into every program, for provenance: the
@@ -286,7 +308,9 @@ std::unique_ptr<Backend> make_reference_backend();
 // thread count already (docs/determinism.md).
 // `column_tile`: with deterministic, the width of the products' column tiles
 // (0: 256; CpuBackend).
+// `gemm`: the fp32 products' provider (train.gemm; kernels/cpu/gemm.h).
 std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products = false, bool deterministic = false,
-                                          int column_tile = 0);
+                                          int column_tile = 0, GemmChoice gemm = GemmChoice::kAuto,
+                                          const std::map<std::string, GemmChoice>& gemm_pins = {});
 
 }  // namespace gpt2

@@ -175,7 +175,9 @@ void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_p
 
 BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int threads, int device_hint) {
   return BackendOptions{threads, c.train.tf32, device_hint, c.train.bf16(), c.train.deterministic,
-                        c.train.deterministic ? canonical_column_tile(model) : 0};
+                        c.train.deterministic ? canonical_column_tile(model) : 0, c.train.gemm,
+                        c.train.gemm_choices.empty() ? std::map<std::string, GemmChoice>{}
+                                                     : read_gemm_choices(c.train.gemm_choices)};
 }
 
 int deterministic_pieces(const Gpt2Config& model, int tp, Backend& be) {

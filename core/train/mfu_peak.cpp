@@ -15,14 +15,7 @@ namespace gpt2 {
 namespace fs = std::filesystem;
 
 std::string mfu_peak_cache_path() {
-  if (const char* d = std::getenv("GPT2_CACHE_DIR"); d && *d) return (fs::path(d) / "mfu_peak.json").string();
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) {
-    return (fs::path(d) / "gpt2-engine" / "mfu_peak.json").string();
-  }
-  if (const char* d = std::getenv("HOME"); d && *d) {
-    return (fs::path(d) / ".cache" / "gpt2-engine" / "mfu_peak.json").string();
-  }
-  return "";
+  return engine_cache_file("mfu_peak.json");
 }
 
 MfuPeak best_known_peak(const std::string& key, double measured, const std::string& what) {

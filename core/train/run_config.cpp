@@ -51,6 +51,14 @@ void TrainConfig::validate() const {
     fail("async_checkpoint", "needs train.checkpoint_format sharded (a one-file checkpoint is gathered and written "
                              "by rank 0 in the loop)");
   }
+  if (!gemm_choices.empty()) {
+    if (gemm != GemmChoice::kAuto || deterministic) {
+      fail("gemm_choices", fmt::format("pins train.gemm auto's per-shape choices; it needs train.gemm auto without "
+                                       "train.deterministic (here train.gemm {}{})",
+                                       to_string(gemm), deterministic ? ", train.deterministic true" : ""));
+    }
+    read_gemm_choices(gemm_choices);  // the file checked now, before any work
+  }
   non_negative("peak_gflops", peak_gflops);
   non_negative("grad_bucket_mb", grad_bucket_mb);
   non_negative("max_loss", max_loss);

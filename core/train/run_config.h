@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/tensor.h"
 #include "model/config.h"
 #include "model/data_config.h"
@@ -74,6 +75,8 @@ struct TrainConfig {
   StopWithin stop_within_step = StopWithin::kAuto;
   CheckpointFormat checkpoint_format = CheckpointFormat::kFile;
   bool async_checkpoint = false;  // sharded saves: written by a background thread from a snapshot
+  GemmChoice gemm = GemmChoice::kAuto;  // the CPU backend's fp32 products: auto | openblas | onednn
+  std::string gemm_choices;             // auto's per-shape choices pinned from a run's record; "" = none
   bool bf16() const { return precision == Precision::kBf16; }
   bool recompute_full() const { return recompute == Recompute::kFull; }
   // The element type of the activations only a matrix product reads: bf16 with precision bf16.
@@ -111,6 +114,16 @@ struct TrainConfig {
     f("tf32", tf32,
       "CUDA stages: let cuBLAS use TF32 tensor cores for the matrix products (faster, ~1e-3 relative error; "
       "changes results); ignored on the CPU");
+    f("gemm", gemm,
+      "the CPU stages' fp32 matrix products: auto (per product shape, the faster of OpenBLAS and oneDNN, timed once "
+      "on this machine and kept in the cache folder's gemm_choices.json; OpenBLAS under train.deterministic, so "
+      "the bits never depend on a timing) | openblas | onednn (every product); the run records each shape's "
+      "provider (docs/kernels.md)");
+    f("gemm_choices", gemm_choices,
+      "with train.gemm auto: pin the per-shape choices an earlier run recorded (its metrics.jsonl, whose provenance "
+      "holds gemm_choices, or a JSON file of that object), so that a rerun computes with the same libraries; "
+      "shapes it does not name are chosen as usual; \"\" = none",
+      "path");
     f("precision", precision,
       "fp32 (every value and sum in fp32) | bf16 (the matrix products round their inputs to bf16 and add in fp32, "
       "through oneDNN, and the activations only a product reads are stored in bf16; parameters, master weights, "

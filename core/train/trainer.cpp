@@ -60,7 +60,8 @@ MfuPeak mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Comm
           fmt::format("{}|{}|{}|{}x{}", m.hostname, m.cpu_model, st.backend->name(), comm.size(), threads);
       for (const auto& [k, v] : kernel_library_info()) key += "|" + v;
       // A bf16 run's ceiling is its bf16 products' (cpu_backend_kind measures those).
-      peak = best_known_peak(key, measured, st.backend->products() == Dtype::bf16 ? "bf16 product" : "SGEMM");
+      peak = best_known_peak(key, measured,
+                             st.backend->products() == Dtype::bf16 ? "bf16 product" : "fp32 product (OpenBLAS or oneDNN)");
     }
     comm.broadcast(&peak.gflops, sizeof peak.gflops, 0);
   }
@@ -78,6 +79,12 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["communicator"] = comm.name();
   for (const auto& [k, v] : st.backend->library_versions()) p[k] = v;
   for (const auto& [k, v] : comm.library_versions()) p[k] = v;
+  if (const auto choices = st.backend->product_choices(); !choices.empty()) {
+    // train.gemm auto's per-shape libraries (rank 0's): train.gemm_choices pins them in a rerun.
+    Json g = Json::object();
+    for (const auto& [shape, provider] : choices) g[shape] = provider;
+    p["gemm_choices"] = g;
+  }
   p["threads"] = threads;
   p["ranks"] = comm.size();
   p["tp"] = c.parallel.tp;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <stdexcept>
@@ -322,6 +323,23 @@ void check_output(const std::filesystem::path& given, const OutputRules& rules) 
     refuse(fmt::format("lies in '{}', which another process holds (a running run or harness); write it elsewhere",
                        excerpt(parent.string(), 200)));
   }
+}
+
+std::string engine_cache_dir() {
+  if (const char* d = std::getenv("GPT2_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return (std::filesystem::path(d) / "gpt2-engine").string();
+  if (const char* d = std::getenv("HOME"); d && *d) return (std::filesystem::path(d) / ".cache" / "gpt2-engine").string();
+  return "";
+}
+
+std::string engine_cache_file(const std::string& name, bool create) {
+  const std::string dir = engine_cache_dir();
+  if (dir.empty()) return "";
+  if (create) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+  }
+  return (std::filesystem::path(dir) / name).string();
 }
 
 }  // namespace gpt2

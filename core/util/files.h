@@ -85,6 +85,15 @@ std::string read_input_file(const std::filesystem::path& path, uint64_t max_byte
 // means a damaged record, so it is a std::runtime_error (same message).
 std::string read_record_file(const std::filesystem::path& path, const std::string& what, const std::string& expected);
 
+// The engine's cache folder (measurements kept between runs: the MFU peak,
+// the GEMM providers' choices): $GPT2_CACHE_DIR, else
+// $XDG_CACHE_HOME/gpt2-engine, else $HOME/.cache/gpt2-engine; "" if none of
+// them is set. Not created here.
+std::string engine_cache_dir();
+// The file `name` in that folder ("" when none is known), the folder created
+// first when `create` (failures ignored: the caches are a convenience).
+std::string engine_cache_file(const std::string& name, bool create = false);
+
 // Size bounds of the inputs (docs/guarantees.md).
 inline constexpr uint64_t kMaxTextInputBytes = uint64_t{16} << 20;  // configurations, hostfiles, experiments, records
 inline constexpr uint64_t kMaxCorpusBytes = uint64_t{1} << 30;      // data.corpus

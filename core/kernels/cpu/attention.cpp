@@ -118,9 +118,8 @@ void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int 
         const bf16* q16 = qkv16 + b * T * C3 + c.q;
         tile_gemm_[th]->run(S, n, {q16 + r0 * C3, C3, 1}, {qkv16 + b * T * C3 + c.k, 1, C3}, m, n, HS, scale, false);
       } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
-                    static_cast<int>(HS), scale, Q + r0 * C3, static_cast<int>(C3), K, static_cast<int>(C3), 0.0f,
-                    S, static_cast<int>(n));
+        gemm_.run(th, Sgemm{false, true, static_cast<int>(m), static_cast<int>(n), static_cast<int>(HS), scale,
+                            Q + r0 * C3, static_cast<int>(C3), K, static_cast<int>(C3), 0.0f, S, static_cast<int>(n)});
       }
       for (int64_t i = 0; i < m; ++i) {
         const int64_t t = r0 + i;  // keys 0..t are visible
@@ -152,9 +151,8 @@ void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int 
         for (int64_t i = 0; i < m * n; ++i) Pb[i] = to_bf16(S[i]);
         tile_gemm_[th]->run(dst, ldd, {Pb, n, 1}, {qkv16 + b * T * C3 + c.v, C3, 1}, m, HS, n, 1.0f, false);
       } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(HS),
-                    static_cast<int>(n), 1.0f, S, static_cast<int>(n), V, static_cast<int>(C3), 0.0f, dst,
-                    static_cast<int>(ldd));
+        gemm_.run(th, Sgemm{false, false, static_cast<int>(m), static_cast<int>(HS), static_cast<int>(n), 1.0f, S,
+                            static_cast<int>(n), V, static_cast<int>(C3), 0.0f, dst, static_cast<int>(ldd)});
       }
       if constexpr (!kF32) {
         for (int64_t i = 0; i < m; ++i) {
@@ -244,10 +242,8 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
           tile_gemm_[th]->run(P, n, {head16 + c.q + r0 * C3, C3, 1}, {head16 + c.k, 1, C3}, m, n, HS, scale, false);
           tile_gemm_[th]->run(dP, n, {dO16 + r0 * C, C, 1}, {head16 + c.v, 1, C3}, m, n, HS, 1.0f, false);
         } else {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, scale, Q + r0 * C3, ic3, K, ic3, 0.0f, P,
-                      in);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, im, in, ihs, 1.0f, dO + r0 * C, ic, V, ic3, 0.0f, dP,
-                      in);
+          gemm_.run(th, Sgemm{false, true, im, in, ihs, scale, Q + r0 * C3, ic3, K, ic3, 0.0f, P, in});
+          gemm_.run(th, Sgemm{false, true, im, in, ihs, 1.0f, dO + r0 * C, ic, V, ic3, 0.0f, dP, in});
         }
         for (int64_t i = 0; i < m; ++i) {
           const int64_t t = r0 + i;
@@ -288,12 +284,9 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
           tile_gemm_[th]->run(dK, C3, {dSb, 1, n}, {head16 + c.q + r0 * C3, C3, 1}, n, HS, m, 1.0f, true);
           tile_gemm_[th]->run(dV, C3, {Pb, 1, n}, {dO16 + r0 * C, C, 1}, n, HS, m, 1.0f, true);
         } else {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, im, ihs, in, 1.0f, dP, in, K, ic3, 0.0f,
-                      dQ + r0 * C3, ic3);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, dP, in, Q + r0 * C3, ic3, 1.0f,
-                      dK, ic3);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, ihs, im, 1.0f, P, in, dO + r0 * C, ic, 1.0f, dV,
-                      ic3);
+          gemm_.run(th, Sgemm{false, false, im, ihs, in, 1.0f, dP, in, K, ic3, 0.0f, dQ + r0 * C3, ic3});
+          gemm_.run(th, Sgemm{true, false, in, ihs, im, 1.0f, dP, in, Q + r0 * C3, ic3, 1.0f, dK, ic3});
+          gemm_.run(th, Sgemm{true, false, in, ihs, im, 1.0f, P, in, dO + r0 * C, ic, 1.0f, dV, ic3});
         }
       }
     }

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "kernels/bf16.h"
 #include "kernels/cpu/bf16_matmul.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/omp_wait.h"
 #include "util/stats.h"
 
@@ -57,7 +59,7 @@ double bf16_ceiling_gflops(int threads, int n, int reps) {
 BackendKind cpu_backend_kind() {
   return BackendKind{"cpu",
                      [](const BackendOptions& o) {
-                       return make_cpu_backend(o.threads, o.bf16, o.deterministic, o.column_tile);
+                       return make_cpu_backend(o.threads, o.bf16, o.deterministic, o.column_tile, o.gemm, o.gemm_pins);
                      },
                      [](Backend& be, int ranks, int /*ranks_per_machine*/, int threads) {
                        // A backend with bf16 products is measured by its own products: the MFU of a
@@ -65,7 +67,10 @@ BackendKind cpu_backend_kind() {
                        if (be.products() == Dtype::bf16) {
                          return cpu::bf16_ceiling_gflops(ranks * threads, 1024, 3);
                        }
-                       return cpu::sgemm_ceiling_gflops(ranks * threads, 1024, 3);
+                       // fp32: the better of the two providers' ceilings (gemm.h), so that a run whose
+                       // products oneDNN runs is not measured against OpenBLAS's slower peak.
+                       return std::max(cpu::sgemm_ceiling_gflops(ranks * threads, 1024, 3),
+                                       cpu::onednn_sgemm_ceiling_gflops(ranks * threads, 1024, 3));
                      }};
 }
 

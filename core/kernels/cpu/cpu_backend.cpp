@@ -18,14 +18,19 @@
 
 namespace gpt2 {
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products, bool deterministic, int column_tile) {
-  return std::make_unique<cpu::CpuBackend>(threads, bf16_products, deterministic, column_tile);
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products, bool deterministic, int column_tile,
+                                          GemmChoice gemm, const std::map<std::string, GemmChoice>& gemm_pins) {
+  return std::make_unique<cpu::CpuBackend>(threads, bf16_products, deterministic, column_tile, gemm, gemm_pins);
 }
 
 namespace cpu {
 
-CpuBackend::CpuBackend(int threads, bool bf16_products, bool deterministic, int column_tile)
-    : threads_(threads), deterministic_(deterministic), column_tile_(column_tile > 0 ? column_tile : 256) {
+CpuBackend::CpuBackend(int threads, bool bf16_products, bool deterministic, int column_tile, GemmChoice gemm,
+                       const std::map<std::string, GemmChoice>& gemm_pins)
+    : threads_(threads),
+      deterministic_(deterministic),
+      column_tile_(column_tile > 0 ? column_tile : 256),
+      gemm_(gemm, deterministic, std::max(threads, 1), gemm_pins) {
   if (threads < 1) throw std::invalid_argument(fmt::format("threads must be >= 1, got {}", threads));
   if (column_tile < 0) throw std::invalid_argument(fmt::format("column tile must be >= 0, got {}", column_tile));
   // One thread pool: OpenBLAS runs single-threaded inside our OpenMP
@@ -50,8 +55,17 @@ std::string CpuBackend::name() const {
 }
 
 std::vector<std::pair<std::string, std::string>> CpuBackend::library_versions() const {
-  if (!onednn_) return {};
-  return {{"onednn", Bf16Matmul::library_version()}, {"onednn_matmul", onednn_->impl_info()}};
+  // oneDNN runs fp32 products too (train.gemm), so its version is always named.
+  std::vector<std::pair<std::string, std::string>> v{{"onednn", Bf16Matmul::library_version()},
+                                                     {"gemm", to_string(gemm_.mode())}};
+  if (onednn_) v.emplace_back("onednn_matmul", onednn_->impl_info());
+  return v;
+}
+
+std::vector<std::pair<std::string, std::string>> CpuBackend::product_choices() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const GemmDecision& d : gemm_.decisions()) out.emplace_back(d.shape.text(), to_string(d.provider));
+  return out;
 }
 
 const bf16* CpuBackend::as_bf16(std::vector<bf16>& to, Tensor from) {

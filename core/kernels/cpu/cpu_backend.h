@@ -14,6 +14,7 @@
 #include "kernels/bf16.h"
 #include "kernels/buffer.h"
 #include "kernels/cpu/bf16_matmul.h"
+#include "kernels/cpu/gemm.h"
 
 namespace gpt2::cpu {
 
@@ -27,12 +28,18 @@ class CpuBackend final : public Backend, public TreeProducts {
   // are cut into tiles of this width from column 0, so that a product over a
   // tensor-parallel shard of the columns makes the same calls as the whole
   // product does there (docs/determinism.md, "Tensor parallelism").
-  explicit CpuBackend(int threads, bool bf16_products = false, bool deterministic = false, int column_tile = 0);
+  // `gemm`: the fp32 products' provider (train.gemm; gemm.h).
+  // `gemm_pins`: train.gemm_choices, auto's choices for those shapes (gemm.h).
+  explicit CpuBackend(int threads, bool bf16_products = false, bool deterministic = false, int column_tile = 0,
+                      GemmChoice gemm = GemmChoice::kAuto, const std::map<std::string, GemmChoice>& gemm_pins = {});
   // "cpu", or "cpu (bf16 products: oneDNN 2.6.3 brg:avx512_core_bf16)": the
   // kernel oneDNN chose names the path (native bf16 or conversions).
   std::string name() const override;
   std::vector<std::pair<std::string, std::string>> library_versions() const override;
   int threads() const { return threads_; }
+  // The fp32 products' providers: the mode and every per-shape decision (provenance, the kernel report).
+  const GemmProviders& gemm() const { return gemm_; }
+  std::vector<std::pair<std::string, std::string>> product_choices() const override;
   // The products' operand type, fixed at construction: f32 (OpenBLAS) or
   // bf16 (oneDNN). Each product kernel dispatches on it once per call; no
   // kernel body tests it (attention's tiles take it as a template type).
@@ -167,6 +174,7 @@ class CpuBackend final : public Backend, public TreeProducts {
   std::vector<double> chunk_sums_;  // sum_squares' fixed chunks (deterministic_)
   Buffer scratch_;
   Dtype products_ = Dtype::f32;
+  GemmProviders gemm_;                  // the fp32 products (OpenBLAS or oneDNN per shape)
   std::unique_ptr<Bf16Matmul> onednn_;  // the bf16 products (products_ bf16); null otherwise
   std::vector<bf16> bf16_a_, bf16_b_, bf16_c_;  // the products' bf16 operands (as_bf16)
   std::vector<std::unique_ptr<Bf16TileGemm>> tile_gemm_;  // one per thread (attention, bf16 products)

@@ -1,6 +1,6 @@
-// Matmul (linear layer) on the CPU. OpenBLAS runs single-threaded and the
-// GEMMs are split across our OpenMP threads into disjoint slabs of the
-// output: one thread pool for the whole backend (no two pools fighting over
+// Matmul (linear layer) on the CPU. The GEMMs (OpenBLAS or oneDNN, chosen
+// per shape: gemm.h) run single-threaded, split across our OpenMP threads
+// into disjoint slabs of the output: one thread pool for the whole backend (no two pools fighting over
 // the cores), a fixed partition (bit-identical results run to run), and no
 // heap traffic (OpenBLAS 0.3.21's threaded GEMM driver mallocs a job array
 // on every call; its single-threaded path does not).
@@ -101,9 +101,8 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
       const int i0 = ti.row0(N, r), rows = ti.nrows(N, r);
       const int k0 = ti.col0(C, c), cols = ti.ncols(C, c);
       if (rows > 0 && cols > 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, cols, OC, 1.0f,
-                    dout.data + static_cast<int64_t>(i0) * OC, OC, weight.data + k0, C, 0.0f,
-                    dinp.data + static_cast<int64_t>(i0) * C + k0, C);
+        gemm_.run(tid, Sgemm{false, false, rows, cols, OC, 1.0f, dout.data + static_cast<int64_t>(i0) * OC, OC,
+                             weight.data + k0, C, 0.0f, dinp.data + static_cast<int64_t>(i0) * C + k0, C});
       }
     }
     // dweight[outs, cols] += dout[:, outs]^T (outs,N) @ inp[:, cols] (N,cols)
@@ -113,8 +112,8 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
       const int j0 = tw.row0(OC, r), outs = tw.nrows(OC, r);
       const int k0 = tw.col0(C, c), cols = tw.ncols(C, c);
       if (outs > 0 && cols > 0) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, outs, cols, N, 1.0f, dout.data + j0, OC,
-                    inp.data + k0, C, 1.0f, dweight.data + static_cast<int64_t>(j0) * C + k0, C);
+        gemm_.run(tid, Sgemm{true, false, outs, cols, N, 1.0f, dout.data + j0, OC, inp.data + k0, C, 1.0f,
+                             dweight.data + static_cast<int64_t>(j0) * C + k0, C});
       }
     }
     // dbias[outs] += column sums of dout[:, outs] (each column in row order)
@@ -162,9 +161,9 @@ void CpuBackend::tiled_product(float* out, const float* A, int lda, const float*
         for (int i = 0; i < rows; ++i) std::copy_n(bias + j0, cols, o + static_cast<int64_t>(i) * M);
       }
       // out[rows, cols] (+)= A[rows] (rows,k) @ (B rows j0.. transposed, or B's columns j0..)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, b_rows ? CblasNoTrans : CblasTrans, rows, cols, k, 1.0f,
-                  A + static_cast<int64_t>(i0) * lda, lda, b_rows ? B + j0 : B + static_cast<int64_t>(j0) * ldb, ldb,
-                  bias != nullptr ? 1.0f : 0.0f, o, M);
+      gemm_.run(tid, Sgemm{false, !b_rows, rows, cols, k, 1.0f, A + static_cast<int64_t>(i0) * lda, lda,
+                           b_rows ? B + j0 : B + static_cast<int64_t>(j0) * ldb, ldb, bias != nullptr ? 1.0f : 0.0f,
+                           o, M});
     }
   }
 }
