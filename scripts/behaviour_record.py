@@ -95,6 +95,9 @@ def main():
     ap.add_argument("--compare", help="an earlier record: print what differs, exit 1 if anything does")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
+    ap.add_argument("--set", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
+                    help="a setting added to every command (e.g. --set train.gemm openblas: the products as before "
+                         "issue 45, where the default now chooses per shape); recorded in the file")
     a = ap.parse_args()
     if os.path.exists(a.out):
         sys.exit(f"behaviour_record: error: {a.out} exists; give a new file (records are never overwritten)")
@@ -106,8 +109,10 @@ def main():
             sys.exit(f"behaviour_record: error: {p} is not built")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     common = ["--config", os.path.join(ROOT, "configs", "original.yaml"), *SMALL]
+    for key, value in a.set:
+        common += [f"--{key}", value]
     work = tempfile.mkdtemp(prefix="behaviour_")
-    result = {"machine": machine(), "layouts": {}}
+    result = {"machine": machine(), "settings": a.set, "layouts": {}}
 
     def run(cmd):
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)

@@ -112,7 +112,10 @@ TEST(BackendOps, DeterministicBackendGivesTheSameBitsAtAnyThreadCount) {
   for (GemmChoice gemm : {GemmChoice::kAuto, GemmChoice::kOnednn}) {
     auto t1 = make_cpu_backend(1, false, true, 0, gemm), t2 = make_cpu_backend(2, false, true, 0, gemm);
     const std::string label = "cpu-deterministic/gemm " + to_string(gemm);
-    for (const ops::OpShape& s : testing::backend_ops_shapes()) {
+    // And 1,152 rows: more than one row of the fixed 1024-row tiles.
+    std::vector<ops::OpShape> shapes = testing::backend_ops_shapes();
+    shapes.push_back(ops::OpShape{9, 128, 64, 2, 37, 3 * 64 + 5, 37 * 64 + 3});
+    for (const ops::OpShape& s : shapes) {
       testing::check_every_op(*t2, label + "/t2", s);
       for (const ops::OpSpec& spec : ops::op_table()) {
         const std::vector<ops::OpOutput> a = ops::run_on(spec, s, *t1), b = ops::run_on(spec, s, *t2);

@@ -140,6 +140,50 @@ TEST(GemmChoice, TheKeyForcesAProviderAndDeterministicNeverTimes) {
   }
 }
 
+// train.gemm_choices: a run's record pins those shapes (no timing, nothing
+// written), read from the JSON object or from a metrics stream's provenance;
+// what is not a shape or a provider is refused naming the entry.
+TEST(GemmChoice, PinsFromARunsRecordAreUsedAndChecked) {
+  FreshCache cache;
+  const GemmShape other{96, 80, 128, true, false, 1};
+  const std::string metrics = (cache.file().parent_path() / "metrics.jsonl").string();
+  std::ofstream(metrics) << R"({"event":"step","step":0,"loss":5.0})" << "\n"
+                         << R"({"event":"summary","provenance":{"gemm":"auto","gemm_choices":{")" << kShape.text()
+                         << R"(":"onednn",")" << other.text() << R"(":"openblas"}}})" << "\n";
+  const std::map<std::string, GemmChoice> pins = read_gemm_choices(metrics);
+  ASSERT_EQ(pins.size(), 2u);
+  EXPECT_EQ(pins.at(kShape.text()), GemmChoice::kOnednn);
+  GemmProviders pinned(GemmChoice::kAuto, false, 1, pins);
+  EXPECT_EQ(pinned.provider(kShape), GemmProvider::kOnednn);
+  EXPECT_EQ(pinned.provider(other), GemmProvider::kOpenblas);
+  ASSERT_EQ(pinned.decisions().size(), 2u);
+  EXPECT_EQ(pinned.decisions()[0].how, "pinned (train.gemm_choices)");
+  EXPECT_FALSE(fs::exists(cache.file()));  // nothing timed, nothing written
+  // The same object on its own reads the same.
+  const std::string object = (cache.file().parent_path() / "choices.json").string();
+  std::ofstream(object) << R"({")" << kShape.text() << R"(":"onednn"})";
+  EXPECT_EQ(read_gemm_choices(object).at(kShape.text()), GemmChoice::kOnednn);
+  const auto refused = [&](const std::string& text, const std::string& says) {
+    std::ofstream(object) << text;
+    try {
+      read_gemm_choices(object);
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("train.gemm_choices: " + object), std::string::npos) << e.what();
+    }
+  };
+  refused(R"({"12x3 NT t2":"onednn"})", "'12x3 NT t2' is not a product shape");
+  refused(R"({"12x3x4 NX t2":"onednn"})", "is not a product shape");
+  refused(R"({"12x3x4 NT t2":"mkl"})", "\"mkl\" is not a provider");
+  refused(R"([1, 2])", "holds no gemm_choices object");
+  refused("{not json", "neither JSON nor JSON lines");
+  // Pins with a forced provider or under train.deterministic are refused.
+  EXPECT_THROW(GemmProviders(GemmChoice::kOpenblas, false, 1, pins), std::invalid_argument);
+  EXPECT_THROW(GemmProviders(GemmChoice::kAuto, true, 1, pins), std::invalid_argument);
+  EXPECT_EQ(cpu::parse_gemm_shape("4096x1152x384 NT t2").text(), "4096x1152x384 NT t2");
+}
+
 // Both providers on every transpose pair, strided operands, alpha and beta 1:
 // the same product within fp32 rounding of a double-precision one.
 TEST(GemmChoice, BothProvidersComputeTheStridedProduct) {

@@ -46,7 +46,9 @@ OnednnSgemm::OnednnSgemm() : impl_(std::make_unique<Impl>()) {}
 OnednnSgemm::~OnednnSgemm() = default;
 
 void OnednnSgemm::run(const Sgemm& g) {
-  if (g.beta != 0.0f && g.beta != 1.0f) throw std::invalid_argument(fmt::format("OnednnSgemm: beta {} (0 or 1 only)", g.beta));
+  if (g.beta != 0.0f && g.beta != 1.0f) {
+    throw std::invalid_argument(fmt::format("OnednnSgemm: beta {} (0 or 1 only)", g.beta));
+  }
   // On this thread alone: outside an active region (a team of one included)
   // oneDNN would otherwise fork a team of the default size for every
   // product. The setting is the calling task's and ends with its region
@@ -55,7 +57,8 @@ void OnednnSgemm::run(const Sgemm& g) {
   const dnnl_status_t st = dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, g.alpha, g.A, g.lda, g.B,
                                       g.ldb, g.beta, g.C, g.ldc);
   if (st != dnnl_success) {
-    throw std::runtime_error(fmt::format("dnnl_sgemm failed (status {}) at {}x{}x{}", static_cast<int>(st), g.m, g.n, g.k));
+    throw std::runtime_error(
+        fmt::format("dnnl_sgemm failed (status {}) at {}x{}x{}", static_cast<int>(st), g.m, g.n, g.k));
   }
   impl_->ran = true;
 }
@@ -250,7 +253,9 @@ GemmProviders::GemmProviders(GemmChoice mode, bool deterministic, int threads,
           fmt::format("train.gemm_choices: '{}': auto is not a provider (expected openblas or onednn)", text));
     }
     // Pins for another thread count name products this backend never makes: kept out.
-    if (s.threads == threads) pins_[s] = choice == GemmChoice::kOnednn ? GemmProvider::kOnednn : GemmProvider::kOpenblas;
+    if (s.threads == threads) {
+      pins_[s] = choice == GemmChoice::kOnednn ? GemmProvider::kOnednn : GemmProvider::kOpenblas;
+    }
   }
   for (int t = 0; t < threads; ++t) onednn_.push_back(std::make_unique<OnednnSgemm>());
 }
@@ -342,7 +347,9 @@ std::map<std::string, GemmChoice> read_gemm_choices(const std::string& path) {
       start = end + 1;
     }
   }
-  if (!choices.is_object()) throw fail("holds no gemm_choices object (a run's provenance records one under train.gemm auto)");
+  if (!choices.is_object()) {
+    throw fail("holds no gemm_choices object (a run's provenance records one under train.gemm auto)");
+  }
   std::map<std::string, GemmChoice> out;
   for (const auto& [shape, provider] : choices.items()) {
     try {

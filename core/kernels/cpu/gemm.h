@@ -64,7 +64,9 @@ struct GemmShape {
 struct GemmDecision {
   GemmShape shape;
   GemmProvider provider = GemmProvider::kOpenblas;
-  std::string how;  // "timed", "cached", "small", "forced (train.gemm ...)", "deterministic (train.gemm auto)"
+  // "timed" (by this process), "cached" (read from the cache file) or "pinned (train.gemm_choices)".
+  // Forced, deterministic and untimed small products make no decision.
+  std::string how;
   double openblas_gflops = 0, onednn_gflops = 0;  // the timing's medians, when timed (here or by the cached run)
 };
 
@@ -103,7 +105,7 @@ class GemmProviders {
   void run(int tid, const Sgemm& g);
   // The provider for a shape (deciding it now if no one has): from any thread.
   GemmProvider provider(const GemmShape& s);
-  // The mode as configured, and what it means here: "auto", "openblas", "onednn".
+  // train.gemm as configured.
   GemmChoice mode() const { return mode_; }
   // Every decision this backend's products used (pins, and those this process
   // made or read for its thread count), in shape order.

@@ -22,11 +22,15 @@ namespace {
 // Below this many rows the forward matmul is a few GEMVs split by output column.
 constexpr int kFewRows = 8;
 // train.deterministic: a product's output is cut into tiles of at most this
-// many a side, whatever the thread count, and threads take tiles in turn. An
-// OpenBLAS product's result for one element can depend on the size of the
-// product it sits in (its small-matrix kernels), so the tiles, not the
-// threads, fix the sizes.
-constexpr int kDeterministicBlock = 256;
+// many rows (and column_tile_ columns), whatever the thread count, and
+// threads take tiles in turn. A product's result for one element can depend
+// on the size of the product it sits in (OpenBLAS's small-matrix kernels),
+// so the tiles, not the threads, fix the sizes. 1024 rows: a canonical
+// chunk of the original configuration (4 rows of 256) is one row of tiles,
+// so each tile packs its weight panel once; 256-row tiles cost +16% (1
+// thread) and +38% (2 threads) on the whole deterministic step there, 1024
+// rows +10-16% and +13-15% (docs/determinism.md, "The cost").
+constexpr int kDeterministicRows = 1024;
 }  // namespace
 
 // The tiles a product's output (rows x cols) is cut into when nt threads
@@ -39,7 +43,7 @@ constexpr int kDeterministicBlock = 256;
 CpuBackend::Tiling CpuBackend::tiling(int rows, int cols, int nt, bool by_rows) const {
   if (!deterministic_) return by_rows ? Tiling{nt, 1} : Tiling{1, nt};
   const auto blocks = [](int n, int w) { return std::max(1, (n + w - 1) / w); };
-  return Tiling{blocks(rows, kDeterministicBlock), blocks(cols, column_tile_), column_tile_};
+  return Tiling{blocks(rows, kDeterministicRows), blocks(cols, column_tile_), column_tile_};
 }
 
 CpuBackend::Tiling CpuBackend::channel_tiling(int rows, int cols, int nt) const {
