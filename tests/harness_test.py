@@ -152,9 +152,12 @@ def kernels_checks(a, exps, results, reports, env, check):
     kb = next(d for d in dirs if d.startswith("kernel_bench-"))
     data = json.load(open(os.path.join(res, kb, "benchmark.json")))
     medians = [b for b in data["benchmarks"] if b.get("aggregate_name") == "median"]
-    # gelu_forward and matmul_forward.fc on naive, cpu/t1, cpu/t2; gelu_forward.bf16 on naive, cpu-bf16/t1, /t2.
+    # gelu_forward and matmul_forward.fc on naive, cpu/t1, cpu/t2 and cpu-openblas, cpu-onednn at t1 and t2;
+    # gelu_forward.bf16 on naive, cpu-bf16/t1, /t2.
+    fp32_variants = {"naive/t1", "cpu/t1", "cpu/t2", "cpu-openblas/t1", "cpu-openblas/t2", "cpu-onednn/t1",
+                     "cpu-onednn/t2"}
     check("kernel_bench wrote Google Benchmark JSON with medians and the ceilings in its context",
-          statuses["kernel_bench"]["status"] == "ok" and len(medians) == 9
+          statuses["kernel_bench"]["status"] == "ok" and len(medians) == 2 * len(fp32_variants) + 3
           and "ceiling_sgemm_gflops_t2" in data["context"] and "ceiling_bf16_gflops_t2" in data["context"]
           and "blas_core" in data["context"], str(len(medians)))
     md_path = os.path.join(reports, "kernels_smoke", "kernels.md")
@@ -168,7 +171,7 @@ def kernels_checks(a, exps, results, reports, env, check):
     gelu = {x["variant"]: x for x in table if x["kernel"] == "gelu_forward"}
     gelu_bf16 = {x["variant"]: x for x in table if x["kernel"] == "gelu_forward.bf16"}
     check("kernels.csv: one row per benchmark, speed-up over naive of 1 for naive itself",
-          len(table) == 3 * 3 + 2 and set(gelu) == {"naive/t1", "cpu/t1", "cpu/t2"}
+          len(table) == 2 * len(fp32_variants) + 3 + 2 and set(gelu) == fp32_variants  # + 2: allreduce_bench's rows
           and set(gelu_bf16) == {"naive/t1", "cpu-bf16/t1", "cpu-bf16/t2"}
           and abs(float(gelu["naive/t1"]["speedup_over_naive"]) - 1) < 1e-9
           and all(float(x["time_ms"]) > 0 and float(x["gflops"]) > 0 for x in table), str(table[:3]))
