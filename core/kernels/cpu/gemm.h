@@ -13,9 +13,11 @@
 // faster, and records it in a cache file beside the MFU peak cache (keyed by
 // the CPU and both libraries' versions and kernels), so that every later
 // process on the machine makes the same choice without timing. A product
-// too small to time meaningfully takes OpenBLAS. train.gemm openblas or
-// onednn forces one provider everywhere; under train.deterministic the
-// choice is the configuration's (auto means OpenBLAS), never a timing.
+// too small to time meaningfully takes OpenBLAS. train.gemm openblas (the
+// default) or onednn forces one provider everywhere; under
+// train.deterministic the choice is the configuration's (auto means
+// OpenBLAS), never a timing. auto is not the default: a stop signal has
+// crashed runs with oneDNN's products (docs/kernels.md, known problem).
 // oneDNN's matmul primitive (its brgemm kernels on AVX-512) is not used: it
 // allocates on every execution. dnnl_sgemm allocates on some smaller
 // products, so a step allocates nothing only with OpenBLAS's (alloc_test).
@@ -60,7 +62,7 @@ struct GemmShape {
   std::string text() const;  // "4096x1152x384 NT t2": the cache's and the reports' name for it
 };
 
-// How the provider of one shape was decided, for provenance and the kernel report.
+// How the provider of one shape was decided: the run's provenance (gemm_choices) and train_step's JSON.
 struct GemmDecision {
   GemmShape shape;
   GemmProvider provider = GemmProvider::kOpenblas;
