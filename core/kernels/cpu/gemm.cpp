@@ -38,16 +38,15 @@ std::string GemmShape::text() const {
 // every call (5 mallocs a product, measured with oneDNN 2.6.3); dnnl_sgemm
 // allocates nothing at the original configuration's products, about once a
 // call at smaller ones (128 x 192 x 64).
-struct OnednnSgemm::Impl {
-  bool ran = false;
-};
-
-OnednnSgemm::OnednnSgemm() : impl_(std::make_unique<Impl>()) {}
-OnednnSgemm::~OnednnSgemm() = default;
-
-void OnednnSgemm::run(const Sgemm& g) {
+void run_sgemm(GemmProvider p, const Sgemm& g) {
+  if (g.m <= 0 || g.n <= 0) return;
+  if (p == GemmProvider::kOpenblas || g.k <= 0) {
+    cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k,
+                g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
+    return;
+  }
   if (g.beta != 0.0f && g.beta != 1.0f) {
-    throw std::invalid_argument(fmt::format("OnednnSgemm: beta {} (0 or 1 only)", g.beta));
+    throw std::invalid_argument(fmt::format("run_sgemm: oneDNN with beta {} (0 or 1 only)", g.beta));
   }
   // On this thread alone: outside an active region (a team of one included)
   // oneDNN would otherwise fork a team of the default size for every
@@ -60,19 +59,6 @@ void OnednnSgemm::run(const Sgemm& g) {
     throw std::runtime_error(
         fmt::format("dnnl_sgemm failed (status {}) at {}x{}x{}", static_cast<int>(st), g.m, g.n, g.k));
   }
-  impl_->ran = true;
-}
-
-std::string OnednnSgemm::impl_info() const { return impl_->ran ? "dnnl_sgemm (gemm:jit)" : ""; }
-
-void run_sgemm(GemmProvider p, const Sgemm& g, OnednnSgemm& onednn) {
-  if (g.m <= 0 || g.n <= 0) return;
-  if (p == GemmProvider::kOnednn && g.k > 0) {
-    onednn.run(g);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k,
-              g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
 }
 
 // ---------------------------------------------------------------- the choice
@@ -106,12 +92,11 @@ std::pair<double, double> time_providers(const GemmShape& s) {
                 0.0f, C.data(), s.n};
   const double flops = 2.0 * double(m) * double(n) * double(k);
   std::vector<double> rates[2];
-#pragma omp parallel num_threads(1)  // a region, so that oneDNN runs on this thread alone (OnednnSgemm::run)
+#pragma omp parallel num_threads(1)  // a region, so that oneDNN runs on this thread alone (run_sgemm)
   {
-    OnednnSgemm onednn;
     const auto once = [&](GemmProvider p) {
       const auto t0 = std::chrono::steady_clock::now();
-      run_sgemm(p, g, onednn);
+      run_sgemm(p, g);
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
     const double warm = std::max(once(GemmProvider::kOpenblas), once(GemmProvider::kOnednn));
@@ -257,7 +242,6 @@ GemmProviders::GemmProviders(GemmChoice mode, bool deterministic, int threads,
       pins_[s] = choice == GemmChoice::kOnednn ? GemmProvider::kOnednn : GemmProvider::kOpenblas;
     }
   }
-  for (int t = 0; t < threads; ++t) onednn_.push_back(std::make_unique<OnednnSgemm>());
 }
 
 GemmProviders::~GemmProviders() = default;
@@ -285,7 +269,7 @@ void GemmProviders::run(int tid, const Sgemm& g) {
     if (it == mine.end()) it = mine.emplace(s, provider(s)).first;
     p = it->second;
   }
-  run_sgemm(p, g, *onednn_[static_cast<size_t>(tid)]);
+  run_sgemm(p, g);
 }
 
 std::vector<GemmDecision> GemmProviders::decisions() const {

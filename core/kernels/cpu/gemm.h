@@ -72,28 +72,12 @@ struct GemmDecision {
   double openblas_gflops = 0, onednn_gflops = 0;  // the timing's medians, when timed (here or by the cached run)
 };
 
-// Runs an Sgemm through `p` on the calling thread (`onednn`: the calling thread's).
-class OnednnSgemm;
-void run_sgemm(GemmProvider p, const Sgemm& g, OnednnSgemm& onednn);
+// Runs an Sgemm through `p` on the calling thread. Call it from inside an
+// OpenMP parallel region (a team of one included): oneDNN then runs on the
+// calling thread alone.
+void run_sgemm(GemmProvider p, const Sgemm& g);
 
-class OnednnSgemm {
- public:
-  OnednnSgemm();
-  ~OnednnSgemm();
-  OnednnSgemm(const OnednnSgemm&) = delete;
-  OnednnSgemm& operator=(const OnednnSgemm&) = delete;
-  // Call from inside an OpenMP parallel region (a team of one included): the
-  // product runs on the calling thread alone.
-  void run(const Sgemm& g);
-  // "dnnl_sgemm (gemm:jit)" once a product has run, "" before.
-  std::string impl_info() const;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
-// The providers of one backend: its mode, and per thread an OnednnSgemm.
+// The providers of one backend: its mode, its pins and its threads' decisions.
 class GemmProviders {
  public:
   // `pins`: train.gemm_choices (auto only): these shapes' providers as a run
@@ -119,7 +103,6 @@ class GemmProviders {
   int threads_;
   std::map<GemmShape, GemmProvider> pins_;                 // train.gemm_choices
   std::vector<std::map<GemmShape, GemmProvider>> local_;  // per thread: the decisions it has looked up
-  std::vector<std::unique_ptr<OnednnSgemm>> onednn_;       // one per thread
 };
 
 // "4096x1152x384 NT t2" back into its shape; throws std::invalid_argument
