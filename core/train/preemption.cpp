@@ -13,6 +13,8 @@
 #include <atomic>
 #include <vector>
 
+#include "util/signal_stack.h"
+
 namespace gpt2 {
 
 namespace {
@@ -40,11 +42,9 @@ void on_stop_signal(int sig) {
 }  // namespace
 
 void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // a blocking call the signal interrupts goes on; the flag is read at the step's end
-  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
+  // SA_RESTART (a blocking call the signal interrupts goes on; the flag is read at a stop point) and SA_ONSTACK:
+  // on the alternate stack of a thread that runs oneDNN's GEMM (util/signal_stack.h).
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) install_signal_handler(sig, on_stop_signal);
 }
 
 int stop_signal() { return g_signal.load(); }

@@ -13,6 +13,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
+#include "util/signal_stack.h"
+
 namespace gpt2::cpu {
 
 namespace {
@@ -78,6 +81,7 @@ struct Bf16Matmul::Impl {
   dnnl::stream stream{engine};
   std::map<std::tuple<Product, int64_t, int64_t, int64_t>, Entry> cache;
   const Entry* last = nullptr;  // the product run last (impl_info)
+  bool signal_stacks = false;  // the team's alternate signal stacks made (ensure_team_signal_stacks)
   std::vector<float> a32, b32;   // the fallback's fp32 operands (grown, never shrunk)
 
   // The fallback (onednn_bf16() false): dst (M,Nn) = A (M,K) B + beta dst,
@@ -127,6 +131,8 @@ struct Bf16Matmul::Impl {
     e.weights.set_data_handle(const_cast<void*>(w));
     e.dst.set_data_handle(dst);
     if (bias != nullptr) e.bias.set_data_handle(const_cast<float*>(bias));
+    if (!signal_stacks) ensure_team_signal_stacks(threads);  // its jit kernels may move the stack pointer (gemm.h)
+    signal_stacks = true;
     omp_set_num_threads(threads);  // oneDNN (built with OpenMP) runs on the default team size
     e.prim.execute(stream, e.args);
     stream.wait();
@@ -234,6 +240,7 @@ void Bf16TileGemm::run(float* dst, int64_t ldd, Operand a, Operand b, int64_t m,
   // every tile; the setting is the calling task's, gone when its region ends
   // (outside any region it would outlive the call, so it is not made there).
   if (omp_get_level() > 0) omp_set_num_threads(1);
+  ensure_signal_stack();  // its jit kernels may move the stack pointer into the heap (util/signal_stack.h)
   e.prim.execute(impl_->stream, e.args);
   impl_->stream.wait();
   impl_->last = &e;

@@ -20,6 +20,7 @@
 #include "util/files.h"
 #include "util/json.h"
 #include "util/provenance.h"
+#include "util/signal_stack.h"
 #include "util/stats.h"
 
 namespace gpt2::cpu {
@@ -38,6 +39,12 @@ std::string GemmShape::text() const {
 // every call (5 mallocs a product, measured with oneDNN 2.6.3); dnnl_sgemm
 // allocates nothing at the original configuration's products, about once a
 // call at smaller ones (128 x 192 x 64).
+void ensure_team_signal_stacks(int threads) {
+  ensure_signal_stack();
+#pragma omp parallel num_threads(std::max(threads, 1))
+  ensure_signal_stack();
+}
+
 void run_sgemm(GemmProvider p, const Sgemm& g) {
   if (g.m <= 0 || g.n <= 0) return;
   if (p == GemmProvider::kOpenblas || g.k <= 0) {
@@ -48,6 +55,7 @@ void run_sgemm(GemmProvider p, const Sgemm& g) {
   if (g.beta != 0.0f && g.beta != 1.0f) {
     throw std::invalid_argument(fmt::format("run_sgemm: oneDNN with beta {} (0 or 1 only)", g.beta));
   }
+  ensure_signal_stack();  // its jit kernels move the stack pointer into the heap (util/signal_stack.h)
   // On this thread alone: outside an active region (a team of one included)
   // oneDNN would otherwise fork a team of the default size for every
   // product. The setting is the calling task's and ends with its region
@@ -289,6 +297,7 @@ std::vector<GemmDecision> GemmProviders::decisions() const {
 double onednn_sgemm_ceiling_gflops(int threads, int n, int reps) {
   std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), c(a.size());
   const int before = omp_get_max_threads();
+  ensure_team_signal_stacks(threads);
   omp_set_num_threads(threads);  // dnnl_sgemm outside any region runs on the default team size
   std::vector<double> rates;
   for (int r = 0; r < reps + 1; ++r) {

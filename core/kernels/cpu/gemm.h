@@ -72,6 +72,14 @@ struct GemmDecision {
   double openblas_gflops = 0, onednn_gflops = 0;  // the timing's medians, when timed (here or by the cached run)
 };
 
+// Gives the calling thread and each thread of an OpenMP team of `threads`
+// an alternate signal stack (util/signal_stack.h): oneDNN's jit GEMM points
+// the stack pointer into the heap, so a signal handled on a thread's own
+// stack while it runs corrupts the heap. oneDNN's own teams are OpenMP's
+// (the pool threads a team of this size reuses), so every caller of oneDNN
+// outside a region of ours calls this once before it.
+void ensure_team_signal_stacks(int threads);
+
 // Runs an Sgemm through `p` on the calling thread. Call it from inside an
 // OpenMP parallel region (a team of one included): oneDNN then runs on the
 // calling thread alone.
