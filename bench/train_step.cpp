@@ -46,7 +46,7 @@ struct Options {
   std::string precision = "fp32";
   std::string stored = "auto";
   bool deterministic = false;
-  std::vector<std::string> gemm = {"openblas"};
+  std::vector<std::string> gemm = {"auto"};
 
   gpt2::Fields fields() {
     gpt2::Fields f;

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The cost of train.deterministic, side by side in one run (docs/determinism.md):
 # the original configuration (L6 NH6 C384, batch 16 x 256), 6 steps with
-# train.deterministic false with train.gemm auto (each shape's faster provider;
-# the default is openblas),
+# train.deterministic false (train.gemm auto: each shape's faster provider),
 # true (train.gemm auto: OpenBLAS) and true with train.gemm onednn,
 # alternating, for serial at 1 and 2 threads, dp 2 and tp 2 (2 ranks x 1
 # thread), ROUNDS rounds; each run's median step over steps 1-5, then the

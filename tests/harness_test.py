@@ -152,9 +152,9 @@ def kernels_checks(a, exps, results, reports, env, check):
     kb = next(d for d in dirs if d.startswith("kernel_bench-"))
     data = json.load(open(os.path.join(res, kb, "benchmark.json")))
     medians = [b for b in data["benchmarks"] if b.get("aggregate_name") == "median"]
-    # gelu_forward and matmul_forward.fc on naive, cpu/t1, cpu/t2 and cpu-auto, cpu-onednn at t1 and t2;
+    # gelu_forward and matmul_forward.fc on naive, cpu/t1, cpu/t2 and cpu-openblas, cpu-onednn at t1 and t2;
     # gelu_forward.bf16 on naive, cpu-bf16/t1, /t2.
-    fp32_variants = {"naive/t1", "cpu/t1", "cpu/t2", "cpu-auto/t1", "cpu-auto/t2", "cpu-onednn/t1",
+    fp32_variants = {"naive/t1", "cpu/t1", "cpu/t2", "cpu-openblas/t1", "cpu-openblas/t2", "cpu-onednn/t1",
                      "cpu-onednn/t2"}
     check("kernel_bench wrote Google Benchmark JSON with medians and the ceilings in its context",
           statuses["kernel_bench"]["status"] == "ok" and len(medians) == 2 * len(fp32_variants) + 3

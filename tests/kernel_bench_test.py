@@ -25,7 +25,7 @@ KERNELS = ["encoder_forward", "encoder_backward", "layernorm_forward", "layernor
            "matmul_forward", "matmul_backward", "attention_forward", "attention_backward",
            "gelu_forward", "gelu_backward", "residual_forward", "crossentropy_forward",
            "crossentropy_backward", "adam_update", "sum_squares"]
-VARIANTS = ["naive/t1", "cpu/t1", "cpu/t2", "cpu-auto/t1", "cpu-auto/t2", "cpu-onednn/t1", "cpu-onednn/t2"]
+VARIANTS = ["naive/t1", "cpu/t1", "cpu/t2", "cpu-openblas/t1", "cpu-openblas/t2", "cpu-onednn/t1", "cpu-onednn/t2"]
 COUNTERS = ["flop_rate", "byte_rate", "roofline", "flop", "bytes", "kernel_threads"]
 QUICK = ["--quick", "--benchmark_min_time=0", "--benchmark_repetitions=1", "--benchmark_out_format=json"]
 

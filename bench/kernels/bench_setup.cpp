@@ -59,10 +59,10 @@ const std::vector<Variant>& bench_variants() {
       {"naive", 1, [](int) { return make_reference_backend(); }, {}, {}},
       {"cpu", 1, [](int t) { return make_cpu_backend(t); }, {}, {}},
       {"cpu", 2, [](int t) { return make_cpu_backend(t); }, {}, {}},
-      // The CPU backend with the other fp32 products' providers (train.gemm; kernels/cpu/gemm.h): beside
-      // "cpu" (OpenBLAS, the default), oneDNN's and each shape's faster one.
-      {"cpu-auto", 1, [](int t) { return make_cpu_backend(t, false, false, 0, GemmChoice::kAuto); }, {}, {}},
-      {"cpu-auto", 2, [](int t) { return make_cpu_backend(t, false, false, 0, GemmChoice::kAuto); }, {}, {}},
+      // The CPU backend with each fp32 products' provider forced (train.gemm; kernels/cpu/gemm.h):
+      // beside "cpu" (auto), which provider each kernel's products run faster with at each shape.
+      {"cpu-openblas", 1, [](int t) { return make_cpu_backend(t, false, false, 0, GemmChoice::kOpenblas); }, {}, {}},
+      {"cpu-openblas", 2, [](int t) { return make_cpu_backend(t, false, false, 0, GemmChoice::kOpenblas); }, {}, {}},
       {"cpu-onednn", 1, [](int t) { return make_cpu_backend(t, false, false, 0, GemmChoice::kOnednn); }, {}, {}},
       {"cpu-onednn", 2, [](int t) { return make_cpu_backend(t, false, false, 0, GemmChoice::kOnednn); }, {}, {}},
       {"cpu-bf16", 1, [](int t) { return make_cpu_backend(t, true); }, {}, {}, true},

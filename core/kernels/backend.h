@@ -264,7 +264,7 @@ struct BackendOptions {
   bool bf16 = false;    // train.precision bf16: matrix products with bf16 inputs, fp32 accumulation (CPU)
   bool deterministic = false;  // train.deterministic: the same bits at any thread count (CPU)
   int column_tile = 0;         // with deterministic: the products' column tiles (canonical_column_tile; 0: 256)
-  GemmChoice gemm = GemmChoice::kOpenblas;  // train.gemm: the fp32 products' library (CPU)
+  GemmChoice gemm = GemmChoice::kAuto;  // train.gemm: the fp32 products' library (CPU)
   std::map<std::string, GemmChoice> gemm_pins;  // train.gemm_choices (read_gemm_choices): auto's choices pinned
 };
 
@@ -310,7 +310,7 @@ std::unique_ptr<Backend> make_reference_backend();
 // (0: 256; CpuBackend).
 // `gemm`: the fp32 products' provider (train.gemm; kernels/cpu/gemm.h).
 std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products = false, bool deterministic = false,
-                                          int column_tile = 0, GemmChoice gemm = GemmChoice::kOpenblas,
+                                          int column_tile = 0, GemmChoice gemm = GemmChoice::kAuto,
                                           const std::map<std::string, GemmChoice>& gemm_pins = {});
 
 }  // namespace gpt2

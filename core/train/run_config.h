@@ -75,7 +75,7 @@ struct TrainConfig {
   StopWithin stop_within_step = StopWithin::kAuto;
   CheckpointFormat checkpoint_format = CheckpointFormat::kFile;
   bool async_checkpoint = false;  // sharded saves: written by a background thread from a snapshot
-  GemmChoice gemm = GemmChoice::kOpenblas;  // the CPU backend's fp32 products: auto | openblas | onednn
+  GemmChoice gemm = GemmChoice::kAuto;  // the CPU backend's fp32 products: auto | openblas | onednn
   std::string gemm_choices;             // auto's per-shape choices pinned from a run's record; "" = none
   bool bf16() const { return precision == Precision::kBf16; }
   bool recompute_full() const { return recompute == Recompute::kFull; }
@@ -115,11 +115,10 @@ struct TrainConfig {
       "CUDA stages: let cuBLAS use TF32 tensor cores for the matrix products (faster, ~1e-3 relative error; "
       "changes results); ignored on the CPU");
     f("gemm", gemm,
-      "the CPU stages' fp32 matrix products: openblas (every product; the default) | onednn (every product) | "
-      "auto (per product shape, the faster of OpenBLAS and oneDNN, timed once on this machine and kept in the "
-      "cache folder's gemm_choices.json, the run recording each shape's provider; OpenBLAS under "
-      "train.deterministic, so the bits never depend on a timing). onednn and auto: a stop signal has crashed "
-      "such runs (docs/kernels.md, known problem)");
+      "the CPU stages' fp32 matrix products: auto (per product shape, the faster of OpenBLAS and oneDNN, timed once "
+      "on this machine and kept in the cache folder's gemm_choices.json; OpenBLAS under train.deterministic, so "
+      "the bits never depend on a timing) | openblas | onednn (every product); the run records each shape's "
+      "provider (docs/kernels.md)");
     f("gemm_choices", gemm_choices,
       "with train.gemm auto: pin the per-shape choices an earlier run recorded (its metrics.jsonl, whose provenance "
       "holds gemm_choices, or a JSON file of that object), so that a rerun computes with the same libraries; "

@@ -31,7 +31,7 @@ class CpuBackend final : public Backend, public TreeProducts {
   // `gemm`: the fp32 products' provider (train.gemm; gemm.h).
   // `gemm_pins`: train.gemm_choices, auto's choices for those shapes (gemm.h).
   explicit CpuBackend(int threads, bool bf16_products = false, bool deterministic = false, int column_tile = 0,
-                      GemmChoice gemm = GemmChoice::kOpenblas, const std::map<std::string, GemmChoice>& gemm_pins = {});
+                      GemmChoice gemm = GemmChoice::kAuto, const std::map<std::string, GemmChoice>& gemm_pins = {});
   // "cpu", or "cpu (bf16 products: oneDNN 2.6.3 brg:avx512_core_bf16)": the
   // kernel oneDNN chose names the path (native bf16 or conversions).
   std::string name() const override;

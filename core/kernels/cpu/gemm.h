@@ -13,11 +13,11 @@
 // faster, and records it in a cache file beside the MFU peak cache (keyed by
 // the CPU and both libraries' versions and kernels), so that every later
 // process on the machine makes the same choice without timing. A product
-// too small to time meaningfully takes OpenBLAS. train.gemm openblas (the
-// default) or onednn forces one provider everywhere; under
-// train.deterministic the choice is the configuration's (auto means
-// OpenBLAS), never a timing. auto is not the default: a stop signal has
-// crashed runs with oneDNN's products (docs/kernels.md, known problem).
+// too small to time meaningfully takes OpenBLAS. train.gemm openblas or
+// onednn forces one provider everywhere; under train.deterministic the
+// choice is the configuration's (auto means OpenBLAS), never a timing.
+// Every thread that runs oneDNN's GEMM gets an alternate signal stack
+// (ensure_team_signal_stacks below; util/signal_stack.h).
 // oneDNN's matmul primitive (its brgemm kernels on AVX-512) is not used: it
 // allocates on every execution. dnnl_sgemm allocates on some smaller
 // products, so a step allocates nothing only with OpenBLAS's (alloc_test).
