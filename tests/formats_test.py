@@ -16,7 +16,7 @@ shipped corpus that `serial prepare` makes with GPT-2's BPE. Then:
     layers: the two sides differ in summation order only; measured differences are near 1e-6).
     The biases are not zero after 3 steps, so q/k/v's bias is exercised.
   * Refusals, one line each naming the key: an untied model to llm.c, a llama model to
-    safetensors, a truncated llm.c file and a bf16 (version 5) one to import.
+    safetensors, a truncated llm.c file and an fp32 one whose header says bf16 (version 5) to import.
   * prepare's folders (issue 42; docs/guarantees.md "Token shards and prepare"): a folder that
     is not empty refused before tokenizing, --overwrite replacing the previous prepare's files
     only, a folder another process holds refused naming the holder, a prepare that fails at
@@ -324,8 +324,8 @@ def main():
         raw = bytearray(open(llmc, "rb").read())
         raw[4:8] = (5).to_bytes(4, "little")
         open(bf16, "wb").write(raw)
-        refused("a bf16 llm.c file (version 5) is refused", run("import", "--llmc", bf16, "--out",
-                                                                  os.path.join(work, "z"), *tok), "version 5")
+        refused("an fp32 llm.c file that says version 5 (bf16) is refused: its size is not its header's",
+                run("import", "--llmc", bf16, "--out", os.path.join(work, "z"), *tok), "trailing bytes")
         check("a refused import writes nothing", not os.path.exists(os.path.join(work, "z")))
     shutil.rmtree(work, ignore_errors=True)
     return check.finish()

@@ -76,7 +76,9 @@ const std::vector<Option>& options(const std::string& command) {
       {"out", "PATH", "the file (llmc) or folder (hf) to write (required; not an existing one, not in a run's folder)"},
       {"overwrite", "", "replace an existing --out (a file, or the folder's model.safetensors and config.json)"}};
   static const std::vector<Option> import_ = {
-      {"llmc", "FILE", "llm.c's model file (version 3, fp32) to import (required)"},
+      {"llmc", "FILE", "llm.c's model file (version 3, fp32, or 5, bf16) to import"},
+      {"hf", "DIR", "a Hugging Face GPT-2 folder to import: config.json, model.safetensors (or an index and its "
+                    "files; F32, F16 or BF16), and vocab.json + merges.txt (else data.encoder_json, data.vocab_bpe)"},
       {"out", "CKPT", "the model checkpoint to write (required; not an existing file, not in a run's folder)"},
       {"overwrite", "", "replace an existing --out file"},
       {"config", "FILE", "YAML file (for data.encoder_json and data.vocab_bpe: the tokenizer the checkpoint keeps)"}};
@@ -126,8 +128,9 @@ const char* summary(const std::string& command) {
            "GPT2LMHeadModel loads (docs/formats.md); a model the format cannot hold is refused, naming the key.";
   }
   if (command == "import") {
-    return "reads llm.c's model file into a model checkpoint (GPT-2's block, q/k/v biases, tied head) with\n"
-           "GPT-2's tokenizer from data.encoder_json and data.vocab_bpe (docs/formats.md).";
+    return "reads llm.c's model file (--llmc) or a Hugging Face GPT-2 folder (--hf) into a model checkpoint\n"
+           "(GPT-2's block) with GPT-2's tokenizer: the folder's vocab.json and merges.txt, else data.encoder_json\n"
+           "and data.vocab_bpe (docs/formats.md). Start training from it with train.init_from.";
   }
   if (command == "checkpoint") {
     return "converts a training checkpoint between the two formats (docs/formats.md): --merge writes a sharded\n"
@@ -155,7 +158,7 @@ std::string usage(const std::string& stage) {
       "       {0} prepare  --input FILES --encoder_json FILE --vocab_bpe FILE --out DIR [--shard_tokens N]\n"
       "                [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} export   --checkpoint CKPT [--format llmc|hf] --out PATH [--overwrite]\n"
-      "       {0} import   --llmc FILE --out CKPT [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
+      "       {0} import   (--llmc FILE | --hf DIR) --out CKPT [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} checkpoint (--merge DIR | --split FILE [--ranks N]) --out PATH [--overwrite]\n"
       "       {0} [train|generate|config|init|plan|prepare|export|import|checkpoint] --help\n",
       stage);
@@ -332,6 +335,12 @@ void run_prepare(const Given& g, const RunConfig& cfg, const StageContext& ctx) 
 
 void run_import(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
   refuse_several_processes("import", ctx);
+  const bool llmc = !g.get("llmc").empty(), hf = !g.get("hf").empty();
+  if (llmc == hf) throw std::invalid_argument("import: give one of --llmc FILE and --hf DIR");
+  if (hf) {
+    fmt::print("{}\n", import_hf(g.get("hf"), cfg.data.encoder_json, cfg.data.vocab_bpe, g.get("out"), g.flag("overwrite")));
+    return;
+  }
   if (cfg.data.encoder_json.empty() || cfg.data.vocab_bpe.empty()) {
     throw std::invalid_argument("data.encoder_json and data.vocab_bpe: import keeps GPT-2's tokenizer in the "
                                 "checkpoint; give its two files (docs/tokenizer.md)");

@@ -52,9 +52,26 @@ struct LlmcModel {
   std::vector<float> params;  // in our layout
 };
 // Reads an llm.c model file. Throws std::invalid_argument naming the file:
-// missing, a wrong magic, a version other than 3 (5 is bf16), sizes that do
+// missing, a wrong magic, a version other than 3 (fp32) or 5 (bf16, widened
+// exactly), sizes that do
 // not make a model, or a size other than the header's.
 LlmcModel read_llmc_model(const std::string& path);
+
+// A Hugging Face GPT-2 folder (config.json of GPT2LMHeadModel or GPT2Model,
+// and model.safetensors or model.safetensors.index.json with the files its
+// weight_map names): tensors named with "transformer." or without, lm_head
+// stored or tied, values F32, F16 or BF16 (widened exactly), Conv1D weights
+// (in, out) transposed to ours. Throws std::invalid_argument naming the
+// file and the key: a missing config.json, a config of another model
+// (activation, n_inner, epsilon, attention scaling), a header that is
+// truncated, oversized (over 100 MB) or lies about its bytes, a dtype other
+// than those three, a tensor missing, unknown or of another shape (both
+// shapes named), a value not finite.
+struct HfModel {
+  Gpt2Config config;  // GPT-2's block, bias all, tied as config.json says; vocab_size as stored
+  std::vector<float> params;
+};
+HfModel read_hf_gpt2(const std::string& dir);
 
 // Writes DIR/model.safetensors and DIR/config.json (creating DIR; each file
 // atomically). `tok` gives the end-of-text id written to config.json.
@@ -75,6 +92,12 @@ std::string export_checkpoint(const std::string& ckpt, const std::string& format
 // vocabulary must fit the file's V). `out` follows check_output's rules
 // (the inputs: the model file and the tokenizer's two), checked before
 // anything is read; every tensor is checked finite.
+// The `import --hf DIR` command: a Hugging Face GPT-2 folder (read_hf_gpt2)
+// as our model checkpoint at `out`, with the folder's vocab.json and
+// merges.txt as GPT-2's tokenizer (else `encoder_json` and `vocab_bpe`).
+std::string import_hf(const std::string& dir, const std::string& encoder_json, const std::string& vocab_bpe,
+                      const std::string& out, bool overwrite = false);
+
 std::string import_llmc(const std::string& file, const std::string& encoder_json, const std::string& vocab_bpe,
                         const std::string& out, bool overwrite = false);
 

@@ -77,6 +77,7 @@ struct TrainConfig {
   bool async_checkpoint = false;  // sharded saves: written by a background thread from a snapshot
   GemmChoice gemm = GemmChoice::kAuto;  // the CPU backend's fp32 products: auto | openblas | onednn
   std::string gemm_choices;             // auto's per-shape choices pinned from a run's record; "" = none
+  std::string init_from;  // a fresh run's weights from a model file (train/model_source.h); "" = model.init's
   bool bf16() const { return precision == Precision::kBf16; }
   bool recompute_full() const { return recompute == Recompute::kFull; }
   // The element type of the activations only a matrix product reads: bf16 with precision bf16.
@@ -94,6 +95,12 @@ struct TrainConfig {
     f("seq_len", seq_len, "tokens per row, <= model.block_size");
     f("steps", steps, "optimizer steps (the original's 'epochs': one global batch each)");
     f("seed", seed, "seed of the weights (Philox) and of random windows");
+    f("init_from", init_from,
+      "start from the weights of a model file instead of model.init's: our checkpoint (model or training: its "
+      "weights only), llm.c's model file (fp32 or bf16) or a Hugging Face GPT-2 folder; the optimizer starts fresh, "
+      "the model section must give the file's shapes (a mismatch names the tensor); ignored by --resume; \"\" = none "
+      "(docs/formats.md)",
+      "path");
     f("threads", threads, "CPU threads; 0 = every core; at most 4 x the cores (at least 64)");
     f("eval_every", eval_every, "validation loss every N steps; 0 = never");
     f("eval_batches", eval_batches, "batches per validation evaluation");

@@ -12,6 +12,7 @@
 #include "train/checkpoint_store.h"
 #include "train/corpus.h"
 #include "train/layout.h"
+#include "train/model_source.h"
 #include "train/sharded_checkpoint.h"
 #include "util/hash.h"
 
@@ -458,6 +459,26 @@ void read_sharded_state(const ShardedCheckpoint& ck, RunState& st, const StageLa
 // train.seed; into where they live (st.params).
 void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGrid& grid, RunState& st,
                        std::optional<Checkpoint>& ckpt, const ShardedCheckpoint* sharded, const StageLayers& stage) {
+  if (resume.empty() && !c.train.init_from.empty()) {
+    // Rank 0 reads the file and fits it to the run's model; every rank takes its part. The optimizer starts fresh.
+    HostState hs;
+    std::vector<std::string> refusal = {""};  // rank 0's, so that every rank refuses alike (exit 2)
+    if (grid.world().rank() == 0) {
+      try {
+        const ModelWeights w = read_model_weights(c.train.init_from, "train.init_from");
+        hs.params = fit_weights(w, st.model_config, "train.init_from", c.train.init_from);
+      } catch (const std::invalid_argument& e) {
+        refusal[0] = e.what();
+      }
+    }
+    broadcast_strings(grid.world(), refusal, 0);
+    if (!refusal[0].empty()) throw std::invalid_argument(refusal[0]);
+    hs.params.resize(param_count(st.model_config));
+    grid.world().broadcast(hs.params.data(), hs.params.size() * sizeof(float), 0);
+    cut_to_rank(hs.params, st.model_config, st.model->tp().shape(), st.model->tp().rank, stage);
+    st.params->load(hs.params);
+    return;
+  }
   if (resume.empty()) {
     st.params->init(c.train.seed);
     return;

@@ -146,6 +146,14 @@ void InputFile::read(void* dst, size_t n) {
   }
 }
 
+void InputFile::seek(uint64_t offset) {
+  if (offset > size_) throw std::invalid_argument(error(fmt::format("offset {} is past its {} bytes", offset, size_)));
+  if (::lseek(fd_, static_cast<off_t>(offset), SEEK_SET) < 0) {
+    throw std::invalid_argument(error(fmt::format("seek failed: {}", std::strerror(errno))));
+  }
+  pos_ = offset;
+}
+
 std::string InputFile::read_rest() {
   // Up to the size checked at open: a file that grew since is read no further.
   std::string text(static_cast<size_t>(size_ - std::min(pos_, size_)), '\0');

@@ -63,6 +63,8 @@ class InputFile {
   uint64_t position() const { return pos_; }
   // Exactly n bytes; fewer (the file shrank) throws "truncated".
   void read(void* dst, size_t n);
+  // Moves to byte `offset` (at most size()) for the next read.
+  void seek(uint64_t offset);
   // The rest of the file.
   std::string read_rest();
   // "<what>: <path>: <problem>": for the callers' own checks of the content.
