@@ -101,8 +101,10 @@ TEST(Init, CounterBasedAndDistributedAsSpecified) {
 // vocabulary cut (265 rows over 4 ranks: 3 padding rows), pipeline stages and
 // windows that start and end inside tensors.
 TEST(Init, InitialValuesAreTheShardOfTheWholeModelsWeights) {
+  for (InitKind kind : {InitKind::kPhilox, InitKind::kGpt2}) {
   Gpt2Config cfg = preset("small");
   cfg.V = 265;
+  cfg.init = kind;
   const std::vector<float> whole = initial_weights(cfg, 7);
   for (const TpShape tp : {TpShape(1), TpShape(2), TpShape(4, true), TpShape(2, true)}) {
     for (int stages : {1, 2}) {
@@ -123,10 +125,39 @@ TEST(Init, InitialValuesAreTheShardOfTheWholeModelsWeights) {
       }
     }
   }
+  }
+  Gpt2Config cfg = preset("small");
   Gpt2Config original = cfg;
   original.init = InitKind::kOriginal;
   std::vector<float> one(1);
   EXPECT_THROW(initial_values(original, 7, 1, 0, {}, 0, one), std::invalid_argument);
+}
+
+// model.init gpt2 (issue 46): GPT-2's scheme, philox's draws with the
+// residual projections (attn_proj_w, fc_proj_w) scaled by 1/sqrt(2 L):
+// those tensors are philox's times that factor (in fp32, exactly), every
+// other tensor is philox's bytes, and their spread shrinks accordingly.
+TEST(Init, Gpt2ScalesTheResidualProjections) {
+  Gpt2Config philox = preset("small");
+  Gpt2Config gpt2 = philox;
+  gpt2.init = InitKind::kGpt2;
+  const std::vector<float> a = initial_weights(philox, 11), b = initial_weights(gpt2, 11);
+  const float scale = static_cast<float>(1.0 / std::sqrt(2.0 * philox.L));
+  ParamTensors p;
+  int scaled = 0;
+  for (const ParamInfo& info : layout(philox, p)) {
+    const bool residual = info.name.ends_with("attn_proj_w") || info.name.ends_with("fc_proj_w");
+    scaled += residual;
+    double sa = 0, sb = 0;
+    for (size_t i = info.offset; i < info.offset + info.count(); ++i) {
+      ASSERT_EQ(b[i], residual ? scale * a[i] : a[i]) << info.name << " element " << i - info.offset;
+      sa += double(a[i]) * a[i];
+      sb += double(b[i]) * b[i];
+    }
+    if (residual) EXPECT_NEAR(std::sqrt(sb / sa), scale, 1e-6) << info.name;
+  }
+  EXPECT_EQ(scaled, 2 * philox.L);
+  EXPECT_EQ(to_string(parse_init_kind("gpt2")), "gpt2");
 }
 
 struct TrainRun {

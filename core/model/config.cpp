@@ -159,10 +159,14 @@ bool Gpt2Config::operator==(const Gpt2Config& o) const {
 InitKind parse_init_kind(const std::string& name) {
   if (name == "philox") return InitKind::kPhilox;
   if (name == "original") return InitKind::kOriginal;
-  throw std::invalid_argument(fmt::format("model.init: unknown initialisation '{}' (expected philox or original)", name));
+  if (name == "gpt2") return InitKind::kGpt2;
+  throw std::invalid_argument(
+      fmt::format("model.init: unknown initialisation '{}' (expected philox, gpt2 or original)", name));
 }
 
-std::string to_string(InitKind kind) { return kind == InitKind::kOriginal ? "original" : "philox"; }
+std::string to_string(InitKind kind) {
+  return kind == InitKind::kOriginal ? "original" : kind == InitKind::kGpt2 ? "gpt2" : "philox";
+}
 
 std::string Gpt2Config::describe() const {
   std::string out = fmt::format("V={} T={} L={} NH={} C={} (head size {})", V, T, L, NH, C, head_size());

@@ -16,8 +16,8 @@ namespace gpt2 {
 //   original  the reproduced project's scheme, exactly (DESIGN.md): srand(seed)
 //             once, then glibc rand() through a single-precision Box-Muller,
 //             tensor by tensor in their order and layout.
-enum class InitKind { kPhilox, kOriginal };
-InitKind parse_init_kind(const std::string& name);  // "philox" | "original"
+enum class InitKind { kPhilox, kOriginal, kGpt2 };
+InitKind parse_init_kind(const std::string& name);  // "philox" | "original" | "gpt2"
 std::string to_string(InitKind kind);
 inline void from_string(const std::string& name, InitKind& kind) { kind = parse_init_kind(name); }
 
@@ -142,8 +142,9 @@ struct Gpt2Config {
     f("n_head", NH, "attention heads; must divide n_embd");
     f("n_embd", C, "channels");
     f("init", init,
-      "initial weights from train.seed: philox (ours: Philox, any element alone) or original (the reproduced "
-      "project's srand/rand Box-Muller, exactly; their seed was 1234)");
+      "initial weights from train.seed: philox (ours: Philox, any element alone; weights N(0, 0.02)), gpt2 "
+      "(philox's draws with GPT-2's residual projections, attn_proj_w and fc_proj_w, scaled by 1/sqrt(2 "
+      "n_layer)) or original (the reproduced project's srand/rand Box-Muller, exactly; their seed was 1234)");
     f("arch", arch,
       "architecture preset setting the defaults of the component keys: gpt2 (LayerNorm, pre-norm, learned "
       "positions, GELU, standard MLP) or llama (RMSNorm, pre-norm, RoPE, SiLU, SwiGLU)");

@@ -416,14 +416,19 @@ void initial_values(const Gpt2Config& cfg, uint64_t seed, TpShape tp, int rank, 
   while (!local.empty() && whole[w].name != local[0].name) ++w;
   const size_t end = begin + out.size();
   std::fill(out.begin(), out.end(), 0.0f);  // what no piece covers is padding
+  // model.init gpt2: GPT-2's residual projections drawn with std 0.02 / sqrt(2 L) (philox's draws, scaled).
+  const float residual = cfg.init == InitKind::kGpt2 ? static_cast<float>(1.0 / std::sqrt(2.0 * cfg.L)) : 1.0f;
   for (size_t k = 0; k < local.size(); ++k) {
     const ParamInfo& info = local[k];
     const size_t n = info.count();
     if (info.offset + n <= begin || info.offset >= end) continue;
+    const float scale = info.name.ends_with("attn_proj_w") || info.name.ends_with("fc_proj_w") ? residual : 1.0f;
     // Shard elements [so, so + count) of this tensor are its full tensor's [fo, fo + count).
     for_each_piece(info, tp.size, rank, [&](size_t fo, size_t so, size_t count) {
       const size_t lo = std::max(info.offset + so, begin), hi = std::min(info.offset + so + count, end);
-      for (size_t x = lo; x < hi; ++x) out[x - begin] = initial_value(info.init, seed, w + k, fo + (x - info.offset - so));
+      for (size_t x = lo; x < hi; ++x) {
+        out[x - begin] = scale * initial_value(info.init, seed, w + k, fo + (x - info.offset - so));
+      }
     });
   }
 }
