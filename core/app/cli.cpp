@@ -50,6 +50,17 @@ const std::vector<Option>& options(const std::string& command) {
       {"checkpoint", "CKPT", "a checkpoint written by train (any stage)"},
       {"prompt", "TEXT", "prompt text [default: the first generate.prompt_tokens tokens of data.corpus]"},
       {"config", "FILE", "YAML file (for generate.*, train.threads and data.corpus)"}};
+  static const std::vector<Option> evaluate = {
+      {"model", "PATH", "the model (required): our checkpoint (model or training; a run's step folder), llm.c's model "
+                        "file (fp32 or bf16) or a Hugging Face GPT-2 folder; its settings replace the model section"},
+      {"data", "PATH", "a folder of token shards made by prepare, or a text file (read whole, tokenized with the "
+                       "model's tokenizer): the mean loss and perplexity over it, on the configured layout"},
+      {"split", "NAME", "--data's shards: val (the val_*.bin files) or train [default: val]"},
+      {"batches", "N", "the first N batches of train.batch_size x train.seq_len tokens [default: every whole one]"},
+      {"hellaswag", "FILE", "multiple choice in HellaSwag's JSON lines (ctx, endings, label): accuracy by each "
+                            "ending's summed and mean token loss given the context (on rank 0, the whole model)"},
+      {"details", "", "--hellaswag: list every example's label, predictions and per-ending losses"},
+      {"config", "FILE", "YAML file (for data.*, train.* and parallel.*; its model section is not used)"}};
   static const std::vector<Option> config = {{"config", "FILE", "YAML file of sections to resolve"}};
   static const std::vector<Option> plan = {
       {"config", "FILE", "YAML file of sections: the run to plan"},
@@ -95,6 +106,7 @@ const std::vector<Option>& options(const std::string& command) {
          : command == "export"   ? export_
          : command == "import"   ? import_
          : command == "generate" ? generate
+         : command == "evaluate" ? evaluate
          : command == "init"     ? init
          : command == "plan"     ? plan
          : command == "prepare"  ? prepare
@@ -112,6 +124,11 @@ const char* summary(const std::string& command) {
            "resume with --resume auto; a second signal ends it at once.";
   }
   if (command == "generate") return "continues a prompt with a trained checkpoint and prints the new text.";
+  if (command == "evaluate") {
+    return "measures a model (docs/formats.md): its mean loss and perplexity over token shards or a text file on\n"
+           "any layout (the training step's forward, as the training loop's validation), and multiple-choice\n"
+           "accuracy in HellaSwag's format. Prints one JSON object on stdout; writes nothing.";
+  }
   if (command == "init") {
     return "writes the initial weights a run would start from (model.init from train.seed, the vocabulary\n"
            "from data.corpus) as a model checkpoint, computed in this stage's memory and checked equal on\n"
@@ -152,6 +169,8 @@ std::string usage(const std::string& stage) {
       "usage: {0} train    [--config FILE] [--out DIR] [--resume CKPT] [--overwrite] [--hostfile FILE]\n"
       "                [--KEY VALUE ...]\n"
       "       {0} generate --checkpoint CKPT [--prompt TEXT] [--config FILE] [--KEY VALUE ...]\n"
+      "       {0} evaluate --model PATH [--data PATH [--split val|train] [--batches N]] [--hellaswag FILE\n"
+      "                [--details]] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} config   [--config FILE] [--KEY VALUE ...]\n"
       "       {0} init     --out FILE [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} plan     [--config FILE] [--ranks N] [--stage NAME] [--KEY VALUE ...]\n"
@@ -160,14 +179,15 @@ std::string usage(const std::string& stage) {
       "       {0} export   --checkpoint CKPT [--format llmc|hf] --out PATH [--overwrite]\n"
       "       {0} import   (--llmc FILE | --hf DIR) --out CKPT [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} checkpoint (--merge DIR | --split FILE [--ranks N]) --out PATH [--overwrite]\n"
-      "       {0} [train|generate|config|init|plan|prepare|export|import|checkpoint] --help\n",
+      "       {0} [train|generate|evaluate|config|init|plan|prepare|export|import|checkpoint] --help\n",
       stage);
 }
 
 std::string help(const std::string& stage, const std::string& note, const std::string& command) {
   std::string h = fmt::format("{}: the {} stage of the GPT-2 engine.\n\n{}", stage, stage, usage(stage));
   if (!note.empty()) h += "\n" + note;
-  for (const char* cmd : {"train", "generate", "config", "init", "plan", "prepare", "export", "import", "checkpoint"}) {
+  for (const char* cmd :
+       {"train", "generate", "evaluate", "config", "init", "plan", "prepare", "export", "import", "checkpoint"}) {
     if (!command.empty() && command != cmd) continue;
     h += fmt::format("\n{}: {}\n", cmd, summary(cmd));
     for (const Option& o : options(cmd)) {
@@ -176,23 +196,29 @@ std::string help(const std::string& stage, const std::string& note, const std::s
   }
   RunConfig defaults;
   h += "\nconfiguration keys (--KEY VALUE or --KEY=VALUE) [type: default]:\n";
-  h += command == "generate"
-           ? run_fields(defaults).help({"data", "train", "generate"})
-           : run_fields(defaults).help({"model", "data", "train", "optimizer", "generate", "parallel"});
+  h += command == "generate"   ? run_fields(defaults).help({"data", "train", "generate"})
+       : command == "evaluate" ? run_fields(defaults).help({"data", "train", "parallel"})
+                               : run_fields(defaults).help({"model", "data", "train", "optimizer", "generate", "parallel"});
   return h;
 }
 
-int parse_ranks(const std::string& text) {
+// An option's count >= 1 (--ranks, --batches), at most `max`.
+int64_t parse_count(const std::string& option, const std::string& text, int64_t max = INT64_MAX) {
   size_t used = 0;
-  int n = 0;
+  long long n = 0;
   try {
-    n = std::stoi(text, &used);
+    n = std::stoll(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || n < 1) throw std::invalid_argument(fmt::format("--ranks: '{}' is not a count >= 1", text));
+  if (used != text.size() || n < 1 || n > max) {
+    throw std::invalid_argument(fmt::format("--{}: '{}' is not a count >= 1{}", option, text,
+                                            max < INT64_MAX ? fmt::format(" (at most {})", max) : ""));
+  }
   return n;
 }
+
+int parse_ranks(const std::string& text) { return static_cast<int>(parse_count("ranks", text, INT32_MAX)); }
 
 std::string default_out_dir(const std::string& stage) {
   std::time_t now = std::time(nullptr);
@@ -205,13 +231,21 @@ std::string default_out_dir(const std::string& stage) {
 // others): the checkpoint defines the model, and nothing is trained. A
 // command-line override of another key would be silently ignored, so it is
 // refused. Its --config file may hold every section (the training file).
-void refuse_unused_by_generate(const CommandLine& cl) {
+// evaluate likewise reads data.*, train.* and parallel.* (the layout it evaluates on).
+void refuse_unused_keys(const std::string& command, const CommandLine& cl) {
+  const bool generate = command == "generate";
   for (const auto& [key, value] : cl.settings) {
     const std::string section = key.substr(0, key.find('.'));
-    if (section == "data" || section == "train" || section == "generate") continue;
-    throw std::invalid_argument(fmt::format("--{}: {}; this key has no effect", key,
-                                            section == "model" ? "generate takes the model from the checkpoint"
-                                                               : "generate does not train"));
+    if (!generate && (key == "data.corpus" || key == "data.shards" || key == "data.val_fraction" ||
+                      key == "data.loader" || key == "data.tokenizer")) {
+      throw std::invalid_argument(fmt::format("--{}: evaluate reads the tokens --data names (in order), with "
+                                              "--model's tokenizer; this key has no effect", key));
+    }
+    if (section == "data" || section == "train" || section == (generate ? "generate" : "parallel")) continue;
+    throw std::invalid_argument(fmt::format(
+        "--{}: {}; this key has no effect", key,
+        section == "model" ? (generate ? "generate takes the model from the checkpoint" : "evaluate takes the model from --model")
+                           : fmt::format("{} does not train", command)));
   }
 }
 
@@ -317,13 +351,7 @@ void run_prepare(const Given& g, const RunConfig& cfg, const StageContext& ctx) 
   req.val_fraction = cfg.data.val_fraction;
   req.threads = resolve_threads(cfg.train.threads);
   if (const std::string n = g.get("shard_tokens"); !n.empty()) {
-    try {
-      size_t used = 0;
-      req.shard_tokens = std::stoull(n, &used);
-      if (used != n.size()) throw std::invalid_argument("");
-    } catch (const std::exception&) {
-      throw std::invalid_argument(fmt::format("--shard_tokens: '{}' is not a count", n));
-    }
+    req.shard_tokens = static_cast<uint64_t>(parse_count("shard_tokens", n));
   }
   const PrepareSummary sum = prepare_shards(req);
   fmt::print("prepared {} documents ({:.2f} MB): {} training and {} validation tokens, vocabulary {}, {:.2f} "
@@ -358,16 +386,7 @@ void run_checkpoint_command(const Given& g, const StageContext& ctx) {
     fmt::print("{}\n", merge_checkpoint(g.get("merge"), g.get("out"), g.flag("overwrite")));
     return;
   }
-  int ranks = 1;
-  if (const std::string n = g.get("ranks"); !n.empty()) {
-    size_t used = 0;
-    try {
-      ranks = std::stoi(n, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != n.size() || used == 0) throw std::invalid_argument(fmt::format("--ranks: '{}' is not a count", n));
-  }
+  const int ranks = g.get("ranks").empty() ? 1 : parse_ranks(g.get("ranks"));
   fmt::print("{}\n", split_checkpoint(g.get("split"), ranks, g.get("out"), g.flag("overwrite")));
 }
 
@@ -402,6 +421,10 @@ void dispatch(const std::string& command, const Given& g, const RunConfig& cfg, 
     run_checkpoint_command(g, ctx);
   } else if (command == "init") {
     run_init_command(g, cfg, ctx);
+  } else if (command == "evaluate") {
+    run_evaluate(EvaluateRequest{cfg, g.get("model"), g.get("data"), g.get("split"), g.get("batches").empty() ? 0 : parse_count("batches", g.get("batches")),
+                                 g.get("hellaswag"), g.flag("details")},
+                 ctx);
   } else if (command == "train") {
     const std::string out = g.get("out").empty() ? default_out_dir(ctx.stage) : g.get("out");
     const TrainRequest req{cfg, out, g.get("resume"), g.flag("overwrite"), g.get("config"), g.get("hostfile")};
@@ -421,8 +444,8 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     throw std::invalid_argument(
-        "no command given (expected train, generate, config, init, plan, prepare, export, import or checkpoint; see "
-        "--help)");
+        "no command given (expected train, generate, evaluate, config, init, plan, prepare, export, import or "
+        "checkpoint; see --help)");
   }
   const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
@@ -430,11 +453,12 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
     return 0;
   }
   const std::string command = args[0];
-  if (command != "train" && command != "generate" && command != "config" && command != "init" && command != "plan" &&
-      command != "prepare" && command != "export" && command != "import" && command != "checkpoint") {
-    throw std::invalid_argument(fmt::format(
-        "unknown command '{}' (expected train, generate, config, init, plan, prepare, export, import or checkpoint)",
-        command));
+  if (command != "train" && command != "generate" && command != "evaluate" && command != "config" &&
+      command != "init" && command != "plan" && command != "prepare" && command != "export" && command != "import" &&
+      command != "checkpoint") {
+    throw std::invalid_argument(fmt::format("unknown command '{}' (expected train, generate, evaluate, config, init, "
+                                            "plan, prepare, export, import or checkpoint)",
+                                            command));
   }
   std::vector<std::string> keys, flags;
   for (const Option& o : options(command)) (*o.value ? keys : flags).push_back(o.name);
@@ -448,7 +472,7 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   }
   if (!cl.positional.empty()) throw std::invalid_argument(fmt::format("unexpected argument '{}'", cl.positional[0]));
   const Given g{cl};
-  if (command == "generate") refuse_unused_by_generate(cl);
+  if (command == "generate" || command == "evaluate") refuse_unused_keys(command, cl);
   if (!g.get("config").empty()) load_yaml(cfg, g.get("config"));
   apply_settings(fields, cl);
   dispatch(command, g, cfg, ctx);

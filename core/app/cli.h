@@ -1,6 +1,7 @@
 // The command line every stage program shares, and the main() of the tools:
 //   <stage> train    [--config FILE] [--out DIR] [--resume CKPT] [--overwrite] [--hostfile FILE] [--KEY VALUE ...]
 //   <stage> generate --checkpoint CKPT [--prompt TEXT] [--config FILE] [--KEY VALUE ...]
+//   <stage> evaluate --model PATH [--data PATH] [--hellaswag FILE] [--config FILE] [--KEY VALUE ...]
 //   <stage> config   [--config FILE] [--KEY VALUE ...]
 // KEY is any configuration key (section.name, see --help); the options and
 // the keys come from field lists (util/fields.h, train/run_config.h). The

@@ -10,6 +10,7 @@
 
 #include "model/params.h"
 #include "train/checkpoint.h"
+#include "train/corpus.h"
 #include "train/export.h"
 #include "util/fields.h"
 
@@ -49,7 +50,11 @@ ModelWeights read_model_weights(const std::string& path, const std::string& key)
   try {
     if (fs::is_directory(path) && fs::exists(fs::path(path) / "config.json")) {
       HfModel m = read_hf_gpt2(path);
-      w = {m.config, std::move(m.params), "hf"};
+      w = {m.config, std::move(m.params), "hf", std::nullopt};
+      const fs::path vocab = fs::path(path) / "vocab.json", merges = fs::path(path) / "merges.txt";
+      if (fs::exists(vocab) && fs::exists(merges)) {
+        w.tokenizer = Tokenizer::gpt2(load_bpe_tokenizer(vocab.string(), merges.string()));
+      }
       return w;
     }
     char magic[8] = {};
@@ -61,7 +66,7 @@ ModelWeights read_model_weights(const std::string& path, const std::string& key)
     std::memcpy(&word, magic, sizeof word);
     if (word == kLlmcModelMagic) {
       LlmcModel m = read_llmc_model(path);
-      w = {m.config, std::move(m.params), "llm.c"};
+      w = {m.config, std::move(m.params), "llm.c", std::nullopt};
       return w;
     }
     if (!fs::is_directory(path) && std::memcmp(magic, "GPT2CKPT", 8) != 0) {
@@ -73,7 +78,7 @@ ModelWeights read_model_weights(const std::string& path, const std::string& key)
     if (const std::string bad = non_finite_tensor(ck.config, ck.params); !bad.empty()) {
       throw std::invalid_argument(fmt::format("checkpoint '{}': {}", path, bad));
     }
-    w = {ck.config.resolved(), std::move(ck.params), "checkpoint"};
+    w = {ck.config.resolved(), std::move(ck.params), "checkpoint", std::move(ck.tokenizer)};
     return w;
   } catch (const std::invalid_argument& e) {
     throw wrap(e);

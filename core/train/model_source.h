@@ -2,10 +2,12 @@
 // train.init_from starts a run from.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/config.h"
+#include "model/tokenizer.h"
 
 namespace gpt2 {
 
@@ -13,6 +15,9 @@ struct ModelWeights {
   Gpt2Config config;          // the file's model (resolved)
   std::vector<float> params;  // in our layout
   std::string format;         // "checkpoint", "llm.c" or "hf": for the log
+  // The tokenizer the file keeps: a checkpoint's, a Hugging Face folder's
+  // vocab.json and merges.txt (GPT-2's BPE); none in llm.c's model file.
+  std::optional<Tokenizer> tokenizer;
 };
 
 // Reads `path`: a folder holding config.json (Hugging Face, export.h

@@ -203,7 +203,8 @@ namespace {
 // The run's data (rank 0 reads the checkpoint and the corpus; every rank
 // gets the tokens), its loaders and the resolved model configuration.
 void load_run_data(const RunConfig& c, const std::string& resume, ProcessGrid& grid, RunState& st,
-                   std::optional<Checkpoint>& ckpt, std::unique_ptr<ShardedCheckpoint>& sharded) {
+                   std::optional<Checkpoint>& ckpt, std::unique_ptr<ShardedCheckpoint>& sharded,
+                   const Tokenizer* vocabulary) {
   Communicator& comm = grid.world();
   const int dp_rank = grid.dp_comm().rank();
   if (!resume.empty()) {
@@ -220,7 +221,7 @@ void load_run_data(const RunConfig& c, const std::string& resume, ProcessGrid& g
     }
     if (comm.rank() == 0) check_training_checkpoint(*ckpt, c, resume);
   }
-  st.data = load_corpus(c.data, ckpt ? &ckpt->tokenizer : nullptr, comm);
+  st.data = load_corpus(c.data, ckpt ? &ckpt->tokenizer : vocabulary, comm);
   const Split& split = st.data.split;
   // Rank 0 read the corpus and sent its tokens (or every rank mapped the shards):
   // guard that every rank trains on the same. The hash is computed once: it is
@@ -458,15 +459,20 @@ void read_sharded_state(const ShardedCheckpoint& ck, RunState& st, const StageLa
 // shard (a sharded one's read by every rank), or model.init's from
 // train.seed; into where they live (st.params).
 void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGrid& grid, RunState& st,
-                       std::optional<Checkpoint>& ckpt, const ShardedCheckpoint* sharded, const StageLayers& stage) {
-  if (resume.empty() && !c.train.init_from.empty()) {
+                       std::optional<Checkpoint>& ckpt, const ShardedCheckpoint* sharded, const StageLayers& stage,
+                       const GivenModel& given) {
+  if (resume.empty() && (!given.key.empty() || !c.train.init_from.empty())) {
     // Rank 0 reads the file and fits it to the run's model; every rank takes its part. The optimizer starts fresh.
     HostState hs;
     std::vector<std::string> refusal = {""};  // rank 0's, so that every rank refuses alike (exit 2)
     if (grid.world().rank() == 0) {
       try {
-        const ModelWeights w = read_model_weights(c.train.init_from, "train.init_from");
-        hs.params = fit_weights(w, st.model_config, "train.init_from", c.train.init_from);
+        if (given.weights != nullptr) {
+          hs.params = fit_weights(*given.weights, st.model_config, given.key, given.path);
+        } else {
+          const ModelWeights w = read_model_weights(c.train.init_from, "train.init_from");
+          hs.params = fit_weights(w, st.model_config, "train.init_from", c.train.init_from);
+        }
       } catch (const std::invalid_argument& e) {
         refusal[0] = e.what();
       }
@@ -524,14 +530,14 @@ void check_replicas_agree(ProcessGrid& grid, RunState& st) {
 }  // namespace
 
 std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
-                                         int threads, int device_hint, ProcessGrid& grid) {
+                                         int threads, int device_hint, ProcessGrid& grid, const GivenModel& given) {
   auto st = std::make_unique<RunState>();
   st->rows = replica_rows(c, grid.world().size(), grid.tp(), grid.pp());
   std::optional<Checkpoint> ckpt;
   std::unique_ptr<ShardedCheckpoint> sharded;
-  load_run_data(c, resume, grid, *st, ckpt, sharded);
+  load_run_data(c, resume, grid, *st, ckpt, sharded, given.vocabulary);
   const StageLayers stage = make_model(c, kind, threads, device_hint, grid, *st);
-  set_initial_state(c, resume, grid, *st, ckpt, sharded.get(), stage);
+  set_initial_state(c, resume, grid, *st, ckpt, sharded.get(), stage, given);
   check_replicas_agree(grid, *st);
   st->first_step = st->opt->steps_done();
   return st;

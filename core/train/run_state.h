@@ -25,6 +25,7 @@
 #include "model/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/corpus.h"
+#include "train/model_source.h"
 #include "train/run_config.h"
 
 namespace gpt2 {
@@ -145,8 +146,16 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm);
 // broadcast and sharded.
 // The backend is made with backend_options (train/layout.h) of the
 // resolved model, `threads` and `device_hint`.
+// `given` (rank 0's; the evaluate command): a model already read, whose
+// tokenizer and weights stand in for data.*'s tokenizer and train.init_from.
+struct GivenModel {
+  const Tokenizer* vocabulary = nullptr;  // the tokenizer the corpus is read with
+  const ModelWeights* weights = nullptr;  // fitted to the resolved model, as train.init_from's file is
+  std::string key, path;                  // for its errors: the option and the file
+};
 std::unique_ptr<RunState> init_or_resume(const RunConfig& c, const std::string& resume, const BackendKind& kind,
-                                         int threads, int device_hint, ProcessGrid& grid);
+                                         int threads, int device_hint, ProcessGrid& grid,
+                                         const GivenModel& given = {});
 
 // Writes a training checkpoint of `st` (rank 0 calls it) with what resume
 // checks recorded in its header: the model and optimizer sections, the

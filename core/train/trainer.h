@@ -38,11 +38,32 @@ struct GenerateRequest {
   std::string prompt;       // text; if empty, the first generate.prompt_tokens corpus tokens
 };
 
+// The evaluate command (issue 46): a model's mean loss over tokens, and
+// multiple-choice scoring. `model`: whatever train.init_from reads (our
+// checkpoint, llm.c's model file, a Hugging Face folder); its settings
+// replace the model section, its tokenizer (else data.encoder_json and
+// data.vocab_bpe: GPT-2's) reads the text.
+struct EvaluateRequest {
+  RunConfig config;       // train.batch_size, train.seq_len, train.threads, parallel.*, train.precision, ...
+  std::string model;
+  std::string data;       // a folder of prepare's shards, or a text file; "" for none
+  std::string split;      // shards: "val" (default) or "train"
+  int64_t batches = 0;    // the first N batches of train.batch_size x train.seq_len; 0: every whole one
+  std::string hellaswag;  // JSON lines in HellaSwag's format (train/multiple_choice.h); "" for none
+  bool details = false;   // the multiple-choice result lists every example's losses
+};
+
 // Both throw std::invalid_argument for bad input (configuration, files) and
 // std::runtime_error for failures while running; nothing already written is
 // lost: results appear under their final names only when complete.
 void run_train(const TrainRequest& req, const StageContext& ctx);
 void run_generate(const GenerateRequest& req, const StageContext& ctx);
+// Prints one JSON object on stdout (rank 0): the loss over `data` on the
+// configured layout (any layout: the training step's forward, its mean over
+// the global batch, as the training loop's validation computes it) and
+// the multiple-choice result (on rank 0 alone with the whole model, as
+// generate runs; the other ranks wait).
+void run_evaluate(const EvaluateRequest& req, const StageContext& ctx);
 // Writes the initial weights as a model checkpoint (the `init` command):
 // computed by every rank in its backend's memory, read back, checked equal
 // across ranks, written by rank 0.
