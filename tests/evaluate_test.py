@@ -299,6 +299,8 @@ def main():
     refused("--split with a text file", ["--model", folders["F32"], "--data", text, "--split", "val"], "--split")
     refused("more --batches than the split holds", ["--model", folders["F32"], "--data", shards, "--batches",
                                                     "100000", *common], "--batches 100000")
+    refused("train.seq_len above the model's block size (the file's, not the default section's)",
+            ["--model", folders["F32"], "--data", shards, "--train.seq_len", "300"], "model.block_size 32")
     refused("a model key on the command line", ["--model", folders["F32"], "--data", shards, "--model.n_layer", "3"],
             "--model.n_layer")
     refused("data.corpus on the command line", ["--model", folders["F32"], "--data", shards, "--data.corpus", text],

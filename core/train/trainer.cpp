@@ -884,7 +884,11 @@ void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
   c.train.eval_every = 0;
   c.train.init_from.clear();
   if (shards) c.data.tokenizer = TokenizerKind::kGpt2;  // shards hold GPT-2's ids
-  validate(c);  // the user's keys, before the model is read (again below with the model's)
+  {  // the user's keys, before the model is read; what depends on the model's sizes is checked again below
+    RunConfig first = c;
+    first.model.T = std::max(first.model.T, first.train.seq_len);
+    validate(first);
+  }
   const EvaluateInputs in = read_evaluate_inputs(req, c, comm);
   if (shards && c.data.tokenizer != TokenizerKind::kGpt2) {
     throw std::invalid_argument(fmt::format("--data: '{}' holds GPT-2 BPE ids, but --model '{}' keeps a {} tokenizer",
