@@ -699,6 +699,23 @@ TEST(Plan, TensorParallelTrafficByHand) {
   EXPECT_THROW(make_plan(tiny_plan_config(2, {}), 2, "serial"), std::invalid_argument);
 }
 
+// parallel.sequence_parallel (issue 47), N = 32, C = 8, two tp layers: per layer 11 calls (forward 2 all-gathers
+// and 2 reduce-scatters of N x C; backward 4 all-gathers, 2 reduce-scatters and the norms' 4 x C sum), counted as
+// buffers 10 x 4 x 32 x 8 + 4 x 4 x 8 = 10368 bytes; the head's gather (1024) and 2 x C sum (64); the embedding
+// backward's gather (1024); the gradient norm's double.
+TEST(Plan, SequenceParallelTrafficByHand) {
+  RunConfig c = tiny_plan_config(2, {});
+  c.parallel.sequence_parallel = true;
+  const Plan p = make_plan(c, 2, "mpi");
+  EXPECT_EQ(traffic(p.rank[0].tp), std::make_pair(uint64_t{2 * 11 + 2 + 1 + 1},
+                                                  uint64_t{2 * 10368 + 1024 + 64 + 1024 + 8}));
+  RunConfig one = tiny_plan_config(1, {});
+  one.parallel.sequence_parallel = true;
+  EXPECT_THROW(make_plan(one, 1, "mpi"), std::invalid_argument);
+  c.train.deterministic = true;
+  EXPECT_THROW(make_plan(c, 2, "mpi"), std::invalid_argument);
+}
+
 TEST(Plan, ActivationBytesFollowTheFormula) {
   // docs/memory.md, "Activations": a layer keeps 4C + QKV/P + C/P + FC/P + H/P + NH/P + 4 floats per token
   // (two LayerNorms' mean and rstd: + 4; RMSNorm: + 2). Shapes chosen so no tensor needs padding.
@@ -714,6 +731,16 @@ TEST(Plan, ActivationBytesFollowTheFormula) {
   EXPECT_EQ(k.total(), arena_floats(cfg, B, T, 1, false, {}, false));
   k = arena_kinds(cfg, B, T, 2, false, {}, false);         // tp 2: the sharded widths halve
   EXPECT_EQ(k.layers, 3 * tokens * (4 * C + (3 * C + C + 4 * C + 4 * C + NH) / 2 + 4));
+  // Sequence parallelism on tp 2: the residual stream (2C), the norms' outputs (2C) and statistics (4) halve too;
+  // the embedding's output and the final norm's statistics are rows; lnf stays whole; the scratch gains a row
+  // buffer and the norms' 4C gradients, and its residual gradient halves.
+  TpShape seq(2);
+  seq.sequence = true;
+  const ArenaKinds ks = arena_kinds(cfg, B, T, seq, false, {}, false);
+  EXPECT_EQ(ks.layers, 3 * tokens * (16 * C + NH + 4) / 2);
+  EXPECT_EQ(ks.embed, tokens * C / 2);
+  EXPECT_EQ(ks.head, tokens * (C + 64 + 1) + tokens);
+  EXPECT_EQ(ks.scratch, k.scratch - tokens * C / 2 + tokens * C / 2 + 4 * C);
   Gpt2Config rms = cfg;
   rms.norm = NormKind::kRmsNorm;
   rms = rms.resolved();

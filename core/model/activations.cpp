@@ -27,6 +27,10 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
   const int64_t QKV = cfg.qkv_width(), H = cfg.mlp_width(), FC = cfg.fc_width();
   const int64_t Bm = cfg.rms() ? 0 : B;  // RMSNorm keeps no mean
   const bool swiglu = cfg.swiglu();
+  // The residual stream's rows on this rank: (B, T), or with sequence parallelism (1, B*T/P).
+  const bool seq = tp.sequence && P > 1;
+  const int64_t Bs = seq ? 1 : B, Ts = seq ? int64_t{B} * T / P : T, Bsm = cfg.rms() ? 0 : Bs;
+  a.sequence = seq;
   a.B = B;
   a.T = T;
   a.first = stage.first;
@@ -36,7 +40,7 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
   // First, and as long as the model's block whatever (B, T): its place and
   // its zeros survive reshape (zeroed once, at construction).
   f(a.no_pos, {cfg.rope() || (tp.vocab && stage.embed) ? static_cast<int64_t>(cfg.T) : 0, C});
-  f(a.encoded, {B, T, C});
+  f(a.encoded, {Bs, Ts, C});
   for (int i = stage.first; i < stage.end(cfg.L); ++i) {
     LayerActivations& l = a.layers[static_cast<size_t>(i)];
     if (recompute && i > stage.first) {
@@ -44,22 +48,22 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
       // backward runs each layer's forward again into it), and each layer's
       // output of its own (the next layer's input, what the recomputation starts from).
       l = a.layers[static_cast<size_t>(stage.first)];
-      f(l.residual3, {B, T, C});
+      f(l.residual3, {Bs, Ts, C});
       continue;
     }
-    norm_out(l.ln1, {B, T, C});
-    f(l.ln1_mean, {Bm, T});
-    f(l.ln1_rstd, {B, T});
+    norm_out(l.ln1, {Bs, Ts, C});
+    f(l.ln1_mean, {Bsm, Ts});
+    f(l.ln1_rstd, {Bs, Ts});
     f(l.qkv, {B, T, QKV / P});
     lo(l.atty, {B, T, C / P});
     f(l.att_lse, {B, NH / P, T});
-    f(l.residual2, {B, T, C});
-    norm_out(l.ln2, {B, T, C});
-    f(l.ln2_mean, {Bm, T});
-    f(l.ln2_rstd, {B, T});
+    f(l.residual2, {Bs, Ts, C});
+    norm_out(l.ln2, {Bs, Ts, C});
+    f(l.ln2_mean, {Bsm, Ts});
+    f(l.ln2_rstd, {Bs, Ts});
     f(l.fch, {B, T, FC / P});
     lo(l.fch_gelu, {B, T, H / P});
-    f(l.residual3, {B, T, C});
+    f(l.residual3, {Bs, Ts, C});
     // B has finished with each of these forward tensors when it writes the
     // gradient kept for W in its place: the split costs no memory. SwiGLU's
     // backward cannot write over its own input, so its d_fch has a place of its own.
@@ -70,16 +74,17 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
     l.d_qkv = split ? l.qkv : Tensor{};
   }
   const int64_t Bh = stage.head ? B : 0;
+  const int64_t Bhs = stage.head ? Bs : 0;
   lo(a.lnf, {Bh, T, C});
-  f(a.lnf_mean, {cfg.rms() ? 0 : Bh, T});
-  f(a.lnf_rstd, {Bh, T});
+  f(a.lnf_mean, {cfg.rms() ? 0 : Bhs, Ts});
+  f(a.lnf_rstd, {Bhs, Ts});
   f(a.logits, {Bh, T, V});
   f(a.losses, {Bh, T});
   const int64_t Bv = tp.vocab || cfg.masks_vocab() ? Bh : 0;
   f(a.ce_parts, {P + 1, Bv * T});
   f(a.ce_lse, {Bv, T});
   f(a.proj, {B, T, C});
-  f(a.dresidual, {B, T, C});
+  f(a.dresidual, {Bs, Ts, C});
   f(a.dln, {B, T, C});
   f(a.datty, {B, T, C / P});
   f(a.dqkv, {B, T, QKV / P});
@@ -88,6 +93,8 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
   f(a.dpos, {cfg.rope() ? T : 0, C});
   f(a.run_sum, {runs ? B : 0, T, C});
   f(a.drun, {runs ? B * T * C + 6 * C * cfg.L : 0});
+  f(a.sp_rows, {seq ? 1 : 0, Ts, C});
+  f(a.sp_norm_grads, {seq ? 4 * C : 0});
   a.zero_rows.assign(runs ? static_cast<size_t>(B) * static_cast<size_t>(T) : 0, 0);
   a.vocab_ids.assign(tp.vocab ? static_cast<size_t>(B) * static_cast<size_t>(T) : 0, -1);
 }
@@ -133,14 +140,18 @@ ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& me
       split_(split_backward),
       recompute_(recompute),
       stored_(stored) {
-  if (stored != Dtype::f32 && !memory.is_host()) {
+  init(B, T, memory);
+}
+
+void ActivationArena::init(int B, int T, Memory& memory) {
+  if (stored_ != Dtype::f32 && !memory.is_host()) {
     throw std::invalid_argument(fmt::format("activations: {} stored activations are built for host memory only, not {}",
-                                            to_string(stored), memory.name()));
+                                            to_string(stored_), memory.name()));
   }
   cfg_.validate();
-  if (B <= 0 || T <= 0 || T > cfg.T) {
+  if (B <= 0 || T <= 0 || T > cfg_.T) {
     throw std::invalid_argument(fmt::format(
-        "activations: need 0 < B and 0 < T <= block_size ({}), got B={} T={}", cfg.T, B, T));
+        "activations: need 0 < B and 0 < T <= block_size ({}), got B={} T={}", cfg_.T, B, T));
   }
   stage_.last = stage_.end(cfg_.L);
   kinds_ = arena_kinds(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_);
@@ -152,12 +163,25 @@ ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& me
   }
 }
 
-ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_backward, bool recompute, Dtype stored)
-    : ActivationArena(model.config(), B, T, model.memory(), model.tp(), model.stage(), split_backward, recompute,
-                      stored) {}
+ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_backward, bool recompute, Dtype stored,
+                                 bool sequence_parallel)
+    : cfg_(model.config()),
+      tp_(model.tp().shape()),
+      private_runs_(model.tp().has_private()),
+      stage_(model.stage()),
+      split_(split_backward),
+      recompute_(recompute),
+      stored_(stored) {
+  tp_.sequence = sequence_parallel && tp_.size > 1;
+  if (tp_.sequence && (int64_t{B} * T) % tp_.size != 0) {
+    throw std::invalid_argument(fmt::format("activations: sequence parallelism cuts the B*T = {} rows over {} ranks; "
+                                            "they must divide", int64_t{B} * T, tp_.size));
+  }
+  init(B, T, model.memory());
+}
 
 void ActivationArena::reshape(int B, int T) {
-  if (B <= 0 || T <= 0 || T > cfg_.T || arena_floats(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_) > buf_.size()) {
+  if (B <= 0 || T <= 0 || T > cfg_.T || (tp_.sequence && (int64_t{B} * T) % tp_.size != 0) || arena_floats(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_) > buf_.size()) {
     throw std::invalid_argument(fmt::format(
         "activations: cannot reshape to B={} T={} (arena holds B*T <= {})", B, T, acts_.B * acts_.T));
   }

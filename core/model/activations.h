@@ -84,6 +84,14 @@ struct Activations {
   // Vocabulary sharding: the forward's token ids as rows of this rank's
   // shard of wte, -1 for another rank's (B*T, host; the backward reads them).
   std::vector<int32_t> vocab_ids;
+  // Megatron's sequence parallelism (TpShape::sequence, parallel.sequence_parallel), else false and empty:
+  // the residual stream's tensors (encoded, residual2, residual3, dresidual), the layers' norms' outputs
+  // (ln1, ln2) and the norms' statistics hold this rank's rows of the B*T, rows [r N/P, (r+1) N/P), as
+  // (1, N/P, C); a product's input is gathered whole into `proj` when it runs (forward and backward), lnf
+  // is kept whole; the row-parallel products' sums are reduce-scattered.
+  bool sequence = false;
+  Tensor sp_rows;        // (1, N/P, C) a norm's output, or a sum's, before its gather or after its scatter
+  Tensor sp_norm_grads;  // (4C) a layer's norms' weight (and bias) gradients over this rank's rows, summed
 };
 
 // The floats of an arena of (B, T) for `cfg` sharded as `tp` over its
@@ -118,8 +126,9 @@ class ActivationArena {
                   StageLayers stage = {}, bool split_backward = false, bool recompute = false,
                   Dtype stored = Dtype::f32);
   // For `model`: its configuration, its tensor-parallel shard, its stage and its memory.
+  // `sequence_parallel`: TpShape::sequence, with more than one tensor-parallel rank; B*T must divide by them.
   ActivationArena(const Gpt2& model, int B, int T, bool split_backward = false, bool recompute = false,
-                  Dtype stored = Dtype::f32);
+                  Dtype stored = Dtype::f32, bool sequence_parallel = false);
   ActivationArena(const ActivationArena&) = delete;
   ActivationArena& operator=(const ActivationArena&) = delete;
   Activations& acts() { return acts_; }
@@ -131,6 +140,7 @@ class ActivationArena {
   void reshape(int B, int T);
 
  private:
+  void init(int B, int T, Memory& memory);  // the constructors' common part
   void carve(int B, int T);
   Gpt2Config cfg_;
   TpShape tp_;

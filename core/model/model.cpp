@@ -178,6 +178,35 @@ void pre_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, La
   be.residual_forward(x.residual3, x.residual2, proj);
 }
 
+// Megatron's sequence parallelism (Korthikanti et al. 2022; Activations::
+// sequence): the pre-norm tp block with the residual stream cut by rows over
+// the group. Each norm runs on this rank's rows, which the layer keeps, and
+// its output is all-gathered (g) into a scratch for the column-parallel
+// product (and gathered again in the backward, as Megatron does); each
+// row-parallel product's sum over the group is reduce-scattered (g-bar) back
+// to rows, where the residual adds happen. The same function as
+// pre_norm_block: its all-reduce is this reduce-scatter then the next gather.
+template <typename AttentionStep>
+void sequence_parallel_block(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerActivations& x,
+                             Activations& a, Tensor residual, int l, const AttentionStep& attend) {
+  Backend& be = k.be;
+  const bool bias_here = tp.rank == 0;
+  const Tensor whole = a.proj;  // (B,T,C): a norm's output gathered, then a row-parallel product's output
+  k.norm(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b);
+  tp.group->all_gather(x.ln1, whole);
+  attend(l, w, x, whole);
+  be.matmul_forward(whole, x.atty, w.attn_proj_w, bias_here ? w.attn_proj_b : Tensor{});
+  tp.group->reduce_scatter_sum(whole, a.sp_rows);
+  be.residual_forward(x.residual2, residual, a.sp_rows);
+  k.norm(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2_w, w.ln2_b);
+  tp.group->all_gather(x.ln2, whole);
+  be.matmul_forward(x.fch, whole, w.fc_w, w.fc_b);
+  k.activation(x.fch_gelu, x.fch);
+  be.matmul_forward(whole, x.fch_gelu, w.fc_proj_w, bias_here ? w.fc_proj_b : Tensor{});
+  tp.group->reduce_scatter_sum(whole, a.sp_rows);
+  be.residual_forward(x.residual3, x.residual2, a.sp_rows);
+}
+
 // Post-norm's tensors by their roles: the arena is laid out once for both
 // norm positions, so post-norm's land in the pre-norm slots
 // (model/activations.h); each name here means one thing.
@@ -249,8 +278,13 @@ void private_block(const Parts& k, const TpLayout& tp, Activations& a, int l, co
   }
 }
 
-void head_forward(const Parts& k, const ParamTensors& p, Activations& a) {
-  k.norm(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers.back().residual3, p.lnf_w, p.lnf_b);
+void head_forward(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activations& a) {
+  if (a.sequence) {  // this rank's rows normed, then gathered whole for the (replicated) head
+    k.norm(a.sp_rows, a.lnf_mean, a.lnf_rstd, a.layers.back().residual3, p.lnf_w, p.lnf_b);
+    tp.group->all_gather(a.sp_rows, a.lnf);
+  } else {
+    k.norm(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers.back().residual3, p.lnf_w, p.lnf_b);
+  }
   k.be.matmul_forward(a.logits, a.lnf, Parts::head(k.cfg, p), Tensor{});
 }
 
@@ -357,6 +391,8 @@ void layers_forward(const Parts& k, const Gpt2& model, Activations& a, const Att
     LayerActivations& x = a.layers[static_cast<size_t>(l)];
     if (tp.is_private(l)) {
       private_block(k, tp, a, l, w, attend);
+    } else if (a.sequence) {
+      sequence_parallel_block(k, tp, w, x, a, block_input(a, l), l, attend);
     } else if (k.cfg.post_norm()) {
       post_norm_block(k, tp, w, x, block_input(a, l), a.proj, l, attend);
     } else {
@@ -365,7 +401,7 @@ void layers_forward(const Parts& k, const Gpt2& model, Activations& a, const Att
   }
   if (model.stage().head) {
     const UnitScope scope(units, model, model.config().L + 1, Pass::kForward);
-    head_forward(k, p, a);
+    head_forward(k, tp, p, a);
   }
 }
 
@@ -382,7 +418,13 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
   a.pos0 = pos0;
   if (model.stage().embed) {
     const UnitScope scope(units, model, 0, Pass::kForward);
-    embed(k, model.tp(), p, a, a.encoded, tokens, 0);
+    if (a.sequence) {  // every rank embeds the whole batch (the tables are replicated) and keeps its rows
+      const TpLayout& tp = model.tp();
+      embed(k, tp, p, a, a.proj, tokens, 0);
+      be.copy(a.encoded, Tensor(a.proj.data + tp.rank * a.encoded.numel(), {1, a.encoded.dim(1), cfg.C}));
+    } else {
+      embed(k, model.tp(), p, a, a.encoded, tokens, 0);
+    }
   }
   layers_forward(
       k, model, a,
@@ -438,6 +480,52 @@ void pre_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerPara
   const Tensor dqkv = keep(x.d_qkv, a.dqkv);  // after the attention backward has read qkv
   column_parallel_backward(k, tp, a.dln, wgrad(dw.qkv_w), wgrad(dw.qkv_b), dqkv, x.ln1, w.qkv_w, qkv_segments(k));
   k.norm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
+}
+
+// The sum over the group of the norms' weight (and bias) gradients a
+// sequence-parallel rank computed over its rows, added into the model's
+// (which accumulate across microbatches, so the sum is taken apart).
+// `pairs`: (the model's gradient, its part of a.sp_norm_grads).
+void add_norm_grads(const Parts& k, const TpLayout& tp, Activations& a, std::span<const std::pair<Tensor, Tensor>> pairs,
+                    int64_t used) {
+  tp.group->allreduce_sum(Tensor(a.sp_norm_grads.data, {used}));
+  for (const auto& [to, from] : pairs) {
+    if (to.data != nullptr) k.be.residual_forward(to, to, from);  // RMSNorm has no biases
+  }
+}
+
+// The backward of sequence_parallel_block. On entry a.dresidual holds this
+// rank's rows of d(residual3); on exit its rows of d(residual). The
+// row-parallel products' output gradients are gathered whole (so their
+// weight and bias gradients are pre_norm_block_backward's); the
+// column-parallel products' input gradients are reduce-scattered to rows.
+void sequence_parallel_block_backward(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerParams& dw,
+                                      LayerActivations& x, Activations& a, Tensor residual) {
+  Backend& be = k.be;
+  const int64_t C = k.cfg.C;
+  const Tensor whole = a.proj;  // (B,T,C): a row-parallel output's gradient, gathered
+  const Tensor ng(a.sp_norm_grads.data, {4 * C});
+  be.zero(ng);
+  const Tensor ln1_w(ng.data, {C}), ln1_b(ng.data + C, {C}), ln2_w(ng.data + 2 * C, {C}), ln2_b(ng.data + 3 * C, {C});
+  const bool rms = k.cfg.rms();
+  tp.group->all_gather(a.dresidual, whole);  // d(residual3)
+  const Tensor dhid = k.hidden_grad(a);
+  be.matmul_backward(dhid, dw.fc_proj_w, dw.fc_proj_b, whole, x.fch_gelu, w.fc_proj_w);
+  k.activation_backward(a.dfch, dhid, x.fch);
+  tp.group->all_gather(x.ln2, whole);  // the fc product's input again
+  be.matmul_backward(a.dln, dw.fc_w, dw.fc_b, a.dfch, whole, w.fc_w);  // this rank's columns' part
+  tp.group->reduce_scatter_sum(a.dln, a.sp_rows);
+  k.norm_backward(a.dresidual, ln2_w, rms ? Tensor{} : ln2_b, a.sp_rows, x.residual2, w.ln2_w, x.ln2_mean,
+                  x.ln2_rstd);
+  tp.group->all_gather(a.dresidual, whole);  // d(residual2)
+  be.matmul_backward(a.datty, dw.attn_proj_w, dw.attn_proj_b, whole, x.atty, w.attn_proj_w);
+  k.attention_backward(a.dqkv, a.datty, x, a.pos0);
+  tp.group->all_gather(x.ln1, whole);  // the qkv product's input again
+  be.matmul_backward(a.dln, dw.qkv_w, dw.qkv_b, a.dqkv, whole, w.qkv_w);
+  tp.group->reduce_scatter_sum(a.dln, a.sp_rows);
+  k.norm_backward(a.dresidual, ln1_w, rms ? Tensor{} : ln1_b, a.sp_rows, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
+  const std::pair<Tensor, Tensor> pairs[] = {{dw.ln1_w, ln1_w}, {dw.ln1_b, ln1_b}, {dw.ln2_w, ln2_w}, {dw.ln2_b, ln2_b}};
+  add_norm_grads(k, tp, a, pairs, 4 * C);
 }
 
 // The backward of post_norm_block (whole passes only: the configuration
@@ -547,7 +635,9 @@ void recompute_layer(const Parts& k, const Gpt2& model, Activations& a, int l) {
     k.qkv(lx.qkv, in, lw, a.pos0);
     k.be.attention_forward(lx.atty, lx.att_lse, lx.qkv, k.NH, k.KVH);
   };
-  if (k.cfg.post_norm()) {
+  if (a.sequence) {
+    sequence_parallel_block(k, model.tp(), w, x, a, block_input(a, l), l, attend);
+  } else if (k.cfg.post_norm()) {
     post_norm_block(k, model.tp(), w, x, block_input(a, l), a.proj, l, attend);
   } else {
     pre_norm_block(k, model.tp(), w, x, block_input(a, l), a.proj, l, attend);
@@ -594,7 +684,17 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     if (tp.shape().vocab) tp_sum(tp, a.dln);  // each rank's vocabulary rows gave a part of it
     be.zero(a.dresidual);  // every norm backward below accumulates into it
     Tensor last = a.layers[static_cast<size_t>(stage.last - 1)].residual3;
-    k.norm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dln, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
+    if (a.sequence) {  // the whole d(lnf) is on every rank (the head is replicated): this rank's rows of it
+      const int64_t C = cfg.C;
+      const Tensor mine(a.dln.data + tp.rank * a.dresidual.numel(), {1, a.dresidual.numel() / C, C});
+      const Tensor w(a.sp_norm_grads.data, {C}), b(a.sp_norm_grads.data + C, {C});
+      be.zero(Tensor(a.sp_norm_grads.data, {2 * C}));
+      k.norm_backward(a.dresidual, w, cfg.rms() ? Tensor{} : b, mine, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
+      const std::pair<Tensor, Tensor> pairs[] = {{g.lnf_w, w}, {g.lnf_b, b}};
+      add_norm_grads(k, tp, a, pairs, 2 * C);
+    } else {
+      k.norm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dln, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
+    }
     done_from(g.lnf_w);
   }  // else a.dresidual holds the gradient at the stage's output, as the caller received it
   for (int l = stage.last - 1; l >= stage.first; --l) {
@@ -608,7 +708,8 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     } else {
       // The stage's last layer still holds its tensors from the forward.
       if (a.recompute && l != stage.last - 1) recompute_layer(k, model, a, l);
-      if (cfg.post_norm()) post_norm_block_backward(k, tp, w, dw, x, a, block_input(a, l));
+      if (a.sequence) sequence_parallel_block_backward(k, tp, w, dw, x, a, block_input(a, l));
+      else if (cfg.post_norm()) post_norm_block_backward(k, tp, w, dw, x, a, block_input(a, l));
       else pre_norm_block_backward(k, tp, w, dw, x, a, block_input(a, l), part);
       done_from(dw.ln1_w);  // dresidual now holds d(residual), the block's input
     }
@@ -619,7 +720,9 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     // With the vocabulary sharded, the forward's ids of this rank's rows; every
     // rank's position gradient is whole (the gradient at the sum is replicated).
     const int32_t* ids = tp.shape().vocab ? a.vocab_ids.data() : tokens;
-    be.encoder_backward(g.wte, cfg.rope() ? a.dpos : g.wpe, a.dresidual, ids);
+    // Sequence parallelism: every rank's rows gathered, so each computes the replicated tables' whole gradient.
+    if (a.sequence) tp.group->all_gather(a.dresidual, a.proj);
+    be.encoder_backward(g.wte, cfg.rope() ? a.dpos : g.wpe, a.sequence ? a.proj : a.dresidual, ids);
     done_from(g.wte);
   }  // else a.dresidual holds the gradient at the stage's input, for the caller to send back
 }

@@ -65,6 +65,12 @@ class TpGroup {
   // so every rank holds the bits of the balanced tree over the ranks' values
   // (host memory; a power-of-two group).
   virtual void tree_sum(Tensor x) = 0;
+  // Megatron's sequence parallelism (parallel.sequence_parallel): `full`
+  // (N, ...) is size() blocks of rows in rank order, `shard` this rank's.
+  // all_gather: full = every rank's shard; reduce_scatter_sum: shard = the
+  // sum over the group of every rank's block of `full` at this rank's place.
+  virtual void all_gather(Tensor shard, Tensor full) = 0;
+  virtual void reduce_scatter_sum(Tensor full, Tensor shard) = 0;
 };
 
 // How a model's tensors are cut over `size` tensor-parallel ranks: the
@@ -77,6 +83,9 @@ class TpGroup {
 struct TpShape {
   int size = 1;
   bool vocab = false;
+  // Megatron's sequence parallelism (set on an activation arena, not on the
+  // model): the residual stream's rows cut over the group, model/activations.h.
+  bool sequence = false;
   TpShape(int p = 1, bool v = false) : size(p), vocab(v && p > 1) {}  // NOLINT: an int is a shape
   // The vocabulary rows of wte and lm_head a rank holds, padding included.
   int64_t vocab_rows(int64_t V) const { return vocab ? (V + size - 1) / size : V; }

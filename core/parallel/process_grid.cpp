@@ -20,6 +20,18 @@ double CommGroup::allreduce_sum(double x) {
   return sum;
 }
 
+void CommGroup::all_gather(Tensor shard, Tensor full) {
+  const auto t0 = std::chrono::steady_clock::now();
+  comm_.all_gather(shard.data, full.data, static_cast<size_t>(shard.numel()));
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CommGroup::reduce_scatter_sum(Tensor full, Tensor shard) {
+  const auto t0 = std::chrono::steady_clock::now();
+  comm_.reduce_scatter_sum(full.data, shard.data, static_cast<size_t>(shard.numel()));
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void CommGroup::tree_sum(Tensor x) {
   const int n = comm_.size(), me = comm_.rank();
   if ((n & (n - 1)) != 0) throw std::invalid_argument(fmt::format("tree_sum: a group of {} (a power of two)", n));

@@ -31,6 +31,8 @@ class CommGroup final : public TpGroup {
   void allreduce_sum(Tensor x) override;
   double allreduce_sum(double x) override;
   void tree_sum(Tensor x) override;
+  void all_gather(Tensor shard, Tensor full) override;
+  void reduce_scatter_sum(Tensor full, Tensor shard) override;
   double seconds() const { return seconds_; }
   void reset_seconds() { seconds_ = 0; }
 

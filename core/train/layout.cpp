@@ -173,6 +173,30 @@ void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_p
   }
 }
 
+void check_sequence_parallel(const RunConfig& c, int arena_rows, Dtype stored) {
+  const ParallelConfig& p = c.parallel;
+  if (!p.sequence_parallel) return;
+  auto refuse = [](const std::string& why) {
+    throw std::invalid_argument("parallel.sequence_parallel: " + why);
+  };
+  if (p.tp < 2) refuse(fmt::format("cuts the residual stream over the tensor-parallel group; parallel.tp is {}", p.tp));
+  const std::vector<BlockType> blocks = p.blocks();
+  if (c.model.post_norm() || std::any_of(blocks.begin(), blocks.end(), [](BlockType b) { return b != BlockType::kTp; })) {
+    refuse("built for model.norm_position pre and parallel.block_types tp (spd and parallel blocks keep private "
+           "streams)");
+  }
+  if (c.train.deterministic) refuse("not yet under train.deterministic (its canonical order of the gathered sums)");
+  if (p.pipelined() && p.schedule == ScheduleKind::kZbH1) {
+    refuse("not yet with parallel.schedule zb-h1 (its split backward); use gpipe or 1f1b");
+  }
+  if (stored != Dtype::f32) refuse("not yet with bf16 activations (train.precision fp32)");
+  const int64_t rows = int64_t{arena_rows} * c.train.seq_len;
+  if (rows % p.tp != 0) {
+    refuse(fmt::format("the {} rows of a replica's batch ({} x train.seq_len {}) do not divide over parallel.tp {}",
+                       rows, arena_rows, c.train.seq_len, p.tp));
+  }
+}
+
 BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int threads, int device_hint) {
   return BackendOptions{threads, c.train.tf32, device_hint, c.train.bf16(), c.train.deterministic,
                         c.train.deterministic ? canonical_column_tile(model) : 0, c.train.gemm,
@@ -207,6 +231,7 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
                                      : GradSum::kBuckets;
   }
   s.split_backward = s.pipelined() && s.schedule == ScheduleKind::kZbH1;
+  s.sequence_parallel = c.parallel.sequence_parallel && c.parallel.tp > 1;
   s.microbatch_sum = s.step == StepKind::kChunkPipeline ? MicrobatchSum::kTree : MicrobatchSum::kAccumulate;
   s.arena_rows = s.step == StepKind::kChunks ? c.train.batch_size / s.chunks
                  : s.pipelined()             ? rows / s.microbatches
@@ -262,6 +287,7 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
   r.rows = replica_rows(c, ranks, r.tp, r.pp);  // checks the grid first
   r.dp = ranks / (r.tp * r.pp);
   r.step = resolve_step(c, r.dp, r.rows, stored_dtype_on(c, stage));
+  check_sequence_parallel(c, r.step.arena_rows, r.step.stored);
   return r;
 }
 

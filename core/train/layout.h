@@ -82,6 +82,7 @@ struct StepLayout {
   ScheduleKind schedule = ScheduleKind::k1F1B;
   bool split_backward = false;  // zb-h1: the backward as B and W
   bool recompute_full = false;  // train.recompute full
+  bool sequence_parallel = false;  // parallel.sequence_parallel with tp > 1: the arena's rows cut (TpShape::sequence)
   MicrobatchSum microbatch_sum = MicrobatchSum::kAccumulate;  // a schedule's microbatches: kTree under kChunkPipeline
   Dtype stored = Dtype::f32;    // the stored activations' type
   // Where a stop signal is agreed inside a step besides its end (train.stop_within_step; train/preemption.h):
@@ -107,6 +108,12 @@ void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_p
 // "mpi_cuda") or one ("serial", "cuda"); throws std::invalid_argument for
 // another name.
 bool stage_is_multi_process(const std::string& stage);
+
+// parallel.sequence_parallel's reach so far: tp > 1, pre-norm tp blocks,
+// fp32 activations, without train.deterministic or the zb-h1 schedule; the
+// rows of an arena (`arena_rows` x train.seq_len) divisible by tp. Throws
+// std::invalid_argument naming the constraint; nothing without the key.
+void check_sequence_parallel(const RunConfig& c, int arena_rows, Dtype stored);
 
 // train.deterministic's canonical chunks of the global batch: 4 when
 // train.batch_size is a multiple of 4, else 2 when even, else 1; a function

@@ -112,8 +112,11 @@ class PipelineEngine {
  public:
   // `pp` is the pipeline group (stage = pp.rank(), the model holds that
   // stage); `rows` this replica's rows per step, cut into `m` microbatches.
+  // `sequence_parallel`: the arenas cut the residual stream over the
+  // tensor-parallel group (model/activations.h), so a stage sends its rows.
   PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T,
-                 bool recompute = false, Dtype stored = Dtype::f32, MicrobatchSum sum = MicrobatchSum::kAccumulate);
+                 bool recompute = false, Dtype stored = Dtype::f32, MicrobatchSum sum = MicrobatchSum::kAccumulate,
+                 bool sequence_parallel = false);
   ~PipelineEngine();
   PipelineEngine(const PipelineEngine&) = delete;
   PipelineEngine& operator=(const PipelineEngine&) = delete;

@@ -84,7 +84,9 @@ RankMemory plan_memory(const RankShape& r) {
   if (r.zero().stage == 3) m.gathered = 2 * shards.max_padded * sizeof(float);
   const StepLayout& sl = r.step;
   // One arena of a canonical chunk, of a microbatch, or of the replica's rows.
-  set_arena(m, arena_kinds(r.cfg, sl.arena_rows, r.c.train.seq_len, r.tp.shape(), r.tp.has_private(), r.layers,
+  TpShape shape = r.tp.shape();
+  shape.sequence = sl.sequence_parallel;
+  set_arena(m, arena_kinds(r.cfg, sl.arena_rows, r.c.train.seq_len, shape, r.tp.has_private(), r.layers,
                            sl.split_backward, sl.recompute_full, sl.stored));
   if (sl.pipelined()) {  // one arena per microbatch in flight
     m.arenas = static_cast<uint64_t>(max_in_flight(stage_schedule(sl.schedule, r.c.parallel.pp, r.stage,
@@ -139,6 +141,28 @@ GroupTraffic tp_traffic(const RankShape& r) {
       calls += 2 * m;
       t.bytes += ((P + 1) * N + N * C) * sizeof(float);
     }
+  }
+  if (r.step.sequence_parallel) {
+    // Sequence parallelism (pre-norm tp blocks, one microbatch): per layer 2 all-gathers and 2 reduce-scatters
+    // of N x C forward; backward 4 all-gathers (2 output gradients, the 2 norms' outputs again) and 2
+    // reduce-scatters, and one sum of the norms' 4 x C gradients; the head gathers the final norm's output
+    // (N x C) and sums its 2 x C gradients; the embedding's backward gathers its N x C gradient. Each gather and
+    // scatter counts its whole buffer, as an allreduce does.
+    // Recomputation runs each layer's forward (its 4 calls) again in the backward, but the stage's last.
+    const uint64_t layers = static_cast<uint64_t>(r.layers.last - r.layers.first);
+    const uint64_t again = r.step.recompute_full ? layers - 1 : 0;
+    calls += (layers * 11 + again * 4) * m;
+    t.bytes += (layers * (10 * N * C + 4 * C * m) + again * 4 * N * C) * sizeof(float);
+    if (r.layers.head) {
+      calls += 2 * m;
+      t.bytes += (N * C + 2 * C * m) * sizeof(float);
+    }
+    if (r.layers.embed) {
+      calls += m;
+      t.bytes += N * C * sizeof(float);
+    }
+    t.calls = calls;
+    return t;
   }
   for (int l = r.layers.first; l < r.layers.last;) {
     if (!r.tp.is_private(l)) {
@@ -282,8 +306,10 @@ GroupTraffic pp_traffic(const RankShape& r) {
   const int p = r.c.parallel.pp;
   if (p == 1) return t;
   const uint64_t m = static_cast<uint64_t>(r.c.parallel.microbatches);
+  // A microbatch's activations or their gradient; with sequence parallelism this rank's rows of them.
   const uint64_t msg = static_cast<uint64_t>(r.rows) / m * static_cast<uint64_t>(r.c.train.seq_len) *
-                       static_cast<uint64_t>(r.cfg.C) * sizeof(float);
+                       static_cast<uint64_t>(r.cfg.C) * sizeof(float) /
+                       static_cast<uint64_t>(r.step.sequence_parallel ? r.tp.size : 1);
   const uint64_t messages = (r.stage > 0 ? 2 * m : 0) + (r.stage < p - 1 ? 2 * m : 0);
   t.calls = messages + 2;
   // train.deterministic's norm is an exact sum: its digits (ExactSquares::kFloats floats), not a double.

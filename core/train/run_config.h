@@ -187,6 +187,7 @@ struct ParallelConfig {
   ScheduleKind schedule = ScheduleKind::k1F1B;
   ZeroStage zero = ZeroStage::k0;
   bool vocab_parallel = false;
+  bool sequence_parallel = false;
 
   int zero_stage() const { return static_cast<int>(zero); }
   // Pipeline stages or microbatches: the step runs a schedule (train/pipeline.h).
@@ -226,6 +227,12 @@ struct ParallelConfig {
       "with tp > 1, shard the token embedding, the head and the loss by vocabulary rows over the tensor-parallel "
       "group (Megatron's VocabParallelEmbedding and parallel cross-entropy: the logits are never gathered); each "
       "rank holds ceil(V / tp) rows. false: both replicated on every rank. Does nothing with tp 1");
+    f("sequence_parallel", sequence_parallel,
+      "with tp > 1, Megatron's sequence parallelism: the residual stream, the norms and the embedding's output "
+      "held as this rank's 1/tp of the rows; each tensor-parallel all-reduce becomes a reduce-scatter and the "
+      "next norm's all-gather (the same function). So far pre-norm tp blocks in fp32, with dp, ZeRO 0-3, "
+      "pipeline stages (gpipe, 1f1b), recomputation and the vocabulary cut; not under train.deterministic or "
+      "zb-h1 (docs/tensor_parallel.md)");
   }
 };
 

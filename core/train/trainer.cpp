@@ -384,10 +384,12 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, Ru
   if (sl.grad_sum == GradSum::kUnitShards) shards.zero3 = st.sharded.get();
   if (sl.pipelined()) {  // the schedule's arenas, one per microbatch in flight
     lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), sl.schedule, sl.microbatches, st.rows,
-                                                 c.train.seq_len, sl.recompute_full, sl.stored, sl.microbatch_sum);
+                                                 c.train.seq_len, sl.recompute_full, sl.stored, sl.microbatch_sum,
+                                                 sl.sequence_parallel);
     lay->recorder.emplace(grid, *lay->pipe, timeline_path);
   } else {
-    lay->arena.emplace(model, sl.arena_rows, c.train.seq_len, false, sl.recompute_full, sl.stored);
+    lay->arena.emplace(model, sl.arena_rows, c.train.seq_len, false, sl.recompute_full, sl.stored,
+                       sl.sequence_parallel);
   }
   switch (sl.step) {
     case StepKind::kReplica:
