@@ -48,6 +48,7 @@ struct RunFacts {
   std::vector<int> arenas;     // per world rank: the most arenas in use in any step
   std::vector<int> stage;      // per world rank
   std::optional<int64_t> pp_calls, pp_bytes;
+  int64_t tp_calls = 0, tp_bytes = 0;  // rank 0's tensor-parallel group in the last step
   int64_t dp_bytes = 0;  // rank 0's data-parallel bytes in the last step
   Json memory = Json::array();
   bool deterministic = false;  // train.deterministic (the summary's provenance)
@@ -84,6 +85,8 @@ std::optional<RunFacts> facts_of(const fs::path& dir) {
     f.pp_calls = static_cast<int64_t>(last.pp_calls);
     f.pp_bytes = static_cast<int64_t>(last.pp_bytes);
     f.dp_bytes = static_cast<int64_t>(last.dp_bytes);
+    f.tp_calls = static_cast<int64_t>(last.tp_calls);
+    f.tp_bytes = static_cast<int64_t>(last.tp_bytes);
     if (m.summary->provenance.contains("memory")) f.memory = m.summary->provenance["memory"];
     for (const Json& r : f.memory) f.stage.push_back(r.value("stage", 0));
     f.deterministic = m.summary->provenance.value("deterministic", false);
@@ -266,6 +269,22 @@ std::vector<std::string> time_row(const RunView& v, const ConfigRuns* reference_
                                  mb(static_cast<double>(fbytes)), ne)
                    : "",
           v.dev ? fmt::format("{:.1e}", *v.dev) : (v.c == reference_marker ? "(reference)" : "")};
+}
+
+// The tensor-parallel table's row of a run with tp > 1: rank 0's tp-group
+// traffic in a step and its activations, each beside the plan's.
+std::vector<std::string> tp_row(const RunView& v) {
+  const Json& comm = v.rank_plan(0)["comm"]["tp"];
+  const Json& planned = v.rank_plan(0)["memory"];
+  const Json counted = v.facts.memory.empty() ? Json::object() : v.facts.memory[0];
+  const auto pair = [](const std::string& got, const std::string& want) {
+    return fmt::format("{} ({}){}", got, want, got == want ? "" : " ≠");
+  };
+  return {label(v.c->key), v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
+          pair(std::to_string(v.facts.tp_calls), std::to_string(comm["calls"].get<int64_t>())),
+          pair(mb(static_cast<double>(v.facts.tp_bytes)), mb(comm["bytes"].get<double>())),
+          pair(mb(counted.value("activations_bytes", 0.0)), mb(planned["activations_bytes"].get<double>())),
+          pair(mb(counted.value("arena_layers_bytes", 0.0)), mb(planned["arena_layers_bytes"].get<double>()))};
 }
 
 // The memory table's rows of a run (one per rank) and their CSV lines.
@@ -473,14 +492,26 @@ void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs:
                              "bubble_theory", "arenas_counted", "arenas_theory", "pp_calls", "formula_pp_calls",
                              "pp_bytes", "formula_pp_bytes", "params_bytes", "grads_bytes", "moments_bytes",
                              "formula_moments_bytes", "activations_bytes", "max_loss_deviation"});
-  std::vector<std::vector<std::string>> time_rows, mem_rows;
+  std::vector<std::vector<std::string>> time_rows, mem_rows, tp_rows;
   for (const RunView& v : views) {
     time_rows.push_back(time_row(v, reference));
     memory_rows(v, mem_rows, csv);
+    if (v.lay.tp > 1) tp_rows.push_back(tp_row(v));
   }
   const std::vector<std::string> svgs = draw_timelines(spec, views, written);
   std::string md = preamble(spec, in.runs, "parallel layouts: pipeline schedules, ZeRO-1, the grid");
   md += time_rows.empty() ? fmt::format("Nothing to compare: {}.\n\n", kNoRuns) : tables_md(time_rows, mem_rows);
+  if (!tp_rows.empty()) {
+    md += "## Tensor-parallel communication and activations\n\n";
+    md += md_table({"Configuration", "Step ms (median)", "tp calls (plan)", "tp MB (plan)",
+                    "Activations MB, rank 0 (plan)", "of them the layers' MB (plan)"},
+                   tp_rows, "lrrrrr");
+    md += "\nRank 0's tensor-parallel calls and bytes in the last step (each collective counted once by its buffer: "
+          "an all-reduce, a reduce-scatter and an all-gather of N x C floats each count N x C), and its activation "
+          "arena, all beside the run's plan (`plan`, docs/plan.md); ≠ marks a count that differs from it. With "
+          "parallel.sequence_parallel the residual stream and the norms hold 1/tp of the rows "
+          "(docs/tensor_parallel.md).\n\n";
+  }
   for (const std::string& s : svgs) {
     md += fmt::format("![{} timeline](parallelism_timeline_{}.svg)\n\n", s, s);
   }
