@@ -13,13 +13,16 @@ real MPI ranks, against the serial stage.
     backward, one sum of the norms' 4 x C gradients).
   * The llama preset (RMSNorm, RoPE, SwiGLU, grouped-query attention) on tp
     2 + sp equals its serial run likewise.
+  * Under train.deterministic, tp 2 and tp 4 + sp, tp 2 x dp 2 + sp, with
+    ZeRO-1 and with pp 2 give serial's final parameters and both moments
+    byte for byte (the reduce-scatters in tree_sum's order, the norms'
+    weight gradients over every row, gathered), and their plans agree.
   * Generation after training gives serial's text.
   * Per rank, the layers' activations with sp are smaller than tp 2's
     without (this arena keeps no attention scores or dropout masks, so the
     cut is what the residual stream and the norms take: stated, measured).
-  * Refusals, one line each: sp with tp 1, with spd blocks,
-    train.deterministic, the zb-h1 schedule, bf16, and a batch whose rows do
-    not divide over tp.
+  * Refusals, one line each: sp with tp 1, with spd blocks, the zb-h1
+    schedule, bf16, and a batch whose rows do not divide over tp.
 
 usage: sequence_parallel_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 """
@@ -27,7 +30,7 @@ import os
 import shutil
 import sys
 
-from layout_checks import LayoutTest, common_args, compare, layouts_equal_serial, plan_agrees, records, refuser
+from layout_checks import LayoutTest, common_args, compare, layouts_equal_serial, load, plan_agrees, records, refuser
 
 
 def main():
@@ -57,6 +60,25 @@ def main():
           summary("sp2").get("generated_text") == summary("serial").get("generated_text"),
           f"{summary('sp2').get('generated_text')!r} against {summary('serial').get('generated_text')!r}")
 
+    # train.deterministic: serial's final parameters and both moments, byte for byte.
+    det = [*common, "--train.deterministic", "true"]
+    r = programs.run([a.serial, "train", *det, "--out", out("serial_det")])
+    check("deterministic serial reference", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+    for title, n, name, args in (("tp 2 + sp", 2, "det_sp2", ["--parallel.tp", "2"]),
+                                 ("tp 4 + sp", 4, "det_sp4", ["--parallel.tp", "4"]),
+                                 ("tp 2 x dp 2 + sp", 4, "det_sp2dp2", ["--parallel.tp", "2"]),
+                                 ("tp 2 + sp, ZeRO-1 on dp 2", 4, "det_sp2z1", ["--parallel.tp", "2", "--parallel.zero", "1"]),
+                                 ("tp 2 + sp x pp 2", 4, "det_sp2pp2", ["--parallel.tp", "2", "--parallel.pp", "2",
+                                                                  "--parallel.microbatches", "4"])):
+        r = programs.mpi(n, [*det, *args, *sp, "--out", out(name)], timeout=600)
+        if r.returncode != 0 or not os.path.exists(out("serial_det")):
+            check(f"train.deterministic, {title}", False, r.stderr.strip()[-300:])
+            continue
+        x, y = load(os.path.join(out("serial_det"), "checkpoint.bin")), load(os.path.join(out(name), "checkpoint.bin"))
+        check(f"train.deterministic, {title}: serial's final parameters and moments byte for byte",
+              x.params == y.params and x.m == y.m and x.v == y.v)
+        plan_agrees(check, programs, f"train.deterministic, {title}", n, [*det, *args, *sp], out(name))
+
     # The llama preset: RMSNorm (no biases), RoPE, SwiGLU, grouped-query attention.
     llama = [*common, "--model.arch", "llama", "--model.n_kv_head", "2"]
     r = programs.run([a.serial, "train", *llama, "--out", out("serial_llama")])
@@ -68,6 +90,19 @@ def main():
         compare(check, "llama (RMSNorm, RoPE, SwiGLU, n_kv_head 2), tp 2 + sp, equals its serial run",
                 out("serial_llama"), out("sp2_llama"))
         plan_agrees(check, programs, "llama, tp 2 + sp", 2, [*llama, "--parallel.tp", "2", *sp], out("sp2_llama"))
+
+    # RMSNorm's one statistic under train.deterministic: llama on tp 2 + sp gives its serial run's bytes.
+    r1 = programs.run([a.serial, "train", *llama, "--train.deterministic", "true", "--out", out("serial_llama_det")])
+    r2 = programs.mpi(2, [*llama, "--train.deterministic", "true", "--parallel.tp", "2", *sp, "--out",
+                          out("sp2_llama_det")], timeout=600)
+    if r1.returncode == 0 and r2.returncode == 0:
+        x, y = (load(os.path.join(out(d), "checkpoint.bin")) for d in ("serial_llama_det", "sp2_llama_det"))
+        check("train.deterministic, llama on tp 2 + sp: its serial run's parameters and moments byte for byte",
+              x.params == y.params and x.m == y.m and x.v == y.v)
+        plan_agrees(check, programs, "train.deterministic, llama, tp 2 + sp", 2,
+                    [*llama, "--train.deterministic", "true", "--parallel.tp", "2", *sp], out("sp2_llama_det"))
+    else:
+        check("train.deterministic, llama on tp 2 + sp", False, (r1.stderr + r2.stderr).strip()[-300:])
 
     # Activations per rank: tp 2 with and without sp.
     r = programs.mpi(2, [*common, "--parallel.tp", "2", "--out", out("tp2")], timeout=600)
@@ -86,8 +121,6 @@ def main():
     error("sp with tp 1 is refused", 1, sp, "parallel.tp is 1", serial=True)
     error("sp with spd blocks is refused", 2, ["--parallel.tp", "2", "--parallel.block_types", "spd,tp", *sp],
           "parallel.sequence_parallel")
-    error("sp under train.deterministic is refused", 2, ["--parallel.tp", "2", "--train.deterministic", "true", *sp],
-          "train.deterministic")
     error("sp with the zb-h1 schedule is refused", 4, ["--parallel.tp", "2", "--parallel.pp", "2",
                                                        "--parallel.microbatches", "2", "--parallel.schedule", "zb-h1",
                                                        *sp], "zb-h1")

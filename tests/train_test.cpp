@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/exact_sum.h"
 #include "model/activations.h"
 #include "model/generate.h"
 #include "model/model.h"
@@ -712,8 +713,17 @@ TEST(Plan, SequenceParallelTrafficByHand) {
   RunConfig one = tiny_plan_config(1, {});
   one.parallel.sequence_parallel = true;
   EXPECT_THROW(make_plan(one, 1, "mpi"), std::invalid_argument);
+  // train.deterministic: 4 canonical chunks of 8 rows; per layer and chunk 6 gathers of the chunk's rows x C, the
+  // two norms' 2 + 2 gathers (output gradient, input, mean, rstd) and 4 tree reduce-scatters of one send_recv
+  // (tp 2): 18 calls; over the chunks 10 x 4 x 32 x 8 (gathers of N x C) + 2 x 2 x 4 x 32 (statistics) + 4 x 2 x
+  // 4 x 128 (each reduce-scatter sends and receives half of N x C) = 14848 bytes. The head: the final norm's
+  // output, its input and 2 statistics gathered, (2 x 256 + 2 x 32) x 4 = 2304 bytes in 4 calls a chunk; the
+  // embedding's gather, 1024; the gradient norm's exact digits.
   c.train.deterministic = true;
-  EXPECT_THROW(make_plan(c, 2, "mpi"), std::invalid_argument);
+  const Plan d = make_plan(c, 2, "mpi");
+  EXPECT_EQ(traffic(d.rank[0].tp),
+            std::make_pair(uint64_t{4 * (2 * 18 + 4 + 1) + 1},
+                           uint64_t{2 * 14848 + 2304 + 1024 + ExactSquares::kFloats * sizeof(float)}));
 }
 
 TEST(Plan, ActivationBytesFollowTheFormula) {
@@ -740,7 +750,7 @@ TEST(Plan, ActivationBytesFollowTheFormula) {
   EXPECT_EQ(ks.layers, 3 * tokens * (16 * C + NH + 4) / 2);
   EXPECT_EQ(ks.embed, tokens * C / 2);
   EXPECT_EQ(ks.head, tokens * (C + 64 + 1) + tokens);
-  EXPECT_EQ(ks.scratch, k.scratch - tokens * C / 2 + tokens * C / 2 + 4 * C);
+  EXPECT_EQ(ks.scratch, k.scratch - tokens * C / 2 + tokens * C / 2 + 4 * C + 2 * tokens);  // + the gathered stats
   Gpt2Config rms = cfg;
   rms.norm = NormKind::kRmsNorm;
   rms = rms.resolved();

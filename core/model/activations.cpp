@@ -95,6 +95,7 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
   f(a.drun, {runs ? B * T * C + 6 * C * cfg.L : 0});
   f(a.sp_rows, {seq ? 1 : 0, Ts, C});
   f(a.sp_norm_grads, {seq ? 4 * C : 0});
+  f(a.sp_stats, {seq ? 2 * int64_t{B} * T : 0});
   a.zero_rows.assign(runs ? static_cast<size_t>(B) * static_cast<size_t>(T) : 0, 0);
   a.vocab_ids.assign(tp.vocab ? static_cast<size_t>(B) * static_cast<size_t>(T) : 0, -1);
 }

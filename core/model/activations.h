@@ -92,6 +92,7 @@ struct Activations {
   bool sequence = false;
   Tensor sp_rows;        // (1, N/P, C) a norm's output, or a sum's, before its gather or after its scatter
   Tensor sp_norm_grads;  // (4C) a layer's norms' weight (and bias) gradients over this rank's rows, summed
+  Tensor sp_stats;       // (2 B*T) train.deterministic: a norm's mean and rstd gathered over every row
 };
 
 // The floats of an arena of (B, T) for `cfg` sharded as `tp` over its

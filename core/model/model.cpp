@@ -186,24 +186,37 @@ void pre_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, La
 // row-parallel product's sum over the group is reduce-scattered (g-bar) back
 // to rows, where the residual adds happen. The same function as
 // pre_norm_block: its all-reduce is this reduce-scatter then the next gather.
+// Sequence parallelism's row-parallel product: this rank's part of the
+// product (rank 0's with the bias) into `whole`, its sum over the group
+// reduce-scattered into `rows`; with tp.pieces (train.deterministic) the
+// canonical tree's product and order, as row_parallel's.
+void sp_row_parallel(const Parts& k, const TpLayout& tp, Tensor whole, Tensor in, Tensor w, Tensor b, Tensor rows) {
+  const Tensor bias = tp.rank == 0 ? b : Tensor{};
+  if (tp.pieces == 0) {
+    k.be.matmul_forward(whole, in, w, bias);
+    tp.group->reduce_scatter_sum(whole, rows);
+    return;
+  }
+  const int64_t inner[] = {in.cols()};
+  k.tree->matmul_forward_tree(whole, in, w, bias, inner, tp.pieces / tp.size);
+  tp.group->tree_reduce_scatter(whole, rows);
+}
+
 template <typename AttentionStep>
 void sequence_parallel_block(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerActivations& x,
                              Activations& a, Tensor residual, int l, const AttentionStep& attend) {
   Backend& be = k.be;
-  const bool bias_here = tp.rank == 0;
   const Tensor whole = a.proj;  // (B,T,C): a norm's output gathered, then a row-parallel product's output
   k.norm(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b);
   tp.group->all_gather(x.ln1, whole);
   attend(l, w, x, whole);
-  be.matmul_forward(whole, x.atty, w.attn_proj_w, bias_here ? w.attn_proj_b : Tensor{});
-  tp.group->reduce_scatter_sum(whole, a.sp_rows);
+  sp_row_parallel(k, tp, whole, x.atty, w.attn_proj_w, w.attn_proj_b, a.sp_rows);
   be.residual_forward(x.residual2, residual, a.sp_rows);
   k.norm(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2_w, w.ln2_b);
   tp.group->all_gather(x.ln2, whole);
   be.matmul_forward(x.fch, whole, w.fc_w, w.fc_b);
   k.activation(x.fch_gelu, x.fch);
-  be.matmul_forward(whole, x.fch_gelu, w.fc_proj_w, bias_here ? w.fc_proj_b : Tensor{});
-  tp.group->reduce_scatter_sum(whole, a.sp_rows);
+  sp_row_parallel(k, tp, whole, x.fch_gelu, w.fc_proj_w, w.fc_proj_b, a.sp_rows);
   be.residual_forward(x.residual3, x.residual2, a.sp_rows);
 }
 
@@ -494,6 +507,48 @@ void add_norm_grads(const Parts& k, const TpLayout& tp, Activations& a, std::spa
   }
 }
 
+// Sequence parallelism's column-parallel backward: the weight and bias
+// gradients from the gathered input `in`, the input gradient (this rank's
+// columns' part) into `dwhole`, its sum over the group reduce-scattered
+// into `rows`; with tp.pieces the canonical tree's, as
+// column_parallel_backward's.
+void sp_column_parallel_backward(const Parts& k, const TpLayout& tp, Tensor dwhole, Tensor dw, Tensor db, Tensor dout,
+                                 Tensor in, Tensor w, std::span<const int64_t> segments, Tensor rows) {
+  if (tp.pieces == 0) {
+    k.be.matmul_backward(dwhole, dw, db, dout, in, w);
+    tp.group->reduce_scatter_sum(dwhole, rows);
+    return;
+  }
+  k.be.matmul_backward(Tensor{}, dw, db, dout, in, w);
+  k.tree->matmul_backward_input_tree(dwhole, dout, w, segments, tp.pieces / tp.size);
+  tp.group->tree_reduce_scatter(dwhole, rows);
+}
+
+// A norm's backward under sequence parallelism: the input gradient of this
+// rank's rows into `dinp` (+=), and the weight (and bias) gradients. By
+// default those come from the rank's rows into `part` (summed over the
+// group later, add_norm_grads). Under train.deterministic (tp.pieces) they
+// are the model's `grads`, computed whole on every rank in serial's order:
+// the rows' output gradient, input and statistics gathered (into `dwhole`,
+// `inwhole` and a.sp_stats) and the norm's backward run over every row,
+// its input gradient (unused) into a.dfch. `grads` and `part`: weight, bias.
+void sp_norm_backward(const Parts& k, const TpLayout& tp, Activations& a, Tensor dinp, std::pair<Tensor, Tensor> grads,
+                      std::pair<Tensor, Tensor> part, Tensor drows, Tensor in, Tensor w, Tensor mean, Tensor rstd,
+                      Tensor dwhole, Tensor inwhole) {
+  const bool rms = k.cfg.rms();
+  k.norm_backward(dinp, part.first, rms ? Tensor{} : part.second, drows, in, w, mean, rstd);
+  if (tp.pieces == 0) return;  // `part` is summed over the group by the caller
+  const int64_t N = dwhole.rows(), C = k.cfg.C;
+  if (a.dfch.numel() < N * C) throw std::logic_error("sequence parallelism: dfch is too small for a norm's rows");
+  if (drows.data != dwhole.data + static_cast<int64_t>(tp.rank) * drows.numel()) tp.group->all_gather(drows, dwhole);
+  tp.group->all_gather(in, inwhole);
+  const Tensor mean_whole(a.sp_stats.data, {N}), rstd_whole(a.sp_stats.data + N, {N});
+  if (!rms) tp.group->all_gather(mean, mean_whole);
+  tp.group->all_gather(rstd, rstd_whole);
+  k.norm_backward(Tensor(a.dfch.data, {N, C}), grads.first, grads.second, dwhole, inwhole, w,
+                  rms ? Tensor{} : mean_whole, rstd_whole);
+}
+
 // The backward of sequence_parallel_block. On entry a.dresidual holds this
 // rank's rows of d(residual3); on exit its rows of d(residual). The
 // row-parallel products' output gradients are gathered whole (so their
@@ -503,27 +558,26 @@ void sequence_parallel_block_backward(const Parts& k, const TpLayout& tp, const 
                                       LayerActivations& x, Activations& a, Tensor residual) {
   Backend& be = k.be;
   const int64_t C = k.cfg.C;
-  const Tensor whole = a.proj;  // (B,T,C): a row-parallel output's gradient, gathered
+  const Tensor whole = a.proj;  // (B,T,C): a row-parallel output's gradient, or a product's input, gathered
   const Tensor ng(a.sp_norm_grads.data, {4 * C});
   be.zero(ng);
   const Tensor ln1_w(ng.data, {C}), ln1_b(ng.data + C, {C}), ln2_w(ng.data + 2 * C, {C}), ln2_b(ng.data + 3 * C, {C});
-  const bool rms = k.cfg.rms();
   tp.group->all_gather(a.dresidual, whole);  // d(residual3)
   const Tensor dhid = k.hidden_grad(a);
   be.matmul_backward(dhid, dw.fc_proj_w, dw.fc_proj_b, whole, x.fch_gelu, w.fc_proj_w);
   k.activation_backward(a.dfch, dhid, x.fch);
   tp.group->all_gather(x.ln2, whole);  // the fc product's input again
-  be.matmul_backward(a.dln, dw.fc_w, dw.fc_b, a.dfch, whole, w.fc_w);  // this rank's columns' part
-  tp.group->reduce_scatter_sum(a.dln, a.sp_rows);
-  k.norm_backward(a.dresidual, ln2_w, rms ? Tensor{} : ln2_b, a.sp_rows, x.residual2, w.ln2_w, x.ln2_mean,
-                  x.ln2_rstd);
+  sp_column_parallel_backward(k, tp, a.dln, dw.fc_w, dw.fc_b, a.dfch, whole, w.fc_w, fc_segments(k, w.fc_w), a.sp_rows);
+  sp_norm_backward(k, tp, a, a.dresidual, {dw.ln2_w, dw.ln2_b}, {ln2_w, ln2_b}, a.sp_rows, x.residual2, w.ln2_w,
+                   x.ln2_mean, x.ln2_rstd, a.dln, whole);
   tp.group->all_gather(a.dresidual, whole);  // d(residual2)
   be.matmul_backward(a.datty, dw.attn_proj_w, dw.attn_proj_b, whole, x.atty, w.attn_proj_w);
   k.attention_backward(a.dqkv, a.datty, x, a.pos0);
   tp.group->all_gather(x.ln1, whole);  // the qkv product's input again
-  be.matmul_backward(a.dln, dw.qkv_w, dw.qkv_b, a.dqkv, whole, w.qkv_w);
-  tp.group->reduce_scatter_sum(a.dln, a.sp_rows);
-  k.norm_backward(a.dresidual, ln1_w, rms ? Tensor{} : ln1_b, a.sp_rows, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
+  sp_column_parallel_backward(k, tp, a.dln, dw.qkv_w, dw.qkv_b, a.dqkv, whole, w.qkv_w, qkv_segments(k), a.sp_rows);
+  sp_norm_backward(k, tp, a, a.dresidual, {dw.ln1_w, dw.ln1_b}, {ln1_w, ln1_b}, a.sp_rows, residual, w.ln1_w,
+                   x.ln1_mean, x.ln1_rstd, a.dln, whole);
+  if (tp.pieces > 0) return;  // the model's norm gradients are whole already
   const std::pair<Tensor, Tensor> pairs[] = {{dw.ln1_w, ln1_w}, {dw.ln1_b, ln1_b}, {dw.ln2_w, ln2_w}, {dw.ln2_b, ln2_b}};
   add_norm_grads(k, tp, a, pairs, 4 * C);
 }
@@ -689,9 +743,10 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
       const Tensor mine(a.dln.data + tp.rank * a.dresidual.numel(), {1, a.dresidual.numel() / C, C});
       const Tensor w(a.sp_norm_grads.data, {C}), b(a.sp_norm_grads.data + C, {C});
       be.zero(Tensor(a.sp_norm_grads.data, {2 * C}));
-      k.norm_backward(a.dresidual, w, cfg.rms() ? Tensor{} : b, mine, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
+      sp_norm_backward(k, tp, a, a.dresidual, {g.lnf_w, g.lnf_b}, {w, b}, mine, last, p.lnf_w, a.lnf_mean,
+                       a.lnf_rstd, a.dln, a.proj);
       const std::pair<Tensor, Tensor> pairs[] = {{g.lnf_w, w}, {g.lnf_b, b}};
-      add_norm_grads(k, tp, a, pairs, 2 * C);
+      if (tp.pieces == 0) add_norm_grads(k, tp, a, pairs, 2 * C);
     } else {
       k.norm_backward(a.dresidual, g.lnf_w, g.lnf_b, a.dln, last, p.lnf_w, a.lnf_mean, a.lnf_rstd);
     }

@@ -71,6 +71,12 @@ class TpGroup {
   // sum over the group of every rank's block of `full` at this rank's place.
   virtual void all_gather(Tensor shard, Tensor full) = 0;
   virtual void reduce_scatter_sum(Tensor full, Tensor shard) = 0;
+  // train.deterministic: reduce_scatter_sum in tree_sum's order, by
+  // recursive halving (partners rank ^ 1, rank ^ 2, ...: at each level a
+  // rank keeps the blocks of the owners that share its bits so far and adds
+  // its partner's copy of them), so that every block holds the bits
+  // tree_sum gives it; `full` is overwritten (host memory; a power-of-two group).
+  virtual void tree_reduce_scatter(Tensor full, Tensor shard) = 0;
 };
 
 // How a model's tensors are cut over `size` tensor-parallel ranks: the

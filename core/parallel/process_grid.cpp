@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -29,6 +30,39 @@ void CommGroup::all_gather(Tensor shard, Tensor full) {
 void CommGroup::reduce_scatter_sum(Tensor full, Tensor shard) {
   const auto t0 = std::chrono::steady_clock::now();
   comm_.reduce_scatter_sum(full.data, shard.data, static_cast<size_t>(shard.numel()));
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CommGroup::tree_reduce_scatter(Tensor full, Tensor shard) {
+  const int n = comm_.size(), me = comm_.rank();
+  if ((n & (n - 1)) != 0) {
+    throw std::invalid_argument(fmt::format("tree_reduce_scatter: a group of {} (a power of two)", n));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t chunk = static_cast<size_t>(shard.numel());
+  float* blocks = full.data;
+  for (int bit = 1; bit < n; bit <<= 1) {
+    // The owners still in play share my bits below `bit`; I keep those that share this one too.
+    std::vector<int> keep, give;
+    for (int o = 0; o < n; ++o) {
+      if ((o & (bit - 1)) != (me & (bit - 1))) continue;
+      ((o & bit) == (me & bit) ? keep : give).push_back(o);
+    }
+    const size_t count = keep.size() * chunk;
+    partner_.resize(2 * count);
+    float* send = partner_.data();
+    float* recv = send + count;
+    for (size_t i = 0; i < give.size(); ++i) {
+      std::copy_n(blocks + static_cast<size_t>(give[i]) * chunk, chunk, send + i * chunk);
+    }
+    comm_.send_recv(send, count, me ^ bit, recv, count, me ^ bit);
+    for (size_t i = 0; i < keep.size(); ++i) {
+      float* mine = blocks + static_cast<size_t>(keep[i]) * chunk;
+      const float* theirs = recv + i * chunk;
+      for (size_t j = 0; j < chunk; ++j) mine[j] = mine[j] + theirs[j];
+    }
+  }
+  std::copy_n(blocks + static_cast<size_t>(me) * chunk, chunk, shard.data);
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -33,13 +33,14 @@ class CommGroup final : public TpGroup {
   void tree_sum(Tensor x) override;
   void all_gather(Tensor shard, Tensor full) override;
   void reduce_scatter_sum(Tensor full, Tensor shard) override;
+  void tree_reduce_scatter(Tensor full, Tensor shard) override;
   double seconds() const { return seconds_; }
   void reset_seconds() { seconds_ = 0; }
 
  private:
   Communicator& comm_;
   double seconds_ = 0;
-  std::vector<float> partner_;  // tree_sum: the partner's values
+  std::vector<float> partner_;  // tree_sum: the partner's values (tree_reduce_scatter: the blocks sent, then received)
 };
 
 // A world rank's place in the grid of `tp` x `pp` (the formula above), and

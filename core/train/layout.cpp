@@ -185,7 +185,11 @@ void check_sequence_parallel(const RunConfig& c, int arena_rows, Dtype stored) {
     refuse("built for model.norm_position pre and parallel.block_types tp (spd and parallel blocks keep private "
            "streams)");
   }
-  if (c.train.deterministic) refuse("not yet under train.deterministic (its canonical order of the gathered sums)");
+  if (c.train.deterministic && c.model.resolved().fc_width() / p.tp < c.model.C) {
+    refuse(fmt::format("under train.deterministic a norm's whole-row backward borrows the MLP's gradient buffer, "
+                       "which holds fc width / tp = {} of the model's {} channels: use a smaller parallel.tp",
+                       c.model.resolved().fc_width() / p.tp, c.model.C));
+  }
   if (p.pipelined() && p.schedule == ScheduleKind::kZbH1) {
     refuse("not yet with parallel.schedule zb-h1 (its split backward); use gpipe or 1f1b");
   }

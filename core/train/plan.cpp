@@ -143,23 +143,38 @@ GroupTraffic tp_traffic(const RankShape& r) {
     }
   }
   if (r.step.sequence_parallel) {
-    // Sequence parallelism (pre-norm tp blocks, one microbatch): per layer 2 all-gathers and 2 reduce-scatters
-    // of N x C forward; backward 4 all-gathers (2 output gradients, the 2 norms' outputs again) and 2
-    // reduce-scatters, and one sum of the norms' 4 x C gradients; the head gathers the final norm's output
-    // (N x C) and sums its 2 x C gradients; the embedding's backward gathers its N x C gradient. Each gather and
-    // scatter counts its whole buffer, as an allreduce does.
-    // Recomputation runs each layer's forward (its 4 calls) again in the backward, but the stage's last.
+    // Sequence parallelism (pre-norm tp blocks): per layer 2 all-gathers and 2 reduce-scatters of N x C forward;
+    // backward 4 all-gathers (2 output gradients, the 2 norms' outputs again) and 2 reduce-scatters, and one sum of
+    // the norms' 4 x C gradients; the head gathers the final norm's output (N x C) and sums its 2 x C gradients;
+    // the embedding's backward gathers its N x C gradient. Each gather and scatter counts its whole buffer, as an
+    // allreduce does. Recomputation runs each layer's forward again in the backward, but the stage's last.
+    // Under train.deterministic each reduce-scatter is a tree's (log2(tp) send_recv calls, level k sending and
+    // receiving N x C / 2^k floats), the norms' sums are gone, and each norm's backward (the final one's too)
+    // gathers its output gradient (the layers'), its input and its statistics (N floats each, 1 or 2).
     const uint64_t layers = static_cast<uint64_t>(r.layers.last - r.layers.first);
     const uint64_t again = r.step.recompute_full ? layers - 1 : 0;
-    calls += (layers * 11 + again * 4) * m;
-    t.bytes += (layers * (10 * N * C + 4 * C * m) + again * 4 * N * C) * sizeof(float);
-    if (r.layers.head) {
-      calls += 2 * m;
-      t.bytes += (N * C + 2 * C * m) * sizeof(float);
+    const uint64_t f = sizeof(float);
+    if (!det) {
+      calls += (layers * 11 + again * 4) * m;
+      t.bytes += (layers * (10 * N * C + 4 * C * m) + again * 4 * N * C) * f;
+      if (r.layers.head) {
+        calls += 2 * m;
+        t.bytes += (N * C + 2 * C * m) * f;
+      }
+    } else {
+      const uint64_t stats = r.cfg.rms() ? 1 : 2;
+      uint64_t scatter = 0;  // one tree reduce-scatter's bytes, over the chunks
+      for (uint64_t k = 1; k <= rounds; ++k) scatter += 2 * ((N * C) >> k) * f;
+      calls += (layers * (6 + 2 * (2 + stats) + 4 * rounds) + again * (2 + 2 * rounds)) * m;
+      t.bytes += layers * (10 * N * C * f + 2 * stats * N * f + 4 * scatter) + again * (2 * N * C * f + 2 * scatter);
+      if (r.layers.head) {
+        calls += (2 + stats) * m;
+        t.bytes += (2 * N * C + stats * N) * f;
+      }
     }
     if (r.layers.embed) {
       calls += m;
-      t.bytes += N * C * sizeof(float);
+      t.bytes += N * C * f;
     }
     t.calls = calls;
     return t;

@@ -230,9 +230,9 @@ struct ParallelConfig {
     f("sequence_parallel", sequence_parallel,
       "with tp > 1, Megatron's sequence parallelism: the residual stream, the norms and the embedding's output "
       "held as this rank's 1/tp of the rows; each tensor-parallel all-reduce becomes a reduce-scatter and the "
-      "next norm's all-gather (the same function). So far pre-norm tp blocks in fp32, with dp, ZeRO 0-3, "
-      "pipeline stages (gpipe, 1f1b), recomputation and the vocabulary cut; not under train.deterministic or "
-      "zb-h1 (docs/tensor_parallel.md)");
+      "next norm's all-gather (the same function; serial's bits under train.deterministic). So far pre-norm tp "
+      "blocks in fp32, with dp, ZeRO 0-3, pipeline stages (gpipe, 1f1b), recomputation and the vocabulary cut; "
+      "not zb-h1 (docs/tensor_parallel.md)");
   }
 };
 

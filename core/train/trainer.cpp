@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -920,6 +921,10 @@ void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
                                               req.batches > whole ? fmt::format(", not --batches {}", req.batches) : ""));
     }
     const int64_t batches = req.batches > 0 ? req.batches : whole;
+    if (batches > INT32_MAX) {
+      throw std::invalid_argument(fmt::format("{}: {} batches are more than one evaluation counts ({}); give --batches",
+                                              what, batches, INT32_MAX));
+    }
     const std::unique_ptr<Layout> lay = make_layout(rc, run.step, *st, grid, 0.0, "");
     std::vector<int32_t> x(static_cast<size_t>(st->rows) * rc.train.seq_len), y(x.size());
     DataLoader loader(stream, rc.train.batch_size, rc.train.seq_len, LoaderKind::kSequential, rc.train.seed,
