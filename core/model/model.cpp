@@ -554,27 +554,52 @@ void sp_norm_backward(const Parts& k, const TpLayout& tp, Activations& a, Tensor
 // row-parallel products' output gradients are gathered whole (so their
 // weight and bias gradients are pre_norm_block_backward's); the
 // column-parallel products' input gradients are reduce-scattered to rows.
+// Split (zb-h1): B keeps the rows of d(residual3) and d(residual2) (in the
+// residuals' places) and the column-parallel products' output gradients
+// (as pre_norm_block_backward's B does); W gathers the rows and the norms'
+// outputs again for the four products' weight gradients.
 void sequence_parallel_block_backward(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerParams& dw,
-                                      LayerActivations& x, Activations& a, Tensor residual) {
+                                      LayerActivations& x, Activations& a, Tensor residual,
+                                      BackwardPart part = BackwardPart::kAll) {
   Backend& be = k.be;
   const int64_t C = k.cfg.C;
   const Tensor whole = a.proj;  // (B,T,C): a row-parallel output's gradient, or a product's input, gathered
+  if (part == BackwardPart::kWeight) {
+    tp.group->all_gather(x.d_res3, whole);
+    be.matmul_backward(Tensor{}, dw.fc_proj_w, dw.fc_proj_b, whole, x.fch_gelu, w.fc_proj_w);
+    tp.group->all_gather(x.ln2, whole);
+    be.matmul_backward(Tensor{}, dw.fc_w, dw.fc_b, x.d_fch, whole, w.fc_w);
+    tp.group->all_gather(x.d_res2, whole);
+    be.matmul_backward(Tensor{}, dw.attn_proj_w, dw.attn_proj_b, whole, x.atty, w.attn_proj_w);
+    tp.group->all_gather(x.ln1, whole);
+    be.matmul_backward(Tensor{}, dw.qkv_w, dw.qkv_b, x.d_qkv, whole, w.qkv_w);
+    return;
+  }
+  const bool b_only = part == BackwardPart::kInput;
+  auto wgrad = [&](Tensor g) { return b_only ? Tensor{} : g; };
   const Tensor ng(a.sp_norm_grads.data, {4 * C});
   be.zero(ng);
   const Tensor ln1_w(ng.data, {C}), ln1_b(ng.data + C, {C}), ln2_w(ng.data + 2 * C, {C}), ln2_b(ng.data + 3 * C, {C});
+  if (b_only) be.copy(x.d_res3, a.dresidual);  // d(residual3)'s rows, for W
   tp.group->all_gather(a.dresidual, whole);  // d(residual3)
   const Tensor dhid = k.hidden_grad(a);
-  be.matmul_backward(dhid, dw.fc_proj_w, dw.fc_proj_b, whole, x.fch_gelu, w.fc_proj_w);
-  k.activation_backward(a.dfch, dhid, x.fch);
-  tp.group->all_gather(x.ln2, whole);  // the fc product's input again
-  sp_column_parallel_backward(k, tp, a.dln, dw.fc_w, dw.fc_b, a.dfch, whole, w.fc_w, fc_segments(k, w.fc_w), a.sp_rows);
+  be.matmul_backward(dhid, wgrad(dw.fc_proj_w), wgrad(dw.fc_proj_b), whole, x.fch_gelu, w.fc_proj_w);
+  const Tensor dfch = b_only ? x.d_fch : a.dfch;  // B keeps the fc output's gradient for W (as pre-norm's B)
+  k.activation_backward(dfch, dhid, x.fch);
+  if (!b_only) tp.group->all_gather(x.ln2, whole);  // the fc product's input again, for its weight gradient
+  sp_column_parallel_backward(k, tp, a.dln, wgrad(dw.fc_w), wgrad(dw.fc_b), dfch, whole, w.fc_w,
+                              fc_segments(k, w.fc_w), a.sp_rows);
   sp_norm_backward(k, tp, a, a.dresidual, {dw.ln2_w, dw.ln2_b}, {ln2_w, ln2_b}, a.sp_rows, x.residual2, w.ln2_w,
                    x.ln2_mean, x.ln2_rstd, a.dln, whole);
+  if (b_only) be.copy(x.d_res2, a.dresidual);  // d(residual2)'s rows, for W
   tp.group->all_gather(a.dresidual, whole);  // d(residual2)
-  be.matmul_backward(a.datty, dw.attn_proj_w, dw.attn_proj_b, whole, x.atty, w.attn_proj_w);
+  be.matmul_backward(a.datty, wgrad(dw.attn_proj_w), wgrad(dw.attn_proj_b), whole, x.atty, w.attn_proj_w);
   k.attention_backward(a.dqkv, a.datty, x, a.pos0);
-  tp.group->all_gather(x.ln1, whole);  // the qkv product's input again
-  sp_column_parallel_backward(k, tp, a.dln, dw.qkv_w, dw.qkv_b, a.dqkv, whole, w.qkv_w, qkv_segments(k), a.sp_rows);
+  if (b_only) be.copy(x.d_qkv, a.dqkv);  // after the attention backward has read qkv
+  const Tensor dqkv = b_only ? x.d_qkv : a.dqkv;
+  if (!b_only) tp.group->all_gather(x.ln1, whole);  // the qkv product's input again
+  sp_column_parallel_backward(k, tp, a.dln, wgrad(dw.qkv_w), wgrad(dw.qkv_b), dqkv, whole, w.qkv_w, qkv_segments(k),
+                              a.sp_rows);
   sp_norm_backward(k, tp, a, a.dresidual, {dw.ln1_w, dw.ln1_b}, {ln1_w, ln1_b}, a.sp_rows, residual, w.ln1_w,
                    x.ln1_mean, x.ln1_rstd, a.dln, whole);
   if (tp.pieces > 0) return;  // the model's norm gradients are whole already
@@ -725,6 +750,11 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     if (stage.head) be.matmul_backward(Tensor{}, Parts::head(cfg, g), Tensor{}, dlogits, a.lnf, Parts::head(cfg, p));
     for (int l = stage.last - 1; l >= stage.first; --l) {
       if (tp.is_private(l)) continue;  // done whole in B
+      if (a.sequence) {
+        sequence_parallel_block_backward(k, tp, p.layers[static_cast<size_t>(l)], g.layers[static_cast<size_t>(l)],
+                                         a.layers[static_cast<size_t>(l)], a, Tensor{}, part);
+        continue;
+      }
       pre_norm_block_backward(k, tp, p.layers[static_cast<size_t>(l)], g.layers[static_cast<size_t>(l)],
                               a.layers[static_cast<size_t>(l)], a, Tensor{}, part);
     }
@@ -763,7 +793,7 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     } else {
       // The stage's last layer still holds its tensors from the forward.
       if (a.recompute && l != stage.last - 1) recompute_layer(k, model, a, l);
-      if (a.sequence) sequence_parallel_block_backward(k, tp, w, dw, x, a, block_input(a, l));
+      if (a.sequence) sequence_parallel_block_backward(k, tp, w, dw, x, a, block_input(a, l), part);
       else if (cfg.post_norm()) post_norm_block_backward(k, tp, w, dw, x, a, block_input(a, l));
       else pre_norm_block_backward(k, tp, w, dw, x, a, block_input(a, l), part);
       done_from(dw.ln1_w);  // dresidual now holds d(residual), the block's input

@@ -190,9 +190,6 @@ void check_sequence_parallel(const RunConfig& c, int arena_rows, Dtype stored) {
                        "which holds fc width / tp = {} of the model's {} channels: use a smaller parallel.tp",
                        c.model.resolved().fc_width() / p.tp, c.model.C));
   }
-  if (p.pipelined() && p.schedule == ScheduleKind::kZbH1) {
-    refuse("not yet with parallel.schedule zb-h1 (its split backward); use gpipe or 1f1b");
-  }
   if (stored != Dtype::f32) refuse("not yet with bf16 activations (train.precision fp32)");
   const int64_t rows = int64_t{arena_rows} * c.train.seq_len;
   if (rows % p.tp != 0) {

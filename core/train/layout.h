@@ -110,8 +110,8 @@ void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_p
 bool stage_is_multi_process(const std::string& stage);
 
 // parallel.sequence_parallel's reach so far: tp > 1, pre-norm tp blocks,
-// fp32 activations, without the zb-h1 schedule (under train.deterministic
-// the MLP's width over tp at least the model's channels); the rows of an
+// fp32 activations (under train.deterministic the MLP's width over tp at
+// least the model's channels); the rows of an
 // arena (`arena_rows` x train.seq_len) divisible by tp. Throws
 // std::invalid_argument naming the constraint; nothing without the key.
 void check_sequence_parallel(const RunConfig& c, int arena_rows, Dtype stored);

@@ -151,9 +151,13 @@ GroupTraffic tp_traffic(const RankShape& r) {
     // Under train.deterministic each reduce-scatter is a tree's (log2(tp) send_recv calls, level k sending and
     // receiving N x C / 2^k floats), the norms' sums are gone, and each norm's backward (the final one's too)
     // gathers its output gradient (the layers'), its input and its statistics (N floats each, 1 or 2).
+    // The split backward (zb-h1) gathers 2 more per layer: B its two output gradients, W those and the norms' outputs.
     const uint64_t layers = static_cast<uint64_t>(r.layers.last - r.layers.first);
     const uint64_t again = r.step.recompute_full ? layers - 1 : 0;
+    const uint64_t split = r.step.split_backward ? layers * 2 : 0;
     const uint64_t f = sizeof(float);
+    calls += split * m;
+    t.bytes += split * N * C * f;
     if (!det) {
       calls += (layers * 11 + again * 4) * m;
       t.bytes += (layers * (10 * N * C + 4 * C * m) + again * 4 * N * C) * f;

@@ -231,8 +231,8 @@ struct ParallelConfig {
       "with tp > 1, Megatron's sequence parallelism: the residual stream, the norms and the embedding's output "
       "held as this rank's 1/tp of the rows; each tensor-parallel all-reduce becomes a reduce-scatter and the "
       "next norm's all-gather (the same function; serial's bits under train.deterministic). So far pre-norm tp "
-      "blocks in fp32, with dp, ZeRO 0-3, pipeline stages (gpipe, 1f1b), recomputation and the vocabulary cut; "
-      "not zb-h1 (docs/tensor_parallel.md)");
+      "blocks in fp32, with dp, ZeRO 0-3, pipeline stages (every schedule), recomputation and the vocabulary "
+      "cut (docs/tensor_parallel.md)");
   }
 };
 
