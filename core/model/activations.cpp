@@ -174,15 +174,11 @@ ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_bac
       recompute_(recompute),
       stored_(stored) {
   tp_.sequence = sequence_parallel && tp_.size > 1;
-  if (tp_.sequence && (int64_t{B} * T) % tp_.size != 0) {
-    throw std::invalid_argument(fmt::format("activations: sequence parallelism cuts the B*T = {} rows over {} ranks; "
-                                            "they must divide", int64_t{B} * T, tp_.size));
-  }
   init(B, T, model.memory());
 }
 
 void ActivationArena::reshape(int B, int T) {
-  if (B <= 0 || T <= 0 || T > cfg_.T || (tp_.sequence && (int64_t{B} * T) % tp_.size != 0) || arena_floats(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_) > buf_.size()) {
+  if (B <= 0 || T <= 0 || T > cfg_.T || arena_floats(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_) > buf_.size()) {
     throw std::invalid_argument(fmt::format(
         "activations: cannot reshape to B={} T={} (arena holds B*T <= {})", B, T, acts_.B * acts_.T));
   }
@@ -190,6 +186,10 @@ void ActivationArena::reshape(int B, int T) {
 }
 
 void ActivationArena::carve(int B, int T) {
+  if (tp_.sequence && (int64_t{B} * T) % tp_.size != 0) {
+    throw std::invalid_argument(fmt::format("activations: sequence parallelism cuts the B*T = {} rows over {} ranks; "
+                                            "they must divide", int64_t{B} * T, tp_.size));
+  }
   size_t offset = 0;
   visit(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_, acts_,
         [&](Tensor& t, std::initializer_list<int64_t> dims, Dtype d) {

@@ -178,14 +178,12 @@ void pre_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, La
   be.residual_forward(x.residual3, x.residual2, proj);
 }
 
-// Megatron's sequence parallelism (Korthikanti et al. 2022; Activations::
-// sequence): the pre-norm tp block with the residual stream cut by rows over
-// the group. Each norm runs on this rank's rows, which the layer keeps, and
-// its output is all-gathered (g) into a scratch for the column-parallel
-// product (and gathered again in the backward, as Megatron does); each
-// row-parallel product's sum over the group is reduce-scattered (g-bar) back
-// to rows, where the residual adds happen. The same function as
-// pre_norm_block: its all-reduce is this reduce-scatter then the next gather.
+// This rank's rows of a whole (B,T,C) tensor under sequence parallelism,
+// shaped as the arena's row tensors (`rows`, e.g. a.encoded) are.
+Tensor rows_of(Tensor whole, const TpLayout& tp, const Tensor& rows) {
+  return Tensor(whole.data + tp.rank * rows.numel(), {1, rows.dim(1), rows.dim(2)});
+}
+
 // Sequence parallelism's row-parallel product: this rank's part of the
 // product (rank 0's with the bias) into `whole`, its sum over the group
 // reduce-scattered into `rows`; with tp.pieces (train.deterministic) the
@@ -202,6 +200,14 @@ void sp_row_parallel(const Parts& k, const TpLayout& tp, Tensor whole, Tensor in
   tp.group->tree_reduce_scatter(whole, rows);
 }
 
+// Megatron's sequence parallelism (Korthikanti et al. 2022; Activations::
+// sequence): the pre-norm tp block with the residual stream cut by rows over
+// the group. Each norm runs on this rank's rows, which the layer keeps, and
+// its output is all-gathered (g) into a scratch for the column-parallel
+// product (and gathered again in the backward, as Megatron does); each
+// row-parallel product's sum over the group is reduce-scattered (g-bar) back
+// to rows, where the residual adds happen. The same function as
+// pre_norm_block: its all-reduce is this reduce-scatter then the next gather.
 template <typename AttentionStep>
 void sequence_parallel_block(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerActivations& x,
                              Activations& a, Tensor residual, int l, const AttentionStep& attend) {
@@ -434,7 +440,7 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
     if (a.sequence) {  // every rank embeds the whole batch (the tables are replicated) and keeps its rows
       const TpLayout& tp = model.tp();
       embed(k, tp, p, a, a.proj, tokens, 0);
-      be.copy(a.encoded, Tensor(a.proj.data + tp.rank * a.encoded.numel(), {1, a.encoded.dim(1), cfg.C}));
+      be.copy(a.encoded, rows_of(a.proj, tp, a.encoded));
     } else {
       embed(k, model.tp(), p, a, a.encoded, tokens, 0);
     }
@@ -540,7 +546,8 @@ void sp_norm_backward(const Parts& k, const TpLayout& tp, Activations& a, Tensor
   if (tp.pieces == 0) return;  // `part` is summed over the group by the caller
   const int64_t N = dwhole.rows(), C = k.cfg.C;
   if (a.dfch.numel() < N * C) throw std::logic_error("sequence parallelism: dfch is too small for a norm's rows");
-  if (drows.data != dwhole.data + static_cast<int64_t>(tp.rank) * drows.numel()) tp.group->all_gather(drows, dwhole);
+  // The head's output gradient is whole on every rank already (`drows` is its rows of `dwhole`).
+  if (drows.data != rows_of(dwhole, tp, drows).data) tp.group->all_gather(drows, dwhole);
   tp.group->all_gather(in, inwhole);
   const Tensor mean_whole(a.sp_stats.data, {N}), rstd_whole(a.sp_stats.data + N, {N});
   if (!rms) tp.group->all_gather(mean, mean_whole);
@@ -770,7 +777,7 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     Tensor last = a.layers[static_cast<size_t>(stage.last - 1)].residual3;
     if (a.sequence) {  // the whole d(lnf) is on every rank (the head is replicated): this rank's rows of it
       const int64_t C = cfg.C;
-      const Tensor mine(a.dln.data + tp.rank * a.dresidual.numel(), {1, a.dresidual.numel() / C, C});
+      const Tensor mine = rows_of(a.dln, tp, a.dresidual);
       const Tensor w(a.sp_norm_grads.data, {C}), b(a.sp_norm_grads.data + C, {C});
       be.zero(Tensor(a.sp_norm_grads.data, {2 * C}));
       sp_norm_backward(k, tp, a, a.dresidual, {g.lnf_w, g.lnf_b}, {w, b}, mine, last, p.lnf_w, a.lnf_mean,

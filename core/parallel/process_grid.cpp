@@ -41,24 +41,22 @@ void CommGroup::tree_reduce_scatter(Tensor full, Tensor shard) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t chunk = static_cast<size_t>(shard.numel());
   float* blocks = full.data;
+  partner_.resize(static_cast<size_t>(n) * chunk);  // the first level's exchange, the largest (n/2 blocks each way)
   for (int bit = 1; bit < n; bit <<= 1) {
-    // The owners still in play share my bits below `bit`; I keep those that share this one too.
-    std::vector<int> keep, give;
-    for (int o = 0; o < n; ++o) {
-      if ((o & (bit - 1)) != (me & (bit - 1))) continue;
-      ((o & bit) == (me & bit) ? keep : give).push_back(o);
-    }
-    const size_t count = keep.size() * chunk;
-    partner_.resize(2 * count);
+    // The owners still in play share my bits below `bit`; I keep those that share this one too, in owner order,
+    // and send my partner the others (the ones it keeps), in the same order.
+    const auto in_play = [&](int o) { return (o & (bit - 1)) == (me & (bit - 1)); };
+    const size_t count = static_cast<size_t>(n / (2 * bit)) * chunk;
     float* send = partner_.data();
     float* recv = send + count;
-    for (size_t i = 0; i < give.size(); ++i) {
-      std::copy_n(blocks + static_cast<size_t>(give[i]) * chunk, chunk, send + i * chunk);
+    for (int o = 0, i = 0; o < n; ++o) {
+      if (in_play(o) && (o & bit) != (me & bit)) std::copy_n(blocks + static_cast<size_t>(o) * chunk, chunk, send + chunk * i++);
     }
     comm_.send_recv(send, count, me ^ bit, recv, count, me ^ bit);
-    for (size_t i = 0; i < keep.size(); ++i) {
-      float* mine = blocks + static_cast<size_t>(keep[i]) * chunk;
-      const float* theirs = recv + i * chunk;
+    for (int o = 0, i = 0; o < n; ++o) {
+      if (!in_play(o) || (o & bit) != (me & bit)) continue;
+      float* mine = blocks + static_cast<size_t>(o) * chunk;
+      const float* theirs = recv + chunk * i++;
       for (size_t j = 0; j < chunk; ++j) mine[j] = mine[j] + theirs[j];
     }
   }

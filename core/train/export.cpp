@@ -595,14 +595,19 @@ HfModel read_hf_gpt2(const std::string& dir_name) {
   return m;
 }
 
+std::optional<std::pair<std::string, std::string>> hf_tokenizer_files(const std::string& dir) {
+  const std::filesystem::path d(dir);
+  if (!std::filesystem::exists(d / "vocab.json") || !std::filesystem::exists(d / "merges.txt")) return std::nullopt;
+  return std::pair{(d / "vocab.json").string(), (d / "merges.txt").string()};
+}
+
 std::string import_hf(const std::string& dir, const std::string& encoder_json, const std::string& vocab_bpe,
                       const std::string& out, bool overwrite) {
   if (dir.empty()) throw std::invalid_argument("--hf: the Hugging Face model folder to import is required");
   if (out.empty()) throw std::invalid_argument("--out: the checkpoint to write is required");
-  // The folder's own tokenizer files when it has them (vocab.json and merges.txt are encoder.json and vocab.bpe).
-  const std::filesystem::path d(dir);
-  const bool own = std::filesystem::exists(d / "vocab.json") && std::filesystem::exists(d / "merges.txt");
-  const std::string enc = own ? (d / "vocab.json").string() : encoder_json, bpe = own ? (d / "merges.txt").string() : vocab_bpe;
+  // The folder's own tokenizer files when it has them.
+  const auto own = hf_tokenizer_files(dir);
+  const std::string enc = own ? own->first : encoder_json, bpe = own ? own->second : vocab_bpe;
   if (enc.empty() || bpe.empty()) {
     throw std::invalid_argument(fmt::format("--hf: '{}' has no vocab.json and merges.txt: name GPT-2's tokenizer "
                                             "with data.encoder_json and data.vocab_bpe", dir));

@@ -26,7 +26,9 @@
 #pragma once
 
 #include <span>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -72,6 +74,9 @@ struct HfModel {
   std::vector<float> params;
 };
 HfModel read_hf_gpt2(const std::string& dir);
+// The folder's own GPT-2 tokenizer files (vocab.json and merges.txt, which
+// are encoder.json and vocab.bpe), or none when either is missing.
+std::optional<std::pair<std::string, std::string>> hf_tokenizer_files(const std::string& dir);
 
 // Writes DIR/model.safetensors and DIR/config.json (creating DIR; each file
 // atomically). `tok` gives the end-of-text id written to config.json.

@@ -51,9 +51,8 @@ ModelWeights read_model_weights(const std::string& path, const std::string& key)
     if (fs::is_directory(path) && fs::exists(fs::path(path) / "config.json")) {
       HfModel m = read_hf_gpt2(path);
       w = {m.config, std::move(m.params), "hf", std::nullopt};
-      const fs::path vocab = fs::path(path) / "vocab.json", merges = fs::path(path) / "merges.txt";
-      if (fs::exists(vocab) && fs::exists(merges)) {
-        w.tokenizer = Tokenizer::gpt2(load_bpe_tokenizer(vocab.string(), merges.string()));
+      if (const auto files = hf_tokenizer_files(path)) {
+        w.tokenizer = Tokenizer::gpt2(load_bpe_tokenizer(files->first, files->second));
       }
       return w;
     }
