@@ -142,6 +142,78 @@ TEST(GradCheck, Attention) {
   }
 }
 
+// Context parallelism's ring attention (reference_kernels.h,
+// attention_block_*): a chunk of L query rows against its own block (causal)
+// and two earlier blocks (every key visible), merged in the order a ring
+// brings them. The merged output and log-sum-exp are the whole causal
+// attention's rows over the three chunks laid end to end (earlier ones
+// first); each block's backward, given the final out and lse, is its share
+// of the gradient: q's sums over the blocks, each block's keys and values
+// its own; checked against finite differences. Multi-head and grouped-query.
+TEST(GradCheck, RingAttention) {
+  const int L = T, NHr = 6, HS = C / NHr;
+  for (const int kvh : {NHr, 2}) {
+    const int W = (NHr + 2 * kvh) * HS, KV = 2 * kvh * HS;
+    Vec qkv = random_dvec(B * L * W, 41, -2, 2), r = random_dvec(B * L * C, 42);
+    std::vector<Vec> kv = {Vec(B * L * KV), random_dvec(B * L * KV, 43, -2, 2), random_dvec(B * L * KV, 44, -2, 2)};
+    Vec out(B * L * C), lse(B * NHr * L);
+    auto forward = [&] {
+      for (int n = 0; n < B * L; ++n) {  // the own block: qkv's key and value columns
+        for (int i = 0; i < KV; ++i) kv[0][n * KV + i] = qkv[n * W + NHr * HS + i];
+      }
+      ref::attention_block_forward(out.data(), lse.data(), qkv.data(), kv[0].data(), B, L, C, NHr, kvh, true, false);
+      for (const int j : {2, 1}) {  // the ring's order: the nearer earlier chunk, then the first
+        ref::attention_block_forward(out.data(), lse.data(), qkv.data(), kv[j].data(), B, L, C, NHr, kvh, false, true);
+      }
+    };
+    forward();
+    // The whole attention over 3L rows: chunk 1's keys and values, chunk 2's, then the queries' own.
+    Vec whole(B * 3 * L * W, 0.0), whole_out(B * 3 * L * C), whole_lse(B * NHr * 3 * L);
+    for (int b = 0; b < B; ++b) {
+      for (int c = 0; c < 3; ++c) {
+        for (int t = 0; t < L; ++t) {
+          double* row = &whole[((b * 3 + c) * L + t) * W];
+          if (c == 2) {
+            for (int i = 0; i < W; ++i) row[i] = qkv[(b * L + t) * W + i];
+          } else {
+            for (int i = 0; i < KV; ++i) row[NHr * HS + i] = kv[c + 1][(b * L + t) * KV + i];
+          }
+        }
+      }
+    }
+    ref::attention_forward(whole_out.data(), whole_lse.data(), whole.data(), B, 3 * L, C, NHr, kvh);
+    Vec last_out, last_lse;
+    for (int b = 0; b < B; ++b) {
+      last_out.insert(last_out.end(), whole_out.begin() + (b * 3 + 2) * L * C, whole_out.begin() + (b * 3 + 3) * L * C);
+      for (int h = 0; h < NHr; ++h) {
+        const auto row = whole_lse.begin() + (b * NHr + h) * 3 * L + 2 * L;
+        last_lse.insert(last_lse.end(), row, row + L);
+      }
+    }
+    EXPECT_TRUE(testing::all_close("ring attention out against the whole attention's rows", out, last_out, 1e-12, 1e-12));
+    EXPECT_TRUE(testing::all_close("ring attention lse against the whole attention's rows", lse, last_lse, 1e-12, 1e-12));
+
+    auto loss = [&] {
+      forward();
+      return dot(out, r);
+    };
+    Vec dqkv(qkv.size(), 0.0);
+    std::vector<Vec> dkv(3, Vec(B * L * KV, 0.0));
+    for (int j = 0; j < 3; ++j) {
+      ref::attention_block_backward(dqkv.data(), dkv[j].data(), r.data(), out.data(), lse.data(), qkv.data(),
+                                    kv[j].data(), B, L, C, NHr, kvh, j == 0);
+    }
+    // The own block's keys and values are qkv's: their gradient lands there.
+    for (int n = 0; n < B * L; ++n) {
+      for (int i = 0; i < KV; ++i) dqkv[n * W + NHr * HS + i] = dkv[0][n * KV + i];
+    }
+    const std::string tag = " (KVH " + std::to_string(kvh) + ")";
+    check_gradient(("ring attention dqkv" + tag).c_str(), qkv, dqkv, loss);
+    check_gradient(("ring attention dkv of the first chunk" + tag).c_str(), kv[1], dkv[1], loss);
+    check_gradient(("ring attention dkv of the second chunk" + tag).c_str(), kv[2], dkv[2], loss);
+  }
+}
+
 // RoPE is linear, so its backward is exact: checked against finite
 // differences all the same, with value heads passed through untouched by
 // both. NH 3 over KVH 3 and 1, rows at positions 7.., HS 4.

@@ -165,6 +165,29 @@ class Backend {
   // attention_forward.
   virtual void attention_decode(Tensor out, Tensor qkv, int NH, int KVH) = 0;
 
+  // Context parallelism's ring attention (model/context_parallel.h): the
+  // causal attention cut into blocks of keys. qkv (N,L,(NH+2*KVH)*HS)
+  // supplies the query heads of L rows, kv (N,L,2*KVH*HS) one block of L
+  // keys and values (attention_kv_pack's layout: the key heads, then the
+  // value heads). Query row t sees key s when s <= t (`causal`: the block
+  // holds the queries' own positions) or every key (`!causal`: an earlier
+  // block). The block's normalized output o and log-sum-exp l are merged
+  // into out (N,L,NH*HS) and lse (N,NH,L) by their log-sum-exps (`merge`):
+  //   out = (out e^lse + o e^l) / (e^lse + e^l),  lse = log(e^lse + e^l);
+  // or written (`!merge`: the rows' first block). All f32.
+  virtual void attention_block_forward(Tensor out, Tensor lse, Tensor qkv, Tensor kv, int NH, int KVH, bool causal,
+                                       bool merge);
+  // Its backward, given dout and the final out and lse (every block
+  // merged): with P = exp(scale q.k - lse) and D = dout . out per row,
+  // dqkv's query columns += dS k and dkv += (dS^T q, P^T dout), dS = P (dout.v - D) scale;
+  // dqkv's key and value columns are not touched. A key/value head sums its group's query heads.
+  virtual void attention_block_backward(Tensor dqkv, Tensor dkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
+                                        Tensor kv, int NH, int KVH, bool causal);
+  // kv (N,L,2*KVH*HS) = the key and value heads of qkv (N,L,(NH+2*KVH)*HS);
+  // unpack: dqkv's key and value columns = dkv (its query columns kept).
+  virtual void attention_kv_pack(Tensor kv, Tensor qkv, int NH, int KVH);
+  virtual void attention_kv_unpack(Tensor dqkv, Tensor dkv, int NH, int KVH);
+
   // Rotary position embedding (RoPE, Su et al. 2021), in place on the NH
   // query and KVH key heads of qkv (B,T,(NH+2*KVH)*HS); value heads are left
   // alone. Row t sits at position pos0 + t. In every rotated head the pair
@@ -242,6 +265,12 @@ class Backend {
 
 // Sum of a host tensor in element order, in double (the CPU backends' sum).
 double sum_in_order(Tensor x);
+
+// attention_kv_pack (`unpack` false: packed = full's key and value columns)
+// and attention_kv_unpack (true: full's key and value columns = packed) on
+// host memory, for the host backends: packed (N,L,2*KVH*HS), full
+// (N,L,(NH+2*KVH)*HS).
+void host_kv_columns(Tensor packed, Tensor full, int NH, int KVH, bool unpack);
 
 // train.gemm: which library runs the CPU backend's fp32 matrix products
 // (kernels/cpu/gemm.h). auto: per product shape, the faster of OpenBLAS and

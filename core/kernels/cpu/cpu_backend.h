@@ -74,6 +74,15 @@ class CpuBackend final : public Backend, public TreeProducts {
   void attention_backward(Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, int NH,
                           int KVH) override;
   void attention_decode(Tensor out, Tensor qkv, int NH, int KVH) override;
+  // Context parallelism's ring attention (ring_attention.cpp).
+  void attention_block_forward(Tensor out, Tensor lse, Tensor qkv, Tensor kv, int NH, int KVH, bool causal,
+                               bool merge) override;
+  void attention_block_backward(Tensor dqkv, Tensor dkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, Tensor kv,
+                                int NH, int KVH, bool causal) override;
+  void attention_kv_pack(Tensor kv, Tensor qkv, int NH, int KVH) override { host_kv_columns(kv, qkv, NH, KVH, false); }
+  void attention_kv_unpack(Tensor dqkv, Tensor dkv, int NH, int KVH) override {
+    host_kv_columns(dkv, dqkv, NH, KVH, true);
+  }
   void rope_forward(Tensor qkv, int NH, int KVH, int pos0, float theta) override;
   void rope_backward(Tensor dqkv, int NH, int KVH, int pos0, float theta) override;
   void gelu_forward(Tensor out, Tensor inp) override;

@@ -424,6 +424,9 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
 
 std::string cuda_unsupported(const std::string& op, int64_t C, int64_t NH) {
   if (op.rfind("attention_", 0) != 0) return "";
+  if (op.rfind("attention_block_", 0) == 0 || op.rfind("attention_kv_", 0) == 0) {
+    return "the ring attention (context parallelism) runs on the CPU stages only";
+  }
   try {
     cuda::attention_head_size(op.c_str(), static_cast<int>(C), static_cast<int>(NH));
   } catch (const std::invalid_argument& e) {

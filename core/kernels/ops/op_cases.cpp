@@ -352,6 +352,94 @@ class AttentionBackward final : public TableCase {
   Output dqkv_;                   // (B,T,W), '=' over its 7s
 };
 
+// Context parallelism's ring attention (backend.h attention_block_*): the
+// queries of qkv (B,T,W) against blocks of T keys and values kv (B,T,2 KVH HS).
+// `first`: the causal block written (a query chunk's own block, the first it
+// sees); else an earlier chunk's block (every key visible) merged into the
+// causal block's out and lse (the reference's, on host copies).
+Array random_kv(const OpShape& s, uint64_t seed, Memory& m) {
+  return random_array({s.B, s.T, 2 * s.kv_heads() * s.HS()}, seed, m, -2.0f, 2.0f);
+}
+
+// The causal block's out (B,T,C) and lse (B,NH,T), then (`merged`) the
+// earlier block merged into them: the reference's, uploaded to `m`.
+std::pair<Array, Array> reference_blocks(const Array& qkv, const Array& own, const Array* earlier, const OpShape& s,
+                                         Memory& m) {
+  Memory& h = host_memory();
+  const Array q = array_of(qkv.dims(), qkv.host(), h), k0 = array_of(own.dims(), own.host(), h);
+  Array out({s.B, s.T, s.C}, h), lse({s.B, s.NH, s.T}, h);
+  const std::unique_ptr<Backend> ref = make_reference_backend();
+  ref->attention_block_forward(out.t(), lse.t(), q.t(), k0.t(), NH(s), KVH(s), true, false);
+  if (earlier != nullptr) {
+    const Array k1 = array_of(earlier->dims(), earlier->host(), h);
+    ref->attention_block_forward(out.t(), lse.t(), q.t(), k1.t(), NH(s), KVH(s), false, true);
+  }
+  return {array_of(out.dims(), out.host(), m), array_of(lse.dims(), lse.host(), m)};
+}
+
+class AttentionBlockForward final : public TableCase {
+ public:
+  AttentionBlockForward(const OpShape& s, Memory& m, bool first = false)
+      : TableCase("attention_block_forward", s, {"lse", "out"}),
+        first_(first),
+        qkv_(random_array({s.B, s.T, s.qkv_width()}, 41, m, -2.0f, 2.0f)),
+        kv_(random_kv(s, first ? 42 : 43, m)) {
+    if (first) {
+      out_ = overwritten({s.B, s.T, s.C}, m);
+      lse_ = overwritten({s.B, s.NH, s.T}, m);
+    } else {  // the causal block's result, into which this one merges
+      const auto [out, lse] = reference_blocks(qkv_, random_kv(s, 42, host_memory()), nullptr, s, host_memory());
+      out_ = Output(out.dims(), out.host(), m);
+      lse_ = Output(lse.dims(), lse.host(), m);
+    }
+  }
+  void reset() override {
+    out_.reset();
+    lse_.reset();
+  }
+  void run(Backend& be) override {
+    be.attention_block_forward(out_.t(), lse_.t(), qkv_.t(), kv_.t(), NH(s_), KVH(s_), first_, !first_);
+  }
+  std::vector<OpOutput> outputs() override { return {out(0, lse_.host()), out(1, out_.host())}; }
+
+ private:
+  bool first_;
+  Array qkv_, kv_;    // (B,T,W), (B,T,2 KVH HS)
+  Output out_, lse_;  // (B,T,C), (B,NH,T): '=' (first) or merged into
+};
+
+// The backward of one block (causal, or `earlier`: every key visible) given
+// the final out and lse of the two blocks merged and a random dout: dqkv's
+// query columns and dkv accumulate onto random starts.
+class AttentionBlockBackward final : public TableCase {
+ public:
+  AttentionBlockBackward(const OpShape& s, Memory& m, bool earlier = false)
+      : TableCase("attention_block_backward", s, {"dqkv", "dkv"}),
+        earlier_(earlier),
+        qkv_(random_array({s.B, s.T, s.qkv_width()}, 41, m, -2.0f, 2.0f)),
+        kv_(random_kv(s, earlier ? 43 : 42, m)),
+        dout_(random_array({s.B, s.T, s.C}, 44, m)),
+        dqkv_(accumulated({s.B, s.T, s.qkv_width()}, 45, m)),
+        dkv_(accumulated({s.B, s.T, 2 * s.kv_heads() * s.HS()}, 46, m)) {
+    const Array other = random_kv(s, 43, host_memory());
+    std::tie(out_, lse_) = reference_blocks(qkv_, random_kv(s, 42, host_memory()), &other, s, m);
+  }
+  void reset() override {
+    dqkv_.reset();
+    dkv_.reset();
+  }
+  void run(Backend& be) override {
+    be.attention_block_backward(dqkv_.t(), dkv_.t(), dout_.t(), out_.t(), lse_.t(), qkv_.t(), kv_.t(), NH(s_),
+                                KVH(s_), !earlier_);
+  }
+  std::vector<OpOutput> outputs() override { return {out(0, dqkv_.host()), out(1, dkv_.host())}; }
+
+ private:
+  bool earlier_;
+  Array qkv_, kv_, dout_, out_, lse_;  // (B,T,W), (B,T,2 KVH HS), (B,T,C), (B,T,C), (B,NH,T)
+  Output dqkv_, dkv_;                  // +=
+};
+
 // One query (the last of T rows) against T keys: qkv is batch row 0 of
 // attention_forward's qkv at the same shape (same seed, a prefix).
 class AttentionDecode final : public TableCase {
@@ -731,6 +819,13 @@ OpSpec masked_spec(const std::string& op) {
           [](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> { return std::make_unique<Case>(s, m, true); }};
 }
 
+// A variant whose case takes `true` for it (the ring attention's ".first" and ".earlier").
+template <typename Case>
+OpSpec variant_spec(const std::string& op, const std::string& variant) {
+  return {op, variant, Dtype::f32,
+          [](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> { return std::make_unique<Case>(s, m, true); }};
+}
+
 // A case class that takes its op's name (one class for two ops).
 template <typename Case>
 OpSpec named_spec(const std::string& op) {
@@ -805,7 +900,10 @@ const std::vector<OpSpec>& op_table(Dtype dtype) {
     add_matmuls(v, Dtype::f32);
     for (const OpSpec& a : {spec<AttentionForward>("attention_forward"), spec<AttentionBackward>("attention_backward"),
                             spec<AttentionDecode>("attention_decode"), named_spec<Rope>("rope_forward"),
-                            named_spec<Rope>("rope_backward")}) {
+                            named_spec<Rope>("rope_backward"), spec<AttentionBlockForward>("attention_block_forward"),
+                            variant_spec<AttentionBlockForward>("attention_block_forward", "first"),
+                            spec<AttentionBlockBackward>("attention_block_backward"),
+                            variant_spec<AttentionBlockBackward>("attention_block_backward", "earlier")}) {
       v.push_back(a);
       v.push_back(grouped(a));
     }

@@ -68,6 +68,23 @@ OpCost op_cost(const std::string& k, const OpShape& s) {
     const double flop = 2.0 * 2.0 * 2.0 * static_cast<double>(s.B) * C * causal_pairs(s);
     return {flop, kF * (N * W + NC + NC + static_cast<double>(s.B) * s.NH * T + N * W)};
   }
+  if (k == "attention_block_forward") {
+    // Q K^T and P V of one block of T keys, all visible (the table's
+    // default: an earlier block; ".first", the causal one, does about half),
+    // and the merge (5 per output element, not counted beside the products).
+    // Reads qkv and the block (2 KVH HS a row), reads and writes out and lse.
+    const double kv = 2.0 * static_cast<double>(s.kv_heads()) * static_cast<double>(s.HS());
+    const double flop = 2.0 * 2.0 * static_cast<double>(s.B) * C * T * T;
+    return {flop, kF * (N * W + N * kv + 2 * NC + 2 * static_cast<double>(s.B) * s.NH * T)};
+  }
+  if (k == "attention_block_backward") {
+    // q.k and dO.v again, dq, dk, dv: four products over the block's pairs
+    // (the causal default does about half of all T x T). Reads qkv, the block,
+    // dout, out, lse; dqkv's query columns and dkv accumulate.
+    const double kv = 2.0 * static_cast<double>(s.kv_heads()) * static_cast<double>(s.HS());
+    const double flop = 2.0 * 2.0 * 2.0 * static_cast<double>(s.B) * C * causal_pairs(s);
+    return {flop, kF * (N * W + N * kv + 2 * NC + static_cast<double>(s.B) * s.NH * T + 2 * NC + 2 * N * kv)};
+  }
   if (k == "rope_forward" || k == "rope_backward") {
     // Per pair of the NH query and KVH key heads: 4 mul, 2 add (3 per
     // element), read and written in place; value heads untouched. The angles

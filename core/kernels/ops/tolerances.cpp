@@ -45,6 +45,14 @@ Tolerance attention_out(const ToleranceFacts& f) {
   return abs_rel(4.0 * static_cast<double>(f.shape.T) * kU * 2 + 2 * score_tol(f.shape), 1e-5);
 }
 
+// dqkv sums up to T terms, each a product of HS-term dots (size <= 8) and
+// inputs <= 2: the error scales like T HS u 16. A key/value head's gradient
+// sums those of its NH/KVH query heads: G T terms (G = 1 for multi-head).
+Tolerance attention_grad(const ToleranceFacts& f) {
+  const double G = static_cast<double>(f.shape.NH) / static_cast<double>(f.shape.kv_heads());
+  return abs_rel(4.0 * G * static_cast<double>(f.shape.T) * static_cast<double>(f.shape.HS()) * kU * 16, 1e-4);
+}
+
 struct Row {
   const char* op;
   const char* output;
@@ -129,15 +137,24 @@ const Row kRows[] = {
     {"attention_forward", "out", Dtype::f32, attention_out},
     // The last row of attention_forward: the same arithmetic over T keys.
     {"attention_decode", "out", Dtype::f32, attention_out},
-    // dqkv sums up to T terms, each a product of HS-term dots (size <= 8) and
-    // inputs <= 2: the error scales like T HS u 16. A key/value head's
-    // gradient sums those of its NH/KVH query heads: G T terms (G = 1 for
-    // multi-head).
-    {"attention_backward", "dqkv", Dtype::f32,
+    // attention_grad, above.
+    {"attention_backward", "dqkv", Dtype::f32, attention_grad},
+    // The ring attention's blocks (backend.h attention_block_*), at T keys a
+    // block. ".first" writes a causal block: attention_forward's rows. The
+    // merge adds a convex combination of two such rows by weights within
+    // fast_exp's and the exp's few ulp of each other's: twice the rows'
+    // bounds, and rtol 1e-5 for the weights (2e-6 for the lse's log).
+    {"attention_block_forward", "lse", Dtype::f32,
+     [](const ToleranceFacts& f) { return abs_rel(4 * score_tol(f.shape), 2e-6); }},
+    {"attention_block_forward", "out", Dtype::f32,
      [](const ToleranceFacts& f) {
-       const double G = static_cast<double>(f.shape.NH) / static_cast<double>(f.shape.kv_heads());
-       return abs_rel(4.0 * G * static_cast<double>(f.shape.T) * static_cast<double>(f.shape.HS()) * kU * 16, 1e-4);
+       const Tolerance row = attention_out(f);
+       return abs_rel(2 * row.atol, row.rtol);
      }},
+    // attention_backward's terms over the T keys of a block (each P and dS
+    // from the given lse, as there), onto a U(-1,1) start.
+    {"attention_block_backward", "dqkv", Dtype::f32, attention_grad},
+    {"attention_block_backward", "dkv", Dtype::f32, attention_grad},
     // Inputs U(-1,1); every backend turns a pair by the same float (cos, sin)
     // (backend.h). Each side rounds two products and a sum, within
     // 2 u (|x0 c| + |x1 s|) <= 2 sqrt(2) u: 6 u between them, 8 u with FMA

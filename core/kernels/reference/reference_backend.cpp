@@ -102,6 +102,22 @@ class ReferenceBackend final : public Backend {
     expect_f32(out, "attention_decode");
     ref::attention_decode(out.data, qkv.data, i32(qkv.dim(1)), i32(out.dim(2)), NH, KVH);
   }
+  void attention_block_forward(Tensor out, Tensor lse, Tensor qkv, Tensor kv, int NH, int KVH, bool causal,
+                               bool merge) override {
+    expect_f32(out, "attention_block_forward");
+    ref::attention_block_forward(out.data, lse.data, qkv.data, kv.data, i32(qkv.dim(0)), i32(qkv.dim(1)),
+                                 i32(out.dim(2)), NH, KVH, causal, merge);
+  }
+  void attention_block_backward(Tensor dqkv, Tensor dkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, Tensor kv,
+                                int NH, int KVH, bool causal) override {
+    expect_f32(out, "attention_block_backward");
+    ref::attention_block_backward(dqkv.data, dkv.data, dout.data, out.data, lse.data, qkv.data, kv.data,
+                                  i32(qkv.dim(0)), i32(qkv.dim(1)), i32(dout.dim(2)), NH, KVH, causal);
+  }
+  void attention_kv_pack(Tensor kv, Tensor qkv, int NH, int KVH) override { host_kv_columns(kv, qkv, NH, KVH, false); }
+  void attention_kv_unpack(Tensor dqkv, Tensor dkv, int NH, int KVH) override {
+    host_kv_columns(dkv, dqkv, NH, KVH, true);
+  }
   void rope_forward(Tensor qkv, int NH, int KVH, int pos0, float theta) override {
     ref::rope_forward(qkv.data, i32(qkv.dim(0)), i32(qkv.dim(1)), NH, KVH, i32(qkv.dim(2) / (NH + 2 * KVH)), pos0,
                       theta);

@@ -287,6 +287,114 @@ void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int 
   }
 }
 
+namespace {
+// Where the query heads of qkv and the key/value heads of a packed block sit
+// (reference_kernels.h, attention_block_*).
+struct BlockLayout {
+  int L, NH, KVH, HS;
+  int64_t qkv_width() const { return static_cast<int64_t>(NH + 2 * KVH) * HS; }
+  int64_t kv_width() const { return static_cast<int64_t>(2 * KVH) * HS; }
+  template <typename Ptr>
+  Ptr q(Ptr qkv, int n, int t, int h) const { return qkv + (static_cast<int64_t>(n) * L + t) * qkv_width() + h * HS; }
+  // part 0: key head g, part 1: value head g.
+  template <typename Ptr>
+  Ptr kv(Ptr block, int part, int n, int s, int g) const {
+    return block + (static_cast<int64_t>(n) * L + s) * kv_width() + static_cast<int64_t>(part * KVH + g) * HS;
+  }
+  int group_of(int h) const { return h / (NH / KVH); }
+  int visible(int t, bool causal) const { return causal ? t + 1 : L; }  // keys 0 .. visible-1
+};
+}  // namespace
+
+template <typename R>
+void attention_block_forward(R* out, R* lse, const R* qkv, const R* kv, int N, int L, int C, int NH, int KVH,
+                             bool causal, bool merge) {
+  const BlockLayout Y{L, NH, KVH, C / NH};
+  const int HS = Y.HS;
+  const R scale = R(1) / std::sqrt(R(HS));
+  std::vector<R> p(static_cast<size_t>(L)), o(static_cast<size_t>(HS));
+  for (int n = 0; n < N; ++n) {
+    for (int h = 0; h < NH; ++h) {
+      const int g = Y.group_of(h);
+      for (int t = 0; t < L; ++t) {
+        const R* q = Y.q(qkv, n, t, h);
+        const int S = Y.visible(t, causal);
+        R maxv = -INFINITY;
+        for (int s = 0; s < S; ++s) {
+          const R* k = Y.kv(kv, 0, n, s, g);
+          R dot = 0;
+          for (int i = 0; i < HS; ++i) dot += q[i] * k[i];
+          p[s] = dot * scale;
+          if (p[s] > maxv) maxv = p[s];
+        }
+        R sum = 0;
+        for (int s = 0; s < S; ++s) sum += (p[s] = std::exp(p[s] - maxv));
+        for (int i = 0; i < HS; ++i) o[i] = 0;
+        for (int s = 0; s < S; ++s) {
+          const R* v = Y.kv(kv, 1, n, s, g);
+          for (int i = 0; i < HS; ++i) o[i] += p[s] / sum * v[i];
+        }
+        const R block_lse = maxv + std::log(sum);
+        R* dst = out + (static_cast<int64_t>(n) * L + t) * C + h * HS;
+        R& row_lse = lse[(static_cast<int64_t>(n) * NH + h) * L + t];
+        if (!merge) {
+          for (int i = 0; i < HS; ++i) dst[i] = o[i];
+          row_lse = block_lse;
+          continue;
+        }
+        // The two parts weighted by their shares of the merged normaliser.
+        const R m = std::max(row_lse, block_lse);
+        const R w_old = std::exp(row_lse - m), w_new = std::exp(block_lse - m), total = w_old + w_new;
+        for (int i = 0; i < HS; ++i) dst[i] = (dst[i] * w_old + o[i] * w_new) / total;
+        row_lse = m + std::log(total);
+      }
+    }
+  }
+}
+
+template <typename R>
+void attention_block_backward(R* dqkv, R* dkv, const R* dout, const R* out, const R* lse, const R* qkv,
+                              const R* kv, int N, int L, int C, int NH, int KVH, bool causal) {
+  // With the final lse and out: P_ts = exp(scale q_t.k_s - lse_t) is the
+  // block's part of the whole softmax, D_t = dO_t . O_t, and
+  //   dS = P (dO.v_s - D) scale,  dq += dS k,  dk += dS q,  dv += P dO.
+  const BlockLayout Y{L, NH, KVH, C / NH};
+  const int HS = Y.HS;
+  const R scale = R(1) / std::sqrt(R(HS));
+  for (int n = 0; n < N; ++n) {
+    for (int h = 0; h < NH; ++h) {
+      const int g = Y.group_of(h);
+      for (int t = 0; t < L; ++t) {
+        const R* q = Y.q(qkv, n, t, h);
+        R* dq = Y.q(dqkv, n, t, h);
+        const R* dO = dout + (static_cast<int64_t>(n) * L + t) * C + h * HS;
+        const R* O = out + (static_cast<int64_t>(n) * L + t) * C + h * HS;
+        const R row_lse = lse[(static_cast<int64_t>(n) * NH + h) * L + t];
+        R D = 0;
+        for (int i = 0; i < HS; ++i) D += dO[i] * O[i];
+        for (int s = 0; s < Y.visible(t, causal); ++s) {
+          const R* k = Y.kv(kv, 0, n, s, g);
+          const R* v = Y.kv(kv, 1, n, s, g);
+          R score = 0, dp = 0;
+          for (int i = 0; i < HS; ++i) {
+            score += q[i] * k[i];
+            dp += dO[i] * v[i];
+          }
+          const R P = std::exp(score * scale - row_lse);
+          const R dS = P * (dp - D) * scale;
+          R* dk = Y.kv(dkv, 0, n, s, g);
+          R* dv = Y.kv(dkv, 1, n, s, g);
+          for (int i = 0; i < HS; ++i) {
+            dq[i] += dS * k[i];
+            dk[i] += dS * q[i];
+            dv[i] += P * dO[i];
+          }
+        }
+      }
+    }
+  }
+}
+
 // RoPE's rotation of pair i at position pos: the angle pos * theta^(-2i/HS)
 // in double, its cosine and sine rounded to float (backend.h).
 static void rope_angles(float* c, float* s, int pos, int HS, float theta) {
@@ -517,6 +625,9 @@ double sum_squares(const R* x, int64_t n) {
   template void attention_forward<R>(R*, R*, const R*, int, int, int, int, int);                    \
   template void attention_backward<R>(R*, const R*, const R*, int, int, int, int, int);             \
   template void attention_decode<R>(R*, const R*, int, int, int, int);                              \
+  template void attention_block_forward<R>(R*, R*, const R*, const R*, int, int, int, int, int, bool, bool); \
+  template void attention_block_backward<R>(R*, R*, const R*, const R*, const R*, const R*, const R*, int, int, \
+                                            int, int, int, bool);                                   \
   template void rope_forward<R>(R*, int, int, int, int, int, int, float);                           \
   template void rope_backward<R>(R*, int, int, int, int, int, int, float);                          \
   template void gelu_forward<R>(R*, const R*, int64_t);                                              \

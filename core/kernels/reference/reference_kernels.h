@@ -62,6 +62,22 @@ void attention_decode(R* out, const R* qkv, int P, int C, int NH) {
   attention_decode(out, qkv, P, C, NH, NH);
 }
 
+// Context parallelism's ring attention (backend.h, attention_block_*): the
+// query heads of qkv (N,L,(NH+2KVH)HS) against one block of keys and values
+// kv (N,L,2 KVH HS: the KVH key heads, then the KVH value heads), row t of
+// the queries seeing key s when s <= t (`causal`: the same chunk) or every
+// key (an earlier chunk). Forward: the block's output and log-sum-exp merged
+// into out (N,L,C) and lse (N,NH,L) by their log-sum-exps (`merge`), or
+// written (the query block's first). Backward, given the final out and lse
+// of every block merged: dqkv's query columns += and dkv (N,L,2 KVH HS) +=
+// the block's share of the gradient.
+template <typename R>
+void attention_block_forward(R* out, R* lse, const R* qkv, const R* kv, int N, int L, int C, int NH, int KVH,
+                             bool causal, bool merge);
+template <typename R>
+void attention_block_backward(R* dqkv, R* dkv, const R* dout, const R* out, const R* lse, const R* qkv,
+                              const R* kv, int N, int L, int C, int NH, int KVH, bool causal);
+
 // RoPE in place on the NH query and KVH key heads of qkv (B,T,(NH+2KVH)HS),
 // row t at position pos0 + t; cos and sin rounded to float (backend.h) in
 // both instantiations, so the double kernels rotate by the float kernels' angles.
