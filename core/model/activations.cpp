@@ -96,6 +96,9 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
   f(a.sp_rows, {seq ? 1 : 0, Ts, C});
   f(a.sp_norm_grads, {seq ? 4 * C : 0});
   f(a.sp_stats, {seq ? 2 * int64_t{B} * T : 0});
+  const int64_t ctx = tp.context > 1 ? 2 : 0;
+  f(a.cp_kv, {ctx, B, T, (QKV - C) / P});
+  f(a.cp_dkv, {ctx, B, T, (QKV - C) / P});
   a.zero_rows.assign(runs ? static_cast<size_t>(B) * static_cast<size_t>(T) : 0, 0);
   a.vocab_ids.assign(tp.vocab ? static_cast<size_t>(B) * static_cast<size_t>(T) : 0, -1);
 }
@@ -165,7 +168,7 @@ void ActivationArena::init(int B, int T, Memory& memory) {
 }
 
 ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_backward, bool recompute, Dtype stored,
-                                 bool sequence_parallel)
+                                 bool sequence_parallel, const ContextCut& cp)
     : cfg_(model.config()),
       tp_(model.tp().shape()),
       private_runs_(model.tp().has_private()),
@@ -174,6 +177,11 @@ ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_bac
       recompute_(recompute),
       stored_(stored) {
   tp_.sequence = sequence_parallel && tp_.size > 1;
+  tp_.context = cp.size;
+  acts_.cp = cp;
+  if (cp.on() && (cp.group == nullptr || tp_.sequence)) {
+    throw std::invalid_argument("activations: context parallelism needs its group, and runs without sequence parallelism");
+  }
   init(B, T, model.memory());
 }
 
@@ -189,6 +197,10 @@ void ActivationArena::carve(int B, int T) {
   if (tp_.sequence && (int64_t{B} * T) % tp_.size != 0) {
     throw std::invalid_argument(fmt::format("activations: sequence parallelism cuts the B*T = {} rows over {} ranks; "
                                             "they must divide", int64_t{B} * T, tp_.size));
+  }
+  if (tp_.context > 1 && B % 2 != 0) {
+    throw std::invalid_argument(fmt::format("activations: a context-parallel arena holds head and tail chunks: B = {} "
+                                            "must be even", B));
   }
   size_t offset = 0;
   visit(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_, acts_,

@@ -8,6 +8,7 @@
 
 #include "kernels/buffer.h"
 #include "model/config.h"
+#include "model/context_parallel.h"
 #include "kernels/tensor.h"
 #include "model/params.h"
 #include "model/tensor_parallel.h"
@@ -93,6 +94,12 @@ struct Activations {
   Tensor sp_rows;        // (1, N/P, C) a norm's output, or a sum's, before its gather or after its scatter
   Tensor sp_norm_grads;  // (4C) a layer's norms' weight (and bias) gradients over this rank's rows, summed
   Tensor sp_stats;       // (2 B*T) train.deterministic: a norm's mean and rstd gathered over every row
+  // Context parallelism (TpShape::context, parallel.cp), else off and empty: the arena's B rows are the
+  // head chunks of B/2 rows of the batch, then their tail chunks (model/context_parallel.h); the ring
+  // attention's two buffers of packed keys and values and two of their gradients.
+  ContextCut cp;
+  Tensor cp_kv;   // (2, B, T, 2 KVH HS / P)
+  Tensor cp_dkv;  // (2, B, T, 2 KVH HS / P)
 };
 
 // The floats of an arena of (B, T) for `cfg` sharded as `tp` over its
@@ -128,8 +135,9 @@ class ActivationArena {
                   Dtype stored = Dtype::f32);
   // For `model`: its configuration, its tensor-parallel shard, its stage and its memory.
   // `sequence_parallel`: TpShape::sequence, with more than one tensor-parallel rank; B*T must divide by them.
+  // `cp`: the arena's rows cut into this rank's head and tail chunks (TpShape::context); B must be even.
   ActivationArena(const Gpt2& model, int B, int T, bool split_backward = false, bool recompute = false,
-                  Dtype stored = Dtype::f32, bool sequence_parallel = false);
+                  Dtype stored = Dtype::f32, bool sequence_parallel = false, const ContextCut& cp = {});
   ActivationArena(const ActivationArena&) = delete;
   ActivationArena& operator=(const ActivationArena&) = delete;
   Activations& acts() { return acts_; }

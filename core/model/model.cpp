@@ -79,15 +79,39 @@ struct Parts {
   }
   // Where the gradient at the hidden activations goes: dfch itself, or (SwiGLU) a.dhid.
   Tensor hidden_grad(const Activations& a) const { return cfg.swiglu() ? a.dhid : a.dfch; }
-  // q, k and v of rows at positions pos0.. from `in`, RoPE turned.
-  void qkv(Tensor out, Tensor in, const LayerParams& w, int pos0) const {
+  // RoPE on the rows of x (q, k and v, or their gradient): at positions
+  // pos0.., or (an arena cut by context parallelism) at its chunks' positions.
+  void rotate(Tensor x, int pos0, const ContextCut& cp, bool backward) const {
+    if (!cfg.rope()) return;
+    const auto turn = [&](Tensor t, int pos) {
+      if (backward) be.rope_backward(t, NH, KVH, pos, cfg.rope_theta);
+      else be.rope_forward(t, NH, KVH, pos, cfg.rope_theta);
+    };
+    if (!cp.on()) {
+      turn(x, pos0);
+      return;
+    }
+    for (int part = 0; part < 2; ++part) turn(context_half(x, part), cp.chunk(part) * static_cast<int>(x.dim(1)));
+  }
+  // q, k and v of rows at positions pos0.. (or `cp`'s chunks) from `in`, RoPE turned.
+  void qkv(Tensor out, Tensor in, const LayerParams& w, int pos0, const ContextCut& cp = {}) const {
     be.matmul_forward(out, in, w.qkv_w, w.qkv_b);
-    if (cfg.rope()) be.rope_forward(out, NH, KVH, pos0, cfg.rope_theta);
+    rotate(out, pos0, cp, false);
+  }
+  // The causal attention of a training or prompt forward: whole rows, or
+  // the ring over an arena cut by context parallelism.
+  void attention(LayerActivations& x, Activations& a) const {
+    if (a.cp.on()) ring_attention_forward(be, a.cp, x.atty, x.att_lse, x.qkv, a.cp_kv, NH, KVH);
+    else be.attention_forward(x.atty, x.att_lse, x.qkv, NH, KVH);
   }
   // The attention's backward to the gradient at the qkv product's output.
-  void attention_backward(Tensor dqkv, Tensor datty, const LayerActivations& x, int pos0) const {
-    be.attention_backward(dqkv, datty, x.atty, x.att_lse, x.qkv, NH, KVH);
-    if (cfg.rope()) be.rope_backward(dqkv, NH, KVH, pos0, cfg.rope_theta);
+  void attention_backward(Tensor dqkv, Tensor datty, const LayerActivations& x, Activations& a) const {
+    if (a.cp.on()) {
+      ring_attention_backward(be, a.cp, dqkv, datty, x.atty, x.att_lse, x.qkv, a.cp_kv, a.cp_dkv, NH, KVH);
+    } else {
+      be.attention_backward(dqkv, datty, x.atty, x.att_lse, x.qkv, NH, KVH);
+    }
+    rotate(dqkv, a.pos0, a.cp, true);
   }
   // The head's matrix: lm_head, or wte when tied.
   static Tensor head(const Gpt2Config& c, const ParamTensors& p) { return c.tie_embeddings ? p.wte : p.lm_head; }
@@ -313,8 +337,9 @@ void head_forward(const Parts& k, const TpLayout& tp, const ParamTensors& p, Act
 // rows hold (the others as -1: a.vocab_ids), rank 0 alone adds the position
 // rows, and the group's sum puts each row together: one token row and one
 // position row, the rest exact zeros, so the sum is the unsharded value.
+// `id0`: where out's rows start among the arena's (a.vocab_ids).
 void embed(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activations& a, Tensor out,
-           const int32_t* tokens, int pos) {
+           const int32_t* tokens, int pos, size_t id0 = 0) {
   const int64_t C = k.cfg.C;
   const bool vocab = tp.shape().vocab;
   const bool no_positions = k.cfg.rope() || (vocab && tp.rank != 0);
@@ -326,9 +351,9 @@ void embed(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activation
   const int64_t v0 = tp.vocab_begin(k.cfg.V), rows = p.wte.dim(0), n = out.numel() / C;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = tokens[i] - v0;
-    a.vocab_ids[static_cast<size_t>(i)] = id >= 0 && id < rows ? static_cast<int32_t>(id) : -1;
+    a.vocab_ids[id0 + static_cast<size_t>(i)] = id >= 0 && id < rows ? static_cast<int32_t>(id) : -1;
   }
-  k.be.encoder_forward(out, a.vocab_ids.data(), p.wte, pos_rows);
+  k.be.encoder_forward(out, a.vocab_ids.data() + id0, p.wte, pos_rows);
   tp_sum(tp, out);
 }
 
@@ -441,6 +466,12 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
       const TpLayout& tp = model.tp();
       embed(k, tp, p, a, a.proj, tokens, 0);
       be.copy(a.encoded, rows_of(a.proj, tp, a.encoded));
+    } else if (a.cp.on()) {  // each half of the arena at its chunk's positions
+      const int64_t n = int64_t{a.B} / 2 * a.T;
+      for (int part = 0; part < 2; ++part) {
+        embed(k, model.tp(), p, a, context_half(a.encoded, part), tokens + part * n, a.cp.chunk(part) * a.T,
+              static_cast<size_t>(part * n));
+      }
     } else {
       embed(k, model.tp(), p, a, a.encoded, tokens, 0);
     }
@@ -448,8 +479,8 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
   layers_forward(
       k, model, a,
       [&](int, const LayerParams& w, LayerActivations& x, Tensor in) {
-        k.qkv(x.qkv, in, w, pos0);
-        be.attention_forward(x.atty, x.att_lse, x.qkv, k.NH, k.KVH);
+        k.qkv(x.qkv, in, w, pos0, a.cp);
+        k.attention(x, a);
       },
       units);
   if (targets == nullptr || !model.stage().head) return 0.0f;
@@ -495,7 +526,7 @@ void pre_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerPara
   // dresidual now holds d(residual2).
   const Tensor d2 = keep(x.d_res2, a.dresidual);
   be.matmul_backward(a.datty, wgrad(dw.attn_proj_w), wgrad(dw.attn_proj_b), d2, x.atty, w.attn_proj_w);
-  k.attention_backward(a.dqkv, a.datty, x, a.pos0);
+  k.attention_backward(a.dqkv, a.datty, x, a);
   const Tensor dqkv = keep(x.d_qkv, a.dqkv);  // after the attention backward has read qkv
   column_parallel_backward(k, tp, a.dln, wgrad(dw.qkv_w), wgrad(dw.qkv_b), dqkv, x.ln1, w.qkv_w, qkv_segments(k));
   k.norm_backward(a.dresidual, dw.ln1_w, dw.ln1_b, a.dln, residual, w.ln1_w, x.ln1_mean, x.ln1_rstd);
@@ -601,7 +632,7 @@ void sequence_parallel_block_backward(const Parts& k, const TpLayout& tp, const 
   if (b_only) be.copy(x.d_res2, a.dresidual);  // d(residual2)'s rows, for W
   tp.group->all_gather(a.dresidual, whole);  // d(residual2)
   be.matmul_backward(a.datty, wgrad(dw.attn_proj_w), wgrad(dw.attn_proj_b), whole, x.atty, w.attn_proj_w);
-  k.attention_backward(a.dqkv, a.datty, x, a.pos0);
+  k.attention_backward(a.dqkv, a.datty, x, a);
   if (b_only) be.copy(x.d_qkv, a.dqkv);  // after the attention backward has read qkv
   const Tensor dqkv = b_only ? x.d_qkv : a.dqkv;
   if (!b_only) tp.group->all_gather(x.ln1, whole);  // the qkv product's input again
@@ -632,7 +663,7 @@ void post_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerPar
   be.zero(a.dln);
   k.norm_backward(a.dln, dw.ln1_w, dw.ln1_b, a.dresidual, v.r2, w.ln1_w, x.ln1_mean, x.ln1_rstd);  // d(r2)
   be.matmul_backward(a.datty, dw.attn_proj_w, dw.attn_proj_b, a.dln, x.atty, w.attn_proj_w);
-  k.attention_backward(a.dqkv, a.datty, x, a.pos0);
+  k.attention_backward(a.dqkv, a.datty, x, a);
   be.matmul_backward(a.dresidual, dw.qkv_w, dw.qkv_b, a.dqkv, residual, w.qkv_w);
   tp_sum(tp, a.dresidual);
   be.residual_forward(a.dresidual, a.dresidual, a.dln);  // d(x): through the attention and around it
@@ -688,7 +719,7 @@ void private_block_backward(const Parts& k, Gpt2& model, Activations& a, int l) 
   be.residual_forward(a.dln, G, ds);
   if (!root) bias_rows_backward(be, g.attn_proj_b, a.proj, ds, a.zero_rows);
   be.matmul_backward(a.datty, dw.attn_proj_w, root ? g.attn_proj_b : Tensor{}, a.dln, x.atty, w.attn_proj_w);
-  k.attention_backward(a.dqkv, a.datty, x, a.pos0);
+  k.attention_backward(a.dqkv, a.datty, x, a);
   be.matmul_backward(a.dln, dw.qkv_w, Tensor{}, a.dqkv, x.ln1, w.qkv_w);
   k.norm_backward(ds, g.ln1_w, g.ln1_b, a.dln, block_input(a, l), w.ln1_w, x.ln1_mean, x.ln1_rstd);
   // ds now holds d(s), this rank's share of the gradient at the layer's input.
@@ -718,8 +749,8 @@ void recompute_layer(const Parts& k, const Gpt2& model, Activations& a, int l) {
   const LayerParams& w = model.params.layers[static_cast<size_t>(l)];
   LayerActivations& x = a.layers[static_cast<size_t>(l)];
   const auto attend = [&](int, const LayerParams& lw, LayerActivations& lx, Tensor in) {
-    k.qkv(lx.qkv, in, lw, a.pos0);
-    k.be.attention_forward(lx.atty, lx.att_lse, lx.qkv, k.NH, k.KVH);
+    k.qkv(lx.qkv, in, lw, a.pos0, a.cp);
+    k.attention(lx, a);
   };
   if (a.sequence) {
     sequence_parallel_block(k, model.tp(), w, x, a, block_input(a, l), l, attend);
@@ -814,7 +845,16 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     const int32_t* ids = tp.shape().vocab ? a.vocab_ids.data() : tokens;
     // Sequence parallelism: every rank's rows gathered, so each computes the replicated tables' whole gradient.
     if (a.sequence) tp.group->all_gather(a.dresidual, a.proj);
-    be.encoder_backward(g.wte, cfg.rope() ? a.dpos : g.wpe, a.sequence ? a.proj : a.dresidual, ids);
+    if (a.cp.on()) {  // each half of the arena into its chunk's position rows
+      const int64_t n = int64_t{a.B} / 2 * a.T;
+      for (int part = 0; part < 2; ++part) {
+        const Tensor pos_rows = cfg.rope() ? a.dpos : Tensor(g.wpe.data + int64_t{a.cp.chunk(part)} * a.T * cfg.C,
+                                                             {a.T, cfg.C});
+        be.encoder_backward(g.wte, pos_rows, context_half(a.dresidual, part), ids + part * n);
+      }
+    } else {
+      be.encoder_backward(g.wte, cfg.rope() ? a.dpos : g.wpe, a.sequence ? a.proj : a.dresidual, ids);
+    }
     done_from(g.wte);
   }  // else a.dresidual holds the gradient at the stage's input, for the caller to send back
 }

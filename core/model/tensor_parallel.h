@@ -92,6 +92,9 @@ struct TpShape {
   // Megatron's sequence parallelism (set on an activation arena, not on the
   // model): the residual stream's rows cut over the group, model/activations.h.
   bool sequence = false;
+  // Context parallelism (set on an activation arena): the arena's rows are its rank's head and tail chunks of
+  // every row of the batch over `context` ranks (model/context_parallel.h); 1: whole rows.
+  int context = 1;
   TpShape(int p = 1, bool v = false) : size(p), vocab(v && p > 1) {}  // NOLINT: an int is a shape
   // The vocabulary rows of wte and lm_head a rank holds, padding included.
   int64_t vocab_rows(int64_t V) const { return vocab ? (V + size - 1) / size : V; }

@@ -1,0 +1,115 @@
+#include "model/context_parallel.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+namespace gpt2 {
+
+Tensor context_half(Tensor t, int part) {
+  const int64_t rows = t.dim(0) / 2, per = t.numel() / t.dim(0);
+  return Tensor(t.data + part * rows * per, {rows, t.dim(1), t.dim(2)});
+}
+
+namespace {
+
+const auto half = context_half;
+
+// Buffer `i` of two packed key/value blocks (2, B, L, KV).
+Tensor slot(Tensor two, int i) {
+  const int64_t per = two.numel() / 2;
+  return Tensor(two.data + i * per, {two.dim(1), two.dim(2), two.dim(3)});
+}
+
+void check(const ContextCut& cp, Tensor qkv) {
+  if (!cp.on() || cp.group == nullptr || qkv.dim(0) % 2 != 0) {
+    throw std::logic_error("ring attention: needs a context-parallel group and an arena of head and tail chunks");
+  }
+}
+
+// Each (query half, key half) pair of the arena's chunks and the block that
+// arrived from rank `src`, in a fixed order: the keys of a chunk after the
+// queries' own are not seen (skipped); those of the queries' own chunk are
+// causal; earlier chunks' are all seen.
+template <typename F>
+void for_each_pair(const ContextCut& cp, int src, F&& f) {
+  const ContextCut from{cp.size, src, nullptr};
+  for (int q = 0; q < 2; ++q) {
+    for (int k = 0; k < 2; ++k) {
+      const int qi = cp.chunk(q), ki = from.chunk(k);
+      if (ki <= qi) f(q, k, ki == qi);
+    }
+  }
+}
+
+}  // namespace
+
+void ring_attention_forward(Backend& be, const ContextCut& cp, Tensor out, Tensor lse, Tensor qkv, Tensor kv, int NH,
+                            int KVH) {
+  check(cp, qkv);
+  const int P = cp.size;
+  Tensor cur = slot(kv, 0), next = slot(kv, 1);
+  be.attention_kv_pack(cur, qkv, NH, KVH);
+  bool seen[2] = {false, false};  // a query half's first block is written, the rest merged into it
+  for (int s = 0; s < P; ++s) {
+    const bool more = s + 1 < P;
+    if (more) {
+      be.synchronize();
+      cp.group->start_shift(cur);  // on to the next rank while this block is computed
+    }
+    for_each_pair(cp, (cp.rank - s + P) % P, [&](int q, int k, bool causal) {
+      be.attention_block_forward(half(out, q), half(lse, q), half(qkv, q), half(cur, k), NH, KVH, causal, seen[q]);
+      seen[q] = true;
+      if (more) cp.group->progress();
+    });
+    if (more) {
+      cp.group->finish_shift(next);
+      std::swap(cur, next);
+    }
+  }
+}
+
+void ring_attention_backward(Backend& be, const ContextCut& cp, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
+                             Tensor qkv, Tensor kv, Tensor dkv, int NH, int KVH) {
+  check(cp, qkv);
+  const int P = cp.size;
+  Tensor cur = slot(kv, 0), next = slot(kv, 1), dcur = slot(dkv, 0), dnext = slot(dkv, 1);
+  be.zero(dqkv);  // the query columns accumulate over the blocks; the key and value columns come home last
+  be.attention_kv_pack(cur, qkv, NH, KVH);
+  be.zero(dcur);
+  for (int s = 0; s < P; ++s) {
+    const bool more = s + 1 < P;
+    if (more) {
+      be.synchronize();
+      cp.group->start_shift(cur);
+    }
+    for_each_pair(cp, (cp.rank - s + P) % P, [&](int q, int k, bool causal) {
+      be.attention_block_backward(half(dqkv, q), half(dcur, k), half(dout, q), half(out, q), half(lse, q),
+                                  half(qkv, q), half(cur, k), NH, KVH, causal);
+      if (more) cp.group->progress();
+    });
+    if (more) cp.group->finish_shift(next);
+    // The block's gradient goes on with it; after the last step, to its owner (the next rank).
+    be.synchronize();
+    cp.group->start_shift(dcur);
+    cp.group->finish_shift(dnext);
+    std::swap(cur, next);
+    std::swap(dcur, dnext);
+  }
+  be.attention_kv_unpack(dqkv, dcur, NH, KVH);
+}
+
+void context_rows(const int32_t* in, int32_t* out, int rows, int T, int cp, int cp_rank, int groups) {
+  const ContextCut c{cp, cp_rank, nullptr};
+  const int L = T / (2 * cp), m = rows / groups;
+  for (int g = 0; g < groups; ++g) {
+    for (int part = 0; part < 2; ++part) {
+      for (int b = 0; b < m; ++b) {
+        const int32_t* from = in + static_cast<int64_t>(g * m + b) * T + static_cast<int64_t>(c.chunk(part)) * L;
+        out = std::copy(from, from + L, out);
+      }
+    }
+  }
+}
+
+}  // namespace gpt2
