@@ -80,15 +80,15 @@ class Programs:
         return self.run([self.mpiexec, "-n", str(n), self.mpi_exe, command, *args], timeout)
 
 
-def layouts_equal_serial(check, programs, common, layouts, out):
+def layouts_equal_serial(check, programs, common, layouts, out, reference="serial"):
     """Each (title, ranks, name, extra args) of `layouts` trained on the mpi
-    stage into out(name), against the serial run in out("serial")."""
+    stage into out(name), against the serial run in out(reference)."""
     for title, n, name, args in layouts:
         r = programs.mpi(n, [*common, *args, "--out", out(name)], timeout=600)
         if r.returncode != 0:
             check(title, False, r.stderr.strip()[-400:])
             continue
-        compare(check, f"{title} equals serial (10 steps: losses, validation losses, final weights)", out("serial"),
+        compare(check, f"{title} equals serial (10 steps: losses, validation losses, final weights)", out(reference),
                 out(name))
         plan_agrees(check, programs, title, n, [*common, *args], out(name))
 
@@ -114,7 +114,7 @@ def plan_agrees(check, programs, title, n, args, run_dir):
     if len(memory) != len(plan["per_rank"]):
         wrong.append(f"{len(memory)} ranks counted, {len(plan['per_rank'])} planned")
     steps = records(run_dir, "step")
-    for g in ("tp", "dp", "pp"):
+    for g in ("tp", "dp", "pp", "cp"):
         want = plan["per_rank"][0]["comm"][g]
         got = {(s[g + "_calls"], s[g + "_bytes"]) for s in steps}
         if got != {(want["calls"], want["bytes"])}:

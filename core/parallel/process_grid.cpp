@@ -77,37 +77,72 @@ void CommGroup::tree_sum(Tensor x) {
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void check_grid(int ranks, int tp, int pp) {
-  if (tp < 1 || pp < 1 || ranks % (tp * pp) != 0) {
+void CommRing::start_shift(Tensor send) {
+  if (in_flight_) throw std::logic_error("CommRing: a step is already in flight");
+  const auto t0 = std::chrono::steady_clock::now();
+  ticket_ = comm_.start_send(send.data, static_cast<size_t>(send.numel()), (comm_.rank() + 1) % comm_.size());
+  in_flight_ = true;
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void CommRing::finish_shift(Tensor recv) {
+  if (!in_flight_) throw std::logic_error("CommRing: no step in flight");
+  const auto t0 = std::chrono::steady_clock::now();
+  const int n = comm_.size();
+  comm_.recv(recv.data, static_cast<size_t>(recv.numel()), (comm_.rank() + n - 1) % n);
+  comm_.wait_send(ticket_);
+  in_flight_ = false;
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void check_grid(int ranks, int tp, int pp, int cp) {
+  if (tp < 1 || pp < 1 || cp < 1 || ranks % (tp * pp * cp) != 0) {
+    std::string keys = fmt::format("parallel.tp {}", tp), names = "parallel.tp";
+    if (cp > 1) {
+      keys += fmt::format(" x parallel.cp {}", cp);
+      names += " x parallel.cp";
+    }
+    if (pp > 1) {
+      keys += fmt::format(" x parallel.pp {}", pp);
+      names += " x parallel.pp";
+    }
     throw std::invalid_argument(
-        pp == 1 ? fmt::format("parallel.tp {} does not divide the {} ranks: ranks = data-parallel size x parallel.tp",
-                              tp, ranks)
-                : fmt::format("parallel.tp {} x parallel.pp {} = {} does not divide the {} ranks: ranks = "
-                              "data-parallel size x parallel.tp x parallel.pp", tp, pp, tp * pp, ranks));
+        cp == 1 && pp == 1
+            ? fmt::format("parallel.tp {} does not divide the {} ranks: ranks = data-parallel size x parallel.tp",
+                          tp, ranks)
+            : fmt::format("{} = {} does not divide the {} ranks: ranks = data-parallel size x {}", keys,
+                          tp * pp * cp, ranks, names));
   }
 }
 
-GridCoords grid_coords(int rank, int tp, int pp) { return {rank % tp, rank / tp % pp, rank / (tp * pp)}; }
+GridCoords grid_coords(int rank, int tp, int pp, int cp) {
+  return {rank % tp, rank / (tp * cp) % pp, rank / (tp * cp * pp), rank / tp % cp};
+}
 
 namespace {
-Communicator& checked(Communicator& world, int tp, int pp) {
-  check_grid(world.size(), tp, pp);
+Communicator& checked(Communicator& world, int tp, int pp, int cp) {
+  check_grid(world.size(), tp, pp, cp);
   return world;
 }
 }  // namespace
 
-ProcessGrid::ProcessGrid(Communicator& world, int tp, int pp)
-    : world_(checked(world, tp, pp)),
+// The groups' colours (the formula in process_grid.h): ranks sharing one are a group, ranked by world rank.
+ProcessGrid::ProcessGrid(Communicator& world, int tp, int pp, int cp)
+    : world_(checked(world, tp, pp, cp)),
       tp_owned_(world.split(world.rank() / tp, world.rank())),
-      pp_owned_(world.split(world.rank() / (tp * pp) * tp + world.rank() % tp, world.rank())),
-      dp_owned_(tp * pp > 1 ? world.split(world.rank() % (tp * pp), world.rank()) : nullptr),
+      cp_owned_(world.split(world.rank() / (tp * cp) * tp + world.rank() % tp, world.rank())),
+      pp_owned_(world.split(world.rank() / (tp * cp * pp) * (tp * cp) + world.rank() % (tp * cp), world.rank())),
+      dp_owned_(tp * pp > 1 ? world.split(world.rank() / (tp * cp) % pp * tp + world.rank() % tp, world.rank())
+                            : nullptr),
       aux_(world.split(0, world.rank())),
       tp_(tp_owned_.get()),
+      cp_(cp_owned_.get()),
       pp_(pp_owned_.get()),
       dp_(tp * pp > 1 ? dp_owned_.get() : &world),
       group_(*tp_),
       pp_group_(*pp_),
-      dp_group_(*dp_) {}
+      dp_group_(*dp_),
+      ring_(*cp_) {}
 
 TpLayout ProcessGrid::layout(std::vector<BlockType> blocks, bool vocab) {
   return TpLayout{tp(), tp_->rank(), std::move(blocks), tp() > 1 ? &group_ : nullptr, vocab};
@@ -115,6 +150,8 @@ TpLayout ProcessGrid::layout(std::vector<BlockType> blocks, bool vocab) {
 
 void ProcessGrid::reset_stats() {
   tp_->reset_stats();
+  cp_->reset_stats();
+  ring_.reset_seconds();
   pp_->reset_stats();
   dp_->reset_stats();
   group_.reset_seconds();

@@ -33,7 +33,7 @@ std::string to_string(GradSum g) {
 }
 
 RunConfig resolve_micro_batch(const RunConfig& c, int ranks) {
-  const int mb = c.train.micro_batch, grid = c.parallel.tp * c.parallel.pp;
+  const int mb = c.train.micro_batch, grid = c.parallel.tp * c.parallel.pp * c.parallel.cp;
   if (mb == 0 || grid < 1 || ranks % grid != 0 || c.train.batch_size % (ranks / grid) != 0) return c;
   const int dp = ranks / grid, rows = c.train.batch_size / dp;
   if (rows % mb != 0) {
@@ -54,14 +54,16 @@ RunConfig resolve_micro_batch(const RunConfig& c, int ranks) {
 }
 
 int replica_rows(const RunConfig& c, int ranks, int tp, int pp) {
-  check_grid(ranks, tp, pp);
-  const int dp = ranks / (tp * pp);
+  const int cp = c.parallel.cp;
+  check_grid(ranks, tp, pp, cp);
+  const int dp = ranks / (tp * pp * cp);
   if (c.train.batch_size % dp != 0) {
     throw std::invalid_argument(
-        tp * pp == 1
+        tp * pp * cp == 1
             ? fmt::format("train.batch_size {} is not divisible by the {} ranks", c.train.batch_size, dp)
             : fmt::format("train.batch_size {} is not divisible by the {} data-parallel replicas ({} ranks / "
-                          "(parallel.tp {} x parallel.pp {}))", c.train.batch_size, dp, ranks, tp, pp));
+                          "(parallel.tp {} x parallel.pp {}{}))", c.train.batch_size, dp, ranks, tp, pp,
+                          cp > 1 ? fmt::format(" x parallel.cp {}", cp) : ""));
   }
   const int rows = c.train.batch_size / dp;
   if (rows % c.parallel.microbatches != 0) {
@@ -198,6 +200,33 @@ void check_sequence_parallel(const RunConfig& c, int arena_rows, Dtype stored) {
   }
 }
 
+void check_context_parallel(const RunConfig& c, const std::string& stage) {
+  const ParallelConfig& p = c.parallel;
+  if (p.cp == 1) return;
+  const auto refuse = [&](const std::string& why) {
+    throw std::invalid_argument(fmt::format("parallel.cp {}: {} (docs/context_parallel.md)", p.cp, why));
+  };
+  if (stage != "mpi") refuse(fmt::format("runs on the mpi stage (its ring attention is the CPU backends'), not {}", stage));
+  if (c.train.deterministic) {
+    refuse("not yet under train.deterministic: a row's tokens are split over the ring, so the sums over them "
+           "(the weight gradients, the merged softmax) need a canonical order across ranks that is not built");
+  }
+  if (p.sequence_parallel) refuse("not yet with parallel.sequence_parallel");
+  if (c.train.bf16()) refuse("not yet with train.precision bf16 (the ring merges fp32 outputs)");
+  const std::vector<BlockType> blocks = p.blocks();
+  if (std::any_of(blocks.begin(), blocks.end(), [](BlockType b) { return b != BlockType::kTp; })) {
+    refuse("built for parallel.block_types tp (spd and parallel blocks keep private streams)");
+  }
+}
+
+RunConfig step_config(const RunConfig& c) {
+  if (c.parallel.cp == 1) return c;
+  RunConfig s = c;
+  s.train.seq_len = c.train.seq_len / (2 * c.parallel.cp);
+  s.train.batch_size = c.train.batch_size * 2 * c.parallel.cp;
+  return s;
+}
+
 BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int threads, int device_hint) {
   return BackendOptions{threads, c.train.tf32, device_hint, c.train.bf16(), c.train.deterministic,
                         c.train.deterministic ? canonical_column_tile(model) : 0, c.train.gemm,
@@ -280,19 +309,26 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
         fmt::format("{} ranks: the {} stage runs one process (the mpi and mpi_cuda stages run several)", ranks, stage));
   }
   check_stage_runs(c, stage, multi);
+  check_context_parallel(c, stage);
   check_deterministic(c, ranks, stage);
   r.stage = stage;
   r.ranks = ranks;
   r.tp = c.parallel.tp;
   r.pp = c.parallel.pp;
+  r.cp = c.parallel.cp;
   r.rows = replica_rows(c, ranks, r.tp, r.pp);  // checks the grid first
-  r.dp = ranks / (r.tp * r.pp);
-  r.step = resolve_step(c, r.dp, r.rows, stored_dtype_on(c, stage));
+  r.dp = ranks / (r.tp * r.pp * r.cp);
+  r.steps = step_config(c);
+  r.step = resolve_step(r.steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, stage));
   check_sequence_parallel(c, r.step.arena_rows, r.step.stored);
   return r;
 }
 
 std::string RunLayout::describe() const {
+  if (cp > 1) {
+    return fmt::format("grid: {} ranks = dp {} x tp {} x cp {} x pp {}, {} rows per replica, each rank holding 2 of "
+                       "their {} chunks of {} tokens", ranks, dp, tp, cp, pp, rows, 2 * cp, steps.train.seq_len);
+  }
   return fmt::format("grid: {} rank{} = dp {} x tp {} x pp {}, {} rows per replica", ranks, ranks == 1 ? "" : "s", dp,
                      tp, pp, rows);
 }
@@ -311,6 +347,12 @@ std::vector<std::string> RunLayout::notes(const LayoutFacts& f) const {
                                           : ""));
   }
   out.push_back(describe());
+  if (cp > 1) {
+    out.push_back(fmt::format("context parallel: groups of {} ranks; rank r holds chunks r and {} - r of every row "
+                              "(train.seq_len {} in {} chunks of {}); attention by a ring of key/value blocks; "
+                              "the gradient summed over dp x cp = {} ranks", cp, 2 * cp - 1, c.train.seq_len, 2 * cp,
+                              steps.train.seq_len, dp * cp));
+  }
   out.push_back(sl.describe());
   if (sl.deterministic()) {
     out.push_back(fmt::format("deterministic: {} canonical chunks of {} rows, each run alone and added in one tree{} "

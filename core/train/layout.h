@@ -116,6 +116,17 @@ bool stage_is_multi_process(const std::string& stage);
 // std::invalid_argument naming the constraint; nothing without the key.
 void check_sequence_parallel(const RunConfig& c, int arena_rows, Dtype stored);
 
+// parallel.cp's reach so far: the mpi stage, fp32, tp blocks, without
+// sequence parallelism or train.deterministic. Throws std::invalid_argument
+// naming the constraint; nothing with cp 1.
+void check_context_parallel(const RunConfig& c, const std::string& stage);
+
+// `c` as a run's steps and arenas see it: with parallel.cp > 1 each row of
+// the batch is 2 cp chunks of train.seq_len / (2 cp) tokens, and a step's
+// rows are chunks (train.batch_size x 2 cp of them over dp x cp replicas,
+// model/context_parallel.h); `c` itself with cp 1.
+RunConfig step_config(const RunConfig& c);
+
 // train.deterministic's canonical chunks of the global batch: 4 when
 // train.batch_size is a multiple of 4, else 2 when even, else 1; a function
 // of the configuration, never of the layout (docs/determinism.md).
@@ -160,11 +171,14 @@ int deterministic_pieces(const Gpt2Config& model, int tp, Backend& be);
 struct RunLayout {
   RunConfig config;  // resolved: train.micro_batch made the replica's microbatch count (resolve_micro_batch)
   std::string stage;
-  int ranks = 1, dp = 1, tp = 1, pp = 1;
-  int rows = 0;  // of the global batch, per data-parallel replica
+  int ranks = 1, dp = 1, tp = 1, pp = 1, cp = 1;
+  int rows = 0;  // of the global batch, per data-parallel replica (what its loader reads)
+  RunConfig steps;  // step_config(config): what the step, its arenas and the plan's counts read
   StepLayout step;
 
-  GridCoords at(int rank) const { return grid_coords(rank, tp, pp); }
+  GridCoords at(int rank) const { return grid_coords(rank, tp, pp, cp); }
+  // A step's rows on one rank: the replica's rows, or (cp > 1) their head and tail chunks.
+  int step_rows() const { return cp > 1 ? 2 * rows : rows; }
   // "grid: 4 ranks = dp 2 x tp 2 x pp 1, 8 rows per replica".
   std::string describe() const;
   // The lines the run's log gives the layout: tensor parallelism, describe()

@@ -249,7 +249,8 @@ class Tree final : public MicrobatchCombiner {
 }  // namespace
 
 PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T,
-                               bool recompute, Dtype stored, MicrobatchSum sum, bool sequence_parallel)
+                               bool recompute, Dtype stored, MicrobatchSum sum, bool sequence_parallel,
+                               const ContextCut& cp)
     : be_(be), model_(model), pp_(pp), kind_(kind), stages_(pp.size()), stage_(pp.rank()), m_(m), T_(T) {
   if (m < 1 || rows % m != 0) {
     throw std::invalid_argument(fmt::format(
@@ -268,7 +269,7 @@ PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, Sched
   for (int i = 0; i < n; ++i) {
     Slot s;
     s.arena = std::make_unique<ActivationArena>(model, mb_rows_, T, kind == ScheduleKind::kZbH1, recompute, stored,
-                                                sequence_parallel);
+                                                sequence_parallel, cp);
     arena_bytes_ = s.arena->bytes();
     arenas_.push_back(std::move(s));
   }

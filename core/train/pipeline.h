@@ -114,9 +114,11 @@ class PipelineEngine {
   // stage); `rows` this replica's rows per step, cut into `m` microbatches.
   // `sequence_parallel`: the arenas cut the residual stream over the
   // tensor-parallel group (model/activations.h), so a stage sends its rows.
+  // `cp`: the arenas hold this rank's head and tail chunks of each
+  // microbatch's rows (model/context_parallel.h).
   PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T,
                  bool recompute = false, Dtype stored = Dtype::f32, MicrobatchSum sum = MicrobatchSum::kAccumulate,
-                 bool sequence_parallel = false);
+                 bool sequence_parallel = false, const ContextCut& cp = {});
   ~PipelineEngine();
   PipelineEngine(const PipelineEngine&) = delete;
   PipelineEngine& operator=(const PipelineEngine&) = delete;

@@ -86,6 +86,7 @@ RankMemory plan_memory(const RankShape& r) {
   // One arena of a canonical chunk, of a microbatch, or of the replica's rows.
   TpShape shape = r.tp.shape();
   shape.sequence = sl.sequence_parallel;
+  shape.context = r.c.parallel.cp;
   set_arena(m, arena_kinds(r.cfg, sl.arena_rows, r.c.train.seq_len, shape, r.tp.has_private(), r.layers,
                            sl.split_backward, sl.recompute_full, sl.stored));
   if (sl.pipelined()) {  // one arena per microbatch in flight
@@ -113,7 +114,8 @@ RankMemory plan_memory(const RankShape& r) {
 // and N x C + 6 x C x k per microbatch backward; one double (the shards'
 // squared gradient norm). With the vocabulary sharded, per microbatch: the
 // embedding's sum (N x C in all) on the first stage; on the last the loss's
-// statistics ((P + 1) x N) and the head's input gradient (N x C).
+// statistics ((P + 1) x N) and the head's input gradient (N x C); with
+// context parallelism the embedding's sum is two, one per chunk.
 // Under train.deterministic every sum is a tree_sum (log2(tp) send_recv
 // calls, each counted both ways) per canonical chunk the rank runs, and the
 // norm is the exact sum's digits (ExactSquares::kFloats floats).
@@ -133,8 +135,8 @@ GroupTraffic tp_traffic(const RankShape& r) {
   t.bytes = det ? ExactSquares::kFloats * sizeof(float) : sizeof(double);
   if (r.tp.shape().vocab) {
     const uint64_t P = static_cast<uint64_t>(r.tp.size);
-    if (r.layers.embed) {
-      calls += m;
+    if (r.layers.embed) {  // context parallelism embeds its head and tail chunks apart: two sums of half each
+      calls += m * (r.c.parallel.cp > 1 ? 2 : 1);
       t.bytes += N * C * sizeof(float);
     }
     if (r.layers.head) {
@@ -337,6 +339,30 @@ GroupTraffic pp_traffic(const RankShape& r) {
   return t;
 }
 
+// The context-parallel ring's step (model/context_parallel.h): per layer and
+// microbatch, the forward passes the packed keys and values on cp - 1 times
+// and the backward cp - 1 times again and their gradients cp times (the last
+// home to their owner); recomputation runs the forward's ring again for each
+// layer but the stage's last. Each shift is a non-blocking send and a
+// receive of one block: the arena's rows x chunk length x 2 KVH HS / tp
+// floats. (Per rank and layer the forward sends 2 N h_kv (cp - 1) / cp of a
+// step's N tokens: the formula, here counted both ways.)
+GroupTraffic cp_traffic(const RankShape& r) {
+  GroupTraffic t;
+  const uint64_t cp = static_cast<uint64_t>(r.c.parallel.cp);
+  if (cp == 1) return t;
+  const uint64_t m = static_cast<uint64_t>(r.step.microbatches);
+  const uint64_t kv = static_cast<uint64_t>(r.cfg.qkv_width() - r.cfg.C) / static_cast<uint64_t>(r.tp.size);
+  const uint64_t block = static_cast<uint64_t>(r.step.arena_rows) * static_cast<uint64_t>(r.c.train.seq_len) * kv *
+                         sizeof(float);
+  const uint64_t layers = static_cast<uint64_t>(r.layers.last - r.layers.first);
+  const uint64_t again = r.step.recompute_full ? layers - 1 : 0;
+  const uint64_t shifts = m * (layers * (3 * cp - 2) + again * (cp - 1));
+  t.calls = 2 * shifts;
+  t.bytes = 2 * shifts * block;
+  return t;
+}
+
 // The rank's checkpoint bytes (CheckpointBytes), from the ranges the writer
 // and the reader take (train/sharded_checkpoint.h).
 CheckpointBytes checkpoint_bytes(const RankShape& r, int world_rank) {
@@ -378,6 +404,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   if (ranks > kMaxRanks) throw std::invalid_argument(fmt::format("--ranks: at most {}, got {}", kMaxRanks, ranks));
   const RunLayout run = resolve_run(given, ranks, stage);
   const RunConfig& c = run.config;
+  const RunConfig& sc = run.steps;  // what the step and its arenas see (context parallelism's chunks)
   const Gpt2Config& cfg = c.model;
   cfg.validate();
   Plan p;
@@ -385,6 +412,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   p.ranks = ranks;
   p.tp = run.tp;
   p.pp = run.pp;
+  p.cp = run.cp;
   p.rows = run.rows;
   p.dp = run.dp;
   p.microbatches = c.parallel.microbatches;
@@ -399,10 +427,12 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   // A rank's parameter units depend on its place in a replica only: worked out once per (tp rank, stage).
   std::map<int, std::vector<ParamUnit>> units_of;
   const StepLayout& step = run.step;
-  for (const int k : planned_ranks(ranks, p.tp * p.pp)) {
+  for (const int k : planned_ranks(ranks, p.tp * p.cp * p.pp)) {
     const GridCoords at = run.at(k);
-    RankShape r{c, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
-                StageLayers::of(cfg.L, p.pp, at.stage), p.dp, at.dp_rank, at.stage, p.rows, {}, {}, step};
+    // The gradient group: dp x cp ranks, this one's place in it (parallel/process_grid.h).
+    RankShape r{sc, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
+                StageLayers::of(cfg.L, p.pp, at.stage), p.dp * run.cp, at.dp_rank * run.cp + at.cp_rank, at.stage,
+                run.step_rows(), {}, {}, step};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);
     std::vector<ParamUnit>& units = units_of[at.tp_rank * p.pp + at.stage];
@@ -423,6 +453,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
     rp.tp = tp_traffic(r);
     rp.dp = dp_traffic(r, rp.mem);
     rp.pp = pp_traffic(r);
+    rp.cp = cp_traffic(r);
     rp.checkpoint = checkpoint_bytes(r, k);
     p.rank.push_back(rp);
   }
@@ -476,12 +507,13 @@ Json plan_json(const Plan& p) {
                         {"activations_bytes", m.activations()}, {"gathered_bytes", m.gathered},
                         {"comm_buffer_bytes", m.comm_buffers}, {"model_state_bytes", m.model_state()},
                         {"formula_bytes", m.formula}}},
-        {"comm", Json{{"tp", traffic_json(r.tp)}, {"dp", traffic_json(r.dp)}, {"pp", traffic_json(r.pp)}}},
+        {"comm", Json{{"tp", traffic_json(r.tp)}, {"dp", traffic_json(r.dp)}, {"pp", traffic_json(r.pp)},
+                      {"cp", traffic_json(r.cp)}}},
         {"checkpoint", Json{{"format", p.checkpoint_format}, {"write_bytes", r.checkpoint.write},
                             {"read_bytes", r.checkpoint.read}}}});
   }
   Json out{{"schema", "gpt2-plan/1"}, {"stage", p.stage}, {"ranks", p.ranks}, {"ok", true},
-              {"layout", Json{{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"microbatches", p.microbatches},
+              {"layout", Json{{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"microbatches", p.microbatches},
                               {"schedule", p.schedule}, {"zero", p.zero}, {"zero_contiguous", p.zero_contiguous}}},
               {"variant", p.variant},
               {"data", Json{{"corpus", p.corpus}, {"tokenizer", p.tokenizer}, {"tokens", p.corpus_tokens}}},

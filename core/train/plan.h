@@ -70,12 +70,12 @@ struct RankPlan {
   int first_layer = 0, end_layer = 0;  // the stage's layers [first, end)
   RankMemory mem;
   CheckpointBytes checkpoint;
-  GroupTraffic tp, dp, pp;
+  GroupTraffic tp, dp, pp, cp;
 };
 
 struct Plan {
   std::string stage;  // the stage program the plan is for
-  int ranks = 1, dp = 1, tp = 1, pp = 1, microbatches = 1;
+  int ranks = 1, dp = 1, tp = 1, pp = 1, cp = 1, microbatches = 1;
   std::string schedule;
   std::string checkpoint_format;  // train.checkpoint_format
   // The architecture keys that differ from the default GPT-2 as given (not

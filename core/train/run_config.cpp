@@ -124,6 +124,7 @@ void from_string(const std::string& text, ZeroStage& z) {
 void ParallelConfig::validate() const {
   if (tp < 1) throw std::invalid_argument(fmt::format("parallel.tp: must be >= 1, got {}", tp));
   if (pp < 1) throw std::invalid_argument(fmt::format("parallel.pp: must be >= 1, got {}", pp));
+  if (cp < 1 || cp > 4096) throw std::invalid_argument(fmt::format("parallel.cp: must be in [1, 4096], got {}", cp));
   if (microbatches < 1) {
     throw std::invalid_argument(fmt::format("parallel.microbatches: must be >= 1, got {}", microbatches));
   }
@@ -216,6 +217,11 @@ void validate(const RunConfig& c) {
   if (c.train.batch_size % c.parallel.microbatches != 0) {
     throw std::invalid_argument(fmt::format("parallel.microbatches {} does not divide train.batch_size {}",
                                             c.parallel.microbatches, c.train.batch_size));
+  }
+  if (c.parallel.cp > 1 && c.train.seq_len % (2 * c.parallel.cp) != 0) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.cp {}: train.seq_len {} does not cut into 2 x {} = {} equal chunks (each rank holds a head and a "
+        "tail chunk of every row)", c.parallel.cp, c.train.seq_len, c.parallel.cp, 2 * c.parallel.cp));
   }
   if (c.train.seq_len > c.model.T) {
     throw std::invalid_argument(

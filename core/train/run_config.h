@@ -174,9 +174,10 @@ enum class ZeroStage { k0, k1, k2, k3 };
 std::string to_string(ZeroStage z);
 void from_string(const std::string& text, ZeroStage& z);  // throws std::invalid_argument naming parallel.zero
 
-// The parallel layout (DESIGN.md "Parallel layouts"): ranks = dp x tp x pp,
-// with tensor-parallel groups of tp consecutive ranks, then pipeline stages,
-// then data-parallel replicas (parallel/process_grid.h); the block type of each
+// The parallel layout (DESIGN.md "Parallel layouts"): ranks = dp x tp x cp x pp,
+// with tensor-parallel groups of tp consecutive ranks, then context-parallel
+// groups, then pipeline stages, then data-parallel replicas
+// (parallel/process_grid.h); the block type of each
 // layer (model/tensor_parallel.h); the pipeline's microbatches and schedule
 // (train/pipeline.h); the ZeRO stage over the data-parallel group.
 struct ParallelConfig {
@@ -188,6 +189,7 @@ struct ParallelConfig {
   ZeroStage zero = ZeroStage::k0;
   bool vocab_parallel = false;
   bool sequence_parallel = false;
+  int cp = 1;
 
   int zero_stage() const { return static_cast<int>(zero); }
   // Pipeline stages or microbatches: the step runs a schedule (train/pipeline.h).
@@ -233,6 +235,12 @@ struct ParallelConfig {
       "next norm's all-gather (the same function; serial's bits under train.deterministic). So far pre-norm tp "
       "blocks in fp32, with dp, ZeRO 0-3, pipeline stages (every schedule), recomputation and the vocabulary "
       "cut (docs/tensor_parallel.md)");
+    f("cp", cp,
+      "ranks per context-parallel group: each row of the batch cut into 2 cp chunks, a rank holding chunk r and "
+      "chunk 2 cp - 1 - r (balanced causal work), the attention a ring of key/value blocks merged by their "
+      "log-sum-exps; ranks = data-parallel size x tp x cp x pp; the gradient sums over dp x cp. train.seq_len must "
+      "divide into 2 cp chunks. So far on the mpi stage, fp32, tp/pre- or post-norm blocks, without "
+      "sequence_parallel or train.deterministic (docs/context_parallel.md)");
   }
 };
 

@@ -206,7 +206,7 @@ void load_run_data(const RunConfig& c, const std::string& resume, ProcessGrid& g
                    std::optional<Checkpoint>& ckpt, std::unique_ptr<ShardedCheckpoint>& sharded,
                    const Tokenizer* vocabulary) {
   Communicator& comm = grid.world();
-  const int dp_rank = grid.dp_comm().rank();
+  const int dp_rank = grid.replica();  // which rows of the batch this rank's replica reads
   if (!resume.empty()) {
     // Rank 0 finds what was named (a step folder stands for its checkpoint); a sharded one every rank opens.
     std::vector<std::string> given = {""};

@@ -133,13 +133,47 @@ void announce(const RunLogger& log, const RunLayout& run, const RunState& st, Co
   }
 }
 
+// The loader's rows (rows x train.seq_len) as a step takes them: the same,
+// or with context parallelism (parallel.cp) this rank's head and tail chunks
+// of them, microbatch by microbatch (model/context_parallel.h).
+class StepFeed {
+ public:
+  StepFeed(const RunLayout& run, ProcessGrid& grid)
+      : cp_(run.cp),
+        rank_(grid.context().rank),
+        groups_(run.step.pipelined() ? run.step.microbatches : 1),
+        rows_(run.rows),
+        T_(run.config.train.seq_len),
+        x_(static_cast<size_t>(run.rows) * static_cast<size_t>(run.config.train.seq_len)),
+        y_(x_.size()),
+        cx_(cp_ > 1 ? x_.size() / static_cast<size_t>(cp_) : 0),
+        cy_(cx_.size()) {}
+  // Where the loader writes.
+  int32_t* x() { return x_.data(); }
+  int32_t* y() { return y_.data(); }
+  // The loader's rows cut (nothing without context parallelism), then what the step reads.
+  void cut() {
+    if (cp_ == 1) return;
+    context_rows(x_.data(), cx_.data(), rows_, T_, cp_, rank_, groups_);
+    context_rows(y_.data(), cy_.data(), rows_, T_, cp_, rank_, groups_);
+  }
+  int32_t* inputs() { return cp_ > 1 ? cx_.data() : x_.data(); }
+  int32_t* targets() { return cp_ > 1 ? cy_.data() : y_.data(); }
+
+ private:
+  int cp_, rank_, groups_, rows_, T_;
+  std::vector<int32_t> x_, y_, cx_, cy_;
+};
+
 // The loss on the first train.eval_batches batches of the validation split,
 // over the global batch (every data-parallel replica takes its rows).
-double validation_loss(StepFunction& step, const RunConfig& c, const RunState& st, int replica, int32_t* x,
-                       int32_t* y) {
+double validation_loss(StepFunction& step, const RunConfig& c, const RunState& st, int replica, StepFeed& feed) {
   DataLoader val(st.data.split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed,
                  replica * st.rows, st.rows);
-  return evaluate(step, c.train.eval_batches, x, y, [&](int32_t* in, int32_t* out) { val.next(in, out); });
+  return evaluate(step, c.train.eval_batches, feed.inputs(), feed.targets(), [&](int32_t*, int32_t*) {
+    val.next(feed.x(), feed.y());
+    feed.cut();
+  });
 }
 
 // The original's inference: a continuation of the first generate.prompt_tokens
@@ -384,13 +418,13 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, Ru
   if (sl.grad_sum == GradSum::kContiguousShards) shards = {st.zero->chunk, lay->reducer.get(), nullptr};
   if (sl.grad_sum == GradSum::kUnitShards) shards.zero3 = st.sharded.get();
   if (sl.pipelined()) {  // the schedule's arenas, one per microbatch in flight
-    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), sl.schedule, sl.microbatches, st.rows,
-                                                 c.train.seq_len, sl.recompute_full, sl.stored, sl.microbatch_sum,
-                                                 sl.sequence_parallel);
+    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), sl.schedule, sl.microbatches,
+                                                 sl.arena_rows * sl.microbatches, c.train.seq_len, sl.recompute_full,
+                                                 sl.stored, sl.microbatch_sum, sl.sequence_parallel, grid.context());
     lay->recorder.emplace(grid, *lay->pipe, timeline_path);
   } else {
     lay->arena.emplace(model, sl.arena_rows, c.train.seq_len, false, sl.recompute_full, sl.stored,
-                       sl.sequence_parallel);
+                       sl.sequence_parallel, grid.context());
   }
   switch (sl.step) {
     case StepKind::kReplica:
@@ -425,6 +459,7 @@ StepRecord step_record(int64_t s, const StepResult& r, double dt, double comm_s,
                        const RankMemory& mem, double tokens, double flops, double peak_gflops) {
   StepRecord rec;
   const CommStats tp = grid.tp_comm().stats(), dp = grid.dp_comm().stats(), pp = grid.pp_comm().stats();
+  const CommStats cp = grid.cp_comm().stats();
   rec.step = s;
   rec.loss = r.loss;
   rec.lr = r.update.lr;
@@ -434,13 +469,15 @@ StepRecord step_record(int64_t s, const StepResult& r, double dt, double comm_s,
   rec.flops_per_s = flops / dt;
   rec.mfu = flops / dt / (peak_gflops * 1e9);
   rec.comm_ms = comm_s * 1e3;
-  rec.comm_bytes = tp.bytes + dp.bytes + pp.bytes;
+  rec.comm_bytes = tp.bytes + dp.bytes + pp.bytes + cp.bytes;
   rec.tp_calls = tp.calls;
   rec.tp_bytes = tp.bytes;
   rec.dp_calls = dp.calls;
   rec.dp_bytes = dp.bytes;
   rec.pp_calls = pp.calls;
   rec.pp_bytes = pp.bytes;
+  rec.cp_calls = cp.calls;
+  rec.cp_bytes = cp.bytes;
   rec.mem_params = mem.params;
   rec.mem_grads = mem.grads;
   rec.mem_moments = mem.moments;
@@ -647,7 +684,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   RunLogger log(ctx.stage, comm.rank() == 0);
   claim_run_dir(log, req, comm);
   check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
-  ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp);
+  ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp, c.parallel.cp);
   const bool resuming = !req.resume.empty();
   if (resuming) reset_peak_rss();  // the resume's peak, per rank, said below
   const std::unique_ptr<RunState> st = init_or_resume(c, req.resume, ctx.backend, threads, 0, grid);
@@ -666,9 +703,10 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   // The step, decided once with the run's layout: the log, the layout and the plan read it (train/layout.h).
   const StepLayout& sl = run.step;
   announce(log, run, *st, comm, threads, peak, max_loss);
+  // The step and its arenas see the rows as run.steps does (context parallelism's chunks).
   const std::unique_ptr<Layout> lay = make_layout(
-      c, sl, *st, grid, max_loss, comm.rank() == 0 ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
-  std::vector<int32_t> x(static_cast<size_t>(st->rows) * c.train.seq_len), y(x.size());
+      run.steps, sl, *st, grid, max_loss, comm.rank() == 0 ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
+  StepFeed feed(run, grid);
   const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
   const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
   // Writes the checkpoint after `steps` steps (train.save_checkpoint) and
@@ -711,12 +749,13 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
       throw std::runtime_error(fmt::format("rank {}: injected failure at step {} (debug.fail_rank)", comm.rank(), s));
     }
     const int64_t position = st->loader->position(), served = st->loader->batches_served();
-    st->loader->next(x.data(), y.data());
+    st->loader->next(feed.x(), feed.y());
+    feed.cut();
     grid.reset_stats();
     StepResult r;
     try {
       if (lay->interrupt) lay->interrupt->in_step = true;
-      r = lay->step->step(x.data(), y.data());
+      r = lay->step->step(feed.inputs(), feed.targets());
       if (lay->interrupt) lay->interrupt->in_step = false;
     } catch (const StepAbandoned&) {  // a stop signal inside the step: the state after step s - 1
       st->loader->restore(position, served);
@@ -725,7 +764,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     st->backend->synchronize();  // a device backend's update is still running: count it in this step
     const double dt = seconds_since(t0);
     const double comm_s = r.comm_s + grid.tp_group().seconds() + grid.pp_group().seconds() +
-                          grid.dp_group().seconds() + (lay->pipe ? lay->pipe->wait_s() : 0.0);
+                          grid.dp_group().seconds() + grid.ring().seconds() + (lay->pipe ? lay->pipe->wait_s() : 0.0);
     sum.train_s += dt;
     sum.comm_s += comm_s;
     sum.final_loss = r.loss;
@@ -733,7 +772,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     if (lay->recorder) lay->recorder->gather(s, rec);
     log.step(rec, c.train.steps, comm.size() > 1);
     if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
-      log.eval({s, validation_loss(*lay->step, c, *st, grid.dp_comm().rank(), x.data(), y.data())}, c.train.steps);
+      log.eval({s, validation_loss(*lay->step, c, *st, grid.replica(), feed)}, c.train.steps);
     }
     const bool periodic = c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0;
     if (periodic) save(s + 1, false);
@@ -905,7 +944,7 @@ void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
     const RunLayout run = resolve_run(c, comm.size(), ctx.stage);  // every refusal a run of this layout gives
     const RunConfig& rc = run.config;
     check_ranks_agree(rc, comm);
-    ProcessGrid grid(comm, rc.parallel.tp, rc.parallel.pp);
+    ProcessGrid grid(comm, rc.parallel.tp, rc.parallel.pp, rc.parallel.cp);
     const GivenModel given{in.tok ? &*in.tok : nullptr, in.weights ? &*in.weights : nullptr, "--model", req.model};
     const std::unique_ptr<RunState> st = init_or_resume(rc, "", ctx.backend, threads, 0, grid, given);
     const bool val = shards && req.split != "train";
@@ -925,14 +964,16 @@ void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
       throw std::invalid_argument(fmt::format("{}: {} batches are more than one evaluation counts ({}); give --batches",
                                               what, batches, INT32_MAX));
     }
-    const std::unique_ptr<Layout> lay = make_layout(rc, run.step, *st, grid, 0.0, "");
-    std::vector<int32_t> x(static_cast<size_t>(st->rows) * rc.train.seq_len), y(x.size());
+    const std::unique_ptr<Layout> lay = make_layout(run.steps, run.step, *st, grid, 0.0, "");
+    StepFeed feed(run, grid);
     DataLoader loader(stream, rc.train.batch_size, rc.train.seq_len, LoaderKind::kSequential, rc.train.seed,
-                      grid.dp_comm().rank() * st->rows, st->rows);
+                      grid.replica() * st->rows, st->rows);
     const auto t0 = Clock::now();
     int64_t served = 0;
-    const double loss = evaluate(*lay->step, static_cast<int>(batches), x.data(), y.data(), [&](int32_t* a, int32_t* b) {
-      loader.next(a, b);
+    const double loss = evaluate(*lay->step, static_cast<int>(batches), feed.inputs(), feed.targets(), [&](int32_t*,
+                                                                                                          int32_t*) {
+      loader.next(feed.x(), feed.y());
+      feed.cut();
       if (comm.rank() == 0 && batches >= 20 && ++served % (batches / 10) == 0) {
         fmt::print(stderr, "[{}] evaluate: batch {} of {} ({:.1f} s)\n", ctx.stage, served, batches, seconds_since(t0));
       }

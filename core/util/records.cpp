@@ -46,6 +46,8 @@ Json to_json(const StepRecord& r) {
               {"dp_bytes", r.dp_bytes},
               {"pp_calls", r.pp_calls},
               {"pp_bytes", r.pp_bytes},
+              {"cp_calls", r.cp_calls},
+              {"cp_bytes", r.cp_bytes},
               {"mem_params", r.mem_params},
               {"mem_grads", r.mem_grads},
               {"mem_moments", r.mem_moments},
@@ -118,6 +120,8 @@ StepRecord step_record(const Json& j, const std::string& where) {
   r.dp_bytes = field_or<uint64_t>(j, "dp_bytes", 0, where);
   r.pp_calls = field_or<uint64_t>(j, "pp_calls", 0, where);
   r.pp_bytes = field_or<uint64_t>(j, "pp_bytes", 0, where);
+  r.cp_calls = field_or<uint64_t>(j, "cp_calls", 0, where);
+  r.cp_bytes = field_or<uint64_t>(j, "cp_bytes", 0, where);
   r.mem_params = field_or<uint64_t>(j, "mem_params", 0, where);
   r.mem_grads = field_or<uint64_t>(j, "mem_grads", 0, where);
   r.mem_moments = field_or<uint64_t>(j, "mem_moments", 0, where);

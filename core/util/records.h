@@ -2,7 +2,7 @@
 // line of a run's metrics.jsonl,
 //   {"event":"step","step":s,"loss":..,"lr":..,"grad_norm":..,"step_ms":..,"tokens_per_s":..,
 //    "flops_per_s":..,"mfu":..,"comm_ms":..,"comm_bytes":..,
-//    "tp_calls":..,"tp_bytes":..,"dp_calls":..,"dp_bytes":..,"pp_calls":..,"pp_bytes":..
+//    "tp_calls":..,"tp_bytes":..,"dp_calls":..,"dp_bytes":..,"pp_calls":..,"pp_bytes":..,"cp_calls":..,"cp_bytes":..
 //    [,"stage_wait_ms":[..],"stage_arenas":[..]]}   (the last two with pipeline stages or microbatches)
 //   {"event":"eval","step":s,"val_loss":..}
 //   {"event":"summary","status":"ok","steps":..,"train_s":..,"inference_s":..,"final_loss":..,
@@ -38,6 +38,9 @@ struct StepRecord {
   // Its pipeline group's: activations and their gradients between stages,
   // the loss from the last stage, the stages' gradient norms.
   uint64_t pp_calls = 0, pp_bytes = 0;
+  // Its context-parallel ring's: key/value blocks and their gradients (each
+  // shift a non-blocking send and a receive: two calls, the block's bytes each).
+  uint64_t cp_calls = 0, cp_bytes = 0;
   // With a pipeline (or microbatches), per world rank: the milliseconds of
   // the step spent waiting for a pipeline peer (receives, and sends whose
   // buffer was needed again) and the most activation arenas in use at once.

@@ -33,14 +33,14 @@ namespace {
 
 // The layout of a run, as its plan states it.
 struct Layout {
-  int ranks = 1, dp = 1, tp = 1, pp = 1, m = 1, zero = 0;
+  int ranks = 1, dp = 1, tp = 1, pp = 1, m = 1, zero = 0, cp = 1;
   std::string schedule;
 };
 
 Layout layout_of(const Json& plan) {
   const Json& l = plan["layout"];
   return Layout{plan["ranks"].get<int>(), l["dp"].get<int>(), l["tp"].get<int>(), l["pp"].get<int>(),
-                l["microbatches"].get<int>(), l["zero"].get<int>(), l["schedule"].get<std::string>()};
+                l["microbatches"].get<int>(), l["zero"].get<int>(), l.value("cp", 1), l["schedule"].get<std::string>()};
 }
 
 struct RunFacts {
@@ -50,6 +50,7 @@ struct RunFacts {
   std::optional<int64_t> pp_calls, pp_bytes;
   int64_t tp_calls = 0, tp_bytes = 0;  // rank 0's tensor-parallel group in the last step
   int64_t dp_bytes = 0;  // rank 0's data-parallel bytes in the last step
+  int64_t cp_calls = 0, cp_bytes = 0;  // rank 0's context-parallel ring in the last step
   Json memory = Json::array();
   bool deterministic = false;  // train.deterministic (the summary's provenance)
 };
@@ -87,6 +88,8 @@ std::optional<RunFacts> facts_of(const fs::path& dir) {
     f.dp_bytes = static_cast<int64_t>(last.dp_bytes);
     f.tp_calls = static_cast<int64_t>(last.tp_calls);
     f.tp_bytes = static_cast<int64_t>(last.tp_bytes);
+    f.cp_calls = static_cast<int64_t>(last.cp_calls);
+    f.cp_bytes = static_cast<int64_t>(last.cp_bytes);
     if (m.summary->provenance.contains("memory")) f.memory = m.summary->provenance["memory"];
     for (const Json& r : f.memory) f.stage.push_back(r.value("stage", 0));
     f.deterministic = m.summary->provenance.value("deterministic", false);
@@ -285,6 +288,21 @@ std::vector<std::string> tp_row(const RunView& v) {
           pair(mb(static_cast<double>(v.facts.tp_bytes)), mb(comm["bytes"].get<double>())),
           pair(mb(counted.value("activations_bytes", 0.0)), mb(planned["activations_bytes"].get<double>())),
           pair(mb(counted.value("arena_layers_bytes", 0.0)), mb(planned["arena_layers_bytes"].get<double>()))};
+}
+
+// The context-parallel table's row of a run with cp > 1: rank 0's ring
+// traffic in a step and its activations, each beside the plan's.
+std::vector<std::string> cp_row(const RunView& v) {
+  const Json& comm = v.rank_plan(0)["comm"]["cp"];
+  const Json& planned = v.rank_plan(0)["memory"];
+  const Json counted = v.facts.memory.empty() ? Json::object() : v.facts.memory[0];
+  const auto pair = [](const std::string& got, const std::string& want) {
+    return fmt::format("{} ({}){}", got, want, got == want ? "" : " ≠");
+  };
+  return {label(v.c->key), v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
+          pair(std::to_string(v.facts.cp_calls), std::to_string(comm["calls"].get<int64_t>())),
+          pair(mb(static_cast<double>(v.facts.cp_bytes)), mb(comm["bytes"].get<double>())),
+          pair(mb(counted.value("activations_bytes", 0.0)), mb(planned["activations_bytes"].get<double>()))};
 }
 
 // The memory table's rows of a run (one per rank) and their CSV lines.
@@ -492,11 +510,12 @@ void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs:
                              "bubble_theory", "arenas_counted", "arenas_theory", "pp_calls", "formula_pp_calls",
                              "pp_bytes", "formula_pp_bytes", "params_bytes", "grads_bytes", "moments_bytes",
                              "formula_moments_bytes", "activations_bytes", "max_loss_deviation"});
-  std::vector<std::vector<std::string>> time_rows, mem_rows, tp_rows;
+  std::vector<std::vector<std::string>> time_rows, mem_rows, tp_rows, cp_rows;
   for (const RunView& v : views) {
     time_rows.push_back(time_row(v, reference));
     memory_rows(v, mem_rows, csv);
     if (v.lay.tp > 1) tp_rows.push_back(tp_row(v));
+    if (v.lay.cp > 1) cp_rows.push_back(cp_row(v));
   }
   const std::vector<std::string> svgs = draw_timelines(spec, views, written);
   std::string md = preamble(spec, in.runs, "parallel layouts: pipeline schedules, ZeRO-1, the grid");
@@ -511,6 +530,16 @@ void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs:
           "arena, all beside the run's plan (`plan`, docs/plan.md); ≠ marks a count that differs from it. With "
           "parallel.sequence_parallel the residual stream and the norms hold 1/tp of the rows "
           "(docs/tensor_parallel.md).\n\n";
+  }
+  if (!cp_rows.empty()) {
+    md += "## Context-parallel communication and activations\n\n";
+    md += md_table({"Configuration", "Step ms (median)", "cp calls (plan)", "cp MB (plan)",
+                    "Activations MB, rank 0 (plan)"},
+                   cp_rows, "lrrrr");
+    md += "\nRank 0's ring in the last step: per layer the key/value block shifted cp - 1 times forward, cp - 1 "
+          "times backward with cp shifts of its gradient, each a non-blocking send and a receive of the block, "
+          "beside the run's plan; its activation arena beside the plan's. Each rank holds 2 of the 2 cp chunks of "
+          "every row (docs/context_parallel.md).\n\n";
   }
   for (const std::string& s : svgs) {
     md += fmt::format("![{} timeline](parallelism_timeline_{}.svg)\n\n", s, s);

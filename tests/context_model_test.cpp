@@ -6,7 +6,7 @@
 // gradient; on GPT-2 (learned positions) and a llama variant (RoPE,
 // grouped-query attention, RMSNorm, SwiGLU), on the reference and cpu
 // backends. The MPI stage's runs against serial are in
-// context_parallel_test.py.
+// context_parallel_test.py (the mpi stage).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
