@@ -1,10 +1,12 @@
 // Context parallelism's ring attention on the CPU (backend.h,
 // attention_block_*): one block of keys and values against a rank's query
-// rows, row by row. Forward work is split over (row block n, head) pairs,
-// backward over (n, key/value head) pairs with the group's query heads in
-// order inside, as attention.cpp's: their outputs and gradients are disjoint.
-// The blocks are a rank's chunk of the sequence (T / (2 cp) rows), so the
-// score rows are short and kept whole in a thread's scratch.
+// rows, tiled as attention.cpp's attention is: for each (row block n, head)
+// and block of kBlock query rows, the scores against the block's visible
+// keys and the weighted sum of its values are single-threaded SGEMMs
+// (through the backend's providers) on a (kBlock, L) tile, so no (L, L)
+// matrix is stored. Forward work is split over (n, head) pairs, backward
+// over (n, key/value head) pairs with the group's query heads in order
+// inside: their outputs and gradients are disjoint.
 #include <omp.h>
 
 #include <algorithm>
@@ -16,6 +18,8 @@
 namespace gpt2::cpu {
 
 namespace {
+// Query rows per tile, as attention.cpp's.
+constexpr int64_t kBlock = 64;
 
 inline float dot(const float* a, const float* b, int64_t n) {
   float acc = 0.0f;
@@ -25,14 +29,15 @@ inline float dot(const float* a, const float* b, int64_t n) {
 }
 
 // Where the heads sit: query head h in a qkv row (W wide), key/value head g
-// in a packed block's row (2 KVH HS wide: keys, then values).
+// in a packed block's row (KV = 2 KVH HS wide: keys, then values).
 struct BlockColumns {
   int64_t L, NH, KVH, HS, W, KV;
   BlockColumns(Tensor qkv, int nh, int kvh)
       : L(qkv.dim(1)), NH(nh), KVH(kvh), HS(qkv.dim(2) / (nh + 2 * kvh)), W(qkv.dim(2)), KV(2 * kvh * HS) {}
   int64_t key(int64_t g) const { return g * HS; }
   int64_t value(int64_t g) const { return (KVH + g) * HS; }
-  int64_t visible(int64_t t, bool causal) const { return causal ? t + 1 : L; }
+  // The keys a tile of query rows [r0, r1) reads: up to r1 when causal, all L else.
+  int64_t keys(int64_t r1, bool causal) const { return causal ? r1 : L; }
 };
 
 }  // namespace
@@ -43,84 +48,114 @@ void CpuBackend::attention_block_forward(Tensor out, Tensor lse, Tensor qkv, Ten
   const BlockColumns c(qkv, NH, KVH);
   const int64_t N = qkv.dim(0), L = c.L, HS = c.HS, C = NH * HS, group = NH / KVH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  float* scratch_all = scratch(static_cast<size_t>(threads_ * (L + HS)));
+  const int64_t per_thread = kBlock * L + kBlock * HS;  // the scores' tile, then the block's output tile
+  float* scratch_all = scratch(static_cast<size_t>(threads_ * per_thread));
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t nh = 0; nh < N * NH; ++nh) {
     const int64_t n = nh / NH, h = nh % NH, g = h / group;
-    float* p = scratch_all + omp_get_thread_num() * (L + HS);
-    float* o = p + L;
-    const float* K = kv.data + n * L * c.KV + c.key(g);
+    const int th = omp_get_thread_num();
+    float* S = scratch_all + th * per_thread;  // (kBlock, L)
+    float* Ob = S + kBlock * L;                // (kBlock, HS)
+    const float* Q = qkv.data + n * L * c.W + h * HS;  // rows W apart
+    const float* K = kv.data + n * L * c.KV + c.key(g);  // rows KV apart
     const float* V = kv.data + n * L * c.KV + c.value(g);
-    for (int64_t t = 0; t < L; ++t) {
-      const float* q = qkv.data + (n * L + t) * c.W + h * HS;
-      const int64_t S = c.visible(t, causal);
-      float maxv = -INFINITY;
-      for (int64_t s = 0; s < S; ++s) {
-        p[s] = dot(q, K + s * c.KV, HS) * scale;
-        maxv = std::max(maxv, p[s]);
-      }
-      float sum = 0.0f;
-      for (int64_t s = 0; s < S; ++s) sum += (p[s] = fast_exp(p[s] - maxv));
-      const float inv = 1.0f / sum;
-      std::fill(o, o + HS, 0.0f);
-      for (int64_t s = 0; s < S; ++s) {
-        const float w = p[s] * inv;
-        const float* v = V + s * c.KV;
+    for (int64_t r0 = 0; r0 < L; r0 += kBlock) {
+      const int64_t r1 = std::min(L, r0 + kBlock), m = r1 - r0, k = c.keys(r1, causal);
+      // S (m, k) = scale Q[r0:r1] K[0:k]^T
+      gemm_.run(th, Sgemm{false, true, static_cast<int>(m), static_cast<int>(k), static_cast<int>(HS), scale,
+                          Q + r0 * c.W, static_cast<int>(c.W), K, static_cast<int>(c.KV), 0.0f, S,
+                          static_cast<int>(k)});
+      float block_lse[kBlock];
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t t = r0 + i, visible = causal ? t + 1 : k;
+        float* row = S + i * k;
+        float maxv = -INFINITY;
+        for (int64_t s = 0; s < visible; ++s) maxv = row[s] > maxv ? row[s] : maxv;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t s = 0; s < visible; ++s) {
+          row[s] = fast_exp(row[s] - maxv);
+          sum += row[s];
+        }
+        const float inv = 1.0f / sum;
 #pragma omp simd
-        for (int64_t i = 0; i < HS; ++i) o[i] += w * v[i];
+        for (int64_t s = 0; s < visible; ++s) row[s] *= inv;
+        for (int64_t s = visible; s < k; ++s) row[s] = 0.0f;  // masked
+        block_lse[i] = maxv + std::log(sum);
       }
-      const float block_lse = maxv + std::log(sum);
-      float* dst = out.data + (n * L + t) * C + h * HS;
-      float& row_lse = lse.data[nh * L + t];
-      if (!merge) {
-        std::copy(o, o + HS, dst);
-        row_lse = block_lse;
-        continue;
-      }
-      // The two parts weighted by their shares of the merged normaliser.
-      const float m = std::max(row_lse, block_lse);
-      const float w_old = std::exp(row_lse - m), w_new = std::exp(block_lse - m), inv_total = 1.0f / (w_old + w_new);
+      // The block's output Ob (m, HS) = P (m, k) V[0:k]
+      gemm_.run(th, Sgemm{false, false, static_cast<int>(m), static_cast<int>(HS), static_cast<int>(k), 1.0f, S,
+                          static_cast<int>(k), V, static_cast<int>(c.KV), 0.0f, Ob, static_cast<int>(HS)});
+      for (int64_t i = 0; i < m; ++i) {
+        float* dst = out.data + (n * L + r0 + i) * C + h * HS;
+        float& row_lse = lse.data[nh * L + r0 + i];
+        const float* o = Ob + i * HS;
+        if (!merge) {
+          std::copy(o, o + HS, dst);
+          row_lse = block_lse[i];
+          continue;
+        }
+        // The two parts weighted by their shares of the merged normaliser.
+        const float mx = std::max(row_lse, block_lse[i]);
+        const float w_old = std::exp(row_lse - mx), w_new = std::exp(block_lse[i] - mx);
+        const float inv_total = 1.0f / (w_old + w_new);
 #pragma omp simd
-      for (int64_t i = 0; i < HS; ++i) dst[i] = (dst[i] * w_old + o[i] * w_new) * inv_total;
-      row_lse = m + std::log(w_old + w_new);
+        for (int64_t j = 0; j < HS; ++j) dst[j] = (dst[j] * w_old + o[j] * w_new) * inv_total;
+        row_lse = mx + std::log(w_old + w_new);
+      }
     }
   }
 }
 
 void CpuBackend::attention_block_backward(Tensor dqkv, Tensor dkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
                                           Tensor kv, int NH, int KVH, bool causal) {
+  // Per tile of query rows [r0, r1) over the block's visible keys [0, k), with the final lse:
+  //   P = exp(scale Q K^T - lse) (masked),  dP = dO V^T,  D_t = dO_t . O_t,  dS = P (dP - D) scale,
+  //   dQ += dS K,  dK += dS^T Q,  dV += P^T dO.
   expect_f32(out, "attention_block_backward");
   const BlockColumns c(qkv, NH, KVH);
   const int64_t N = qkv.dim(0), L = c.L, HS = c.HS, C = NH * HS, group = NH / KVH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float* scratch_all = scratch(static_cast<size_t>(threads_ * 2 * kBlock * L));
+  const int iW = static_cast<int>(c.W), iKV = static_cast<int>(c.KV), iC = static_cast<int>(C),
+            iHS = static_cast<int>(HS);
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int64_t ng = 0; ng < N * KVH; ++ng) {
     const int64_t n = ng / KVH, g = ng % KVH;
+    const int th = omp_get_thread_num();
+    float* P = scratch_all + th * 2 * kBlock * L;  // (kBlock, L)
+    float* dP = P + kBlock * L;                    // (kBlock, L), then dS
     const float* K = kv.data + n * L * c.KV + c.key(g);
     const float* V = kv.data + n * L * c.KV + c.value(g);
     float* dK = dkv.data + n * L * c.KV + c.key(g);
     float* dV = dkv.data + n * L * c.KV + c.value(g);
     for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-      for (int64_t t = 0; t < L; ++t) {
-        const float* q = qkv.data + (n * L + t) * c.W + h * HS;
-        float* dq = dqkv.data + (n * L + t) * c.W + h * HS;
-        const float* dO = dout.data + (n * L + t) * C + h * HS;
-        const float D = dot(dO, out.data + (n * L + t) * C + h * HS, HS);
-        const float row_lse = lse.data[(n * NH + h) * L + t];
-        const int64_t S = c.visible(t, causal);
-        for (int64_t s = 0; s < S; ++s) {
-          const float P = fast_exp(dot(q, K + s * c.KV, HS) * scale - row_lse);
-          const float dS = P * (dot(dO, V + s * c.KV, HS) - D) * scale;
-          float* dk = dK + s * c.KV;
-          float* dv = dV + s * c.KV;
-          const float* k = K + s * c.KV;
+      const float* Q = qkv.data + n * L * c.W + h * HS;
+      float* dQ = dqkv.data + n * L * c.W + h * HS;
+      const float* dO = dout.data + n * L * C + h * HS;
+      const float* O = out.data + n * L * C + h * HS;
+      const float* row_lse = lse.data + (n * NH + h) * L;
+      for (int64_t r0 = 0; r0 < L; r0 += kBlock) {
+        const int64_t r1 = std::min(L, r0 + kBlock), m = r1 - r0, k = c.keys(r1, causal);
+        const int im = static_cast<int>(m), ik = static_cast<int>(k);
+        gemm_.run(th, Sgemm{false, true, im, ik, iHS, scale, Q + r0 * c.W, iW, K, iKV, 0.0f, P, ik});
+        gemm_.run(th, Sgemm{false, true, im, ik, iHS, 1.0f, dO + r0 * C, iC, V, iKV, 0.0f, dP, ik});
+        for (int64_t i = 0; i < m; ++i) {
+          const int64_t t = r0 + i, visible = causal ? t + 1 : k;
+          float* p = P + i * k;
+          float* dp = dP + i * k;
+          const float D = dot(dO + t * C, O + t * C, HS), l = row_lse[t];
 #pragma omp simd
-          for (int64_t i = 0; i < HS; ++i) {
-            dq[i] += dS * k[i];
-            dk[i] += dS * q[i];
-            dv[i] += P * dO[i];
+          for (int64_t s = 0; s < visible; ++s) {
+            p[s] = fast_exp(p[s] - l);
+            dp[s] = p[s] * (dp[s] - D) * scale;  // dS
           }
+          for (int64_t s = visible; s < k; ++s) p[s] = dp[s] = 0.0f;  // masked
         }
+        // dQ[r0:r1] += dS K[0:k];  dK[0:k] += dS^T Q[r0:r1];  dV[0:k] += P^T dO[r0:r1]
+        gemm_.run(th, Sgemm{false, false, im, iHS, ik, 1.0f, dP, ik, K, iKV, 1.0f, dQ + r0 * c.W, iW});
+        gemm_.run(th, Sgemm{true, false, ik, iHS, im, 1.0f, dP, ik, Q + r0 * c.W, iW, 1.0f, dK, iKV});
+        gemm_.run(th, Sgemm{true, false, ik, iHS, im, 1.0f, P, ik, dO + r0 * C, iC, 1.0f, dV, iKV});
       }
     }
   }
