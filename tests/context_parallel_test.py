@@ -11,8 +11,8 @@ the serial stage.
     and rank 0's calls and bytes per group every step: the ring's 3 cp - 2
     shifts of a key/value block per layer and microbatch).
   * The llama preset (RoPE at the chunks' positions, grouped-query
-    attention, RMSNorm, SwiGLU) on cp 2 and cp 2 x tp 2 equals its serial
-    run likewise.
+    attention, RMSNorm, SwiGLU) on cp 2 and cp 2 x tp 2, and post-norm
+    blocks on cp 2, equal their serial runs likewise.
   * Generation after training gives serial's text.
   * Per rank activation bytes at T 4096 (the plan's count, which the runs
     above check against the engine's): cp 4 at most 30% of cp 1's.
@@ -64,6 +64,13 @@ def main():
         ("llama (RMSNorm, RoPE, SwiGLU, n_kv_head 2) on cp 2", 2, "cp2_llama", cp2),
         ("llama on cp 2 x tp 2", 4, "cp2tp2_llama", [*cp2, "--parallel.tp", "2"]),
     ], out, reference="serial_llama")
+
+    # Post-norm blocks (the attention's ring the same, the norms after it).
+    post = [*common, "--model.norm_position", "post"]
+    r = programs.run([a.serial, "train", *post, "--out", out("serial_post")])
+    check("post-norm serial reference", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+    layouts_equal_serial(check, programs, post, [("post-norm blocks on cp 2", 2, "cp2_post", cp2)], out,
+                         reference="serial_post")
 
     # Activations per rank at T 4096, from the plan (whose counts the runs above check against the engine's).
     long_args = [*common_args(a.corpus, 1, 4096, C, L, NH), "--train.eval_every", "0"]

@@ -263,7 +263,9 @@ std::vector<std::string> time_row(const RunView& v, const ConfigRuns* reference_
   const int64_t fcalls = v.planned_pp("calls"), fbytes = v.planned_pp("bytes");
   const bool pp_ok = v.facts.pp_calls == fcalls && v.facts.pp_bytes == fbytes;
   const std::string ne = pp_ok ? "" : " ≠";
-  return {label(v.c->key) + (v.over ? " (oversubscribed)" : ""), fmt::format("dp {} x tp {} x pp {}", l.dp, l.tp, l.pp),
+  const std::string grid = l.cp > 1 ? fmt::format("dp {} x tp {} x cp {} x pp {}", l.dp, l.tp, l.cp, l.pp)
+                                     : fmt::format("dp {} x tp {} x pp {}", l.dp, l.tp, l.pp);
+  return {label(v.c->key) + (v.over ? " (oversubscribed)" : ""), grid,
           l.pp > 1 || l.m > 1 ? fmt::format("{}, m {}", l.schedule, l.m) : "",
           fmt::format("{}/{}", v.c->ok.size(), v.c->all.size()), v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
           bubbles, l.pp > 1 ? pct(v.plan["bubble"].get<double>()) : "", arenas,
@@ -299,7 +301,8 @@ std::vector<std::string> cp_row(const RunView& v) {
   const auto pair = [](const std::string& got, const std::string& want) {
     return fmt::format("{} ({}){}", got, want, got == want ? "" : " ≠");
   };
-  return {label(v.c->key), v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
+  return {fmt::format("{} cp{}{}", label(v.c->key), v.lay.cp, v.over ? " (oversubscribed)" : ""),
+          v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
           pair(std::to_string(v.facts.cp_calls), std::to_string(comm["calls"].get<int64_t>())),
           pair(mb(static_cast<double>(v.facts.cp_bytes)), mb(comm["bytes"].get<double>())),
           pair(mb(counted.value("activations_bytes", 0.0)), mb(planned["activations_bytes"].get<double>()))};
