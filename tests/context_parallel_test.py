@@ -4,7 +4,8 @@ the serial stage.
 
   * cp 2 on 2 ranks, cp 4 on 4, cp 2 x tp 2, cp 2 x dp 2, cp 2 x pp 2 (1f1b
     with 2 microbatches, zb-h1 with 4), cp 2 with ZeRO-1 and ZeRO-3 on dp 2,
-    with train.recompute full, and cp 2 x tp 2 with the vocabulary cut train
+    with train.recompute full, and cp 2 x tp 2 with the vocabulary cut or
+    with sequence parallelism train
     the serial configuration for 10 steps: every step's loss and validation
     loss within 1e-5 relative and every final weight within 1e-5 absolute of
     serial's; the run's plan equals what each rank counted (memory by kind,
@@ -17,8 +18,7 @@ the serial stage.
   * Per rank activation bytes at T 4096 (the plan's count, which the runs
     above check against the engine's): cp 4 at most 30% of cp 1's.
   * Refusals, one line each: a sequence that does not cut into 2 cp chunks,
-    cp with train.deterministic, with sequence parallelism, with bf16, with
-    spd blocks, on the serial stage, and a grid that does not divide the ranks.
+    cp with train.deterministic, with bf16, with spd blocks, on the serial stage, and a grid that does not divide the ranks.
 
 usage: context_parallel_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 """
@@ -49,6 +49,8 @@ def main():
         ("cp 2, ZeRO-3 on dp 2", 4, "cp2z3", [*cp2, "--parallel.zero", "3"]),
         ("cp 2, train.recompute full", 2, "cp2rc", [*cp2, "--train.recompute", "full"]),
         ("cp 2 x tp 2, the vocabulary cut", 4, "cp2v", [*cp2, "--parallel.tp", "2", "--parallel.vocab_parallel", "true"]),
+        ("cp 2 x tp 2 + sequence parallelism", 4, "cp2sp", [*cp2, "--parallel.tp", "2",
+                                                             "--parallel.sequence_parallel", "true"]),
     ], out)
     summary = lambda d: records(out(d), "summary")[0] if os.path.exists(out(d)) else {}  # noqa: E731
     check("generation after cp 2 training gives serial's text",
@@ -91,8 +93,6 @@ def main():
           "does not cut into")
     error("cp with train.deterministic is refused", 2, [*cp2, "--train.deterministic", "true"],
           "train.deterministic")
-    error("cp with sequence parallelism is refused", 4, [*cp2, "--parallel.tp", "2",
-                                                         "--parallel.sequence_parallel", "true"], "sequence_parallel")
     error("cp with bf16 is refused", 2, [*cp2, "--train.precision", "bf16"], "bf16")
     error("cp with spd blocks is refused", 4, [*cp2, "--parallel.tp", "2", "--parallel.block_types", "spd,tp"],
           "block_types")

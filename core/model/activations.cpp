@@ -179,9 +179,7 @@ ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_bac
   tp_.sequence = sequence_parallel && tp_.size > 1;
   tp_.context = cp.size;
   acts_.cp = cp;
-  if (cp.on() && (cp.group == nullptr || tp_.sequence)) {
-    throw std::invalid_argument("activations: context parallelism needs its group, and runs without sequence parallelism");
-  }
+  if (cp.on() && cp.group == nullptr) throw std::invalid_argument("activations: context parallelism needs its group");
   init(B, T, model.memory());
 }
 

@@ -357,6 +357,21 @@ void embed(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activation
   tp_sum(tp, out);
 }
 
+// The embedding of the arena's B x T tokens into `out` (B,T,C): its rows at
+// positions 0.., or (an arena cut by context parallelism) each half at its
+// chunk's positions (model/context_parallel.h).
+void embed_rows(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activations& a, Tensor out,
+                const int32_t* tokens) {
+  if (!a.cp.on()) {
+    embed(k, tp, p, a, out, tokens, 0);
+    return;
+  }
+  const int64_t n = int64_t{a.B} / 2 * a.T;
+  for (int part = 0; part < 2; ++part) {
+    embed(k, tp, p, a, context_half(out, part), tokens + part * n, a.cp.chunk(part) * a.T, static_cast<size_t>(part * n));
+  }
+}
+
 // The mean loss of the logits against `targets` (a.losses per position).
 // With the vocabulary sharded, from every shard's statistics (the logits
 // never gathered): each rank's log-sum-exp into its row of a.ce_parts and
@@ -464,16 +479,10 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
     const UnitScope scope(units, model, 0, Pass::kForward);
     if (a.sequence) {  // every rank embeds the whole batch (the tables are replicated) and keeps its rows
       const TpLayout& tp = model.tp();
-      embed(k, tp, p, a, a.proj, tokens, 0);
+      embed_rows(k, tp, p, a, a.proj, tokens);
       be.copy(a.encoded, rows_of(a.proj, tp, a.encoded));
-    } else if (a.cp.on()) {  // each half of the arena at its chunk's positions
-      const int64_t n = int64_t{a.B} / 2 * a.T;
-      for (int part = 0; part < 2; ++part) {
-        embed(k, model.tp(), p, a, context_half(a.encoded, part), tokens + part * n, a.cp.chunk(part) * a.T,
-              static_cast<size_t>(part * n));
-      }
     } else {
-      embed(k, model.tp(), p, a, a.encoded, tokens, 0);
+      embed_rows(k, model.tp(), p, a, a.encoded, tokens);
     }
   }
   layers_forward(
@@ -845,15 +854,16 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     const int32_t* ids = tp.shape().vocab ? a.vocab_ids.data() : tokens;
     // Sequence parallelism: every rank's rows gathered, so each computes the replicated tables' whole gradient.
     if (a.sequence) tp.group->all_gather(a.dresidual, a.proj);
+    const Tensor d = a.sequence ? a.proj : a.dresidual;
     if (a.cp.on()) {  // each half of the arena into its chunk's position rows
       const int64_t n = int64_t{a.B} / 2 * a.T;
       for (int part = 0; part < 2; ++part) {
         const Tensor pos_rows = cfg.rope() ? a.dpos : Tensor(g.wpe.data + int64_t{a.cp.chunk(part)} * a.T * cfg.C,
                                                              {a.T, cfg.C});
-        be.encoder_backward(g.wte, pos_rows, context_half(a.dresidual, part), ids + part * n);
+        be.encoder_backward(g.wte, pos_rows, context_half(d, part), ids + part * n);
       }
     } else {
-      be.encoder_backward(g.wte, cfg.rope() ? a.dpos : g.wpe, a.sequence ? a.proj : a.dresidual, ids);
+      be.encoder_backward(g.wte, cfg.rope() ? a.dpos : g.wpe, d, ids);
     }
     done_from(g.wte);
   }  // else a.dresidual holds the gradient at the stage's input, for the caller to send back

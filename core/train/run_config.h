@@ -239,8 +239,8 @@ struct ParallelConfig {
       "ranks per context-parallel group: each row of the batch cut into 2 cp chunks, a rank holding chunk r and "
       "chunk 2 cp - 1 - r (balanced causal work), the attention a ring of key/value blocks merged by their "
       "log-sum-exps; ranks = data-parallel size x tp x cp x pp; the gradient sums over dp x cp. train.seq_len must "
-      "divide into 2 cp chunks. So far on the mpi stage, fp32, tp/pre- or post-norm blocks, without "
-      "sequence_parallel or train.deterministic (docs/context_parallel.md)");
+      "divide into 2 cp chunks. So far on the mpi stage, fp32, tp blocks (pre- or post-norm; with or without "
+      "sequence_parallel), without train.deterministic (docs/context_parallel.md)");
   }
 };
 
