@@ -14,7 +14,8 @@ the serial stage.
   * The llama preset (RoPE at the chunks' positions, grouped-query
     attention, RMSNorm, SwiGLU) on cp 2 and cp 2 x tp 2, and post-norm
     blocks on cp 2, equal their serial runs likewise.
-  * Generation after training gives serial's text.
+  * Generation after training gives serial's text; a sharded ZeRO-1
+    checkpoint of cp 2 x dp 2 resumes on serial to serial's losses.
   * Per rank activation bytes at T 4096 (the plan's count, which the runs
     above check against the engine's): cp 4 at most 30% of cp 1's.
   * Refusals, one line each: a sequence that does not cut into 2 cp chunks,
@@ -57,6 +58,21 @@ def main():
           summary("cp2").get("generated_text") is not None and
           summary("cp2").get("generated_text") == summary("serial").get("generated_text"),
           f"{summary('cp2').get('generated_text')!r} against {summary('serial').get('generated_text')!r}")
+
+    # Checkpoints stay layout-free: a sharded ZeRO-1 checkpoint of cp 2 x dp 2 after 5 steps resumes on serial.
+    d = out("cp_resume")
+    r = programs.mpi(4, [*common, *cp2, "--parallel.zero", "1", "--train.checkpoint_format", "sharded",
+                         "--train.steps", "5", "--out", d], timeout=600)
+    if r.returncode == 0:
+        r = programs.run([a.serial, "train", *common, "--resume", os.path.join(d, "checkpoints", "step-00000005"),
+                          "--out", d])
+    if r.returncode != 0:
+        check("a cp 2 x dp 2 checkpoint resumed on serial", False, r.stderr.strip()[-300:])
+    else:
+        got, want = ([s["loss"] for s in records(x, "step")] for x in (d, out("serial")))
+        rel = max((abs(x - y) / y for x, y in zip(got, want)), default=float("inf"))
+        check("a sharded ZeRO-1 checkpoint of cp 2 x dp 2 after 5 steps resumes on serial to serial's 10 losses "
+              "(within 1e-5 relative)", len(got) == len(want) == 10 and rel <= 1e-5, f"worst {rel:.2e}")
 
     # The llama preset: RoPE turned at each chunk's positions, RMSNorm, SwiGLU, grouped-query attention.
     llama = [*common, "--model.arch", "llama", "--model.n_kv_head", "2"]
