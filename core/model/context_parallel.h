@@ -5,8 +5,9 @@
 // every rank has the same causal work (Megatron's and torchtitan's
 // load-balanced order). Everything but the attention is per token and runs
 // on a rank's own chunks; the attention is a ring (Liu et al. 2023, "Ring
-// Attention"): each rank's packed keys and values pass to the next rank
-// while the blocks already held are computed, each block's partial output
+// Attention"): each rank's packed keys and values are sent on to the next
+// rank (the send started before the block held is computed, the receive at
+// the turn's end: docs/context_parallel.md "The ring"), each block's partial output
 // merged by its log-sum-exp (Backend::attention_block_forward); the backward
 // passes the keys and values round again, their gradients travelling with
 // them back to their owners.
@@ -40,8 +41,9 @@ class CpGroup {
   // floats) and wait for the send. One step in flight at a time.
   virtual void start_shift(Tensor send) = 0;
   virtual void finish_shift(Tensor recv) = 0;
-  // Lets a started step advance while the caller computes (MPICH moves
-  // messages only inside its calls).
+  // Called between the block pairs of a turn: lets a started step advance
+  // where the group can (MPICH moves messages only inside its calls; today's
+  // MPI communicator advances its collectives there, not its sends).
   virtual void progress() = 0;
 };
 

@@ -13,8 +13,8 @@
 // the same part of the model, and their gradients and losses add up: the
 // gradient group is dp x cp, ranked by (dp rank, cp rank)).
 // The groups are Communicators split from the world, with its verbs and its
-// accounting (CommStats); with tp = pp = 1 the data-parallel group is the
-// world itself and the others one-rank communicators.
+// accounting (CommStats); with tp = pp = 1 the data-parallel (gradient)
+// group is the world itself, and so is the ring with cp = ranks.
 #pragma once
 
 #include <memory>

@@ -92,7 +92,8 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["ranks"] = comm.size();
   p["tp"] = c.parallel.tp;
   p["pp"] = c.parallel.pp;
-  p["dp"] = comm.size() / (c.parallel.tp * c.parallel.pp);
+  p["cp"] = c.parallel.cp;
+  p["dp"] = comm.size() / (c.parallel.tp * c.parallel.pp * c.parallel.cp);
   p["microbatches"] = c.parallel.microbatches;
   p["schedule"] = to_string(c.parallel.schedule);
   p["zero"] = st.zero_stage;

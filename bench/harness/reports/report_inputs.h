@@ -45,7 +45,7 @@ struct ConfigKey {
   int ranks = 0, threads = 0;
   int tp = 1;               // the tensor-parallel layout: ranks = tp x dp
   std::string block_types;  // "" for all tp (and always at tp 1)
-  std::string pipeline;     // pipeline stages, microbatches, schedule, ZeRO-1: "pp2 m4 1f1b zero"; "" for none
+  std::string pipeline;     // context parallelism, pipeline stages, microbatches, schedule, ZeRO: "cp2 pp2 m4 1f1b zero"; "" for none
   std::string variant;      // the architecture keys that differ from GPT-2: "arch=llama"; "" for none
   std::string config_digest;  // the resolved configuration but train.seed; "" in older results
   std::string differs;        // Run::differs: shown in the label where it is not ""

@@ -301,7 +301,7 @@ std::vector<std::string> cp_row(const RunView& v) {
   const auto pair = [](const std::string& got, const std::string& want) {
     return fmt::format("{} ({}){}", got, want, got == want ? "" : " ≠");
   };
-  return {fmt::format("{} cp{}{}", label(v.c->key), v.lay.cp, v.over ? " (oversubscribed)" : ""),
+  return {label(v.c->key) + (v.over ? " (oversubscribed)" : ""),
           v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
           pair(std::to_string(v.facts.cp_calls), std::to_string(comm["calls"].get<int64_t>())),
           pair(mb(static_cast<double>(v.facts.cp_bytes)), mb(comm["bytes"].get<double>())),
@@ -319,7 +319,8 @@ void memory_rows(const RunView& v, std::vector<std::vector<std::string>>& rows, 
     const int s = r.value("stage", 0);
     const double state = r.value("model_state_bytes", params + r.value("grads_bytes", 0.0) + moments);
     const double formula = r.value("formula_bytes", 0.0);
-    const double want_dp = l.dp > 1 ? v.rank_plan(0)["comm"]["dp"]["bytes"].get<double>() : 0.0;
+    const bool grad_group = l.dp * l.cp > 1;  // the gradient group: dp x cp ranks
+    const double want_dp = grad_group ? v.rank_plan(0)["comm"]["dp"]["bytes"].get<double>() : 0.0;
     rows.push_back({label(v.c->key), std::to_string(rank), std::to_string(s), std::to_string(l.zero), mb(params),
                     mb(r.value("gathered_bytes", 0.0)), mb(r.value("grads_bytes", 0.0)),
                     mb(r.value("comm_buffer_bytes", 0.0)), fmt::format("{} ({})", mb(moments), mb(want_moments)),
@@ -328,7 +329,7 @@ void memory_rows(const RunView& v, std::vector<std::vector<std::string>>& rows, 
                                 : mb(state),
                     fmt::format("{} x {}", r.value("arenas", 0), mb(r.value("arena_bytes", 0.0))),
                     mb(r.value("activations_bytes", 0.0)),
-                    rank == 0 && l.dp > 1 ? fmt::format("{} ({})", mb(static_cast<double>(v.facts.dp_bytes)), mb(want_dp))
+                    rank == 0 && grad_group ? fmt::format("{} ({})", mb(static_cast<double>(v.facts.dp_bytes)), mb(want_dp))
                                           : ""});
     csv += csv_row({label(v.c->key), std::to_string(v.c->key.ranks), std::to_string(l.dp), std::to_string(l.tp),
                     std::to_string(l.pp), std::to_string(l.m), l.schedule, std::to_string(l.zero),
@@ -371,7 +372,7 @@ std::string zb_reading(const std::vector<RunView>& views) {
   std::map<std::pair<int, std::string>, SchedulePoint> points;
   for (const RunView& v : views) {
     const Layout& l = v.lay;
-    if (l.pp != 2 || l.tp != 1 || l.dp != 1 || l.zero || !v.ms) continue;
+    if (l.pp != 2 || l.tp != 1 || l.dp != 1 || l.cp != 1 || l.zero || !v.ms) continue;
     SchedulePoint& pt = points[{l.m, l.schedule}];
     pt.step_ms = v.ms->median;
     for (const auto& [s, bn] : v.per_stage) pt.bubble.push_back(bn.first);

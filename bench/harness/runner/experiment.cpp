@@ -142,9 +142,10 @@ std::string config_digest(const ResolvedConfig& cfg) {
 }
 
 // The layout columns of a run from its plan: the tensor- and pipeline-parallel
-// sizes, and the pipeline and ZeRO as one text ("pp2 m4 zb-h1", "zero",
-// "pp2 m2 1f1b zero2", "m4" for accumulation on one stage; ZeRO only where it
-// is in force, over more than one data-parallel rank).
+// sizes, and context parallelism, the pipeline and ZeRO as one text ("pp2 m4
+// zb-h1", "zero", "pp2 m2 1f1b zero2", "m4" for accumulation on one stage,
+// "cp2", "cp2 pp2 m2 1f1b"; ZeRO only where it is in force, over more than
+// one data-parallel rank).
 void set_layout(RunSpec& s, const Json& plan) {
   const Json& l = plan["layout"];
   s.tp = l["tp"].get<int>();
@@ -153,6 +154,8 @@ void set_layout(RunSpec& s, const Json& plan) {
   // Microbatches on one stage are gradient accumulation: no schedule to name.
   if (s.pp > 1) s.pipeline = fmt::format("pp{} m{} {}", s.pp, m, l["schedule"].get<std::string>());
   if (s.pp == 1 && m > 1) s.pipeline = fmt::format("m{}", m);
+  const int cp = l.value("cp", 1);
+  if (cp > 1) s.pipeline = fmt::format("cp{}{}{}", cp, s.pipeline.empty() ? "" : " ", s.pipeline);
   if (zero > 0) {
     s.pipeline = fmt::format("{}{}zero{}", s.pipeline, s.pipeline.empty() ? "" : " ", zero == 1 ? "" : std::to_string(zero));
   }

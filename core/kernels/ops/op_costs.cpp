@@ -78,9 +78,10 @@ OpCost op_cost(const std::string& k, const OpShape& s) {
     return {flop, kF * (N * W + N * kv + 2 * NC + 2 * static_cast<double>(s.B) * s.NH * T)};
   }
   if (k == "attention_block_backward") {
-    // q.k and dO.v again, dq, dk, dv: four products over the block's pairs
-    // (the causal default does about half of all T x T). Reads qkv, the block,
-    // dout, out, lse; dqkv's query columns and dkv accumulate.
+    // dO.v, dq, dk, dv: four products over the causal default's pairs (q.k
+    // again besides, not counted, as attention_backward does not count its
+    // own); ".earlier" sees all T x T pairs, about twice the count. Reads
+    // qkv, the block, dout, out, lse; dqkv's query columns and dkv accumulate.
     const double kv = 2.0 * static_cast<double>(s.kv_heads()) * static_cast<double>(s.HS());
     const double flop = 2.0 * 2.0 * 2.0 * static_cast<double>(s.B) * C * causal_pairs(s);
     return {flop, kF * (N * W + N * kv + 2 * NC + static_cast<double>(s.B) * s.NH * T + 2 * NC + 2 * N * kv)};
