@@ -13,8 +13,6 @@ Tensor context_half(Tensor t, int part) {
 
 namespace {
 
-const auto half = context_half;
-
 // Buffer `i` of two packed key/value blocks (2, B, L, KV).
 Tensor slot(Tensor two, int i) {
   const int64_t per = two.numel() / 2;
@@ -58,7 +56,8 @@ void ring_attention_forward(Backend& be, const ContextCut& cp, Tensor out, Tenso
       cp.group->start_shift(cur);  // on to the next rank while this block is computed
     }
     for_each_pair(cp, (cp.rank - s + P) % P, [&](int q, int k, bool causal) {
-      be.attention_block_forward(half(out, q), half(lse, q), half(qkv, q), half(cur, k), NH, KVH, causal, seen[q]);
+      be.attention_block_forward(context_half(out, q), context_half(lse, q), context_half(qkv, q), context_half(cur, k),
+                                 NH, KVH, causal, seen[q]);
       seen[q] = true;
       if (more) cp.group->progress();
     });
@@ -84,8 +83,9 @@ void ring_attention_backward(Backend& be, const ContextCut& cp, Tensor dqkv, Ten
       cp.group->start_shift(cur);
     }
     for_each_pair(cp, (cp.rank - s + P) % P, [&](int q, int k, bool causal) {
-      be.attention_block_backward(half(dqkv, q), half(dcur, k), half(dout, q), half(out, q), half(lse, q),
-                                  half(qkv, q), half(cur, k), NH, KVH, causal);
+      be.attention_block_backward(context_half(dqkv, q), context_half(dcur, k), context_half(dout, q),
+                                  context_half(out, q), context_half(lse, q), context_half(qkv, q),
+                                  context_half(cur, k), NH, KVH, causal);
       if (more) cp.group->progress();
     });
     if (more) cp.group->finish_shift(next);

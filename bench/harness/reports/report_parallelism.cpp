@@ -276,36 +276,38 @@ std::vector<std::string> time_row(const RunView& v, const ConfigRuns* reference_
           v.dev ? fmt::format("{:.1e}", *v.dev) : (v.c == reference_marker ? "(reference)" : "")};
 }
 
-// The tensor-parallel table's row of a run with tp > 1: rank 0's tp-group
-// traffic in a step and its activations, each beside the plan's.
-std::vector<std::string> tp_row(const RunView& v) {
-  const Json& comm = v.rank_plan(0)["comm"]["tp"];
+// A communication table's row: the run's `name`, its step time, rank 0's
+// `group` calls and bytes in the last step and its activations (with
+// `layers`, also the layers' share), each beside the plan's; ≠ marks a
+// count that differs from it.
+std::vector<std::string> traffic_row(const RunView& v, const std::string& name, const char* group, int64_t calls,
+                                     int64_t bytes, bool layers) {
+  const Json& comm = v.rank_plan(0)["comm"][group];
   const Json& planned = v.rank_plan(0)["memory"];
   const Json counted = v.facts.memory.empty() ? Json::object() : v.facts.memory[0];
   const auto pair = [](const std::string& got, const std::string& want) {
     return fmt::format("{} ({}){}", got, want, got == want ? "" : " ≠");
   };
-  return {label(v.c->key), v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
-          pair(std::to_string(v.facts.tp_calls), std::to_string(comm["calls"].get<int64_t>())),
-          pair(mb(static_cast<double>(v.facts.tp_bytes)), mb(comm["bytes"].get<double>())),
-          pair(mb(counted.value("activations_bytes", 0.0)), mb(planned["activations_bytes"].get<double>())),
-          pair(mb(counted.value("arena_layers_bytes", 0.0)), mb(planned["arena_layers_bytes"].get<double>()))};
+  std::vector<std::string> row = {
+      name, v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
+      pair(std::to_string(calls), std::to_string(comm["calls"].get<int64_t>())),
+      pair(mb(static_cast<double>(bytes)), mb(comm["bytes"].get<double>())),
+      pair(mb(counted.value("activations_bytes", 0.0)), mb(planned["activations_bytes"].get<double>()))};
+  if (layers) {
+    row.push_back(pair(mb(counted.value("arena_layers_bytes", 0.0)), mb(planned["arena_layers_bytes"].get<double>())));
+  }
+  return row;
 }
 
-// The context-parallel table's row of a run with cp > 1: rank 0's ring
-// traffic in a step and its activations, each beside the plan's.
+// The tensor-parallel table's row of a run with tp > 1.
+std::vector<std::string> tp_row(const RunView& v) {
+  return traffic_row(v, label(v.c->key), "tp", v.facts.tp_calls, v.facts.tp_bytes, true);
+}
+
+// The context-parallel table's row of a run with cp > 1 (the ring's traffic).
 std::vector<std::string> cp_row(const RunView& v) {
-  const Json& comm = v.rank_plan(0)["comm"]["cp"];
-  const Json& planned = v.rank_plan(0)["memory"];
-  const Json counted = v.facts.memory.empty() ? Json::object() : v.facts.memory[0];
-  const auto pair = [](const std::string& got, const std::string& want) {
-    return fmt::format("{} ({}){}", got, want, got == want ? "" : " ≠");
-  };
-  return {label(v.c->key) + (v.over ? " (oversubscribed)" : ""),
-          v.ms ? fmt::format("{:.1f}", v.ms->median) : "",
-          pair(std::to_string(v.facts.cp_calls), std::to_string(comm["calls"].get<int64_t>())),
-          pair(mb(static_cast<double>(v.facts.cp_bytes)), mb(comm["bytes"].get<double>())),
-          pair(mb(counted.value("activations_bytes", 0.0)), mb(planned["activations_bytes"].get<double>()))};
+  return traffic_row(v, label(v.c->key) + (v.over ? " (oversubscribed)" : ""), "cp", v.facts.cp_calls,
+                     v.facts.cp_bytes, false);
 }
 
 // The memory table's rows of a run (one per rank) and their CSV lines.

@@ -15,24 +15,13 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/fast_math.h"
 
 namespace gpt2::cpu {
 
 namespace {
-// Query rows per block: the (kBlock, T) score tile of one thread stays in L2.
-constexpr int64_t kBlock = 64;
-
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-inline void axpy(float* y, float alpha, const float* x, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
+constexpr int64_t kBlock = kAttentionRows;
 
 
 // Where one head's q, k and v sit in a row of qkv ((NH + 2 KVH) heads of HS).

@@ -13,20 +13,13 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/fast_math.h"
 
 namespace gpt2::cpu {
 
 namespace {
-// Query rows per tile, as attention.cpp's.
-constexpr int64_t kBlock = 64;
-
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
+constexpr int64_t kBlock = kAttentionRows;  // query rows per tile, as attention.cpp's
 
 // Where the heads sit: query head h in a qkv row (W wide), key/value head g
 // in a packed block's row (KV = 2 KVH HS wide: keys, then values).
