@@ -14,7 +14,8 @@ using Visit = std::function<void(Tensor&, std::initializer_list<int64_t>, Dtype)
 // in arena order: P tensor-parallel ranks, and the private-run buffers if
 // `runs`. `stored` is the type of the tensors a matrix product alone reads,
 // forward and backward (the norms' outputs before a product, the attention's
-// output, the MLP's hidden activations); everything else is f32.
+// output but under context parallelism, the MLP's hidden activations);
+// everything else is f32.
 void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split, bool recompute,
            Dtype stored, Activations& a, const Visit& f_typed) {
   const auto f = [&](Tensor& t, std::initializer_list<int64_t> dims) { f_typed(t, dims, Dtype::f32); };
@@ -55,7 +56,8 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
     f(l.ln1_mean, {Bsm, Ts});
     f(l.ln1_rstd, {Bs, Ts});
     f(l.qkv, {B, T, QKV / P});
-    lo(l.atty, {B, T, C / P});
+    // Context parallelism's ring merges into the attention's output and reads D = dO . O from it: f32.
+    f_typed(l.atty, {B, T, C / P}, tp.context > 1 ? Dtype::f32 : stored);
     f(l.att_lse, {B, NH / P, T});
     f(l.residual2, {Bs, Ts, C});
     norm_out(l.ln2, {Bs, Ts, C});

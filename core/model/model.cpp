@@ -208,6 +208,17 @@ Tensor rows_of(Tensor whole, const TpLayout& tp, const Tensor& rows) {
   return Tensor(whole.data + tp.rank * rows.numel(), {1, rows.dim(1), rows.dim(2)});
 }
 
+// The f32 scratch `scratch` (its memory and shape) holding `like`'s element
+// type: with train.precision bf16 a norm's output is bf16 and is gathered,
+// or written, as bf16 into the scratch's first half.
+Tensor typed_like(Tensor scratch, const Tensor& like) {
+  if (!like.is_bf16()) return scratch;
+  Tensor t(reinterpret_cast<bf16*>(scratch.data), {scratch.numel()});
+  t.shape = scratch.shape;
+  t.ndim = scratch.ndim;
+  return t;
+}
+
 // Sequence parallelism's row-parallel product: this rank's part of the
 // product (rank 0's with the bias) into `whole`, its sum over the group
 // reduce-scattered into `rows`; with tp.pieces (train.deterministic) the
@@ -238,13 +249,14 @@ void sequence_parallel_block(const Parts& k, const TpLayout& tp, const LayerPara
   Backend& be = k.be;
   const Tensor whole = a.proj;  // (B,T,C): a norm's output gathered, then a row-parallel product's output
   k.norm(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b);
-  tp.group->all_gather(x.ln1, whole);
-  attend(l, w, x, whole);
+  const Tensor ln1 = typed_like(whole, x.ln1), ln2 = typed_like(whole, x.ln2);  // the norms' outputs, gathered
+  tp.group->all_gather(x.ln1, ln1);
+  attend(l, w, x, ln1);
   sp_row_parallel(k, tp, whole, x.atty, w.attn_proj_w, w.attn_proj_b, a.sp_rows);
   be.residual_forward(x.residual2, residual, a.sp_rows);
   k.norm(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, w.ln2_w, w.ln2_b);
-  tp.group->all_gather(x.ln2, whole);
-  be.matmul_forward(x.fch, whole, w.fc_w, w.fc_b);
+  tp.group->all_gather(x.ln2, ln2);
+  be.matmul_forward(x.fch, ln2, w.fc_w, w.fc_b);
   k.activation(x.fch_gelu, x.fch);
   sp_row_parallel(k, tp, whole, x.fch_gelu, w.fc_proj_w, w.fc_proj_b, a.sp_rows);
   be.residual_forward(x.residual3, x.residual2, a.sp_rows);
@@ -323,8 +335,9 @@ void private_block(const Parts& k, const TpLayout& tp, Activations& a, int l, co
 
 void head_forward(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activations& a) {
   if (a.sequence) {  // this rank's rows normed, then gathered whole for the (replicated) head
-    k.norm(a.sp_rows, a.lnf_mean, a.lnf_rstd, a.layers.back().residual3, p.lnf_w, p.lnf_b);
-    tp.group->all_gather(a.sp_rows, a.lnf);
+    const Tensor rows = typed_like(a.sp_rows, a.lnf);
+    k.norm(rows, a.lnf_mean, a.lnf_rstd, a.layers.back().residual3, p.lnf_w, p.lnf_b);
+    tp.group->all_gather(rows, a.lnf);
   } else {
     k.norm(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers.back().residual3, p.lnf_w, p.lnf_b);
   }
@@ -611,15 +624,16 @@ void sequence_parallel_block_backward(const Parts& k, const TpLayout& tp, const 
   Backend& be = k.be;
   const int64_t C = k.cfg.C;
   const Tensor whole = a.proj;  // (B,T,C): a row-parallel output's gradient, or a product's input, gathered
+  const Tensor ln1 = typed_like(whole, x.ln1), ln2 = typed_like(whole, x.ln2);  // the norms' outputs, gathered
   if (part == BackwardPart::kWeight) {
     tp.group->all_gather(x.d_res3, whole);
     be.matmul_backward(Tensor{}, dw.fc_proj_w, dw.fc_proj_b, whole, x.fch_gelu, w.fc_proj_w);
-    tp.group->all_gather(x.ln2, whole);
-    be.matmul_backward(Tensor{}, dw.fc_w, dw.fc_b, x.d_fch, whole, w.fc_w);
+    tp.group->all_gather(x.ln2, ln2);
+    be.matmul_backward(Tensor{}, dw.fc_w, dw.fc_b, x.d_fch, ln2, w.fc_w);
     tp.group->all_gather(x.d_res2, whole);
     be.matmul_backward(Tensor{}, dw.attn_proj_w, dw.attn_proj_b, whole, x.atty, w.attn_proj_w);
-    tp.group->all_gather(x.ln1, whole);
-    be.matmul_backward(Tensor{}, dw.qkv_w, dw.qkv_b, x.d_qkv, whole, w.qkv_w);
+    tp.group->all_gather(x.ln1, ln1);
+    be.matmul_backward(Tensor{}, dw.qkv_w, dw.qkv_b, x.d_qkv, ln1, w.qkv_w);
     return;
   }
   const bool b_only = part == BackwardPart::kInput;
@@ -633,8 +647,8 @@ void sequence_parallel_block_backward(const Parts& k, const TpLayout& tp, const 
   be.matmul_backward(dhid, wgrad(dw.fc_proj_w), wgrad(dw.fc_proj_b), whole, x.fch_gelu, w.fc_proj_w);
   const Tensor dfch = b_only ? x.d_fch : a.dfch;  // B keeps the fc output's gradient for W (as pre-norm's B)
   k.activation_backward(dfch, dhid, x.fch);
-  if (!b_only) tp.group->all_gather(x.ln2, whole);  // the fc product's input again, for its weight gradient
-  sp_column_parallel_backward(k, tp, a.dln, wgrad(dw.fc_w), wgrad(dw.fc_b), dfch, whole, w.fc_w,
+  if (!b_only) tp.group->all_gather(x.ln2, ln2);  // the fc product's input again, for its weight gradient
+  sp_column_parallel_backward(k, tp, a.dln, wgrad(dw.fc_w), wgrad(dw.fc_b), dfch, ln2, w.fc_w,
                               fc_segments(k, w.fc_w), a.sp_rows);
   sp_norm_backward(k, tp, a, a.dresidual, {dw.ln2_w, dw.ln2_b}, {ln2_w, ln2_b}, a.sp_rows, x.residual2, w.ln2_w,
                    x.ln2_mean, x.ln2_rstd, a.dln, whole);
@@ -644,8 +658,8 @@ void sequence_parallel_block_backward(const Parts& k, const TpLayout& tp, const 
   k.attention_backward(a.dqkv, a.datty, x, a);
   if (b_only) be.copy(x.d_qkv, a.dqkv);  // after the attention backward has read qkv
   const Tensor dqkv = b_only ? x.d_qkv : a.dqkv;
-  if (!b_only) tp.group->all_gather(x.ln1, whole);  // the qkv product's input again
-  sp_column_parallel_backward(k, tp, a.dln, wgrad(dw.qkv_w), wgrad(dw.qkv_b), dqkv, whole, w.qkv_w, qkv_segments(k),
+  if (!b_only) tp.group->all_gather(x.ln1, ln1);  // the qkv product's input again
+  sp_column_parallel_backward(k, tp, a.dln, wgrad(dw.qkv_w), wgrad(dw.qkv_b), dqkv, ln1, w.qkv_w, qkv_segments(k),
                               a.sp_rows);
   sp_norm_backward(k, tp, a, a.dresidual, {dw.ln1_w, dw.ln1_b}, {ln1_w, ln1_b}, a.sp_rows, residual, w.ln1_w,
                    x.ln1_mean, x.ln1_rstd, a.dln, whole);

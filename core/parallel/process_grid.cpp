@@ -22,8 +22,18 @@ double CommGroup::allreduce_sum(double x) {
 }
 
 void CommGroup::all_gather(Tensor shard, Tensor full) {
+  if (shard.dtype != full.dtype) {
+    throw std::invalid_argument(fmt::format("all_gather: a {} shard into a {} tensor", to_string(shard.dtype),
+                                            to_string(full.dtype)));
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  comm_.all_gather(shard.data, full.data, static_cast<size_t>(shard.numel()));
+  if (shard.is_bf16() && shard.bytes() % sizeof(float) == 0) {  // a bf16 shard travels as its bytes, in floats' place
+    comm_.all_gather(shard.data, full.data, shard.bytes() / sizeof(float));
+  } else if (shard.is_bf16()) {
+    comm_.all_gather(shard.as<bf16>(), full.as<bf16>(), static_cast<size_t>(shard.numel()));
+  } else {
+    comm_.all_gather(shard.data, full.data, static_cast<size_t>(shard.numel()));
+  }
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -175,7 +175,7 @@ void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_p
   }
 }
 
-void check_sequence_parallel(const RunConfig& c, int arena_rows, Dtype stored) {
+void check_sequence_parallel(const RunConfig& c, int arena_rows) {
   const ParallelConfig& p = c.parallel;
   if (!p.sequence_parallel) return;
   auto refuse = [](const std::string& why) {
@@ -192,7 +192,6 @@ void check_sequence_parallel(const RunConfig& c, int arena_rows, Dtype stored) {
                        "which holds fc width / tp = {} of the model's {} channels: use a smaller parallel.tp",
                        c.model.resolved().fc_width() / p.tp, c.model.C));
   }
-  if (stored != Dtype::f32) refuse("not yet with bf16 activations (train.precision fp32)");
   const int64_t rows = int64_t{arena_rows} * c.train.seq_len;
   if (rows % p.tp != 0) {
     refuse(fmt::format("the {} rows of a replica's batch ({} x {} {}) do not divide over parallel.tp {}", rows,
@@ -212,7 +211,6 @@ void check_context_parallel(const RunConfig& c, const std::string& stage) {
     refuse("not yet under train.deterministic: a row's tokens are split over the ring, so the sums over them "
            "(the weight gradients, the merged softmax) need a canonical order across ranks that is not built");
   }
-  if (c.train.bf16()) refuse("not yet with train.precision bf16 (the ring merges fp32 outputs)");
   const std::vector<BlockType> blocks = p.blocks();
   if (std::any_of(blocks.begin(), blocks.end(), [](BlockType b) { return b != BlockType::kTp; })) {
     refuse("built for parallel.block_types tp (spd and parallel blocks keep private streams)");
@@ -320,7 +318,7 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
   r.dp = ranks / (r.tp * r.pp * r.cp);
   r.steps = step_config(c);
   r.step = resolve_step(r.steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, stage));
-  check_sequence_parallel(r.steps, r.step.arena_rows, r.step.stored);  // the arena's rows as the steps cut them
+  check_sequence_parallel(r.steps, r.step.arena_rows);  // the arena's rows as the steps cut them
   return r;
 }
 

@@ -109,13 +109,13 @@ void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_p
 // another name.
 bool stage_is_multi_process(const std::string& stage);
 
-// parallel.sequence_parallel's reach so far: tp > 1, pre-norm tp blocks,
-// fp32 activations (under train.deterministic the MLP's width over tp at
-// least the model's channels); the rows of an
+// parallel.sequence_parallel's reach so far: tp > 1, pre-norm tp blocks
+// (under train.deterministic the MLP's width over tp at least the model's
+// channels); the rows of an
 // arena (`arena_rows` x train.seq_len, `c` as the steps see it: step_config,
 // whose rows are context parallelism's chunks) divisible by tp. Throws
 // std::invalid_argument naming the constraint; nothing without the key.
-void check_sequence_parallel(const RunConfig& c, int arena_rows, Dtype stored);
+void check_sequence_parallel(const RunConfig& c, int arena_rows);
 
 // parallel.cp's reach so far: the mpi stage, fp32, tp blocks, without
 // train.deterministic. Throws std::invalid_argument

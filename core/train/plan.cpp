@@ -154,18 +154,19 @@ GroupTraffic tp_traffic(const RankShape& r) {
     // receiving N x C / 2^k floats), the norms' sums are gone, and each norm's backward (the final one's too)
     // gathers its output gradient (the layers'), its input and its statistics (N floats each, 1 or 2).
     // The split backward (zb-h1) gathers 2 more per layer: B its two output gradients, W those and the norms' outputs.
+    // With bf16 stored activations the norms' outputs are gathered as bf16 (2 bytes an element), the rest as floats.
     const uint64_t layers = static_cast<uint64_t>(r.layers.last - r.layers.first);
     const uint64_t again = r.step.recompute_full ? layers - 1 : 0;
     const uint64_t split = r.step.split_backward ? layers * 2 : 0;
-    const uint64_t f = sizeof(float);
+    const uint64_t f = sizeof(float), ln = dtype_bytes(r.step.stored);
     calls += split * m;
     t.bytes += split * N * C * f;
     if (!det) {
       calls += (layers * 11 + again * 4) * m;
-      t.bytes += (layers * (10 * N * C + 4 * C * m) + again * 4 * N * C) * f;
+      t.bytes += layers * ((6 * N * C + 4 * C * m) * f + 4 * N * C * ln) + again * 2 * N * C * (f + ln);
       if (r.layers.head) {
         calls += 2 * m;
-        t.bytes += (N * C + 2 * C * m) * f;
+        t.bytes += N * C * ln + 2 * C * m * f;
       }
     } else {
       const uint64_t stats = r.cfg.rms() ? 1 : 2;

@@ -129,6 +129,13 @@ class CpuBackend final : public Backend, public TreeProducts {
   template <typename T, typename Prod>
   void attention_backward_tiles(Tensor dqkv, Tensor dout, const T* out, Tensor lse, Tensor qkv, int64_t C, int NH,
                                 int KVH);
+  // The ring attention's block kernels (ring_attention.cpp), Prod the
+  // products' operand type as attention_tiles'.
+  template <typename Prod>
+  void block_tiles(Tensor out, Tensor lse, Tensor qkv, Tensor kv, int NH, int KVH, bool causal, bool merge);
+  template <typename Prod>
+  void block_backward_tiles(Tensor dqkv, Tensor dkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, Tensor kv,
+                            int NH, int KVH, bool causal);
   // matmul_forward and matmul_backward's products with bf16 operands (oneDNN):
   // the operands rounded to bf16, the sums in fp32.
   void onednn_forward(Tensor out, Tensor inp, Tensor weight, Tensor bias);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -211,72 +212,106 @@ std::pair<Array, Array> reference_attention(const Array& qkv, const OpShape& s, 
 //     add, per term, the operand errors times the other operand (k, q and dO
 //     rounded too: 1 + ub) and 2(K+1)u of the terms' magnitudes for their fp32
 //     sums (K = T, or G T for dK and dV).
+//   The ring's blocks (attention_block_*, bf16 products alike) follow the
+//   same steps with these changes: a merged forward row (an earlier block's
+//   keys, then its own block's) normalises P over each block and weights the
+//   two blocks' outputs by their log-sum-exps, each within E, so each term
+//   p_j v_j moves by a factor within e^{+-4E} (1+ub)^2 and the merge's fp32
+//   operations add 8u: W_i (e^{4E} (1+ub)^2 (1 + 2(K+1)u) (1+8u) - 1) over
+//   the K = 2T keys, and lse within E + 4u (|lse| + 1). A block's backward
+//   takes P = exp(s - lse) with the given (merged) lse, and D = dO . O from
+//   the given fp32 output, the same fp32 dot on both sides: g = 0 (its fp32
+//   error is the f32 row's); its sums over keys run over the block's keys.
 struct AttentionBf16Bounds {
-  std::vector<double> lse, out, dqkv;  // (B,NH,T), (B,T,C), (B,T,W)
+  std::vector<double> lse, out, dq, dk, dv;  // (B,NH,T), (B,T,NH HS), (B,T,NH HS), (B,K,KVH HS) twice
 };
 
-AttentionBf16Bounds attention_bf16_bounds(const OpShape& s, const std::vector<float>& qkv,
-                                          const std::vector<float>& dout) {
-  const int64_t B = s.B, T = s.T, NH = s.NH, KVH = s.kv_heads(), HS = s.HS(), C = s.C, W = s.qkv_width();
-  const int64_t G = NH / KVH;
+// One attention's operands as the bounds read them (host values, widened):
+// query row t of (b, h) sees keys 0 .. keys(t) - 1 of its key/value head g.
+struct BoundOperands {
+  int64_t B, T, NH, KVH, HS, K;  // K: the most keys a row sees, and the key index range of dk and dv
+  std::function<double(int64_t b, int64_t t, int64_t h, int64_t d)> q, dO, O;
+  std::function<double(int64_t b, int64_t j, int64_t g, int64_t d)> k, v;
+  std::function<int64_t(int64_t t)> keys;
+  std::function<double(int64_t b, int64_t h, int64_t t)> lse;  // set: a block's backward with the given lse and O
+  bool merged = false;                                         // a forward row over two merged blocks
+};
+
+AttentionBf16Bounds attention_bf16_bounds(const BoundOperands& x, bool backward) {
+  const int64_t B = x.B, T = x.T, NH = x.NH, KVH = x.KVH, HS = x.HS, G = NH / KVH, K = x.K;
   const double u = 0x1p-24, ub = 0x1p-8, scale = 1.0 / std::sqrt(static_cast<double>(HS));
   const double prod = 2 * ub + ub * ub + 2 * static_cast<double>(HS + 1) * u * (1 + ub) * (1 + ub);
-  const double acc_t = 2 * static_cast<double>(T + 1) * u, acc_gt = 2 * static_cast<double>(G * T + 1) * u;
+  const double acc_k = 2 * static_cast<double>(K + 1) * u, acc_gt = 2 * static_cast<double>(G * T + 1) * u;
+  const double spread = x.merged ? 4 : 2, merge_u = x.merged ? 8 * u : 0;
   AttentionBf16Bounds r;
   r.lse.assign(static_cast<size_t>(B * NH * T), 0.0);
-  r.out.assign(static_cast<size_t>(B * T * C), 0.0);
-  const bool backward = !dout.empty();
-  if (backward) r.dqkv.assign(static_cast<size_t>(B * T * W), 0.0);
-  std::vector<double> p(static_cast<size_t>(T)), e(p.size()), dP(p.size()), f(p.size());
+  r.out.assign(static_cast<size_t>(B * T * NH * HS), 0.0);
+  if (backward) {
+    r.dq.assign(static_cast<size_t>(B * T * NH * HS), 0.0);
+    r.dk.assign(static_cast<size_t>(B * K * KVH * HS), 0.0);
+    r.dv.assign(r.dk.size(), 0.0);
+  }
+  std::vector<double> p(static_cast<size_t>(K)), e(p.size()), dP(p.size()), f(p.size());
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
-      const int64_t g = h / G, qo = h * HS, ko = (NH + g) * HS, vo = (NH + KVH + g) * HS;
-      auto at = [&](int64_t t, int64_t col) { return static_cast<double>(qkv[static_cast<size_t>((b * T + t) * W + col)]); };
-      auto dO = [&](int64_t t, int64_t d) { return static_cast<double>(dout[static_cast<size_t>((b * T + t) * C + h * HS + d)]); };
+      const int64_t g = h / G;
+      auto qo = [&](int64_t t, int64_t d) { return static_cast<size_t>((b * T + t) * NH * HS + h * HS + d); };
+      auto ko = [&](int64_t j, int64_t d) { return static_cast<size_t>((b * K + j) * KVH * HS + g * HS + d); };
       for (int64_t t = 0; t < T; ++t) {
+        const int64_t n = x.keys(t);
         double mx = -INFINITY, E = 0;
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = 0; j < n; ++j) {
           double sc = 0, mag = 0;
           for (int64_t d = 0; d < HS; ++d) {
-            sc += at(t, qo + d) * at(j, ko + d);
-            mag += std::fabs(at(t, qo + d) * at(j, ko + d));
+            sc += x.q(b, t, h, d) * x.k(b, j, g, d);
+            mag += std::fabs(x.q(b, t, h, d) * x.k(b, j, g, d));
           }
           p[static_cast<size_t>(j)] = sc * scale;
           e[static_cast<size_t>(j)] = scale * (prod + 2 * u) * mag;
           mx = std::max(mx, sc * scale);
           E = std::max(E, e[static_cast<size_t>(j)]);
         }
-        double sum = 0;
-        for (int64_t j = 0; j <= t; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx));
-        for (int64_t j = 0; j <= t; ++j) p[static_cast<size_t>(j)] /= sum;
-        r.lse[static_cast<size_t>((b * NH + h) * T + t)] = E;
-        const double grow = std::exp(2 * E) * (1 + ub) * (1 + ub) * (1 + acc_t) - 1;
-        for (int64_t d = 0; d < HS; ++d) {
-          double w = 0;
-          for (int64_t j = 0; j <= t; ++j) w += p[static_cast<size_t>(j)] * std::fabs(at(j, vo + d));
-          r.out[static_cast<size_t>((b * T + t) * C + qo + d)] = w * grow;
+        if (x.lse) {  // the given lse: P = exp(s - lse)
+          for (int64_t j = 0; j < n; ++j) p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - x.lse(b, h, t));
+        } else {
+          double sum = 0;
+          for (int64_t j = 0; j < n; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx));
+          for (int64_t j = 0; j < n; ++j) p[static_cast<size_t>(j)] /= sum;
+          r.lse[static_cast<size_t>((b * NH + h) * T + t)] = x.merged ? E + 4 * u * (std::fabs(mx + std::log(sum)) + 1) : E;
+          const double grow = std::exp(spread * E) * (1 + ub) * (1 + ub) * (1 + acc_k) * (1 + merge_u) - 1;
+          for (int64_t d = 0; d < HS; ++d) {
+            double w = 0;
+            for (int64_t j = 0; j < n; ++j) w += p[static_cast<size_t>(j)] * std::fabs(x.v(b, j, g, d));
+            r.out[qo(t, d)] = w * grow;
+          }
         }
         if (!backward) continue;
         double D = 0;
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = 0; j < n; ++j) {
           double dp = 0, mag = 0;
           for (int64_t d = 0; d < HS; ++d) {
-            dp += dO(t, d) * at(j, vo + d);
-            mag += std::fabs(dO(t, d) * at(j, vo + d));
+            dp += x.dO(b, t, h, d) * x.v(b, j, g, d);
+            mag += std::fabs(x.dO(b, t, h, d) * x.v(b, j, g, d));
           }
           dP[static_cast<size_t>(j)] = dp;
           f[static_cast<size_t>(j)] = prod * mag;
           D += p[static_cast<size_t>(j)] * dp;
         }
-        double gD = 0, gacc = 0;
-        for (int64_t j = 0; j <= t; ++j) {
-          const size_t J = static_cast<size_t>(j);
-          const double rho = std::expm1(e[J]);
-          gD += p[J] * rho * std::fabs(dP[J]) + p[J] * (1 + rho) * f[J];
-          gacc += p[J] * (1 + rho) * (std::fabs(dP[J]) + f[J]);
+        double gerr = 0;  // D's error: none beyond the f32 row's when it is dO . O of the given output
+        if (x.O) {
+          D = 0;
+          for (int64_t d = 0; d < HS; ++d) D += x.dO(b, t, h, d) * x.O(b, t, h, d);
+        } else {
+          double gD = 0, gacc = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            const size_t J = static_cast<size_t>(j);
+            const double rho = std::expm1(e[J]);
+            gD += p[J] * rho * std::fabs(dP[J]) + p[J] * (1 + rho) * f[J];
+            gacc += p[J] * (1 + rho) * (std::fabs(dP[J]) + f[J]);
+          }
+          gerr = gD + acc_k * gacc;
         }
-        const double gerr = gD + acc_t * gacc;
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = 0; j < n; ++j) {
           const size_t J = static_cast<size_t>(j);
           const double rho = std::expm1(e[J]);
           const double dS = p[J] * (dP[J] - D) * scale;
@@ -284,19 +319,44 @@ AttentionBf16Bounds attention_bf16_bounds(const OpShape& s, const std::vector<fl
           const double sigma = hj * (1 + ub) + ub * std::fabs(dS) + 4 * u * (std::fabs(dS) + hj);
           const double pi = p[J] * ((1 + rho) * (1 + ub) - 1);
           for (int64_t d = 0; d < HS; ++d) {
-            const double k = std::fabs(at(j, ko + d)), q = std::fabs(at(t, qo + d)), o = std::fabs(dO(t, d));
-            r.dqkv[static_cast<size_t>((b * T + t) * W + qo + d)] +=
-                sigma * k * (1 + ub) + std::fabs(dS) * ub * k + acc_t * (std::fabs(dS) + sigma) * k * (1 + ub);
-            r.dqkv[static_cast<size_t>((b * T + j) * W + ko + d)] +=
-                sigma * q * (1 + ub) + std::fabs(dS) * ub * q + acc_gt * (std::fabs(dS) + sigma) * q * (1 + ub);
-            r.dqkv[static_cast<size_t>((b * T + j) * W + vo + d)] +=
-                pi * o * (1 + ub) + p[J] * ub * o + acc_gt * (p[J] + pi) * o * (1 + ub);
+            const double k = std::fabs(x.k(b, j, g, d)), q = std::fabs(x.q(b, t, h, d)), o = std::fabs(x.dO(b, t, h, d));
+            r.dq[qo(t, d)] += sigma * k * (1 + ub) + std::fabs(dS) * ub * k + acc_k * (std::fabs(dS) + sigma) * k * (1 + ub);
+            r.dk[ko(j, d)] += sigma * q * (1 + ub) + std::fabs(dS) * ub * q + acc_gt * (std::fabs(dS) + sigma) * q * (1 + ub);
+            r.dv[ko(j, d)] += pi * o * (1 + ub) + p[J] * ub * o + acc_gt * (p[J] + pi) * o * (1 + ub);
           }
         }
       }
     }
   }
   return r;
+}
+
+// The whole causal attention's operands: qkv (B,T,W) and dout (B,T,C).
+BoundOperands whole_attention(const OpShape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
+  const int64_t T = s.T, NH = s.NH, KVH = s.kv_heads(), HS = s.HS(), C = s.C, W = s.qkv_width();
+  BoundOperands x{s.B, T, NH, KVH, HS, T, {}, {}, {}, {}, {}, [](int64_t t) { return t + 1; }, {}, false};
+  auto at = [&qkv, W, T](int64_t b, int64_t t, int64_t col) { return static_cast<double>(qkv[static_cast<size_t>((b * T + t) * W + col)]); };
+  x.q = [at, HS](int64_t b, int64_t t, int64_t h, int64_t d) { return at(b, t, h * HS + d); };
+  x.k = [at, NH, HS](int64_t b, int64_t j, int64_t g, int64_t d) { return at(b, j, (NH + g) * HS + d); };
+  x.v = [at, NH, KVH, HS](int64_t b, int64_t j, int64_t g, int64_t d) { return at(b, j, (NH + KVH + g) * HS + d); };
+  x.dO = [&dout, T, C, HS](int64_t b, int64_t t, int64_t h, int64_t d) {
+    return static_cast<double>(dout[static_cast<size_t>((b * T + t) * C + h * HS + d)]);
+  };
+  return x;
+}
+
+// The whole attention's bounds into dqkv's layout (B,T,W).
+std::vector<double> qkv_layout(const OpShape& s, const AttentionBf16Bounds& r) {
+  const int64_t T = s.T, NH = s.NH, KVH = s.kv_heads(), HS = s.HS(), W = s.qkv_width();
+  std::vector<double> out(static_cast<size_t>(s.B * T * W), 0.0);
+  for (int64_t bt = 0; bt < s.B * T; ++bt) {
+    for (int64_t i = 0; i < NH * HS; ++i) out[static_cast<size_t>(bt * W + i)] = r.dq[static_cast<size_t>(bt * NH * HS + i)];
+    for (int64_t i = 0; i < KVH * HS; ++i) {
+      out[static_cast<size_t>(bt * W + NH * HS + i)] = r.dk[static_cast<size_t>(bt * KVH * HS + i)];
+      out[static_cast<size_t>(bt * W + (NH + KVH) * HS + i)] = r.dv[static_cast<size_t>(bt * KVH * HS + i)];
+    }
+  }
+  return out;
 }
 
 // qkv rows are W = (NH + 2 KVH) HS wide: 3C for multi-head (op_costs.h).
@@ -317,7 +377,8 @@ class AttentionForward final : public TableCase {
   std::vector<OpOutput> outputs() override { return {out(0, lse_.host()), out(1, out_.host())}; }
   std::vector<Tolerance> tolerances() override {
     if (dtype_ != Dtype::bf16) return TableCase::tolerances();
-    AttentionBf16Bounds b = attention_bf16_bounds(s_, qkv_.host(), {});
+    const std::vector<float> q = qkv_.host();
+    AttentionBf16Bounds b = attention_bf16_bounds(whole_attention(s_, q, {}), false);
     return {tolerance(op_, "lse", dtype_, ToleranceFacts{s_, {}, {}, std::move(b.lse)}),
             tolerance(op_, "out", dtype_, ToleranceFacts{s_, {}, {}, std::move(b.out)})};
   }
@@ -343,8 +404,9 @@ class AttentionBackward final : public TableCase {
   std::vector<OpOutput> outputs() override { return {out(0, dqkv_.host())}; }
   std::vector<Tolerance> tolerances() override {
     if (dtype_ != Dtype::bf16) return TableCase::tolerances();
-    AttentionBf16Bounds b = attention_bf16_bounds(s_, qkv_.host(), dout_.host());
-    return {tolerance(op_, "dqkv", dtype_, ToleranceFacts{s_, {}, {}, std::move(b.dqkv)})};
+    const std::vector<float> q = qkv_.host(), d = dout_.host();
+    const AttentionBf16Bounds b = attention_bf16_bounds(whole_attention(s_, q, d), true);
+    return {tolerance(op_, "dqkv", dtype_, ToleranceFacts{s_, {}, {}, qkv_layout(s_, b)})};
   }
 
  private:
@@ -377,10 +439,31 @@ std::pair<Array, Array> reference_blocks(const Array& qkv, const Array& own, con
   return {array_of(out.dims(), out.host(), m), array_of(lse.dims(), lse.host(), m)};
 }
 
+// The ring blocks' operands for the bf16 bounds (attention_bf16_bounds):
+// qkv's queries against the block `kv` (B,T,2 KVH HS) of T keys, preceded
+// (`earlier`, a merged forward row) by the block `earlier` with every key visible.
+BoundOperands block_operands(const OpShape& s, const std::vector<float>& qkv, const std::vector<float>& kv,
+                             const std::vector<float>* earlier, bool causal) {
+  const int64_t T = s.T, NH = s.NH, KVH = s.kv_heads(), HS = s.HS(), W = s.qkv_width(), KV = 2 * KVH * HS;
+  const int64_t before = earlier != nullptr ? T : 0;
+  BoundOperands x{s.B, T, NH, KVH, HS, before + T, {}, {}, {}, {}, {},
+                  [before, T, causal](int64_t t) { return before + (causal ? t + 1 : T); }, {}, earlier != nullptr};
+  x.q = [&qkv, T, W, HS](int64_t b, int64_t t, int64_t h, int64_t d) {
+    return static_cast<double>(qkv[static_cast<size_t>((b * T + t) * W + h * HS + d)]);
+  };
+  auto at = [&kv, earlier, before, T, KV](int64_t b, int64_t j, int64_t col) {
+    const std::vector<float>& from = j < before ? *earlier : kv;
+    return static_cast<double>(from[static_cast<size_t>((b * T + (j < before ? j : j - before)) * KV + col)]);
+  };
+  x.k = [at, HS](int64_t b, int64_t j, int64_t g, int64_t d) { return at(b, j, g * HS + d); };
+  x.v = [at, KVH, HS](int64_t b, int64_t j, int64_t g, int64_t d) { return at(b, j, (KVH + g) * HS + d); };
+  return x;
+}
+
 class AttentionBlockForward final : public TableCase {
  public:
-  AttentionBlockForward(const OpShape& s, Memory& m, bool first = false)
-      : TableCase("attention_block_forward", s, {"lse", "out"}),
+  AttentionBlockForward(const OpShape& s, Memory& m, bool first = false, Dtype d = Dtype::f32)
+      : TableCase("attention_block_forward", s, {"lse", "out"}, d),
         first_(first),
         qkv_(random_array({s.B, s.T, s.qkv_width()}, 41, m, -2.0f, 2.0f)),
         kv_(random_kv(s, first ? 42 : 43, m)) {
@@ -401,6 +484,15 @@ class AttentionBlockForward final : public TableCase {
     be.attention_block_forward(out_.t(), lse_.t(), qkv_.t(), kv_.t(), NH(s_), KVH(s_), first_, !first_);
   }
   std::vector<OpOutput> outputs() override { return {out(0, lse_.host()), out(1, out_.host())}; }
+  // bf16 products: the derived bounds over the row's keys (the earlier block's, then its own).
+  std::vector<Tolerance> tolerances() override {
+    if (dtype_ != Dtype::bf16) return TableCase::tolerances();
+    const std::vector<float> q = qkv_.host(), kv = kv_.host(), own = random_kv(s_, 42, host_memory()).host();
+    AttentionBf16Bounds b = attention_bf16_bounds(
+        first_ ? block_operands(s_, q, kv, nullptr, true) : block_operands(s_, q, own, &kv, true), false);
+    return {tolerance(op_, "lse", dtype_, ToleranceFacts{s_, {}, {}, std::move(b.lse)}),
+            tolerance(op_, "out", dtype_, ToleranceFacts{s_, {}, {}, std::move(b.out)})};
+  }
 
  private:
   bool first_;
@@ -413,8 +505,8 @@ class AttentionBlockForward final : public TableCase {
 // query columns and dkv accumulate onto random starts.
 class AttentionBlockBackward final : public TableCase {
  public:
-  AttentionBlockBackward(const OpShape& s, Memory& m, bool earlier = false)
-      : TableCase("attention_block_backward", s, {"dqkv", "dkv"}),
+  AttentionBlockBackward(const OpShape& s, Memory& m, bool earlier = false, Dtype d = Dtype::f32)
+      : TableCase("attention_block_backward", s, {"dqkv", "dkv"}, d),
         earlier_(earlier),
         qkv_(random_array({s.B, s.T, s.qkv_width()}, 41, m, -2.0f, 2.0f)),
         kv_(random_kv(s, earlier ? 43 : 42, m)),
@@ -433,6 +525,31 @@ class AttentionBlockBackward final : public TableCase {
                                 KVH(s_), !earlier_);
   }
   std::vector<OpOutput> outputs() override { return {out(0, dqkv_.host()), out(1, dkv_.host())}; }
+  // bf16 products: the derived bounds over the block's keys, with the given lse and D = dO . O.
+  std::vector<Tolerance> tolerances() override {
+    if (dtype_ != Dtype::bf16) return TableCase::tolerances();
+    const std::vector<float> q = qkv_.host(), kv = kv_.host(), dout = dout_.host(), o = out_.host(), l = lse_.host();
+    BoundOperands x = block_operands(s_, q, kv, nullptr, !earlier_);
+    const int64_t T = s_.T, NH = s_.NH, HS = s_.HS(), C = s_.C, W = s_.qkv_width();
+    x.dO = [&dout, T, C, HS](int64_t b, int64_t t, int64_t h, int64_t d) {
+      return static_cast<double>(dout[static_cast<size_t>((b * T + t) * C + h * HS + d)]);
+    };
+    x.O = [&o, T, C, HS](int64_t b, int64_t t, int64_t h, int64_t d) {
+      return static_cast<double>(o[static_cast<size_t>((b * T + t) * C + h * HS + d)]);
+    };
+    x.lse = [&l, T, NH](int64_t b, int64_t h, int64_t t) { return static_cast<double>(l[static_cast<size_t>((b * NH + h) * T + t)]); };
+    const AttentionBf16Bounds b = attention_bf16_bounds(x, true);
+    std::vector<double> dq(static_cast<size_t>(s_.B * T * W), 0.0), dkv(static_cast<size_t>(s_.B * T * x.KVH * 2 * HS));
+    for (int64_t bt = 0; bt < s_.B * T; ++bt) {
+      for (int64_t i = 0; i < NH * HS; ++i) dq[static_cast<size_t>(bt * W + i)] = b.dq[static_cast<size_t>(bt * NH * HS + i)];
+      for (int64_t i = 0; i < x.KVH * HS; ++i) {
+        dkv[static_cast<size_t>(bt * 2 * x.KVH * HS + i)] = b.dk[static_cast<size_t>(bt * x.KVH * HS + i)];
+        dkv[static_cast<size_t>((bt * 2 + 1) * x.KVH * HS + i)] = b.dv[static_cast<size_t>(bt * x.KVH * HS + i)];
+      }
+    }
+    return {tolerance(op_, "dqkv", dtype_, ToleranceFacts{s_, {}, {}, std::move(dq)}),
+            tolerance(op_, "dkv", dtype_, ToleranceFacts{s_, {}, {}, std::move(dkv)})};
+  }
 
  private:
   bool earlier_;
@@ -841,6 +958,14 @@ OpSpec bf16_spec(const std::string& op) {
           }};
 }
 
+// A ring block's bf16 row (bf16 products; `variant` "first" or "earlier": the case's flag).
+template <typename Case>
+OpSpec block_bf16_spec(const std::string& op, const std::string& variant) {
+  return {op, variant, Dtype::bf16, [flag = !variant.empty()](const OpShape& s, Memory& m) -> std::unique_ptr<OpCase> {
+            return std::make_unique<Case>(s, m, flag, Dtype::bf16);
+          }};
+}
+
 // Both matrix products, with and without bias, in `dtype` (their input's).
 void add_matmuls(std::vector<OpSpec>& v, Dtype dtype) {
   for (const char* op : {"matmul_forward", "matmul_backward"}) {
@@ -876,6 +1001,15 @@ const std::vector<OpSpec>& op_table(Dtype dtype) {
                             bf16_spec<AttentionBackward>("attention_backward")}) {
       v.push_back(a);
       v.push_back(grouped(a));
+    }
+    // The ring's blocks under bf16 products (their outputs stay f32).
+    for (const bool variant : {false, true}) {
+      for (const OpSpec& a : {block_bf16_spec<AttentionBlockForward>("attention_block_forward", variant ? "first" : ""),
+                              block_bf16_spec<AttentionBlockBackward>("attention_block_backward",
+                                                                      variant ? "earlier" : "")}) {
+        v.push_back(a);
+        v.push_back(grouped(a));
+      }
     }
     // bf16 products into an f32 output (a bf16 run's generation arena); its
     // tolerance is the stored row's, which also allows the output's rounding.

@@ -187,6 +187,8 @@ OpCost op_cost(const std::string& k, const OpShape& s, Dtype dtype) {
     c.bytes -= 4 * N * C;
     return c;
   }
+  if (k == "attention_block_forward" || k == "attention_block_backward") return c;  // every operand stays f32
+
   if (k == "layernorm_forward" || k == "rmsnorm_forward" || k == "attention_forward" || k == "matmul_forward" ||
       k == "matmul_backward") {
     stored = N * C;

@@ -65,7 +65,8 @@ OpCost op_cost(const std::string& op, const OpShape& s);
 // same FLOP, and 2 bytes instead of 4 for each element of the stored
 // operand (the output of a norm, an activation or the attention forward;
 // the input the matrix products take); the attention backward's bf16 form
-// does not read its `out` at all (0 bytes); f32: op_cost. The bf16 copies a
+// does not read its `out` at all (0 bytes); the ring's blocks keep every
+// operand f32 (their products' bf16 copies are the implementation's); f32: op_cost. The bf16 copies a
 // product makes of its other operands are the implementation's, not counted.
 OpCost op_cost(const std::string& op, const OpShape& s, Dtype dtype);
 

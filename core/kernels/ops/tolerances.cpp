@@ -303,6 +303,10 @@ constexpr Bf16Row kBf16Rows[] = {
     {"matmul_backward", "dbias", Bf16Row::kSame},         {"attention_forward", "lse", Bf16Row::kCaseBound},
     {"attention_forward", "out", Bf16Row::kCaseBoundStored},
     {"attention_backward", "dqkv", Bf16Row::kCaseBound},
+    {"attention_block_forward", "lse", Bf16Row::kCaseBound},
+    {"attention_block_forward", "out", Bf16Row::kCaseBound},  // the ring merges into a float output
+    {"attention_block_backward", "dqkv", Bf16Row::kCaseBound},
+    {"attention_block_backward", "dkv", Bf16Row::kCaseBound},
     {"gelu_forward", "out", Bf16Row::kRoundedOnce},       {"relu_forward", "out", Bf16Row::kRoundedOnce},
     {"silu_forward", "out", Bf16Row::kRoundedOnce},       {"swiglu_forward", "out", Bf16Row::kRoundedOnce},
 };
