@@ -8,8 +8,9 @@
 // to 3 elements (set_mpi_chunk_for_testing), so counts of several chunks,
 // and chunks of reduce_scatter and all_gather cut across ranks' blocks, run
 // the paths that counts beyond an int take; bad arguments refused at the
-// front door; a recv whose sender's count differs. Prints the number of
-// checks made on rank 0 (338, 350, 364 at R = 1, 2, 4).
+// front door; a recv whose sender's count differs; the started send and
+// receive of context parallelism's ring. Prints the number of
+// checks made on rank 0 (416, 430, 444 at R = 1, 2, 4).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -162,6 +163,47 @@ TEST_F(World, RecvOfAnotherCountIsAnErrorInMpiCallsOf3Elements) {
   if (world().size() < 2) GTEST_SKIP() << "needs 2 ranks";
   set_mpi_chunk_for_testing(world(), 3);
   check_count_mismatch(world());
+  set_mpi_chunk_for_testing(world(), kDefaultChunk);
+}
+
+// Context parallelism's shift (parallel/process_grid.h CommRing): each rank
+// posts its receive from the previous rank and starts its send to the next,
+// then waits for both; the message is the sender's, counted once each way.
+// A posted receive of another count than the sender's is an error at its
+// wait, as recv's is.
+void check_started_ring(Communicator& w, size_t n) {
+  const int R = w.size(), me = w.rank(), next = (me + 1) % R, prev = (me + R - 1) % R;
+  std::vector<float> out(n), in(n, -1.0f), want(n);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<float>(me * 1000 + static_cast<int>(i));
+    want[i] = static_cast<float>(prev * 1000 + static_cast<int>(i));
+  }
+  w.reset_stats();
+  const uint64_t r = w.start_recv(in.data(), n, prev), s = w.start_send(out.data(), n, next);
+  w.progress();
+  w.wait_recv(r);
+  w.wait_send(s);
+  EXPECT_EQ(in, want) << "a started ring of " << n << " floats";
+  EXPECT_EQ(w.stats().calls, 2u);
+  EXPECT_EQ(w.stats().bytes, 2 * n * sizeof(float));
+  std::vector<float> six(6, 1.0f);
+  if (me == 0) {
+    w.send(six.data(), 5, 1);
+  } else if (me == 1) {
+    const uint64_t t = w.start_recv(six.data(), 6, 0);
+    expect_rejects<std::runtime_error>("a started recv of 6 floats from a send of 5", [&] { w.wait_recv(t); },
+                                       "recv: expected 6 floats from rank 0, got 5");
+  }
+  expect_rejects<std::logic_error>("wait_recv of no receive", [&] { w.wait_recv(12345); },
+                                   "wait_recv: no receive 12345 in flight");
+  w.barrier();
+}
+
+TEST_F(World, StartedSendAndReceiveMakeARing) {
+  if (world().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  check_started_ring(world(), 1000);
+  set_mpi_chunk_for_testing(world(), 3);  // several pieces a message
+  check_started_ring(world(), 10);
   set_mpi_chunk_for_testing(world(), kDefaultChunk);
 }
 

@@ -30,7 +30,8 @@ namespace gpt2 {
 namespace {
 
 // A ring of P threads: rank r's start_shift leaves its tensor in rank r+1's
-// mailbox (waiting until that one is empty), finish_shift takes its own.
+// mailbox (waiting until that one is empty), finish_shift takes its own into
+// the tensor start_shift named.
 class ThreadRing {
  public:
   explicit ThreadRing(int P) : boxes_(static_cast<size_t>(P)), full_(static_cast<size_t>(P), false) {}
@@ -64,13 +65,17 @@ class ThreadGroup final : public CpGroup {
   ThreadGroup(ThreadRing& ring, int rank) : ring_(ring), rank_(rank) {}
   int size() const override { return ring_.size(); }
   int rank() const override { return rank_; }
-  void start_shift(Tensor send) override { ring_.put((rank_ + 1) % size(), send); }
-  void finish_shift(Tensor recv) override { ring_.take(rank_, recv); }
+  void start_shift(Tensor send, Tensor recv) override {
+    ring_.put((rank_ + 1) % size(), send);
+    recv_ = recv;
+  }
+  void finish_shift() override { ring_.take(rank_, recv_); }
   void progress() override {}
 
  private:
   ThreadRing& ring_;
   int rank_;
+  Tensor recv_;
 };
 
 struct Result {

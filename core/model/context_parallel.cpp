@@ -53,7 +53,7 @@ void ring_attention_forward(Backend& be, const ContextCut& cp, Tensor out, Tenso
     const bool more = s + 1 < P;
     if (more) {
       be.synchronize();
-      cp.group->start_shift(cur);  // on to the next rank while this block is computed
+      cp.group->start_shift(cur, next);  // on to the next rank while this block is computed
     }
     for_each_pair(cp, (cp.rank - s + P) % P, [&](int q, int k, bool causal) {
       be.attention_block_forward(context_half(out, q), context_half(lse, q), context_half(qkv, q), context_half(cur, k),
@@ -62,7 +62,7 @@ void ring_attention_forward(Backend& be, const ContextCut& cp, Tensor out, Tenso
       if (more) cp.group->progress();
     });
     if (more) {
-      cp.group->finish_shift(next);
+      cp.group->finish_shift();
       std::swap(cur, next);
     }
   }
@@ -80,7 +80,7 @@ void ring_attention_backward(Backend& be, const ContextCut& cp, Tensor dqkv, Ten
     const bool more = s + 1 < P;
     if (more) {
       be.synchronize();
-      cp.group->start_shift(cur);
+      cp.group->start_shift(cur, next);
     }
     for_each_pair(cp, (cp.rank - s + P) % P, [&](int q, int k, bool causal) {
       be.attention_block_backward(context_half(dqkv, q), context_half(dcur, k), context_half(dout, q),
@@ -88,11 +88,11 @@ void ring_attention_backward(Backend& be, const ContextCut& cp, Tensor dqkv, Ten
                                   context_half(cur, k), NH, KVH, causal);
       if (more) cp.group->progress();
     });
-    if (more) cp.group->finish_shift(next);
+    if (more) cp.group->finish_shift();
     // The block's gradient goes on with it; after the last step, to its owner (the next rank).
     be.synchronize();
-    cp.group->start_shift(dcur);
-    cp.group->finish_shift(dnext);
+    cp.group->start_shift(dcur, dnext);
+    cp.group->finish_shift();
     std::swap(cur, next);
     std::swap(dcur, dnext);
   }

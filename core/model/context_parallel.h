@@ -36,14 +36,14 @@ class CpGroup {
   virtual int size() const = 0;
   virtual int rank() const = 0;
   // One step of the ring in two halves, so that compute runs between them:
-  // start sending `send` to the next rank (it must stay as it is until
-  // finish_shift returns); then receive the previous rank's `recv` (as many
-  // floats) and wait for the send. One step in flight at a time.
-  virtual void start_shift(Tensor send) = 0;
-  virtual void finish_shift(Tensor recv) = 0;
+  // start sending `send` to the next rank and receiving the previous rank's
+  // block into `recv` (as many floats); both must stay untouched until
+  // finish_shift returns, when `recv` holds it. One step in flight at a time.
+  virtual void start_shift(Tensor send, Tensor recv) = 0;
+  virtual void finish_shift() = 0;
   // Called between the block pairs of a turn: lets a started step advance
-  // where the group can (MPICH moves messages only inside its calls; today's
-  // MPI communicator advances its collectives there, not its sends).
+  // where the group can (MPICH moves a message above its eager limit only
+  // inside its calls, once both sides have posted theirs).
   virtual void progress() = 0;
 };
 

@@ -226,6 +226,24 @@ void Communicator::do_wait_send(uint64_t ticket) {
   throw std::logic_error(fmt::format("wait_send: no send {} on the {} communicator", ticket, name()));
 }
 
+uint64_t Communicator::start_recv(float* data, size_t count, int peer) {
+  require_data("start_recv", "data", data, count);
+  require_peer("start_recv", peer, rank(), size());
+  count_call(count * sizeof(float));
+  return do_start_recv(data, count, peer);
+}
+
+void Communicator::wait_recv(uint64_t ticket) { do_wait_recv(ticket); }
+
+uint64_t Communicator::do_start_recv(float*, size_t, int) {
+  throw std::logic_error(fmt::format("start_recv: the {} communicator has no non-blocking receive (context "
+                                     "parallelism runs on the mpi stage)", name()));
+}
+
+void Communicator::do_wait_recv(uint64_t ticket) {
+  throw std::logic_error(fmt::format("wait_recv: no receive {} on the {} communicator", ticket, name()));
+}
+
 namespace {
 
 // One process. The checks above let no send or recv through (their only

@@ -130,6 +130,14 @@ class Communicator {
   // without it (the MPI+CUDA one) throw std::logic_error.
   uint64_t start_send(const float* data, size_t count, int peer);
   void wait_send(uint64_t ticket);
+  // Non-blocking receive of exactly `count` floats from `peer` into
+  // data[0, count), posted now (so that the message can arrive while this
+  // rank computes: context parallelism's ring); `data` is the message's
+  // once wait_recv(ticket) returns, which checks its length as recv does.
+  // The sender may use send or start_send. Communicators without it throw
+  // std::logic_error, as for start_send.
+  uint64_t start_recv(float* data, size_t count, int peer);
+  void wait_recv(uint64_t ticket);
 
   // ---- Host values of other types ----
 
@@ -188,6 +196,8 @@ class Communicator {
   virtual void do_start_all_gather(const float* send, float* recv, size_t chunk) { do_all_gather(send, recv, chunk); }
   virtual uint64_t do_start_send(const float* data, size_t count, int peer);
   virtual void do_wait_send(uint64_t ticket);
+  virtual uint64_t do_start_recv(float* data, size_t count, int peer);
+  virtual void do_wait_recv(uint64_t ticket);
   // The typed host verbs, in bytes (checked: host memory, sizes, overlaps).
   virtual void do_all_gather_bytes(const void* send, void* recv, size_t bytes) = 0;
   virtual void do_send_recv_bytes(const void* send_data, size_t send_bytes, int dest, void* recv_data,

@@ -87,20 +87,21 @@ void CommGroup::tree_sum(Tensor x) {
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void CommRing::start_shift(Tensor send) {
+void CommRing::start_shift(Tensor send, Tensor recv) {
   if (in_flight_) throw std::logic_error("CommRing: a step is already in flight");
   const auto t0 = std::chrono::steady_clock::now();
-  ticket_ = comm_.start_send(send.data, static_cast<size_t>(send.numel()), (comm_.rank() + 1) % comm_.size());
+  const int n = comm_.size();
+  recv_ = comm_.start_recv(recv.data, static_cast<size_t>(recv.numel()), (comm_.rank() + n - 1) % n);
+  send_ = comm_.start_send(send.data, static_cast<size_t>(send.numel()), (comm_.rank() + 1) % n);
   in_flight_ = true;
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void CommRing::finish_shift(Tensor recv) {
+void CommRing::finish_shift() {
   if (!in_flight_) throw std::logic_error("CommRing: no step in flight");
   const auto t0 = std::chrono::steady_clock::now();
-  const int n = comm_.size();
-  comm_.recv(recv.data, static_cast<size_t>(recv.numel()), (comm_.rank() + n - 1) % n);
-  comm_.wait_send(ticket_);
+  comm_.wait_recv(recv_);
+  comm_.wait_send(send_);
   in_flight_ = false;
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

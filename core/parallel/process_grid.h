@@ -58,15 +58,15 @@ class CommRing final : public CpGroup {
   explicit CommRing(Communicator& comm) : comm_(comm) {}
   int size() const override { return comm_.size(); }
   int rank() const override { return comm_.rank(); }
-  void start_shift(Tensor send) override;
-  void finish_shift(Tensor recv) override;
+  void start_shift(Tensor send, Tensor recv) override;
+  void finish_shift() override;
   void progress() override { comm_.progress(); }
   double seconds() const { return seconds_; }
   void reset_seconds() { seconds_ = 0; }
 
  private:
   Communicator& comm_;
-  uint64_t ticket_ = 0;
+  uint64_t send_ = 0, recv_ = 0;  // the step's tickets
   bool in_flight_ = false;
   double seconds_ = 0;
 };

@@ -184,9 +184,12 @@ class MpiCommunicator final : public Communicator {
     std::_Exit(code);
   }
   void progress() override {
-    if (requests_.empty()) return;
     int flag = 0;
-    MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag, MPI_STATUSES_IGNORE));
+    if (!requests_.empty()) {
+      MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag, MPI_STATUSES_IGNORE));
+    } else if (in_flight(sends_) || in_flight(recvs_)) {  // a probe runs MPICH's progress engine for them
+      MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE));
+    }
   }
   void wait_all() override {
     MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
@@ -334,25 +337,35 @@ class MpiCommunicator final : public Communicator {
   // One Isend per piece, as do_send_recv cuts them (the receiver's recv
   // checks each piece), kept under the ticket until wait_send.
   uint64_t do_start_send(const float* data, size_t count, int peer) override {
-    // A free slot (its request list keeps its capacity): after the first
-    // steps a send allocates nothing.
-    auto slot = std::find_if(sends_.begin(), sends_.end(), [](const SendSlot& s) { return s.ticket == 0; });
-    if (slot == sends_.end()) slot = sends_.emplace(sends_.end());
-    slot->ticket = ++last_ticket_;
-    slot->requests.clear();
+    Slot& slot = free_slot(sends_, count, peer);
     for (size_t off = 0; off < count; off += chunk_) {
-      slot->requests.emplace_back();
-      MPI_CHECK(MPI_Isend(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, &slot->requests.back()));
+      slot.requests.emplace_back();
+      MPI_CHECK(MPI_Isend(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, &slot.requests.back()));
     }
-    return last_ticket_;
+    return slot.ticket;
   }
   void do_wait_send(uint64_t ticket) override {
-    auto it = std::find_if(sends_.begin(), sends_.end(), [&](const SendSlot& s) { return s.ticket == ticket; });
-    if (ticket == 0 || it == sends_.end()) {
-      throw std::logic_error(fmt::format("wait_send: no send {} in flight", ticket));
+    Slot& slot = slot_of(sends_, ticket, "wait_send: no send");
+    idle_wait(slot.requests.data(), static_cast<int>(slot.requests.size()));
+    slot.ticket = 0;
+  }
+  // One Irecv per piece, as do_send_recv cuts them; wait_recv checks each piece's length.
+  uint64_t do_start_recv(float* data, size_t count, int peer) override {
+    Slot& slot = free_slot(recvs_, count, peer);
+    for (size_t off = 0; off < count; off += chunk_) {
+      slot.requests.emplace_back();
+      MPI_CHECK(MPI_Irecv(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, &slot.requests.back()));
     }
-    idle_wait(it->requests.data(), static_cast<int>(it->requests.size()));
-    it->ticket = 0;
+    return slot.ticket;
+  }
+  void do_wait_recv(uint64_t ticket) override {
+    Slot& slot = slot_of(recvs_, ticket, "wait_recv: no receive");
+    slot.statuses.resize(slot.requests.size());
+    idle_wait(slot.requests.data(), static_cast<int>(slot.requests.size()), slot.statuses.data());
+    slot.ticket = 0;
+    for (size_t i = 0, off = 0; i < slot.statuses.size(); ++i, off += chunk_) {
+      check_received(slot.statuses[i], piece(slot.count, off), off, slot.count, slot.peer, "recv");
+    }
   }
 
  private:
@@ -364,11 +377,35 @@ class MpiCommunicator final : public Communicator {
   size_t chunk_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::vector<MPI_Request> requests_;
-  struct SendSlot {
+  // A non-blocking send's or receive's requests (one a piece) under its ticket.
+  struct Slot {
     uint64_t ticket = 0;  // 0: free
+    size_t count = 0;
+    int peer = 0;
     std::vector<MPI_Request> requests;
+    std::vector<MPI_Status> statuses;
   };
-  std::vector<SendSlot> sends_;  // start_send's in flight, by ticket
+  // A free slot (its lists keep their capacity: after the first steps a send
+  // or receive allocates nothing) under a new ticket.
+  Slot& free_slot(std::vector<Slot>& slots, size_t count, int peer) {
+    auto slot = std::find_if(slots.begin(), slots.end(), [](const Slot& s) { return s.ticket == 0; });
+    if (slot == slots.end()) slot = slots.emplace(slots.end());
+    slot->ticket = ++last_ticket_;
+    slot->count = count;
+    slot->peer = peer;
+    slot->requests.clear();
+    return *slot;
+  }
+  static Slot& slot_of(std::vector<Slot>& slots, uint64_t ticket, const char* missing) {
+    auto it = std::find_if(slots.begin(), slots.end(), [&](const Slot& s) { return s.ticket == ticket; });
+    if (ticket == 0 || it == slots.end()) throw std::logic_error(fmt::format("{} {} in flight", missing, ticket));
+    return *it;
+  }
+  static bool in_flight(const std::vector<Slot>& slots) {
+    return std::any_of(slots.begin(), slots.end(), [](const Slot& s) { return s.ticket != 0; });
+  }
+  std::vector<Slot> sends_;  // start_send's in flight, by ticket
+  std::vector<Slot> recvs_;  // start_recv's in flight, by ticket
   uint64_t last_ticket_ = 0;
 };
 
