@@ -13,10 +13,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "records/csv.h"
@@ -107,6 +109,7 @@ struct RunView {
   Layout lay;
   RunFacts facts;
   std::optional<Summary> ms;
+  const ConfigRuns* reference = nullptr;  // the one-rank run of the same configuration (loss_reference)
   std::optional<double> dev;  // the largest relative loss deviation from the reference
   bool over = false;          // more ranks x threads than this machine's cores
   std::map<int, std::pair<double, int>> per_stage;  // stage -> (mean bubble, most arenas)
@@ -208,12 +211,48 @@ void stage_means(RunView& v) {
   for (auto& [s, bn] : v.per_stage) bn.first /= stage_ranks[s];
 }
 
-// The reference of the loss deviation: the first completed one-rank
-// configuration in the experiment's order (the default's, where a
-// deterministic one-rank run follows it).
-const ConfigRuns* loss_reference(const Inputs& in) {
-  for (const ConfigRuns* c : in_run_order(in)) {
-    if (c->key.ranks == 1 && c->key.pipeline.empty() && !c->ok.empty()) return c;
+// The train keys that choose how a step is computed, not what: threads,
+// microbatches, recomputation, the summation order, the products'
+// provider, checkpoints and records.
+constexpr std::array<std::string_view, 15> kHowKeys = {
+    "threads", "micro_batch", "recompute", "deterministic", "gemm", "gemm_choices", "grad_bucket_mb",
+    "stop_within_step", "layer_grad_norms", "peak_gflops", "checkpoint_every", "save_checkpoint",
+    "keep_checkpoints", "checkpoint_format", "async_checkpoint"};
+
+// What a run's losses depend on: its resolved configuration (the run
+// folder's config.yaml, as the stage wrote it) without the parallel section
+// and kHowKeys; "" where the folder has none (older results).
+std::string loss_identity(const fs::path& dir) {
+  std::ifstream f(dir / "config.yaml");
+  std::string out, line;
+  bool parallel = false, train = false;
+  while (std::getline(f, line)) {
+    if (!line.empty() && line[0] != ' ') {
+      parallel = line.rfind("parallel:", 0) == 0;
+      train = line.rfind("train:", 0) == 0;
+    }
+    const bool how = train && std::any_of(kHowKeys.begin(), kHowKeys.end(), [&](std::string_view k) {
+      return line.rfind(fmt::format("  {}:", k), 0) == 0;
+    });
+    if (!parallel && !how) out += line + '\n';
+  }
+  return out;
+}
+
+// The reference of a configuration's loss deviation: the first completed
+// one-rank configuration in the experiment's order (the default's, where a
+// deterministic one-rank run follows it) whose configuration is the same
+// but the layout, so that an experiment over sequence lengths compares each
+// length with its own one-rank run; none where no such run completed.
+const ConfigRuns* loss_reference(const std::vector<const ConfigRuns*>& configs, const ConfigRuns& c,
+                                 const fs::path& results_dir) {
+  if (c.ok.empty()) return nullptr;
+  const std::string id = loss_identity(results_dir / c.ok.front()->run_id);
+  for (const ConfigRuns* r : configs) {
+    if (r->key.ranks == 1 && r->key.pipeline.empty() && !r->ok.empty() &&
+        loss_identity(results_dir / r->ok.front()->run_id) == id) {
+      return r;
+    }
   }
   return nullptr;
 }
@@ -222,7 +261,6 @@ const ConfigRuns* loss_reference(const Inputs& in) {
 // others as "label (why)".
 std::vector<RunView> views_of(const ReportSpec& spec, const Inputs& in, std::vector<std::string>& not_run) {
   const LossData loss = load_loss(spec.results_dir / "loss.csv", in.runs);
-  const ConfigRuns* reference = loss_reference(in);
   const std::vector<const ConfigRuns*> configs = in_run_order(in);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<RunView> views;
@@ -244,7 +282,8 @@ std::vector<RunView> views_of(const ReportSpec& spec, const Inputs& in, std::vec
     v.lay = layout_of(v.plan);
     v.facts = *facts;
     v.ms = stats_of(cp->ok, "step_ms");
-    v.dev = loss_deviation(loss, *cp, reference);
+    v.reference = loss_reference(configs, *cp, spec.results_dir);
+    v.dev = loss_deviation(loss, *cp, v.reference);
     v.over = static_cast<unsigned>(cp->key.ranks) * static_cast<unsigned>(cp->key.threads) > cores;
     stage_means(v);
     views.push_back(std::move(v));
@@ -253,7 +292,7 @@ std::vector<RunView> views_of(const ReportSpec& spec, const Inputs& in, std::vec
 }
 
 // The step-time table's row of a run.
-std::vector<std::string> time_row(const RunView& v, const ConfigRuns* reference_marker) {
+std::vector<std::string> time_row(const RunView& v) {
   const Layout& l = v.lay;
   std::string bubbles, arenas;
   for (const auto& [s, bn] : v.per_stage) {
@@ -273,7 +312,7 @@ std::vector<std::string> time_row(const RunView& v, const ConfigRuns* reference_
           l.pp > 1 ? fmt::format("{} ({}){}", mb(static_cast<double>(v.facts.pp_bytes.value_or(0))),
                                  mb(static_cast<double>(fbytes)), ne)
                    : "",
-          v.dev ? fmt::format("{:.1e}", *v.dev) : (v.c == reference_marker ? "(reference)" : "")};
+          v.dev ? fmt::format("{:.1e}", *v.dev) : (v.c == v.reference ? "(reference)" : "")};
 }
 
 // A communication table's row: the run's `name`, its step time, rank 0's
@@ -481,7 +520,9 @@ std::string tables_md(const std::vector<std::vector<std::string>>& time_rows,
       "brackets, the schedule's bound. pp calls and MB: rank 0's (the first stage's) pipeline-group calls in a "
       "step and their bytes (MB = 10^6 bytes); the formula is 2m messages of one microbatch's activations "
       "(rows x seq_len x n_embd floats) plus two doubles (the loss and the gradient norm). Loss deviation: the "
-      "largest relative difference of the median training-loss curve from the one-rank run's. "
+      "largest relative difference of the median training-loss curve from that of the first one-rank run of the "
+      "same configuration but the layout and how the step is computed (threads, microbatches, recomputation, "
+      "train.deterministic, the products' provider: \"(reference)\"; empty where none completed). "
       "(oversubscribed): more ranks x threads than this machine's cores; such runs show correctness, not "
       "speed.\n\n";
   md += "## Memory per rank\n\n";
@@ -510,7 +551,6 @@ std::string tables_md(const std::vector<std::vector<std::string>>& time_rows,
 void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs::path>& written) {
   std::vector<std::string> not_run;
   const std::vector<RunView> views = views_of(spec, in, not_run);
-  const ConfigRuns* reference = loss_reference(in);  // the run whose deviation column says "(reference)"
   std::string csv = csv_row({"configuration", "ranks", "dp", "tp", "pp", "microbatches", "schedule", "zero",
                              "oversubscribed", "runs_ok", "step_ms_median", "stage", "bubble_measured",
                              "bubble_theory", "arenas_counted", "arenas_theory", "pp_calls", "formula_pp_calls",
@@ -518,7 +558,7 @@ void write_parallelism(const ReportSpec& spec, const Inputs& in, std::vector<fs:
                              "formula_moments_bytes", "activations_bytes", "max_loss_deviation"});
   std::vector<std::vector<std::string>> time_rows, mem_rows, tp_rows, cp_rows;
   for (const RunView& v : views) {
-    time_rows.push_back(time_row(v, reference));
+    time_rows.push_back(time_row(v));
     memory_rows(v, mem_rows, csv);
     if (v.lay.tp > 1) tp_rows.push_back(tp_row(v));
     if (v.lay.cp > 1) cp_rows.push_back(cp_row(v));
