@@ -67,8 +67,10 @@ class TpGroup {
   virtual void tree_sum(Tensor x) = 0;
   // Megatron's sequence parallelism (parallel.sequence_parallel): `full`
   // (N, ...) is size() blocks of rows in rank order, `shard` this rank's.
-  // all_gather: full = every rank's shard; reduce_scatter_sum: shard = the
-  // sum over the group of every rank's block of `full` at this rank's place.
+  // all_gather: full = every rank's shard (both of one element type: a bf16
+  // norm output under train.precision bf16 travels as its bytes);
+  // reduce_scatter_sum: shard = the sum over the group of every rank's block
+  // of `full` at this rank's place (f32).
   virtual void all_gather(Tensor shard, Tensor full) = 0;
   virtual void reduce_scatter_sum(Tensor full, Tensor shard) = 0;
   // train.deterministic: reduce_scatter_sum in tree_sum's order, by
