@@ -22,7 +22,9 @@
         close to serial fp32's (1.95e-2) as serial bf16's is (2.0e-2). Its
         check: losses within 1e-3 of serial bf16's, and the update within
         1.25 times serial bf16's own distance from serial fp32's (the planted
-        fault is 5 times that distance away: it fails);
+        fault is 5 times that distance away: it fails); the llama variant
+        (RoPE, grouped-query attention) on cp 2 and tp 2 + sp likewise,
+        against its own serial runs;
         Measured on the AVX2 machine: 4.3e-3 (dp 2) to 7.0e-3 (tp 2 x dp 2),
         while serial fp32's update, the same data with other roundings, is
         2.0e-2 from it, and a learning rate 10% higher 1.0e-1: the check
@@ -89,13 +91,13 @@ def main():
         return check.finish()
     init_w = floats(load(out("init.bin")).params)
 
-    def update_difference(run_dir, ref_dir):
+    def update_difference(run_dir, ref_dir, init=init_w):
         """|| (w - w0) - (w_ref - w0) || / || w_ref - w0 ||: how far a run's update is from the reference's."""
         w = floats(load(os.path.join(run_dir, "checkpoint.bin")).params)
         ref = floats(load(os.path.join(ref_dir, "checkpoint.bin")).params)
         num = sum((x - y) ** 2 for x, y in zip(w, ref))
-        den = sum((y - x0) ** 2 for y, x0 in zip(ref, init_w))
-        return (num / den) ** 0.5 if len(w) == len(ref) == len(init_w) and den > 0 else float("inf")
+        den = sum((y - x0) ** 2 for y, x0 in zip(ref, init))
+        return (num / den) ** 0.5 if len(w) == len(ref) == len(init) and den > 0 else float("inf")
 
     # The bound can fail: a planted fault (the learning rate 10% high) is far outside it.
     r = run([a.serial, "train", *bf16, "--optimizer.lr", "1.1e-3", "--out", out("bf16_lr")])
@@ -147,6 +149,37 @@ def main():
                   f"losses {rel:.2e} relative, update {du:.2e} relative")
         if "--parallel.sequence_parallel" in extra or "--parallel.cp" in extra:  # bf16 gathers; the ring's f32 output
             plan_agrees(check, programs, f"bf16 {title}", n, [*bf16, *extra], d)
+
+    # ---- The llama variant (RoPE at the chunks' positions, grouped-query attention, RMSNorm, SwiGLU) ----
+    llama = ["--model.arch", "llama", "--model.n_kv_head", "2"]
+    refs = [run([a.serial, "init", *common, *llama, "--out", out("llama_init.bin")]),
+            run([a.serial, "train", *common, *llama, "--out", out("llama_fp32")]),
+            run([a.serial, "train", *bf16, *llama, "--out", out("llama_bf16")])]
+    if any(x.returncode != 0 for x in refs):
+        check("llama serial references (init, fp32, bf16)", False, " ".join(x.stderr.strip()[-200:] for x in refs))
+    else:
+        llama_w0 = floats(load(out("llama_init.bin")).params)
+        llama_l = [s["loss"] for s in records(out("llama_bf16"), "step")]
+        llama_error = update_difference(out("llama_bf16"), out("llama_fp32"), llama_w0)
+        for n, title, extra in ((2, "llama, cp 2", ["--parallel.cp", "2"]), (2, "llama, tp 2 + sp", sp)):
+            d = out("bf16_" + str(len(check.results)))
+            r = mpi(n, [*bf16, *llama, *extra, "--out", d], timeout=300)
+            if r.returncode != 0:
+                check(f"bf16 {title}", False, r.stderr.strip()[-300:])
+                continue
+            got_l = [s["loss"] for s in records(d, "step")]
+            rel = max(abs(x - y) / y for x, y in zip(got_l, llama_l))
+            if "--parallel.cp" in extra:
+                de = update_difference(d, out("llama_fp32"), llama_w0)
+                check(f"bf16 {title}: losses within 1e-3 relative of its serial bf16 run's, the update as close to "
+                      f"its serial fp32 run's as that bf16 run's (within 1.25 times)",
+                      len(got_l) == steps and rel <= 1e-3 and de <= 1.25 * llama_error,
+                      f"losses {rel:.2e} relative; update {de:.2e} from fp32's against {llama_error:.2e}")
+            else:
+                du = update_difference(d, out("llama_bf16"), llama_w0)
+                check(f"bf16 {title} equals its serial bf16 run (losses within 1e-3 relative, the update within "
+                      f"{4 * ub:.3g} relative)", len(got_l) == steps and rel <= 1e-3 and du <= 4 * ub,
+                      f"losses {rel:.2e} relative, update {du:.2e} relative")
 
     # ---- A bf16 checkpoint resumes in fp32 (its master weights are fp32) ----
     half = out("bf16_half")
