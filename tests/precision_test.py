@@ -115,6 +115,33 @@ def main():
           f"fp32's: the context-parallel checks below can fail", fault_error > 1.25 * bf16_error,
           f"{fault_error:.2e} relative")
     ref_l = b16
+
+    def bf16_layout(n, title, args, ref_losses, ref_bf16, ref_fp32, init, bf16_fp32_error):
+        """A bf16 layout on n ranks against its serial bf16 run (losses within 1e-3 relative) and: with context
+        parallelism, which rounds elsewhere, its update as close to the serial fp32 run's as the serial bf16 run's
+        is (within 1.25 times); else its update within 4 ub of the serial bf16 run's. Returns the run folder, or
+        None when the run failed."""
+        d = out("bf16_" + str(len(check.results)))
+        r = mpi(n, [*args, "--out", d], timeout=300)
+        if r.returncode != 0:
+            check(f"bf16 {title}", False, r.stderr.strip()[-300:])
+            return None
+        got_l = [s["loss"] for s in records(d, "step")]
+        rel = max(abs(x - y) / y for x, y in zip(got_l, ref_losses))
+        du = update_difference(d, ref_bf16, init)
+        if "--parallel.cp" in args:
+            de = update_difference(d, ref_fp32, init)
+            check(f"bf16 {title} is serial bf16's function and precision (losses within 1e-3 relative of serial "
+                  f"bf16's; the update as close to serial fp32's as serial bf16's, within 1.25 times)",
+                  len(got_l) == steps and rel <= 1e-3 and de <= 1.25 * bf16_fp32_error,
+                  f"losses {rel:.2e} relative; update {de:.2e} from fp32's against serial bf16's "
+                  f"{bf16_fp32_error:.2e} ({du:.2e} from serial bf16's)")
+        else:
+            check(f"bf16 {title} equals serial bf16 (losses within 1e-3 relative, the update within {4 * ub:.3g} "
+                  f"relative)", len(got_l) == steps and rel <= 1e-3 and du <= 4 * ub,
+                  f"losses {rel:.2e} relative, update {du:.2e} relative")
+        return d
+
     sp = ["--parallel.tp", "2", "--parallel.sequence_parallel", "true"]
     for n, title, extra in ((2, "dp 2", []), (2, "tp 2", ["--parallel.tp", "2"]),
                             (2, "pp 2 (1f1b, 2 microbatches)", ["--parallel.pp", "2", "--parallel.microbatches", "2"]),
@@ -128,26 +155,8 @@ def main():
                               "zb-h1"]),
                             (2, "cp 2", ["--parallel.cp", "2"]),
                             (4, "cp 2 x tp 2 + sp", ["--parallel.cp", "2", *sp])):
-        d = out("bf16_" + str(len(check.results)))
-        r = mpi(n, [*bf16, *extra, "--out", d], timeout=300)
-        if r.returncode != 0:
-            check(f"bf16 {title}", False, r.stderr.strip()[-300:])
-            continue
-        got_l = [s["loss"] for s in records(d, "step")]
-        rel = max(abs(x - y) / y for x, y in zip(got_l, ref_l))
-        du = update_difference(d, out("bf16"))
-        if "--parallel.cp" in extra:
-            de = update_difference(d, out("serial"))
-            check(f"bf16 {title} is serial bf16's function and precision (losses within 1e-3 relative of serial "
-                  f"bf16's; the update as close to serial fp32's as serial bf16's, within 1.25 times)",
-                  len(got_l) == steps and rel <= 1e-3 and de <= 1.25 * bf16_error,
-                  f"losses {rel:.2e} relative; update {de:.2e} from fp32's against serial bf16's {bf16_error:.2e} "
-                  f"({du:.2e} from serial bf16's)")
-        else:
-            check(f"bf16 {title} equals serial bf16 (losses within 1e-3 relative, the update within {4 * ub:.3g} "
-                  f"relative)", len(got_l) == steps and rel <= 1e-3 and du <= 4 * ub,
-                  f"losses {rel:.2e} relative, update {du:.2e} relative")
-        if "--parallel.sequence_parallel" in extra or "--parallel.cp" in extra:  # bf16 gathers; the ring's f32 output
+        d = bf16_layout(n, title, [*bf16, *extra], ref_l, out("bf16"), out("serial"), init_w, bf16_error)
+        if d and ("--parallel.sequence_parallel" in extra or "--parallel.cp" in extra):  # bf16 gathers; f32 ring
             plan_agrees(check, programs, f"bf16 {title}", n, [*bf16, *extra], d)
 
     # ---- The llama variant (RoPE at the chunks' positions, grouped-query attention, RMSNorm, SwiGLU) ----
@@ -162,24 +171,8 @@ def main():
         llama_l = [s["loss"] for s in records(out("llama_bf16"), "step")]
         llama_error = update_difference(out("llama_bf16"), out("llama_fp32"), llama_w0)
         for n, title, extra in ((2, "llama, cp 2", ["--parallel.cp", "2"]), (2, "llama, tp 2 + sp", sp)):
-            d = out("bf16_" + str(len(check.results)))
-            r = mpi(n, [*bf16, *llama, *extra, "--out", d], timeout=300)
-            if r.returncode != 0:
-                check(f"bf16 {title}", False, r.stderr.strip()[-300:])
-                continue
-            got_l = [s["loss"] for s in records(d, "step")]
-            rel = max(abs(x - y) / y for x, y in zip(got_l, llama_l))
-            if "--parallel.cp" in extra:
-                de = update_difference(d, out("llama_fp32"), llama_w0)
-                check(f"bf16 {title}: losses within 1e-3 relative of its serial bf16 run's, the update as close to "
-                      f"its serial fp32 run's as that bf16 run's (within 1.25 times)",
-                      len(got_l) == steps and rel <= 1e-3 and de <= 1.25 * llama_error,
-                      f"losses {rel:.2e} relative; update {de:.2e} from fp32's against {llama_error:.2e}")
-            else:
-                du = update_difference(d, out("llama_bf16"), llama_w0)
-                check(f"bf16 {title} equals its serial bf16 run (losses within 1e-3 relative, the update within "
-                      f"{4 * ub:.3g} relative)", len(got_l) == steps and rel <= 1e-3 and du <= 4 * ub,
-                      f"losses {rel:.2e} relative, update {du:.2e} relative")
+            bf16_layout(n, title, [*bf16, *llama, *extra], llama_l, out("llama_bf16"), out("llama_fp32"), llama_w0,
+                        llama_error)
 
     # ---- A bf16 checkpoint resumes in fp32 (its master weights are fp32) ----
     half = out("bf16_half")

@@ -286,7 +286,7 @@ AttentionBf16Bounds attention_bf16_bounds(const BoundOperands& x, bool backward)
           }
         }
         if (!backward) continue;
-        double D = 0;
+        double D = 0;  // sum_j p dP over the row's keys, or dO . O of the given output
         for (int64_t j = 0; j < n; ++j) {
           double dp = 0, mag = 0;
           for (int64_t d = 0; d < HS; ++d) {
@@ -295,11 +295,10 @@ AttentionBf16Bounds attention_bf16_bounds(const BoundOperands& x, bool backward)
           }
           dP[static_cast<size_t>(j)] = dp;
           f[static_cast<size_t>(j)] = prod * mag;
-          D += p[static_cast<size_t>(j)] * dp;
+          if (!x.O) D += p[static_cast<size_t>(j)] * dp;
         }
         double gerr = 0;  // D's error: none beyond the f32 row's when it is dO . O of the given output
         if (x.O) {
-          D = 0;
           for (int64_t d = 0; d < HS; ++d) D += x.dO(b, t, h, d) * x.O(b, t, h, d);
         } else {
           double gD = 0, gacc = 0;
@@ -331,6 +330,14 @@ AttentionBf16Bounds attention_bf16_bounds(const BoundOperands& x, bool backward)
   return r;
 }
 
+// Head h's element d of row t of a (B,T,C) array (dout, out), widened.
+std::function<double(int64_t, int64_t, int64_t, int64_t)> head_values(const std::vector<float>& a, int64_t T,
+                                                                       int64_t C, int64_t HS) {
+  return [&a, T, C, HS](int64_t b, int64_t t, int64_t h, int64_t d) {
+    return static_cast<double>(a[static_cast<size_t>((b * T + t) * C + h * HS + d)]);
+  };
+}
+
 // The whole causal attention's operands: qkv (B,T,W) and dout (B,T,C).
 BoundOperands whole_attention(const OpShape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
   const int64_t T = s.T, NH = s.NH, KVH = s.kv_heads(), HS = s.HS(), C = s.C, W = s.qkv_width();
@@ -339,9 +346,7 @@ BoundOperands whole_attention(const OpShape& s, const std::vector<float>& qkv, c
   x.q = [at, HS](int64_t b, int64_t t, int64_t h, int64_t d) { return at(b, t, h * HS + d); };
   x.k = [at, NH, HS](int64_t b, int64_t j, int64_t g, int64_t d) { return at(b, j, (NH + g) * HS + d); };
   x.v = [at, NH, KVH, HS](int64_t b, int64_t j, int64_t g, int64_t d) { return at(b, j, (NH + KVH + g) * HS + d); };
-  x.dO = [&dout, T, C, HS](int64_t b, int64_t t, int64_t h, int64_t d) {
-    return static_cast<double>(dout[static_cast<size_t>((b * T + t) * C + h * HS + d)]);
-  };
+  x.dO = head_values(dout, T, C, HS);
   return x;
 }
 
@@ -531,12 +536,8 @@ class AttentionBlockBackward final : public TableCase {
     const std::vector<float> q = qkv_.host(), kv = kv_.host(), dout = dout_.host(), o = out_.host(), l = lse_.host();
     BoundOperands x = block_operands(s_, q, kv, nullptr, !earlier_);
     const int64_t T = s_.T, NH = s_.NH, HS = s_.HS(), C = s_.C, W = s_.qkv_width();
-    x.dO = [&dout, T, C, HS](int64_t b, int64_t t, int64_t h, int64_t d) {
-      return static_cast<double>(dout[static_cast<size_t>((b * T + t) * C + h * HS + d)]);
-    };
-    x.O = [&o, T, C, HS](int64_t b, int64_t t, int64_t h, int64_t d) {
-      return static_cast<double>(o[static_cast<size_t>((b * T + t) * C + h * HS + d)]);
-    };
+    x.dO = head_values(dout, T, C, HS);
+    x.O = head_values(o, T, C, HS);
     x.lse = [&l, T, NH](int64_t b, int64_t h, int64_t t) { return static_cast<double>(l[static_cast<size_t>((b * NH + h) * T + t)]); };
     const AttentionBf16Bounds b = attention_bf16_bounds(x, true);
     std::vector<double> dq(static_cast<size_t>(s_.B * T * W), 0.0), dkv(static_cast<size_t>(s_.B * T * x.KVH * 2 * HS));

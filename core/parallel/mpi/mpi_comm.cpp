@@ -337,12 +337,9 @@ class MpiCommunicator final : public Communicator {
   // One Isend per piece, as do_send_recv cuts them (the receiver's recv
   // checks each piece), kept under the ticket until wait_send.
   uint64_t do_start_send(const float* data, size_t count, int peer) override {
-    Slot& slot = free_slot(sends_, count, peer);
-    for (size_t off = 0; off < count; off += chunk_) {
-      slot.requests.emplace_back();
-      MPI_CHECK(MPI_Isend(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, &slot.requests.back()));
-    }
-    return slot.ticket;
+    return post(sends_, count, peer, [&](size_t off, MPI_Request* r) {
+      MPI_CHECK(MPI_Isend(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, r));
+    });
   }
   void do_wait_send(uint64_t ticket) override {
     Slot& slot = slot_of(sends_, ticket, "wait_send: no send");
@@ -351,12 +348,9 @@ class MpiCommunicator final : public Communicator {
   }
   // One Irecv per piece, as do_send_recv cuts them; wait_recv checks each piece's length.
   uint64_t do_start_recv(float* data, size_t count, int peer) override {
-    Slot& slot = free_slot(recvs_, count, peer);
-    for (size_t off = 0; off < count; off += chunk_) {
-      slot.requests.emplace_back();
-      MPI_CHECK(MPI_Irecv(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, &slot.requests.back()));
-    }
-    return slot.ticket;
+    return post(recvs_, count, peer, [&](size_t off, MPI_Request* r) {
+      MPI_CHECK(MPI_Irecv(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, r));
+    });
   }
   void do_wait_recv(uint64_t ticket) override {
     Slot& slot = slot_of(recvs_, ticket, "wait_recv: no receive");
@@ -385,16 +379,20 @@ class MpiCommunicator final : public Communicator {
     std::vector<MPI_Request> requests;
     std::vector<MPI_Status> statuses;
   };
-  // A free slot (its lists keep their capacity: after the first steps a send
-  // or receive allocates nothing) under a new ticket.
-  Slot& free_slot(std::vector<Slot>& slots, size_t count, int peer) {
+  // A message of `count` floats to or from `peer` started piece by piece
+  // (start(off, request) for each piece's offset) in a free slot, whose lists
+  // keep their capacity (after the first steps a send or receive allocates
+  // nothing); returns its new ticket.
+  template <typename Start>
+  uint64_t post(std::vector<Slot>& slots, size_t count, int peer, Start&& start) {
     auto slot = std::find_if(slots.begin(), slots.end(), [](const Slot& s) { return s.ticket == 0; });
     if (slot == slots.end()) slot = slots.emplace(slots.end());
     slot->ticket = ++last_ticket_;
     slot->count = count;
     slot->peer = peer;
-    slot->requests.clear();
-    return *slot;
+    slot->requests.assign((count + chunk_ - 1) / chunk_, MPI_REQUEST_NULL);
+    for (size_t i = 0; i < slot->requests.size(); ++i) start(i * chunk_, &slot->requests[i]);
+    return slot->ticket;
   }
   static Slot& slot_of(std::vector<Slot>& slots, uint64_t ticket, const char* missing) {
     auto it = std::find_if(slots.begin(), slots.end(), [&](const Slot& s) { return s.ticket == ticket; });
