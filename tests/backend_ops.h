@@ -105,6 +105,19 @@ inline void check_op(Backend& be, const std::string& label, const ops::OpSpec& s
   }
 }
 
+// Every op of the table on `t2` (2 threads) against `t1` (1 thread) at
+// `shape`, output by output: the same bits (`label` names the backends).
+inline void expect_thread_invariant(Backend& t1, Backend& t2, const std::string& label, const ops::OpShape& shape) {
+  for (const ops::OpSpec& spec : ops::op_table()) {
+    const std::vector<ops::OpOutput> a = ops::run_on(spec, shape, t1), b = ops::run_on(spec, shape, t2);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      expect_match(spec.name() + " " + label + ", 2 threads against 1 at " + shape.str(), b[i], a[i],
+                   ops::Tolerance{});
+    }
+  }
+}
+
 // attention_decode (`variant` "" or ".gqa") on `be` within its tolerance of
 // the last row of the reference's full attention_forward at `shape` (the
 // decode case's qkv is batch row 0 of the forward's: the same seed,

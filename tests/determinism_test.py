@@ -49,16 +49,7 @@ import os
 import shutil
 import sys
 
-from layout_checks import LayoutTest, common_args, load, plan_agrees, records, refuser
-
-
-def state(run_dir):
-    """The run's final parameters and both moments (bytes), and its records."""
-    ck = load(os.path.join(run_dir, "checkpoint.bin"))
-    steps = [(r["loss"], r["grad_norm"]) for r in records(run_dir, "step")]
-    evals = [r["val_loss"] for r in records(run_dir, "eval")]
-    text = [r.get("generated_text") for r in records(run_dir, "summary")]
-    return (ck.params, ck.m, ck.v), steps, evals, text
+from layout_checks import LayoutTest, bit_runs, common_args, final_state, plan_agrees, records, refuser
 
 
 def main():
@@ -69,20 +60,7 @@ def main():
     common = common_args(a.corpus, B, T, C, L, NH)
     det = [*common, "--train.deterministic", "true"]
 
-    def train(name, args, threads, ranks=0):
-        d = out(name)
-        full = [*args, "--train.threads", str(threads), "--out", d]
-        r = programs.mpi(ranks, full) if ranks else run([a.serial, "train", *full])
-        check(f"{name} runs", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
-        return state(d) if r.returncode == 0 else None
-
-    def same(title, x, y):
-        if x is None or y is None:
-            check(title, False, "a run failed")
-            return
-        tensors = all(p == q for p, q in zip(x[0], y[0]))
-        check(title, tensors and x[1] == y[1] and x[2] == y[2] and x[3] == y[3],
-              f"parameters and moments {'equal' if tensors else 'DIFFER'}; records {x[1][-1]} / {y[1][-1]}")
+    train, same = bit_runs(check, programs, a.serial, out)
 
     ref = train("det_t1", det, 1)
     same("deterministic: 2 threads give serial 1 thread's bits (weights, moments, losses, norms, val, text)",
@@ -207,7 +185,7 @@ def main():
           r.returncode != 0 and os.path.exists(os.path.join(d, "checkpoint.bin")), r.stderr.strip()[-200:])
     r = run([a.serial, "train", *det, "--train.threads", "1", "--out", d, "--resume", os.path.join(d, "checkpoint.bin")])
     if r.returncode == 0 and ref is not None:
-        got = state(d)
+        got = final_state(d)
         ref_steps = {s["step"]: (s["loss"], s["grad_norm"]) for s in records(out("det_t1"), "step")}
         resumed = {s["step"]: (s["loss"], s["grad_norm"]) for s in records(d, "step")}
         all_equal = bool(resumed) and all(ref_steps.get(k) == v for k, v in resumed.items())
@@ -227,7 +205,7 @@ def main():
               r.returncode != 0 and os.path.exists(os.path.join(d, "checkpoint.bin")), r.stderr.strip()[-200:])
         r = go(resumer, [*det, *resume_args, "--out", d, "--resume", os.path.join(d, "checkpoint.bin")])
         if r.returncode == 0 and ref is not None:
-            got = state(d)
+            got = final_state(d)
             check(f"resumed as {resumed_as}, it ends with serial's bits (weights, moments, last step's record)",
                   all(p == q for p, q in zip(got[0], ref[0])) and got[1][-1] == ref[1][-1], f"records {got[1][-1:]}")
         else:

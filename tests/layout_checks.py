@@ -99,6 +99,37 @@ PLAN_MEMORY = ("params", "params_bytes", "grads_bytes", "moments_bytes", "arena_
                "arena_embed_bytes", "arena_layers_bytes", "arena_head_bytes", "arena_scratch_bytes")
 
 
+def final_state(run_dir):
+    """The run's final parameters and both Adam moments (bytes), and its records: (loss, gradient norm) per step,
+    the validation losses, the generated text."""
+    ck = load(os.path.join(run_dir, "checkpoint.bin"))
+    steps = [(r["loss"], r["grad_norm"]) for r in records(run_dir, "step")]
+    evals = [r["val_loss"] for r in records(run_dir, "eval")]
+    text = [r.get("generated_text") for r in records(run_dir, "summary")]
+    return (ck.params, ck.m, ck.v), steps, evals, text
+
+
+def bit_runs(check, programs, serial, out):
+    """train(name, args, threads, ranks=0): a run (serial, or the mpi stage on `ranks`) into out(name), checked to
+    finish, its final_state returned (None when it failed); same(title, x, y): two final states byte for byte
+    (parameters and moments) and record for record."""
+    def train(name, args, threads, ranks=0):
+        d = out(name)
+        full = [*args, "--train.threads", str(threads), "--out", d]
+        r = programs.mpi(ranks, full) if ranks else programs.run([serial, "train", *full])
+        check(f"{name} runs", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
+        return final_state(d) if r.returncode == 0 else None
+
+    def same(title, x, y):
+        if x is None or y is None:
+            check(title, False, "a run failed")
+            return
+        tensors = all(p == q for p, q in zip(x[0], y[0]))
+        check(title, tensors and x[1] == y[1] and x[2] == y[2] and x[3] == y[3],
+              f"parameters and moments {'equal' if tensors else 'DIFFER'}; records {x[1][-1]} / {y[1][-1]}")
+    return train, same
+
+
 def plan_agrees(check, programs, title, n, args, run_dir):
     """The mpi stage's plan of `args` on n ranks (`mpi plan`) against what the
     run in run_dir counted: every rank's memory by kind (the summary's memory
