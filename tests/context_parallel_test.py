@@ -19,7 +19,8 @@ the serial stage.
   * Per rank activation bytes at T 4096 (the plan's count, which the runs
     above check against the engine's): cp 4 at most 30% of cp 1's.
   * Refusals, one line each: a sequence that does not cut into 2 cp chunks,
-    cp with train.deterministic, with spd blocks, on the serial stage, and a grid that does not divide the
+    cp with train.deterministic but without train.sequence_pieces (sequence_pieces_test: with them, serial's
+    bits), with spd blocks, on the serial stage, and a grid that does not divide the
     ranks. (bf16 runs: precision_test.)
 
 usage: context_parallel_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
@@ -108,8 +109,8 @@ def main():
     error = refuser(check, programs, a, common, out)
     error("a sequence that does not cut into 2 cp chunks is refused", 2, [*cp2, "--train.seq_len", "30"],
           "does not cut into")
-    error("cp with train.deterministic is refused", 2, [*cp2, "--train.deterministic", "true"],
-          "train.deterministic")
+    error("cp with train.deterministic but without sequence pieces is refused", 2,
+          [*cp2, "--train.deterministic", "true"], "needs train.sequence_pieces a multiple of 2 cp")
     error("cp with spd blocks is refused", 4, [*cp2, "--parallel.tp", "2", "--parallel.block_types", "spd,tp"],
           "block_types")
     error("cp on the serial stage is refused", 1, cp2, "mpi stage", serial=True)

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/buffer.h"
+#include "kernels/sequence_pieces.h"
 #include "kernels/tensor.h"
 
 namespace gpt2 {
@@ -73,6 +74,34 @@ class TreeProducts {
                                           std::span<const int64_t> segments, int groups) = 0;
 };
 
+// train.sequence_pieces under train.deterministic (kernels/sequence_pieces.h,
+// docs/determinism.md "Sequence pieces"): the operations whose sums over a
+// batch's tokens the pair tree defines, over an arena of this layout's rows
+// (N = m T / cp). With it on, matmul_backward's weight and bias gradients
+// and the norms' weight gradients are pair trees as well, and every
+// product's rows are tiled inside pieces. Each result is this rank's
+// subtree; a tree sum over the context-parallel group finishes it.
+// A capability, not part of every backend: Backend::piece_ops().
+class PieceOps {
+ public:
+  virtual ~PieceOps() = default;
+  virtual const SequencePieces& pieces() const = 0;
+  // The causal attention of the arena's query rows (context-parallel rank
+  // `cp_rank`'s pieces; serial: 0) against `whole` (m,T,W): every row of the
+  // batch whole, in position order (serial: qkv itself). out, lse as attention_forward's.
+  virtual void attention_pieces_forward(Tensor out, Tensor lse, Tensor qkv, Tensor whole, int NH, int KVH,
+                                        int cp_rank) = 0;
+  // Its backward: dqkv's query columns = the arena rows' dQ (its key and
+  // value columns not touched); dkv (m,T,2*KVH*HS, attention_kv_pack's
+  // columns) = this rank's subtree of the pair tree of every key position's dK and dV.
+  virtual void attention_pieces_backward(Tensor dqkv, Tensor dkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
+                                         Tensor whole, int NH, int KVH, int cp_rank) = 0;
+  // dwte += the pair tree of the arena's rows of dout added into their tokens' rows.
+  virtual void embedding_pieces_backward(Tensor dwte, Tensor dout, const int32_t* tokens) = 0;
+  // The pair tree's sum of x (one value per arena row), in double.
+  virtual double sum_pieces(Tensor x) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -113,7 +142,8 @@ class Backend {
   // another rank holds): out = wpe[t] alone.
   virtual void encoder_forward(Tensor out, const int32_t* tokens, Tensor wte, Tensor wpe) = 0;
   // dwte (V,C) +=, dwpe (T',C) += from dout (B,T,C); a negative token id adds
-  // nothing to dwte (its position row still gets its share).
+  // nothing to dwte (its position row still gets its share). An empty dwte
+  // (the CPU backend, under train.sequence_pieces: PieceOps adds it) adds to dwpe alone.
   virtual void encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, const int32_t* tokens) = 0;
 
   // Per row of inp (N,C): out = (x - mean) * rstd * weight + bias, eps 1e-5.
@@ -144,6 +174,8 @@ class Backend {
   // lays out the model (train/layout.h deterministic_pieces), so a backend
   // without them is never asked for them mid-step.
   virtual TreeProducts* tree_products() { return nullptr; }
+  // train.sequence_pieces' operations (PieceOps); null when it is off or unsupported.
+  virtual PieceOps* piece_ops() { return nullptr; }
 
   // Causal multi-head self-attention with NH query heads and KVH key/value
   // heads (grouped-query attention; KVH divides NH, KVH = NH is plain
@@ -295,6 +327,7 @@ struct BackendOptions {
   int column_tile = 0;         // with deterministic: the products' column tiles (canonical_column_tile; 0: 256)
   GemmChoice gemm = GemmChoice::kAuto;  // train.gemm: the fp32 products' library (CPU)
   std::map<std::string, GemmChoice> gemm_pins;  // train.gemm_choices (read_gemm_choices): auto's choices pinned
+  SequencePieces pieces;  // with deterministic: train.sequence_pieces (CPU; PieceOps)
 };
 
 // A kind of backend as a stage program chooses it, once: how to make one,
@@ -340,6 +373,7 @@ std::unique_ptr<Backend> make_reference_backend();
 // `gemm`: the fp32 products' provider (train.gemm; kernels/cpu/gemm.h).
 std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products = false, bool deterministic = false,
                                           int column_tile = 0, GemmChoice gemm = GemmChoice::kAuto,
-                                          const std::map<std::string, GemmChoice>& gemm_pins = {});
+                                          const std::map<std::string, GemmChoice>& gemm_pins = {},
+                                          const SequencePieces& pieces = {});
 
 }  // namespace gpt2

@@ -100,6 +100,10 @@ struct Activations {
   ContextCut cp;
   Tensor cp_kv;   // (2, B, T, 2 KVH HS / P)
   Tensor cp_dkv;  // (2, B, T, 2 KVH HS / P)
+  // train.sequence_pieces (PieceOps): the attention's gathers and pair trees
+  // (model/context_parallel.h) and a tied head's own gradient tree (V, C);
+  // host buffers grown on first use, outside the arena's count (docs/determinism.md).
+  PieceBuffers piece_buffers;
 };
 
 // The floats of an arena of (B, T) for `cfg` sharded as `tp` over its

@@ -6,6 +6,13 @@
 
 namespace gpt2 {
 
+void CpGroup::all_gather(Tensor, Tensor) { throw std::logic_error("CpGroup: this group has no all_gather"); }
+void CpGroup::tree_reduce_scatter(Tensor, Tensor) {
+  throw std::logic_error("CpGroup: this group has no tree_reduce_scatter");
+}
+void CpGroup::tree_sum(Tensor) { throw std::logic_error("CpGroup: this group has no tree_sum"); }
+double CpGroup::tree_sum(double) { throw std::logic_error("CpGroup: this group has no tree_sum"); }
+
 Tensor context_half(Tensor t, int part) {
   const int64_t rows = t.dim(0) / 2, per = t.numel() / t.dim(0);
   return Tensor(t.data + part * rows * per, {rows, t.dim(1), t.dim(2)});
@@ -97,6 +104,71 @@ void ring_attention_backward(Backend& be, const ContextCut& cp, Tensor dqkv, Ten
     std::swap(dcur, dnext);
   }
   be.attention_kv_unpack(dqkv, dcur, NH, KVH);
+}
+
+namespace {
+
+// Moves rows between an arena cut by `cp` and the batch's whole rows: rank
+// r's block of `blocks` (its arena, (2m, L, W): the head chunks, then the
+// tail chunks) and `whole` (m, T, W), chunk by chunk; `to_whole` says which way.
+void arrange_chunks(const ContextCut& cp, int64_t m, int64_t L, int64_t W, float* blocks, float* whole,
+                    bool to_whole) {
+  const int64_t T = 2 * cp.size * L, chunk = L * W;
+  for (int r = 0; r < cp.size; ++r) {
+    const ContextCut at{cp.size, r, nullptr};
+    for (int half = 0; half < 2; ++half) {
+      for (int64_t b = 0; b < m; ++b) {
+        float* block = blocks + (int64_t{r} * 2 * m + half * m + b) * chunk;
+        float* row = whole + (b * T + int64_t{at.chunk(half)} * L) * W;
+        if (to_whole) std::copy_n(block, chunk, row);
+        else std::copy_n(row, chunk, block);
+      }
+    }
+  }
+}
+
+// qkv (2m, L, W) of every rank of `cp`, whole: buf.whole (m, T, W).
+Tensor gather_whole(const ContextCut& cp, Tensor qkv, PieceBuffers& buf) {
+  const int64_t Ba = qkv.dim(0), L = qkv.dim(1), W = qkv.dim(2), m = Ba / 2;
+  const auto n = static_cast<size_t>(qkv.numel());
+  buf.blocks.resize(n * static_cast<size_t>(cp.size));
+  buf.whole.resize(n * static_cast<size_t>(cp.size));
+  cp.group->all_gather(qkv, Tensor(buf.blocks.data(), {static_cast<int64_t>(buf.blocks.size())}));
+  arrange_chunks(cp, m, L, W, buf.blocks.data(), buf.whole.data(), true);
+  return Tensor(buf.whole.data(), {m, 2 * cp.size * L, W});
+}
+
+}  // namespace
+
+void pieces_attention_forward(Backend& be, const ContextCut& cp, Tensor out, Tensor lse, Tensor qkv, int NH, int KVH,
+                              PieceBuffers& buf) {
+  PieceOps* ops = be.piece_ops();
+  if (ops == nullptr) throw std::logic_error("pieces_attention_forward: the backend has no sequence pieces");
+  const Tensor whole = cp.on() ? gather_whole(cp, qkv, buf) : qkv;
+  ops->attention_pieces_forward(out, lse, qkv, whole, NH, KVH, cp.on() ? cp.rank : 0);
+}
+
+void pieces_attention_backward(Backend& be, const ContextCut& cp, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
+                               Tensor qkv, int NH, int KVH, PieceBuffers& buf) {
+  PieceOps* ops = be.piece_ops();
+  if (ops == nullptr) throw std::logic_error("pieces_attention_backward: the backend has no sequence pieces");
+  const int64_t Ba = qkv.dim(0), L = qkv.dim(1), W = qkv.dim(2), HS = W / (NH + 2 * KVH), KV = 2 * KVH * HS;
+  const int64_t m = cp.on() ? Ba / 2 : Ba, T = cp.on() ? 2 * cp.size * L : L;
+  const Tensor whole = cp.on() ? gather_whole(cp, qkv, buf) : qkv;
+  buf.dkv.resize(static_cast<size_t>(m * T * KV));
+  const Tensor dkv(buf.dkv.data(), {m, T, KV});
+  ops->attention_pieces_backward(dqkv, dkv, dout, out, lse, qkv, whole, NH, KVH, cp.on() ? cp.rank : 0);
+  if (!cp.on()) {
+    be.attention_kv_unpack(dqkv, dkv, NH, KVH);
+    return;
+  }
+  // Every rank's subtree of every key's gradient, to the key's owner in the tree's order.
+  buf.blocks.resize(buf.dkv.size());
+  buf.home.resize(static_cast<size_t>(Ba * L * KV));
+  arrange_chunks(cp, m, L, KV, buf.blocks.data(), buf.dkv.data(), false);
+  const Tensor home(buf.home.data(), {Ba, L, KV});
+  cp.group->tree_reduce_scatter(Tensor(buf.blocks.data(), {static_cast<int64_t>(buf.blocks.size())}), home);
+  be.attention_kv_unpack(dqkv, home, NH, KVH);
 }
 
 void context_rows(const int32_t* in, int32_t* out, int rows, int T, int cp, int cp_rank, int groups) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/tensor.h"
@@ -45,6 +46,18 @@ class CpGroup {
   // where the group can (MPICH moves a message above its eager limit only
   // inside its calls, once both sides have posted theirs).
   virtual void progress() = 0;
+  // train.sequence_pieces (kernels/sequence_pieces.h): collectives in the
+  // canonical tree's order over the group (a power of two). all_gather:
+  // full = every rank's `shard` in rank order. tree_reduce_scatter: shard =
+  // the balanced tree's sum over the ranks of every rank's block of `full`
+  // at this rank's place (full is overwritten). tree_sum: x = the tree's sum
+  // of every rank's x, by recursive doubling (partners rank ^ 1, rank ^ 2,
+  // ...; a + b == b + a, so every rank holds the same bits). A group without
+  // them throws std::logic_error.
+  virtual void all_gather(Tensor shard, Tensor full);
+  virtual void tree_reduce_scatter(Tensor full, Tensor shard);
+  virtual void tree_sum(Tensor x);
+  virtual double tree_sum(double x);
 };
 
 // One rank's place in its context-parallel group; size 1: no cut.
@@ -74,6 +87,22 @@ void ring_attention_forward(Backend& be, const ContextCut& cp, Tensor out, Tenso
 // shape, the gradient travelling with the block and the one arriving.
 void ring_attention_backward(Backend& be, const ContextCut& cp, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
                              Tensor qkv, Tensor kv, Tensor dkv, int NH, int KVH);
+
+// train.sequence_pieces (kernels/sequence_pieces.h, PieceOps): the causal
+// attention of an arena's rows (cut by `cp`, or whole rows) against every
+// row's keys and values whole. Under cp every rank's qkv is all-gathered
+// into `whole` (m, T, W) in position order, through `blocks`; serial reads
+// its own. The backward's dK and dV are this rank's subtree of the pair
+// tree over every key position (into `dkv`), which a tree reduce-scatter
+// over the group finishes and brings home; dqkv is overwritten.
+struct PieceBuffers {
+  std::vector<float> whole, blocks, dkv, home;
+  std::vector<float> head;  // a tied head's gradient tree (V, C): the model's (model.cpp)
+};
+void pieces_attention_forward(Backend& be, const ContextCut& cp, Tensor out, Tensor lse, Tensor qkv, int NH, int KVH,
+                              PieceBuffers& buf);
+void pieces_attention_backward(Backend& be, const ContextCut& cp, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
+                               Tensor qkv, int NH, int KVH, PieceBuffers& buf);
 
 // A batch's `rows` rows of T tokens as the arena rows of context-parallel
 // rank `cp_rank` of `cp`: for each of `groups` consecutive groups of the rows

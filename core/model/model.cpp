@@ -32,10 +32,22 @@ struct Parts {
   const Gpt2Config& cfg;
   int NH, KVH;  // this rank's query and key/value heads
   TreeProducts* tree;  // with tp.pieces: the backend's canonical-piece products (row_parallel)
+  // train.sequence_pieces (kernels/sequence_pieces.h): the attention, the
+  // loss's sum and the token table's gradient as the pair tree; null when off.
+  PieceOps* pieces;
+  // The pieces' operations for arena `a`: an arena of the pieces' rows (whole
+  // rows of their T, or a context-parallel rank's chunks of them); null for
+  // another (generation's prompt), which the plain kernels run.
+  PieceOps* pieces_in(const Activations& a) const {
+    if (pieces == nullptr) return nullptr;
+    const SequencePieces& sp = pieces->pieces();
+    const int cp = a.cp.on() ? a.cp.size : 1;
+    return cp == sp.cp && int64_t{a.T} * (cp > 1 ? 2 * cp : 1) == sp.T ? pieces : nullptr;
+  }
 
   Parts(Backend& b, const Gpt2& model)
       : be(b), cfg(model.config()), NH(cfg.NH / model.tp().size), KVH(cfg.kv_heads() / model.tp().size),
-        tree(model.tp().pieces > 0 ? b.tree_products() : nullptr) {
+        tree(model.tp().pieces > 0 ? b.tree_products() : nullptr), pieces(b.piece_ops()) {
     // tp.pieces come from the backend's capability (train/layout.h deterministic_pieces).
     if (model.tp().pieces > 0 && tree == nullptr) {
       throw std::logic_error(b.name() + ": the model was laid out in canonical pieces this backend cannot multiply");
@@ -99,14 +111,18 @@ struct Parts {
     rotate(out, pos0, cp, false);
   }
   // The causal attention of a training or prompt forward: whole rows, or
-  // the ring over an arena cut by context parallelism.
+  // the ring over an arena cut by context parallelism; under
+  // train.sequence_pieces the pieces' tiles over every row's keys (all-gathered under cp).
   void attention(LayerActivations& x, Activations& a) const {
-    if (a.cp.on()) ring_attention_forward(be, a.cp, x.atty, x.att_lse, x.qkv, a.cp_kv, NH, KVH);
+    if (pieces_in(a) != nullptr) pieces_attention_forward(be, a.cp, x.atty, x.att_lse, x.qkv, NH, KVH, a.piece_buffers);
+    else if (a.cp.on()) ring_attention_forward(be, a.cp, x.atty, x.att_lse, x.qkv, a.cp_kv, NH, KVH);
     else be.attention_forward(x.atty, x.att_lse, x.qkv, NH, KVH);
   }
   // The attention's backward to the gradient at the qkv product's output.
   void attention_backward(Tensor dqkv, Tensor datty, const LayerActivations& x, Activations& a) const {
-    if (a.cp.on()) {
+    if (pieces_in(a) != nullptr) {
+      pieces_attention_backward(be, a.cp, dqkv, datty, x.atty, x.att_lse, x.qkv, NH, KVH, a.piece_buffers);
+    } else if (a.cp.on()) {
       ring_attention_backward(be, a.cp, dqkv, datty, x.atty, x.att_lse, x.qkv, a.cp_kv, a.cp_dkv, NH, KVH);
     } else {
       be.attention_backward(dqkv, datty, x.atty, x.att_lse, x.qkv, NH, KVH);
@@ -407,6 +423,14 @@ float loss_forward(const Parts& k, const TpLayout& tp, Activations& a, const int
                                 sharded ? tp.vocab_begin(k.cfg.V) : 0, k.cfg.valid_vocab());
     if (sharded) tp_sum(tp, parts);
     be.crossentropy_shard_combine(Tensor(a.losses.data, {N}), a.ce_lse, parts);
+  }
+  if (PieceOps* pieces = k.pieces_in(a)) {  // the pair tree's sum, finished over the context-parallel group
+    double sum = pieces->sum_pieces(a.losses), count = static_cast<double>(a.losses.numel());
+    if (a.cp.on()) {
+      sum = a.cp.group->tree_sum(sum);
+      count *= a.cp.size;
+    }
+    return static_cast<float>(sum / count);
   }
   return static_cast<float>(be.sum(a.losses) / static_cast<double>(a.losses.numel()));
 }
@@ -784,6 +808,22 @@ void recompute_layer(const Parts& k, const Gpt2& model, Activations& a, int l) {
   }
 }
 
+// train.sequence_pieces at a backward's end (kernels/sequence_pieces.h):
+// under context parallelism every gradient this rank wrote is its subtree
+// of the pair tree, finished over the group by the tree's sum (the whole
+// bound buffer; a position row or a token row another rank's pairs do not
+// reach adds zeros, exactly); a tied head's part of wte's gradient is a
+// tree of its own, finished apart, then added to the embedding's.
+void finish_pieces(Backend& be, Gpt2& model, Activations& a, bool head_apart) {
+  const Tensor wte = model.grads.wte;
+  const Tensor head = head_apart ? Tensor(a.piece_buffers.head.data(), {wte.dim(0), wte.dim(1)}) : Tensor{};
+  if (a.cp.on()) {
+    a.cp.group->tree_sum(Tensor(model.bound_grads(), {static_cast<int64_t>(model.num_params())}));
+    if (head_apart) a.cp.group->tree_sum(head);
+  }
+  if (head_apart) be.residual_forward(wte, wte, head);
+}
+
 }  // namespace
 
 void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* tokens,
@@ -821,9 +861,18 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     }
     return;
   }
+  // train.sequence_pieces with a tied head: the head's part of wte's gradient is a pair tree of its own,
+  // finished apart from the embedding's and added to it at the end (finish_pieces).
+  PieceOps* const pieces = k.pieces_in(a);
+  const bool head_apart = pieces != nullptr && cfg.tie_embeddings && stage.head;
   if (stage.head) {
     const UnitScope scope(units, model, cfg.L + 1, Pass::kBackward);  // binds the head's views
-    const Tensor head_w = Parts::head(cfg, p), head_g = Parts::head(cfg, g);
+    const Tensor head_w = Parts::head(cfg, p);
+    Tensor head_g = Parts::head(cfg, g);
+    if (head_apart) {
+      a.piece_buffers.head.assign(static_cast<size_t>(head_g.numel()), 0.0f);
+      head_g = Tensor(a.piece_buffers.head.data(), {head_g.dim(0), head_g.dim(1)});
+    }
     loss_backward(k, tp, a, targets, dloss);
     be.matmul_backward(a.dln, part == BackwardPart::kAll ? head_g : Tensor{}, Tensor{}, dlogits, a.lnf, head_w);
     if (tp.shape().vocab) tp_sum(tp, a.dln);  // each rank's vocabulary rows gave a part of it
@@ -869,18 +918,23 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
     // Sequence parallelism: every rank's rows gathered, so each computes the replicated tables' whole gradient.
     if (a.sequence) tp.group->all_gather(a.dresidual, a.proj);
     const Tensor d = a.sequence ? a.proj : a.dresidual;
+    // train.sequence_pieces: the position rows here (each position is one pair's: no sum across pairs), the
+    // token table's gradient as the pair tree below.
+    const Tensor token_rows = pieces != nullptr ? Tensor{} : g.wte;
     if (a.cp.on()) {  // each half of the arena into its chunk's position rows
       const int64_t n = int64_t{a.B} / 2 * a.T;
       for (int part = 0; part < 2; ++part) {
         const Tensor pos_rows = cfg.rope() ? a.dpos : Tensor(g.wpe.data + int64_t{a.cp.chunk(part)} * a.T * cfg.C,
                                                              {a.T, cfg.C});
-        be.encoder_backward(g.wte, pos_rows, context_half(d, part), ids + part * n);
+        be.encoder_backward(token_rows, pos_rows, context_half(d, part), ids + part * n);
       }
     } else {
-      be.encoder_backward(g.wte, cfg.rope() ? a.dpos : g.wpe, d, ids);
+      be.encoder_backward(token_rows, cfg.rope() ? a.dpos : g.wpe, d, ids);
     }
+    if (pieces != nullptr) pieces->embedding_pieces_backward(g.wte, d, ids);
     done_from(g.wte);
   }  // else a.dresidual holds the gradient at the stage's input, for the caller to send back
+  if (pieces != nullptr) finish_pieces(be, model, a, head_apart);
 }
 
 void gpt2_decode(Backend& be, const Gpt2& model, Activations& a, const std::vector<Tensor>& qkv_cache,

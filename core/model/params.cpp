@@ -264,6 +264,7 @@ void Gpt2::bind_grads(float* grads) {
     throw std::logic_error("Gpt2::bind_grads: the gradient is not resident (ZeRO-2/3 bind it by unit)");
   }
   bind(grad_infos_, grads != nullptr ? grads : grads_buf_.data());
+  bound_grads_ = grads;
 }
 
 std::vector<float> Gpt2::params_to_host() const {

@@ -208,6 +208,8 @@ class Gpt2 {
   size_t padded_params() const { return padded_; }  // num_params() rounded up to pad_to
   float* param_data() const { return params_buf_.data(); }
   float* grad_data() const { return grads_buf_.data(); }
+  // Where the gradient views point now: bind_grads' buffer, or grad_data().
+  float* bound_grads() const { return bound_grads_ != nullptr ? bound_grads_ : grads_buf_.data(); }
 
   ParamTensors params;
   ParamTensors grads;
@@ -221,6 +223,7 @@ class Gpt2 {
   Residency residency_;
   Buffer params_buf_;  // empty with Residency::kNone
   Buffer grads_buf_;   // empty unless Residency::kWhole
+  float* bound_grads_ = nullptr;  // bind_grads' buffer (nullptr: the model's own)
   std::vector<ParamInfo> infos_;       // views point into `params`
   std::vector<ParamInfo> grad_infos_;  // the same list, views into `grads`
   std::vector<ParamUnit> units_;

@@ -87,6 +87,19 @@ void CommGroup::tree_sum(Tensor x) {
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+double CommRing::tree_sum(double x) {
+  const int n = comm_.size(), me = comm_.rank();
+  if ((n & (n - 1)) != 0) throw std::invalid_argument(fmt::format("tree_sum: a group of {} (a power of two)", n));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int bit = 1; bit < n; bit <<= 1) {
+    double theirs = 0;
+    comm_.send_recv(&x, 1, me ^ bit, &theirs, 1, me ^ bit);
+    x = x + theirs;
+  }
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return x;
+}
+
 void CommRing::start_shift(Tensor send, Tensor recv) {
   if (in_flight_) throw std::logic_error("CommRing: a step is already in flight");
   const auto t0 = std::chrono::steady_clock::now();
@@ -145,11 +158,13 @@ ProcessGrid::ProcessGrid(Communicator& world, int tp, int pp, int cp)
       pp_owned_(world.split(world.rank() / (tp * cp * pp) * (tp * cp) + world.rank() % (tp * cp), world.rank())),
       dp_owned_(tp * pp > 1 ? world.split(world.rank() / (tp * cp) % pp * tp + world.rank() % tp, world.rank())
                             : nullptr),
+      replicas_owned_(cp > 1 ? world.split(world.rank() % (tp * cp * pp), world.rank()) : nullptr),
       aux_(world.split(0, world.rank())),
       tp_(tp_owned_.get()),
       cp_(cp_owned_.get()),
       pp_(pp_owned_.get()),
       dp_(tp * pp > 1 ? dp_owned_.get() : &world),
+      replicas_(cp > 1 ? replicas_owned_.get() : dp_),
       group_(*tp_),
       pp_group_(*pp_),
       dp_group_(*dp_),
@@ -165,6 +180,7 @@ void ProcessGrid::reset_stats() {
   ring_.reset_seconds();
   pp_->reset_stats();
   dp_->reset_stats();
+  if (replicas_ != dp_) replicas_->reset_stats();
   group_.reset_seconds();
   pp_group_.reset_seconds();
   dp_group_.reset_seconds();

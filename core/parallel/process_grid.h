@@ -55,17 +55,26 @@ class CommGroup final : public TpGroup {
 // from the previous one when the step finishes. Times its calls.
 class CommRing final : public CpGroup {
  public:
-  explicit CommRing(Communicator& comm) : comm_(comm) {}
+  explicit CommRing(Communicator& comm) : comm_(comm), sums_(comm) {}
   int size() const override { return comm_.size(); }
   int rank() const override { return comm_.rank(); }
   void start_shift(Tensor send, Tensor recv) override;
   void finish_shift() override;
   void progress() override { comm_.progress(); }
-  double seconds() const { return seconds_; }
-  void reset_seconds() { seconds_ = 0; }
+  // train.sequence_pieces' collectives: CommGroup's, and the loss's sum in double by recursive doubling.
+  void all_gather(Tensor shard, Tensor full) override { sums_.all_gather(shard, full); }
+  void tree_reduce_scatter(Tensor full, Tensor shard) override { sums_.tree_reduce_scatter(full, shard); }
+  void tree_sum(Tensor x) override { sums_.tree_sum(x); }
+  double tree_sum(double x) override;
+  double seconds() const { return seconds_ + sums_.seconds(); }
+  void reset_seconds() {
+    seconds_ = 0;
+    sums_.reset_seconds();
+  }
 
  private:
   Communicator& comm_;
+  CommGroup sums_;
   uint64_t send_ = 0, recv_ = 0;  // the step's tickets
   bool in_flight_ = false;
   double seconds_ = 0;
@@ -102,6 +111,11 @@ class ProcessGrid {
   Communicator& pp_comm() const { return *pp_; }
   Communicator& dp_comm() const { return *dp_; }
   Communicator& cp_comm() const { return *cp_; }
+  // The data-parallel replicas alone: the ranks of this stage, tp rank and
+  // cp rank (dp_comm() without the cp ranks; dp_comm() itself when cp is 1).
+  // train.deterministic's tree over the replicas runs here, the cp ranks
+  // having finished each chunk's gradient among themselves.
+  Communicator& replica_comm() const { return *replicas_; }
   // A world-wide group outside the accounting: metrics and timelines gathered
   // to rank 0 do not count as the step's communication.
   Communicator& aux_comm() const { return *aux_; }
@@ -118,11 +132,12 @@ class ProcessGrid {
 
  private:
   Communicator& world_;
-  std::unique_ptr<Communicator> tp_owned_, cp_owned_, pp_owned_, dp_owned_, aux_;
+  std::unique_ptr<Communicator> tp_owned_, cp_owned_, pp_owned_, dp_owned_, replicas_owned_, aux_;
   Communicator* tp_ = nullptr;
   Communicator* cp_ = nullptr;
   Communicator* pp_ = nullptr;
   Communicator* dp_ = nullptr;
+  Communicator* replicas_ = nullptr;
   CommGroup group_, pp_group_, dp_group_;
   CommRing ring_;
 };

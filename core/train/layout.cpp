@@ -111,8 +111,29 @@ void check_deterministic(const RunConfig& c, int ranks, const std::string& stage
                                                                           : "parallel.vocab_parallel"));
     }
   }
+  const int S = c.train.sequence_pieces, cp = c.parallel.cp;
+  if (cp > 1 && S % (2 * cp) != 0) {
+    refuse(fmt::format("parallel.cp {} needs train.sequence_pieces a multiple of 2 cp = {}, not {}: each rank's two "
+                       "chunks must be whole pairs of the canonical pieces, so that its sums are a subtree of the "
+                       "pair tree (serial gives the same bits with the same setting)", cp, 2 * cp, S));
+  }
+  if (S > 1) {  // what the pair trees are built for so far (kernels/sequence_pieces.h)
+    const std::string not_with =
+        c.train.bf16()                    ? fmt::format("train.precision {}", to_string(c.train.precision))
+        : c.parallel.pp > 1               ? fmt::format("pipeline stages (parallel.pp {})", c.parallel.pp)
+        : c.parallel.sequence_parallel    ? std::string("parallel.sequence_parallel")
+        : c.parallel.zero_stage() > 0     ? fmt::format("parallel.zero {}", c.parallel.zero_stage())
+        : c.parallel.vocab_parallel       ? std::string("parallel.vocab_parallel")
+                                          : std::string();
+    if (!not_with.empty()) {
+      refuse(fmt::format("train.sequence_pieces {} runs fp32 products on whole stages of one arena, without ZeRO, "
+                         "sequence parallelism or a vocabulary cut so far, not with {}; use train.sequence_pieces 1 "
+                         "(and parallel.cp 1)", S, not_with));
+    }
+  }
   const int K = canonical_chunks(c), chunk = c.train.batch_size / K;
-  const int dp = std::max(1, ranks / (c.parallel.pp * c.parallel.tp));  // data-parallel ranks (the layout checks the grid)
+  // data-parallel ranks (the layout checks the grid)
+  const int dp = std::max(1, ranks / (c.parallel.pp * c.parallel.tp * c.parallel.cp));
   if (dp < 1 || (dp & (dp - 1)) != 0 || K % dp != 0) {
     refuse(fmt::format("{} data-parallel ranks do not hold whole subtrees of the {} canonical chunks of "
                        "train.batch_size {}; use {}", dp, K, c.train.batch_size,
@@ -207,10 +228,6 @@ void check_context_parallel(const RunConfig& c, const std::string& stage) {
     throw std::invalid_argument(fmt::format("parallel.cp {}: {} (docs/context_parallel.md)", p.cp, why));
   };
   if (stage != "mpi") refuse(fmt::format("runs on the mpi stage (its ring attention is the CPU backends'), not {}", stage));
-  if (c.train.deterministic) {
-    refuse("not yet under train.deterministic: a row's tokens are split over the ring, so the sums over them "
-           "(the weight gradients, the merged softmax) need a canonical order across ranks that is not built");
-  }
   const std::vector<BlockType> blocks = p.blocks();
   if (std::any_of(blocks.begin(), blocks.end(), [](BlockType b) { return b != BlockType::kTp; })) {
     refuse("built for parallel.block_types tp (spd and parallel blocks keep private streams)");
@@ -226,10 +243,14 @@ RunConfig step_config(const RunConfig& c) {
 }
 
 BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int threads, int device_hint) {
-  return BackendOptions{threads, c.train.tf32, device_hint, c.train.bf16(), c.train.deterministic,
-                        c.train.deterministic ? canonical_column_tile(model) : 0, c.train.gemm,
-                        c.train.gemm_choices.empty() ? std::map<std::string, GemmChoice>{}
-                                                     : read_gemm_choices(c.train.gemm_choices)};
+  BackendOptions o{threads, c.train.tf32, device_hint, c.train.bf16(), c.train.deterministic,
+                   c.train.deterministic ? canonical_column_tile(model) : 0, c.train.gemm,
+                   c.train.gemm_choices.empty() ? std::map<std::string, GemmChoice>{}
+                                                : read_gemm_choices(c.train.gemm_choices)};
+  if (c.train.deterministic && c.train.sequence_pieces > 1) {  // the pair trees (kernels/sequence_pieces.h)
+    o.pieces = SequencePieces{c.train.sequence_pieces, c.train.seq_len, c.parallel.cp};
+  }
+  return o;
 }
 
 int deterministic_pieces(const Gpt2Config& model, int tp, Backend& be) {
@@ -248,6 +269,7 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
   if (c.train.deterministic) {
     // The chunks, and a pipeline only with stages: microbatches without stages are the chunks themselves.
     s.chunks = canonical_chunks(c);
+    s.over_replicas = c.parallel.cp > 1;
     s.step = c.parallel.pp > 1 ? StepKind::kChunkPipeline : StepKind::kChunks;
     s.grad_sum = s.zero.contiguous ? GradSum::kContiguousShards
                  : s.zero.stage == 3 && s.step == StepKind::kChunks ? GradSum::kUnitShards
@@ -318,6 +340,12 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
   r.dp = ranks / (r.tp * r.pp * r.cp);
   r.steps = step_config(c);
   r.step = resolve_step(r.steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, stage));
+  if (r.step.step == StepKind::kChunks && r.cp > 1) {
+    // The batch's canonical chunks, not the cut rows': a chunk of batch_size / K rows is 2 arena rows each
+    // (its head and tail chunks) on every cp rank (train.sequence_pieces).
+    r.step.chunks = canonical_chunks(c);
+    r.step.arena_rows = 2 * c.train.batch_size / r.step.chunks;
+  }
   check_sequence_parallel(r.steps, r.step.arena_rows);  // the arena's rows as the steps cut them
   return r;
 }
@@ -347,9 +375,14 @@ std::vector<std::string> RunLayout::notes(const LayoutFacts& f) const {
   out.push_back(describe());
   if (cp > 1) {
     out.push_back(fmt::format("context parallel: groups of {} ranks; rank r holds chunks r and {} - r of every row "
-                              "(train.seq_len {} in {} chunks of {}); attention by a ring of key/value blocks; "
-                              "the gradient summed over dp x cp = {} ranks", cp, 2 * cp - 1, c.train.seq_len, 2 * cp,
-                              steps.train.seq_len, dp * cp));
+                              "(train.seq_len {} in {} chunks of {}); {}", cp, 2 * cp - 1, c.train.seq_len, 2 * cp,
+                              steps.train.seq_len,
+                              sl.deterministic()
+                                  ? fmt::format("attention over every rank's keys and values, all-gathered; each "
+                                                "chunk's gradient finished over the cp group, then the {} replicas' "
+                                                "tree (train.sequence_pieces)", dp)
+                                  : fmt::format("attention by a ring of key/value blocks; the gradient summed over "
+                                                "dp x cp = {} ranks", dp * cp)));
   }
   out.push_back(sl.describe());
   if (sl.deterministic()) {
@@ -358,6 +391,15 @@ std::vector<std::string> RunLayout::notes(const LayoutFacts& f) const {
                               tp > 1 ? fmt::format("; {} canonical pieces of the dimensions tensor parallelism cuts",
                                                    f.tp_pieces)
                                      : ""));
+    const int S = c.train.sequence_pieces;
+    if (S > 1) {
+      out.push_back(fmt::format("sequence pieces: each row of {} tokens in {} pieces of {}, every sum over tokens a "
+                                "tree over their {} pairs{}", c.train.seq_len, S, c.train.seq_len / S, S / 2,
+                                cp > 1 ? fmt::format(", {} on each context-parallel rank, finished over the group; the "
+                                                     "attention over every rank's keys and values, all-gathered",
+                                                     S / (2 * cp))
+                                       : ""));
+    }
   }
   if (sl.pipelined()) {
     std::string stages;

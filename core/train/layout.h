@@ -83,6 +83,9 @@ struct StepLayout {
   bool split_backward = false;  // zb-h1: the backward as B and W
   bool recompute_full = false;  // train.recompute full
   bool sequence_parallel = false;  // parallel.sequence_parallel with tp > 1: the arena's rows cut (TpShape::sequence)
+  // train.deterministic with cp > 1: the step's tree runs over the replicas alone (ProcessGrid::replica_comm),
+  // the model having finished each chunk's gradient over the cp group (train.sequence_pieces).
+  bool over_replicas = false;
   MicrobatchSum microbatch_sum = MicrobatchSum::kAccumulate;  // a schedule's microbatches: kTree under kChunkPipeline
   Dtype stored = Dtype::f32;    // the stored activations' type
   // Where a stop signal is agreed inside a step besides its end (train.stop_within_step; train/preemption.h):

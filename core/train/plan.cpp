@@ -348,10 +348,44 @@ GroupTraffic pp_traffic(const RankShape& r) {
 // receive of one block: the arena's rows x chunk length x 2 KVH HS / tp
 // floats. (Per rank and layer the forward sends 2 N h_kv (cp - 1) / cp of a
 // step's N tokens: the formula, here counted both ways.)
+// Under train.deterministic (train.sequence_pieces: docs/determinism.md,
+// "Sequence pieces") there is no ring. Per canonical chunk the rank runs:
+// per layer, the forward's all-gather of the arena's qkv (counted as the
+// whole gathered buffer, cp blocks), and again in the backward, with the
+// key and value gradients' tree reduce-scatter (log2(cp) send_recv calls,
+// level k sending and receiving 1/2^k of the cp blocks); recomputation's
+// forward gathers again for each layer but the last; the loss's tree sum in
+// double (log2(cp) send_recv calls of one double each way); and at the
+// backward's end the gradient's tree sum (log2(cp) send_recv calls of the
+// rank's parameters each way), and a tied head's own tree (V x C) apart.
+GroupTraffic cp_pieces_traffic(const RankShape& r) {
+  GroupTraffic t;
+  const uint64_t cp = static_cast<uint64_t>(r.c.parallel.cp), f = sizeof(float);
+  uint64_t rounds = 0;
+  for (uint64_t bit = 1; bit < cp; bit <<= 1) ++rounds;
+  const uint64_t m = static_cast<uint64_t>(r.step.chunks / r.dp);
+  const uint64_t arena = static_cast<uint64_t>(r.step.arena_rows) * static_cast<uint64_t>(r.c.train.seq_len);
+  const uint64_t tp = static_cast<uint64_t>(r.tp.size);
+  const uint64_t W = static_cast<uint64_t>(r.cfg.qkv_width()) / tp;
+  const uint64_t KV = static_cast<uint64_t>(r.cfg.qkv_width() - r.cfg.C) / tp;
+  const uint64_t layers = static_cast<uint64_t>(r.layers.last - r.layers.first);
+  const uint64_t again = r.step.recompute_full ? layers - 1 : 0;
+  uint64_t scatter = 0;  // one tree reduce-scatter of the cp blocks of key and value gradients
+  for (uint64_t k = 1; k <= rounds; ++k) scatter += 2 * ((cp * arena * KV) >> k) * f;
+  const uint64_t params = param_count(r.cfg, r.tp.shape(), r.layers);
+  const bool tied_head = r.cfg.tie_embeddings && r.layers.head;
+  const uint64_t head = tied_head ? static_cast<uint64_t>(r.cfg.V) * static_cast<uint64_t>(r.cfg.C) : 0;
+  t.calls = m * ((2 * layers + again) + layers * rounds + rounds * (tied_head ? 3 : 2));
+  t.bytes = m * ((2 * layers + again) * cp * arena * W * f + layers * scatter + rounds * 2 * sizeof(double) +
+                 rounds * 2 * (params + head) * f);
+  return t;
+}
+
 GroupTraffic cp_traffic(const RankShape& r) {
   GroupTraffic t;
   const uint64_t cp = static_cast<uint64_t>(r.c.parallel.cp);
   if (cp == 1) return t;
+  if (r.step.deterministic()) return cp_pieces_traffic(r);
   const uint64_t m = static_cast<uint64_t>(r.step.microbatches);
   const uint64_t kv = static_cast<uint64_t>(r.cfg.qkv_width() - r.cfg.C) / static_cast<uint64_t>(r.tp.size);
   const uint64_t block = static_cast<uint64_t>(r.step.arena_rows) * static_cast<uint64_t>(r.c.train.seq_len) * kv *
@@ -431,9 +465,11 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   for (const int k : planned_ranks(ranks, p.tp * p.cp * p.pp)) {
     const GridCoords at = run.at(k);
     // The gradient group: dp x cp ranks, this one's place in it (parallel/process_grid.h).
+    // Under train.deterministic the step's tree runs over the replicas alone (StepLayout::over_replicas).
+    const bool replicas = step.over_replicas;
     RankShape r{sc, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
-                StageLayers::of(cfg.L, p.pp, at.stage), p.dp * run.cp, at.dp_rank * run.cp + at.cp_rank, at.stage,
-                run.step_rows(), {}, {}, step};
+                StageLayers::of(cfg.L, p.pp, at.stage), replicas ? p.dp : p.dp * run.cp,
+                replicas ? at.dp_rank : at.dp_rank * run.cp + at.cp_rank, at.stage, run.step_rows(), {}, {}, step};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);
     std::vector<ParamUnit>& units = units_of[at.tp_rank * p.pp + at.stage];

@@ -40,6 +40,15 @@ void TrainConfig::validate() const {
     fail("micro_batch", fmt::format("{} is above train.batch_size {}", micro_batch, batch_size));
   }
   positive("seq_len", seq_len);
+  positive("sequence_pieces", sequence_pieces);
+  if ((sequence_pieces & (sequence_pieces - 1)) != 0 || seq_len % sequence_pieces != 0) {
+    fail("sequence_pieces", fmt::format("must be a power of two dividing train.seq_len {}, got {}", seq_len,
+                                        sequence_pieces));
+  }
+  if (sequence_pieces > 1 && !deterministic) {
+    fail("sequence_pieces", fmt::format("{} defines train.deterministic's order of the sums over tokens; it needs "
+                                        "train.deterministic true", sequence_pieces));
+  }
   positive("steps", steps);
   if (threads < 0) fail("threads", fmt::format("must be >= 0 (0 = every core), got {}", threads));
   check_threads(threads, "train.threads");  // at most max_threads() (train/trainer.h)

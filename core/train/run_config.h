@@ -67,6 +67,7 @@ struct TrainConfig {
   bool tf32 = false;            // CUDA stages: cuBLAS may use TF32 tensor cores
   Precision precision = Precision::kFp32;  // bf16: matrix products with bf16 inputs, fp32 sums
   bool deterministic = false;   // the same bits at any thread count (docs/determinism.md)
+  int sequence_pieces = 1;      // deterministic: each row's canonical pieces (kernels/sequence_pieces.h); 1: off
   double peak_gflops = 0.0;     // MFU denominator; 0: measure SGEMM at start-up
   double grad_bucket_mb = 0.0;  // data parallel: allreduce buckets overlapping backward; 0: one allreduce
   double max_loss = 0.0;        // divergence bound; 0: 3 x ln(vocab_size)
@@ -139,9 +140,16 @@ struct TrainConfig {
     f("deterministic", deterministic,
       "true: every sum in a canonical order, so the run gives serial's bits at any thread count and on every "
       "exact layout of the CPU stages: data parallelism (a power of two dividing the batch's canonical chunks), "
-      "accumulation, ZeRO 1-3, pipelines, tensor parallelism, and bf16 but not under tp; spd/parallel blocks, a "
+      "accumulation, ZeRO 1-3, pipelines, tensor parallelism, context parallelism (with train.sequence_pieces), "
+      "and bf16 but not under tp; spd/parallel blocks, a "
       "vocabulary-parallel head, post-norm under tp and the CUDA stages are refused naming the constraint "
       "(docs/determinism.md); false: the fastest order");
+    f("sequence_pieces", sequence_pieces,
+      "with train.deterministic: cut every row of train.seq_len tokens into this many canonical pieces (a power of "
+      "two dividing it) and define every sum over a batch's tokens as a tree over their pairs (pieces p and S-1-p), "
+      "so that context parallelism gives serial's bits: parallel.cp N needs a multiple of 2 N. Changes the "
+      "deterministic arithmetic (and its speed: products tiled inside pieces) for every layout alike; 1 = off "
+      "(docs/determinism.md, \"Sequence pieces\")");
     f("peak_gflops", peak_gflops, "peak GFLOP/s for MFU; 0 = measure an SGEMM at start-up");
     f("grad_bucket_mb", grad_bucket_mb,
       "data parallel: gradient allreduce in buckets of this many MiB, started during backward; 0 = one allreduce "
@@ -240,7 +248,8 @@ struct ParallelConfig {
       "chunk 2 cp - 1 - r (balanced causal work), the attention a ring of key/value blocks merged by their "
       "log-sum-exps; ranks = data-parallel size x tp x cp x pp; the gradient sums over dp x cp. train.seq_len must "
       "divide into 2 cp chunks. So far on the mpi stage, fp32, tp blocks (pre- or post-norm; with or without "
-      "sequence_parallel), without train.deterministic (docs/context_parallel.md)");
+      "sequence_parallel); under train.deterministic with train.sequence_pieces a multiple of 2 cp, which gives "
+      "serial's bits (docs/context_parallel.md)");
   }
 };
 

@@ -142,7 +142,10 @@ class StepFeed {
   StepFeed(const RunLayout& run, ProcessGrid& grid)
       : cp_(run.cp),
         rank_(grid.context().rank),
-        groups_(run.step.pipelined() ? run.step.microbatches : 1),
+        // A schedule's microbatches, or train.deterministic's chunks on this replica, each cut alone.
+        groups_(run.step.pipelined()                  ? run.step.microbatches
+                : run.step.step == StepKind::kChunks ? run.step.chunks / run.dp
+                                                      : 1),
         rows_(run.rows),
         T_(run.config.train.seq_len),
         x_(static_cast<size_t>(run.rows) * static_cast<size_t>(run.config.train.seq_len)),
@@ -389,7 +392,7 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, Ru
   Gpt2& model = *st.model;
   // The gradient sum and the loss over the data-parallel group; the
   // tensor-parallel sums happen inside the model (model.tp()).
-  Communicator& dp = grid.dp_comm();
+  Communicator& dp = sl.over_replicas ? grid.replica_comm() : grid.dp_comm();
   if (sl.stop_in_step != StepLayout::StopInStep::kNever) {
     lay->interrupt = std::make_unique<AgreedInterrupt>(grid.aux_comm(), sl.stop_in_step, c.debug.long_step_s);
     if (sl.grad_sum == GradSum::kUnitShards) {  // ZeRO-2/3: also before each unit
@@ -445,7 +448,7 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, Ru
   lay->mem = rank_memory(st, lay->pipe.get(), lay->arena ? &*lay->arena : nullptr, grid.dp());
   if (sl.step == StepKind::kChunks) {
     lay->mem.comm_buffers +=
-        deterministic_buffer_floats(model.num_params(), sl.chunks, grid.dp(), shards.chunk) * sizeof(float);
+        deterministic_buffer_floats(model.num_params(), sl.chunks, dp.size(), shards.chunk) * sizeof(float);
   } else if (sl.step == StepKind::kChunkPipeline) {
     lay->mem.comm_buffers += (static_cast<uint64_t>(PipelineEngine::tree_buffers(lay->pipe->arenas(),
                                                                                  sl.microbatches)) +
@@ -459,8 +462,13 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, Ru
 StepRecord step_record(int64_t s, const StepResult& r, double dt, double comm_s, ProcessGrid& grid,
                        const RankMemory& mem, double tokens, double flops, double peak_gflops) {
   StepRecord rec;
-  const CommStats tp = grid.tp_comm().stats(), dp = grid.dp_comm().stats(), pp = grid.pp_comm().stats();
-  const CommStats cp = grid.cp_comm().stats();
+  const CommStats tp = grid.tp_comm().stats(), pp = grid.pp_comm().stats(), cp = grid.cp_comm().stats();
+  CommStats dp = grid.dp_comm().stats();
+  if (&grid.replica_comm() != &grid.dp_comm()) {  // train.deterministic under cp: the replicas' tree, data-parallel
+    const CommStats r = grid.replica_comm().stats();
+    dp.calls += r.calls;
+    dp.bytes += r.bytes;
+  }
   rec.step = s;
   rec.loss = r.loss;
   rec.lr = r.update.lr;

@@ -42,21 +42,11 @@ float attention_row(float* o, float* p, const float* base, int64_t t, const Head
   const int64_t C3 = c.width, HS = c.HS;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   const float* q = base + t * C3 + c.q;
-  float maxv = -INFINITY;
-  for (int64_t s = 0; s <= t; ++s) {  // causal: keys at or before t
-    p[s] = dot(q, base + s * C3 + c.k, HS) * scale;
-    maxv = p[s] > maxv ? p[s] : maxv;
-  }
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t s = 0; s <= t; ++s) {
-    p[s] = fast_exp(p[s] - maxv);  // shifted by the row max for stability
-    sum += p[s];
-  }
-  const float inv = 1.0f / sum;
+  for (int64_t s = 0; s <= t; ++s) p[s] = dot(q, base + s * C3 + c.k, HS) * scale;  // causal: keys at or before t
+  const float lse = softmax_causal_row(p, t, t + 1);
   for (int64_t i = 0; i < HS; ++i) o[i] = 0.0f;
-  for (int64_t s = 0; s <= t; ++s) axpy(o, p[s] * inv, base + s * C3 + c.v, HS);
-  return maxv + std::log(sum);
+  for (int64_t s = 0; s <= t; ++s) axpy(o, p[s], base + s * C3 + c.v, HS);
+  return lse;
 }
 }  // namespace
 
@@ -112,20 +102,7 @@ void CpuBackend::attention_tiles(E* out, Tensor lse, Tensor qkv, int64_t C, int 
       }
       for (int64_t i = 0; i < m; ++i) {
         const int64_t t = r0 + i;  // keys 0..t are visible
-        float* row = S + i * n;
-        float maxv = -INFINITY;
-        for (int64_t s = 0; s <= t; ++s) maxv = row[s] > maxv ? row[s] : maxv;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t s = 0; s <= t; ++s) {
-          row[s] = fast_exp(row[s] - maxv);  // shifted by the row max for stability
-          sum += row[s];
-        }
-        const float inv = 1.0f / sum;
-#pragma omp simd
-        for (int64_t s = 0; s <= t; ++s) row[s] *= inv;
-        for (int64_t s = t + 1; s < n; ++s) row[s] = 0.0f;  // masked
-        lse.data[bh * T + t] = maxv + std::log(sum);
+        lse.data[bh * T + t] = softmax_causal_row(S + i * n, t, n);
       }
       // O[r0:r1] (m, HS) = P (m, n) V[0:n] (n, HS): straight into a float
       // output; a bf16 output through the float tile after S, then rounded.
@@ -240,12 +217,8 @@ void CpuBackend::attention_backward_tiles(Tensor dqkv, Tensor dout, const E* out
           float* dp = dP + i * n;
           const float row_lse = lse.data[bh * T + t];
           if constexpr (!kTileD) {  // the fp32 path: D = dO . O
-            const float D = dot(dO + t * C, O + t * C, HS);
-#pragma omp simd
-            for (int64_t s = 0; s <= t; ++s) {
-              p[s] = fast_exp(p[s] - row_lse);
-              dp[s] = p[s] * (dp[s] - D) * scale;  // dS
-            }
+            score_gradient_row(p, dp, t, n, row_lse, dot(dO + t * C, O + t * C, HS), scale);
+            continue;
           } else {
             // A bf16 O carries 8 bits, and bf16 products make their own P and
             // dP: D = sum_s P dP instead, the same value in exact arithmetic,

@@ -19,20 +19,32 @@
 namespace gpt2 {
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products, bool deterministic, int column_tile,
-                                          GemmChoice gemm, const std::map<std::string, GemmChoice>& gemm_pins) {
-  return std::make_unique<cpu::CpuBackend>(threads, bf16_products, deterministic, column_tile, gemm, gemm_pins);
+                                          GemmChoice gemm, const std::map<std::string, GemmChoice>& gemm_pins,
+                                          const SequencePieces& pieces) {
+  return std::make_unique<cpu::CpuBackend>(threads, bf16_products, deterministic, column_tile, gemm, gemm_pins,
+                                           pieces);
 }
 
 namespace cpu {
 
 CpuBackend::CpuBackend(int threads, bool bf16_products, bool deterministic, int column_tile, GemmChoice gemm,
-                       const std::map<std::string, GemmChoice>& gemm_pins)
+                       const std::map<std::string, GemmChoice>& gemm_pins, const SequencePieces& pieces)
     : threads_(threads),
       deterministic_(deterministic),
       column_tile_(column_tile > 0 ? column_tile : 256),
+      pieces_(pieces),
       gemm_(gemm, deterministic, std::max(threads, 1), gemm_pins) {
   if (threads < 1) throw std::invalid_argument(fmt::format("threads must be >= 1, got {}", threads));
   if (column_tile < 0) throw std::invalid_argument(fmt::format("column tile must be >= 0, got {}", column_tile));
+  if (pieces.on()) {  // the configuration checked these (train/layout.h); a backend made by hand is checked here
+    const int S = pieces.pieces;
+    if (!deterministic || bf16_products || (S & (S - 1)) != 0 || pieces.cp < 1 || S % (2 * pieces.cp) != 0 ||
+        pieces.T % S != 0) {
+      throw std::invalid_argument(fmt::format("sequence pieces: {} pieces of T {} over cp {} need train.deterministic, "
+                                              "fp32 products, a power of two dividing T and a multiple of 2 cp",
+                                              S, pieces.T, pieces.cp));
+    }
+  }
   // One thread pool: OpenBLAS runs single-threaded inside our OpenMP
   // regions, which split each GEMM (matmul.cpp).
   openblas_set_num_threads(1);
@@ -125,7 +137,7 @@ void CpuBackend::encoder_backward(Tensor dwte, Tensor dwpe, Tensor dout, const i
     for (int64_t bt = 0; bt < B * T; ++bt) {
       const float* d = dout.data + bt * C;
       float* dpe = dwpe.data + (bt % T) * C;
-      if (tokens[bt] < 0) {  // a token of another vocabulary shard
+      if (tokens[bt] < 0 || dwte.data == nullptr) {  // a token of another vocabulary shard, or no token table
 #pragma omp simd
         for (int64_t c = c0; c < c1; ++c) dpe[c] += d[c];
         continue;

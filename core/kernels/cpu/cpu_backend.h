@@ -18,7 +18,7 @@
 
 namespace gpt2::cpu {
 
-class CpuBackend final : public Backend, public TreeProducts {
+class CpuBackend final : public Backend, public TreeProducts, public PieceOps {
  public:
   // `bf16`: matrix products with bf16 inputs through oneDNN (make_cpu_backend).
   // `deterministic`: train.deterministic; every result the same bits at any
@@ -30,8 +30,10 @@ class CpuBackend final : public Backend, public TreeProducts {
   // product does there (docs/determinism.md, "Tensor parallelism").
   // `gemm`: the fp32 products' provider (train.gemm; gemm.h).
   // `gemm_pins`: train.gemm_choices, auto's choices for those shapes (gemm.h).
+  // `pieces` (deterministic, fp32 only): train.sequence_pieces (PieceOps; pieces.cpp).
   explicit CpuBackend(int threads, bool bf16_products = false, bool deterministic = false, int column_tile = 0,
-                      GemmChoice gemm = GemmChoice::kAuto, const std::map<std::string, GemmChoice>& gemm_pins = {});
+                      GemmChoice gemm = GemmChoice::kAuto, const std::map<std::string, GemmChoice>& gemm_pins = {},
+                      const SequencePieces& pieces = {});
   // "cpu", or "cpu (bf16 products: oneDNN 2.6.3 brg:avx512_core_bf16)": the
   // kernel oneDNN chose names the path (native bf16 or conversions).
   std::string name() const override;
@@ -67,6 +69,15 @@ class CpuBackend final : public Backend, public TreeProducts {
                            int groups) override;
   void matmul_backward_input_tree(Tensor dinp, Tensor dout, Tensor weight, std::span<const int64_t> segments,
                                   int groups) override;
+  // train.sequence_pieces' operations (pieces.cpp); null when it is off.
+  PieceOps* piece_ops() override { return pieces_.on() ? this : nullptr; }
+  const SequencePieces& pieces() const override { return pieces_; }
+  void attention_pieces_forward(Tensor out, Tensor lse, Tensor qkv, Tensor whole, int NH, int KVH,
+                                int cp_rank) override;
+  void attention_pieces_backward(Tensor dqkv, Tensor dkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
+                                 Tensor whole, int NH, int KVH, int cp_rank) override;
+  void embedding_pieces_backward(Tensor dwte, Tensor dout, const int32_t* tokens) override;
+  double sum_pieces(Tensor x) override;
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight) override;
   void rmsnorm_backward(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight,
                         Tensor rstd) override;
@@ -182,11 +193,50 @@ class CpuBackend final : public Backend, public TreeProducts {
   void rmsnorm_backward_rows(Tensor dinp, Tensor dweight, Tensor dout, Tensor inp, Tensor weight, Tensor rstd);
   template <bool kLayerNorm>
   void norm_weight_columns(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor mean, Tensor rstd);
+  // Row i's terms of those sums, columns [c0, c1): dw += xhat dout and (kLayerNorm) db += dout.
+  template <bool kLayerNorm>
+  static void norm_columns_row(float* dw, float* db, Tensor dout, Tensor inp, Tensor mean, Tensor rstd, int64_t i,
+                               int64_t c0, int64_t c1) {
+    const int64_t C = inp.cols();
+    const float* x = inp.data + i * C;
+    const float* d = dout.data + i * C;
+    const float s = rstd.data[i];
+    if constexpr (kLayerNorm) {
+      const float m = mean.data[i];
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) {
+        float xhat = (x[c] - m) * s;
+        db[c] += d[c];
+        dw[c] += xhat * d[c];
+      }
+    } else {
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) {
+        const float xhat = x[c] * s;
+        dw[c] += xhat * d[c];
+      }
+    }
+  }
+  // Under sequence pieces (pieces.cpp): matmul_backward's weight and bias
+  // gradients and the norms' (norm_weight_columns'), each the pair tree of
+  // its pairs' leaves, added into the gradient once.
+  void matmul_weight_pieces(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp);
+  template <bool kLayerNorm>
+  void norm_columns_pieces(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor mean, Tensor rstd);
+  // The pair tree over this rank's pairs of leaf(j, dst), each leaf into a
+  // zeroed buffer of `count` floats: the root's buffer.
+  template <typename Leaf>
+  float* pair_tree(size_t count, const Leaf& leaf);
+  // dst[0, n) += src[0, n), element by element (any thread count: the same bits).
+  void add_floats(float* dst, const float* src, size_t n);
 
   int threads_;
   bool deterministic_ = false;
   int column_tile_ = 256;            // deterministic_: the products' output columns in tiles this wide
   std::vector<Buffer> tree_buffers_;  // inner_tree's partial sums and one piece's product
+  SequencePieces pieces_;             // train.sequence_pieces (off: 1 piece)
+  std::vector<Buffer> pair_buffers_;  // pair_tree's levels
+  Buffer gather_;                     // one pair's rows of a product's two operands
   std::vector<double> chunk_sums_;  // sum_squares' fixed chunks (deterministic_)
   Buffer scratch_;
   Dtype products_ = Dtype::f32;

@@ -116,6 +116,7 @@ void CpuBackend::layernorm_backward_rows(Tensor dinp, Tensor dweight, Tensor dbi
 // else RMSNorm's dweight += sum x rstd dout (dbias and mean unused).
 template <bool kLayerNorm>
 void CpuBackend::norm_weight_columns(Tensor dweight, Tensor dbias, Tensor dout, Tensor inp, Tensor mean, Tensor rstd) {
+  if (pieces_.on()) return norm_columns_pieces<kLayerNorm>(dweight, dbias, dout, inp, mean, rstd);  // pieces.cpp
   const int64_t N = inp.rows(), C = inp.cols();
   float* partials = scratch(static_cast<size_t>(2 * C));
 #pragma omp parallel num_threads(threads_)
@@ -125,26 +126,7 @@ void CpuBackend::norm_weight_columns(Tensor dweight, Tensor dbias, Tensor dout, 
     float* dw = partials;
     float* db = partials + C;
     for (int64_t c = c0; c < c1; ++c) dw[c] = db[c] = 0.0f;
-    for (int64_t i = 0; i < N; ++i) {
-      const float* x = inp.data + i * C;
-      const float* d = dout.data + i * C;
-      const float s = rstd.data[i];
-      if constexpr (kLayerNorm) {
-        const float m = mean.data[i];
-#pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) {
-          float xhat = (x[c] - m) * s;
-          db[c] += d[c];
-          dw[c] += xhat * d[c];
-        }
-      } else {
-#pragma omp simd
-        for (int64_t c = c0; c < c1; ++c) {
-          const float xhat = x[c] * s;
-          dw[c] += xhat * d[c];
-        }
-      }
-    }
+    for (int64_t i = 0; i < N; ++i) norm_columns_row<kLayerNorm>(dw, db, dout, inp, mean, rstd, i, c0, c1);
     for (int64_t c = c0; c < c1; ++c) {
       dweight.data[c] += dw[c];
       if constexpr (kLayerNorm) dbias.data[c] += db[c];

@@ -43,6 +43,10 @@ constexpr int kDeterministicRows = 1024;
 CpuBackend::Tiling CpuBackend::tiling(int rows, int cols, int nt, bool by_rows) const {
   if (!deterministic_) return by_rows ? Tiling{nt, 1} : Tiling{1, nt};
   const auto blocks = [](int n, int w) { return std::max(1, (n + w - 1) / w); };
+  if (pieces_.on()) {  // train.sequence_pieces: row tiles inside pieces, so every rank makes serial's products
+    const int w = pieces_.row_tile(kDeterministicRows);
+    return Tiling{blocks(rows, w), blocks(cols, column_tile_), column_tile_, w};
+  }
   return Tiling{blocks(rows, kDeterministicRows), blocks(cols, column_tile_), column_tile_};
 }
 
@@ -88,6 +92,11 @@ void CpuBackend::matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, Tens
                                  Tensor weight) {
   const int N = static_cast<int>(inp.rows()), C = static_cast<int>(inp.cols());
   const int OC = static_cast<int>(weight.dim(0));
+  if (pieces_.on() && (dweight.data != nullptr || dbias.data != nullptr)) {  // the pair trees (pieces.cpp)
+    matmul_weight_pieces(dweight, dbias, dout, inp);
+    dweight = Tensor{};
+    dbias = Tensor{};
+  }
   if (products_ == Dtype::bf16) {  // the two products in bf16; the bias gradient below, in fp32 as always
     onednn_backward(dinp, dweight, dout, inp, weight);
     dinp = Tensor{};

@@ -1,0 +1,75 @@
+// train.sequence_pieces under train.deterministic (docs/determinism.md,
+// "Sequence pieces"): the canonical cut of every row of the batch that lets
+// context parallelism give serial's bits.
+//
+// Each row of T tokens is cut into S pieces of T / S tokens (S a power of
+// two), and the pieces are paired in the folded order: pair p holds pieces
+// p and S - 1 - p. A context-parallel rank r of cp holds the chunks r and
+// 2 cp - 1 - r of every row (model/context_parallel.h), which are exactly
+// the pairs [r n, (r + 1) n), n = S / (2 cp): an aligned run of pairs. So
+// every sum over a batch's tokens is defined as a balanced binary tree over
+// the pairs, each pair's leaf its rows in one canonical order (every row's
+// head piece in batch order, then every row's tail piece), and a rank's
+// pairs are one subtree of it, which a tree sum over the group finishes.
+// Serial is the layout with cp 1: its arena is (m, T), the head half
+// [0, T/2) of each row and the tail half [T/2, T).
+//
+// Every product's row tiles are cut inside pieces too, so that a product's
+// rows are the same products (the same sizes) whichever rank holds them.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace gpt2 {
+
+struct SequencePieces {
+  int pieces = 1;  // S pieces a row (1: off)
+  int64_t T = 0;   // tokens a row of the batch (train.seq_len)
+  int cp = 1;      // the context-parallel group's size the arena is cut for
+
+  bool on() const { return pieces > 1; }
+  int64_t piece_rows() const { return T / pieces; }
+  // Pairs a rank holds: its head chunk's pieces (and as many of its tail's).
+  int pairs() const { return pieces / (2 * cp); }
+  // Tokens of a batch row on this rank: T / cp (two chunks).
+  int64_t local_tokens() const { return T / cp; }
+  // Rows of the batch in an arena of N token rows.
+  int64_t batch_rows(int64_t N) const { return N / local_tokens(); }
+  // The first arena row of local pair j's `half` piece (0: the head's, 1:
+  // the tail's) of batch row b, of m batch rows. Serial: row b of T tokens,
+  // the head half first. Context parallelism: the arena's rows [0, m) are
+  // the head chunks of L = T / (2 cp) tokens, [m, 2 m) the tail chunks; the
+  // tail's pieces run the other way (pair j's is the tail chunk's n-1-j).
+  int64_t row0(int64_t m, int64_t b, int j, int half) const {
+    const int64_t pr = piece_rows(), n = pairs();
+    if (cp == 1) return b * T + (half == 0 ? j * pr : T / 2 + (n - 1 - j) * pr);
+    const int64_t L = T / (2 * cp);
+    return half == 0 ? b * L + j * pr : (m + b) * L + (n - 1 - j) * pr;
+  }
+  // The piece of the row (0 .. S-1) that local pair j's `half` is on context-parallel rank `cp_rank`.
+  int64_t global_piece(int j, int half, int cp_rank) const {
+    const int64_t p = int64_t{cp_rank} * pairs() + j;
+    return half == 0 ? p : pieces - 1 - p;
+  }
+  // f(first row, rows) over local pair j's pieces in the canonical order, for an arena of N rows.
+  template <typename F>
+  void for_pair(int64_t N, int j, F&& f) const {
+    const int64_t m = batch_rows(N), pr = piece_rows();
+    for (int half = 0; half < 2; ++half) {
+      for (int64_t b = 0; b < m; ++b) f(row0(m, b, j, half), pr);
+    }
+  }
+  // Rows of one pair's leaf in an arena of N rows.
+  int64_t pair_rows(int64_t N) const { return 2 * batch_rows(N) * piece_rows(); }
+  // The row tiles of a product: the largest divisor of a piece's rows up to `most`.
+  int row_tile(int most) const {
+    const int64_t pr = piece_rows();
+    for (int64_t t = std::min<int64_t>(pr, most); t > 1; --t) {
+      if (pr % t == 0) return static_cast<int>(t);
+    }
+    return 1;
+  }
+};
+
+}  // namespace gpt2
