@@ -34,11 +34,10 @@ for r in $(seq 1 "$rounds"); do
   echo "round $r done" >&2
 done
 /usr/bin/python3 - "$work" "$rounds" <<'PY'
-import json, os, statistics, sys
+import os, statistics, sys
+sys.path.insert(0, "scripts")
+from run_records import median_step_ms as step_ms
 work, rounds = sys.argv[1], int(sys.argv[2])
-def step_ms(d):
-    steps = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if '"event":"step"' in l.replace(" ", "")]
-    return statistics.median(s["step_ms"] for s in steps[1:])
 print("| layout | default ms | deterministic ms | cost | deterministic, oneDNN ms | cost | rounds (default / deterministic / oneDNN) |")
 print("|---|---:|---:|---:|---:|---:|---|")
 for name, label in (("serial_t1", "serial, 1 thread"), ("serial_t2", "serial, 2 threads"),
