@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Pipeline parallelism and ZeRO-1 on real MPI ranks, against the serial stage.
 
-  * pp 3 over 5 layers (an uneven split) under 1f1b and zb-h1 equals serial too.
+  * pp 3 over 5 layers (an uneven split) under 1f1b and zb-h1 equals serial too, and so do the splits
+    parallel.stage_layers 1,1,3 (the plan equal to its counts) and auto; counts that are not the layers'
+    are refused.
   * pp 2 with 4 microbatches under gpipe, 1f1b and zb-h1 (2 ranks), ZeRO-1 on
     dp 2 (2 ranks), tp 2 x pp 2 and dp 2 x pp 2 with ZeRO-1 and zb-h1 (4 ranks)
     train the serial configuration for 10 steps: every step's loss and the
@@ -32,7 +34,7 @@ import shutil
 import subprocess
 import sys
 
-from layout_checks import LayoutTest, common_args, compare, layouts_equal_serial, load, records, refuser
+from layout_checks import LayoutTest, common_args, compare, layouts_equal_serial, load, plan_agrees, records, refuser
 
 
 def main():
@@ -91,6 +93,25 @@ def main():
             check(f"pp 3 over 5 layers, m 4, {sched}", False, r.stderr.strip()[-400:])
             continue
         compare(check, f"pp 3 over 5 layers (2, 2, 1), m 4, {sched} equals serial", out("serial5"), out(name))
+    # parallel.stage_layers: an explicit split (1, 1, 3) and auto equal serial; the log names the split, and the
+    # plan's per-stage memory and traffic are the split's.
+    for name, split, layers in (("pp3_split", "1,1,3", "0[0, 1), 1[1, 2), 2[2, 5)"), ("pp3_auto", "auto", None)):
+        args = [*five, "--parallel.pp", "3", "--parallel.microbatches", str(M), "--parallel.schedule", "1f1b",
+                "--parallel.stage_layers", split]
+        r = mpi(3, [*args, "--out", out(name)], timeout=600)
+        if r.returncode != 0:
+            check(f"pp 3, parallel.stage_layers {split}", False, r.stderr.strip()[-400:])
+            continue
+        compare(check, f"pp 3 over 5 layers, parallel.stage_layers {split}, equals serial", out("serial5"), out(name))
+        if layers:
+            check(f"the log names the split {split}", f"(layers {layers}, parallel.stage_layers;" in r.stderr,
+                  "; ".join(l for l in r.stderr.splitlines() if "pipeline:" in l))
+            plan_agrees(check, programs, f"pp 3, parallel.stage_layers {split}", 3, args, out(name))
+    r = mpi(2, [*common, "--train.steps", "1", "--parallel.pp", "2", "--parallel.stage_layers", "2,1",
+                "--out", out("split_bad")])
+    check("stage layers that do not sum to model.n_layer are one clear error",
+          r.returncode == 2 and "parallel.stage_layers 2,1: the counts sum to 3, not model.n_layer 2" in r.stderr,
+          r.stderr.strip()[-300:])
 
     # ---- The B/W split adds the same products in the same order ----
     if os.path.isdir(out("1f1b")) and os.path.isdir(out("zbh1")):

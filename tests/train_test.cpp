@@ -31,6 +31,7 @@
 #include "train/plan.h"
 #include "train/run_config.h"
 #include "train/shards.h"
+#include "train/stage_split.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
 #include "app/config_file.h"
@@ -929,6 +930,72 @@ TEST_F(TokenShards, RefusesTruncatedAndForeignFiles) {
   write_raw(dir / "v3.bin", 3, 0, 0, {});
   EXPECT_NE(error_of(dir / "v3.bin", 50257).find("version 3"), std::string::npos);
   EXPECT_NE(error_of(dir / "none.bin", 50257).find("no such file"), std::string::npos);
+}
+
+// parallel.stage_layers (train/stage_split.h): the default rule, explicit
+// counts, auto's balance by counted cost, and the refusals.
+TEST(StageSplit, DefaultCountsAndAutoBalanceTheHead) {
+  // Unit costs: with a head of two layers' cost, 4 layers over 2 stages balance as 3 + (1 + head).
+  EXPECT_EQ(balance_stages(4, 2, StageCosts{1.0, 0.0, 2.0}), (std::vector<int>{3, 1}));
+  // A free head keeps the even split (the nearest the default among equals).
+  EXPECT_EQ(balance_stages(4, 2, StageCosts{1.0, 0.0, 0.0}), (std::vector<int>{2, 2}));
+  EXPECT_EQ(balance_stages(6, 4, StageCosts{1.0, 0.0, 0.0}), (std::vector<int>{2, 2, 1, 1}));
+  // A heavy embedding moves layers off the first stage.
+  EXPECT_EQ(balance_stages(6, 3, StageCosts{1.0, 2.0, 0.0}), (std::vector<int>{1, 2, 3}));
+  // The costs: a layer's counted FLOPs dominate its bytes at the original configuration; GPT-2 124M's head
+  // (V 50257) costs about 5 of its layers, so auto puts fewer layers on the last of 2 stages.
+  Gpt2Config gpt2;
+  gpt2.L = 12;
+  gpt2.NH = 12;
+  gpt2.C = 768;
+  gpt2.V = 50257;
+  gpt2.T = 1024;
+  const StageCosts k = stage_costs(gpt2, 8, 1024);
+  EXPECT_GT(k.head, 3 * k.layer);
+  EXPECT_LT(k.head, 8 * k.layer);
+  EXPECT_LT(k.embed, 0.1 * k.layer);
+  RunConfig c;
+  c.model = gpt2;
+  c.train.batch_size = 8;
+  c.train.seq_len = 1024;
+  c.parallel.pp = 2;
+  EXPECT_EQ(stage_layer_counts(c), (std::vector<int>{6, 6}));
+  c.parallel.stage_layers = {"auto"};
+  const std::vector<int> a = stage_layer_counts(c);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0] + a[1], 12);
+  EXPECT_GE(a[0], 8);
+  const std::vector<double> auto_costs = stage_split_costs(a, k), even_costs = stage_split_costs({6, 6}, k);
+  EXPECT_LT(*std::max_element(auto_costs.begin(), auto_costs.end()),
+            *std::max_element(even_costs.begin(), even_costs.end()));
+  c.parallel.stage_layers = {"7", "5"};
+  EXPECT_EQ(stage_layer_counts(c), (std::vector<int>{7, 5}));
+  const StageLayers last = StageLayers::at({7, 5}, 1);
+  EXPECT_EQ(last.first, 7);
+  EXPECT_EQ(last.last, 12);
+  EXPECT_TRUE(last.head);
+  EXPECT_FALSE(last.embed);
+}
+
+TEST(StageSplit, RefusesCountsThatAreNotTheStagesLayers) {
+  RunConfig c;
+  c.model.L = 4;
+  c.parallel.pp = 2;
+  const auto error_of = [&](std::vector<std::string> given) {
+    c.parallel.stage_layers = std::move(given);
+    try {
+      (void)stage_layer_counts(c);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of({"2", "1"}).find("sum to 3, not model.n_layer 4"), std::string::npos);
+  EXPECT_NE(error_of({"4"}).find("1 counts for parallel.pp 2 stages"), std::string::npos);
+  EXPECT_NE(error_of({"3", "x"}).find("'x' is not a positive layer count"), std::string::npos);
+  EXPECT_NE(error_of({"4", "0"}).find("'0' is not a positive layer count"), std::string::npos);
+  EXPECT_NE(error_of({"auto", "1"}).find("parallel.stage_layers auto,1"), std::string::npos);
+  EXPECT_EQ(error_of({"3", "1"}), "");
 }
 
 }  // namespace gpt2

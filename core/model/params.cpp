@@ -28,6 +28,33 @@ StageLayers StageLayers::of(int n_layer, int stages, int stage) {
   return s;
 }
 
+StageLayers StageLayers::at(const std::vector<int>& counts, int stage) {
+  const int stages = static_cast<int>(counts.size());
+  if (stage < 0 || stage >= stages) {
+    throw std::invalid_argument(fmt::format("pipeline stage {} of {} does not exist", stage, stages));
+  }
+  StageLayers s;
+  s.first = 0;
+  for (int i = 0; i < stage; ++i) s.first += counts[static_cast<size_t>(i)];
+  s.last = s.first + counts[static_cast<size_t>(stage)];
+  if (counts[static_cast<size_t>(stage)] < 1) {
+    throw std::invalid_argument(fmt::format("pipeline stage {} of {} holds {} layers", stage, stages,
+                                            counts[static_cast<size_t>(stage)]));
+  }
+  s.embed = stage == 0;
+  s.head = stage == stages - 1;
+  return s;
+}
+
+std::vector<int> StageLayers::even_counts(int n_layer, int stages) {
+  std::vector<int> counts;
+  for (int s = 0; s < stages; ++s) {
+    const StageLayers l = of(n_layer, stages, s);
+    counts.push_back(l.last - l.first);
+  }
+  return counts;
+}
+
 std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, TpShape tp, StageLayers stage) {
   // The variant decides which tensors exist and their widths: no wpe with
   // RoPE, no norm biases with RMSNorm, (NH + 2 KVH) heads of q, k, v, an fc

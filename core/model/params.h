@@ -55,6 +55,11 @@ struct StageLayers {
   // Stage `stage` of `stages` over `n_layer` layers; throws
   // std::invalid_argument naming parallel.pp when there are more stages than layers.
   static StageLayers of(int n_layer, int stages, int stage);
+  // Stage `stage` of a split given as layers per stage (parallel.stage_layers
+  // resolved: train/stage_split.h), each at least one.
+  static StageLayers at(const std::vector<int>& counts, int stage);
+  // The default split's counts: of()'s, stage by stage.
+  static std::vector<int> even_counts(int n_layer, int stages);
   int end(int n_layer) const { return last < 0 ? n_layer : last; }
   bool whole(int n_layer) const { return first == 0 && end(n_layer) == n_layer && embed && head; }
   bool operator==(const StageLayers&) const = default;

@@ -9,6 +9,7 @@
 #include "model/params.h"
 #include "model/tensor_parallel.h"
 #include "parallel/process_grid.h"
+#include "train/stage_split.h"
 
 namespace gpt2 {
 
@@ -339,6 +340,7 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
   r.rows = replica_rows(c, ranks, r.tp, r.pp);  // checks the grid first
   r.dp = ranks / (r.tp * r.pp * r.cp);
   r.steps = step_config(c);
+  r.stage_layers = stage_layer_counts(c);
   r.step = resolve_step(r.steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, stage));
   if (r.step.step == StepKind::kChunks && r.cp > 1) {
     // The batch's canonical chunks, not the cut rows': a chunk of batch_size / K rows is 2 arena rows each
@@ -404,10 +406,18 @@ std::vector<std::string> RunLayout::notes(const LayoutFacts& f) const {
   if (sl.pipelined()) {
     std::string stages;
     for (int s = 0; s < pp; ++s) {
-      const StageLayers l = StageLayers::of(f.model.L, pp, s);
+      const StageLayers l = StageLayers::at(stage_layers, s);
       stages += fmt::format("{}{}[{}, {})", s ? ", " : "", s, l.first, l.last);
     }
-    out.push_back(fmt::format("pipeline: {} stages (layers {}), {} microbatches of {} rows, schedule {}", pp, stages,
+    // Each stage's counted cost (train/stage_split.h), relative to the costliest: how balanced the split is.
+    const std::vector<double> costs = stage_split_costs(stage_layers, stage_costs(f.model, sl.arena_rows,
+                                                                                  steps.train.seq_len));
+    const double top = *std::max_element(costs.begin(), costs.end());
+    std::string shares;
+    for (double k : costs) shares += fmt::format("{}{:.2f}", shares.empty() ? "" : ", ", k / top);
+    out.push_back(fmt::format("pipeline: {} stages (layers {}{}; counted cost against the costliest {}), {} "
+                              "microbatches of {} rows, schedule {}", pp, stages,
+                              c.parallel.stage_layers.empty() ? "" : ", parallel.stage_layers", shares,
                               sl.microbatches, sl.arena_rows, to_string(sl.schedule)));
   }
   const int zero = sl.zero.stage;

@@ -256,11 +256,12 @@ PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, Sched
     throw std::invalid_argument(fmt::format(
         "parallel.microbatches {} does not divide the {} rows of each data-parallel replica", m, rows));
   }
-  const StageLayers expect = StageLayers::of(model.config().L, stages_, stage_);
-  if (!(model.stage() == expect)) {
-    throw std::invalid_argument(fmt::format("pipeline stage {} of {}: the model holds layers [{}, {}), not [{}, {})",
-                                            stage_, stages_, model.stage().first, model.stage().last, expect.first,
-                                            expect.last));
+  // The model holds this stage's layers (train/stage_split.h chose them): the embedding on the first, the head on the last.
+  const StageLayers& held = model.stage();
+  if (held.embed != (stage_ == 0) || held.head != (stage_ == stages_ - 1) || held.end(model.config().L) <= held.first) {
+    throw std::invalid_argument(fmt::format("pipeline stage {} of {}: the model holds layers [{}, {}){}{}", stage_,
+                                            stages_, held.first, held.end(model.config().L),
+                                            held.embed ? " with the embedding" : "", held.head ? " with the head" : ""));
   }
   mb_rows_ = rows / m;
   actions_ = stage_schedule(kind, stages_, stage_, m);

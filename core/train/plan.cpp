@@ -468,7 +468,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
     // Under train.deterministic the step's tree runs over the replicas alone (StepLayout::over_replicas).
     const bool replicas = step.over_replicas;
     RankShape r{sc, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
-                StageLayers::of(cfg.L, p.pp, at.stage), replicas ? p.dp : p.dp * run.cp,
+                StageLayers::at(run.stage_layers, at.stage), replicas ? p.dp : p.dp * run.cp,
                 replicas ? at.dp_rank : at.dp_rank * run.cp + at.cp_rank, at.stage, run.step_rows(), {}, {}, step};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);

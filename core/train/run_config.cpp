@@ -1,10 +1,12 @@
 #include "train/run_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <stdexcept>
 
+#include "train/stage_split.h"
 #include "train/trainer.h"
 #include "util/checked.h"
 #include "util/enum_names.h"
@@ -171,14 +173,14 @@ void validate(const RunConfig& c) {
                   "train.batch_size x train.seq_len x the widest activation row", kMaxSignedBytes / 16);
   const TpLayout tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
   tp.validate(c.model);
-  (void)StageLayers::of(c.model.L, c.parallel.pp, 0);  // no more stages than layers
+  const std::vector<int> split = stage_layer_counts(c);  // parallel.stage_layers (no more stages than layers)
   for (int s = 0; s + 1 < c.parallel.pp; ++s) {  // a private run may not cross a stage boundary
-    const int last = StageLayers::of(c.model.L, c.parallel.pp, s).last - 1;
+    const int last = StageLayers::at(split, s).last - 1;
     if (tp.is_private(last) && !tp.ends_run(last)) {
       throw std::invalid_argument(fmt::format(
           "parallel.block_types: the private run holding layers {} and {} crosses the boundary between pipeline "
-          "stages {} and {} (layers are split as evenly as possible, the first n_layer % pp stages one more); end "
-          "the run at layer {} or choose another parallel.pp", last, last + 1, s, s + 1, last));
+          "stages {} and {} (parallel.stage_layers: {}); end the run at layer {}, or choose another parallel.pp or "
+          "parallel.stage_layers", last, last + 1, s, s + 1, fmt::join(split, ","), last));
     }
   }
   if (c.train.layer_grad_norms && (c.parallel.tp > 1 || c.parallel.pp > 1 || c.parallel.zero_stage() > 0)) {

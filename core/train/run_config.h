@@ -198,6 +198,7 @@ struct ParallelConfig {
   bool vocab_parallel = false;
   bool sequence_parallel = false;
   int cp = 1;
+  std::vector<std::string> stage_layers;  // layers per pipeline stage; ["auto"]; empty: the default rule
 
   int zero_stage() const { return static_cast<int>(zero); }
   // Pipeline stages or microbatches: the step runs a schedule (train/pipeline.h).
@@ -250,6 +251,11 @@ struct ParallelConfig {
       "divide into 2 cp chunks. So far on the mpi stage, fp32, tp blocks (pre- or post-norm; with or without "
       "sequence_parallel); under train.deterministic with train.sequence_pieces a multiple of 2 cp, which gives "
       "serial's bits (docs/context_parallel.md)");
+    f("stage_layers", stage_layers,
+      "layers per pipeline stage, one count per stage summing to model.n_layer (e.g. 3,2,1), or auto: placed by "
+      "their counted cost (the op table's FLOPs and bytes of a layer, of the embedding on the first stage and of the "
+      "head and loss on the last), the costliest stage as cheap as it can be; empty = L / pp each, the first "
+      "L % pp stages one more (docs/pipeline.md, \"Stage balance\")");
   }
 };
 

@@ -14,6 +14,7 @@
 #include "train/layout.h"
 #include "train/model_source.h"
 #include "train/sharded_checkpoint.h"
+#include "train/stage_split.h"
 #include "util/hash.h"
 
 namespace gpt2 {
@@ -158,8 +159,9 @@ std::string parallel_function(const ParallelConfig& p) {
 }
 
 std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local,
-                               StageLayers stage, bool vocab) {
+                               const std::vector<int>& split, bool vocab) {
   const int P = grid.tp(), S = grid.pp();
+  const StageLayers stage = split.empty() ? StageLayers{} : StageLayers::at(split, grid.stage());
   if (P == 1 && S == 1) return local;
   std::vector<float> full(param_count(cfg));
   if (P == 1) {
@@ -176,13 +178,13 @@ std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const s
   // Each stage's tensors at full width, gathered over the pipeline group in
   // equal chunks (the longest stage's), then put in their places.
   size_t chunk = 0;
-  for (int s = 0; s < S; ++s) chunk = std::max(chunk, param_count(cfg, 1, StageLayers::of(cfg.L, S, s)));
+  for (int s = 0; s < S; ++s) chunk = std::max(chunk, param_count(cfg, 1, StageLayers::at(split, s)));
   std::vector<float> mine = shard_of(cfg, 1, 0, full, stage);
   mine.resize(chunk, 0.0f);
   std::vector<float> parts(chunk * static_cast<size_t>(S));
   grid.pp_comm().all_gather(mine.data(), parts.data(), chunk);
   for (int s = 0; s < S; ++s) {
-    const StageLayers st = StageLayers::of(cfg.L, S, s);
+    const StageLayers st = StageLayers::at(split, s);
     place_shard(cfg, 1, 0, {parts.data() + static_cast<size_t>(s) * chunk, param_count(cfg, 1, st)}, full, st);
   }
   return full;
@@ -398,7 +400,7 @@ StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads,
   layout.validate(st.model_config);
   // Every layout the same cut (fp32: under bf16 tensor parallelism is refused).
   layout.pieces = deterministic_pieces(st.model_config, layout.size, *st.backend);
-  const StageLayers stage = StageLayers::of(st.model_config.L, grid.pp(), grid.stage());
+  const StageLayers stage = StageLayers::at(stage_layer_counts(c), grid.stage());  // parallel.stage_layers
   const ZeroLayout zl = zero_layout(c, dp);
   st.zero_stage = zl.stage;
   const bool contiguous = zl.contiguous;
@@ -590,11 +592,11 @@ uint64_t save_training_checkpoint(const std::string& path, const RunState& st, c
   if (grid.tp() > 1 && !grid.tp_comm().all_equal(replicated_hash(*st.model, local))) {
     throw std::runtime_error("the replicated parameters differ across the tensor-parallel group");
   }
-  const StageLayers stage = st.model->stage();
   const bool vocab = st.model->tp().shape().vocab;
-  const std::vector<float> params = gather_full(st.model_config, grid, local, stage, vocab);
-  ts.m = gather_full(st.model_config, grid, m, stage, vocab);
-  ts.v = gather_full(st.model_config, grid, v, stage, vocab);
+  const std::vector<int> split = stage_layer_counts(c);
+  const std::vector<float> params = gather_full(st.model_config, grid, local, split, vocab);
+  ts.m = gather_full(st.model_config, grid, m, split, vocab);
+  ts.v = gather_full(st.model_config, grid, v, split, vocab);
   if (grid.world().rank() != 0) return 0;
   if (!path.empty()) save_checkpoint(path, st.model_config, params, st.data.tok, &ts, extra);
   uint64_t h = fnv1a64(params.data(), params.size() * sizeof(float));

@@ -196,8 +196,10 @@ std::string parallel_function(const ParallelConfig& p);
 // tensor-parallel and pipeline groups (collective over this replica's ranks;
 // every one of them gets the result). `vocab`: the shards cut the vocabulary
 // too (TpShape).
+// `split`: the layers of each pipeline stage (train/stage_split.h's
+// stage_layer_counts; empty: one stage, the whole model).
 std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local,
-                               StageLayers stage = {}, bool vocab = false);
+                               const std::vector<int>& split = {}, bool vocab = false);
 
 // ZeRO-1's shard of `model`'s buffer for data-parallel rank `dp_rank` of `dp`.
 ContiguousShard contiguous_shard(const Gpt2& model, int dp, int dp_rank);
