@@ -24,16 +24,6 @@ namespace {
 constexpr int64_t kBlock = kAttentionRows;
 
 
-// Where one head's q, k and v sit in a row of qkv ((NH + 2 KVH) heads of HS).
-struct HeadColumns {
-  int64_t width, HS, q, k, v;  // row width; offsets of query head h and of its key and value heads
-  HeadColumns(int64_t width_, int NH, int KVH, int64_t h) : width(width_), HS(width_ / (NH + 2 * KVH)) {
-    const int64_t g = h / (NH / KVH);  // the key/value head of query head h
-    q = h * HS;
-    k = (NH + g) * HS;
-    v = (NH + KVH + g) * HS;
-  }
-};
 
 // Query row t of one head: base points at row 0 of qkv for this b, rows
 // c.width floats apart. Writes the head's HS outputs to o and returns the

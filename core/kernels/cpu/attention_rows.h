@@ -24,6 +24,17 @@ inline void axpy(float* y, float alpha, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// Where one head's q, k and v sit in a row of qkv ((NH + 2 KVH) heads of HS).
+struct HeadColumns {
+  int64_t width, HS, q, k, v;  // row width; offsets of query head h and of its key and value heads
+  HeadColumns(int64_t width_, int NH, int KVH, int64_t h) : width(width_), HS(width_ / (NH + 2 * KVH)) {
+    const int64_t g = h / (NH / KVH);  // the key/value head of query head h
+    q = h * HS;
+    k = (NH + g) * HS;
+    v = (NH + KVH + g) * HS;
+  }
+};
+
 // Query row t's scores against keys [0, n) (n > t), in place: the causal
 // softmax (shifted by the row's max; keys after t zeroed). Returns the
 // row's log-sum-exp.

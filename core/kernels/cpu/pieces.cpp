@@ -14,14 +14,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/fast_math.h"
 
 namespace gpt2::cpu {
 
@@ -33,18 +29,6 @@ int tree_levels(int n) {
   for (int g = 1; g < n; g <<= 1) ++levels;
   return levels;
 }
-
-// Where one head's q, k and v sit in a row of qkv ((NH + 2 KVH) heads of HS),
-// as attention.cpp's HeadColumns.
-struct Heads {
-  int64_t W, HS, q, k, v;
-  Heads(int64_t width, int NH, int KVH, int64_t h) : W(width), HS(width / (NH + 2 * KVH)) {
-    const int64_t g = h / (NH / KVH);
-    q = h * HS;
-    k = (NH + g) * HS;
-    v = (NH + KVH + g) * HS;
-  }
-};
 
 }  // namespace
 
@@ -250,7 +234,7 @@ void CpuBackend::attention_pieces_forward(Tensor out, Tensor lse, Tensor qkv, Te
   for (int64_t bh = 0; bh < m * NH; ++bh) {
     const int64_t b = bh / NH, h = bh % NH;
     const int th = omp_get_thread_num();
-    const Heads c(W, NH, KVH, h);
+    const HeadColumns c(W, NH, KVH, h);
     float* S = scratch_all + th * qt * T;
     const float* K = whole.data + b * T * W + c.k;
     const float* V = whole.data + b * T * W + c.v;
@@ -299,7 +283,7 @@ void CpuBackend::attention_pieces_backward(Tensor dqkv, Tensor dkv, Tensor dout,
     const auto leaf_of = [&](int j, float* dKV) {
       std::fill_n(dKV, leaf, 0.0f);
       for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
-        const Heads c(W, NH, KVH, h);
+        const HeadColumns c(W, NH, KVH, h);
         const float* K = whole.data + b * T * W + c.k;
         const float* V = whole.data + b * T * W + c.v;
         for (int half = 0; half < 2; ++half) {
