@@ -12,6 +12,7 @@
 #include <functional>
 #include <fstream>
 #include <set>
+#include <tuple>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "train/checkpoint.h"
 #include "train/layout.h"
 #include "train/mfu_peak.h"
+#include "train/pipeline.h"
 #include "train/plan.h"
 #include "train/run_config.h"
 #include "train/shards.h"
@@ -836,6 +838,15 @@ TEST(Plan, ZeroAndPipelineByHand) {
   EXPECT_EQ(p.rank[0].mem.arenas, 2u);
   EXPECT_EQ(p.rank[1].mem.arenas, 1u);
   EXPECT_DOUBLE_EQ(p.bubble, 1.0 / 3);
+  EXPECT_EQ(p.bubble_formula, "(p-1)/(m+p-1)");
+  EXPECT_EQ(p.peak_in_flight, 2);
+  // Each schedule's formula and activation memory: gpipe m, 1f1b and zb-h1 min(p, m) (4 stages, 8 microbatches).
+  for (const auto& [kind, formula, peak] : {std::tuple{ScheduleKind::kGpipe, "(p-1)/(m+p-1)", 8},
+                                           std::tuple{ScheduleKind::k1F1B, "(p-1)/(m+p-1)", 4},
+                                           std::tuple{ScheduleKind::kZbH1, "(p-1)/(3m+p-1)", 4}}) {
+    EXPECT_EQ(schedule_bubble_formula(kind), formula);
+    EXPECT_EQ(schedule_peak_in_flight(kind, 4, 8), peak) << formula;
+  }
   EXPECT_THROW(make_plan(c, 2, "mpi_cuda"), std::invalid_argument);  // pipelines run on the mpi stage only
 }
 

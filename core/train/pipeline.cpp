@@ -110,6 +110,16 @@ double schedule_bubble(ScheduleKind kind, int stages, int m) {
   return kind == ScheduleKind::kZbH1 ? (p - 1) / (3 * mb + p - 1) : (p - 1) / (mb + p - 1);
 }
 
+std::string schedule_bubble_formula(ScheduleKind kind) {
+  return kind == ScheduleKind::kZbH1 ? "(p-1)/(3m+p-1)" : "(p-1)/(m+p-1)";
+}
+
+int schedule_peak_in_flight(ScheduleKind kind, int stages, int m) {
+  int peak = 0;
+  for (int s = 0; s < stages; ++s) peak = std::max(peak, max_in_flight(stage_schedule(kind, stages, s, m)));
+  return peak;
+}
+
 int max_in_flight(const std::vector<PipeAction>& actions) {
   int now = 0, peak = 0;
   for (const PipeAction& a : actions) {

@@ -76,8 +76,14 @@ int max_in_flight(const std::vector<PipeAction>& actions);
 std::vector<bool> stop_points(ScheduleKind kind, int stages, int m);
 
 // The share of a step each stage idles when F, B and W take equal time:
-// (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1.
+// (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1; and that
+// formula as text, for the plan and the reports.
 double schedule_bubble(ScheduleKind kind, int stages, int m);
+std::string schedule_bubble_formula(ScheduleKind kind);
+// The schedule's activation memory: the most microbatches any stage holds
+// at once (max_in_flight over the stages), in arenas of one microbatch:
+// m under gpipe, min(p, m) under 1f1b (its first stage) and zb-h1 (every stage).
+int schedule_peak_in_flight(ScheduleKind kind, int stages, int m);
 
 // One entry of a stage's timeline: an action, or a wait for a peer
 // ("recv": inside a blocking receive; "send": waiting for a send to finish

@@ -459,6 +459,10 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   p.params_total = static_cast<int64_t>(param_count(cfg));
   p.flops_per_step = training_flops(cfg, c.train.batch_size, c.train.seq_len).total();
   p.bubble = p.pp > 1 ? schedule_bubble(c.parallel.schedule, p.pp, p.microbatches) : 0.0;
+  if (p.pp > 1) {
+    p.bubble_formula = schedule_bubble_formula(c.parallel.schedule);
+    p.peak_in_flight = schedule_peak_in_flight(c.parallel.schedule, p.pp, p.microbatches);
+  }
   // A rank's parameter units depend on its place in a replica only: worked out once per (tp rank, stage).
   std::map<int, std::vector<ParamUnit>> units_of;
   const StepLayout& step = run.step;
@@ -556,6 +560,10 @@ Json plan_json(const Plan& p) {
               {"data", Json{{"corpus", p.corpus}, {"tokenizer", p.tokenizer}, {"tokens", p.corpus_tokens}}},
               {"rows_per_replica", p.rows}, {"vocab", p.vocab}, {"params_total", p.params_total},
               {"flops_per_step", p.flops_per_step}, {"bubble", p.bubble}, {"per_rank", ranks}};
+  if (p.pp > 1) {
+    out["bubble_formula"] = p.bubble_formula;
+    out["peak_in_flight"] = p.peak_in_flight;
+  }
   if (p.ranks_omitted > 0) out["per_rank_omitted"] = p.ranks_omitted;
   return out;
 }

@@ -89,6 +89,8 @@ struct Plan {
   int64_t vocab = 0, params_total = 0;
   double flops_per_step = 0;  // the whole model, forward and backward, every rank together
   double bubble = 0;          // the schedule's idle share of a step per stage, F = B = W
+  std::string bubble_formula;  // that share as a formula in p and m ("" without a pipeline)
+  int peak_in_flight = 0;      // the most microbatches a stage holds at once (activation memory in arenas); 0: none
   std::vector<RankPlan> rank;  // every rank's, or above kPlanRankRecords ranks planned_ranks()
   int ranks_omitted = 0;       // the ranks not in `rank`
 };
