@@ -35,6 +35,7 @@
 #include "train/shards.h"
 #include "train/stage_split.h"
 #include "train/train_step.h"
+#include "train/virtual_schedule.h"
 #include "train/trainer.h"
 #include "app/config_file.h"
 #include "util/hash.h"
@@ -941,6 +942,101 @@ TEST_F(TokenShards, RefusesTruncatedAndForeignFiles) {
   write_raw(dir / "v3.bin", 3, 0, 0, {});
   EXPECT_NE(error_of(dir / "v3.bin", 50257).find("version 3"), std::string::npos);
   EXPECT_NE(error_of(dir / "none.bin", 50257).find("no such file"), std::string::npos);
+}
+
+// Schedules over virtual stages as data (train/virtual_schedule.h): the
+// simulator against the engine's own schedules' formulas; interleaved 1F1B
+// (v 1 is 1f1b's list) completing every microbatch on every chunk with the
+// bubble (p-1)/(v m + p - 1) when a chunk's F takes 1 and its backward 2;
+// ZB-V completing at 1F1B's peak memory with at most a quarter of its bubble.
+std::vector<std::vector<ChunkAction>> as_chunk_lists(ScheduleKind kind, int p, int m) {
+  std::vector<std::vector<ChunkAction>> lists;
+  for (int r = 0; r < p; ++r) {
+    std::vector<ChunkAction> l;
+    for (const PipeAction& a : stage_schedule(kind, p, r, m)) l.push_back({a.op, a.mb, 0});
+    lists.push_back(l);
+  }
+  return lists;
+}
+
+TEST(VirtualSchedule, SimulatorGivesTheEngineSchedulesBubbles) {
+  for (int p : {2, 4}) {
+    for (int m : {4, 8}) {
+      for (ScheduleKind kind : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
+        const ScheduleRun run = simulate_schedule(as_chunk_lists(kind, p, m), p, interleaved_stage, p, PassTimes{});
+        ASSERT_TRUE(run.complete) << run.stuck;
+        for (int r = 0; r < p; ++r) {
+          EXPECT_NEAR(run.bubble[static_cast<size_t>(r)], schedule_bubble(kind, p, m), 1e-12)
+              << to_string(kind) << " p " << p << " m " << m << " rank " << r;
+          EXPECT_EQ(run.peak[static_cast<size_t>(r)], max_in_flight(stage_schedule(kind, p, r, m)));
+        }
+      }
+    }
+  }
+  // Lists that wait on each other do not complete: the last stage's backward first.
+  std::vector<std::vector<ChunkAction>> stuck = {{{PipeOp::kBackward, 0, 0}, {PipeOp::kForward, 0, 0}},
+                                                 {{PipeOp::kForward, 0, 0}, {PipeOp::kBackward, 0, 0}}};
+  stuck[1] = {{PipeOp::kBackward, 0, 0}, {PipeOp::kForward, 0, 0}};
+  const ScheduleRun run = simulate_schedule(stuck, 2, interleaved_stage, 2, PassTimes{});
+  EXPECT_FALSE(run.complete);
+  EXPECT_NE(run.stuck.find("rank 0 waits at action 0"), std::string::npos) << run.stuck;
+}
+
+TEST(VirtualSchedule, Interleaved1F1BCompletesWithItsBubble) {
+  for (int p : {2, 4}) {
+    for (int m : {4, 8}) {  // v 1: 1f1b's own list
+      for (int r = 0; r < p; ++r) {
+        std::vector<ChunkAction> want;
+        for (const PipeAction& a : stage_schedule(ScheduleKind::k1F1B, p, r, m)) want.push_back({a.op, a.mb, 0});
+        EXPECT_EQ(interleaved_1f1b(p, 1, r, m), want) << "p " << p << " m " << m << " rank " << r;
+      }
+    }
+    for (int v : {2, 3}) {
+      for (int m : {p, 2 * p, 4 * p}) {
+        std::vector<std::vector<ChunkAction>> lists;
+        for (int r = 0; r < p; ++r) lists.push_back(interleaved_1f1b(p, v, r, m));
+        const std::string at = fmt::format("p {} v {} m {}", p, v, m);
+        for (const auto& l : lists) {  // every microbatch forward and backward once on every chunk
+          std::set<std::tuple<int, int, int>> seen;
+          for (const ChunkAction& a : l) seen.insert({static_cast<int>(a.op), a.mb, a.chunk});
+          EXPECT_EQ(seen.size(), l.size()) << at;
+          EXPECT_EQ(l.size(), static_cast<size_t>(2 * m * v)) << at;
+        }
+        const ScheduleRun run = simulate_schedule(lists, p * v, interleaved_stage, p, PassTimes{1, 1, 1});
+        ASSERT_TRUE(run.complete) << at << ": " << run.stuck;
+        for (int r = 0; r < p; ++r) {
+          EXPECT_NEAR(run.bubble[static_cast<size_t>(r)], (p - 1.0) / (v * m + p - 1.0), 1e-12) << at << " rank " << r;
+          // Its memory: the warm-up's forwards and one more, in chunks of 1/v of a stage's activations.
+          EXPECT_EQ(run.peak[static_cast<size_t>(r)], std::min((p - r - 1) * 2 + (v - 1) * p + 1, m * v))
+              << at << " rank " << r;
+        }
+      }
+    }
+  }
+  EXPECT_THROW(interleaved_1f1b(4, 2, 0, 6), std::invalid_argument);  // 6 microbatches are not groups of 4
+}
+
+TEST(VirtualSchedule, ZbVCompletesNearZeroBubbleAtOneF1BMemory) {
+  for (int p : {2, 4}) {
+    for (int m : {4, 8, 16}) {
+      const std::vector<std::vector<ChunkAction>> lists = zb_v_lists(p, m);
+      const std::string at = fmt::format("p {} m {}", p, m);
+      const ScheduleRun run = simulate_schedule(lists, 2 * p, v_shape_stage, p, PassTimes{1, 1, 1});
+      ASSERT_TRUE(run.complete) << at << ": " << run.stuck;
+      // 1f1b over the same layers: a stage's F is 2 chunk passes, its BW 4.
+      std::vector<std::vector<ChunkAction>> one = as_chunk_lists(ScheduleKind::k1F1B, p, m);
+      const ScheduleRun base = simulate_schedule(one, p, interleaved_stage, p, PassTimes{2, 2, 2});
+      if (m >= 2 * p) EXPECT_EQ(run.makespan, 6.0 * m + p - 1) << at;  // only the first descent idles
+      for (int r = 0; r < p; ++r) {
+        const auto& l = lists[static_cast<size_t>(r)];
+        EXPECT_EQ(l.size(), static_cast<size_t>(6 * m)) << at;  // F, B and W of every microbatch on both chunks
+        // Issue 48's goal: at m 8, at most a quarter of 1f1b's bubble (p 2: 0.18; p 4: 0.22).
+        if (m >= 8) EXPECT_LE(run.bubble[static_cast<size_t>(r)], 0.25 * base.bubble[static_cast<size_t>(r)]) << at;
+        // 1F1B's peak activation memory: its first stage's p microbatches, 2 p chunks of half a stage.
+        EXPECT_LE(run.peak[static_cast<size_t>(r)], 2 * base.peak[0]) << at << " rank " << r;
+      }
+    }
+  }
 }
 
 // parallel.stage_layers (train/stage_split.h): the default rule, explicit

@@ -1,0 +1,194 @@
+#include "train/virtual_schedule.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <tuple>
+
+namespace gpt2 {
+
+int interleaved_stage(int stages, int rank, int chunk) { return chunk * stages + rank; }
+
+int v_shape_stage(int stages, int rank, int chunk) { return chunk == 0 ? rank : 2 * stages - 1 - rank; }
+
+std::vector<std::vector<ChunkAction>> zb_v_lists(int p, int m, int cap) {
+  if (p < 1 || m < 1) throw std::invalid_argument(fmt::format("zb_v_lists: {} stages, {} microbatches", p, m));
+  if (cap <= 0) cap = 2 * p;
+  const int S = 2 * p;  // virtual stages
+  // When each pass finished (unit passes: an integer time), -1 while not done.
+  std::vector<int> f_end(static_cast<size_t>(S * m), -1), b_end(f_end);
+  const auto at = [&](int mb, int s) { return static_cast<size_t>(s * m + mb); };
+  struct Rank {
+    int next_f[2] = {0, 0}, next_b[2] = {0, 0};  // the next microbatch of each chunk to run F and B on
+    std::deque<std::pair<int, int>> w;           // (microbatch, chunk) whose W is pending, oldest first
+    int held = 0, free_at = 0;
+  };
+  std::vector<Rank> ranks(static_cast<size_t>(p));
+  std::vector<std::vector<ChunkAction>> lists(static_cast<size_t>(p));
+  int left = 3 * S * m;  // passes still to run
+  for (int t = 0; left > 0; ++t) {
+    if (t > 16 * S * m) throw std::logic_error("zb_v_lists: no progress (a bug in the scheduler)");
+    for (int r = 0; r < p; ++r) {
+      Rank& k = ranks[static_cast<size_t>(r)];
+      if (k.free_at > t) continue;
+      const auto done_by = [&](const std::vector<int>& end, int mb, int s) {
+        return end[at(mb, s)] >= 0 && end[at(mb, s)] <= t;
+      };
+      std::optional<ChunkAction> pick;
+      // B first, chunk 0's before chunk 1's: a chunk-0 B feeds the rank before, the backward's last legs, on
+      // which every rank ends (measured on the simulator: p 4, m 8 takes 51 units this way, 52 the other).
+      for (int chunk : {0, 1}) {
+        const int mb = k.next_b[chunk], s = v_shape_stage(p, r, chunk);
+        if (!pick && mb < m && done_by(f_end, mb, s) && (s + 1 == S || done_by(b_end, mb, s + 1))) {
+          pick = ChunkAction{PipeOp::kBackwardInput, mb, chunk};
+        }
+      }
+      // Then F while the memory allows, chunk 1's first (chunk 0's first fills the memory with forwards whose
+      // backwards cannot start: a deadlock).
+      for (int chunk : {1, 0}) {
+        const int mb = k.next_f[chunk], s = v_shape_stage(p, r, chunk);
+        if (!pick && k.held < cap && mb < m && (s == 0 || done_by(f_end, mb, s - 1))) {
+          pick = ChunkAction{PipeOp::kForward, mb, chunk};
+        }
+      }
+      if (!pick && !k.w.empty()) pick = ChunkAction{PipeOp::kBackwardWeight, k.w.front().first, k.w.front().second};
+      if (!pick) continue;  // idle: nothing ready
+      const int s = v_shape_stage(p, r, pick->chunk);
+      if (pick->op == PipeOp::kForward) {
+        f_end[at(pick->mb, s)] = t + 1;
+        ++k.next_f[pick->chunk];
+        ++k.held;
+      } else if (pick->op == PipeOp::kBackwardInput) {
+        b_end[at(pick->mb, s)] = t + 1;
+        ++k.next_b[pick->chunk];
+        k.w.emplace_back(pick->mb, pick->chunk);
+      } else {
+        k.w.pop_front();
+        --k.held;
+      }
+      k.free_at = t + 1;
+      lists[static_cast<size_t>(r)].push_back(*pick);
+      --left;
+    }
+  }
+  return lists;
+}
+
+std::vector<ChunkAction> interleaved_1f1b(int p, int v, int rank, int m) {
+  if (p < 1 || rank < 0 || rank >= p || m < 1) {
+    throw std::invalid_argument(fmt::format("interleaved_1f1b: rank {} of {} with {} microbatches", rank, p, m));
+  }
+  if (v < 1) throw std::invalid_argument(fmt::format("parallel.virtual_stages: must be >= 1, got {}", v));
+  if (v > 1 && m % p != 0) {
+    throw std::invalid_argument(fmt::format("parallel.microbatches {}: interleaved 1F1B runs the microbatches in groups "
+                                            "of parallel.pp ({}); use a multiple of it", m, p));
+  }
+  const int total = m * v;
+  // The k-th forward (backward) of the rank: microbatch group k / (p v), chunk (k / p) % v (reversed for the
+  // backward), microbatch k % p of its group.
+  const auto nth = [&](int k, bool backward) {
+    const int chunk = (k / p) % v;
+    return ChunkAction{backward ? PipeOp::kBackward : PipeOp::kForward, (k / (p * v)) * p + k % p,
+                       backward ? v - 1 - chunk : chunk};
+  };
+  int warmup = v == 1 ? std::min(p - rank - 1, m) : std::min((p - rank - 1) * 2 + (v - 1) * p, total);
+  std::vector<ChunkAction> out;
+  for (int k = 0; k < warmup; ++k) out.push_back(nth(k, false));
+  for (int i = 0; i < total - warmup; ++i) {
+    out.push_back(nth(warmup + i, false));
+    out.push_back(nth(i, true));
+  }
+  for (int i = total - warmup; i < total; ++i) out.push_back(nth(i, true));
+  return out;
+}
+
+ScheduleRun simulate_schedule(const std::vector<std::vector<ChunkAction>>& lists, int stages_total,
+                              int (*stage_of)(int stages, int rank, int chunk), int stages, const PassTimes& t) {
+  const int ranks = static_cast<int>(lists.size());
+  ScheduleRun run;
+  run.bubble.assign(static_cast<size_t>(ranks), 0.0);
+  run.peak.assign(static_cast<size_t>(ranks), 0);
+  // When each (pass, microbatch, virtual stage) finished: 'F', 'B' (input gradients, or the whole backward), 'W'.
+  std::map<std::tuple<char, int, int>, double> done;
+  std::vector<size_t> next(static_cast<size_t>(ranks), 0);
+  std::vector<double> free_at(static_cast<size_t>(ranks), 0.0), busy(static_cast<size_t>(ranks), 0.0);
+  std::vector<int> held(static_cast<size_t>(ranks), 0);
+  const auto ready = [&](char pass, int mb, int s) -> double {
+    const auto it = done.find({pass, mb, s});
+    return it == done.end() ? -1.0 : it->second;
+  };
+  for (;;) {
+    // Of the ranks whose next action can start, the one that starts earliest (ties: the lowest rank).
+    int pick = -1;
+    double pick_start = std::numeric_limits<double>::infinity();
+    bool left = false;
+    for (int r = 0; r < ranks; ++r) {
+      if (next[static_cast<size_t>(r)] >= lists[static_cast<size_t>(r)].size()) continue;
+      left = true;
+      const ChunkAction& a = lists[static_cast<size_t>(r)][next[static_cast<size_t>(r)]];
+      const int s = stage_of(stages, r, a.chunk);
+      double start = free_at[static_cast<size_t>(r)];
+      const auto need = [&](char pass, int mb, int stage) {
+        const double at = ready(pass, mb, stage);
+        if (at < 0) start = std::numeric_limits<double>::infinity();
+        else start = std::max(start, at);
+      };
+      if (a.op == PipeOp::kForward) {
+        if (s > 0) need('F', a.mb, s - 1);
+      } else if (a.op == PipeOp::kBackwardWeight) {
+        need('B', a.mb, s);
+      } else {
+        need('F', a.mb, s);
+        if (s + 1 < stages_total) need('B', a.mb, s + 1);
+      }
+      if (start < pick_start) {
+        pick_start = start;
+        pick = r;
+      }
+    }
+    if (!left) break;
+    if (pick < 0) {
+      for (int r = 0; r < ranks; ++r) {
+        if (next[static_cast<size_t>(r)] >= lists[static_cast<size_t>(r)].size()) continue;
+        const ChunkAction& a = lists[static_cast<size_t>(r)][next[static_cast<size_t>(r)]];
+        run.stuck += fmt::format("{}rank {} waits at action {} (microbatch {}, chunk {})", run.stuck.empty() ? "" : "; ",
+                                 r, next[static_cast<size_t>(r)], a.mb, a.chunk);
+      }
+      return run;
+    }
+    const auto r = static_cast<size_t>(pick);
+    const ChunkAction& a = lists[r][next[r]];
+    const int s = stage_of(stages, pick, a.chunk);
+    const double length = a.op == PipeOp::kForward         ? t.forward
+                          : a.op == PipeOp::kBackward      ? t.input + t.weight
+                          : a.op == PipeOp::kBackwardInput ? t.input
+                                                           : t.weight;
+    const double end = pick_start + length;
+    if (a.op == PipeOp::kForward) {
+      done[{'F', a.mb, s}] = end;
+      run.peak[r] = std::max(run.peak[r], ++held[r]);
+    } else if (a.op == PipeOp::kBackwardWeight) {
+      done[{'W', a.mb, s}] = end;
+      --held[r];
+    } else {
+      done[{'B', a.mb, s}] = end;
+      if (a.op == PipeOp::kBackward) --held[r];
+    }
+    free_at[r] = end;
+    busy[r] += length;
+    run.makespan = std::max(run.makespan, end);
+    ++next[r];
+  }
+  run.complete = true;
+  for (int r = 0; r < ranks; ++r) {
+    run.bubble[static_cast<size_t>(r)] = run.makespan > 0 ? 1.0 - busy[static_cast<size_t>(r)] / run.makespan : 0.0;
+  }
+  return run;
+}
+
+}  // namespace gpt2
