@@ -1050,13 +1050,8 @@ TEST(StageSplit, DefaultCountsAndAutoBalanceTheHead) {
   // A heavy embedding moves layers off the first stage.
   EXPECT_EQ(balance_stages(6, 3, StageCosts{1.0, 2.0, 0.0}), (std::vector<int>{1, 2, 3}));
   // The costs: a layer's counted FLOPs dominate its bytes at the original configuration; GPT-2 124M's head
-  // (V 50257) costs about 5 of its layers, so auto puts fewer layers on the last of 2 stages.
-  Gpt2Config gpt2;
-  gpt2.L = 12;
-  gpt2.NH = 12;
-  gpt2.C = 768;
-  gpt2.V = 50257;
-  gpt2.T = 1024;
+  // (V 50304 rows) costs about 5 of its layers, so auto puts fewer layers on the last of 2 stages.
+  const Gpt2Config gpt2 = preset("gpt2-124m");
   const StageCosts k = stage_costs(gpt2, 8, 1024);
   EXPECT_GT(k.head, 3 * k.layer);
   EXPECT_LT(k.head, 8 * k.layer);

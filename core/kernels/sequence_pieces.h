@@ -60,6 +60,18 @@ struct SequencePieces {
       for (int64_t b = 0; b < m; ++b) f(row0(m, b, j, half), pr);
     }
   }
+  // f(first position, first arena row) of each query tile of `tile` rows
+  // (a divisor of the piece's rows) of batch row b's local pair j on
+  // context-parallel rank `cp_rank`, of m batch rows: the head piece's
+  // tiles, then the tail piece's.
+  template <typename F>
+  void for_pair_tiles(int64_t m, int64_t b, int j, int cp_rank, int64_t tile, F&& f) const {
+    const int64_t pr = piece_rows();
+    for (int half = 0; half < 2; ++half) {
+      const int64_t g = global_piece(j, half, cp_rank), r0 = row0(m, b, j, half);
+      for (int64_t k0 = 0; k0 < pr; k0 += tile) f(g * pr + k0, r0 + k0);
+    }
+  }
   // Rows of one pair's leaf in an arena of N rows.
   int64_t pair_rows(int64_t N) const { return 2 * batch_rows(N) * piece_rows(); }
   // The row tiles of a product: the largest divisor of a piece's rows up to `most`.

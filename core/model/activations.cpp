@@ -26,7 +26,6 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
   };
   const int64_t C = cfg.C, V = tp.vocab_rows(cfg.V), NH = cfg.NH, P = tp.size;
   const int64_t QKV = cfg.qkv_width(), H = cfg.mlp_width(), FC = cfg.fc_width();
-  const int64_t Bm = cfg.rms() ? 0 : B;  // RMSNorm keeps no mean
   const bool swiglu = cfg.swiglu();
   // The residual stream's rows on this rank: (B, T), or with sequence parallelism (1, B*T/P).
   const bool seq = tp.sequence && P > 1;

@@ -400,7 +400,8 @@ StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads,
   layout.validate(st.model_config);
   // Every layout the same cut (fp32: under bf16 tensor parallelism is refused).
   layout.pieces = deterministic_pieces(st.model_config, layout.size, *st.backend);
-  const StageLayers stage = StageLayers::at(stage_layer_counts(c), grid.stage());  // parallel.stage_layers
+  st.stage_split = stage_layer_counts(c);  // parallel.stage_layers
+  const StageLayers stage = StageLayers::at(st.stage_split, grid.stage());
   const ZeroLayout zl = zero_layout(c, dp);
   st.zero_stage = zl.stage;
   const bool contiguous = zl.contiguous;
@@ -593,10 +594,9 @@ uint64_t save_training_checkpoint(const std::string& path, const RunState& st, c
     throw std::runtime_error("the replicated parameters differ across the tensor-parallel group");
   }
   const bool vocab = st.model->tp().shape().vocab;
-  const std::vector<int> split = stage_layer_counts(c);
-  const std::vector<float> params = gather_full(st.model_config, grid, local, split, vocab);
-  ts.m = gather_full(st.model_config, grid, m, split, vocab);
-  ts.v = gather_full(st.model_config, grid, v, split, vocab);
+  const std::vector<float> params = gather_full(st.model_config, grid, local, st.stage_split, vocab);
+  ts.m = gather_full(st.model_config, grid, m, st.stage_split, vocab);
+  ts.v = gather_full(st.model_config, grid, v, st.stage_split, vocab);
   if (grid.world().rank() != 0) return 0;
   if (!path.empty()) save_checkpoint(path, st.model_config, params, st.data.tok, &ts, extra);
   uint64_t h = fnv1a64(params.data(), params.size() * sizeof(float));

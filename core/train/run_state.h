@@ -105,6 +105,7 @@ struct RunState {
   Gpt2Config model_config;      // resolved: vocab_size set
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Gpt2> model;  // in the backend's memory
+  std::vector<int> stage_split;  // layers per pipeline stage (train/stage_split.h), resolved in make_model
   std::unique_ptr<Optimizer> opt;
   // parallel.zero with more than one data-parallel rank: the stage in force
   // (0 with one rank), and its shards: contiguous (`zero`: stage 1, or 2 under

@@ -33,7 +33,6 @@
 #include "train/preemption.h"
 #include "train/run_logger.h"
 #include "train/run_state.h"
-#include "train/stage_split.h"
 #include "train/train_step.h"
 #include "util/fields.h"
 #include "util/files.h"
@@ -530,7 +529,7 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
     }
   } else if (grid.pp() > 1) {
     const std::vector<float> full =
-        gather_full(st.model_config, grid, st.model->params_to_host(), stage_layer_counts(c), st.model->tp().vocab);
+        gather_full(st.model_config, grid, st.model->params_to_host(), st.stage_split, st.model->tp().vocab);
     if (grid.stage() != 0) {
       comm.barrier();
       return;

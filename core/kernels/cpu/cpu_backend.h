@@ -237,6 +237,10 @@ class CpuBackend final : public Backend, public TreeProducts, public PieceOps {
   SequencePieces pieces_;             // train.sequence_pieces (off: 1 piece)
   std::vector<Buffer> pair_buffers_;  // pair_tree's levels
   Buffer gather_;                     // one pair's rows of a product's two operands
+  // embedding_pieces_backward's rows grouped by token (counting sort): each token's first index, a cursor,
+  // and the rows with their pairs.
+  std::vector<int64_t> token_first_, token_next_, by_token_row_;
+  std::vector<int32_t> by_token_pair_;
   std::vector<double> chunk_sums_;  // sum_squares' fixed chunks (deterministic_)
   Buffer scratch_;
   Dtype products_ = Dtype::f32;

@@ -153,28 +153,30 @@ double CpuBackend::sum_pieces(Tensor x) {
 void CpuBackend::embedding_pieces_backward(Tensor dwte, Tensor dout, const int32_t* tokens) {
   const int64_t N = dout.numel() / dout.dim(dout.ndim - 1), C = dout.dim(dout.ndim - 1);
   const int n = pieces_.pairs();
-  // Every row as (token, pair, row), in the pairs' canonical order, then grouped by token (stably: each
-  // token's rows stay in pair order and, inside a pair, in the leaf's order).
-  struct Entry {
-    int32_t token;
-    int32_t pair;
-    int64_t row;
+  // The rows grouped by token, each token's in the pairs' canonical order (a counting sort into buffers kept
+  // between calls: nothing allocated once the step's sizes have been seen). by_token_row_[k] and its pair
+  // by_token_pair_[k] for k in [token_first_[v], token_first_[v + 1]) are token v's.
+  const int64_t V = dwte.dim(0);
+  const auto each_row = [&](const auto& f) {
+    for (int j = 0; j < n; ++j) {
+      pieces_.for_pair(N, j, [&](int64_t r0, int64_t rows) {
+        for (int64_t i = r0; i < r0 + rows; ++i) {
+          if (tokens[i] >= 0) f(i, j);
+        }
+      });
+    }
   };
-  std::vector<Entry> entries;
-  entries.reserve(static_cast<size_t>(N));
-  for (int j = 0; j < n; ++j) {
-    pieces_.for_pair(N, j, [&](int64_t r0, int64_t rows) {
-      for (int64_t i = r0; i < r0 + rows; ++i) {
-        if (tokens[i] >= 0) entries.push_back({tokens[i], j, i});
-      }
-    });
-  }
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.token < b.token; });
-  std::vector<size_t> starts;  // each token's first entry, and the end
-  for (size_t e = 0; e < entries.size(); ++e) {
-    if (e == 0 || entries[e].token != entries[e - 1].token) starts.push_back(e);
-  }
-  starts.push_back(entries.size());
+  token_first_.assign(static_cast<size_t>(V + 1), 0);
+  each_row([&](int64_t i, int) { ++token_first_[static_cast<size_t>(tokens[i]) + 1]; });
+  for (int64_t v = 0; v < V; ++v) token_first_[static_cast<size_t>(v + 1)] += token_first_[static_cast<size_t>(v)];
+  token_next_ = token_first_;
+  by_token_row_.resize(static_cast<size_t>(token_first_.back()));
+  by_token_pair_.resize(by_token_row_.size());
+  each_row([&](int64_t i, int j) {
+    const auto k = static_cast<size_t>(token_next_[static_cast<size_t>(tokens[i])]++);
+    by_token_row_[k] = i;
+    by_token_pair_[k] = j;
+  });
   const auto levels = static_cast<int64_t>(tree_levels(n));
   float* bufs = scratch(static_cast<size_t>(threads_ * levels * C));
 #pragma omp parallel num_threads(threads_)
@@ -191,7 +193,7 @@ void CpuBackend::embedding_pieces_backward(Tensor dwte, Tensor dout, const int32
       if (span == 1) {
         for (int64_t c = c0; c < c1; ++c) dst[c] = 0.0f;
         for (size_t k = b; k < e; ++k) {
-          const float* d = dout.data + entries[k].row * C;
+          const float* d = dout.data + by_token_row_[k] * C;
 #pragma omp simd
           for (int64_t c = c0; c < c1; ++c) dst[c] += d[c];
         }
@@ -199,7 +201,7 @@ void CpuBackend::embedding_pieces_backward(Tensor dwte, Tensor dout, const int32
       }
       const int mid = lo + span / 2;
       size_t split = b;
-      while (split < e && entries[split].pair < mid) ++split;
+      while (split < e && by_token_pair_[split] < mid) ++split;
       const bool left = self(self, b, split, lo, span / 2, level);
       const bool right = self(self, split, e, mid, span / 2, level + 1);
       const float* r = mine + (level + 1) * C;
@@ -211,10 +213,11 @@ void CpuBackend::embedding_pieces_backward(Tensor dwte, Tensor dout, const int32
       }
       return true;
     };
-    for (size_t t = 0; t + 1 < starts.size(); ++t) {
-      const size_t b = starts[t], e = starts[t + 1];
-      node(node, b, e, 0, n, 0);
-      float* row = dwte.data + static_cast<int64_t>(entries[b].token) * C;
+    for (int64_t v = 0; v < V; ++v) {
+      const auto b = static_cast<size_t>(token_first_[static_cast<size_t>(v)]);
+      const auto e = static_cast<size_t>(token_first_[static_cast<size_t>(v + 1)]);
+      if (!node(node, b, e, 0, n, 0)) continue;  // a token no row holds
+      float* row = dwte.data + v * C;
 #pragma omp simd
       for (int64_t c = c0; c < c1; ++c) row[c] += mine[c];
     }
@@ -225,7 +228,7 @@ void CpuBackend::attention_pieces_forward(Tensor out, Tensor lse, Tensor qkv, Te
                                           int cp_rank) {
   expect_f32(out, "attention_pieces_forward");
   const int64_t La = qkv.dim(1), N = qkv.dim(0) * La, W = qkv.dim(2), C = out.dim(2), HS = C / NH;
-  const int64_t T = pieces_.T, m = pieces_.batch_rows(N), pr = pieces_.piece_rows();
+  const int64_t T = pieces_.T, m = pieces_.batch_rows(N);
   const int64_t qt = pieces_.row_tile(static_cast<int>(kAttentionRows));
   const int n = pieces_.pairs();
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
@@ -239,22 +242,19 @@ void CpuBackend::attention_pieces_forward(Tensor out, Tensor lse, Tensor qkv, Te
     const float* K = whole.data + b * T * W + c.k;
     const float* V = whole.data + b * T * W + c.v;
     for (int j = 0; j < n; ++j) {
-      for (int half = 0; half < 2; ++half) {
-        const int64_t g = pieces_.global_piece(j, half, cp_rank), r0 = pieces_.row0(m, b, j, half);
-        for (int64_t k0 = 0; k0 < pr; k0 += qt) {
-          const int64_t t0 = g * pr + k0, lr = r0 + k0, keys = t0 + qt;  // query rows t0.. see keys [0, t0 + qt)
-          gemm_.run(th, Sgemm{false, true, static_cast<int>(qt), static_cast<int>(keys), static_cast<int>(HS), scale,
-                              qkv.data + lr * W + c.q, static_cast<int>(W), K, static_cast<int>(W), 0.0f, S,
-                              static_cast<int>(keys)});
-          for (int64_t i = 0; i < qt; ++i) {
-            const int64_t row = lr + i;
-            lse.data[((row / La) * NH + h) * La + row % La] = softmax_causal_row(S + i * keys, t0 + i, keys);
-          }
-          gemm_.run(th, Sgemm{false, false, static_cast<int>(qt), static_cast<int>(HS), static_cast<int>(keys), 1.0f,
-                              S, static_cast<int>(keys), V, static_cast<int>(W), 0.0f, out.data + lr * C + h * HS,
-                              static_cast<int>(C)});
+      pieces_.for_pair_tiles(m, b, j, cp_rank, qt, [&](int64_t t0, int64_t lr) {
+        const int64_t keys = t0 + qt;  // query rows t0.. see keys [0, t0 + qt)
+        gemm_.run(th, Sgemm{false, true, static_cast<int>(qt), static_cast<int>(keys), static_cast<int>(HS), scale,
+                            qkv.data + lr * W + c.q, static_cast<int>(W), K, static_cast<int>(W), 0.0f, S,
+                            static_cast<int>(keys)});
+        for (int64_t i = 0; i < qt; ++i) {
+          const int64_t row = lr + i;
+          lse.data[((row / La) * NH + h) * La + row % La] = softmax_causal_row(S + i * keys, t0 + i, keys);
         }
-      }
+        gemm_.run(th, Sgemm{false, false, static_cast<int>(qt), static_cast<int>(HS), static_cast<int>(keys), 1.0f,
+                            S, static_cast<int>(keys), V, static_cast<int>(W), 0.0f, out.data + lr * C + h * HS,
+                            static_cast<int>(C)});
+      });
     }
   }
 }
@@ -263,7 +263,7 @@ void CpuBackend::attention_pieces_backward(Tensor dqkv, Tensor dkv, Tensor dout,
                                            Tensor whole, int NH, int KVH, int cp_rank) {
   expect_f32(out, "attention_pieces_backward");
   const int64_t La = qkv.dim(1), N = qkv.dim(0) * La, W = qkv.dim(2), C = out.dim(2), HS = C / NH;
-  const int64_t T = pieces_.T, m = pieces_.batch_rows(N), pr = pieces_.piece_rows();
+  const int64_t T = pieces_.T, m = pieces_.batch_rows(N);
   const int64_t qt = pieces_.row_tile(static_cast<int>(kAttentionRows)), group = NH / KVH, KV = 2 * KVH * HS;
   const int n = pieces_.pairs();
   const int64_t levels = tree_levels(n), leaf = T * 2 * HS;  // a leaf: (T, 2 HS), dK's HS columns then dV's
@@ -286,26 +286,23 @@ void CpuBackend::attention_pieces_backward(Tensor dqkv, Tensor dkv, Tensor dout,
         const HeadColumns c(W, NH, KVH, h);
         const float* K = whole.data + b * T * W + c.k;
         const float* V = whole.data + b * T * W + c.v;
-        for (int half = 0; half < 2; ++half) {
-          const int64_t g = pieces_.global_piece(j, half, cp_rank), r0 = pieces_.row0(m, b, j, half);
-          for (int64_t k0 = 0; k0 < pr; k0 += qt) {
-            const int64_t t0 = g * pr + k0, lr = r0 + k0, keys = t0 + qt;
-            const auto iq = static_cast<int>(qt), ik = static_cast<int>(keys);
-            const float* Q = qkv.data + lr * W + c.q;
-            const float* dO = dout.data + lr * C + h * HS;
-            gemm_.run(th, Sgemm{false, true, iq, ik, ihs, scale, Q, iw, K, iw, 0.0f, P, ik});
-            gemm_.run(th, Sgemm{false, true, iq, ik, ihs, 1.0f, dO, ic, V, iw, 0.0f, dP, ik});
-            for (int64_t i = 0; i < qt; ++i) {
-              const int64_t row = lr + i;
-              const float row_lse = lse.data[((row / La) * NH + h) * La + row % La];
-              const float D = dot(dout.data + row * C + h * HS, out.data + row * C + h * HS, HS);
-              score_gradient_row(P + i * keys, dP + i * keys, t0 + i, keys, row_lse, D, scale);
-            }
-            gemm_.run(th, Sgemm{false, false, iq, ihs, ik, 1.0f, dP, ik, K, iw, 0.0f, dqkv.data + lr * W + c.q, iw});
-            gemm_.run(th, Sgemm{true, false, ik, ihs, iq, 1.0f, dP, ik, Q, iw, 1.0f, dKV, ld});
-            gemm_.run(th, Sgemm{true, false, ik, ihs, iq, 1.0f, P, ik, dO, ic, 1.0f, dKV + HS, ld});
+        pieces_.for_pair_tiles(m, b, j, cp_rank, qt, [&](int64_t t0, int64_t lr) {
+          const int64_t keys = t0 + qt;
+          const auto iq = static_cast<int>(qt), ik = static_cast<int>(keys);
+          const float* Q = qkv.data + lr * W + c.q;
+          const float* dO = dout.data + lr * C + h * HS;
+          gemm_.run(th, Sgemm{false, true, iq, ik, ihs, scale, Q, iw, K, iw, 0.0f, P, ik});
+          gemm_.run(th, Sgemm{false, true, iq, ik, ihs, 1.0f, dO, ic, V, iw, 0.0f, dP, ik});
+          for (int64_t i = 0; i < qt; ++i) {
+            const int64_t row = lr + i;
+            const float row_lse = lse.data[((row / La) * NH + h) * La + row % La];
+            const float D = dot(dout.data + row * C + h * HS, out.data + row * C + h * HS, HS);
+            score_gradient_row(P + i * keys, dP + i * keys, t0 + i, keys, row_lse, D, scale);
           }
-        }
+          gemm_.run(th, Sgemm{false, false, iq, ihs, ik, 1.0f, dP, ik, K, iw, 0.0f, dqkv.data + lr * W + c.q, iw});
+          gemm_.run(th, Sgemm{true, false, ik, ihs, iq, 1.0f, dP, ik, Q, iw, 1.0f, dKV, ld});
+          gemm_.run(th, Sgemm{true, false, ik, ihs, iq, 1.0f, P, ik, dO, ic, 1.0f, dKV + HS, ld});
+        });
       }
     };
     const auto subtree = [&](const auto& self, int lo, int span, int64_t level) -> void {
