@@ -5,7 +5,8 @@
 # parallelism's layouts on mpi_cuda against cuda (tp), neither part of all.
 # Everything it writes goes under $OUT (default: gpu-session/). The copy of
 # the tree on the GPU machine has no git history: run scripts/stamp_source.sh
-# in the checkout first, so its builds record the real commit.
+# in the checkout first, so its builds record the real commit. The harness
+# runs with --force: a GPU session measures anew rather than reuse stored runs.
 #   usage: bash scripts/gpu_session.sh [suite|table|kernels|tp|all]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,19 +28,19 @@ if [ "$what" = suite ] || [ "$what" = all ]; then
   cp build-gpu/meson-logs/testlog.txt "$OUT/testlog.txt"
 fi
 if [ "$what" = table ] || [ "$what" = all ]; then
-  build-gpu/bench/harness run experiments/table1_cuda.yaml >"$OUT/table.log" 2>&1 || rc=1
+  build-gpu/bench/harness run experiments/table1_cuda.yaml --force >"$OUT/table.log" 2>&1 || rc=1
   tail -25 "$OUT/table.log"
   tar czf "$OUT/table1_cuda.tgz" results/table1_cuda reports 2>/dev/null
 fi
 if [ "$what" = kernels ]; then
   [ -x build-gpu/bench/kernel_bench_cuda ] ||
     echo "kernel_bench_cuda was not built: Google Benchmark (libbenchmark-dev) was not found at configure time"
-  build-gpu/bench/harness run experiments/kernels_cuda.yaml >"$OUT/kernels.log" 2>&1 || rc=1
+  build-gpu/bench/harness run experiments/kernels_cuda.yaml --force >"$OUT/kernels.log" 2>&1 || rc=1
   tail -25 "$OUT/kernels.log"
   tar czf "$OUT/kernels_cuda.tgz" results/kernels_cuda reports/kernels_cuda 2>/dev/null
 fi
 if [ "$what" = tp ]; then
-  build-gpu/bench/harness run experiments/tensor_parallel_cuda.yaml >"$OUT/tp.log" 2>&1 || rc=1
+  build-gpu/bench/harness run experiments/tensor_parallel_cuda.yaml --force >"$OUT/tp.log" 2>&1 || rc=1
   tail -25 "$OUT/tp.log"
   tar czf "$OUT/tensor_parallel_cuda.tgz" results/tensor_parallel_cuda reports/tensor_parallel_cuda 2>/dev/null
 fi
