@@ -119,7 +119,9 @@ std::pair<double, double> time_providers(const GemmShape& s) {
   return {median(rates[0]), median(rates[1])};
 }
 
-GemmDecision from_json(const GemmShape& s, const Json& j) {
+// Not named from_json: nlohmann's ADL finds a free from_json beside GemmShape and takes it for one of its
+// own conversions, which nlohmann_json 3.11.3 (Ubuntu 24.04's) then fails to compile.
+GemmDecision decision_from_json(const GemmShape& s, const Json& j) {
   GemmDecision d;
   d.shape = s;
   d.how = "cached";
@@ -169,7 +171,7 @@ GemmDecision decide(const GemmShape& s) {
     }
     try {
       if (cache.contains(key) && cache[key].is_object() && cache[key].contains(s.text())) {
-        return from_json(s, cache[key][s.text()]);
+        return decision_from_json(s, cache[key][s.text()]);
       }
     } catch (const std::exception&) {
       // a damaged entry: timed again and replaced
