@@ -34,6 +34,9 @@ void visit(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLaye
   a.B = B;
   a.T = T;
   a.first = stage.first;
+  a.last = stage.end(cfg.L);
+  a.embed = stage.embed;
+  a.head = stage.head;
   a.split_backward = split;
   a.recompute = recompute;
   a.layers.resize(static_cast<size_t>(cfg.L));
@@ -159,6 +162,10 @@ void ActivationArena::init(int B, int T, Memory& memory) {
         "activations: need 0 < B and 0 < T <= block_size ({}), got B={} T={}", cfg_.T, B, T));
   }
   stage_.last = stage_.end(cfg_.L);
+  if (!stage_.more.empty()) {
+    throw std::invalid_argument(fmt::format("activations: an arena holds one chunk of layers, not the {} of a rank "
+                                            "with virtual stages (name the chunk)", stage_.chunks()));
+  }
   kinds_ = arena_kinds(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_);
   buf_ = Buffer(kinds_.total(), memory);
   carve(B, T);
@@ -169,11 +176,11 @@ void ActivationArena::init(int B, int T, Memory& memory) {
 }
 
 ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_backward, bool recompute, Dtype stored,
-                                 bool sequence_parallel, const ContextCut& cp)
+                                 bool sequence_parallel, const ContextCut& cp, const StageLayers* chunk)
     : cfg_(model.config()),
       tp_(model.tp().shape()),
       private_runs_(model.tp().has_private()),
-      stage_(model.stage()),
+      stage_(chunk != nullptr ? *chunk : model.stage()),
       split_(split_backward),
       recompute_(recompute),
       stored_(stored) {

@@ -48,7 +48,11 @@ struct LayerActivations {
 
 struct Activations {
   int B = 0, T = 0;
-  int first = 0;   // the first layer of this arena's pipeline stage
+  // The arena's pipeline stage (one chunk under virtual stages): layers
+  // [first, last), with the embedding and the head or not. The forward and
+  // the backward run these.
+  int first = 0, last = 0;
+  bool embed = true, head = true;
   int pos0 = 0;    // RoPE: the position of row 0 (set by the forward pass; the backward reads it)
   Tensor encoded;  // (B,T,C) token + position embedding; on a later pipeline stage, the stage's input
   std::vector<LayerActivations> layers;  // L, of which only the stage's layers are carved
@@ -140,8 +144,11 @@ class ActivationArena {
   // For `model`: its configuration, its tensor-parallel shard, its stage and its memory.
   // `sequence_parallel`: TpShape::sequence, with more than one tensor-parallel rank; B*T must divide by them.
   // `cp`: the arena's rows cut into this rank's head and tail chunks (TpShape::context); B must be even.
+  // `chunk`: one chunk of the model's (StageLayers::chunk) when it holds
+  // several (virtual stages); nullptr: the model's stage, which must be one chunk.
   ActivationArena(const Gpt2& model, int B, int T, bool split_backward = false, bool recompute = false,
-                  Dtype stored = Dtype::f32, bool sequence_parallel = false, const ContextCut& cp = {});
+                  Dtype stored = Dtype::f32, bool sequence_parallel = false, const ContextCut& cp = {},
+                  const StageLayers* chunk = nullptr);
   ActivationArena(const ActivationArena&) = delete;
   ActivationArena& operator=(const ActivationArena&) = delete;
   Activations& acts() { return acts_; }

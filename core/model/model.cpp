@@ -476,12 +476,24 @@ class UnitScope {
   Pass pass_;
 };
 
+// The arena's layers (its chunk) must be the model's: an arena of another
+// stage would reach parameters this model does not hold.
+void check_chunk(const Gpt2& model, const Activations& a) {
+  const StageLayers& held = model.stage();
+  const int L = model.config().L;
+  if (a.first >= a.last || !held.holds(a.first, L) || !held.holds(a.last - 1, L) || (a.embed && !held.embed) ||
+      (a.head && !held.head)) {
+    throw std::logic_error(fmt::format("the activations' layers [{}, {}){}{} are not the model's", a.first, a.last,
+                                       a.embed ? " with the embedding" : "", a.head ? " with the head" : ""));
+  }
+}
+
 template <typename AttentionStep>
 void layers_forward(const Parts& k, const Gpt2& model, Activations& a, const AttentionStep& attend,
                     UnitHook* units = nullptr) {
   const TpLayout& tp = model.tp();
   const ParamTensors& p = model.params;
-  for (int l = model.stage().first; l < model.stage().last; ++l) {
+  for (int l = a.first; l < a.last; ++l) {
     const UnitScope scope(units, model, 1 + l, Pass::kForward);
     const LayerParams& w = p.layers[static_cast<size_t>(l)];
     LayerActivations& x = a.layers[static_cast<size_t>(l)];
@@ -495,7 +507,7 @@ void layers_forward(const Parts& k, const Gpt2& model, Activations& a, const Att
       pre_norm_block(k, tp, w, x, block_input(a, l), a.proj, l, attend);
     }
   }
-  if (model.stage().head) {
+  if (a.head) {
     const UnitScope scope(units, model, model.config().L + 1, Pass::kForward);
     head_forward(k, tp, p, a);
   }
@@ -512,7 +524,8 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
     throw std::invalid_argument("gpt2_forward: a window starting past position 0 needs model.position rope");
   }
   a.pos0 = pos0;
-  if (model.stage().embed) {
+  check_chunk(model, a);
+  if (a.embed) {
     const UnitScope scope(units, model, 0, Pass::kForward);
     if (a.sequence) {  // every rank embeds the whole batch (the tables are replicated) and keeps its rows
       const TpLayout& tp = model.tp();
@@ -529,7 +542,7 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
         k.attention(x, a);
       },
       units);
-  if (targets == nullptr || !model.stage().head) return 0.0f;
+  if (targets == nullptr || !a.head) return 0.0f;
   return loss_forward(k, model.tp(), a, targets);
 }
 
@@ -831,7 +844,8 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
                    UnitHook* units) {
   const Gpt2Config& cfg = model.config();
   const TpLayout& tp = model.tp();
-  const StageLayers& stage = model.stage();
+  check_chunk(model, a);
+  const Activations& stage = a;  // the arena's chunk of layers: [first, last), the embedding, the head
   const Parts k(be, model);
   const ParamTensors& p = model.params;
   ParamTensors& g = model.grads;

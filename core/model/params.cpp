@@ -46,6 +46,41 @@ StageLayers StageLayers::at(const std::vector<int>& counts, int stage) {
   return s;
 }
 
+StageLayers StageLayers::of_stages(const std::vector<int>& counts, const std::vector<int>& stages) {
+  if (stages.empty()) throw std::invalid_argument("a pipeline rank holds at least one stage");
+  StageLayers out = at(counts, stages.front());
+  const int n = static_cast<int>(counts.size());
+  for (size_t i = 1; i < stages.size(); ++i) {
+    if (stages[i] <= stages[i - 1]) {
+      throw std::invalid_argument(fmt::format("virtual stages {} and {} are not ascending", stages[i - 1], stages[i]));
+    }
+    const StageLayers s = at(counts, stages[i]);
+    out.more.push_back({s.first, s.last});  // one chunk per virtual stage, adjacent ones too (ZB-V's turn)
+    out.head = stages[i] == n - 1;
+  }
+  return out;
+}
+
+StageLayers StageLayers::chunk(int i, int n_layer) const {
+  if (i < 0 || i >= chunks()) throw std::invalid_argument(fmt::format("chunk {} of {}", i, chunks()));
+  StageLayers c;
+  if (i == 0) {
+    c.first = first;
+    c.last = end(n_layer);
+  } else {
+    c.first = more[static_cast<size_t>(i - 1)].first;
+    c.last = more[static_cast<size_t>(i - 1)].last;
+  }
+  c.embed = embed && c.first == 0;
+  c.head = head && c.last == n_layer;
+  return c;
+}
+
+bool StageLayers::holds(int l, int n_layer) const {
+  if (l >= first && l < end(n_layer)) return true;
+  return std::any_of(more.begin(), more.end(), [l](const LayerSpan& s) { return l >= s.first && l < s.last; });
+}
+
 std::vector<int> StageLayers::even_counts(int n_layer, int stages) {
   std::vector<int> counts;
   for (int s = 0; s < stages; ++s) {
@@ -78,7 +113,8 @@ std::vector<ParamInfo> layout(const Gpt2Config& cfg, ParamTensors& p, TpShape tp
     if (!cfg.rope()) add("wpe", p.wpe, {T, C}, ParamInit::kNormal);
   }
   const std::vector<int64_t> fc_groups = cfg.swiglu() ? std::vector<int64_t>{H / P, H / P} : std::vector<int64_t>{};
-  for (int l = stage.first; l < stage.end(cfg.L); ++l) {
+  for (int l = stage.first; l < cfg.L; ++l) {
+    if (!stage.holds(l, cfg.L)) continue;  // a chunk's layers, in buffer (layer) order
     LayerParams& h = p.layers[static_cast<size_t>(l)];
     auto name = [l](const char* s) { return fmt::format("h.{}.{}", l, s); };
     add(name("ln1_w"), h.ln1_w, {C}, ParamInit::kOne);
@@ -261,6 +297,14 @@ Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpLayout tp, StageLayers stage
   if (stage_.first < 0 || stage_.first >= stage_.last || stage_.last > cfg_.L) {
     throw std::invalid_argument(fmt::format("pipeline stage of layers [{}, {}) in a model of {} layers",
                                             stage_.first, stage_.last, cfg_.L));
+  }
+  for (size_t i = 0; i < stage_.more.size(); ++i) {
+    const LayerSpan& s = stage_.more[i];
+    const int below = i == 0 ? stage_.last : stage_.more[i - 1].last;
+    if (s.first < below || s.first >= s.last || s.last > cfg_.L) {
+      throw std::invalid_argument(fmt::format("pipeline chunk of layers [{}, {}) above layer {} in a model of {} layers",
+                                              s.first, s.last, below, cfg_.L));
+    }
   }
   n_ = param_count(cfg_, tp_.shape(), stage_);
   pad_to = std::max<size_t>(pad_to, 1);

@@ -48,9 +48,29 @@ struct LayerParams {
 // final LayerNorm and the head (with the loss) on the last. The default is
 // the whole model. Stage s of p holds L / p layers, and the first L % p
 // stages one more each (the last stage already carries the head and loss).
+// With virtual stages (parallel.virtual_stages) a rank holds several chunks:
+// [first, last) is the lowest, `more` the others in layer order; the
+// embedding belongs to the chunk starting at layer 0, the head to the one
+// ending at the last layer.
+struct LayerSpan {
+  int first = 0, last = 0;  // layers [first, last)
+  bool operator==(const LayerSpan&) const = default;
+};
 struct StageLayers {
   int first = 0, last = -1;  // last -1: through the last layer
   bool embed = true, head = true;
+  std::vector<LayerSpan> more;  // further chunks, above [first, last), ascending; empty: one chunk
+
+  // The rank's layers of virtual stages `stages` (ascending indices) of a
+  // split given as layers per virtual stage: one chunk per stage (adjacent
+  // ones too: each runs as its own virtual stage). Throws std::invalid_argument as at() does.
+  static StageLayers of_stages(const std::vector<int>& counts, const std::vector<int>& stages);
+  int chunks() const { return 1 + static_cast<int>(more.size()); }
+  // Chunk `i` alone (0 <= i < chunks()), resolved (last >= 0): the
+  // embedding with the one starting at layer 0, the head with the one ending at n_layer.
+  StageLayers chunk(int i, int n_layer) const;
+  // Whether layer `l` is in one of the chunks.
+  bool holds(int l, int n_layer) const;
 
   // Stage `stage` of `stages` over `n_layer` layers; throws
   // std::invalid_argument naming parallel.pp when there are more stages than layers.
@@ -61,7 +81,7 @@ struct StageLayers {
   // The default split's counts: of()'s, stage by stage.
   static std::vector<int> even_counts(int n_layer, int stages);
   int end(int n_layer) const { return last < 0 ? n_layer : last; }
-  bool whole(int n_layer) const { return first == 0 && end(n_layer) == n_layer && embed && head; }
+  bool whole(int n_layer) const { return first == 0 && end(n_layer) == n_layer && embed && head && more.empty(); }
   bool operator==(const StageLayers&) const = default;
 };
 

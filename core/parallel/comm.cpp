@@ -208,16 +208,25 @@ void Communicator::send_recv_bytes(const void* send_data, size_t send_bytes, int
   do_send_recv_bytes(send_data, send_bytes, dest, recv_data, recv_bytes, source);
 }
 
-uint64_t Communicator::start_send(const float* data, size_t count, int peer) {
+namespace {
+void require_stream(const char* verb, int stream) {
+  if (stream < 0 || stream > Communicator::kMaxStream) {
+    throw std::invalid_argument(fmt::format("{}: stream {} is outside [0, {}]", verb, stream, Communicator::kMaxStream));
+  }
+}
+}  // namespace
+
+uint64_t Communicator::start_send(const float* data, size_t count, int peer, int stream) {
   require_data("start_send", "data", data, count);
   require_peer("start_send", peer, rank(), size());
+  require_stream("start_send", stream);
   count_call(count * sizeof(float));
-  return do_start_send(data, count, peer);
+  return do_start_send(data, count, peer, stream);
 }
 
 void Communicator::wait_send(uint64_t ticket) { do_wait_send(ticket); }
 
-uint64_t Communicator::do_start_send(const float*, size_t, int) {
+uint64_t Communicator::do_start_send(const float*, size_t, int, int) {
   throw std::logic_error(fmt::format("start_send: the {} communicator has no non-blocking send (pipeline stages "
                                      "run on the mpi stage)", name()));
 }
@@ -226,16 +235,17 @@ void Communicator::do_wait_send(uint64_t ticket) {
   throw std::logic_error(fmt::format("wait_send: no send {} on the {} communicator", ticket, name()));
 }
 
-uint64_t Communicator::start_recv(float* data, size_t count, int peer) {
+uint64_t Communicator::start_recv(float* data, size_t count, int peer, int stream) {
   require_data("start_recv", "data", data, count);
   require_peer("start_recv", peer, rank(), size());
+  require_stream("start_recv", stream);
   count_call(count * sizeof(float));
-  return do_start_recv(data, count, peer);
+  return do_start_recv(data, count, peer, stream);
 }
 
 void Communicator::wait_recv(uint64_t ticket) { do_wait_recv(ticket); }
 
-uint64_t Communicator::do_start_recv(float*, size_t, int) {
+uint64_t Communicator::do_start_recv(float*, size_t, int, int) {
   throw std::logic_error(fmt::format("start_recv: the {} communicator has no non-blocking receive (context "
                                      "parallelism runs on the mpi stage)", name()));
 }

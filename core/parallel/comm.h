@@ -127,8 +127,13 @@ class Communicator {
   // that only receives wait (a schedule whose receives can all be met then
   // cannot deadlock, whatever the order of the two directions). Tickets may
   // be completed in any order; waiting sleeps between polls. Communicators
-  // without it (the MPI+CUDA one) throw std::logic_error.
-  uint64_t start_send(const float* data, size_t count, int peer);
+  // without it (the MPI+CUDA one) throw std::logic_error. `stream` (0 ..
+  // kMaxStream; 0 is send's and recv's): messages between two ranks arrive
+  // in order within a stream, and a receive takes only its own stream's, so
+  // a pipeline with several chunks a rank keeps one stream per chunk and
+  // direction (train/pipeline.h).
+  static constexpr int kMaxStream = 32767;  // MPI's least tag upper bound
+  uint64_t start_send(const float* data, size_t count, int peer, int stream = 0);
   void wait_send(uint64_t ticket);
   // Non-blocking receive of exactly `count` floats from `peer` into
   // data[0, count), posted now (so that the message can arrive while this
@@ -136,7 +141,7 @@ class Communicator {
   // once wait_recv(ticket) returns, which checks its length as recv does.
   // The sender may use send or start_send. Communicators without it throw
   // std::logic_error, as for start_send.
-  uint64_t start_recv(float* data, size_t count, int peer);
+  uint64_t start_recv(float* data, size_t count, int peer, int stream = 0);
   void wait_recv(uint64_t ticket);
 
   // ---- Host values of other types ----
@@ -194,9 +199,9 @@ class Communicator {
     do_reduce_scatter_sum(send, recv, chunk);
   }
   virtual void do_start_all_gather(const float* send, float* recv, size_t chunk) { do_all_gather(send, recv, chunk); }
-  virtual uint64_t do_start_send(const float* data, size_t count, int peer);
+  virtual uint64_t do_start_send(const float* data, size_t count, int peer, int stream);
   virtual void do_wait_send(uint64_t ticket);
-  virtual uint64_t do_start_recv(float* data, size_t count, int peer);
+  virtual uint64_t do_start_recv(float* data, size_t count, int peer, int stream);
   virtual void do_wait_recv(uint64_t ticket);
   // The typed host verbs, in bytes (checked: host memory, sizes, overlaps).
   virtual void do_all_gather_bytes(const void* send, void* recv, size_t bytes) = 0;

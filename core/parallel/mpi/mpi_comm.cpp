@@ -336,9 +336,10 @@ class MpiCommunicator final : public Communicator {
 
   // One Isend per piece, as do_send_recv cuts them (the receiver's recv
   // checks each piece), kept under the ticket until wait_send.
-  uint64_t do_start_send(const float* data, size_t count, int peer) override {
+  // The stream is the message's tag.
+  uint64_t do_start_send(const float* data, size_t count, int peer, int stream) override {
     return post(sends_, count, peer, [&](size_t off, MPI_Request* r) {
-      MPI_CHECK(MPI_Isend(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, r));
+      MPI_CHECK(MPI_Isend(data + off, piece(count, off), MPI_FLOAT, peer, stream, comm_, r));
     });
   }
   void do_wait_send(uint64_t ticket) override {
@@ -347,9 +348,9 @@ class MpiCommunicator final : public Communicator {
     slot.ticket = 0;
   }
   // One Irecv per piece, as do_send_recv cuts them; wait_recv checks each piece's length.
-  uint64_t do_start_recv(float* data, size_t count, int peer) override {
+  uint64_t do_start_recv(float* data, size_t count, int peer, int stream) override {
     return post(recvs_, count, peer, [&](size_t off, MPI_Request* r) {
-      MPI_CHECK(MPI_Irecv(data + off, piece(count, off), MPI_FLOAT, peer, 0, comm_, r));
+      MPI_CHECK(MPI_Irecv(data + off, piece(count, off), MPI_FLOAT, peer, stream, comm_, r));
     });
   }
   void do_wait_recv(uint64_t ticket) override {
