@@ -12,7 +12,7 @@ set key left top box opaque
 set xrange [0.03:1000]
 set yrange [0.05:1000]
 set samples 400
-peak1 = 82.63; peak2 = 164.92; bw1 = 21.26; bw2 = 38.48
+peak1 = 21.68; peak2 = 47.36; bw1 = 22.4; bw2 = 38.11
 roof(x, p, b) = x * b < p ? x * b : p
 plot roof(x, peak1, bw1) with lines lw 2 dt 2 lc rgb "gray40" title sprintf("ceiling, 1 thread (%.0f GFLOP/s, %.1f GB/s)", peak1, bw1), \
      roof(x, peak2, bw2) with lines lw 2 lc rgb "black" title sprintf("ceiling, 2 threads (%.0f GFLOP/s, %.1f GB/s)", peak2, bw2), \
