@@ -86,7 +86,7 @@ def main():
           ["--model.tie_embeddings", "true", "--parallel.pp", "2"], "model.tie_embeddings with parallel.pp 2")
     error("post-norm under zb-h1 is refused", 2,
           ["--model.norm_position", "post", "--parallel.pp", "2", "--parallel.schedule", "zb-h1"],
-          "with model.norm_position post use gpipe or 1f1b")
+          "with model.norm_position post use gpipe, 1f1b or interleaved-1f1b")
     error("post-norm in private (spd) blocks is refused", 2,
           ["--model.norm_position", "post", "--parallel.tp", "2", "--parallel.block_types", "spd,spd"],
           "model.norm_position post needs tp blocks")

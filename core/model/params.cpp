@@ -259,9 +259,10 @@ std::vector<ShardPiece> shard_pieces(const Gpt2Config& cfg, TpShape tp, int rank
   ParamTensors sp, fp;
   const auto local = layout(cfg, sp, tp, stage), whole = layout(cfg, fp);
   std::vector<ShardPiece> pieces;
-  size_t w = 0;
-  while (!local.empty() && whole[w].name != local[0].name) ++w;
-  for (size_t k = 0; k < local.size(); ++k, ++w) {
+  size_t w = 0;  // each local tensor's place in the whole list (in its order; a rank's chunks are runs of it)
+  for (size_t k = 0; k < local.size(); ++k) {
+    while (w < whole.size() && whole[w].name != local[k].name) ++w;
+    if (w == whole.size()) throw std::logic_error(fmt::format("shard_pieces: tensor {} not in the model", local[k].name));
     const bool replicated = local[k].split == TpSplit::kNone;
     for_each_piece(local[k], tp.size, rank, [&](size_t fo, size_t so, size_t n) {
       if (n > 0) pieces.push_back({whole[w].offset + fo, local[k].offset + so, n, replicated});
@@ -484,14 +485,17 @@ void initial_values(const Gpt2Config& cfg, uint64_t seed, TpShape tp, int rank, 
   }
   ParamTensors sp, fp;
   const auto local = layout(cfg, sp, tp, stage), whole = layout(cfg, fp);
-  size_t w = 0;  // the stage's tensors are a run of the whole list, in its order
-  while (!local.empty() && whole[w].name != local[0].name) ++w;
+  // Each tensor's draws are keyed by its index in the whole model's list: the stage's tensors (a rank's
+  // chunks: runs of it) come in that list's order, so one walk along it finds each.
+  size_t w = 0;
   const size_t end = begin + out.size();
   std::fill(out.begin(), out.end(), 0.0f);  // what no piece covers is padding
   // model.init gpt2: GPT-2's residual projections drawn with std 0.02 / sqrt(2 L) (philox's draws, scaled).
   const float residual = cfg.init == InitKind::kGpt2 ? static_cast<float>(1.0 / std::sqrt(2.0 * cfg.L)) : 1.0f;
   for (size_t k = 0; k < local.size(); ++k) {
     const ParamInfo& info = local[k];
+    while (w < whole.size() && whole[w].name != info.name) ++w;
+    if (w == whole.size()) throw std::logic_error(fmt::format("initial_values: tensor {} not in the model", info.name));
     const size_t n = info.count();
     if (info.offset + n <= begin || info.offset >= end) continue;
     const float scale = info.name.ends_with("attn_proj_w") || info.name.ends_with("fc_proj_w") ? residual : 1.0f;
@@ -499,7 +503,7 @@ void initial_values(const Gpt2Config& cfg, uint64_t seed, TpShape tp, int rank, 
     for_each_piece(info, tp.size, rank, [&](size_t fo, size_t so, size_t count) {
       const size_t lo = std::max(info.offset + so, begin), hi = std::min(info.offset + so + count, end);
       for (size_t x = lo; x < hi; ++x) {
-        out[x - begin] = scale * initial_value(info.init, seed, w + k, fo + (x - info.offset - so));
+        out[x - begin] = scale * initial_value(info.init, seed, w, fo + (x - info.offset - so));
       }
     });
   }

@@ -281,7 +281,7 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
                  : s.zero.stage >= 2 ? GradSum::kUnitShards
                                      : GradSum::kBuckets;
   }
-  s.split_backward = s.pipelined() && s.schedule == ScheduleKind::kZbH1;
+  s.split_backward = s.pipelined() && splits_backward(s.schedule);
   s.sequence_parallel = c.parallel.sequence_parallel && c.parallel.tp > 1;
   s.microbatch_sum = s.step == StepKind::kChunkPipeline ? MicrobatchSum::kTree : MicrobatchSum::kAccumulate;
   s.arena_rows = s.step == StepKind::kChunks ? c.train.batch_size / s.chunks
@@ -340,7 +340,7 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
   r.rows = replica_rows(c, ranks, r.tp, r.pp);  // checks the grid first
   r.dp = ranks / (r.tp * r.pp * r.cp);
   r.steps = step_config(c);
-  r.stage_layers = stage_layer_counts(c);
+  r.stage_split = stage_split(c);
   r.step = resolve_step(r.steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, stage));
   if (r.step.step == StepKind::kChunks && r.cp > 1) {
     // The batch's canonical chunks, not the cut rows': a chunk of batch_size / K rows is 2 arena rows each
@@ -406,19 +406,30 @@ std::vector<std::string> RunLayout::notes(const LayoutFacts& f) const {
   if (sl.pipelined()) {
     std::string stages;
     for (int s = 0; s < pp; ++s) {
-      const StageLayers l = StageLayers::at(stage_layers, s);
+      const StageLayers l = stage_split.held(s);
       stages += fmt::format("{}{}[{}, {})", s ? ", " : "", s, l.first, l.last);
+      for (const LayerSpan& more : l.more) stages += fmt::format("+[{}, {})", more.first, more.last);
     }
     // Each stage's counted cost (train/stage_split.h), relative to the costliest: how balanced the split is.
-    const std::vector<double> costs = stage_split_costs(stage_layers, stage_costs(f.model, sl.arena_rows,
-                                                                                  steps.train.seq_len));
+    const std::vector<double> costs = stage_split_costs(stage_split.counts, stage_costs(f.model, sl.arena_rows,
+                                                                                        steps.train.seq_len));
     const double top = *std::max_element(costs.begin(), costs.end());
     std::string shares;
     for (double k : costs) shares += fmt::format("{}{:.2f}", shares.empty() ? "" : ", ", k / top);
-    out.push_back(fmt::format("pipeline: {} stages (layers {}{}; counted cost against the costliest {}), {} "
-                              "microbatches of {} rows, schedule {}", pp, stages,
+    const int v = stage_split.chunks();
+    out.push_back(fmt::format("pipeline: {} stages{} (layers {}{}; counted cost against the costliest {}), {} "
+                              "microbatches of {} rows, schedule {}", pp,
+                              v > 1 ? fmt::format(" of {} chunks{}", v, stage_split.v_shape ? " in the V shape" : "")
+                                    : "",
+                              stages,
                               c.parallel.stage_layers.empty() ? "" : ", parallel.stage_layers", shares,
                               sl.microbatches, sl.arena_rows, to_string(sl.schedule)));
+    if (stage_split.v_shape) {
+      const PassTimes& t = stage_split.passes;
+      out.push_back(fmt::format("zb-v: the lists built for a chunk's F : B : W = {:.2f} : {:.2f} : {:.2f} ({})",
+                                t.forward, t.input, t.weight,
+                                c.parallel.pass_times.empty() ? "counted by the op table" : "parallel.pass_times"));
+    }
   }
   const int zero = sl.zero.stage;
   if (sl.grad_sum == GradSum::kContiguousShards) {

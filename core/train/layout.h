@@ -179,7 +179,7 @@ struct RunLayout {
   int rows = 0;  // of the global batch, per data-parallel replica (what its loader reads)
   RunConfig steps;  // step_config(config): what the step, its arenas and the plan's counts read
   StepLayout step;
-  std::vector<int> stage_layers;  // layers per pipeline stage (parallel.stage_layers resolved: train/stage_split.h)
+  StageSplit stage_split;  // the (virtual) stages' layers and ranks (parallel.stage_layers, virtual_stages: train/stage_split.h)
 
   GridCoords at(int rank) const { return grid_coords(rank, tp, pp, cp); }
   // A step's rows on one rank: the replica's rows, or (cp > 1) their head and tail chunks.

@@ -8,6 +8,8 @@
 #include <deque>
 #include <stdexcept>
 
+#include "train/virtual_schedule.h"
+
 namespace gpt2 {
 
 const char* to_string(PipeOp op) {
@@ -105,18 +107,40 @@ std::vector<bool> stop_points(ScheduleKind kind, int stages, int m) {
   return out;
 }
 
-double schedule_bubble(ScheduleKind kind, int stages, int m) {
+double schedule_bubble(ScheduleKind kind, int stages, int m, int v, const PassTimes& t) {
   const double p = stages, mb = m;
-  return kind == ScheduleKind::kZbH1 ? (p - 1) / (3 * mb + p - 1) : (p - 1) / (mb + p - 1);
+  switch (kind) {
+    case ScheduleKind::kZbH1: return (p - 1) / (3 * mb + p - 1);
+    case ScheduleKind::kInterleaved1F1B: return (p - 1) / (v * mb + p - 1);
+    case ScheduleKind::kZbV: {  // its lists on the simulator at the times they were built for: the most any rank idles
+      const ScheduleRun run = simulate_schedule(zb_v_lists(stages, m, 0, t), 2 * stages, v_shape_stage, stages, t);
+      return *std::max_element(run.bubble.begin(), run.bubble.end());
+    }
+    case ScheduleKind::kGpipe:
+    case ScheduleKind::k1F1B: break;
+  }
+  return (p - 1) / (mb + p - 1);
 }
 
 std::string schedule_bubble_formula(ScheduleKind kind) {
-  return kind == ScheduleKind::kZbH1 ? "(p-1)/(3m+p-1)" : "(p-1)/(m+p-1)";
+  switch (kind) {
+    case ScheduleKind::kZbH1: return "(p-1)/(3m+p-1)";
+    case ScheduleKind::kInterleaved1F1B: return "(p-1)/(vm+p-1)";
+    case ScheduleKind::kZbV: return "its lists simulated at the counted F:B:W; (p-1)/(6m+p-1) at 1:1:1, m >= 2p";
+    case ScheduleKind::kGpipe:
+    case ScheduleKind::k1F1B: break;
+  }
+  return "(p-1)/(m+p-1)";
 }
 
-int schedule_peak_in_flight(ScheduleKind kind, int stages, int m) {
+int schedule_peak_in_flight(ScheduleKind kind, int stages, int m, int v, const PassTimes& t) {
   int peak = 0;
-  for (int s = 0; s < stages; ++s) peak = std::max(peak, max_in_flight(stage_schedule(kind, stages, s, m)));
+  for (const std::vector<ChunkAction>& list : schedule_lists(kind, stages, v, m, t)) {
+    const std::vector<int> per_chunk = chunk_in_flight(list, v);
+    int total = 0;
+    for (int n : per_chunk) total += n;
+    peak = std::max(peak, total);
+  }
   return peak;
 }
 
@@ -177,8 +201,8 @@ class Accumulate final : public MicrobatchCombiner {
 // microbatch order (a binary counter over the leaves); the losses in the same tree.
 class Tree final : public MicrobatchCombiner {
  public:
-  Tree(Backend& be, Gpt2& model, int stage, int stages, int m, int arenas)
-      : be_(be), model_(model), stage_(stage), stages_(stages), m_(m), held_(static_cast<size_t>(m)),
+  Tree(Backend& be, Gpt2& model, int stage, bool head, int m, int arenas)
+      : be_(be), model_(model), stage_(stage), head_(head), m_(m), held_(static_cast<size_t>(m)),
         mb_loss_(static_cast<size_t>(m), 0.0) {
     if ((m & (m - 1)) != 0) {
       throw std::invalid_argument(fmt::format("train.deterministic: {} microbatches (a power of two)", m));
@@ -208,7 +232,7 @@ class Tree final : public MicrobatchCombiner {
       spare_.push_back(std::move(sums_[0].second));
       sums_.clear();
     }
-    loss_sum_ = stage_ == stages_ - 1 ? tree_sum(0, m_) : 0.0;
+    loss_sum_ = head_ ? tree_sum(0, m_) : 0.0;
   }
   double loss_sum() const override { return loss_sum_; }
 
@@ -248,7 +272,9 @@ class Tree final : public MicrobatchCombiner {
 
   Backend& be_;
   Gpt2& model_;
-  int stage_, stages_, m_;
+  int stage_;
+  bool head_;  // the rank holds the head: the losses are its
+  int m_;
   std::vector<Buffer> held_;                  // per microbatch: its gradient, from its B (or BW) until its W
   std::vector<Buffer> spare_;                 // free gradient buffers
   std::vector<std::pair<int, Buffer>> sums_;  // (leaves, their sum), in microbatch order
@@ -258,35 +284,72 @@ class Tree final : public MicrobatchCombiner {
 
 }  // namespace
 
-PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T,
-                               bool recompute, Dtype stored, MicrobatchSum sum, bool sequence_parallel,
-                               const ContextCut& cp)
-    : be_(be), model_(model), pp_(pp), kind_(kind), stages_(pp.size()), stage_(pp.rank()), m_(m), T_(T) {
+PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, const StageSplit& split, ScheduleKind kind,
+                               int m, int rows, int T, bool recompute, Dtype stored, MicrobatchSum sum,
+                               bool sequence_parallel, const ContextCut& cp)
+    : be_(be), model_(model), pp_(pp), kind_(kind), split_(split), stages_(pp.size()), stage_(pp.rank()), m_(m),
+      T_(T) {
   if (m < 1 || rows % m != 0) {
     throw std::invalid_argument(fmt::format(
         "parallel.microbatches {} does not divide the {} rows of each data-parallel replica", m, rows));
   }
-  // The model holds this stage's layers (train/stage_split.h chose them): the embedding on the first, the head on the last.
+  const int L = model.config().L;
+  if (split_.counts.empty()) split_.counts = {L};
+  if (split_.ranks != stages_) {
+    throw std::invalid_argument(fmt::format("pipeline: the split places {} ranks, the group has {}", split_.ranks, stages_));
+  }
+  // The model holds this rank's layers (train/stage_split.h chose them): the embedding with the first virtual
+  // stage, the head with the last.
   const StageLayers& held = model.stage();
-  if (held.embed != (stage_ == 0) || held.head != (stage_ == stages_ - 1) || held.end(model.config().L) <= held.first) {
-    throw std::invalid_argument(fmt::format("pipeline stage {} of {}: the model holds layers [{}, {}){}{}", stage_,
-                                            stages_, held.first, held.end(model.config().L),
+  if (!(held == split_.held(stage_)) && !(stages_ == 1 && held.whole(L))) {
+    throw std::invalid_argument(fmt::format("pipeline rank {} of {}: the model holds layers [{}, {}){}{}, not its "
+                                            "split's", stage_, stages_, held.first, held.end(L),
                                             held.embed ? " with the embedding" : "", held.head ? " with the head" : ""));
   }
-  mb_rows_ = rows / m;
-  actions_ = stage_schedule(kind, stages_, stage_, m);
-  stop_points_ = stop_points(kind, stages_, m);
-  const int n = max_in_flight(actions_);
-  for (int i = 0; i < n; ++i) {
-    Slot s;
-    s.arena = std::make_unique<ActivationArena>(model, mb_rows_, T, kind == ScheduleKind::kZbH1, recompute, stored,
-                                                sequence_parallel, cp);
-    arena_bytes_ = s.arena->bytes();
-    arenas_.push_back(std::move(s));
+  const int v = split_.chunks();
+  const std::vector<int> mine = split_.stages_of(stage_);
+  for (int c = 0; c < v; ++c) {
+    chunks_.push_back(held.chunk(c, L));
+    virtual_stage_.push_back(mine[static_cast<size_t>(c)]);
   }
+  mb_rows_ = rows / m;
+  const std::vector<std::vector<ChunkAction>> lists = schedule_lists(kind, stages_, v, m, split_.passes);
+  actions_ = lists[static_cast<size_t>(stage_)];
+  stop_points_ = v == 1 ? stop_points(kind, stages_, m) : chunk_stop_points(lists, stage_placement(kind), stages_);
+  // Each chunk's microbatches must run in order, forwards and backwards: its messages on a stream arrive so.
+  for (int c = 0; c < v; ++c) {
+    int f = 0, b = 0;
+    for (const ChunkAction& a : actions_) {
+      if (a.chunk != c) continue;
+      if ((a.op == PipeOp::kForward && a.mb != f++) ||
+          ((a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardInput) && a.mb != b++)) {
+        throw std::logic_error(fmt::format("pipeline rank {}: chunk {}'s microbatches out of order in the {} list",
+                                           stage_, c, to_string(kind)));
+      }
+    }
+  }
+  const std::vector<int> per_chunk = chunk_in_flight(actions_, v);
+  for (int c = 0; c < v; ++c) {
+    for (int i = 0; i < per_chunk[static_cast<size_t>(c)]; ++i) {
+      Slot s;
+      s.chunk = c;
+      s.arena = std::make_unique<ActivationArena>(model, mb_rows_, T, splits_backward(kind), recompute, stored,
+                                                  sequence_parallel, cp, &chunks_[static_cast<size_t>(c)]);
+      activation_bytes_ += s.arena->bytes();
+      if (s.arena->bytes() > arena_bytes_) {
+        arena_bytes_ = s.arena->bytes();
+        largest_kinds_ = &s.arena->kinds();
+      }
+      arenas_.push_back(std::move(s));
+    }
+  }
+  arena_count_ = static_cast<int>(arenas_.size());
+  if (largest_kinds_ == nullptr) largest_kinds_ = &arenas_.front().arena->kinds();
   switch (sum) {
     case MicrobatchSum::kAccumulate: sum_ = std::make_unique<Accumulate>(); break;
-    case MicrobatchSum::kTree: sum_ = std::make_unique<Tree>(be, model, stage_, stages_, m, n); break;
+    case MicrobatchSum::kTree:
+      sum_ = std::make_unique<Tree>(be, model, stage_, held.head, m, arena_count_);
+      break;
   }
 }
 
@@ -308,23 +371,23 @@ void PipelineEngine::wait_sends(Slot& slot) {
   event("send", slot.mb >= 0 ? slot.mb : slot.last_mb, t0, t1);
 }
 
-PipelineEngine::Slot& PipelineEngine::take(int mb) {
+PipelineEngine::Slot& PipelineEngine::take(int mb, int chunk) {
   for (Slot& s : arenas_) {
-    if (s.mb >= 0) continue;
+    if (s.mb >= 0 || s.chunk != chunk) continue;
     wait_sends(s);
     s.mb = mb;
     peak_ = std::max(peak_, ++in_use_);
     return s;
   }
-  throw std::logic_error(fmt::format("pipeline stage {}: no free activation arena for microbatch {} ({} allocated)",
-                                     stage_, mb, arenas_.size()));
+  throw std::logic_error(fmt::format("pipeline stage {}: no free activation arena for microbatch {} of chunk {} ({} "
+                                     "allocated)", stage_, mb, chunk, arenas_.size()));
 }
 
-PipelineEngine::Slot& PipelineEngine::holding(int mb) {
+PipelineEngine::Slot& PipelineEngine::holding(int mb, int chunk) {
   for (Slot& s : arenas_) {
-    if (s.mb == mb) return s;
+    if (s.mb == mb && s.chunk == chunk) return s;
   }
-  throw std::logic_error(fmt::format("pipeline stage {}: microbatch {} holds no arena", stage_, mb));
+  throw std::logic_error(fmt::format("pipeline stage {}: microbatch {} holds no arena of chunk {}", stage_, mb, chunk));
 }
 
 void PipelineEngine::release(Slot& slot) {
@@ -333,9 +396,13 @@ void PipelineEngine::release(Slot& slot) {
   --in_use_;
 }
 
-void PipelineEngine::timed_recv(Tensor into, int peer, int mb) {
+void PipelineEngine::timed_recv(Tensor into, int peer, int stream, int mb) {
   const double t0 = now_ms();
-  pp_.recv(into.data, static_cast<size_t>(into.numel()), peer);
+  if (stream == 0) {
+    pp_.recv(into.data, static_cast<size_t>(into.numel()), peer);
+  } else {
+    pp_.wait_recv(pp_.start_recv(into.data, static_cast<size_t>(into.numel()), peer, stream));
+  }
   const double t1 = now_ms();
   wait_s_ += (t1 - t0) * 1e-3;
   event("recv", mb, t0, t1);
@@ -348,14 +415,24 @@ size_t PipelineEngine::token_offset(int mb) const {
 double PipelineEngine::forward(Slot& slot, const int32_t* inputs, const int32_t* targets) {
   Activations& a = slot.arena->acts();
   const size_t off = token_offset(slot.mb);
-  if (stage_ > 0) timed_recv(a.encoded, stage_ - 1, slot.mb);
+  const int s = virtual_stage_[static_cast<size_t>(slot.chunk)], S = static_cast<int>(split_.counts.size());
+  if (s > 0) {  // the previous virtual stage's output: from its rank, or this rank's other chunk's arena
+    const int from = split_.rank_of(s - 1), chunk = split_.chunk_of(s - 1);
+    if (from != stage_) {
+      timed_recv(a.encoded, from, forward_stream(chunk), slot.mb);
+    } else {
+      const Activations& prev = holding(slot.mb, chunk).arena->acts();
+      be_.copy(a.encoded, prev.layers[static_cast<size_t>(prev.last - 1)].residual3);
+    }
+  }
   const double t0 = now_ms();
-  const bool last = stage_ == stages_ - 1;
-  const double loss = gpt2_forward(be_, model_, a, inputs + off, last && targets ? targets + off : nullptr);
+  const bool head = a.head;
+  const double loss = gpt2_forward(be_, model_, a, inputs + off, head && targets ? targets + off : nullptr);
   event("F", slot.mb, t0, now_ms());
-  if (!last) {
-    const Tensor out = a.layers[static_cast<size_t>(model_.stage().last - 1)].residual3;
-    slot.sends.push_back(pp_.start_send(out.data, static_cast<size_t>(out.numel()), stage_ + 1));
+  if (s + 1 < S && split_.rank_of(s + 1) != stage_) {
+    const Tensor out = a.layers[static_cast<size_t>(a.last - 1)].residual3;
+    slot.sends.push_back(pp_.start_send(out.data, static_cast<size_t>(out.numel()), split_.rank_of(s + 1),
+                                        forward_stream(slot.chunk)));
   }
   return loss;
 }
@@ -368,13 +445,23 @@ void PipelineEngine::backward(Slot& slot, const int32_t* inputs, const int32_t* 
   // B overwrites the forward's output (the split keeps a gradient there):
   // its send must be done. (Its receiver took it before sending the
   // gradient this backward needs, so this does not wait.)
+  const int s = virtual_stage_[static_cast<size_t>(slot.chunk)], S = static_cast<int>(split_.counts.size());
   if (!weights_only) wait_sends(slot);
-  if (!weights_only && stage_ < stages_ - 1) timed_recv(a.dresidual, stage_ + 1, slot.mb);
+  // The gradient at the output: from the next virtual stage's rank (on this rank, its B put it here already).
+  if (!weights_only && s + 1 < S && split_.rank_of(s + 1) != stage_) {
+    timed_recv(a.dresidual, split_.rank_of(s + 1), backward_stream(split_.chunk_of(s + 1)), slot.mb);
+  }
   const double t0 = now_ms();
   gpt2_backward(be_, model_, a, inputs + off, targets + off, dloss, hook, part);
   event(part == BackwardPart::kAll ? "BW" : weights_only ? "W" : "B", slot.mb, t0, now_ms());
-  if (!weights_only && stage_ > 0) {
-    slot.sends.push_back(pp_.start_send(a.dresidual.data, static_cast<size_t>(a.dresidual.numel()), stage_ - 1));
+  if (!weights_only && s > 0) {
+    const int to = split_.rank_of(s - 1);
+    if (to != stage_) {
+      slot.sends.push_back(pp_.start_send(a.dresidual.data, static_cast<size_t>(a.dresidual.numel()), to,
+                                          backward_stream(slot.chunk)));
+    } else {  // the previous virtual stage is this rank's: into its arena, where its B reads it
+      be_.copy(holding(slot.mb, split_.chunk_of(s - 1)).arena->acts().dresidual, a.dresidual);
+    }
   }
 }
 
@@ -385,49 +472,61 @@ double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float
   wait_s_ = 0;
   peak_ = 0;
   double loss = 0;
-  // The stage's last whole backward: after it every gradient is final.
+  // The stage's last whole backward: after it every gradient is final (one chunk a rank: with several, a
+  // chunk's gradients are final after its own last backward, which the hook does not tell apart).
   size_t last_backward = actions_.size();
-  for (size_t k = 0; k < actions_.size(); ++k) {
+  for (size_t k = 0; k < actions_.size() && chunks() == 1; ++k) {
     if (actions_[k].op == PipeOp::kBackward) last_backward = k;
   }
-  // The combiner's hold on the gradient around each of a microbatch's passes (kTree: its own buffer,
-  // zeroed at its B or BW).
-  auto bound = [&](Slot& s, bool first, auto&& pass) {
+  // Per microbatch, its chunks' backwards still to complete (a BW or a W each): its gradient starts at the
+  // first (kTree: its own buffer, zeroed) and is complete after the last.
+  passes_left_.assign(static_cast<size_t>(m_), chunks());
+  std::vector<bool> started(static_cast<size_t>(m_), false);
+  // The combiner's hold on the gradient around each of a microbatch's passes.
+  auto bound = [&](Slot& s, bool may_start, auto&& pass) {
+    const bool first = may_start && !started[static_cast<size_t>(s.mb)];
+    started[static_cast<size_t>(s.mb)] = true;
     sum_->bind(s.mb, first);
     pass();
     sum_->unbind();
   };
+  auto complete = [&](Slot& s) {
+    if (--passes_left_[static_cast<size_t>(s.mb)] == 0) sum_->done(s.mb);
+  };
   for (size_t k = 0; k < actions_.size(); ++k) {
-    const PipeAction& act = actions_[k];
+    const ChunkAction& act = actions_[k];
     if (interrupt != nullptr && stop_points_[k] && interrupt->stop_now()) {
       for (Slot& s : arenas_) wait_sends(s);
       throw StepAbandoned();
     }
     switch (act.op) {
       case PipeOp::kForward: {
-        const double l = forward(take(act.mb), inputs, targets);
-        sum_->loss(act.mb, l);
-        loss += l;
+        Slot& s = take(act.mb, act.chunk);
+        const double l = forward(s, inputs, targets);
+        if (s.arena->acts().head) {  // the loss is the head's chunk's
+          sum_->loss(act.mb, l);
+          loss += l;
+        }
         break;
       }
       case PipeOp::kBackward: {
-        Slot& s = holding(act.mb);
+        Slot& s = holding(act.mb, act.chunk);
         bound(s, true, [&] {
           backward(s, inputs, targets, dloss, BackwardPart::kAll, k == last_backward ? hook : nullptr);
         });
-        sum_->done(act.mb);
+        complete(s);
         release(s);
         break;
       }
       case PipeOp::kBackwardInput: {
-        Slot& s = holding(act.mb);
+        Slot& s = holding(act.mb, act.chunk);
         bound(s, true, [&] { backward(s, inputs, targets, dloss, BackwardPart::kInput); });
         break;
       }
       case PipeOp::kBackwardWeight: {
-        Slot& s = holding(act.mb);
+        Slot& s = holding(act.mb, act.chunk);
         bound(s, false, [&] { backward(s, inputs, targets, dloss, BackwardPart::kWeight); });
-        sum_->done(act.mb);
+        complete(s);
         release(s);
         break;
       }
@@ -435,7 +534,7 @@ double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float
   }
   for (Slot& s : arenas_) wait_sends(s);
   sum_->finish(true);
-  return stage_ == stages_ - 1 ? loss / m_ : 0.0;
+  return model_.stage().head ? loss / m_ : 0.0;
 }
 
 double PipelineEngine::forward_loss(const int32_t* inputs, const int32_t* targets) {
@@ -443,16 +542,26 @@ double PipelineEngine::forward_loss(const int32_t* inputs, const int32_t* target
   events_.clear();
   wait_s_ = 0;
   double loss = 0;
+  // Every microbatch through the chunks in the order of their virtual stages (each waits for the one before).
+  std::vector<int> order(static_cast<size_t>(chunks()));
+  for (int c = 0; c < chunks(); ++c) order[static_cast<size_t>(c)] = c;
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return virtual_stage_[static_cast<size_t>(a)] < virtual_stage_[static_cast<size_t>(b)];
+  });
   for (int j = 0; j < m_; ++j) {
-    Slot& s = take(j);
-    const double l = forward(s, inputs, targets);
-    sum_->loss(j, l);
-    loss += l;
-    release(s);
+    for (int c : order) {
+      Slot& s = take(j, c);
+      const double l = forward(s, inputs, targets);
+      if (s.arena->acts().head) {
+        sum_->loss(j, l);
+        loss += l;
+      }
+    }
+    for (int c : order) release(holding(j, c));
   }
   for (Slot& s : arenas_) wait_sends(s);
   sum_->finish(false);
-  return stage_ == stages_ - 1 ? loss / m_ : 0.0;
+  return model_.stage().head ? loss / m_ : 0.0;
 }
 
 }  // namespace gpt2

@@ -15,12 +15,21 @@
 //           every stage (1f1b's first-stage peak); bubble (p-1)/(3m+p-1) of
 //           the step against 1f1b's (p-1)/(m+p-1) when F, B and W take equal time.
 //
+//   interleaved-1f1b and zb-v (train/virtual_schedule.h): each rank holds
+//           several chunks of layers (virtual stages, StageSplit) and its
+//           list names the chunk of each action; a chunk hands its output to
+//           the next virtual stage's rank, or copies it where that is the
+//           same rank (ZB-V's turn).
+//
 // Messages: a stage receives its input before a forward and the gradient at
 // its output before a backward (blocking receives, timed as waits), and
 // sends with start_send (non-blocking), so only receives wait: every
 // schedule here is a valid order of the same dependencies, so none can
 // deadlock. Between two stages activations flow one way and gradients the
 // other, each in microbatch order, which is the order the receiver takes them.
+// With several chunks a rank each chunk's messages go on streams of their
+// own (Communicator::start_send's), one per direction, so that two chunks'
+// messages between the same two ranks cannot be taken for each other.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +45,7 @@
 #include "model/model.h"
 #include "train/preemption.h"
 #include "train/run_config.h"
+#include "train/stage_split.h"
 
 namespace gpt2 {
 
@@ -55,6 +65,16 @@ struct PipeAction {
   int mb;  // microbatch 0 .. m-1
   PipePhase phase;
   bool operator==(const PipeAction&) const = default;
+};
+
+// One action of a rank over virtual stages (train/virtual_schedule.h): F,
+// BW (B and W), B or W on microbatch `mb` and the rank's chunk `chunk` (0 ..
+// v-1, in layer order); one chunk a rank: chunk 0, a PipeAction.
+struct ChunkAction {
+  PipeOp op;
+  int mb;
+  int chunk;
+  bool operator==(const ChunkAction&) const = default;
 };
 
 // The actions of stage `stage` of `stages` over `m` microbatches, in order.
@@ -78,12 +98,17 @@ std::vector<bool> stop_points(ScheduleKind kind, int stages, int m);
 // The share of a step each stage idles when F, B and W take equal time:
 // (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1; and that
 // formula as text, for the plan and the reports.
-double schedule_bubble(ScheduleKind kind, int stages, int m);
+// With `v` chunks a rank: (p-1)/(vm+p-1) for interleaved-1f1b; zb-v's from
+// its lists on the simulator (train/virtual_schedule.h) with the pass times
+// `t` they were built for ((p-1)/(6m+p-1) for m >= 2p with equal passes).
+double schedule_bubble(ScheduleKind kind, int stages, int m, int v = 1, const PassTimes& t = {});
 std::string schedule_bubble_formula(ScheduleKind kind);
 // The schedule's activation memory: the most microbatches any stage holds
 // at once (max_in_flight over the stages), in arenas of one microbatch:
 // m under gpipe, min(p, m) under 1f1b (its first stage) and zb-h1 (every stage).
-int schedule_peak_in_flight(ScheduleKind kind, int stages, int m);
+// With v chunks a rank, in chunk arenas (each 1/v of a stage's layers): the
+// most any rank holds at once over its chunks.
+int schedule_peak_in_flight(ScheduleKind kind, int stages, int m, int v = 1, const PassTimes& t = {});
 
 // One entry of a stage's timeline: an action, or a wait for a peer
 // ("recv": inside a blocking receive; "send": waiting for a send to finish
@@ -117,13 +142,15 @@ class MicrobatchCombiner;  // pipeline.cpp: one implementation per MicrobatchSum
 class PipelineEngine {
  public:
   // `pp` is the pipeline group (stage = pp.rank(), the model holds that
-  // stage); `rows` this replica's rows per step, cut into `m` microbatches.
+  // rank's layers: `split`'s held(pp.rank()), one chunk or, under
+  // interleaved-1f1b and zb-v, several); `rows` this replica's rows per
+  // step, cut into `m` microbatches.
   // `sequence_parallel`: the arenas cut the residual stream over the
   // tensor-parallel group (model/activations.h), so a stage sends its rows.
   // `cp`: the arenas hold this rank's head and tail chunks of each
   // microbatch's rows (model/context_parallel.h).
-  PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, ScheduleKind kind, int m, int rows, int T,
-                 bool recompute = false, Dtype stored = Dtype::f32, MicrobatchSum sum = MicrobatchSum::kAccumulate,
+  PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, const StageSplit& split, ScheduleKind kind, int m,
+                 int rows, int T, bool recompute = false, Dtype stored = Dtype::f32, MicrobatchSum sum = MicrobatchSum::kAccumulate,
                  bool sequence_parallel = false, const ContextCut& cp = {});
   ~PipelineEngine();
   PipelineEngine(const PipelineEngine&) = delete;
@@ -150,25 +177,26 @@ class PipelineEngine {
   // added in the tree, on the last stage; 0 elsewhere (and under kAccumulate).
   double loss_sum() const;
   // Under kTree: the gradient-sized buffers it allocates for `arenas` arenas
-  // and m microbatches: one per microbatch between its backward and its
-  // fold, and the tree's partial sums before the last fold (log2(m)).
+  // (every chunk's) and m microbatches: one per microbatch between its
+  // first backward and its fold, and the tree's partial sums before the last fold (log2(m)).
   static int tree_buffers(int arenas, int m);
 
   int stages() const { return stages_; }
   int stage() const { return stage_; }
+  int chunks() const { return static_cast<int>(chunks_.size()); }  // this rank's (virtual stages)
   int microbatches() const { return m_; }
   int rows() const { return mb_rows_ * m_; }  // the replica's rows per step
   int seq_len() const { return T_; }
-  // The activations of arena 0 (a microbatch's shapes).
-  Activations& first_acts() { return arenas_.front().arena->acts(); }
   ScheduleKind kind() const { return kind_; }
-  const std::vector<PipeAction>& schedule() const { return actions_; }
-  // Arenas allocated (the schedule's max_in_flight), the most in use at once
-  // in the last step (counted as they are taken), and one arena's bytes.
-  int arenas() const { return static_cast<int>(arenas_.size()); }
+  const std::vector<ChunkAction>& schedule() const { return actions_; }
+  // Arenas allocated (the schedule's max_in_flight, per chunk, added over
+  // the chunks), the most in use at once in the last step (counted as they
+  // are taken); the largest arena's bytes and kinds, and all arenas' bytes.
+  int arenas() const { return arena_count_; }
   int peak_in_flight() const { return peak_; }
   size_t arena_bytes() const { return arena_bytes_; }
-  const ArenaKinds& arena_kinds() const { return arenas_.front().arena->kinds(); }
+  const ArenaKinds& arena_kinds() const { return *largest_kinds_; }
+  size_t activation_bytes() const { return activation_bytes_; }
   // The last step's timeline and its seconds waiting for peers.
   const std::vector<TimelineEvent>& timeline() const { return events_; }
   double wait_s() const { return wait_s_; }
@@ -177,19 +205,24 @@ class PipelineEngine {
   struct Slot {
     std::unique_ptr<ActivationArena> arena;
     std::vector<uint64_t> sends;  // tickets of sends from this arena's tensors
+    int chunk = 0;                // the rank's chunk whose layers it holds
     int mb = -1;                  // the microbatch it holds; -1: free
     int last_mb = -1;             // the microbatch it held last (whose sends may be in flight)
   };
-  Slot& take(int mb);
-  Slot& holding(int mb);
+  Slot& take(int mb, int chunk);
+  Slot& holding(int mb, int chunk);
   void release(Slot& slot);
   void wait_sends(Slot& slot);
   double forward(Slot& slot, const int32_t* inputs, const int32_t* targets);
   void backward(Slot& slot, const int32_t* inputs, const int32_t* targets, float dloss, BackwardPart part,
                 GradReadyHook* hook = nullptr);
   void event(const char* kind, int mb, double t0, double t1);
-  // A blocking receive from `peer` into `into`, timed as a wait for microbatch `mb`.
-  void timed_recv(Tensor into, int peer, int mb);
+  // A receive from `peer` into `into` on `stream`, timed as a wait for microbatch `mb`.
+  void timed_recv(Tensor into, int peer, int stream, int mb);
+  // The streams of chunk `chunk`'s messages: its outputs forwards, its input gradients backwards (one
+  // chunk a rank: stream 0, as send and recv use).
+  int forward_stream(int chunk) const { return split_.chunks() == 1 ? 0 : 1 + chunk; }
+  int backward_stream(int chunk) const { return split_.chunks() == 1 ? 0 : 1 + split_.chunks() + chunk; }
   // Where microbatch `mb`'s tokens start in the replica's rows.
   size_t token_offset(int mb) const;
   double now_ms() const;
@@ -198,12 +231,17 @@ class PipelineEngine {
   Gpt2& model_;
   Communicator& pp_;
   ScheduleKind kind_;
+  StageSplit split_;
   int stages_, stage_, m_, mb_rows_, T_;
-  std::vector<PipeAction> actions_;
-  std::vector<bool> stop_points_;  // stop_points(kind, stages, m)
-  std::vector<Slot> arenas_;
-  size_t arena_bytes_ = 0;
-  int in_use_ = 0, peak_ = 0;
+  std::vector<StageLayers> chunks_;    // this rank's, StageLayers::chunk of the model's
+  std::vector<int> virtual_stage_;     // per chunk: its place among the split's stages
+  std::vector<ChunkAction> actions_;
+  std::vector<bool> stop_points_;      // where a step may stop (stop_points, chunk_stop_points)
+  std::vector<Slot> arenas_;           // every chunk's
+  size_t arena_bytes_ = 0, activation_bytes_ = 0;
+  const ArenaKinds* largest_kinds_ = nullptr;
+  int arena_count_ = 0, in_use_ = 0, peak_ = 0;
+  std::vector<int> passes_left_;       // per microbatch: its chunks' backwards not yet complete this step
   std::vector<TimelineEvent> events_;
   double wait_s_ = 0;
   int64_t t0_ns_ = 0;

@@ -20,6 +20,7 @@
 #include "train/run_state.h"
 #include "train/sharded_checkpoint.h"
 #include "train/train_step.h"
+#include "train/virtual_schedule.h"
 #include "util/fields.h"
 
 namespace gpt2 {
@@ -51,6 +52,7 @@ struct RankShape {
   std::vector<ParamUnit> units;  // the rank's (its tp shard of its stage)
   UnitShards shards;             // its unit-aligned ZeRO shards (stages 2 and 3 without a schedule), else empty
   StepLayout step;               // the step it runs and what it keeps (train/layout.h)
+  const StageSplit* split = nullptr;  // the (virtual) stages' ranks (train/stage_split.h)
   const ZeroLayout& zero() const { return step.zero; }
   bool sharded() const { return step.grad_sum == GradSum::kUnitShards; }
 };
@@ -89,9 +91,27 @@ RankMemory plan_memory(const RankShape& r) {
   shape.context = r.c.parallel.cp;
   set_arena(m, arena_kinds(r.cfg, sl.arena_rows, r.c.train.seq_len, shape, r.tp.has_private(), r.layers,
                            sl.split_backward, sl.recompute_full, sl.stored));
-  if (sl.pipelined()) {  // one arena per microbatch in flight
+  const int v = r.layers.chunks();
+  if (sl.pipelined() && v == 1) {  // one arena per microbatch in flight
     m.arenas = static_cast<uint64_t>(max_in_flight(stage_schedule(sl.schedule, r.c.parallel.pp, r.stage,
                                                                   sl.microbatches)));
+  } else if (sl.pipelined()) {  // virtual stages: each chunk's arenas, one per microbatch it holds at once
+    const std::vector<int> per = chunk_in_flight(
+        schedule_lists(sl.schedule, r.c.parallel.pp, v, sl.microbatches, r.split->passes)[static_cast<size_t>(r.stage)],
+        v);
+    m.arenas = 0;
+    uint64_t largest = 0;
+    for (int c = 0; c < v; ++c) {
+      const ArenaKinds k = arena_kinds(r.cfg, sl.arena_rows, r.c.train.seq_len, shape, r.tp.has_private(),
+                                       r.layers.chunk(c, r.cfg.L), sl.split_backward, sl.recompute_full, sl.stored);
+      const uint64_t bytes = k.total() * sizeof(float);
+      m.arenas += static_cast<uint64_t>(per[static_cast<size_t>(c)]);
+      m.chunk_arenas += bytes * static_cast<uint64_t>(per[static_cast<size_t>(c)]);
+      if (bytes > largest) {
+        largest = bytes;
+        set_arena(m, k);
+      }
+    }
   }
   if (sl.step == StepKind::kChunks) {  // the chunks' tree buffers
     const size_t shard_chunk = r.zero().contiguous ? contiguous_shard(n, padded, r.dp, r.dp_rank).chunk : 0;
@@ -186,20 +206,23 @@ GroupTraffic tp_traffic(const RankShape& r) {
     t.calls = calls;
     return t;
   }
-  for (int l = r.layers.first; l < r.layers.last;) {
-    if (!r.tp.is_private(l)) {
-      // Recomputation runs the layer's forward again in the backward (its two sums), but the stage's last.
-      const uint64_t again = r.step.recompute_full && l != r.layers.last - 1 ? 2 : 0;
-      calls += (4 + again) * m * per_call;
-      t.bytes += (4 + again) * N * C * per_float;
-      ++l;
-      continue;
+  for (int c = 0; c < r.layers.chunks(); ++c) {  // each chunk's layers (virtual stages: several a rank)
+    const StageLayers chunk = r.layers.chunk(c, r.cfg.L);
+    for (int l = chunk.first; l < chunk.last;) {
+      if (!r.tp.is_private(l)) {
+        // Recomputation runs the layer's forward again in the backward (its two sums), but the chunk's last.
+        const uint64_t again = r.step.recompute_full && l != chunk.last - 1 ? 2 : 0;
+        calls += (4 + again) * m * per_call;
+        t.bytes += (4 + again) * N * C * per_float;
+        ++l;
+        continue;
+      }
+      int k = 1;
+      while (!r.tp.ends_run(l + k - 1)) ++k;
+      calls += 2 * m;
+      t.bytes += (2 * N * C + 6 * C * static_cast<uint64_t>(k) * m) * sizeof(float);
+      l += k;
     }
-    int k = 1;
-    while (!r.tp.ends_run(l + k - 1)) ++k;
-    calls += 2 * m;
-    t.bytes += (2 * N * C + 6 * C * static_cast<uint64_t>(k) * m) * sizeof(float);
-    l += k;
   }
   t.calls = calls;
   return t;
@@ -301,8 +324,9 @@ GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem) {
   t.bytes = sizeof(double);
   if (r.zero().stage == 0) {
     const size_t bucket = static_cast<size_t>(r.c.train.grad_bucket_mb * (1 << 20) / sizeof(float));
-    // Under a schedule the buckets go during the stage's last whole backward (none with zb-h1's split one).
-    calls += bucket == 0 || r.step.split_backward ? 1 : bucket_calls(r, mem.count, bucket);
+    // Under a schedule the buckets go during the stage's last whole backward (none with zb-h1's split one, nor
+    // with several chunks a rank: all at the end).
+    calls += bucket == 0 || r.step.split_backward || r.layers.chunks() > 1 ? 1 : bucket_calls(r, mem.count, bucket);
     t.bytes += mem.count * sizeof(float);
   } else if (r.zero().contiguous) {
     calls += 3;
@@ -322,7 +346,9 @@ GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem) {
 // received from stage s - 1 and its gradient sent back, an activation sent
 // to stage s + 1 and its gradient received (rows / m x seq_len x n_embd
 // floats each); the loss and the squared gradient norm (two doubles; the
-// norm's digits under train.deterministic).
+// norm's digits under train.deterministic). With virtual stages the same
+// for each of the rank's chunks, but where the neighbouring stage is on
+// this rank (ZB-V's turn: a copy, no message).
 GroupTraffic pp_traffic(const RankShape& r) {
   GroupTraffic t;
   const int p = r.c.parallel.pp;
@@ -332,7 +358,17 @@ GroupTraffic pp_traffic(const RankShape& r) {
   const uint64_t msg = static_cast<uint64_t>(r.rows) / m * static_cast<uint64_t>(r.c.train.seq_len) *
                        static_cast<uint64_t>(r.cfg.C) * sizeof(float) /
                        static_cast<uint64_t>(r.step.sequence_parallel ? r.tp.size : 1);
-  const uint64_t messages = (r.stage > 0 ? 2 * m : 0) + (r.stage < p - 1 ? 2 * m : 0);
+  uint64_t messages = 0;
+  if (r.split != nullptr && r.split->chunks() > 1) {
+    const StageSplit& sp = *r.split;
+    const int S = static_cast<int>(sp.counts.size());
+    for (const int s : sp.stages_of(r.stage)) {
+      if (s > 0 && sp.rank_of(s - 1) != r.stage) messages += 2 * m;
+      if (s + 1 < S && sp.rank_of(s + 1) != r.stage) messages += 2 * m;
+    }
+  } else {
+    messages = (r.stage > 0 ? 2 * m : 0) + (r.stage < p - 1 ? 2 * m : 0);
+  }
   t.calls = messages + 2;
   // train.deterministic's norm is an exact sum: its digits (ExactSquares::kFloats floats), not a double.
   t.bytes = messages * msg + sizeof(double) +
@@ -452,16 +488,20 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   p.dp = run.dp;
   p.microbatches = c.parallel.microbatches;
   p.schedule = to_string(c.parallel.schedule);
+  p.virtual_stages = c.parallel.virtual_stages;
+  for (const std::string& t : c.parallel.pass_times) p.pass_times += (p.pass_times.empty() ? "" : ",") + t;
   p.checkpoint_format = to_string(c.train.checkpoint_format);
   p.zero = run.step.zero.stage;
   p.zero_contiguous = run.step.zero.contiguous;
   p.vocab = cfg.V;
   p.params_total = static_cast<int64_t>(param_count(cfg));
   p.flops_per_step = training_flops(cfg, c.train.batch_size, c.train.seq_len).total();
-  p.bubble = p.pp > 1 ? schedule_bubble(c.parallel.schedule, p.pp, p.microbatches) : 0.0;
+  const int v = c.parallel.virtual_stages;
+  const PassTimes& passes = run.stage_split.passes;
+  p.bubble = p.pp > 1 ? schedule_bubble(c.parallel.schedule, p.pp, p.microbatches, v, passes) : 0.0;
   if (p.pp > 1) {
     p.bubble_formula = schedule_bubble_formula(c.parallel.schedule);
-    p.peak_in_flight = schedule_peak_in_flight(c.parallel.schedule, p.pp, p.microbatches);
+    p.peak_in_flight = schedule_peak_in_flight(c.parallel.schedule, p.pp, p.microbatches, v, passes);
   }
   // A rank's parameter units depend on its place in a replica only: worked out once per (tp rank, stage).
   std::map<int, std::vector<ParamUnit>> units_of;
@@ -472,8 +512,9 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
     // Under train.deterministic the step's tree runs over the replicas alone (StepLayout::over_replicas).
     const bool replicas = step.over_replicas;
     RankShape r{sc, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
-                StageLayers::at(run.stage_layers, at.stage), replicas ? p.dp : p.dp * run.cp,
-                replicas ? at.dp_rank : at.dp_rank * run.cp + at.cp_rank, at.stage, run.step_rows(), {}, {}, step};
+                run.stage_split.held(at.stage), replicas ? p.dp : p.dp * run.cp,
+                replicas ? at.dp_rank : at.dp_rank * run.cp + at.cp_rank, at.stage, run.step_rows(), {}, {}, step,
+                &run.stage_split};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);
     std::vector<ParamUnit>& units = units_of[at.tp_rank * p.pp + at.stage];
@@ -555,7 +596,8 @@ Json plan_json(const Plan& p) {
   }
   Json out{{"schema", "gpt2-plan/1"}, {"stage", p.stage}, {"ranks", p.ranks}, {"ok", true},
               {"layout", Json{{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"microbatches", p.microbatches},
-                              {"schedule", p.schedule}, {"zero", p.zero}, {"zero_contiguous", p.zero_contiguous}}},
+                              {"schedule", p.schedule}, {"virtual_stages", p.virtual_stages},
+                              {"pass_times", p.pass_times}, {"zero", p.zero}, {"zero_contiguous", p.zero_contiguous}}},
               {"variant", p.variant},
               {"data", Json{{"corpus", p.corpus}, {"tokenizer", p.tokenizer}, {"tokens", p.corpus_tokens}}},
               {"rows_per_replica", p.rows}, {"vocab", p.vocab}, {"params_total", p.params_total},

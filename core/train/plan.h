@@ -37,7 +37,9 @@ struct RankMemory {
   uint64_t count = 0;  // the rank's parameters (its tp shard of its stage): the formula's Ψ
   // One arena's bytes by kind (model/activations.h ArenaKinds): embed, layers, head, scratch.
   uint64_t arena_embed = 0, arena_layers = 0, arena_head = 0, arena_scratch = 0;
-  uint64_t activations() const { return arena * arenas; }
+  // Virtual stages: the arenas differ by chunk (arena is then the largest's): all of them, exactly. 0: arena x arenas.
+  uint64_t chunk_arenas = 0;
+  uint64_t activations() const { return chunk_arenas > 0 ? chunk_arenas : arena * arenas; }
   uint64_t model_state() const { return params + grads + moments; }
 };
 
@@ -77,6 +79,8 @@ struct Plan {
   std::string stage;  // the stage program the plan is for
   int ranks = 1, dp = 1, tp = 1, pp = 1, cp = 1, microbatches = 1;
   std::string schedule;
+  int virtual_stages = 1;  // chunks of layers a pipeline rank holds
+  std::string pass_times;  // zb-v: parallel.pass_times as given ("1,1.3,0.5"); "" when counted
   std::string checkpoint_format;  // train.checkpoint_format
   // The architecture keys that differ from the default GPT-2 as given (not
   // resolved), "key=value" words ("arch=llama n_kv_head=2"); "" for GPT-2.

@@ -92,7 +92,7 @@ template <> struct EnumNames<CheckpointFormat> {
   static constexpr const char* key = "train.checkpoint_format";
 };
 template <> struct EnumNames<ScheduleKind> {
-  static constexpr const char* names[] = {"gpipe", "1f1b", "zb-h1"};
+  static constexpr const char* names[] = {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "zb-v"};
   static constexpr const char* key = "parallel.schedule";
 };
 std::string to_string(Precision p) { return enum_name(p); }
@@ -103,14 +103,16 @@ void from_string(const std::string& text, StopWithin& w) { parse_enum(text, w); 
 std::string to_string(CheckpointFormat f) { return enum_name(f); }
 void from_string(const std::string& text, CheckpointFormat& f) { parse_enum(text, f); }
 void from_string(const std::string& text, ScheduleKind& k) {
-  for (ScheduleKind s : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
+  for (ScheduleKind s : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1,
+                         ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbV}) {
     if (text == enum_name(s)) {
       k = s;
       return;
     }
   }
   throw std::invalid_argument(
-      fmt::format("parallel.schedule: unknown schedule '{}' (expected gpipe, 1f1b or zb-h1)", excerpt(text)));
+      fmt::format("parallel.schedule: unknown schedule '{}' (expected gpipe, 1f1b, zb-h1, interleaved-1f1b or zb-v)",
+                  excerpt(text)));
 }
 void from_string(const std::string& text, Precision& p) { parse_enum(text, p); }
 void from_string(const std::string& text, Recompute& r) {
@@ -138,6 +140,31 @@ void ParallelConfig::validate() const {
   if (cp < 1 || cp > 4096) throw std::invalid_argument(fmt::format("parallel.cp: must be in [1, 4096], got {}", cp));
   if (microbatches < 1) {
     throw std::invalid_argument(fmt::format("parallel.microbatches: must be >= 1, got {}", microbatches));
+  }
+  if (virtual_stages < 1 || virtual_stages > 64) {
+    throw std::invalid_argument(fmt::format("parallel.virtual_stages: must be in [1, 64], got {}", virtual_stages));
+  }
+  if (virtual_stages > 1 && !is_virtual(schedule)) {
+    throw std::invalid_argument(fmt::format("parallel.virtual_stages {} with parallel.schedule {}: chunks of layers "
+                                            "a rank run under interleaved-1f1b or zb-v", virtual_stages,
+                                            to_string(schedule)));
+  }
+  if (schedule == ScheduleKind::kInterleaved1F1B && virtual_stages < 2) {
+    throw std::invalid_argument("parallel.schedule interleaved-1f1b: needs parallel.virtual_stages 2 or more (with 1 "
+                                "chunk a rank it is 1f1b)");
+  }
+  if (schedule == ScheduleKind::kZbV && virtual_stages != 2) {
+    throw std::invalid_argument(fmt::format("parallel.schedule zb-v: each rank holds 2 chunks in the V shape: "
+                                            "parallel.virtual_stages 2, got {}", virtual_stages));
+  }
+  if (is_virtual(schedule) && pp < 2) {
+    throw std::invalid_argument(fmt::format("parallel.schedule {}: places chunks of layers on pipeline ranks: needs "
+                                            "parallel.pp 2 or more, got {}", to_string(schedule), pp));
+  }
+  if (schedule == ScheduleKind::kInterleaved1F1B && microbatches % pp != 0) {
+    throw std::invalid_argument(fmt::format("parallel.schedule interleaved-1f1b: parallel.microbatches {} is not a "
+                                            "multiple of parallel.pp {} (its forwards go in groups of pp microbatches "
+                                            "per chunk)", microbatches, pp));
   }
   (void)blocks();  // every name known
 }
@@ -174,7 +201,7 @@ void validate(const RunConfig& c) {
   const TpLayout tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
   tp.validate(c.model);
   const std::vector<int> split = stage_layer_counts(c);  // parallel.stage_layers (no more stages than layers)
-  for (int s = 0; s + 1 < c.parallel.pp; ++s) {  // a private run may not cross a stage boundary
+  for (int s = 0; s + 1 < static_cast<int>(split.size()); ++s) {  // a private run may not cross a stage boundary
     const int last = StageLayers::at(split, s).last - 1;
     if (tp.is_private(last) && !tp.ends_run(last)) {
       throw std::invalid_argument(fmt::format(
@@ -188,10 +215,21 @@ void validate(const RunConfig& c) {
         "train.layer_grad_norms: per-layer norms are taken on a whole model's gradient; this layout shards it "
         "(parallel.tp, parallel.pp or parallel.zero): turn one off");
   }
-  if (c.train.recompute_full() && c.parallel.pipelined() && c.parallel.schedule == ScheduleKind::kZbH1) {
-    throw std::invalid_argument(
-        "train.recompute full with parallel.schedule zb-h1: the split backward runs a layer's weight gradients after "
-        "the next layer's input gradients, when its recomputed activations are gone; use 1f1b or gpipe");
+  if (c.train.recompute_full() && c.parallel.pipelined() && splits_backward(c.parallel.schedule)) {
+    throw std::invalid_argument(fmt::format(
+        "train.recompute full with parallel.schedule {}: the split backward runs a layer's weight gradients after "
+        "the next layer's input gradients, when its recomputed activations are gone; use 1f1b, interleaved-1f1b or "
+        "gpipe", to_string(c.parallel.schedule)));
+  }
+  if (c.parallel.virtual_stages > 1) {  // what virtual stages do not run with yet, one line each
+    const auto refuse = [&](const std::string& what) {
+      throw std::invalid_argument(fmt::format("parallel.virtual_stages {} with {}: not supported yet (docs/pipeline.md, "
+                                              "\"Virtual stages\")", c.parallel.virtual_stages, what));
+    };
+    if (c.parallel.sequence_parallel && c.parallel.tp > 1) refuse("parallel.sequence_parallel");
+    if (c.parallel.cp > 1) refuse(fmt::format("parallel.cp {}", c.parallel.cp));
+    if (c.parallel.zero_stage() >= 2) refuse(fmt::format("parallel.zero {}", c.parallel.zero_stage()));
+    if (tp.has_private()) refuse("spd or parallel blocks (parallel.block_types)");
   }
   if (c.train.recompute_full() && tp.has_private()) {
     throw std::invalid_argument(
@@ -220,10 +258,10 @@ void validate(const RunConfig& c) {
         "model.tie_embeddings with parallel.pp {}: the tied matrix would live on the first stage (embedding) and the "
         "last (head); untie it or run without a pipeline", c.parallel.pp));
   }
-  if (c.model.post_norm() && c.parallel.pp > 1 && c.parallel.schedule == ScheduleKind::kZbH1) {
-    throw std::invalid_argument(
-        "parallel.schedule zb-h1 splits the pre-norm block's backward; with model.norm_position post use gpipe or "
-        "1f1b");
+  if (c.model.post_norm() && c.parallel.pp > 1 && splits_backward(c.parallel.schedule)) {
+    throw std::invalid_argument(fmt::format(
+        "parallel.schedule {} splits the pre-norm block's backward; with model.norm_position post use gpipe, 1f1b or "
+        "interleaved-1f1b", to_string(c.parallel.schedule)));
   }
   if (c.train.batch_size % c.parallel.microbatches != 0) {
     throw std::invalid_argument(fmt::format("parallel.microbatches {} does not divide train.batch_size {}",

@@ -33,7 +33,7 @@ enum class Precision { kFp32, kBf16 };
 // 'attention' is refused, naming that.
 enum class Recompute { kNone, kFull };
 // parallel.schedule (train/pipeline.h): the pipeline's order of forwards and backwards.
-enum class ScheduleKind { kGpipe, k1F1B, kZbH1 };
+enum class ScheduleKind { kGpipe, k1F1B, kZbH1, kInterleaved1F1B, kZbV };
 // train.stop_within_step (train/preemption.h): whether a stop signal is also
 // agreed inside a step, between its micro-steps, or only at its end.
 enum class StopWithin { kAuto, kAlways, kNever };
@@ -50,7 +50,12 @@ void from_string(const std::string& text, CheckpointFormat& f);  // throws std::
 void from_string(const std::string& text, StopWithin& w);  // throws std::invalid_argument naming train.stop_within_step
 void from_string(const std::string& text, Precision& p);  // throws std::invalid_argument naming train.precision
 void from_string(const std::string& text, Recompute& r);  // throws std::invalid_argument naming train.recompute
-void from_string(const std::string& text, ScheduleKind& k);  // "gpipe" | "1f1b" | "zb-h1"; throws naming parallel.schedule
+// "gpipe" | "1f1b" | "zb-h1" | "interleaved-1f1b" | "zb-v"; throws naming parallel.schedule
+void from_string(const std::string& text, ScheduleKind& k);
+// The schedules over virtual stages (several chunks of layers a rank: train/virtual_schedule.h).
+inline bool is_virtual(ScheduleKind k) { return k == ScheduleKind::kInterleaved1F1B || k == ScheduleKind::kZbV; }
+// The schedules that split each backward into B and W (zb-h1, zb-v).
+inline bool splits_backward(ScheduleKind k) { return k == ScheduleKind::kZbH1 || k == ScheduleKind::kZbV; }
 
 struct TrainConfig {
   int batch_size = 16;          // global batch rows
@@ -199,6 +204,8 @@ struct ParallelConfig {
   bool sequence_parallel = false;
   int cp = 1;
   std::vector<std::string> stage_layers;  // layers per pipeline stage; ["auto"]; empty: the default rule
+  int virtual_stages = 1;                 // chunks of layers per pipeline rank (interleaved-1f1b, zb-v)
+  std::vector<std::string> pass_times;    // zb-v: a chunk's F,B,W times its lists are built for; empty: counted
 
   int zero_stage() const { return static_cast<int>(zero); }
   // Pipeline stages or microbatches: the step runs a schedule (train/pipeline.h).
@@ -226,7 +233,10 @@ struct ParallelConfig {
       "accumulate; divides the replica's rows");
     f("schedule", schedule,
       "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (warm-up, one forward one backward, "
-      "cool-down) or zb-h1 (1f1b with each backward split into B and W, W delayed into the bubbles)");
+      "cool-down), zb-h1 (1f1b with each backward split into B and W, W delayed into the bubbles), "
+      "interleaved-1f1b (Megatron's: parallel.virtual_stages v >= 2 chunks a rank, rank r holding chunks r, r + pp, "
+      "...; microbatches a multiple of pp) or zb-v (zero bubble in the V shape: 2 chunks a rank, rank r holding "
+      "chunks r and 2 pp - 1 - r, B and W split; parallel.virtual_stages 2)");
     f("zero", zero,
       "ZeRO stage over the data-parallel group: 0 off; 1 Adam moments sharded (gradients reduce-scattered, each "
       "rank updates its shard, parameters all-gathered); 2 also the gradients (each layer's reduce-scattered as "
@@ -251,8 +261,18 @@ struct ParallelConfig {
       "divide into 2 cp chunks. So far on the mpi stage, fp32, tp blocks (pre- or post-norm; with or without "
       "sequence_parallel); under train.deterministic with train.sequence_pieces a multiple of 2 cp, which gives "
       "serial's bits (docs/context_parallel.md)");
+    f("virtual_stages", virtual_stages,
+      "chunks of layers each pipeline rank holds (virtual stages, docs/pipeline.md): pp x virtual_stages stages in "
+      "all, placed as parallel.schedule says; 1 = one contiguous stage a rank. More than 1 needs interleaved-1f1b or "
+      "zb-v (2), and equal chunks (model.n_layer a multiple of pp x virtual_stages) unless parallel.stage_layers "
+      "gives one count per chunk");
+    f("pass_times", pass_times,
+      "zb-v only: the relative times of a chunk's forward, input-gradient and weight-gradient passes (F,B,W, e.g. "
+      "1,1.3,0.5) that its lists are built for; empty = counted by the op table. Lists built for other times than "
+      "the machine's leave bubbles: read them off a run's timeline (docs/pipeline.md, \"Virtual stages\")");
     f("stage_layers", stage_layers,
-      "layers per pipeline stage, one count per stage summing to model.n_layer (e.g. 3,2,1), or auto: placed by "
+      "layers per pipeline stage (per virtual stage, in layer order, with parallel.virtual_stages), one count per "
+      "stage summing to model.n_layer (e.g. 3,2,1), or auto: placed by "
       "their counted cost (the op table's FLOPs and bytes of a layer, of the embedding on the first stage and of the "
       "head and loss on the last), the costliest stage as cheap as it can be; empty = L / pp each, the first "
       "L % pp stages one more (docs/pipeline.md, \"Stage balance\")");

@@ -159,9 +159,9 @@ std::string parallel_function(const ParallelConfig& p) {
 }
 
 std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local,
-                               const std::vector<int>& split, bool vocab) {
+                               const StageSplit& split, bool vocab) {
   const int P = grid.tp(), S = grid.pp();
-  const StageLayers stage = split.empty() ? StageLayers{} : StageLayers::at(split, grid.stage());
+  const StageLayers stage = split.held(grid.stage());
   if (P == 1 && S == 1) return local;
   std::vector<float> full(param_count(cfg));
   if (P == 1) {
@@ -178,13 +178,13 @@ std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const s
   // Each stage's tensors at full width, gathered over the pipeline group in
   // equal chunks (the longest stage's), then put in their places.
   size_t chunk = 0;
-  for (int s = 0; s < S; ++s) chunk = std::max(chunk, param_count(cfg, 1, StageLayers::at(split, s)));
+  for (int s = 0; s < S; ++s) chunk = std::max(chunk, param_count(cfg, 1, split.held(s)));
   std::vector<float> mine = shard_of(cfg, 1, 0, full, stage);
   mine.resize(chunk, 0.0f);
   std::vector<float> parts(chunk * static_cast<size_t>(S));
   grid.pp_comm().all_gather(mine.data(), parts.data(), chunk);
   for (int s = 0; s < S; ++s) {
-    const StageLayers st = StageLayers::at(split, s);
+    const StageLayers st = split.held(s);
     place_shard(cfg, 1, 0, {parts.data() + static_cast<size_t>(s) * chunk, param_count(cfg, 1, st)}, full, st);
   }
   return full;
@@ -400,8 +400,8 @@ StageLayers make_model(const RunConfig& c, const BackendKind& kind, int threads,
   layout.validate(st.model_config);
   // Every layout the same cut (fp32: under bf16 tensor parallelism is refused).
   layout.pieces = deterministic_pieces(st.model_config, layout.size, *st.backend);
-  st.stage_split = stage_layer_counts(c);  // parallel.stage_layers
-  const StageLayers stage = StageLayers::at(st.stage_split, grid.stage());
+  st.stage_split = stage_split(c);  // parallel.stage_layers and parallel.virtual_stages
+  const StageLayers stage = st.stage_split.held(grid.stage());
   const ZeroLayout zl = zero_layout(c, dp);
   st.zero_stage = zl.stage;
   const bool contiguous = zl.contiguous;

@@ -27,6 +27,7 @@
 #include "train/corpus.h"
 #include "train/model_source.h"
 #include "train/run_config.h"
+#include "train/stage_split.h"
 
 namespace gpt2 {
 
@@ -105,7 +106,7 @@ struct RunState {
   Gpt2Config model_config;      // resolved: vocab_size set
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Gpt2> model;  // in the backend's memory
-  std::vector<int> stage_split;  // layers per pipeline stage (train/stage_split.h), resolved in make_model
+  StageSplit stage_split;  // the (virtual) stages' layers and ranks (train/stage_split.h), resolved in make_model
   std::unique_ptr<Optimizer> opt;
   // parallel.zero with more than one data-parallel rank: the stage in force
   // (0 with one rank), and its shards: contiguous (`zero`: stage 1, or 2 under
@@ -197,10 +198,10 @@ std::string parallel_function(const ParallelConfig& p);
 // tensor-parallel and pipeline groups (collective over this replica's ranks;
 // every one of them gets the result). `vocab`: the shards cut the vocabulary
 // too (TpShape).
-// `split`: the layers of each pipeline stage (train/stage_split.h's
-// stage_layer_counts; empty: one stage, the whole model).
+// `split`: the layers each pipeline rank holds (train/stage_split.h; no
+// counts: one stage, the whole model).
 std::vector<float> gather_full(const Gpt2Config& cfg, ProcessGrid& grid, const std::vector<float>& local,
-                               const std::vector<int>& split = {}, bool vocab = false);
+                               const StageSplit& split = {}, bool vocab = false);
 
 // ZeRO-1's shard of `model`'s buffer for data-parallel rank `dp_rank` of `dp`.
 ContiguousShard contiguous_shard(const Gpt2& model, int dp, int dp_rank);

@@ -68,10 +68,13 @@ std::string rank_header(int rank, int64_t step, uint64_t n, const std::string& r
 Json part_json(const RankPart& p) {
   Json ranges = Json::array();
   for (const ShardRange& r : p.ranges) ranges.push_back({r.lo, r.hi});
-  return {{"tp", p.tp.size},
-          {"tp_rank", p.tp_rank},
-          {"vocab_parallel", p.tp.vocab},
-          {"stage", {{"first", p.stage.first}, {"last", p.stage.last}, {"embed", p.stage.embed}, {"head", p.stage.head}}},
+  Json stage = {{"first", p.stage.first}, {"last", p.stage.last}, {"embed", p.stage.embed}, {"head", p.stage.head}};
+  if (!p.stage.more.empty()) {  // virtual stages: the rank's further chunks (absent with one, as before them)
+    Json more = Json::array();
+    for (const LayerSpan& s : p.stage.more) more.push_back({s.first, s.last});
+    stage["more"] = more;
+  }
+  return {{"tp", p.tp.size}, {"tp_rank", p.tp_rank}, {"vocab_parallel", p.tp.vocab}, {"stage", stage},
           {"ranges", ranges}};
 }
 
@@ -136,7 +139,10 @@ RankFile parse_rank_file_record(const std::string& text) {
   const Json& st = j.at("stage");
   f.part.tp = TpShape(j.at("tp").get<int>(), j.at("vocab_parallel").get<bool>());
   f.part.tp_rank = j.at("tp_rank").get<int>();
-  f.part.stage = {st.at("first").get<int>(), st.at("last").get<int>(), st.at("embed").get<bool>(), st.at("head").get<bool>()};
+  f.part.stage = {st.at("first").get<int>(), st.at("last").get<int>(), st.at("embed").get<bool>(), st.at("head").get<bool>(), {}};
+  if (st.contains("more")) {
+    for (const Json& s : st.at("more")) f.part.stage.more.push_back({s.at(0).get<int>(), s.at(1).get<int>()});
+  }
   for (const Json& r : j.at("ranges")) f.part.ranges.push_back({r[0].get<size_t>(), r[1].get<size_t>(), 0});
   return f;
 }
@@ -354,10 +360,22 @@ ShardedCheckpoint::ShardedCheckpoint(const fs::path& dir) : dir_(dir) {
     rf.part.tp = TpShape(tp, r.flag(f, "vocab_parallel"));
     rf.part.tp_rank = tp_rank;
     const Json& sj = r.at(f, "stage");
-    rf.part.stage = {r.integer(sj, "first"), r.integer(sj, "last"), r.flag(sj, "embed"), r.flag(sj, "head")};
+    rf.part.stage = {r.integer(sj, "first"), r.integer(sj, "last"), r.flag(sj, "embed"), r.flag(sj, "head"), {}};
     const StageLayers& st = rf.part.stage;
     if (st.first < 0 || st.first >= cfg.L || (st.last >= 0 && (st.last <= st.first || st.last > cfg.L))) {
       r.fail(fmt::format("{}: stage layers [{}, {}) of a {}-layer model", rf.name, st.first, st.last, cfg.L));
+    }
+    if (sj.contains("more")) {  // virtual stages' further chunks, each above the one before
+      int below = st.last;
+      for (const Json& s : sj.at("more")) {
+        const bool pair = s.is_array() && s.size() == 2 && s[0].is_number_integer() && s[1].is_number_integer();
+        const int a = pair ? s[0].get<int>() : -1, b = pair ? s[1].get<int>() : -1;
+        if (!pair || a < below || b <= a || b > cfg.L) {
+          r.fail(fmt::format("{}: stage chunk {} of a {}-layer model above layer {}", rf.name, s.dump(), cfg.L, below));
+        }
+        rf.part.stage.more.push_back({a, b});
+        below = b;
+      }
     }
     if (tp > 1) {
       try {

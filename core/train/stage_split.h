@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/params.h"
 #include "train/run_config.h"
 
 namespace gpt2 {
@@ -32,11 +33,45 @@ StageCosts stage_costs(const Gpt2Config& model, int rows, int T);
 // default rule's (the least moved layers), then the earliest.
 std::vector<int> balance_stages(int layers, int stages, const StageCosts& k);
 
-// parallel.stage_layers resolved for `c` (its parallel.pp stages over
-// model.n_layer layers): one count per stage. Throws std::invalid_argument
-// naming parallel.stage_layers for counts that are not pp positive numbers
-// summing to model.n_layer.
+// parallel.stage_layers resolved for `c` (its parallel.pp x
+// parallel.virtual_stages stages over model.n_layer layers): one count per
+// (virtual) stage, in layer order. Throws std::invalid_argument naming
+// parallel.stage_layers for counts that are not that many positive numbers
+// summing to model.n_layer, and naming parallel.virtual_stages when the
+// default rule's equal chunks do not divide the layers.
 std::vector<int> stage_layer_counts(const RunConfig& c);
+
+// The times of a chunk's passes, relative: F, B (the input gradients), W
+// (the weight gradients); a whole backward (BW) takes B + W.
+struct PassTimes {
+  double forward = 1, input = 1, weight = 1;
+};
+// A layer's passes as counted by the op table (stage_costs' measure): F
+// the forward's ops, W the weight-gradient products (each a forward
+// product's FLOPs and bytes), B the rest of the backward; scaled so that F
+// is 1.
+PassTimes layer_pass_costs(const Gpt2Config& model, int rows, int T);
+
+// Where the (virtual) stages sit on the pipeline's ranks, resolved once
+// (RunState, RunLayout): with v chunks a rank, interleaved (Megatron's
+// placement: rank r holds stages r, r + p, ..., r + (v - 1) p) or, under
+// zb-v, in the V shape (rank r holds stages r and 2 p - 1 - r, so rank 0
+// holds the first and the last). A rank's chunk c is its c-th stage in
+// layer order: the schedules' ChunkAction::chunk (train/virtual_schedule.h).
+struct StageSplit {
+  std::vector<int> counts;  // layers per stage, in layer order: ranks x chunks() of them
+  int ranks = 1;            // parallel.pp
+  bool v_shape = false;
+  PassTimes passes;         // zb-v: the times its lists are built for (layer_pass_costs at a microbatch)
+
+  int chunks() const { return counts.empty() ? 1 : static_cast<int>(counts.size()) / ranks; }
+  std::vector<int> stages_of(int rank) const;  // ascending
+  int rank_of(int stage) const;
+  int chunk_of(int stage) const;  // its index among stages_of(rank_of(stage))
+  // The layers rank `rank` holds (StageLayers::of_stages); the whole model without counts.
+  StageLayers held(int rank) const;
+};
+StageSplit stage_split(const RunConfig& c);
 
 // Each stage's counted cost under `counts` (stage_costs'), for the plan and the log.
 std::vector<double> stage_split_costs(const std::vector<int>& counts, const StageCosts& k);

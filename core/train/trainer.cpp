@@ -224,7 +224,8 @@ class PipelineRecorder {
         // stage shares, not from its own arenas (1f1b gives stages different
         // ones). A step records at most 7m events plus one send wait per arena
         // (<= max(m, p)).
-        max_events_(static_cast<size_t>(8 * pipe.microbatches() + 8 + std::max(pipe.microbatches(), pipe.stages()))),
+        max_events_(static_cast<size_t>(8 * pipe.microbatches() * pipe.chunks() + 8 +
+                                        std::max(pipe.microbatches() * pipe.chunks(), pipe.stages()))),
         mine_(4 + 4 * max_events_),
         all_(mine_.size() * static_cast<size_t>(aux_.size())) {
     if (timeline_path.empty()) return;
@@ -299,6 +300,7 @@ RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, const Act
   set_arena(m, pipe ? pipe->arena_kinds() : arena->kinds());  // as the arenas carved themselves
   m.arena = pipe ? pipe->arena_bytes() : arena->bytes();        // as allocated
   m.arenas = static_cast<uint64_t>(pipe ? pipe->arenas() : 1);
+  if (pipe && pipe->chunks() > 1) m.chunk_arenas = pipe->activation_bytes();  // the chunks' arenas differ
   if (st.sharded) {
     m.gathered = st.sharded->param_slot_bytes();
     m.comm_buffers = st.sharded->grad_slot_bytes();
@@ -330,7 +332,7 @@ Json memory_per_rank(ProcessGrid& grid, const RankMemory& mem, int zero_stage) {
     out.push_back(Json{{"rank", r}, {"stage", i64(all[static_cast<size_t>(r)].stage)}, {"zero", zero_stage},
                        {"params_bytes", i64(m.params)}, {"grads_bytes", i64(m.grads)},
                        {"moments_bytes", i64(m.moments)}, {"arena_bytes", i64(m.arena)}, {"arenas", i64(m.arenas)},
-                       {"activations_bytes", i64(m.arena) * i64(m.arenas)}, {"gathered_bytes", i64(m.gathered)},
+                       {"activations_bytes", i64(m.activations())}, {"gathered_bytes", i64(m.gathered)},
                        {"comm_buffer_bytes", i64(m.comm_buffers)},
                        {"model_state_bytes", i64(m.params) + i64(m.grads) + i64(m.moments)},
                        {"formula_bytes", i64(m.formula)}, {"params", i64(m.count)},
@@ -422,7 +424,7 @@ std::unique_ptr<Layout> make_layout(const RunConfig& c, const StepLayout& sl, Ru
   if (sl.grad_sum == GradSum::kContiguousShards) shards = {st.zero->chunk, lay->reducer.get(), nullptr};
   if (sl.grad_sum == GradSum::kUnitShards) shards.zero3 = st.sharded.get();
   if (sl.pipelined()) {  // the schedule's arenas, one per microbatch in flight
-    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), sl.schedule, sl.microbatches,
+    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), st.stage_split, sl.schedule, sl.microbatches,
                                                  sl.arena_rows * sl.microbatches, c.train.seq_len, sl.recompute_full,
                                                  sl.stored, sl.microbatch_sum, sl.sequence_parallel, grid.context());
     lay->recorder.emplace(grid, *lay->pipe, timeline_path);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <map>
@@ -16,28 +17,39 @@ int interleaved_stage(int stages, int rank, int chunk) { return chunk * stages +
 
 int v_shape_stage(int stages, int rank, int chunk) { return chunk == 0 ? rank : 2 * stages - 1 - rank; }
 
-std::vector<std::vector<ChunkAction>> zb_v_lists(int p, int m, int cap) {
+std::vector<std::vector<ChunkAction>> zb_v_lists(int p, int m, int cap, const PassTimes& times) {
   if (p < 1 || m < 1) throw std::invalid_argument(fmt::format("zb_v_lists: {} stages, {} microbatches", p, m));
+  if (!(times.forward > 0 && times.input > 0 && times.weight > 0)) {
+    throw std::invalid_argument("zb_v_lists: pass times must be positive");
+  }
   if (cap <= 0) cap = 2 * p;
   const int S = 2 * p;  // virtual stages
-  // When each pass finished (unit passes: an integer time), -1 while not done.
-  std::vector<int> f_end(static_cast<size_t>(S * m), -1), b_end(f_end);
+  // When each pass finished, -1 while not done.
+  std::vector<double> f_end(static_cast<size_t>(S * m), -1), b_end(f_end);
   const auto at = [&](int mb, int s) { return static_cast<size_t>(s * m + mb); };
   struct Rank {
     int next_f[2] = {0, 0}, next_b[2] = {0, 0};  // the next microbatch of each chunk to run F and B on
     std::deque<std::pair<int, int>> w;           // (microbatch, chunk) whose W is pending, oldest first
-    int held = 0, free_at = 0;
+    int held = 0;
+    double free_at = 0;
   };
   std::vector<Rank> ranks(static_cast<size_t>(p));
   std::vector<std::vector<ChunkAction>> lists(static_cast<size_t>(p));
+  std::vector<double> ends;  // every pass's end so far: when a waiting rank looks again
+  constexpr double eps = 1e-9;
   int left = 3 * S * m;  // passes still to run
-  for (int t = 0; left > 0; ++t) {
-    if (t > 16 * S * m) throw std::logic_error("zb_v_lists: no progress (a bug in the scheduler)");
+  for (int rounds = 0; left > 0; ++rounds) {
+    if (rounds > 64 * S * m) throw std::logic_error("zb_v_lists: no progress (a bug in the scheduler)");
+    // The next time a rank is free; every rank free then decides, the lowest first (each sees the passes that
+    // ended by then, none that another starts now).
+    double t = std::numeric_limits<double>::infinity();
+    for (const Rank& k : ranks) t = std::min(t, k.free_at);
+    std::vector<int> waiting;
     for (int r = 0; r < p; ++r) {
       Rank& k = ranks[static_cast<size_t>(r)];
-      if (k.free_at > t) continue;
-      const auto done_by = [&](const std::vector<int>& end, int mb, int s) {
-        return end[at(mb, s)] >= 0 && end[at(mb, s)] <= t;
+      if (k.free_at > t + eps) continue;
+      const auto done_by = [&](const std::vector<double>& end, int mb, int s) {
+        return end[at(mb, s)] >= 0 && end[at(mb, s)] <= t + eps;
       };
       std::optional<ChunkAction> pick;
       // B first, chunk 0's before chunk 1's: a chunk-0 B feeds the rank before, the backward's last legs, on
@@ -57,23 +69,39 @@ std::vector<std::vector<ChunkAction>> zb_v_lists(int p, int m, int cap) {
         }
       }
       if (!pick && !k.w.empty()) pick = ChunkAction{PipeOp::kBackwardWeight, k.w.front().first, k.w.front().second};
-      if (!pick) continue;  // idle: nothing ready
+      if (!pick) {
+        waiting.push_back(r);
+        continue;
+      }
       const int s = v_shape_stage(p, r, pick->chunk);
+      double length = times.weight;
       if (pick->op == PipeOp::kForward) {
-        f_end[at(pick->mb, s)] = t + 1;
+        length = times.forward;
+        f_end[at(pick->mb, s)] = t + length;
         ++k.next_f[pick->chunk];
         ++k.held;
       } else if (pick->op == PipeOp::kBackwardInput) {
-        b_end[at(pick->mb, s)] = t + 1;
+        length = times.input;
+        b_end[at(pick->mb, s)] = t + length;
         ++k.next_b[pick->chunk];
         k.w.emplace_back(pick->mb, pick->chunk);
       } else {
         k.w.pop_front();
         --k.held;
       }
-      k.free_at = t + 1;
+      k.free_at = t + length;
+      ends.push_back(k.free_at);
       lists[static_cast<size_t>(r)].push_back(*pick);
       --left;
+    }
+    // A rank with nothing ready looks again when the next pass anywhere ends.
+    double next = std::numeric_limits<double>::infinity();
+    for (double e : ends) {
+      if (e > t + eps) next = std::min(next, e);
+    }
+    for (int r : waiting) {
+      if (left > 0 && !std::isfinite(next)) throw std::logic_error("zb_v_lists: every rank waits (a bug in the scheduler)");
+      ranks[static_cast<size_t>(r)].free_at = next;
     }
   }
   return lists;
@@ -189,6 +217,69 @@ ScheduleRun simulate_schedule(const std::vector<std::vector<ChunkAction>>& lists
     run.bubble[static_cast<size_t>(r)] = run.makespan > 0 ? 1.0 - busy[static_cast<size_t>(r)] / run.makespan : 0.0;
   }
   return run;
+}
+
+std::vector<std::vector<ChunkAction>> schedule_lists(ScheduleKind kind, int stages, int v, int m, const PassTimes& t) {
+  if (kind == ScheduleKind::kZbV) {
+    if (v != 2) throw std::invalid_argument(fmt::format("parallel.schedule zb-v: 2 chunks a rank, not {}", v));
+    return zb_v_lists(stages, m, 0, t);
+  }
+  std::vector<std::vector<ChunkAction>> lists(static_cast<size_t>(stages));
+  for (int r = 0; r < stages; ++r) {
+    if (kind == ScheduleKind::kInterleaved1F1B) {
+      lists[static_cast<size_t>(r)] = interleaved_1f1b(stages, v, r, m);
+      continue;
+    }
+    if (v != 1) throw std::invalid_argument(fmt::format("parallel.schedule {}: one chunk a rank", to_string(kind)));
+    for (const PipeAction& a : stage_schedule(kind, stages, r, m)) lists[static_cast<size_t>(r)].push_back({a.op, a.mb, 0});
+  }
+  return lists;
+}
+
+StageOf stage_placement(ScheduleKind kind) { return kind == ScheduleKind::kZbV ? v_shape_stage : interleaved_stage; }
+
+std::vector<int> chunk_in_flight(const std::vector<ChunkAction>& actions, int v) {
+  std::vector<int> now(static_cast<size_t>(v), 0), peak(static_cast<size_t>(v), 0);
+  for (const ChunkAction& a : actions) {
+    int& n = now.at(static_cast<size_t>(a.chunk));
+    if (a.op == PipeOp::kForward) peak[static_cast<size_t>(a.chunk)] = std::max(peak[static_cast<size_t>(a.chunk)], ++n);
+    if (a.op == PipeOp::kBackward || a.op == PipeOp::kBackwardWeight) --n;
+  }
+  return peak;
+}
+
+std::vector<bool> chunk_stop_points(const std::vector<std::vector<ChunkAction>>& lists, StageOf stage_of, int stages) {
+  const size_t n = lists.empty() ? 0 : lists.front().size();
+  // Where each (pass, microbatch, virtual stage) sits: its rank and its index in that rank's list.
+  std::map<std::tuple<char, int, int>, std::pair<int, size_t>> at;
+  int total = 0;
+  for (size_t r = 0; r < lists.size(); ++r) {
+    if (lists[r].size() != n) throw std::logic_error("chunk_stop_points: the ranks' lists differ in length");
+    for (size_t k = 0; k < n; ++k) {
+      const ChunkAction& a = lists[r][k];
+      const int s = stage_of(stages, static_cast<int>(r), a.chunk);
+      total = std::max(total, s + 1);
+      if (a.op != PipeOp::kBackwardWeight) at[{a.op == PipeOp::kForward ? 'F' : 'B', a.mb, s}] = {static_cast<int>(r), k};
+    }
+  }
+  // Every message between ranks as (the sender's index, the receiver's): a forward's output to the next
+  // stage's forward, a backward's input gradient to the stage before's backward.
+  std::vector<std::pair<size_t, size_t>> messages;
+  for (const auto& [key, where] : at) {
+    const auto [pass, mb, s] = key;
+    const int to = pass == 'F' ? s + 1 : s - 1;
+    if (to < 0 || to >= total) continue;
+    const auto it = at.find({pass, mb, to});
+    if (it == at.end() || it->second.first == where.first) continue;  // the same rank: a copy
+    messages.emplace_back(where.second, it->second.second);
+  }
+  std::vector<bool> out(n, false);
+  for (size_t k = 1; k < n; ++k) {
+    out[k] = std::all_of(messages.begin(), messages.end(), [k](const auto& msg) {
+      return (msg.first < k) == (msg.second < k);
+    });
+  }
+  return out;
 }
 
 }  // namespace gpt2

@@ -5,8 +5,8 @@
 // al. 2021, Megatron-LM's interleaved schedule) and a simulator that runs
 // any such lists with given pass times and reports whether they complete,
 // their makespan, each rank's bubble and the microbatches each holds. The
-// engine (train/pipeline.h) runs one chunk per rank so far; these are the
-// schedules it will run, checked first as data.
+// engine (train/pipeline.h) runs these lists, every schedule's: gpipe's,
+// 1f1b's and zb-h1's as one chunk a rank.
 #pragma once
 
 #include <string>
@@ -15,15 +15,6 @@
 #include "train/pipeline.h"
 
 namespace gpt2 {
-
-// One action of a rank over virtual stages: F, BW (B and W), B or W on
-// microbatch `mb` and the rank's chunk `chunk` (0 .. v-1).
-struct ChunkAction {
-  PipeOp op;
-  int mb;
-  int chunk;
-  bool operator==(const ChunkAction&) const = default;
-};
 
 // Where chunk `chunk` of rank `rank` sits in the model: interleaved
 // placement, virtual stage chunk x p + rank (rank r holds stages r, r + p,
@@ -46,20 +37,17 @@ int v_shape_stage(int stages, int rank, int chunk);
 
 // ZB-V (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"): 2 chunks a
 // rank in the V shape, the backward split into B and W; every rank's list,
-// built by a greedy list scheduler on unit passes (F = B = W = 1): at each
-// time a free rank runs a ready B (the critical path) before a ready F
-// (while it holds fewer than `cap` microbatch-chunks: 2 p, 1F1B's peak
-// activation memory, each chunk half a stage), and otherwise a pending W,
-// which fills what would be bubbles. With m >= 2p a step takes 6 m + p - 1
-// units, the p - 1 of the forwards' first descent alone idle. Throws std::invalid_argument for
-// fewer microbatches than 1 or stages than 1.
-std::vector<std::vector<ChunkAction>> zb_v_lists(int stages, int m, int cap = 0);
-
-// Unit times of the passes (of one chunk): F, B (the input gradients), W (the
-// weight gradients); a whole backward (BW) takes B + W.
-struct PassTimes {
-  double forward = 1, input = 1, weight = 1;
-};
+// built by a greedy list scheduler on passes of times `t` (a chunk's F, B
+// and W): whenever a rank is free it runs a ready B (the critical path)
+// before a ready F (while it holds fewer than `cap` microbatch-chunks: 2 p,
+// 1F1B's peak activation memory, each chunk half a stage), and otherwise a
+// pending W, which fills what would be bubbles. With unit passes and m >=
+// 2p a step takes 6 m + p - 1 units, the p - 1 of the forwards' first
+// descent alone idle. The engine builds them with the counted times
+// (StageSplit::passes): lists built for equal passes lose much of that when
+// B takes longer than F and W less (measured: docs/pipeline.md). Throws
+// std::invalid_argument for fewer microbatches than 1 or stages than 1.
+std::vector<std::vector<ChunkAction>> zb_v_lists(int stages, int m, int cap = 0, const PassTimes& t = {});
 
 struct ScheduleRun {
   bool complete = false;       // every action ran (false: the lists wait on each other: a deadlock)
@@ -76,5 +64,23 @@ struct ScheduleRun {
 // chunk)` places the chunks; `stages_total` virtual stages in all.
 ScheduleRun simulate_schedule(const std::vector<std::vector<ChunkAction>>& lists, int stages_total,
                               int (*stage_of)(int stages, int rank, int chunk), int stages, const PassTimes& t);
+
+// Every rank's list under `kind` on `stages` ranks with `v` chunks a rank
+// and `m` microbatches: stage_schedule's as chunk 0 (gpipe, 1f1b, zb-h1;
+// v 1), interleaved_1f1b's, or zb_v_lists' (v 2). Throws
+// std::invalid_argument for what the schedule cannot form.
+// `t`: zb-v's pass times (zb_v_lists).
+std::vector<std::vector<ChunkAction>> schedule_lists(ScheduleKind kind, int stages, int v, int m,
+                                                     const PassTimes& t = {});
+// The placement of `kind`'s chunks: v_shape_stage under zb-v, else interleaved_stage.
+using StageOf = int (*)(int stages, int rank, int chunk);
+StageOf stage_placement(ScheduleKind kind);
+// Per chunk of a rank's list: the most microbatches it holds at once (F done,
+// W or BW not yet): that chunk's activation arenas.
+std::vector<int> chunk_in_flight(const std::vector<ChunkAction>& actions, int v);
+// stop_points for lists over virtual stages: before action k when no
+// message between ranks is in flight there (a chunk's hand-over to the
+// same rank is a copy, not a message). Every rank's list has one length.
+std::vector<bool> chunk_stop_points(const std::vector<std::vector<ChunkAction>>& lists, StageOf stage_of, int stages);
 
 }  // namespace gpt2

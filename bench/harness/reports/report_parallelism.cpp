@@ -516,8 +516,10 @@ std::string tables_md(const std::vector<std::vector<std::string>>& time_rows,
       "\nBubble: the share of a step a stage's ranks spent waiting for a pipeline peer (inside a receive, or for "
       "a send whose buffer was needed again), the median over the steps after the first; theory: (p-1)/(m+p-1) "
       "for gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1, which assume forward, input-gradient and weight-gradient "
-      "passes of equal time. Arenas: the most microbatches a stage held at once (counted while it ran) and, in "
-      "brackets, the schedule's bound. pp calls and MB: rank 0's (the first stage's) pipeline-group calls in a "
+      "passes of equal time; (p-1)/(vm+p-1) for interleaved-1f1b with v chunks a rank; for zb-v its lists on the "
+      "simulator at the pass times they were built for (parallel.pass_times, or the op table's counts). Arenas: "
+      "the most microbatches a stage held at once (counted while it ran) and, in brackets, the schedule's bound "
+      "(with virtual stages, chunk arenas: each chunk's own peak, added). pp calls and MB: rank 0's (the first stage's) pipeline-group calls in a "
       "step and their bytes (MB = 10^6 bytes); the formula is 2m messages of one microbatch's activations "
       "(rows x seq_len x n_embd floats) plus two doubles (the loss and the gradient norm). Loss deviation: the "
       "largest relative difference of the median training-loss curve from that of the first one-rank run of the "
@@ -542,7 +544,8 @@ std::string tables_md(const std::vector<std::vector<std::string>>& time_rows,
       "once by its buffer; the formula is Ψ floats (the rank's parameters) for an allreduce, 2Ψ for ZeRO-1/2 "
       "(reduce-scatter and all-gather), 3Ψ for ZeRO-3 (two all-gathers and a reduce-scatter), scalars aside. "
       "Activations: the arenas the schedule allocates (one per microbatch in flight) times one arena's "
-      "bytes.\n\n";
+      "bytes; with virtual stages the chunks' arenas differ: Arenas x MB names the largest, Activations adds "
+      "every arena's own bytes.\n\n";
   return md;
 }
 

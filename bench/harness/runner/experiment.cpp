@@ -143,7 +143,7 @@ std::string config_digest(const ResolvedConfig& cfg) {
 
 // The layout columns of a run from its plan: the tensor- and pipeline-parallel
 // sizes, and context parallelism, the pipeline and ZeRO as one text ("pp2 m4
-// zb-h1", "zero", "pp2 m2 1f1b zero2", "m4" for accumulation on one stage,
+// zb-h1", "pp2 v2 m8 zb-v", "zero", "pp2 m2 1f1b zero2", "m4" for accumulation on one stage,
 // "cp2", "cp2 pp2 m2 1f1b"; ZeRO only where it is in force, over more than
 // one data-parallel rank).
 void set_layout(RunSpec& s, const Json& plan) {
@@ -152,7 +152,13 @@ void set_layout(RunSpec& s, const Json& plan) {
   s.pp = l["pp"].get<int>();
   const int m = l["microbatches"].get<int>(), zero = l["zero"].get<int>();
   // Microbatches on one stage are gradient accumulation: no schedule to name.
-  if (s.pp > 1) s.pipeline = fmt::format("pp{} m{} {}", s.pp, m, l["schedule"].get<std::string>());
+  // Virtual stages: "pp2 v2 m8 zb-v", and zb-v's given pass times ("... times 1,1.3,0.5").
+  const int v = l.value("virtual_stages", 1);
+  const std::string times = l.value("pass_times", std::string());
+  if (s.pp > 1) {
+    s.pipeline = fmt::format("pp{}{} m{} {}{}", s.pp, v > 1 ? fmt::format(" v{}", v) : "", m,
+                             l["schedule"].get<std::string>(), times.empty() ? "" : " times " + times);
+  }
   if (s.pp == 1 && m > 1) s.pipeline = fmt::format("m{}", m);
   const int cp = l.value("cp", 1);
   if (cp > 1) s.pipeline = fmt::format("cp{}{}{}", cp, s.pipeline.empty() ? "" : " ", s.pipeline);
