@@ -4,9 +4,10 @@
   * interleaved-1f1b and zb-v on pp 2 (4 layers: 4 chunks of one) and pp 4 (8 layers), each with 2 chunks a
     rank, train the serial configuration for 10 steps: every step's loss and the validation losses within 1e-5
     relative, every final weight within 1e-5 absolute; so do dp 2 x pp 2 with ZeRO-1 and without
-    (interleaved), interleaved with full recomputation, and tp 2 x pp 2 (zb-v). For each, the plan equals the counts: every rank's memory by kind (the chunks' arenas)
+    (interleaved), interleaved with full recomputation, zb-v with its microbatches from train.micro_batch, and
+    tp 2 x pp 2 (zb-v). For each, the plan equals the counts: every rank's memory by kind (the chunks' arenas)
     and rank 0's calls and bytes per group in every step (zb-v's turn on the last rank is a copy, no message).
-  * Under train.deterministic both schedules on pp 2 and interleaved-1f1b on pp 4 give serial's parameters,
+  * Under train.deterministic both schedules on pp 2 and 4 give serial's parameters,
     Adam moments, records and text byte for byte, and zb-v on pp 2 in bf16 serial bf16's; the check can fail: 1f1b with accumulated gradients (no
     tree) differs.
   * A zb-v checkpoint at step 5 resumes on serial with the uninterrupted curve; a sharded interleaved one
@@ -47,6 +48,8 @@ def main():
          ["--parallel.pp", "2", "--parallel.microbatches", "2", "--parallel.zero", "1", *il]),
         ("dp 2 x pp 2 x 2 chunks, m 2, interleaved-1f1b (the gradient's allreduce after the step)", 4, "dp2il_ar",
          ["--parallel.pp", "2", "--parallel.microbatches", "2", *il]),
+        ("pp 2 x 2 chunks, zb-v, microbatches from train.micro_batch 2 (m 4)", 2, "zbv2_micro",
+         ["--parallel.pp", "2", "--train.micro_batch", "2", *zbv]),
         ("pp 2 x 2 chunks, m 4, interleaved-1f1b with full recomputation", 2, "il2_recompute",
          ["--parallel.pp", "2", "--parallel.microbatches", "4", *il, "--train.recompute", "full"]),
         ("tp 2 x pp 2 x 2 chunks, m 4, zb-v", 4, "tp2zbv",
@@ -77,6 +80,8 @@ def main():
     bf16 = ["--train.precision", "bf16"]
     same("zb-v on pp 2 (m 4) in bf16 gives serial bf16's bits", train("det_serial4_bf16", [*det4, *bf16], 1),
          train("det_zbv2_bf16", [*det4, *bf16, "--parallel.pp", "2", "--parallel.microbatches", "4", *zbv], 1, 2))
+    same("zb-v on pp 4 (m 4) gives serial's bits", base8,
+         train("det_zbv4", [*det8, "--parallel.pp", "4", "--parallel.microbatches", "4", *zbv], 1, 4))
     accumulated = train("acc_1f1b", [*four, "--parallel.pp", "2", "--parallel.microbatches", "4"], 1, 2)
     if base4 is not None and accumulated is not None:
         check("the bit check can fail: 1f1b with accumulated gradients is not serial's deterministic bits",
