@@ -315,7 +315,7 @@ PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, const
   mb_rows_ = rows / m;
   const std::vector<std::vector<ChunkAction>> lists = schedule_lists(kind, stages_, v, m, split_.passes);
   actions_ = lists[static_cast<size_t>(stage_)];
-  stop_points_ = v == 1 ? stop_points(kind, stages_, m) : chunk_stop_points(lists, stage_placement(kind), stages_);
+  stop_points_ = v == 1 ? stop_points(kind, stages_, m) : chunk_stop_points(lists, split_.placement(), stages_);
   // Each chunk's microbatches must run in order, forwards and backwards: its messages on a stream arrive so.
   for (int c = 0; c < v; ++c) {
     int f = 0, b = 0;
@@ -426,8 +426,7 @@ double PipelineEngine::forward(Slot& slot, const int32_t* inputs, const int32_t*
     }
   }
   const double t0 = now_ms();
-  const bool head = a.head;
-  const double loss = gpt2_forward(be_, model_, a, inputs + off, head && targets ? targets + off : nullptr);
+  const double loss = gpt2_forward(be_, model_, a, inputs + off, a.head && targets ? targets + off : nullptr);
   event("F", slot.mb, t0, now_ms());
   if (s + 1 < S && split_.rank_of(s + 1) != stage_) {
     const Tensor out = a.layers[static_cast<size_t>(a.last - 1)].residual3;
@@ -481,11 +480,11 @@ double PipelineEngine::step(const int32_t* inputs, const int32_t* targets, float
   // Per microbatch, its chunks' backwards still to complete (a BW or a W each): its gradient starts at the
   // first (kTree: its own buffer, zeroed) and is complete after the last.
   passes_left_.assign(static_cast<size_t>(m_), chunks());
-  std::vector<bool> started(static_cast<size_t>(m_), false);
+  started_.assign(static_cast<size_t>(m_), 0);
   // The combiner's hold on the gradient around each of a microbatch's passes.
   auto bound = [&](Slot& s, bool may_start, auto&& pass) {
-    const bool first = may_start && !started[static_cast<size_t>(s.mb)];
-    started[static_cast<size_t>(s.mb)] = true;
+    const bool first = may_start && started_[static_cast<size_t>(s.mb)] == 0;
+    started_[static_cast<size_t>(s.mb)] = 1;
     sum_->bind(s.mb, first);
     pass();
     sum_->unbind();
@@ -542,14 +541,10 @@ double PipelineEngine::forward_loss(const int32_t* inputs, const int32_t* target
   events_.clear();
   wait_s_ = 0;
   double loss = 0;
-  // Every microbatch through the chunks in the order of their virtual stages (each waits for the one before).
-  std::vector<int> order(static_cast<size_t>(chunks()));
-  for (int c = 0; c < chunks(); ++c) order[static_cast<size_t>(c)] = c;
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return virtual_stage_[static_cast<size_t>(a)] < virtual_stage_[static_cast<size_t>(b)];
-  });
+  // Every microbatch through this rank's chunks in layer order, which is their virtual stages' (each waits for
+  // the one before, wherever it is).
   for (int j = 0; j < m_; ++j) {
-    for (int c : order) {
+    for (int c = 0; c < chunks(); ++c) {
       Slot& s = take(j, c);
       const double l = forward(s, inputs, targets);
       if (s.arena->acts().head) {
@@ -557,7 +552,7 @@ double PipelineEngine::forward_loss(const int32_t* inputs, const int32_t* target
         loss += l;
       }
     }
-    for (int c : order) release(holding(j, c));
+    for (int c = 0; c < chunks(); ++c) release(holding(j, c));
   }
   for (Slot& s : arenas_) wait_sends(s);
   sum_->finish(false);

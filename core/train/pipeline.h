@@ -242,6 +242,7 @@ class PipelineEngine {
   const ArenaKinds* largest_kinds_ = nullptr;
   int arena_count_ = 0, in_use_ = 0, peak_ = 0;
   std::vector<int> passes_left_;       // per microbatch: its chunks' backwards not yet complete this step
+  std::vector<char> started_;          // per microbatch: a backward of it has begun this step
   std::vector<TimelineEvent> events_;
   double wait_s_ = 0;
   int64_t t0_ns_ = 0;

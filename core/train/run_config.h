@@ -269,7 +269,8 @@ struct ParallelConfig {
     f("pass_times", pass_times,
       "zb-v only: the relative times of a chunk's forward, input-gradient and weight-gradient passes (F,B,W, e.g. "
       "1,1.3,0.5) that its lists are built for; empty = counted by the op table. Lists built for other times than "
-      "the machine's leave bubbles: read them off a run's timeline (docs/pipeline.md, \"Virtual stages\")");
+      "the machine's leave bubbles: scripts/pass_times.py RUN_DIR reads them off a zb-h1 or zb-v run's timeline "
+      "(docs/pipeline.md, \"Virtual stages\")");
     f("stage_layers", stage_layers,
       "layers per pipeline stage (per virtual stage, in layer order, with parallel.virtual_stages), one count per "
       "stage summing to model.n_layer (e.g. 3,2,1), or auto: placed by "

@@ -112,15 +112,18 @@ std::vector<int> balance_stages(int layers, int stages, const StageCosts& k) {
   return best;
 }
 
+int interleaved_stage(int stages, int rank, int chunk) { return chunk * stages + rank; }
+
+int v_shape_stage(int stages, int rank, int chunk) { return chunk == 0 ? rank : 2 * stages - 1 - rank; }
+
 std::vector<int> StageSplit::stages_of(int rank) const {
   if (rank < 0 || rank >= ranks) throw std::invalid_argument(fmt::format("pipeline rank {} of {}", rank, ranks));
-  const int v = chunks();
-  if (v_shape) return {rank, 2 * ranks - 1 - rank};
   std::vector<int> out;
-  for (int c = 0; c < v; ++c) out.push_back(c * ranks + rank);
+  for (int c = 0; c < chunks(); ++c) out.push_back(placement()(ranks, rank, c));
   return out;
 }
 
+// The inverses of the placements.
 int StageSplit::rank_of(int stage) const {
   if (v_shape) return stage < ranks ? stage : 2 * ranks - 1 - stage;
   return stage % ranks;

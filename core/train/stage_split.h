@@ -52,6 +52,15 @@ struct PassTimes {
 // is 1.
 PassTimes layer_pass_costs(const Gpt2Config& model, int rows, int T);
 
+// Where chunk `chunk` of rank `rank` of `stages` sits among the virtual
+// stages. Interleaved: stage chunk x p + rank (rank r holds stages r, r + p,
+// ...). ZB-V's V shape (chunk 0 or 1): rank r holds stages r and 2 p - 1 -
+// r, so the forward runs down the ranks and back up, and rank 0 holds the
+// first stage and the last. Layers run through the virtual stages in order.
+int interleaved_stage(int stages, int rank, int chunk);
+int v_shape_stage(int stages, int rank, int chunk);
+using StageOf = int (*)(int stages, int rank, int chunk);
+
 // Where the (virtual) stages sit on the pipeline's ranks, resolved once
 // (RunState, RunLayout): with v chunks a rank, interleaved (Megatron's
 // placement: rank r holds stages r, r + p, ..., r + (v - 1) p) or, under
@@ -65,7 +74,8 @@ struct StageSplit {
   PassTimes passes;         // zb-v: the times its lists are built for (layer_pass_costs at a microbatch)
 
   int chunks() const { return counts.empty() ? 1 : static_cast<int>(counts.size()) / ranks; }
-  std::vector<int> stages_of(int rank) const;  // ascending
+  StageOf placement() const { return v_shape ? v_shape_stage : interleaved_stage; }
+  std::vector<int> stages_of(int rank) const;  // placement()'s, chunk by chunk: ascending
   int rank_of(int stage) const;
   int chunk_of(int stage) const;  // its index among stages_of(rank_of(stage))
   // The layers rank `rank` holds (StageLayers::of_stages); the whole model without counts.

@@ -13,9 +13,6 @@
 
 namespace gpt2 {
 
-int interleaved_stage(int stages, int rank, int chunk) { return chunk * stages + rank; }
-
-int v_shape_stage(int stages, int rank, int chunk) { return chunk == 0 ? rank : 2 * stages - 1 - rank; }
 
 std::vector<std::vector<ChunkAction>> zb_v_lists(int p, int m, int cap, const PassTimes& times) {
   if (p < 1 || m < 1) throw std::invalid_argument(fmt::format("zb_v_lists: {} stages, {} microbatches", p, m));

@@ -16,10 +16,7 @@
 
 namespace gpt2 {
 
-// Where chunk `chunk` of rank `rank` sits in the model: interleaved
-// placement, virtual stage chunk x p + rank (rank r holds stages r, r + p,
-// ...); layers run through the virtual stages in order.
-int interleaved_stage(int stages, int rank, int chunk);
+// The placements, interleaved_stage and v_shape_stage, are train/stage_split.h's.
 
 // Interleaved 1F1B on rank `rank` of `stages` with `v` chunks a rank and
 // `m` microbatches (m a multiple of stages when v > 1): forwards in groups
@@ -30,10 +27,6 @@ int interleaved_stage(int stages, int rank, int chunk);
 // parallel.microbatches for what it cannot form.
 std::vector<ChunkAction> interleaved_1f1b(int stages, int v, int rank, int m);
 
-// Where chunk `chunk` (0 or 1) of rank `rank` sits under ZB-V's V shape:
-// rank r holds virtual stages r and 2 p - 1 - r, so the forward runs down
-// the ranks and back up, and rank 0 holds the first stage and the last.
-int v_shape_stage(int stages, int rank, int chunk);
 
 // ZB-V (Qi et al. 2024, "Zero Bubble Pipeline Parallelism"): 2 chunks a
 // rank in the V shape, the backward split into B and W; every rank's list,
@@ -73,7 +66,6 @@ ScheduleRun simulate_schedule(const std::vector<std::vector<ChunkAction>>& lists
 std::vector<std::vector<ChunkAction>> schedule_lists(ScheduleKind kind, int stages, int v, int m,
                                                      const PassTimes& t = {});
 // The placement of `kind`'s chunks: v_shape_stage under zb-v, else interleaved_stage.
-using StageOf = int (*)(int stages, int rank, int chunk);
 StageOf stage_placement(ScheduleKind kind);
 // Per chunk of a rank's list: the most microbatches it holds at once (F done,
 // W or BW not yet): that chunk's activation arenas.
