@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 packages=(git g++ meson ninja-build pkg-config libfmt-dev libyaml-cpp-dev nlohmann-json3-dev libopenblas-dev
           libbenchmark-dev libgtest-dev mpich libmpich-dev gnuplot-nox libdnnl-dev libpcre2-dev)
 if [[ "${1:-}" == "--tests" ]]; then
-  # The PyTorch cross-check runs in Debian's own python3 with Debian's torch.
-  packages+=(python3 python3-numpy python3-torch)
+  # The PyTorch cross-check runs in Debian's own python3 with Debian's torch;
+  # the Slurm test starts a one-node Slurm of its own (scripts/slurm_local.sh).
+  packages+=(python3 python3-numpy python3-torch slurm-wlm munge)
 fi
 
 missing=()

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -35,6 +36,13 @@ MachineInfo machine_info() {
   const char* env = std::getenv("OPENBLAS_CORETYPE");
   m.openblas_coretype_env = env ? env : "(unset)";
   m.date_utc = utc_now();
+  if (const char* job = std::getenv("SLURM_JOB_ID"); job != nullptr && *job != '\0') {
+    m.slurm_job = job;
+    const char* nodes = std::getenv("SLURM_JOB_NODELIST");
+    m.slurm_nodes = nodes ? nodes : "";
+    const char* restarts = std::getenv("SLURM_RESTART_COUNT");
+    m.slurm_attempt = 1 + (restarts != nullptr ? std::max(0, std::atoi(restarts)) : 0);
+  }
   return m;
 }
 
@@ -77,6 +85,9 @@ Json provenance_json(const MachineInfo& m, const BuildInfo& b) {
   j["cores"] = m.logical_cores;
   j["host"] = m.hostname;
   j["date"] = m.date_utc;
+  if (!m.slurm_job.empty()) {  // absent outside Slurm: records made without it are unchanged
+    j["slurm"] = Json{{"job_id", m.slurm_job}, {"attempt", m.slurm_attempt}, {"nodes", m.slurm_nodes}};
+  }
   return j;
 }
 

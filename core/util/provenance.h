@@ -18,6 +18,11 @@ struct MachineInfo {
   std::string hostname;
   std::string openblas_coretype_env;  // OPENBLAS_CORETYPE, or "(unset)"
   std::string date_utc;
+  // Under Slurm (docs/cluster.md): the job (SLURM_JOB_ID; "" outside a
+  // job), its attempt (SLURM_RESTART_COUNT + 1: a requeued job's second is 2)
+  // and its nodes (SLURM_JOB_NODELIST).
+  std::string slurm_job, slurm_nodes;
+  int slurm_attempt = 0;
 };
 
 struct BuildInfo {
