@@ -15,7 +15,13 @@ munge installed it reports itself skipped (exit 77) with the reason.
     records equal an uninterrupted run's byte for byte; the attempt count
     (SLURM_RESTART_COUNT + 1) is 2, and the run's provenance names the job and that attempt.
 
-usage: slurm_test.py --mpi PATH --mpiexec PATH --corpus PATH --repo PATH
+  * The harness: `harness run experiments/smoke.yaml --launcher slurm` gives the local launcher's runs.csv
+    rows (but the timings and provenance) and loss.csv; a run preempted mid-way (scancel --signal=TERM) is
+    requeued and resumed, and runs.csv counts 2 attempts; `harness slurm-script` writes job scripts that
+    run when submitted by hand. Bad input, one line, exit 2, nothing submitted: a partition that does not
+    exist, Slurm not answering, Slurm not installed, a run needing more CPUs than the cluster has.
+
+usage: slurm_test.py --mpi PATH --mpiexec PATH --corpus PATH --repo PATH --harness PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass, 77 if skipped.
 """
 import argparse
@@ -41,7 +47,7 @@ def wait_for(predicate, timeout):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    for k in ("mpi", "mpiexec", "corpus", "repo"):
+    for k in ("mpi", "mpiexec", "corpus", "repo", "harness"):
         ap.add_argument("--" + k, required=True)
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -64,6 +70,7 @@ def main():
     check = Checks()
     try:
         run_checks(a, work, env, check)
+        harness_checks(a, work, env, check)
     finally:
         subprocess.run(["scancel", "--user", "root"], capture_output=True, env=env, timeout=30)
         r = subprocess.run(["bash", script, "stop", cluster], capture_output=True, text=True, timeout=120)
@@ -76,6 +83,137 @@ def job_state(env, job):
     r = subprocess.run(["scontrol", "show", "job", str(job)], capture_output=True, text=True, env=env, timeout=30)
     fields = dict(f.split("=", 1) for f in r.stdout.split() if "=" in f)
     return fields.get("JobState", ""), fields
+
+
+def harness_checks(a, work, env, check):
+    """The harness's Slurm launcher against its local one, preemption through it, slurm-script, bad input."""
+    import csv
+    out = lambda name: os.path.join(work, name)  # noqa: E731
+    repo = os.path.abspath(a.repo)
+    smoke = os.path.join(repo, "experiments", "smoke.yaml")
+
+    def harness(*args, environ=None):
+        return subprocess.run([a.harness, *args], capture_output=True, text=True, env=environ or env, timeout=600)
+
+    def rows(results):
+        with open(os.path.join(results, "smoke", "runs.csv")) as f:
+            return {r["run_id"]: r for r in csv.DictReader(f)}
+
+    r1 = harness("run", smoke, "--quiet", "--results", out("h_local"), "--reports", out("h_local_reports"))
+    r2 = harness("run", smoke, "--quiet", "--launcher", "slurm", "--results", out("h_slurm"),
+                 "--reports", out("h_slurm_reports"))
+    check("harness run smoke.yaml, local and --launcher slurm", r1.returncode == 0 and r2.returncode == 0,
+          (r1.stderr + r2.stderr).strip()[-400:])
+    if r1.returncode == 0 and r2.returncode == 0:
+        local, slurm = rows(out("h_local")), rows(out("h_slurm"))
+        keys = ("stage", "ranks", "threads", "repetition", "tp", "pipeline", "status", "attempts", "steps",
+                "final_loss", "val_loss", "params", "formula_dp_calls", "formula_dp_bytes")
+        diff = [f"{i} {k}: {local[i].get(k)} / {slurm.get(i, {}).get(k)}" for i in local for k in keys
+                if local[i].get(k) != slurm.get(i, {}).get(k)]
+        check("the Slurm launcher's runs.csv rows equal the local one's (but timings and provenance)",
+              not diff and set(local) == set(slurm) and any(r["status"] == "ok" for r in local.values()),
+              "; ".join(diff[:4]))
+        same_loss = open(os.path.join(out("h_local"), "smoke", "loss.csv")).read() == \
+            open(os.path.join(out("h_slurm"), "smoke", "loss.csv")).read()
+        check("and its loss.csv is the local one's", same_loss)
+        skipped = [r["reason"] for r in slurm.values() if r["status"] == "skipped"]
+        check("a stage the node cannot run is skipped with the program's own reason, not srun's",
+              all("srun" not in why and why for why in skipped), "; ".join(skipped)[:300])
+
+    # ---- A run preempted through the harness: requeued, resumed, two attempts counted ----
+    exp = out("preempt_exp.yaml")
+    with open(exp, "w") as f:
+        f.write(f"name: preempt\ndescription: one long run\nbase: {os.path.join(repo, 'configs', 'original.yaml')}\n"
+                "config:\n  model.block_size: 32\n  model.n_layer: 2\n  model.n_head: 4\n  model.n_embd: 64\n"
+                "  train.batch_size: 8\n  train.seq_len: 32\n  train.steps: 120\n  train.checkpoint_every: 5\n"
+                "  train.deterministic: true\n  generate.max_new_tokens: 0\n"
+                f"  data.corpus: {os.path.abspath(a.corpus)}\n"
+                "reports: [table1]\nrepetitions: 1\ntimeout_s: 600\nruns:\n  - {stage: mpi, ranks: 2, threads: 1}\n")
+    proc = subprocess.Popen([a.harness, "run", exp, "--quiet", "--launcher", "slurm", "--results", out("h_pre"),
+                             "--reports", out("h_pre_reports")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+    def partial_steps():
+        for root, _, files in os.walk(out("h_pre")):
+            if "metrics.jsonl.partial" in files:
+                with open(os.path.join(root, "metrics.jsonl.partial")) as f:
+                    if sum('"event":"step"' in line.replace(" ", "") for line in f) >= 20:
+                        return True
+        return False
+    started = wait_for(partial_steps, 120)
+    jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env).stdout.split()
+    if started and jobs:
+        subprocess.run(["scancel", "--signal=TERM", jobs[0]], capture_output=True, env=env, timeout=30)
+
+        def nudge():
+            state, fields = job_state(env, jobs[0])
+            if state == "PENDING" and fields.get("Reason") == "BeginTime":
+                subprocess.run(["scontrol", "update", f"JobId={jobs[0]}", "StartTime=now"], capture_output=True,
+                               env=env, timeout=30)
+            return proc.poll() is not None
+        wait_for(nudge, 300)
+    if proc.poll() is None:
+        proc.kill()
+    stdout, stderr = proc.communicate()
+    check("a harness run preempted mid-way is requeued and completes", started and proc.returncode == 0,
+          stderr.strip()[-300:])
+    runs_csv = os.path.join(out("h_pre"), "preempt", "runs.csv")
+    if os.path.exists(runs_csv):
+        with open(runs_csv) as f:
+            row = next(csv.DictReader(f))
+        check("runs.csv counts its 2 attempts", row["status"] == "ok" and row["attempts"] == "2",
+              f"status {row['status']}, attempts {row['attempts']}")
+
+    # ---- slurm-script: job scripts for users who submit themselves ----
+    r = harness("slurm-script", smoke, "--out", out("scripts"))
+    mine = os.path.join(out("scripts"))
+    written = sorted(d for d in os.listdir(mine) if os.path.isdir(os.path.join(mine, d))) if os.path.isdir(mine) else []
+    check("harness slurm-script writes a job script per runnable run and submit_all.sh",
+          r.returncode == 0 and len(written) == 5 and os.path.exists(os.path.join(mine, "submit_all.sh")),
+          (r.stderr.strip() + f" {written}")[-300:])
+    two = [d for d in written if d.startswith("mpi-r2")]
+    if two:
+        script = os.path.join(mine, two[0], "job.sh")
+        text = open(script).read()
+        r = subprocess.run(["sbatch", "--wait", script], capture_output=True, text=True, env=env, timeout=300)
+        check("a written job script asks for the run's tasks and runs when submitted by hand",
+              "#SBATCH --ntasks=2" in text and r.returncode == 0 and
+              os.path.exists(os.path.join(mine, two[0], "metrics.jsonl")), r.stderr.strip()[-300:])
+
+    # ---- Bad input: one line, exit 2, nothing submitted ----
+    def refused(title, args, needle, environ=None):
+        before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env).stdout.split()
+        res = out("refused_" + str(len(check.results)))
+        r = harness("run", *args, "--quiet", "--launcher", "slurm", "--results", res, "--reports", res + "_reports",
+                    environ=environ)
+        lines = [line for line in r.stderr.splitlines() if "error" in line]
+        after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env).stdout.split()
+        check(title + " (exit 2, one line, nothing submitted)",
+              r.returncode == 2 and len(lines) == 1 and needle in lines[0] and before == after and
+              not os.path.exists(os.path.join(res, "smoke")), lines[0] if lines else r.stderr.strip()[-200:])
+    refused("a partition that does not exist is refused", [smoke, "--partition", "nosuch"],
+            "--partition nosuch: no such partition")
+    # A configuration whose controller is not there (another port): sinfo fails at once.
+    with open(env["SLURM_CONF"]) as f:
+        conf = f.read()
+    port = int(conf.split("SlurmctldPort=")[1].split()[0])
+    with open(out("dead.conf"), "w") as f:
+        f.write(conf.replace(f"SlurmctldPort={port}", f"SlurmctldPort={port + 7}"))
+    refused("Slurm not answering is refused", [smoke], "Slurm's controller does not answer",
+            dict(env, SLURM_CONF=out("dead.conf")))
+    empty_bin = out("empty_bin")
+    os.makedirs(empty_bin, exist_ok=True)
+    refused("Slurm not installed is refused", [smoke], "sbatch not found on PATH", dict(env, PATH=empty_bin))
+    big = out("big.yaml")
+    with open(smoke) as f:
+        text = f.read()
+    with open(big, "w") as f:
+        f.write(text.replace("base: ../configs/original.yaml", f"base: {os.path.join(repo, 'configs', 'original.yaml')}")
+                .replace("name: smoke", "name: smoke") + "")
+    cpus = os.cpu_count() or 2
+    with open(big, "a") as f:
+        f.write(f"  - stage: mpi\n    ranks: 2\n    threads: {cpus}\n")
+    refused("a run needing more CPUs than the cluster has is refused", [big], f"needs {2 * cpus} CPUs")
 
 
 def run_checks(a, work, env, check):
@@ -112,7 +250,7 @@ def run_checks(a, work, env, check):
         compare(check, "a 2-rank job of mpiexec inside sbatch equals the local run", out("local"), out("sbatch"))
 
     # ---- Preemption: TERM mid-run, the job requeues itself and resumes ----
-    det = [*common, "--train.deterministic", "true", "--train.steps", "200", "--train.eval_every", "0",
+    det = [*common, "--train.deterministic", "true", "--train.steps", "120", "--train.eval_every", "0",
            "--train.checkpoint_every", "5"]
     r = subprocess.run([a.mpiexec, "-n", "2", a.mpi, "train", *det, "--out", out("whole")], capture_output=True,
                        text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)

@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "runner/stage_runner.h"
 #include "records/tables.h"
 #include "util/fields.h"
+#include "util/files.h"
 #include "util/provenance.h"
 #include "util/text.h"
 #include "runner/yaml_reader.h"
@@ -52,7 +54,7 @@ const char* kHelp = R"(harness: run experiments over the GPT-2 stages and report
 
 usage:
   harness run EXPERIMENT.yaml [--force] [--retries N] [--quiet] [--set KEY=VALUE,...] [--results DIR] [--reports DIR]
-             [--build DIR]
+             [--build DIR] [--launcher local|slurm [SLURM OPTIONS]]
       Runs every job of the experiment (reusing completed ones unless --force),
       continuing a training run that was interrupted, preempted or failed from
       its checkpoint (--resume auto), and up to N more times (--retries N),
@@ -66,6 +68,19 @@ usage:
       stages experiment (after the experiment's own settings); an experiment
       whose `needs:` names a key not set this way is skipped, and its report
       says what to pass (experiments/table2_original.yaml: data.corpus).
+      --launcher slurm (stages experiments): each run one Slurm batch job,
+      submitted with sbatch --wait (its ranks and threads as tasks and CPUs
+      per task, --requeue, --signal=TERM@60, --time from timeout_s); a stage
+      stopped by a signal saves, the job requeues itself and its next attempt
+      resumes; runs.csv counts the attempts (docs/cluster.md). Checked before
+      anything is submitted: Slurm installed and answering, the partition,
+      every run's CPUs. SLURM OPTIONS: --partition P, --account A, --time T
+      (sbatch's), --sbatch OPT,... (more #SBATCH lines), --slurm-ranks
+      srun|mpiexec (srun --mpi=pmi2, the default, or mpiexec inside the job).
+  harness slurm-script EXPERIMENT --out DIR [SLURM OPTIONS]
+      Writes each run's job script (DIR/<run-id>/job.sh, with run.yaml and
+      plan.json beside it; the run writes there) and DIR/submit_all.sh, for
+      users who submit themselves; nothing is submitted. DIR: new or empty.
   harness report EXPERIMENT [--results DIR] [--reports DIR] [--build DIR]
       Rebuilds the reports from stored results (no run). EXPERIMENT is a file
       or a name in experiments/.
@@ -129,6 +144,9 @@ struct Args {
   bool overwrite = false;  // compare: --out may be an existing folder
   bool quiet = false;
   bool help = false;
+  std::string launcher = "local";  // run: local | slurm
+  SlurmOptions slurm;
+  std::string slurm_ranks = "srun";  // --slurm-ranks
 };
 
 Args parse(int argc, char** argv) {
@@ -147,6 +165,13 @@ Args parse(int argc, char** argv) {
   f.add("overwrite", a.overwrite, "compare: replace compare.md and compare.csv in an existing --out folder");
   f.add("set", a.set, "KEY=VALUE[,KEY=VALUE...] set in every run of a stages experiment (after its own settings)",
         "list");
+  f.add("launcher", a.launcher, "run: local (the stage programs here) or slurm (each run a batch job)", "name");
+  f.add("partition", a.slurm.partition, "slurm: the partition (default: the cluster's default)", "name");
+  f.add("account", a.slurm.account, "slurm: the account to charge", "name");
+  f.add("time", a.slurm.time, "slurm: each job's time limit, as sbatch --time takes it (default: from timeout_s)",
+        "time");
+  f.add("sbatch", a.slurm.sbatch, "slurm: more sbatch options, one #SBATCH line each (e.g. --qos=low)", "list");
+  f.add("slurm-ranks", a.slurm_ranks, "slurm: how a job starts its ranks: srun (--mpi=pmi2) or mpiexec", "name");
   const gpt2::CommandLine cl = gpt2::parse_command_line({argv + 1, argv + argc}, f);
   gpt2::apply_settings(f, cl);
   a.help = cl.help;
@@ -211,6 +236,7 @@ struct Places {
   fs::path build, results, reports, repo;
   std::string build_id;
   int retries = 0;  // --retries
+  std::optional<SlurmOptions> slurm;  // --launcher slurm
 };
 
 // An experiment of any kind, loaded and validated: what list, run and report need of it.
@@ -224,6 +250,10 @@ struct Loaded {
 Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver, const std::vector<std::string>& set = {}) {
   const std::string kind = experiment_kind(file);
   Loaded l;
+  if (kind != "stages" && at.slurm) {
+    throw std::invalid_argument(fmt::format("--launcher slurm: only stages experiments run as Slurm jobs ({} is kind "
+                                            "{})", file.string(), kind));
+  }
   if (kind != "stages" && !set.empty()) {
     throw std::invalid_argument(fmt::format("--set: only stages experiments take overrides ({} is kind {})",
                                             file.string(), kind));
@@ -238,8 +268,8 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver, co
                    fmt::print(stderr, "{}: skipped: this experiment {}\n", ex->name, ex->skip_reason);
                    return 0;
                  }
-                 return run_experiment(*ex,
-                                       RunnerOptions{child_of(at.results, ex->name), at.build / "stages", force, at.retries});
+                 return run_experiment(*ex, RunnerOptions{child_of(at.results, ex->name), at.build / "stages", force,
+                                                          at.retries, at.slurm});
                },
                [ex, at](const std::string& cmd) {
                  ReportSpec spec{ex->name, ex->description, ex->reports, child_of(at.results, ex->name),
@@ -323,6 +353,47 @@ int reindex(const Args& a) {
   return 0;
 }
 
+// harness slurm-script: each run's job script, configuration and plan in DIR/<run-id>/, and DIR/submit_all.sh.
+int slurm_script(const Args& a, Places& at, ConfigResolver& resolver) {
+  if (a.target.empty()) throw std::invalid_argument("slurm-script: which experiment? (see harness --help)");
+  if (a.out.empty()) throw std::invalid_argument("slurm-script: --out DIR (a new or empty folder) is needed");
+  const fs::path file = experiment_file(a.target, fs::path(kRepoRoot) / "experiments");
+  if (experiment_kind(file) != "stages") {
+    throw std::invalid_argument(fmt::format("slurm-script: {} is not a stages experiment", file.string()));
+  }
+  const fs::path out = fs::absolute(a.out);
+  check_folder_option("--out", out, true);
+  std::error_code ec;
+  if (fs::exists(out, ec) && !fs::is_empty(out, ec)) {
+    throw std::invalid_argument(fmt::format("--out: '{}' is not empty (slurm-script writes only a new or empty "
+                                            "folder)", out.string()));
+  }
+  at.build_id = gpt2::build_info().git_commit;
+  const Experiment ex = load_experiment(file, at.build_id, resolver, a.set);
+  const fs::path stages = at.build / "stages";
+  std::string submit = "#!/bin/bash\n# Submits every run of " + ex.name + " (written by harness slurm-script).\nset -e\n";
+  int written = 0;
+  for (const RunSpec& r : ex.runs) {
+    const Availability av = stage_availability(r.stage, stages);
+    if (!av.available) {
+      fmt::print(stderr, "{}: not written: {}\n", r.id, av.reason);
+      continue;
+    }
+    const fs::path dir = out / r.id;
+    fs::create_directories(dir);
+    gpt2::write_file_atomically(dir / "run.yaml", r.config);
+    gpt2::write_file_atomically(dir / "plan.json", r.plan);
+    gpt2::write_file_atomically(dir / "job.sh", slurm_job_script(*at.slurm, r, av.program, dir, {"--overwrite"},
+                                                            ex.timeout_s));
+    submit += command_text({"sbatch", (dir / "job.sh").string()}) + "\n";
+    ++written;
+  }
+  gpt2::write_file_atomically(out / "submit_all.sh", submit);
+  fmt::print(stderr, "{}: {} job scripts in {}; submit them with: bash {}\n", ex.name, written, out.string(),
+             (out / "submit_all.sh").string());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
   if (a.help || a.command.empty() || a.command == "help") {
@@ -349,10 +420,27 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (a.command == "reindex") return reindex(a);
+  if (a.launcher != "local" && a.launcher != "slurm") {
+    throw std::invalid_argument(fmt::format("--launcher: '{}' is not a launcher (local or slurm)", a.launcher));
+  }
+  if (a.slurm_ranks != "srun" && a.slurm_ranks != "mpiexec") {
+    throw std::invalid_argument(fmt::format("--slurm-ranks: '{}' (srun or mpiexec)", a.slurm_ranks));
+  }
+  const bool slurm_options = !a.slurm.partition.empty() || !a.slurm.account.empty() || !a.slurm.time.empty() ||
+                             !a.slurm.sbatch.empty() || a.slurm_ranks != "srun";
+  if (a.command == "slurm-script" || a.launcher == "slurm") {
+    at.slurm = a.slurm;
+    at.slurm->mpiexec = a.slurm_ranks == "mpiexec";
+  } else if (slurm_options) {
+    throw std::invalid_argument("--partition, --account, --time, --sbatch and --slurm-ranks go with --launcher slurm "
+                                "or slurm-script");
+  }
+  if (a.command == "slurm-script") return slurm_script(a, at, resolver);
   if (a.command != "run" && a.command != "report") {
     throw std::invalid_argument(
-        fmt::format("unknown command '{}' (expected run, report, compare, list or reindex)", a.command));
+        fmt::format("unknown command '{}' (expected run, report, compare, list, reindex or slurm-script)", a.command));
   }
+  if (a.command == "report" && at.slurm) throw std::invalid_argument("--launcher: report runs nothing");
   if (a.target.empty()) throw std::invalid_argument(fmt::format("{}: which experiment? (see harness --help)", a.command));
   const fs::path file = experiment_file(a.target, fs::path(kRepoRoot) / "experiments");
   at.repo = file.parent_path().parent_path();

@@ -142,7 +142,7 @@ Status run_attempt(const Job& job, const fs::path& attempt, const std::string& t
     progress_end();
     st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  st.attempts = earlier + 1;
+  st.attempts = earlier + std::max(st.attempts, 1);  // a job's own attempts (a Slurm job's requeues), else one
   return st;
 }
 

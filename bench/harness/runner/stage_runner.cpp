@@ -66,12 +66,15 @@ std::vector<std::string> stage_train_command(const std::string& stage, const fs:
     argv = {"mpiexec", "-n", std::to_string(ranks)};
     if (!hostfile.empty()) argv.insert(argv.end(), {"-f", hostfile});
   }
-  const bool resume = has_complete_checkpoint(out_dir);
-  argv.insert(argv.end(), {program.string(), "train", "--config", run_yaml.string(), "--out", out_dir.string(),
-                           resume ? "--resume" : "--overwrite"});
-  if (resume) argv.push_back("auto");
+  argv.insert(argv.end(), {program.string(), "train", "--config", run_yaml.string(), "--out", out_dir.string()});
+  for (const std::string& f : start_flags(out_dir)) argv.push_back(f);
   if (!hostfile.empty()) argv.insert(argv.end(), {"--hostfile", hostfile});
   return argv;
+}
+
+std::vector<std::string> start_flags(const fs::path& out_dir) {
+  if (has_complete_checkpoint(out_dir)) return {"--resume", "auto"};
+  return {"--overwrite"};
 }
 
 namespace {
@@ -261,23 +264,47 @@ int reindex_results(const fs::path& results_dir) {
 
 int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
   std::vector<Job> jobs;
+  if (opt.slurm) {  // before anything is submitted
+    std::vector<RunSpec> runnable;
+    for (const RunSpec& r : ex.runs) {
+      if (!r.hostfile.empty()) {
+        throw std::invalid_argument(fmt::format("--launcher slurm: run {} names a hostfile; under Slurm the "
+                                                "allocation says where the ranks run", r.id));
+      }
+      if (stage_availability(r.stage, opt.stages_dir).available) runnable.push_back(r);
+    }
+    check_slurm(*opt.slurm, runnable);
+  }
   for (const RunSpec& r : ex.runs) {
     const Availability av = stage_availability(r.stage, opt.stages_dir);
     jobs.push_back(Job{r.id, "", fmt::format("{} steps, timeout {:.0f} s", r.steps, ex.timeout_s), av.reason, nullptr,
-                       [&ex, &r, program = av.program](const fs::path& dir) {
+                       [&ex, &r, program = av.program, slurm = opt.slurm](const fs::path& dir) {
                          write_file_atomically(dir / "run.yaml", r.config);
                          write_file_atomically(dir / "plan.json", r.plan);
-                         const auto argv =
-                             stage_train_command(r.stage, program, r.ranks, r.hostfile, dir / "run.yaml", dir);
+                         std::vector<std::string> argv;
+                         if (slurm) {  // one batch job, waited for: its exit status is the stage's
+                           write_file_atomically(dir / "job.sh", slurm_job_script(*slurm, r, program, dir,
+                                                                                  start_flags(dir), ex.timeout_s));
+                           argv = {"sbatch", "--wait", "--parsable", (dir / "job.sh").string()};
+                         } else {
+                           argv = stage_train_command(r.stage, program, r.ranks, r.hostfile, dir / "run.yaml", dir);
+                         }
                          LaunchOptions opt;
                          opt.timeout_s = ex.timeout_s;
                          opt.on_tick = [&dir, &r] { progress_from_metrics(dir, r.steps); };
                          const int rc = launch(argv, dir / "log.txt", opt);
                          progress_from_metrics(dir, r.steps);  // the last figures, however short the run
-                         Status st = status_of_exit(rc, dir / "log.txt", ex.timeout_s);
+                         Status st = status_of_exit(slurm && rc > 0 ? slurm_stage_status(dir / "log.txt", rc) : rc,
+                                                    dir / "log.txt", ex.timeout_s);
+                         if (slurm && rc != 0) {  // the program's own words, not srun's
+                           if (const std::string why = slurm_program_error(dir / "log.txt"); !why.empty()) {
+                             st.reason = why;
+                           }
+                         }
                          if (st.status == "ok" && !fs::exists(dir / "metrics.jsonl")) {
                            st = Status{"failed", "the program exited 0 but wrote no metrics stream", 0, ""};
                          }
+                         if (slurm) st.attempts = std::max(1, slurm_attempts(dir));  // Slurm's requeues count
                          return st;
                        }});
     jobs.back().resumable = true;  // an interrupted or preempted attempt continues from its checkpoint

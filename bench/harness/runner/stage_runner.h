@@ -11,11 +11,13 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "runner/experiment.h"
 #include "runner/job_loop.h"
+#include "runner/slurm.h"
 #include "records/tables.h"
 
 namespace gpt2::harness {
@@ -43,7 +45,12 @@ struct RunnerOptions {
   std::filesystem::path stages_dir;   // where the stage programs are
   bool force = false;                 // rerun completed runs
   int retries = 0;                    // attempts after a failed or preempted one (each resumes its checkpoint)
+  std::optional<SlurmOptions> slurm;  // --launcher slurm: each run a batch job (runner/slurm.h)
 };
+
+// The first attempt's start of a run writing into out_dir: --overwrite, or
+// --resume auto when out_dir holds an earlier attempt's complete checkpoint.
+std::vector<std::string> start_flags(const std::filesystem::path& out_dir);
 
 // Runs (or reuses) every run, then writes runs.csv and loss.csv.
 // Returns the number of runs that failed.

@@ -1,0 +1,58 @@
+// Stage runs as Slurm jobs (harness run --launcher slurm, harness
+// slurm-script; docs/cluster.md). Each run is one batch job whose script
+// starts the stage's ranks (srun --mpi=pmi2, or mpiexec inside the
+// allocation), asks for a TERM before its time limit (--signal), and, when
+// the stage stops on a signal with its checkpoint written (exit 4), puts
+// itself back in the queue (scontrol requeue), whose next attempt resumes
+// (--resume auto). The harness submits with `sbatch --wait`, so the job is a
+// process it waits for like a local run: the same progress, timeouts,
+// statuses, reuse and runs.csv.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "runner/experiment.h"
+
+namespace gpt2::harness {
+
+struct SlurmOptions {
+  std::string partition, account;  // "": the cluster's defaults
+  std::string time;                // sbatch --time ("30", "2:00:00"); "": from the experiment's timeout_s
+  std::vector<std::string> sbatch;  // further sbatch options, each one "#SBATCH" line ("--qos=low")
+  bool mpiexec = false;            // start the ranks with mpiexec inside the allocation, not srun --mpi=pmi2
+  int signal_s = 60;               // --signal=TERM@N: the warning before the time limit
+};
+
+// Before anything is submitted (std::invalid_argument, exit 2, nothing
+// submitted): sbatch, srun and sinfo on PATH, the controller answering, the
+// partition existing, and every run's ranks x threads no more than the
+// partition's CPUs.
+void check_slurm(const SlurmOptions& opt, const std::vector<RunSpec>& runs);
+
+// The job script of run `r`: its #SBATCH lines (job name, tasks, CPUs per
+// task, output, --requeue, --signal, time, partition, account, the extra
+// lines), then the attempt's count appended to DIR/slurm_attempts, the
+// stage (fresh or resuming as `first_flags` says on the first attempt,
+// --resume auto on a requeued one) and the requeue on exit 4.
+std::string slurm_job_script(const SlurmOptions& opt, const RunSpec& r, const std::filesystem::path& program,
+                             const std::filesystem::path& dir, const std::vector<std::string>& first_flags,
+                             double timeout_s);
+
+// The attempts Slurm made of the job in `dir` (lines of DIR/slurm_attempts; 0 when none).
+int slurm_attempts(const std::filesystem::path& dir);
+
+// What a job's log (the stage's output and srun's) says of the stage when
+// the job did not end well: srun reports a step it killed because a rank
+// called MPI_Abort (MPICH's "application called MPI_Abort(..., N)"), and
+// the status N is the rank's own (3: this machine lacks what the program
+// needs; 2: bad input); and the program's last error line, not srun's or
+// slurmstepd's. `rc` when the log names no abort; "" when no program line.
+int slurm_stage_status(const std::filesystem::path& log, int rc);
+std::string slurm_program_error(const std::filesystem::path& log);
+
+// sbatch's --time for a timeout: whole minutes, at least one.
+std::string slurm_time(double timeout_s);
+
+}  // namespace gpt2::harness
