@@ -192,7 +192,18 @@ def harness_checks(a, work, env, check):
               r.returncode == 2 and len(lines) == 1 and needle in lines[0] and before == after and
               not os.path.exists(os.path.join(res, "smoke")), lines[0] if lines else r.stderr.strip()[-200:])
     refused("a partition that does not exist is refused", [smoke, "--partition", "nosuch"],
-            "--partition nosuch: no such partition")
+            "partition nosuch: no such partition")
+    keyed = out("keyed.yaml")
+    with open(smoke) as f:
+        text = f.read()
+    with open(keyed, "w") as f:
+        f.write(text.replace("base: ../configs/original.yaml", f"base: {os.path.join(repo, 'configs', 'original.yaml')}")
+                + "launcher: slurm\nslurm:\n  partition: nosuch2\n")
+    r = harness("run", keyed, "--quiet", "--results", out("keyed_results"), "--reports", out("keyed_reports"))
+    lines = [line for line in r.stderr.splitlines() if "error" in line]
+    check("an experiment's launcher: slurm and slurm.partition are taken (its missing partition refused, exit 2)",
+          r.returncode == 2 and len(lines) == 1 and "partition nosuch2: no such partition" in lines[0],
+          lines[0] if lines else r.stderr.strip()[-200:])
     # A configuration whose controller is not there (another port): sinfo fails at once.
     with open(env["SLURM_CONF"]) as f:
         conf = f.read()

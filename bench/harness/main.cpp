@@ -144,7 +144,7 @@ struct Args {
   bool overwrite = false;  // compare: --out may be an existing folder
   bool quiet = false;
   bool help = false;
-  std::string launcher = "local";  // run: local | slurm
+  std::string launcher;  // run: local | slurm; "": the experiment's `launcher:` (else local)
   SlurmOptions slurm;
   std::string slurm_ranks = "srun";  // --slurm-ranks
 };
@@ -236,8 +236,24 @@ struct Places {
   fs::path build, results, reports, repo;
   std::string build_id;
   int retries = 0;  // --retries
-  std::optional<SlurmOptions> slurm;  // --launcher slurm
+  std::string launcher;   // --launcher ("": the experiment's)
+  SlurmOptions slurm;     // the command line's Slurm options, over an experiment's `slurm:`
+  bool slurm_mpiexec = false;  // --slurm-ranks mpiexec given
 };
+
+// The launcher of a stages experiment's runs: the command line's, else the
+// experiment's; under Slurm its options with the command line's over them.
+std::optional<SlurmOptions> slurm_of(const Experiment& ex, const Places& at) {
+  const std::string launcher = at.launcher.empty() ? ex.launcher : at.launcher;
+  if (launcher != "slurm") return std::nullopt;
+  SlurmOptions o = ex.slurm;
+  if (!at.slurm.partition.empty()) o.partition = at.slurm.partition;
+  if (!at.slurm.account.empty()) o.account = at.slurm.account;
+  if (!at.slurm.time.empty()) o.time = at.slurm.time;
+  o.sbatch.insert(o.sbatch.end(), at.slurm.sbatch.begin(), at.slurm.sbatch.end());
+  if (at.slurm_mpiexec) o.mpiexec = true;
+  return o;
+}
 
 // An experiment of any kind, loaded and validated: what list, run and report need of it.
 struct Loaded {
@@ -250,7 +266,7 @@ struct Loaded {
 Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver, const std::vector<std::string>& set = {}) {
   const std::string kind = experiment_kind(file);
   Loaded l;
-  if (kind != "stages" && at.slurm) {
+  if (kind != "stages" && at.launcher == "slurm") {
     throw std::invalid_argument(fmt::format("--launcher slurm: only stages experiments run as Slurm jobs ({} is kind "
                                             "{})", file.string(), kind));
   }
@@ -269,7 +285,7 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver, co
                    return 0;
                  }
                  return run_experiment(*ex, RunnerOptions{child_of(at.results, ex->name), at.build / "stages", force,
-                                                          at.retries, at.slurm});
+                                                          at.retries, slurm_of(*ex, at)});
                },
                [ex, at](const std::string& cmd) {
                  ReportSpec spec{ex->name, ex->description, ex->reports, child_of(at.results, ex->name),
@@ -370,6 +386,9 @@ int slurm_script(const Args& a, Places& at, ConfigResolver& resolver) {
   }
   at.build_id = gpt2::build_info().git_commit;
   const Experiment ex = load_experiment(file, at.build_id, resolver, a.set);
+  Places under_slurm = at;
+  under_slurm.launcher = "slurm";  // the scripts are Slurm's, whatever the experiment's launcher
+  const SlurmOptions options = *slurm_of(ex, under_slurm);
   const fs::path stages = at.build / "stages";
   std::string submit = "#!/bin/bash\n# Submits every run of " + ex.name + " (written by harness slurm-script).\nset -e\n";
   int written = 0;
@@ -383,7 +402,7 @@ int slurm_script(const Args& a, Places& at, ConfigResolver& resolver) {
     fs::create_directories(dir);
     gpt2::write_file_atomically(dir / "run.yaml", r.config);
     gpt2::write_file_atomically(dir / "plan.json", r.plan);
-    gpt2::write_file_atomically(dir / "job.sh", slurm_job_script(*at.slurm, r, av.program, dir, {"--overwrite"},
+    gpt2::write_file_atomically(dir / "job.sh", slurm_job_script(options, r, av.program, dir, {"--overwrite"},
                                                             ex.timeout_s));
     submit += command_text({"sbatch", (dir / "job.sh").string()}) + "\n";
     ++written;
@@ -420,7 +439,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (a.command == "reindex") return reindex(a);
-  if (a.launcher != "local" && a.launcher != "slurm") {
+  if (!a.launcher.empty() && a.launcher != "local" && a.launcher != "slurm") {
     throw std::invalid_argument(fmt::format("--launcher: '{}' is not a launcher (local or slurm)", a.launcher));
   }
   if (a.slurm_ranks != "srun" && a.slurm_ranks != "mpiexec") {
@@ -428,19 +447,19 @@ int run(int argc, char** argv) {
   }
   const bool slurm_options = !a.slurm.partition.empty() || !a.slurm.account.empty() || !a.slurm.time.empty() ||
                              !a.slurm.sbatch.empty() || a.slurm_ranks != "srun";
-  if (a.command == "slurm-script" || a.launcher == "slurm") {
-    at.slurm = a.slurm;
-    at.slurm->mpiexec = a.slurm_ranks == "mpiexec";
-  } else if (slurm_options) {
-    throw std::invalid_argument("--partition, --account, --time, --sbatch and --slurm-ranks go with --launcher slurm "
-                                "or slurm-script");
+  if (slurm_options && a.launcher == "local") {
+    throw std::invalid_argument("--partition, --account, --time, --sbatch and --slurm-ranks go with the Slurm "
+                                "launcher (--launcher slurm, an experiment's launcher: slurm) or slurm-script");
   }
+  at.launcher = a.launcher;
+  at.slurm = a.slurm;
+  at.slurm_mpiexec = a.slurm_ranks == "mpiexec";
   if (a.command == "slurm-script") return slurm_script(a, at, resolver);
   if (a.command != "run" && a.command != "report") {
     throw std::invalid_argument(
         fmt::format("unknown command '{}' (expected run, report, compare, list, reindex or slurm-script)", a.command));
   }
-  if (a.command == "report" && at.slurm) throw std::invalid_argument("--launcher: report runs nothing");
+  if (a.command == "report" && !a.launcher.empty()) throw std::invalid_argument("--launcher: report runs nothing");
   if (a.target.empty()) throw std::invalid_argument(fmt::format("{}: which experiment? (see harness --help)", a.command));
   const fs::path file = experiment_file(a.target, fs::path(kRepoRoot) / "experiments");
   at.repo = file.parent_path().parent_path();

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::vector<std::string> kTopKeys = {"kind", "name", "description", "base", "config", "reports", "repetitions",
-                                           "seeds", "timeout_s", "checkpoints", "runs", "needs"};
+                                           "seeds", "timeout_s", "checkpoints", "runs", "needs", "launcher", "slurm"};
 const std::vector<std::string> kRunKeys = {"stage", "ranks", "threads", "hostfile", "config"};
 
 std::string run_id(const RunSpec& r, const std::string& build_id) {
@@ -228,6 +228,26 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
   }
   if (root["timeout_s"]) ex.timeout_s = rd.seconds(root["timeout_s"], "timeout_s");
   if (root["checkpoints"]) ex.checkpoints = rd.boolean(root["checkpoints"], "checkpoints");
+  if (root["launcher"]) {
+    ex.launcher = rd.scalar(root["launcher"], "launcher");
+    if (ex.launcher != "local" && ex.launcher != "slurm") {
+      rd.fail(root["launcher"], fmt::format("launcher: '{}' (expected local or slurm)", excerpt(ex.launcher)));
+    }
+  }
+  if (const YAML::Node& s = root["slurm"]) {  // docs/cluster.md
+    if (!s.IsMap()) rd.fail(s, "slurm: a mapping of partition, account, time, sbatch, ranks, signal_s");
+    rd.known_keys(s, {"partition", "account", "time", "sbatch", "ranks", "signal_s"}, "the slurm section");
+    if (s["partition"]) ex.slurm.partition = rd.scalar(s["partition"], "slurm.partition");
+    if (s["account"]) ex.slurm.account = rd.scalar(s["account"], "slurm.account");
+    if (s["time"]) ex.slurm.time = rd.scalar(s["time"], "slurm.time");
+    if (s["sbatch"]) ex.slurm.sbatch = rd.strings(s["sbatch"], "slurm.sbatch");
+    if (s["signal_s"]) ex.slurm.signal_s = rd.integer(s["signal_s"], "slurm.signal_s", 0);
+    if (s["ranks"]) {
+      const std::string how = rd.scalar(s["ranks"], "slurm.ranks");
+      if (how != "srun" && how != "mpiexec") rd.fail(s["ranks"], fmt::format("slurm.ranks: '{}' (srun or mpiexec)", how));
+      ex.slurm.mpiexec = how == "mpiexec";
+    }
+  }
   if (!root["runs"] || !root["runs"].IsSequence() || root["runs"].size() == 0) {
     throw std::invalid_argument(fmt::format("{}: 'runs' must be a non-empty list of runs", file.string()));
   }

@@ -11,6 +11,8 @@
 //   seeds: [1337]                     # train.seed values (a matrix axis); default: the configuration's
 //   timeout_s: 3600                   # per run
 //   checkpoints: false                # keep each run's training checkpoint
+//   launcher: local                   # local | slurm: each run a Slurm job (runner/slurm.h)
+//   slurm: {partition: debug, time: "30", sbatch: [--qos=low], ranks: srun, signal_s: 60}
 //   runs:
 //     - stage: serial                 # serial | mpi | cuda | mpi_cuda
 //       threads: [1, 2]               # lists expand into a matrix; default: the configuration's train.threads
@@ -68,6 +70,16 @@ struct RunSpec {
   std::string id;        // stage-rR-tT[-tpP][-ppS]-repK-<hash of the resolved run and the build>
 };
 
+// How each run becomes a Slurm job (runner/slurm.h): the experiment's
+// `slurm:` section, over which the command line's options go.
+struct SlurmOptions {
+  std::string partition, account;   // "": the cluster's defaults
+  std::string time;                 // sbatch --time ("30", "2:00:00"); "": from the experiment's timeout_s
+  std::vector<std::string> sbatch;  // further sbatch options, each one "#SBATCH" line ("--qos=low")
+  bool mpiexec = false;             // start the ranks with mpiexec inside the allocation, not srun --mpi=pmi2
+  int signal_s = 60;                // --signal=TERM@N: the warning before the time limit
+};
+
 struct Experiment : ExperimentInfo {
   // `needs:` keys (key -> what to pass) that the command line did not set
   // (--set KEY=VALUE): the experiment is skipped, and says what to pass.
@@ -77,6 +89,8 @@ struct Experiment : ExperimentInfo {
   double timeout_s = 3600;
   bool checkpoints = false;
   std::vector<RunSpec> runs;
+  std::string launcher = "local";  // `launcher:` local | slurm (harness run --launcher overrides it)
+  SlurmOptions slurm;              // `slurm:` partition, account, time, sbatch, ranks (srun | mpiexec), signal_s
 };
 
 // Parses, expands and validates; throws std::invalid_argument naming

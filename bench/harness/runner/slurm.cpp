@@ -97,7 +97,7 @@ void check_slurm(const SlurmOptions& opt, const std::vector<RunSpec>& runs) {
     throw std::invalid_argument(opt.partition.empty()
                                     ? fmt::format("--launcher slurm: the cluster has no default partition (its "
                                                   "partitions: {}); name one with --partition", names)
-                                    : fmt::format("--partition {}: no such partition (the cluster's: {})",
+                                    : fmt::format("--launcher slurm: partition {}: no such partition (the cluster's: {})",
                                                   opt.partition, names.empty() ? "none" : names));
   }
   for (const RunSpec& r : runs) {

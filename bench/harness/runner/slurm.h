@@ -17,13 +17,7 @@
 
 namespace gpt2::harness {
 
-struct SlurmOptions {
-  std::string partition, account;  // "": the cluster's defaults
-  std::string time;                // sbatch --time ("30", "2:00:00"); "": from the experiment's timeout_s
-  std::vector<std::string> sbatch;  // further sbatch options, each one "#SBATCH" line ("--qos=low")
-  bool mpiexec = false;            // start the ranks with mpiexec inside the allocation, not srun --mpi=pmi2
-  int signal_s = 60;               // --signal=TERM@N: the warning before the time limit
-};
+// SlurmOptions: runner/experiment.h (an experiment's `slurm:` section, and the command line's).
 
 // Before anything is submitted (std::invalid_argument, exit 2, nothing
 // submitted): sbatch, srun and sinfo on PATH, the controller answering, the
