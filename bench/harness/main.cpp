@@ -161,7 +161,8 @@ Args parse(int argc, char** argv) {
   f.add("build", a.build, "the build whose programs run", "path");
   f.add("experiments", a.experiments, "the folder `list` reads", "path");
   f.add("metric", a.metric, "compare: the runs.csv column to compare (training_s, step_ms, ...)", "name");
-  f.add("out", a.out, "compare: also write compare.md and compare.csv in this folder", "path");
+  f.add("out", a.out, "compare: also write compare.md and compare.csv in this folder; slurm-script: the folder of "
+        "the job scripts", "path");
   f.add("overwrite", a.overwrite, "compare: replace compare.md and compare.csv in an existing --out folder");
   f.add("set", a.set, "KEY=VALUE[,KEY=VALUE...] set in every run of a stages experiment (after its own settings)",
         "list");
@@ -239,12 +240,20 @@ struct Places {
   std::string launcher;   // --launcher ("": the experiment's)
   SlurmOptions slurm;     // the command line's Slurm options, over an experiment's `slurm:`
   bool slurm_mpiexec = false;  // --slurm-ranks mpiexec given
+  bool slurm_options() const {
+    return !slurm.partition.empty() || !slurm.account.empty() || !slurm.time.empty() || !slurm.sbatch.empty() ||
+           slurm_mpiexec;
+  }
 };
 
 // The launcher of a stages experiment's runs: the command line's, else the
 // experiment's; under Slurm its options with the command line's over them.
 std::optional<SlurmOptions> slurm_of(const Experiment& ex, const Places& at) {
   const std::string launcher = at.launcher.empty() ? ex.launcher : at.launcher;
+  if (launcher != "slurm" && at.slurm_options()) {
+    throw std::invalid_argument(fmt::format("--partition, --account, --time, --sbatch and --slurm-ranks go with the "
+                                            "Slurm launcher; {} runs locally (add --launcher slurm)", ex.name));
+  }
   if (launcher != "slurm") return std::nullopt;
   SlurmOptions o = ex.slurm;
   if (!at.slurm.partition.empty()) o.partition = at.slurm.partition;
@@ -384,7 +393,6 @@ int slurm_script(const Args& a, Places& at, ConfigResolver& resolver) {
     throw std::invalid_argument(fmt::format("--out: '{}' is not empty (slurm-script writes only a new or empty "
                                             "folder)", out.string()));
   }
-  at.build_id = gpt2::build_info().git_commit;
   const Experiment ex = load_experiment(file, at.build_id, resolver, a.set);
   Places under_slurm = at;
   under_slurm.launcher = "slurm";  // the scripts are Slurm's, whatever the experiment's launcher
@@ -445,15 +453,13 @@ int run(int argc, char** argv) {
   if (a.slurm_ranks != "srun" && a.slurm_ranks != "mpiexec") {
     throw std::invalid_argument(fmt::format("--slurm-ranks: '{}' (srun or mpiexec)", a.slurm_ranks));
   }
-  const bool slurm_options = !a.slurm.partition.empty() || !a.slurm.account.empty() || !a.slurm.time.empty() ||
-                             !a.slurm.sbatch.empty() || a.slurm_ranks != "srun";
-  if (slurm_options && a.launcher == "local") {
-    throw std::invalid_argument("--partition, --account, --time, --sbatch and --slurm-ranks go with the Slurm "
-                                "launcher (--launcher slurm, an experiment's launcher: slurm) or slurm-script");
-  }
   at.launcher = a.launcher;
   at.slurm = a.slurm;
   at.slurm_mpiexec = a.slurm_ranks == "mpiexec";
+  if (at.slurm_options() && a.launcher == "local") {
+    throw std::invalid_argument("--partition, --account, --time, --sbatch and --slurm-ranks go with the Slurm "
+                                "launcher (--launcher slurm, an experiment's launcher: slurm) or slurm-script");
+  }
   if (a.command == "slurm-script") return slurm_script(a, at, resolver);
   if (a.command != "run" && a.command != "report") {
     throw std::invalid_argument(
