@@ -17,7 +17,8 @@ munge installed it reports itself skipped (exit 77) with the reason.
 
   * The harness: `harness run experiments/smoke.yaml --launcher slurm` gives the local launcher's runs.csv
     rows (but the timings and provenance) and loss.csv; a run preempted mid-way (scancel --signal=TERM) is
-    requeued and resumed, and runs.csv counts 2 attempts; `harness slurm-script` writes job scripts that
+    requeued and resumed, and runs.csv counts 2 attempts; a run past its timeout_s is cancelled with its job;
+    `harness slurm-script` writes job scripts that
     run when submitted by hand. Bad input, one line, exit 2, nothing submitted: a partition that does not
     exist, Slurm not answering, Slurm not installed, a run needing more CPUs than the cluster has.
 
@@ -163,6 +164,22 @@ def harness_checks(a, work, env, check):
             row = next(csv.DictReader(f))
         check("runs.csv counts its 2 attempts", row["status"] == "ok" and row["attempts"] == "2",
               f"status {row['status']}, attempts {row['attempts']}")
+
+    # ---- A run past its timeout_s: the harness ends it, and its job with it ----
+    slow = out("slow_exp.yaml")
+    with open(exp) as f:
+        text = f.read()
+    with open(slow, "w") as f:
+        f.write(text.replace("name: preempt", "name: slow").replace("train.steps: 120", "train.steps: 100000")
+                .replace("timeout_s: 600", "timeout_s: 8"))
+    r = harness("run", slow, "--quiet", "--launcher", "slurm", "--results", out("h_slow"),
+                "--reports", out("h_slow_reports"))
+    queue = lambda: subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True,  # noqa: E731
+                                   env=env).stdout.strip()
+    wait_for(lambda: not queue(), 60)  # a cancelled job is COMPLETING for a moment
+    left = queue()
+    check("a job past the experiment's timeout_s is cancelled with its run (failed: timed out, no job left)",
+          r.returncode == 1 and "timed out" in r.stderr and not left, f"exit {r.returncode}; queue: {left!r}")
 
     # ---- slurm-script: job scripts for users who submit themselves ----
     r = harness("slurm-script", smoke, "--out", out("scripts"))

@@ -174,6 +174,19 @@ std::string slurm_program_error(const fs::path& log) {
   return found;
 }
 
+void slurm_cancel(const fs::path& log) {
+  std::ifstream f(log);
+  std::string first;
+  std::getline(f, first);
+  const std::string id = first.substr(0, first.find(';'));  // "<id>[;<cluster>]"
+  if (id.empty() || !std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; })) return;
+  try {
+    (void)capture({"scancel", id});
+  } catch (const std::exception&) {
+    // Nothing more to do: the job's own time limit ends it.
+  }
+}
+
 int slurm_attempts(const fs::path& dir) {
   std::ifstream f(dir / "slurm_attempts");
   int n = 0;

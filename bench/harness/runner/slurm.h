@@ -46,6 +46,11 @@ int slurm_attempts(const std::filesystem::path& dir);
 int slurm_stage_status(const std::filesystem::path& log, int rc);
 std::string slurm_program_error(const std::filesystem::path& log);
 
+// Cancels the job whose id `sbatch --parsable` wrote as the log's first
+// line (the harness's timeout ended sbatch --wait, not the job). Does
+// nothing when the log names no job.
+void slurm_cancel(const std::filesystem::path& log);
+
 // sbatch's --time for a timeout: whole minutes, at least one.
 std::string slurm_time(double timeout_s);
 

@@ -293,6 +293,7 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
                          opt.timeout_s = ex.timeout_s;
                          opt.on_tick = [&dir, &r] { progress_from_metrics(dir, r.steps); };
                          const int rc = launch(argv, dir / "log.txt", opt);
+                         if (slurm && rc == -1) slurm_cancel(dir / "log.txt");  // timed out: the job goes too
                          progress_from_metrics(dir, r.steps);  // the last figures, however short the run
                          Status st = status_of_exit(slurm && rc > 0 ? slurm_stage_status(dir / "log.txt", rc) : rc,
                                                     dir / "log.txt", ex.timeout_s);
