@@ -142,17 +142,13 @@ def harness_checks(a, work, env, check):
                         return True
         return False
     started = wait_for(partial_steps, 120)
-    jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env).stdout.split()
+    jobs = queue(env)
     if started and jobs:
         subprocess.run(["scancel", "--signal=TERM", jobs[0]], capture_output=True, env=env, timeout=30)
-
-        def nudge():
-            state, fields = job_state(env, jobs[0])
-            if state == "PENDING" and fields.get("Reason") == "BeginTime":
-                subprocess.run(["scontrol", "update", f"JobId={jobs[0]}", "StartTime=now"], capture_output=True,
-                               env=env, timeout=30)
+        def harness_done():
+            nudge(env, jobs[0])
             return proc.poll() is not None
-        wait_for(nudge, 300)
+        wait_for(harness_done, 300)
     if proc.poll() is None:
         proc.kill()
     stdout, stderr = proc.communicate()
@@ -174,10 +170,8 @@ def harness_checks(a, work, env, check):
                 .replace("timeout_s: 600", "timeout_s: 8"))
     r = harness("run", slow, "--quiet", "--launcher", "slurm", "--results", out("h_slow"),
                 "--reports", out("h_slow_reports"))
-    queue = lambda: subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True,  # noqa: E731
-                                   env=env).stdout.strip()
-    wait_for(lambda: not queue(), 60)  # a cancelled job is COMPLETING for a moment
-    left = queue()
+    wait_for(lambda: not queue(env), 60)  # a cancelled job is COMPLETING for a moment
+    left = queue(env)
     check("a job past the experiment's timeout_s is cancelled with its run (failed: timed out, no job left)",
           r.returncode == 1 and "timed out" in r.stderr and not left, f"exit {r.returncode}; queue: {left!r}")
 
@@ -199,23 +193,26 @@ def harness_checks(a, work, env, check):
 
     # ---- Bad input: one line, exit 2, nothing submitted ----
     def refused(title, args, needle, environ=None):
-        before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env).stdout.split()
+        before = queue(env)
         res = out("refused_" + str(len(check.results)))
         r = harness("run", *args, "--quiet", "--launcher", "slurm", "--results", res, "--reports", res + "_reports",
                     environ=environ)
         lines = [line for line in r.stderr.splitlines() if "error" in line]
-        after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env).stdout.split()
+        after = queue(env)
         check(title + " (exit 2, one line, nothing submitted)",
               r.returncode == 2 and len(lines) == 1 and needle in lines[0] and before == after and
               not os.path.exists(os.path.join(res, "smoke")), lines[0] if lines else r.stderr.strip()[-200:])
     refused("a partition that does not exist is refused", [smoke, "--partition", "nosuch"],
             "partition nosuch: no such partition")
-    keyed = out("keyed.yaml")
-    with open(smoke) as f:
-        text = f.read()
-    with open(keyed, "w") as f:
-        f.write(text.replace("base: ../configs/original.yaml", f"base: {os.path.join(repo, 'configs', 'original.yaml')}")
-                + "launcher: slurm\nslurm:\n  partition: nosuch2\n")
+    def smoke_copy(name, more):
+        """smoke.yaml as `name` in the work folder (its base made absolute), `more` appended."""
+        with open(smoke) as f:
+            text = f.read()
+        with open(out(name), "w") as f:
+            f.write(text.replace("base: ../configs/original.yaml",
+                                 f"base: {os.path.join(repo, 'configs', 'original.yaml')}") + more)
+        return out(name)
+    keyed = smoke_copy("keyed.yaml", "launcher: slurm\nslurm:\n  partition: nosuch2\n")
     r = harness("run", keyed, "--quiet", "--results", out("keyed_results"), "--reports", out("keyed_reports"))
     lines = [line for line in r.stderr.splitlines() if "error" in line]
     check("an experiment's launcher: slurm and slurm.partition are taken (its missing partition refused, exit 2)",
@@ -232,16 +229,25 @@ def harness_checks(a, work, env, check):
     empty_bin = out("empty_bin")
     os.makedirs(empty_bin, exist_ok=True)
     refused("Slurm not installed is refused", [smoke], "sbatch not found on PATH", dict(env, PATH=empty_bin))
-    big = out("big.yaml")
-    with open(smoke) as f:
-        text = f.read()
-    with open(big, "w") as f:
-        f.write(text.replace("base: ../configs/original.yaml", f"base: {os.path.join(repo, 'configs', 'original.yaml')}")
-                .replace("name: smoke", "name: smoke") + "")
     cpus = os.cpu_count() or 2
-    with open(big, "a") as f:
-        f.write(f"  - stage: mpi\n    ranks: 2\n    threads: {cpus}\n")
+    big = smoke_copy("big.yaml", f"  - stage: mpi\n    ranks: 2\n    threads: {cpus}\n")
     refused("a run needing more CPUs than the cluster has is refused", [big], f"needs {2 * cpus} CPUs")
+
+
+def queue(env):
+    """The ids of the jobs in Slurm's queue (running, pending or completing)."""
+    return subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, env=env,
+                          timeout=30).stdout.split()
+
+
+def nudge(env, job):
+    """A requeued job waits out Slurm's requeue delay (its BeginTime, two minutes here): its start moved to now
+    once it is back in the queue, as an administrator may. Returns the job's state."""
+    state, fields = job_state(env, job)
+    if state == "PENDING" and fields.get("Reason") == "BeginTime":
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, env=env,
+                       timeout=30)
+    return state
 
 
 def run_checks(a, work, env, check):
@@ -308,15 +314,7 @@ def run_checks(a, work, env, check):
         return
     r = subprocess.run(["scancel", "--signal=TERM", job], capture_output=True, text=True, env=env, timeout=30)
     check("scancel --signal=TERM reaches the job's step", r.returncode == 0, r.stderr.strip()[-300:])
-    # A requeued job waits out Slurm's requeue delay (its BeginTime, two minutes here): the test moves its start
-    # to now once it is back in the queue, as an administrator may.
-    def done_or_nudged():
-        state, fields = job_state(env, job)
-        if state == "PENDING" and fields.get("Reason") == "BeginTime":
-            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, env=env,
-                           timeout=30)
-        return state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
-    finished = wait_for(done_or_nudged, 300)
+    finished = wait_for(lambda: nudge(env, job) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 300)
     state, fields = job_state(env, job)
     check("the job is requeued and completes", finished and state == "COMPLETED",
           f"state {state}, restarts {fields.get('Restarts')}")

@@ -53,6 +53,8 @@ struct RankShape {
   UnitShards shards;             // its unit-aligned ZeRO shards (stages 2 and 3 without a schedule), else empty
   StepLayout step;               // the step it runs and what it keeps (train/layout.h)
   const StageSplit* split = nullptr;  // the (virtual) stages' ranks (train/stage_split.h)
+  // Under a schedule, every pipeline rank's action list (schedule_lists), made once for the plan.
+  const std::vector<std::vector<ChunkAction>>* lists = nullptr;
   const ZeroLayout& zero() const { return step.zero; }
   bool sharded() const { return step.grad_sum == GradSum::kUnitShards; }
 };
@@ -89,16 +91,12 @@ RankMemory plan_memory(const RankShape& r) {
   TpShape shape = r.tp.shape();
   shape.sequence = sl.sequence_parallel;
   shape.context = r.c.parallel.cp;
-  set_arena(m, arena_kinds(r.cfg, sl.arena_rows, r.c.train.seq_len, shape, r.tp.has_private(), r.layers,
-                           sl.split_backward, sl.recompute_full, sl.stored));
-  const int v = r.layers.chunks();
-  if (sl.pipelined() && v == 1) {  // one arena per microbatch in flight
-    m.arenas = static_cast<uint64_t>(max_in_flight(stage_schedule(sl.schedule, r.c.parallel.pp, r.stage,
-                                                                  sl.microbatches)));
-  } else if (sl.pipelined()) {  // virtual stages: each chunk's arenas, one per microbatch it holds at once
-    const std::vector<int> per = chunk_in_flight(
-        schedule_lists(sl.schedule, r.c.parallel.pp, v, sl.microbatches, r.split->passes)[static_cast<size_t>(r.stage)],
-        v);
+  if (!sl.pipelined()) {  // one arena
+    set_arena(m, arena_kinds(r.cfg, sl.arena_rows, r.c.train.seq_len, shape, r.tp.has_private(), r.layers,
+                             sl.split_backward, sl.recompute_full, sl.stored));
+  } else {  // each chunk's arenas, one per microbatch it holds at once (one chunk: the stage's); the largest named
+    const int v = r.layers.chunks();
+    const std::vector<int> per = chunk_in_flight((*r.lists)[static_cast<size_t>(r.stage)], v);
     m.arenas = 0;
     uint64_t largest = 0;
     for (int c = 0; c < v; ++c) {
@@ -106,7 +104,7 @@ RankMemory plan_memory(const RankShape& r) {
                                        r.layers.chunk(c, r.cfg.L), sl.split_backward, sl.recompute_full, sl.stored);
       const uint64_t bytes = k.total() * sizeof(float);
       m.arenas += static_cast<uint64_t>(per[static_cast<size_t>(c)]);
-      m.chunk_arenas += bytes * static_cast<uint64_t>(per[static_cast<size_t>(c)]);
+      if (v > 1) m.chunk_arenas += bytes * static_cast<uint64_t>(per[static_cast<size_t>(c)]);
       if (bytes > largest) {
         largest = bytes;
         set_arena(m, k);
@@ -359,15 +357,11 @@ GroupTraffic pp_traffic(const RankShape& r) {
                        static_cast<uint64_t>(r.cfg.C) * sizeof(float) /
                        static_cast<uint64_t>(r.step.sequence_parallel ? r.tp.size : 1);
   uint64_t messages = 0;
-  if (r.split != nullptr && r.split->chunks() > 1) {
-    const StageSplit& sp = *r.split;
-    const int S = static_cast<int>(sp.counts.size());
-    for (const int s : sp.stages_of(r.stage)) {
-      if (s > 0 && sp.rank_of(s - 1) != r.stage) messages += 2 * m;
-      if (s + 1 < S && sp.rank_of(s + 1) != r.stage) messages += 2 * m;
-    }
-  } else {
-    messages = (r.stage > 0 ? 2 * m : 0) + (r.stage < p - 1 ? 2 * m : 0);
+  const StageSplit& sp = *r.split;
+  const int S = static_cast<int>(sp.counts.size());
+  for (const int s : sp.stages_of(r.stage)) {
+    if (s > 0 && sp.rank_of(s - 1) != r.stage) messages += 2 * m;
+    if (s + 1 < S && sp.rank_of(s + 1) != r.stage) messages += 2 * m;
   }
   t.calls = messages + 2;
   // train.deterministic's norm is an exact sum: its digits (ExactSquares::kFloats floats), not a double.
@@ -506,6 +500,8 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   // A rank's parameter units depend on its place in a replica only: worked out once per (tp rank, stage).
   std::map<int, std::vector<ParamUnit>> units_of;
   const StepLayout& step = run.step;
+  std::vector<std::vector<ChunkAction>> lists;  // every pipeline rank's actions, made once
+  if (step.pipelined()) lists = schedule_lists(step.schedule, p.pp, v, step.microbatches, passes);
   for (const int k : planned_ranks(ranks, p.tp * p.cp * p.pp)) {
     const GridCoords at = run.at(k);
     // The gradient group: dp x cp ranks, this one's place in it (parallel/process_grid.h).
@@ -514,7 +510,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
     RankShape r{sc, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
                 run.stage_split.held(at.stage), replicas ? p.dp : p.dp * run.cp,
                 replicas ? at.dp_rank : at.dp_rank * run.cp + at.cp_rank, at.stage, run.step_rows(), {}, {}, step,
-                &run.stage_split};
+                &run.stage_split, &lists};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);
     std::vector<ParamUnit>& units = units_of[at.tp_rank * p.pp + at.stage];

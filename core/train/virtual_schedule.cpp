@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -32,7 +33,7 @@ std::vector<std::vector<ChunkAction>> zb_v_lists(int p, int m, int cap, const Pa
   };
   std::vector<Rank> ranks(static_cast<size_t>(p));
   std::vector<std::vector<ChunkAction>> lists(static_cast<size_t>(p));
-  std::vector<double> ends;  // every pass's end so far: when a waiting rank looks again
+  std::multiset<double> ends;  // every pass's end so far: when a waiting rank looks again
   constexpr double eps = 1e-9;
   int left = 3 * S * m;  // passes still to run
   for (int rounds = 0; left > 0; ++rounds) {
@@ -87,15 +88,13 @@ std::vector<std::vector<ChunkAction>> zb_v_lists(int p, int m, int cap, const Pa
         --k.held;
       }
       k.free_at = t + length;
-      ends.push_back(k.free_at);
+      ends.insert(k.free_at);
       lists[static_cast<size_t>(r)].push_back(*pick);
       --left;
     }
     // A rank with nothing ready looks again when the next pass anywhere ends.
-    double next = std::numeric_limits<double>::infinity();
-    for (double e : ends) {
-      if (e > t + eps) next = std::min(next, e);
-    }
+    const auto after = ends.upper_bound(t + eps);
+    const double next = after == ends.end() ? std::numeric_limits<double>::infinity() : *after;
     for (int r : waiting) {
       if (left > 0 && !std::isfinite(next)) throw std::logic_error("zb_v_lists: every rank waits (a bug in the scheduler)");
       ranks[static_cast<size_t>(r)].free_at = next;
