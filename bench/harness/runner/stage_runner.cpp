@@ -28,6 +28,8 @@ Availability stage_availability(const std::string& stage, const fs::path& stages
   if (access(a.program.c_str(), X_OK) != 0) {
     if (stage == "mpi") {
       a.reason = "not built: MPI (MPICH) was not found when the build was configured";
+    } else if (stage == "mpi_cuda" && access((stages_dir / "cuda").c_str(), X_OK) == 0) {
+      a.reason = "not built: NCCL (or MPI) was not found when the build was configured (the cuda stage was built)";
     } else if (stage == "cuda" || stage == "mpi_cuda") {
       a.reason = "not built: this build has no CUDA stages";
     } else {
@@ -292,6 +294,7 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
                          LaunchOptions opt;
                          opt.timeout_s = ex.timeout_s;
                          opt.on_tick = [&dir, &r] { progress_from_metrics(dir, r.steps); };
+                         if (slurm) opt.if_harness_dies = [log = dir / "log.txt"] { slurm_cancel(log); };
                          const int rc = launch(argv, dir / "log.txt", opt);
                          if (slurm && rc == -1) slurm_cancel(dir / "log.txt");  // timed out: the job goes too
                          progress_from_metrics(dir, r.steps);  // the last figures, however short the run
