@@ -14,10 +14,16 @@ munge installed it reports itself skipped (exit 77) with the reason.
     finishes; under train.deterministic its final parameters, moments and
     records equal an uninterrupted run's byte for byte; the attempt count
     (SLURM_RESTART_COUNT + 1) is 2, and the run's provenance names the job and that attempt.
+  * The time limit: a job submitted with `--time=5 --signal=TERM@60` whose
+    limit is cut to one minute mid-run (scontrol update) is sent TERM by
+    Slurm before the limit, saves, is requeued and resumes likewise (its
+    steps sleep debug.step_sleep_s so that it outlasts Slurm's 30 s
+    time-limit pass).
 
   * The harness: `harness run experiments/smoke.yaml --launcher slurm` gives the local launcher's runs.csv
     rows (but the timings and provenance) and loss.csv; a run preempted mid-way (scancel --signal=TERM) is
-    requeued and resumed, and runs.csv counts 2 attempts; a run past its timeout_s is cancelled with its job;
+    requeued and resumed, and runs.csv counts 2 attempts; a run past its timeout_s is cancelled with its job, and
+    so is the job of a harness killed outright (SIGKILL);
     `harness slurm-script` writes job scripts that
     run when submitted by hand. Bad input, one line, exit 2, nothing submitted: a partition that does not
     exist, Slurm not answering, Slurm not installed, a run needing more CPUs than the cluster has.
@@ -173,15 +179,33 @@ def harness_checks(a, work, env, check):
     wait_for(lambda: not queue(env), 60)  # a cancelled job is COMPLETING for a moment
     left = queue(env)
     check("a job past the experiment's timeout_s is cancelled with its run (failed: timed out, no job left)",
-          r.returncode == 1 and "timed out" in r.stderr and not left, f"exit {r.returncode}; queue: {left!r}")
+          r.returncode == 1 and "timed out" in r.stderr and not left,
+          f"exit {r.returncode}; queue: {left!r}; {r.stderr.strip()[-300:]}")
+
+    # ---- A harness killed outright (SIGKILL): its guardian cancels the run's job ----
+    with open(out("killed_exp.yaml"), "w") as f:
+        f.write(text.replace("name: preempt", "name: killed").replace("train.steps: 120", "train.steps: 100000"))
+    proc = subprocess.Popen([a.harness, "run", out("killed_exp.yaml"), "--quiet", "--launcher", "slurm", "--results",
+                             out("h_killed"), "--reports", out("h_killed_reports")], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env)
+    running = wait_for(lambda: any(job_state(env, j)[0] == "RUNNING" for j in queue(env)), 60)
+    proc.kill()
+    proc.wait()
+    gone = wait_for(lambda: not queue(env), 60)
+    check("a harness killed by SIGKILL leaves no job behind (its guardian cancels the job)", running and gone,
+          f"job seen running: {running}; queue: {queue(env)!r}")
 
     # ---- slurm-script: job scripts for users who submit themselves ----
     r = harness("slurm-script", smoke, "--out", out("scripts"))
     mine = os.path.join(out("scripts"))
     written = sorted(d for d in os.listdir(mine) if os.path.isdir(os.path.join(mine, d))) if os.path.isdir(mine) else []
-    check("harness slurm-script writes a job script per runnable run and submit_all.sh",
-          r.returncode == 0 and len(written) == 5 and os.path.exists(os.path.join(mine, "submit_all.sh")),
-          (r.stderr.strip() + f" {written}")[-300:])
+    # smoke.yaml's five runs; a stage this build lacks (cuda without nvcc, mpi_cuda without NCCL) gets none.
+    stages_dir = os.path.dirname(os.path.abspath(a.mpi))
+    built = [s for s in ("serial", "mpi", "mpi", "cuda", "mpi_cuda") if os.access(os.path.join(stages_dir, s), os.X_OK)]
+    check("harness slurm-script writes a job script per runnable run (one per built stage's run) and submit_all.sh",
+          r.returncode == 0 and sorted(d.split("-")[0] for d in written) == sorted(built) and
+          os.path.exists(os.path.join(mine, "submit_all.sh")),
+          (r.stderr.strip() + f" {written} expected stages {built}")[-300:])
     two = [d for d in written if d.startswith("mpi-r2")]
     if two:
         script = os.path.join(mine, two[0], "job.sh")
@@ -289,48 +313,82 @@ def run_checks(a, work, env, check):
     r = subprocess.run([a.mpiexec, "-n", "2", a.mpi, "train", *det, "--out", out("whole")], capture_output=True,
                        text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
     check("the uninterrupted deterministic reference", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
-    batch = out("preempt.sh")
-    run_dir, attempts = out("preempt"), out("attempts.txt")
-    with open(batch, "w") as f:
-        f.write("#!/bin/bash\n#SBATCH --ntasks=2\n#SBATCH --requeue\n")
-        f.write(f"echo $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) >> {attempts}\n")
-        f.write(" ".join(["srun", "--mpi=pmi2", "-n", "2", a.mpi, "train", *det, "--out", run_dir, "--resume", "auto"])
-                + "\n")
-        # Exit 4: the stage saved and stopped on a signal; the job goes back in the queue to resume.
-        f.write("rc=$?\nif [ $rc = 4 ]; then scontrol requeue $SLURM_JOB_ID; fi\nexit $rc\n")
-    r = subprocess.run(["sbatch", "--parsable", "--output", out("preempt-%j.log"), batch], capture_output=True,
-                       text=True, env=env, timeout=60)
-    if r.returncode != 0:
-        check("the preemptible job is submitted", False, r.stderr.strip()[-300:])
-        return
-    job = r.stdout.strip().split(";")[0]
-    def steps():  # the metrics stream while it runs (renamed to metrics.jsonl when the run completes)
-        path = os.path.join(run_dir, "metrics.jsonl.partial")
-        return os.path.exists(path) and sum('"event":"step"' in line.replace(" ", "") for line in open(path)) >= 20
+    def submit(name, sbatch=(), first=()):
+        """A job that resumes its run: exit 4 (the stage saved and stopped on a signal) puts it back in the queue.
+        `first`: flags of its first attempt only."""
+        batch, run_dir, attempts = out(name + ".sh"), out(name), out(name + "-attempts.txt")
+        with open(batch, "w") as f:
+            f.write("#!/bin/bash\n#SBATCH --ntasks=2\n#SBATCH --requeue\n" + "".join(f"#SBATCH {x}\n" for x in sbatch))
+            f.write(f"echo $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) >> {attempts}\n")
+            f.write(f"first=({' '.join(first)}); [ \"${{SLURM_RESTART_COUNT:-0}}\" = 0 ] || first=()\n")
+            f.write(" ".join(["srun", "--mpi=pmi2", "-n", "2", a.mpi, "train", *det, '"${first[@]}"', "--out", run_dir,
+                              "--resume", "auto"]) + "\n")
+            f.write("rc=$?\nif [ $rc = 4 ]; then scontrol requeue $SLURM_JOB_ID; fi\nexit $rc\n")
+        r = subprocess.run(["sbatch", "--parsable", "--output", out(name + "-%j.log"), batch], capture_output=True,
+                           text=True, env=env, timeout=60)
+        check(f"the {name} job is submitted", r.returncode == 0, r.stderr.strip()[-300:])
+        return (r.stdout.strip().split(";")[0] if r.returncode == 0 else None), run_dir, attempts
 
-    started = wait_for(steps, 120)
-    check("the preemptible job trains (20 steps seen in its metrics)", started)
-    if not started:
+    def trains(run_dir, title, n=20):  # the metrics stream while it runs (metrics.jsonl once the run completes)
+        path = os.path.join(run_dir, "metrics.jsonl.partial")
+        ok = wait_for(lambda: os.path.exists(path) and
+                      sum('"event":"step"' in line.replace(" ", "") for line in open(path)) >= n, 120)
+        check(f"{title} ({n} steps seen in its metrics)", ok)
+        return ok
+
+    def resumed(job, run_dir, attempts, title, pending=None):
+        """The job requeued, resumed and completed, two attempts, the uninterrupted run's bits."""
+        def done():
+            state, fields = job_state(env, job)
+            if state == "PENDING" and pending:
+                pending()
+            return nudge(env, job) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+        finished = wait_for(done, 300)
+        state, fields = job_state(env, job)
+        logs = "".join(open(os.path.join(work, f)).read() for f in sorted(os.listdir(work))
+                       if f.startswith(os.path.basename(run_dir) + "-") and f.endswith(".log"))
+        check(f"{title}: the job is requeued and completes", finished and state == "COMPLETED",
+              f"state {state}, restarts {fields.get('Restarts')}" +
+              ("" if state == "COMPLETED" else f"; its log: {logs[-600:]}"))
+        seen = open(attempts).read().split() if os.path.exists(attempts) else []
+        check(f"{title}: two attempts (SLURM_RESTART_COUNT + 1 = 1, 2)", seen == ["1", "2"], f"attempts {seen}")
+        if finished and state == "COMPLETED":
+            got, want = final_state(run_dir), final_state(out("whole"))
+            same = all(p == q for p, q in zip(got[0], want[0]))
+            stops = [(p.get("signal"), p.get("step")) for p in records(run_dir, "preempted")]
+            check(f"{title}: the first attempt saved and stopped on SIGTERM", len(stops) == 1 and
+                  stops[0][0] == "SIGTERM", str(stops))
+            summary = records(run_dir, "summary")
+            slurm = summary[-1].get("provenance", {}).get("slurm", {}) if summary else {}
+            check(f"{title}: the run's provenance names the Slurm job and its attempt 2",
+                  slurm.get("job_id") == job and slurm.get("attempt") == 2 and bool(slurm.get("nodes")), str(slurm))
+            check(f"{title}: the run ends with the uninterrupted run's bits (parameters, moments, last step)",
+                  same and got[1][-1] == want[1][-1], f"parameters and moments {'equal' if same else 'DIFFER'}; "
+                  f"last step {got[1][-1] if got[1] else None} / {want[1][-1] if want[1] else None}")
+
+    # scancel --signal=TERM: what a preempting scheduler (or a user) sends.
+    job, run_dir, attempts = submit("preempt")
+    if job is None or not trains(run_dir, "the preemptible job trains"):
         return
     r = subprocess.run(["scancel", "--signal=TERM", job], capture_output=True, text=True, env=env, timeout=30)
     check("scancel --signal=TERM reaches the job's step", r.returncode == 0, r.stderr.strip()[-300:])
-    finished = wait_for(lambda: nudge(env, job) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 300)
-    state, fields = job_state(env, job)
-    check("the job is requeued and completes", finished and state == "COMPLETED",
-          f"state {state}, restarts {fields.get('Restarts')}")
-    seen = open(attempts).read().split() if os.path.exists(attempts) else []
-    check("two attempts (SLURM_RESTART_COUNT + 1 = 1, 2)", seen == ["1", "2"], f"attempts {seen}")
-    if finished and state == "COMPLETED":
-        got, want = final_state(run_dir), final_state(out("whole"))
-        same = all(p == q for p, q in zip(got[0], want[0]))
-        summary = records(run_dir, "summary")
-        slurm = summary[-1].get("provenance", {}).get("slurm", {}) if summary else {}
-        check("the run's provenance names the Slurm job and its attempt 2",
-              slurm.get("job_id") == job and slurm.get("attempt") == 2 and bool(slurm.get("nodes")), str(slurm))
-        check("the preempted and requeued run ends with the uninterrupted run's bits (parameters, moments, last step)",
-              same and got[1][-1] == want[1][-1], f"parameters and moments {'equal' if same else 'DIFFER'}; last step "
-              f"{got[1][-1] if got[1] else None} / {want[1][-1] if want[1] else None}")
+    resumed(job, run_dir, attempts, "preempted by scancel")
 
+    # The time limit: --signal=TERM@60 warns the job's step 60 s before its end. The job asks for 5 minutes; once
+    # it trains its limit is cut to 1 minute, as if it had run for 4, so Slurm's next time-limit pass (every 30 s)
+    # sends the TERM; the first attempt's steps sleep 0.3 s (debug.step_sleep_s, arithmetic untouched) so that it
+    # is still going then. Back in the queue, its limit is 5 minutes again.
+    job, run_dir, attempts = submit("timelimit", ("--time=5", "--signal=TERM@60"),
+                                    ("--debug.step_sleep_s", "0.3"))
+    if job is None or not trains(run_dir, "the time-limited job trains", 5):
+        return
+    r = subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=1"], capture_output=True, text=True,
+                       env=env, timeout=30)
+    check("its time limit is cut to 1 minute (scontrol update TimeLimit=1)", r.returncode == 0,
+          r.stderr.strip()[-300:])
+    restore = lambda: subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=5"],  # noqa: E731
+                                     capture_output=True, env=env, timeout=30)
+    resumed(job, run_dir, attempts, "signalled before its time limit (--signal=TERM@60)", pending=restore)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -188,6 +188,10 @@ void validate(const RunConfig& c) {
     throw std::invalid_argument(
         fmt::format("debug.checkpoint_delay_s: must be between 0 and 3600, got {}", c.debug.checkpoint_delay_s));
   }
+  if (!(c.debug.step_sleep_s >= 0 && c.debug.step_sleep_s <= 3600)) {
+    throw std::invalid_argument(
+        fmt::format("debug.step_sleep_s: must be between 0 and 3600, got {}", c.debug.step_sleep_s));
+  }
   if (!(c.debug.long_step_s >= 0)) {
     throw std::invalid_argument(fmt::format("debug.long_step_s: must be >= 0, got {}", c.debug.long_step_s));
   }

@@ -286,6 +286,7 @@ struct DebugConfig {
   int fail_step = -1;
   double long_step_s = 5.0;  // train.stop_within_step auto: a step longer than this arms the stop inside steps
   double checkpoint_delay_s = 0.0;  // a sharded save's writer waits this long before writing its file
+  double step_sleep_s = 0.0;  // every rank sleeps this long after each step (outside its timing)
 
   template <typename F>
   void visit_fields(F&& f) {
@@ -296,6 +297,9 @@ struct DebugConfig {
     f("checkpoint_delay_s", checkpoint_delay_s,
       "test-only: a sharded checkpoint's writer waits this long before writing its rank file (s): an "
       "asynchronous save then spans later steps");
+    f("step_sleep_s", step_sleep_s,
+      "test-only: every rank sleeps this long after each step, outside the step's time, before the ranks agree on "
+      "a stop (s): a short run then lasts long enough for a scheduler's signal to reach it");
   }
 };
 

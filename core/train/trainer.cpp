@@ -788,6 +788,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
     const bool periodic = c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0;
     if (periodic) save(s + 1, false);
     writer->poll(grid, s + 1);  // an asynchronous save whose files are all written completes
+    if (c.debug.step_sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(c.debug.step_sleep_s));
     const StopRequest stop = agreed_stop(grid.aux_comm(), dt);
     if (stop.signal != 0) stop_for_signal(stop, s + 1, false, stored, req.out_dir, *st, c, grid, log, *writer);
     if (lay->interrupt) lay->interrupt->arm(stop);

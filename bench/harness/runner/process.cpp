@@ -97,8 +97,8 @@ std::vector<std::pair<pid_t, std::string>> end_tagged(const std::string& entry, 
 // does not reach it) that holds one end of a socket pair whose other end only
 // the harness holds. A 'd' on it means the harness ended the run itself; end
 // of file without it means the harness died (SIGKILL included), and the
-// guardian ends every process of the run.
-[[noreturn]] void guard(int read_fd, const std::string& entry) {
+// guardian ends every process of the run, then runs `then` (if set).
+[[noreturn]] void guard(int read_fd, const std::string& entry, const std::function<void()>& then) {
   setpgid(0, 0);  // the parent did so too (no window); either is enough
   signal(SIGINT, SIG_DFL);  // not the harness's forwarding handlers
   signal(SIGTERM, SIG_DFL);
@@ -114,7 +114,16 @@ std::vector<std::pair<pid_t, std::string>> end_tagged(const std::string& entry, 
   ssize_t n;
   while ((n = ::read(read_fd, &c, 1)) < 0 && errno == EINTR) {
   }
-  if (n != 1 || c != 'd') end_tagged(entry, kGraceSeconds);
+  if (n != 1 || c != 'd') {
+    end_tagged(entry, kGraceSeconds);
+    if (then) {
+      try {
+        then();
+      } catch (const std::exception&) {
+        // Nobody is left to tell.
+      }
+    }
+  }
   std::_Exit(0);
 }
 
@@ -179,7 +188,7 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, const Laun
   if (guardian == 0) {
     ::close(guard_pipe[1]);
     ::close(fd);
-    guard(guard_pipe[0], tag);
+    guard(guard_pipe[0], tag, opt.if_harness_dies);
   }
   setpgid(guardian, guardian);  // out of the harness's group before the program exists
   ::close(guard_pipe[0]);

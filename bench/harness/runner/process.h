@@ -37,6 +37,7 @@ struct LaunchOptions {
   std::vector<std::string> unset_env;                       // removed in the child
   std::filesystem::path cwd;                                // the child's working directory, if not empty
   std::function<void()> on_tick;                            // called about every 0.5 s while the child runs
+  std::function<void()> if_harness_dies;                    // the guardian's last act when the harness died
 };
 
 // Runs argv with stdout and stderr to `log`, in its own process group so a
@@ -45,7 +46,8 @@ struct LaunchOptions {
 // the timeout ends it, every process tagged with the run (kRunTagVariable)
 // gets SIGTERM and, 3 s later, SIGKILL (leftovers after a normal end are
 // named in the log). A guardian process, forked first, does the same if the
-// harness itself dies, even by SIGKILL.
+// harness itself dies, even by SIGKILL, and then runs opt.if_harness_dies
+// (the Slurm launcher's: cancel the run's job).
 // Returns the exit status, 128 + signal for a killed program, or -1 on
 // timeout; throws std::runtime_error if the program cannot be waited for.
 int launch(const std::vector<std::string>& argv, const std::filesystem::path& log, const LaunchOptions& opt);
