@@ -10,6 +10,8 @@
   * Under train.deterministic both schedules on pp 2 and 4 give serial's parameters,
     Adam moments, records and text byte for byte, and zb-v on pp 2 in bf16 serial bf16's; the check can fail: 1f1b with accumulated gradients (no
     tree) differs.
+  * The timeline (timeline.jsonl) names the virtual stage of each event: on pp 4 x 2 chunks, rank r serves
+    stages r and r + 4 (interleaved), r and 7 - r (zb-v), each stage's forward and backward once per microbatch.
   * A zb-v checkpoint at step 5 resumes on serial with the uninterrupted curve; a sharded interleaved one
     (each rank's file its two chunks) resumes on zb-v, whose ranks hold other chunks.
   * Bad input, one line and exit 2: chunks that do not divide the layers, more stages than layers,
@@ -20,6 +22,7 @@
 usage: virtual_stages_test.py --serial PATH --mpi PATH --mpiexec PATH --corpus PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
+import json
 import os
 import shutil
 
@@ -59,6 +62,28 @@ def main():
         ("pp 4 x 2 chunks, m 4, interleaved-1f1b", 4, "il4", ["--parallel.pp", "4", "--parallel.microbatches", "4", *il]),
         ("pp 4 x 2 chunks, m 8, zb-v", 4, "zbv4", ["--parallel.pp", "4", "--parallel.microbatches", "8", *zbv]),
     ], out, reference="serial8")
+    # The timeline names the virtual stage each event served: pp 4, v 2 (8 stages), rank r holds r and r + 4
+    # interleaved, r and 7 - r in the V; every stage runs each microbatch's forward and backward once a step.
+    for name, m, held in (("il4", 4, lambda r: {r, r + 4}), ("zbv4", 8, lambda r: {r, 7 - r})):
+        path = os.path.join(out(name), "timeline.jsonl")
+        wrong = []
+        if not os.path.exists(path):
+            wrong.append("no timeline.jsonl")
+        else:
+            with open(path) as f:
+                step = json.loads(f.readline())
+            for rank in step["ranks"]:
+                events = [e for e in rank["events"] if e[0] in ("F", "B", "BW")]
+                stages = {e[4] if len(e) > 4 else None for e in events}
+                if stages != held(rank["rank"]):
+                    wrong.append(f"rank {rank['rank']} serves stages {sorted(stages)}")
+                for st in stages:
+                    for kinds in (("F",), ("B", "BW")):
+                        mbs = sorted(e[1] for e in events if len(e) > 4 and e[4] == st and e[0] in kinds)
+                        if mbs != list(range(m)):
+                            wrong.append(f"rank {rank['rank']} stage {st} {kinds[0]}: microbatches {mbs}")
+        check(f"{name}: the timeline's events name their virtual stage, each stage's F and B once per microbatch",
+              not wrong, "; ".join(wrong[:4]))
     r = programs.mpi(2, [*four, "--parallel.pp", "2", "--parallel.microbatches", "4", *zbv, "--train.steps", "1",
                          "--out", out("zbv_log")])
     want = "pipeline: 2 stages of 2 chunks in the V shape (layers 0[0, 1)+[3, 4), 1[1, 2)+[2, 3)"

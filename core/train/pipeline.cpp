@@ -359,7 +359,10 @@ double PipelineEngine::loss_sum() const { return sum_->loss_sum(); }
 
 double PipelineEngine::now_ms() const { return static_cast<double>(steady_ns() - t0_ns_) * 1e-6; }
 
-void PipelineEngine::event(const char* kind, int mb, double t0, double t1) { events_.push_back({kind, mb, t0, t1}); }
+void PipelineEngine::event(const char* kind, const Slot& slot, double t0, double t1) {
+  events_.push_back({kind, slot.mb >= 0 ? slot.mb : slot.last_mb, virtual_stage_[static_cast<size_t>(slot.chunk)], t0,
+                     t1});
+}
 
 void PipelineEngine::wait_sends(Slot& slot) {
   if (slot.sends.empty()) return;
@@ -368,7 +371,7 @@ void PipelineEngine::wait_sends(Slot& slot) {
   slot.sends.clear();
   const double t1 = now_ms();
   wait_s_ += (t1 - t0) * 1e-3;
-  event("send", slot.mb >= 0 ? slot.mb : slot.last_mb, t0, t1);
+  event("send", slot, t0, t1);
 }
 
 PipelineEngine::Slot& PipelineEngine::take(int mb, int chunk) {
@@ -396,7 +399,7 @@ void PipelineEngine::release(Slot& slot) {
   --in_use_;
 }
 
-void PipelineEngine::timed_recv(Tensor into, int peer, int stream, int mb) {
+void PipelineEngine::timed_recv(Tensor into, int peer, int stream, const Slot& slot) {
   const double t0 = now_ms();
   if (stream == 0) {
     pp_.recv(into.data, static_cast<size_t>(into.numel()), peer);
@@ -405,7 +408,7 @@ void PipelineEngine::timed_recv(Tensor into, int peer, int stream, int mb) {
   }
   const double t1 = now_ms();
   wait_s_ += (t1 - t0) * 1e-3;
-  event("recv", mb, t0, t1);
+  event("recv", slot, t0, t1);
 }
 
 size_t PipelineEngine::token_offset(int mb) const {
@@ -419,7 +422,7 @@ double PipelineEngine::forward(Slot& slot, const int32_t* inputs, const int32_t*
   if (s > 0) {  // the previous virtual stage's output: from its rank, or this rank's other chunk's arena
     const int from = split_.rank_of(s - 1), chunk = split_.chunk_of(s - 1);
     if (from != stage_) {
-      timed_recv(a.encoded, from, forward_stream(chunk), slot.mb);
+      timed_recv(a.encoded, from, forward_stream(chunk), slot);
     } else {
       const Activations& prev = holding(slot.mb, chunk).arena->acts();
       be_.copy(a.encoded, prev.layers[static_cast<size_t>(prev.last - 1)].residual3);
@@ -427,7 +430,7 @@ double PipelineEngine::forward(Slot& slot, const int32_t* inputs, const int32_t*
   }
   const double t0 = now_ms();
   const double loss = gpt2_forward(be_, model_, a, inputs + off, a.head && targets ? targets + off : nullptr);
-  event("F", slot.mb, t0, now_ms());
+  event("F", slot, t0, now_ms());
   if (s + 1 < S && split_.rank_of(s + 1) != stage_) {
     const Tensor out = a.layers[static_cast<size_t>(a.last - 1)].residual3;
     slot.sends.push_back(pp_.start_send(out.data, static_cast<size_t>(out.numel()), split_.rank_of(s + 1),
@@ -448,11 +451,11 @@ void PipelineEngine::backward(Slot& slot, const int32_t* inputs, const int32_t* 
   if (!weights_only) wait_sends(slot);
   // The gradient at the output: from the next virtual stage's rank (on this rank, its B put it here already).
   if (!weights_only && s + 1 < S && split_.rank_of(s + 1) != stage_) {
-    timed_recv(a.dresidual, split_.rank_of(s + 1), backward_stream(split_.chunk_of(s + 1)), slot.mb);
+    timed_recv(a.dresidual, split_.rank_of(s + 1), backward_stream(split_.chunk_of(s + 1)), slot);
   }
   const double t0 = now_ms();
   gpt2_backward(be_, model_, a, inputs + off, targets + off, dloss, hook, part);
-  event(part == BackwardPart::kAll ? "BW" : weights_only ? "W" : "B", slot.mb, t0, now_ms());
+  event(part == BackwardPart::kAll ? "BW" : weights_only ? "W" : "B", slot, t0, now_ms());
   if (!weights_only && s > 0) {
     const int to = split_.rank_of(s - 1);
     if (to != stage_) {

@@ -116,6 +116,7 @@ int schedule_peak_in_flight(ScheduleKind kind, int stages, int m, int v = 1, con
 struct TimelineEvent {
   const char* kind = "";  // "F", "BW", "B", "W", "recv", "send" (static strings: recording allocates nothing)
   int mb = 0;
+  int stage = 0;  // the (virtual) stage it serves: the rank's own, or one of its chunks' (parallel.virtual_stages)
   double t0_ms = 0, t1_ms = 0;
 };
 
@@ -216,9 +217,9 @@ class PipelineEngine {
   double forward(Slot& slot, const int32_t* inputs, const int32_t* targets);
   void backward(Slot& slot, const int32_t* inputs, const int32_t* targets, float dloss, BackwardPart part,
                 GradReadyHook* hook = nullptr);
-  void event(const char* kind, int mb, double t0, double t1);
-  // A receive from `peer` into `into` on `stream`, timed as a wait for microbatch `mb`.
-  void timed_recv(Tensor into, int peer, int stream, int mb);
+  void event(const char* kind, const Slot& slot, double t0, double t1);
+  // A receive from `peer` into `into` on `stream`, timed as a wait for the slot's microbatch and chunk.
+  void timed_recv(Tensor into, int peer, int stream, const Slot& slot);
   // The streams of chunk `chunk`'s messages: its outputs forwards, its input gradients backwards (one
   // chunk a rank: stream 0, as send and recv use).
   int forward_stream(int chunk) const { return split_.chunks() == 1 ? 0 : 1 + chunk; }

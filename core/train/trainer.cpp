@@ -198,8 +198,11 @@ void generate_from_corpus(const RunConfig& c, RunState& st, const Gpt2& model, R
 
 // The pipeline's timeline of the first kTimelineSteps steps, one JSON line
 // per step beside the metrics stream (timeline.jsonl, written by rank 0):
-//   {"step":s,"ranks":[{"rank":r,"stage":k,"events":[["F",mb,t0_ms,t1_ms],..]},..]}
-// Times are milliseconds from the start of the step on each rank's own clock.
+//   {"step":s,"ranks":[{"rank":r,"stage":k,"events":[["F",mb,t0_ms,t1_ms,stage],..]},..]}
+// Times are milliseconds from the start of the step on each rank's own clock;
+// an event's stage is the virtual stage (the rank's chunk) it served, the
+// rank's own without parallel.virtual_stages.
+constexpr size_t kEventFloats = 5;
 constexpr int64_t kTimelineSteps = 10;
 
 const char* const kEventKinds[] = {"F", "BW", "B", "W", "recv", "send"};
@@ -226,7 +229,7 @@ class PipelineRecorder {
         // (<= max(m, p)).
         max_events_(static_cast<size_t>(8 * pipe.microbatches() * pipe.chunks() + 8 +
                                         std::max(pipe.microbatches() * pipe.chunks(), pipe.stages()))),
-        mine_(4 + 4 * max_events_),
+        mine_(4 + kEventFloats * max_events_),
         all_(mine_.size() * static_cast<size_t>(aux_.size())) {
     if (timeline_path.empty()) return;
     out_ = ::fdopen(open_output(timeline_path), "w");
@@ -241,7 +244,7 @@ class PipelineRecorder {
   void gather(int64_t step, StepRecord& rec) {
     const bool with_events = step < kTimelineSteps;
     const size_t max_events = with_events ? max_events_ : 0;
-    const size_t chunk = 4 + 4 * max_events;
+    const size_t chunk = 4 + kEventFloats * max_events;
     const auto& ev = pipe_.timeline();
     const size_t n = std::min(ev.size(), max_events);
     std::fill(mine_.begin(), mine_.begin() + static_cast<std::ptrdiff_t>(chunk), 0.0f);
@@ -250,11 +253,12 @@ class PipelineRecorder {
     mine_[2] = static_cast<float>(pipe_.stage());
     mine_[3] = static_cast<float>(n);
     for (size_t i = 0; i < n; ++i) {
-      float* e = mine_.data() + 4 + 4 * i;
+      float* e = mine_.data() + 4 + kEventFloats * i;
       e[0] = event_code(ev[i].kind);
       e[1] = static_cast<float>(ev[i].mb);
       e[2] = static_cast<float>(ev[i].t0_ms);
       e[3] = static_cast<float>(ev[i].t1_ms);
+      e[4] = static_cast<float>(ev[i].stage);
     }
     aux_.all_gather(mine_.data(), all_.data(), chunk);
     if (aux_.rank() != 0) return;
@@ -266,10 +270,10 @@ class PipelineRecorder {
       if (!with_events) continue;
       Json events = Json::array();
       for (size_t i = 0; i < static_cast<size_t>(x[3]); ++i) {
-        const float* e = x + 4 + 4 * i;
+        const float* e = x + 4 + kEventFloats * i;
         const int code = static_cast<int>(e[0]);
         events.push_back(Json::array({code >= 0 ? kEventKinds[code] : "?", static_cast<int>(e[1]),
-                                      round_fixed(e[2], 3), round_fixed(e[3], 3)}));
+                                      round_fixed(e[2], 3), round_fixed(e[3], 3), static_cast<int>(e[4])}));
       }
       ranks.push_back(Json{{"rank", r}, {"stage", static_cast<int>(x[2])}, {"events", events}});
     }

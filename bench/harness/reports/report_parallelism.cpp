@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <thread>
 
@@ -129,7 +130,8 @@ std::string pct(double x) { return fmt::format("{:.1f}%", 100 * x); }
 std::string mb(double bytes) { return fmt::format("{:.2f}", bytes / 1e6); }
 
 // One step's timeline (timeline.jsonl's line for `step`) as an SVG: a row per
-// rank, a box per event, coloured by kind.
+// rank, a box per event, coloured by kind; on a rank holding several virtual
+// stages (an event's fifth field), its later stages' boxes lighter.
 std::string timeline_svg(const fs::path& timeline, int step, const std::string& title) {
   std::ifstream in(timeline);
   std::string line;
@@ -148,28 +150,40 @@ std::string timeline_svg(const fs::path& timeline, int step, const std::string& 
   const int rows = static_cast<int>(chosen["ranks"].size());
   const std::map<std::string, std::string> colour = {{"F", "#4c78a8"}, {"BW", "#54a24b"}, {"B", "#54a24b"},
                                                      {"W", "#f58518"}, {"recv", "#d0d0d0"}, {"send", "#e8e8e8"}};
+  const std::map<std::string, std::string> lighter = {{"F", "#9ecae9"}, {"BW", "#88d27a"}, {"B", "#88d27a"},
+                                                      {"W", "#ffbf79"}, {"recv", "#d0d0d0"}, {"send", "#e8e8e8"}};
+  const auto stage_of = [](const Json& e) { return e.size() > 4 ? e[4].get<int>() : -1; };
+  bool virtual_stages = false;
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
       "font-size=\"11\">\n<text x=\"{}\" y=\"18\" font-size=\"13\">{}</text>\n",
-      W + left + 20, top + rows * row + 50, left, title);
+      W + left + 20, top + rows * row + 60, left, title);
   const double scale = W / end;
   int i = 0;
   for (const Json& r : chosen["ranks"]) {
     const int y = top + i * row;
+    std::set<int> held;  // the virtual stages this rank's events served
+    for (const Json& e : r["events"]) held.insert(stage_of(e));
+    virtual_stages = virtual_stages || held.size() > 1;
+    std::string stages;
+    for (int s : held) stages += (stages.empty() ? "" : ", ") + std::to_string(s);
     svg += fmt::format("<text x=\"4\" y=\"{}\">rank {} (stage {})</text>\n", y + 17, r["rank"].get<int>(),
-                       r["stage"].get<int>());
+                       held.size() > 1 ? stages : std::to_string(r["stage"].get<int>()));
     for (const Json& e : r["events"]) {
       const std::string kind = e[0].get<std::string>();
       const double x0 = e[2].get<double>() * scale, x1 = e[3].get<double>() * scale;
-      const auto c = colour.find(kind);
+      const bool later = held.size() > 1 && stage_of(e) != *held.begin();
+      const std::map<std::string, std::string>& palette = later ? lighter : colour;
+      const auto c = palette.find(kind);
+      const std::string stage = held.size() > 1 ? fmt::format(" stage {}", stage_of(e)) : "";
       svg += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" stroke=\"white\" "
-                         "stroke-width=\"0.5\"><title>{} {} {:.3f}-{:.3f} ms</title></rect>\n",
+                         "stroke-width=\"0.5\"><title>{} {}{} {:.3f}-{:.3f} ms</title></rect>\n",
                          left + x0, y + 4, std::max(0.5, x1 - x0), row - 8,
-                         c == colour.end() ? "#999" : c->second, kind, e[1].get<int>(), e[2].get<double>(),
-                         e[3].get<double>());
+                         c == palette.end() ? "#999" : c->second, kind, e[1].get<int>(), stage,
+                         e[2].get<double>(), e[3].get<double>());
       if (kind != "recv" && kind != "send" && x1 - x0 > 14) {
-        svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" fill=\"white\">{}{}</text>\n", left + x0 + 2, y + 18, kind,
-                           e[1].get<int>());
+        svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" fill=\"{}\">{}{}</text>\n", left + x0 + 2, y + 18,
+                           later ? "black" : "white", kind, e[1].get<int>());
       }
     }
     ++i;
@@ -181,6 +195,9 @@ std::string timeline_svg(const fs::path& timeline, int step, const std::string& 
     svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}"
                        "</text>\n", lx, ly, colour.at(k), lx + 16, ly + 10, name);
     lx += 170;
+  }
+  if (virtual_stages) {
+    svg += fmt::format("<text x=\"{}\" y=\"{}\">lighter: the rank's later virtual stage</text>\n", left, ly + 28);
   }
   svg += fmt::format("<text x=\"{}\" y=\"{}\">0 to {:.2f} ms</text>\n</svg>\n", left + W - 100, ly + 10, end);
   return svg;
