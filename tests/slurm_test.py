@@ -158,8 +158,10 @@ def harness_checks(a, work, env, check):
     if proc.poll() is None:
         proc.kill()
     stdout, stderr = proc.communicate()
+    logs = [os.path.join(root, "log.txt") for root, _, files in os.walk(out("h_pre")) if "log.txt" in files]
     check("a harness run preempted mid-way is requeued and completes", started and proc.returncode == 0,
-          stderr.strip()[-300:])
+          stderr.strip()[-300:] + ("" if proc.returncode == 0 else
+                                   " | log.txt: " + " ".join(open(f).read()[-700:] for f in logs)))
     runs_csv = os.path.join(out("h_pre"), "preempt", "runs.csv")
     if os.path.exists(runs_csv):
         with open(runs_csv) as f:
@@ -323,7 +325,8 @@ def run_checks(a, work, env, check):
             f.write(f"first=({' '.join(first)}); [ \"${{SLURM_RESTART_COUNT:-0}}\" = 0 ] || first=()\n")
             f.write(" ".join(["srun", "--mpi=pmi2", "-n", "2", a.mpi, "train", *det, '"${first[@]}"', "--out", run_dir,
                               "--resume", "auto"]) + "\n")
-            f.write("rc=$?\nif [ $rc = 4 ]; then scontrol requeue $SLURM_JOB_ID; fi\nexit $rc\n")
+            f.write("rc=$?\nif [ $rc = 4 ]; then\n  for try in 1 2 3 4 5; do scontrol requeue $SLURM_JOB_ID && exit 0; "
+                    "sleep 2; done\nfi\nexit $rc\n")
         r = subprocess.run(["sbatch", "--parsable", "--output", out(name + "-%j.log"), batch], capture_output=True,
                            text=True, env=env, timeout=60)
         check(f"the {name} job is submitted", r.returncode == 0, r.stderr.strip()[-300:])

@@ -143,7 +143,10 @@ std::string slurm_job_script(const SlurmOptions& opt, const RunSpec& r, const fs
   s += command_text(cmd) + " \"${start[@]}\"\n";
   s += "rc=$?\n";
   s += "# Exit 4: the stage stopped on a signal (a preemption, the time limit's warning) with its checkpoint written.\n";
-  s += "if [ $rc = 4 ]; then scontrol requeue \"$SLURM_JOB_ID\" && exit 0; fi\n";
+  // A controller too busy to answer at once gets a few more tries (a failed requeue would end the run).
+  s += "if [ $rc = 4 ]; then\n";
+  s += "  for try in 1 2 3 4 5; do scontrol requeue \"$SLURM_JOB_ID\" && exit 0; sleep 2; done\n";
+  s += "fi\n";
   s += "exit $rc\n";
   return s;
 }
