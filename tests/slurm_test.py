@@ -162,6 +162,9 @@ def harness_checks(a, work, env, check):
     check("a harness run preempted mid-way is requeued and completes", started and proc.returncode == 0,
           stderr.strip()[-300:] + ("" if proc.returncode == 0 else
                                    " | log.txt: " + " ".join(open(f).read()[-700:] for f in logs)))
+    ended = [line for f in logs for line in open(f) if line.startswith("harness: job ")]
+    check("the run's log.txt ends with the job's final state: COMPLETED after 1 restart",
+          bool(ended) and "JobState=COMPLETED" in ended[-1] and "Restarts=1" in ended[-1], str(ended[-1:]))
     runs_csv = os.path.join(out("h_pre"), "preempt", "runs.csv")
     if os.path.exists(runs_csv):
         with open(runs_csv) as f:
@@ -266,13 +269,19 @@ def queue(env):
                           timeout=30).stdout.split()
 
 
+_pending_since = {}
+
+
 def nudge(env, job):
     """A requeued job waits out Slurm's requeue delay (its BeginTime, two minutes here): its start moved to now
-    once it is back in the queue, as an administrator may. Returns the job's state."""
+    once it has been back in the queue for 3 s, as an administrator may. (Started at once, the next attempt was
+    seen to fail to launch, exit 1 and no output: slurmd still ending the last one.) Returns the job's state."""
     state, fields = job_state(env, job)
     if state == "PENDING" and fields.get("Reason") == "BeginTime":
-        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, env=env,
-                       timeout=30)
+        since = _pending_since.setdefault((job, fields.get("Restarts")), time.time())
+        if time.time() - since >= 3:
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, env=env,
+                           timeout=30)
     return state
 
 

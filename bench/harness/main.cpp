@@ -69,7 +69,7 @@ usage:
       whose `needs:` names a key not set this way is skipped, and its report
       says what to pass (experiments/table2_original.yaml: data.corpus).
       --launcher slurm (stages experiments): each run one Slurm batch job,
-      submitted with sbatch --wait (its ranks and threads as tasks and CPUs
+      submitted and waited for to its end (its ranks and threads as tasks and CPUs
       per task, --requeue, --signal=TERM@60, --time from timeout_s); a stage
       stopped by a signal saves, the job requeues itself and its next attempt
       resumes; runs.csv counts the attempts (docs/cluster.md). Checked before

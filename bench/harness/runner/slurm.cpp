@@ -151,6 +151,45 @@ std::string slurm_job_script(const SlurmOptions& opt, const RunSpec& r, const fs
   return s;
 }
 
+std::vector<std::string> slurm_submit_and_wait(const fs::path& job_script, const fs::path& log) {
+  // Finished states only, seen twice 2 s apart (a requeue was seen to pass through one): REQUEUED,
+  // COMPLETING and PENDING mean another attempt may come. What it writes
+  // goes to the end of the log ($2, which the job appends to), never over the job's output.
+  static const char* const kScript = R"sh(set -u
+out=$(sbatch --parsable "$1") || exit 1
+id=${out%%;*}
+echo "$id" >> "$2"
+misses=0
+while :; do
+  if ! info=$(scontrol -o show job "$id" 2>&1); then
+    misses=$((misses + 1))
+    if [ $misses -ge 30 ]; then echo "harness: error: job $id: scontrol show job: $info" >&2; exit 1; fi
+    sleep 2
+    continue
+  fi
+  misses=0
+  state=$(printf '%s\n' "$info" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+  restarts=$(printf '%s\n' "$info" | sed -n 's/.* Restarts=\([0-9]*\).*/\1/p')
+  case "$state" in
+    COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|PREEMPTED|BOOT_FAIL|DEADLINE|OUT_OF_MEMORY)
+      # Ended twice in a row, 2 s apart, with the same restarts: not a requeue passing through.
+      if [ "$state $restarts" = "${ended:-}" ]; then break; fi
+      ended="$state $restarts"
+      sleep 2
+      continue ;;
+  esac
+  ended=""
+  sleep 1
+done
+code=$(printf '%s\n' "$info" | sed -n 's/.* ExitCode=\([0-9]*\):\([0-9]*\).*/\1 \2/p')
+echo "harness: job $id ended: $(printf '%s\n' "$info" | grep -o 'JobState=[^ ]* Reason=[^ ]*\|Restarts=[^ ]*\| ExitCode=[^ ]*' | tr -s '\n ' ' ')" >> "$2"
+set -- $code
+if [ "${2:-0}" != 0 ]; then exit $((128 + $2)); fi
+exit "${1:-1}"
+)sh";
+  return {"bash", "-c", kScript, "harness-slurm-wait", job_script.string(), log.string()};
+}
+
 int slurm_stage_status(const fs::path& log, int rc) {
   std::ifstream f(log);
   const std::string mark = "application called MPI_Abort(";

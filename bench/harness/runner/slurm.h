@@ -4,9 +4,10 @@
 // allocation), asks for a TERM before its time limit (--signal), and, when
 // the stage stops on a signal with its checkpoint written (exit 4), puts
 // itself back in the queue (scontrol requeue), whose next attempt resumes
-// (--resume auto). The harness submits with `sbatch --wait`, so the job is a
-// process it waits for like a local run: the same progress, timeouts,
-// statuses, reuse and runs.csv.
+// (--resume auto). The harness submits it and waits for the job's end
+// through a small script (slurm_submit_and_wait), so the job is a process
+// it waits for like a local run: the same progress, timeouts, statuses,
+// reuse and runs.csv.
 #pragma once
 
 #include <filesystem>
@@ -34,6 +35,18 @@ std::string slurm_job_script(const SlurmOptions& opt, const RunSpec& r, const st
                              const std::filesystem::path& dir, const std::vector<std::string>& first_flags,
                              double timeout_s);
 
+// The command that submits `job_script` (sbatch --parsable; the job id is
+// the first line it appends to `log`, the job's output file) and waits until the job has ended for good,
+// polling `scontrol show job` once a second: a job on its way back to the
+// queue after `scontrol requeue` shows REQUEUED or COMPLETING, then
+// PENDING, and for a moment may show an ended state (sbatch --wait was seen
+// to return there, with the first attempt's status), so an ended state
+// counts once it is seen twice, 2 s apart, with the same restart count. Exits with the job's status as sbatch --wait
+// would: its exit code, or 128 + the signal that ended it; its last line
+// in the log names the job's final state, restarts and exit code.
+std::vector<std::string> slurm_submit_and_wait(const std::filesystem::path& job_script,
+                                               const std::filesystem::path& log);
+
 // The attempts Slurm made of the job in `dir` (lines of DIR/slurm_attempts; 0 when none).
 int slurm_attempts(const std::filesystem::path& dir);
 
@@ -47,7 +60,7 @@ int slurm_stage_status(const std::filesystem::path& log, int rc);
 std::string slurm_program_error(const std::filesystem::path& log);
 
 // Cancels the job whose id `sbatch --parsable` wrote as the log's first
-// line (the harness's timeout ended sbatch --wait, not the job). Does
+// line (the harness's timeout ended the wait, not the job). Does
 // nothing when the log names no job.
 void slurm_cancel(const std::filesystem::path& log);
 

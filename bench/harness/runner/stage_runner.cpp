@@ -287,7 +287,7 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
                          if (slurm) {  // one batch job, waited for: its exit status is the stage's
                            write_file_atomically(dir / "job.sh", slurm_job_script(*slurm, r, program, dir,
                                                                                   start_flags(dir), ex.timeout_s));
-                           argv = {"sbatch", "--wait", "--parsable", (dir / "job.sh").string()};
+                           argv = slurm_submit_and_wait(dir / "job.sh", dir / "log.txt");
                          } else {
                            argv = stage_train_command(r.stage, program, r.ranks, r.hostfile, dir / "run.yaml", dir);
                          }
