@@ -141,12 +141,8 @@ def harness_checks(a, work, env, check):
                             text=True, env=env)
 
     def partial_steps():
-        for root, _, files in os.walk(out("h_pre")):
-            if "metrics.jsonl.partial" in files:
-                with open(os.path.join(root, "metrics.jsonl.partial")) as f:
-                    if sum('"event":"step"' in line.replace(" ", "") for line in f) >= 20:
-                        return True
-        return False
+        return any(steps_seen(os.path.join(root, "metrics.jsonl.partial")) >= 20
+                   for root, _, files in os.walk(out("h_pre")) if "metrics.jsonl.partial" in files)
     started = wait_for(partial_steps, 120)
     jobs = queue(env)
     if started and jobs:
@@ -269,17 +265,28 @@ def queue(env):
                           timeout=30).stdout.split()
 
 
+def steps_seen(path):
+    """The step records in a metrics stream while it runs (metrics.jsonl.partial; 0 before it exists)."""
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return sum('"event":"step"' in line.replace(" ", "") for line in f)
+
+
 _pending_since = {}
 
 
-def nudge(env, job):
+def nudge(env, job, before=None):
     """A requeued job waits out Slurm's requeue delay (its BeginTime, two minutes here): its start moved to now
     once it has been back in the queue for 3 s, as an administrator may. (Started at once, the next attempt was
-    seen to fail to launch, exit 1 and no output: slurmd still ending the last one.) Returns the job's state."""
+    seen to fail to launch, exit 1 and no output: slurmd still ending the last one.) `before` runs just before
+    the start is moved. Returns the job's state."""
     state, fields = job_state(env, job)
     if state == "PENDING" and fields.get("Reason") == "BeginTime":
         since = _pending_since.setdefault((job, fields.get("Restarts")), time.time())
         if time.time() - since >= 3:
+            if before:
+                before()
             subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, env=env,
                            timeout=30)
     return state
@@ -341,21 +348,15 @@ def run_checks(a, work, env, check):
         check(f"the {name} job is submitted", r.returncode == 0, r.stderr.strip()[-300:])
         return (r.stdout.strip().split(";")[0] if r.returncode == 0 else None), run_dir, attempts
 
-    def trains(run_dir, title, n=20):  # the metrics stream while it runs (metrics.jsonl once the run completes)
-        path = os.path.join(run_dir, "metrics.jsonl.partial")
-        ok = wait_for(lambda: os.path.exists(path) and
-                      sum('"event":"step"' in line.replace(" ", "") for line in open(path)) >= n, 120)
+    def trains(run_dir, title, n=20):
+        ok = wait_for(lambda: steps_seen(os.path.join(run_dir, "metrics.jsonl.partial")) >= n, 120)
         check(f"{title} ({n} steps seen in its metrics)", ok)
         return ok
 
     def resumed(job, run_dir, attempts, title, pending=None):
-        """The job requeued, resumed and completed, two attempts, the uninterrupted run's bits."""
-        def done():
-            state, fields = job_state(env, job)
-            if state == "PENDING" and pending:
-                pending()
-            return nudge(env, job) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
-        finished = wait_for(done, 300)
+        """The job requeued, resumed and completed, two attempts, the uninterrupted run's bits. `pending` runs
+        when the requeued job is let start."""
+        finished = wait_for(lambda: nudge(env, job, pending) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 300)
         state, fields = job_state(env, job)
         logs = "".join(open(os.path.join(work, f)).read() for f in sorted(os.listdir(work))
                        if f.startswith(os.path.basename(run_dir) + "-") and f.endswith(".log"))
@@ -401,6 +402,7 @@ def run_checks(a, work, env, check):
     restore = lambda: subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=5"],  # noqa: E731
                                      capture_output=True, env=env, timeout=30)
     resumed(job, run_dir, attempts, "signalled before its time limit (--signal=TERM@60)", pending=restore)
+
 
 if __name__ == "__main__":
     sys.exit(main())
