@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <exception>
@@ -19,6 +20,7 @@
 #include "train/sharded_checkpoint.h"
 #include "train/prepare.h"
 #include "train/trainer.h"
+#include "util/console.h"
 #include "util/files.h"
 #include "util/hash.h"
 #include "kernels/cpu/omp_wait.h"
@@ -429,7 +431,7 @@ void dispatch(const std::string& command, const Given& g, const RunConfig& cfg, 
     const std::string out = g.get("out").empty() ? default_out_dir(ctx.stage) : g.get("out");
     const TrainRequest req{cfg, out, g.get("resume"), g.flag("overwrite"), g.get("config"), g.get("hostfile")};
     run_train(req, ctx);
-    if (root) fmt::print(stderr, "[{}] results in {}\n", ctx.stage, req.out_dir);
+    if (root) console::err(fmt::format("[{}] results in {}\n", ctx.stage, req.out_dir));
   } else {
     // GenerateRequest's "" means "no prompt: take it from the corpus"; one
     // given empty on purpose is a mistake, not a request for the corpus.
@@ -488,9 +490,9 @@ int fail(const StageContext& ctx, const char* what, int code) {
   if (comm && comm->size() > 1 && comm->rank() != 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
-  fmt::print(stderr, "{}: error: {}{}\n", ctx.stage,
-             comm && comm->size() > 1 ? fmt::format("rank {}: ", comm->rank()) : "", what);
-  std::fflush(stderr);
+  console::err(fmt::format("{}: error: {}{}\n", ctx.stage,
+                           comm && comm->size() > 1 ? fmt::format("rank {}: ", comm->rank()) : "", what));
+  console::drain(console::kExitStall);
   if (comm && comm->size() > 1) {
     // Give mpiexec's proxy time to forward the message before the abort
     // tears the job down (seen here: without the pause it was sometimes lost).
@@ -520,14 +522,18 @@ int tool_main(const char* program, int (*run)(int, char**), int argc, char** arg
 
 int stage_main_error(const StageContext& ctx, const char* what, int code) { return fail(ctx, what, code); }
 
-int stage_main(int argc, char** argv, const StageContext& ctx, const std::string& help_note) {
+namespace {
+
+int stage_status(int argc, char** argv, const StageContext& ctx, const std::string& help_note) {
   try {
     return run(argc, argv, ctx, help_note);
   } catch (const RunPreempted& e) {  // every rank stopped after the same step, its work written: no abort
     // Rank 0 alone exits with the status. MPICH 4.0's mpiexec can report 0 when several ranks exit non-zero
     // at once (its cleanup resets their statuses: pmodels/mpich#7057, fixed in later releases); with one
     // non-zero rank it reports that rank's status.
-    if (ctx.comm == nullptr || ctx.comm->rank() == 0) fmt::print(stderr, "{}: preempted: {}\n", ctx.stage, e.what());
+    if (ctx.comm == nullptr || ctx.comm->rank() == 0) {
+      console::err(fmt::format("{}: preempted: {}\n", ctx.stage, e.what()));
+    }
     return kExitPreempted;
   } catch (const BackendUnavailable& e) {
     return fail(ctx, e.what(), kExitUnavailable);
@@ -536,6 +542,20 @@ int stage_main(int argc, char** argv, const StageContext& ctx, const std::string
   } catch (const std::exception& e) {
     return fail(ctx, e.what(), kExitFailure);
   }
+}
+
+}  // namespace
+
+int stage_main(int argc, char** argv, const StageContext& ctx, const std::string& help_note) {
+  // A reader that closed its end of stdout or stderr (a launcher gone, `| head`)
+  // costs the console's lines, not the run: the console sees EPIPE and drops
+  // them (util/console.h) where SIGPIPE would end the process, results unwritten.
+  std::signal(SIGPIPE, SIG_IGN);
+  const int status = stage_status(argc, argv, ctx, help_note);
+  // What the console still holds goes out while the streams take it (a stalled
+  // one is given up after kExitStall, its lines counted as dropped).
+  console::drain(console::kExitStall);
+  return status;
 }
 
 }  // namespace gpt2

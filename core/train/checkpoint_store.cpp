@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
 
+#include "util/console.h"
 #include "util/files.h"
 #include "util/json.h"
 
@@ -216,7 +218,12 @@ fs::path commit_checkpoint(const fs::path& out, const fs::path& dir, int64_t ste
     }
     sync_directory(out / kCheckpointsFolder);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "warning: {}: older checkpoints not removed: {}\n", out.string(), e.what());
+    // Said once a run: a failing removal would otherwise repeat at every save.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      console::err(fmt::format("warning: {}: older checkpoints not removed: {} (said once; later saves may also "
+                               "leave theirs)\n", out.string(), e.what()));
+    }
   }
   return one_file ? dir / kCheckpointFile : dir;
 }

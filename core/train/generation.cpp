@@ -13,6 +13,7 @@
 #include "train/corpus.h"
 #include "train/layout.h"
 #include "train/trainer.h"
+#include "util/console.h"
 #include "util/fields.h"
 #include "util/hash.h"
 
@@ -122,9 +123,9 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   if (rank == 0) {
     fmt::print("\n");
     std::fflush(stdout);
-    fmt::print(stderr, "[{}] prompt of {} tokens; generated {} tokens in {:.3f} s{}{}\n", ctx.stage, prompt.size(),
-               gen.tokens.size(), s, gen.stopped_at_eos ? " (stopped at [EOS])" : "",
-               layout.size > 1 ? fmt::format(" on {} tensor-parallel ranks", layout.size) : "");
+    console::err(fmt::format("[{}] prompt of {} tokens; generated {} tokens in {:.3f} s{}{}\n", ctx.stage,
+                             prompt.size(), gen.tokens.size(), s, gen.stopped_at_eos ? " (stopped at [EOS])" : "",
+                             layout.size > 1 ? fmt::format(" on {} tensor-parallel ranks", layout.size) : ""));
   }
   if (ctx.comm) ctx.comm->barrier();
 }
@@ -145,8 +146,8 @@ void run_init(const InitRequest& req, const StageContext& ctx) {
   if (!comm.all_equal(hash)) throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
   if (comm.rank() == 0) {
     save_checkpoint(req.out, mc, w, corpus.tok, nullptr, {{"train.seed", std::to_string(c.train.seed)}});
-    fmt::print(stderr, "[{}] initial weights (model.init {}, train.seed {}, {} parameters, hash {:016x}) in {}\n",
-               ctx.stage, to_string(mc.init), c.train.seed, w.size(), hash, req.out);
+    console::err(fmt::format("[{}] initial weights (model.init {}, train.seed {}, {} parameters, hash {:016x}) in {}\n",
+                             ctx.stage, to_string(mc.init), c.train.seed, w.size(), hash, req.out));
   }
   comm.barrier();
 }

@@ -19,6 +19,7 @@
 #include "train/corpus.h"
 #include "train/shards.h"
 #include "train/trainer.h"
+#include "util/console.h"
 #include "util/files.h"
 #include "util/json.h"
 
@@ -80,13 +81,13 @@ std::vector<int32_t> encode_stream(const BpeTokenizer& tok, const std::vector<st
     }
     if (progress) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      fmt::print(stderr, "\r[prepare] {}/{} documents, {:.1f} of {:.1f} MB, {} tokens, {:.1f} MB/s", b + docs.size(),
-                 texts.size(), static_cast<double>(done_bytes) / 1e6, static_cast<double>(sum.bytes) / 1e6,
-                 stream.size(), s > 0 ? static_cast<double>(done_bytes) / 1e6 / s : 0.0);
-      std::fflush(stderr);
+      console::err(fmt::format("\r[prepare] {}/{} documents, {:.1f} of {:.1f} MB, {} tokens, {:.1f} MB/s",
+                               b + docs.size(), texts.size(), static_cast<double>(done_bytes) / 1e6,
+                               static_cast<double>(sum.bytes) / 1e6, stream.size(),
+                               s > 0 ? static_cast<double>(done_bytes) / 1e6 / s : 0.0));
     }
   }
-  if (progress) fmt::print(stderr, "\n");
+  if (progress) console::err("\n");
   sum.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stream;
 }

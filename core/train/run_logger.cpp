@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "util/console.h"
 #include "util/files.h"
 
 namespace gpt2 {
@@ -26,56 +27,66 @@ void RunLogger::open(const std::string& config_yaml, bool resuming, int64_t firs
 }
 
 void RunLogger::note(const std::string& text) const {
-  if (active_) fmt::print(stderr, "[{}] {}\n", stage_, text);
+  if (active_) console::err(fmt::format("[{}] {}\n", stage_, text));
 }
 
 void RunLogger::step(const StepRecord& r, int64_t steps, bool show_comm) {
   if (!active_) return;
   metrics_->step(r);
   // An MFU above 100% means the peak is wrong (measured low), never that the
-  // machine beat it: say so rather than print an impossible number bare.
-  const bool over = r.mfu > 1.0;
-  mfu_over_peak_ = mfu_over_peak_ || over;
-  fmt::print(stderr, "step {:>4}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | {:.0f} ms{} | {:.0f} tok/s | MFU {:.1f}%{}\n",
-             r.step, steps, r.loss, r.lr, r.grad_norm, r.step_ms,
-             show_comm ? fmt::format(" (comm {:.0f} ms)", r.comm_ms) : "", r.tokens_per_s, 100 * r.mfu,
-             over ? (peak_configured_ ? " (above 100%: train.peak_gflops is below what this machine reaches)"
-                                      : " (above 100%: the peak was measured low; give train.peak_gflops)")
-                  : "");
+  // machine beat it: said once, at the first such step, and in the summary
+  // (provenance.mfu_note), rather than on every line.
+  if (r.mfu > 1.0 && !mfu_over_peak_) {
+    mfu_over_peak_ = true;
+    note(fmt::format("step {}'s MFU is {:.1f}%, above 100%: {} (said once; the summary's provenance.mfu_note keeps it)",
+                     r.step, 100 * r.mfu, mfu_note()));
+  }
+  fmt::memory_buffer line;  // on the stack: a step's line allocates nothing
+  fmt::format_to(std::back_inserter(line), "step {:>4}/{} | loss {:.6f} | lr {:.3e} | norm {:.4f} | {:.0f} ms",
+                 r.step, steps, r.loss, r.lr, r.grad_norm, r.step_ms);
+  if (show_comm) fmt::format_to(std::back_inserter(line), " (comm {:.0f} ms)", r.comm_ms);
+  fmt::format_to(std::back_inserter(line), " | {:.0f} tok/s | MFU {:.1f}%\n", r.tokens_per_s, 100 * r.mfu);
+  console::err(std::string_view(line.data(), line.size()));
+}
+
+std::string RunLogger::mfu_note() const {
+  return peak_configured_ ? "train.peak_gflops is below what this machine reaches"
+                          : "the peak (peak_gflops) was measured low, e.g. on a busy machine; give train.peak_gflops";
 }
 
 void RunLogger::eval(const EvalRecord& r, int64_t steps) {
   if (!active_) return;
   metrics_->eval(r);
-  fmt::print(stderr, "step {:>4}/{} | val loss {:.6f}\n", r.step, steps, r.val_loss);
+  console::err(fmt::format("step {:>4}/{} | val loss {:.6f}\n", r.step, steps, r.val_loss));
 }
 
 void RunLogger::preempted(int64_t step, const std::string& signal, double signal_to_exit_s,
                           const std::string& checkpoint, bool abandoned_step) {
   if (!active_) return;
   metrics_->preempted(step, signal, signal_to_exit_s, abandoned_step);
-  fmt::print(stderr, "[{}] stopped by {} {}: checkpoint {} written, {:.2f} s after the signal; resume with --resume "
-             "auto\n", stage_, signal,
-             abandoned_step ? fmt::format("during step {} (abandoned between its micro-steps)", step + 1)
-                            : fmt::format("after step {}", step),
-             checkpoint, signal_to_exit_s);
+  console::err(fmt::format(
+      "[{}] stopped by {} {}: checkpoint {} written, {:.2f} s after the signal; resume with --resume auto\n", stage_,
+      signal,
+      abandoned_step ? fmt::format("during step {} (abandoned between its micro-steps)", step + 1)
+                     : fmt::format("after step {}", step),
+      checkpoint, signal_to_exit_s));
 }
 
 void RunLogger::finish(const RunSummary& s) {
   if (!active_) return;
-  fmt::print(stderr, "[{}] trained {} steps in {:.2f} s ({:.2f} s wall, {:.2f} s communicating); generated {} tokens "
-             "in {:.3f} s\n", stage_, s.steps - s.first_step, s.train_s, s.train_wall_s, s.comm_s, s.generated_tokens,
-             s.inference_s);
-  fmt::print("{}\n", s.generated_text);
-  if (!mfu_over_peak_) {
-    metrics_->finish(s);
-    return;
-  }
+  console::err(fmt::format("[{}] trained {} steps in {:.2f} s ({:.2f} s wall, {:.2f} s communicating); generated {} "
+                           "tokens in {:.3f} s\n", stage_, s.steps - s.first_step, s.train_s, s.train_wall_s, s.comm_s,
+                           s.generated_tokens, s.inference_s));
+  console::out(s.generated_text + "\n");
   RunSummary noted = s;
-  noted.provenance["mfu_note"] =
-      peak_configured_ ? "some steps' MFU is above 100%: train.peak_gflops is below what this machine reaches"
-                       : "some steps' MFU is above 100%: the peak (peak_gflops) was measured low, e.g. on a busy "
-                         "machine; give train.peak_gflops";
+  // Counted after the run's last lines were offered: the summary names every
+  // line the console could not take (the results lose nothing).
+  noted.console_dropped_lines = static_cast<int64_t>(console::dropped_lines());
+  if (noted.console_dropped_lines > 0) {
+    note(fmt::format("{} progress line(s) were dropped: stderr or stdout did not take them (a stalled or unread "
+                     "pipe); metrics.jsonl has every step", noted.console_dropped_lines));
+  }
+  if (mfu_over_peak_) noted.provenance["mfu_note"] = "some steps' MFU is above 100%: " + mfu_note();
   metrics_->finish(noted);
 }
 

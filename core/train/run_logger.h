@@ -35,7 +35,8 @@ class RunLogger {
   // Whether the MFU peak was given (train.peak_gflops) or measured: an MFU
   // above 100% is explained accordingly.
   void set_peak_configured(bool configured) { peak_configured_ = configured; }
-  // "[<stage>] <text>" on stderr.
+  // "[<stage>] <text>" on stderr, through the console (util/console.h: a
+  // line the stream cannot take is dropped and counted, never waited for).
   void note(const std::string& text) const;
   // The record, and the progress line "step s/steps | loss ... | ms | tok/s | MFU".
   void step(const StepRecord& r, int64_t steps, bool show_comm);
@@ -46,7 +47,8 @@ class RunLogger {
   void preempted(int64_t step, const std::string& signal, double signal_to_exit_s, const std::string& checkpoint,
                  bool abandoned_step);
   // The summary line, the generated text on stdout, and the summary record
-  // (which renames the metrics stream into place: the run is complete).
+  // (which renames the metrics stream into place: the run is complete),
+  // naming the console lines dropped (RunSummary::console_dropped_lines).
   void finish(const RunSummary& s);
 
  private:
@@ -54,8 +56,11 @@ class RunLogger {
   bool active_;
   std::optional<RunDirectory> dir_;
   std::optional<MetricsWriter> metrics_;
-  bool mfu_over_peak_ = false;
-  bool peak_configured_ = false;  // a step's MFU was above 100%: the summary says why
+  // Why a step's MFU was above 100% (the note said once and the summary's).
+  std::string mfu_note() const;
+
+  bool mfu_over_peak_ = false;    // a step's MFU was above 100%: said once, and the summary says why
+  bool peak_configured_ = false;
 };
 
 }  // namespace gpt2

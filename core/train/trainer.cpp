@@ -34,6 +34,7 @@
 #include "train/run_logger.h"
 #include "train/run_state.h"
 #include "train/train_step.h"
+#include "util/console.h"
 #include "util/fields.h"
 #include "util/files.h"
 #include "util/hash.h"
@@ -904,8 +905,9 @@ Json score_multiple_choice(const EvaluateRequest& req, const RunConfig& c, const
     }
     const size_t n = in.examples.size();
     if (n >= 20 && (i + 1) % (n / 10) == 0) {
-      fmt::print(stderr, "[{}] multiple choice: {} of {} examples, acc_norm so far {:.4f} ({:.1f} s)\n", ctx.stage,
-                 i + 1, n, static_cast<double>(correct_norm) / static_cast<double>(i + 1), seconds_since(t0));
+      console::err(fmt::format("[{}] multiple choice: {} of {} examples, acc_norm so far {:.4f} ({:.1f} s)\n",
+                               ctx.stage, i + 1, n, static_cast<double>(correct_norm) / static_cast<double>(i + 1),
+                               seconds_since(t0)));
     }
   }
   const double n = static_cast<double>(in.examples.size());
@@ -991,7 +993,8 @@ void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
       loader.next(feed.x(), feed.y());
       feed.cut();
       if (comm.rank() == 0 && batches >= 20 && ++served % (batches / 10) == 0) {
-        fmt::print(stderr, "[{}] evaluate: batch {} of {} ({:.1f} s)\n", ctx.stage, served, batches, seconds_since(t0));
+        console::err(fmt::format("[{}] evaluate: batch {} of {} ({:.1f} s)\n", ctx.stage, served, batches,
+                                 seconds_since(t0)));
       }
     });
     result["data"] = req.data;

@@ -90,6 +90,7 @@ Json to_json(const RunSummary& r) {
               {"generated_text", r.generated_text},
               {"checkpoint", r.checkpoint},
               {"state_hash", r.state_hash},
+              {"console_dropped_lines", r.console_dropped_lines},
               {"provenance", r.provenance}};
 }
 
@@ -158,6 +159,7 @@ RunSummary run_summary(const Json& j, const std::string& where) {
   r.generated_text = field_or<std::string>(j, "generated_text", "", where);
   r.checkpoint = field_or<std::string>(j, "checkpoint", "", where);
   r.state_hash = field_or<std::string>(j, "state_hash", "", where);
+  r.console_dropped_lines = field_or<int64_t>(j, "console_dropped_lines", 0, where);
   if (j.contains("provenance")) {
     if (!j["provenance"].is_object()) throw std::runtime_error(fmt::format("{}: 'provenance' is not an object", where));
     r.provenance = j["provenance"];

@@ -85,6 +85,9 @@ struct RunSummary {
   // runs with equal bits have equal hashes ("" when no checkpoint was
   // written, but for train.deterministic, whose state is always hashed).
   std::string state_hash;
+  // Progress lines the console dropped because stderr or stdout did not take
+  // them (util/console.h); they are lost from the console only.
+  int64_t console_dropped_lines = 0;
   Json provenance = Json::object();
 };
 

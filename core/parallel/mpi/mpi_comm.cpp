@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "util/console.h"
+
 #define MPI_CHECK(call)                                                                         \
   do {                                                                                          \
     int mpi_rc_ = (call);                                                                       \
@@ -114,9 +116,10 @@ struct MpiSession {
     // status it was going to return instead of letting the job hang.
     std::thread([] {
       std::this_thread::sleep_for(kFinalizeGrace);
-      std::fprintf(stderr, "note: MPI_Finalize did not return within %lld s (a peer or the launcher did not "
-                   "answer; MPICH/UCX over TCP is known to); ending the process, its work complete\n", static_cast<long long>(kFinalizeGrace.count()));
-      std::fflush(stderr);
+      // Through the console: a stalled launcher's full pipe must not keep it from ending the process.
+      console::err(fmt::format("note: MPI_Finalize did not return within {} s (a peer or the launcher did not "
+                               "answer; MPICH/UCX over TCP is known to); ending the process, its work complete\n",
+                               kFinalizeGrace.count()));
       std::_Exit(g_status_if_finalize_hangs.load());
     }).detach();
     MPI_Finalize();

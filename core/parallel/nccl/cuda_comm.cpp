@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "util/console.h"
 
 #define GPT2_NCCL_CHECK(call) GPT2_CHECK_CALL(call, ncclSuccess, ncclGetErrorString)
 
@@ -257,8 +258,9 @@ class Impl final : public CudaMpiCommunicator {
     }
     const bool world = owned_ == nullptr;
     if (world && votes > 0 && mpi_.rank() == 0 && mpi_.size() > 1 && requested_ == DeviceAllreduce::kAuto) {
-      fmt::print(stderr, "[mpi_cuda] gradients are summed through host memory and MPI: {} ranks on a machine with "
-                 "{} GPU(s) share devices, and NCCL needs one per rank\n", node_ranks_, cuda_device_count());
+      console::err(fmt::format("[mpi_cuda] gradients are summed through host memory and MPI: {} ranks on a machine "
+                               "with {} GPU(s) share devices, and NCCL needs one per rank\n", node_ranks_,
+                               cuda_device_count()));
     }
     mode_ = votes > 0 ? DeviceAllreduce::kHostStaged : DeviceAllreduce::kNccl;
     if (mode_ == DeviceAllreduce::kNccl) {

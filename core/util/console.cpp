@@ -1,0 +1,156 @@
+// The console's streams (console.h). Never blocking rests on poll(): a
+// descriptor is written only once poll() with a zero timeout says it takes
+// data, and then at most PIPE_BUF bytes at a time. On Linux a pipe that
+// polls writable has a free page-sized slot, so a write of up to PIPE_BUF
+// bytes completes at once (one writer: the lock below keeps this process's
+// threads from racing for the slot); a regular file always polls writable
+// and a terminal takes small writes into its buffer. Another process
+// writing into the same pipe could take the slot between the poll and the
+// write; no launcher we know shares a rank's pipe that way.
+#include "util/console.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <string>
+
+namespace gpt2::console {
+
+namespace {
+
+struct Pending {
+  int fd;
+  std::string text;  // what waits, from `head` on
+  size_t head = 0;
+  bool gone = false;  // the descriptor failed: later text is dropped at once
+
+  size_t size() const { return text.size() - head; }
+};
+
+uint64_t lines_in(std::string_view text) {
+  const auto n = static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n'));
+  return std::max<uint64_t>(n, 1);
+}
+
+struct Console {
+  std::mutex lock;
+  std::array<Pending, 2> streams{Pending{STDOUT_FILENO, {}}, Pending{STDERR_FILENO, {}}};
+  uint64_t dropped = 0;
+
+  Console() {
+    // Reserved once: a line queued in a step allocates nothing.
+    for (Pending& p : streams) p.text.reserve(kBufferBytes);
+  }
+
+  void drop_all(Pending& p) {
+    if (p.size() > 0) dropped += lines_in(std::string_view(p.text).substr(p.head));
+    p.text.clear();
+    p.head = 0;
+  }
+
+  // Writes one chunk if the descriptor takes it now. Returns the bytes written.
+  size_t write_some(Pending& p, short revents) {
+    // A pipe whose reader is gone polls POLLERR (writing would raise SIGPIPE),
+    // a hung-up terminal POLLHUP, a closed descriptor POLLNVAL.
+    if ((revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
+      p.gone = true;
+      drop_all(p);
+      return 0;
+    }
+    if ((revents & POLLOUT) == 0) return 0;
+    // Whole lines a write where they fit: a reader never sees half a line
+    // (but of one longer than PIPE_BUF), and another writer's lines fall between ours.
+    size_t chunk = std::min<size_t>(p.size(), PIPE_BUF);
+    if (chunk < p.size()) {
+      const size_t end = std::string_view(p.text).substr(p.head, chunk).rfind('\n');
+      if (end != std::string_view::npos) chunk = end + 1;
+    }
+    const ssize_t n = ::write(p.fd, p.text.data() + p.head, chunk);
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EINTR) {  // EPIPE (SIGPIPE ignored), EBADF, EIO: the stream is gone
+        p.gone = true;
+        drop_all(p);
+      }
+      return 0;
+    }
+    p.head += static_cast<size_t>(n);
+    if (p.head == p.text.size()) {
+      p.text.clear();
+      p.head = 0;
+    } else if (p.head >= kBufferBytes / 2) {  // keep the buffer from creeping: move the rest to the front
+      p.text.erase(0, p.head);
+      p.head = 0;
+    }
+    return static_cast<size_t>(n);
+  }
+
+  // Writes what the descriptor takes without waiting.
+  void flush_now(Pending& p) {
+    while (p.size() > 0) {
+      pollfd q{p.fd, POLLOUT, 0};
+      if (::poll(&q, 1, 0) <= 0) return;
+      if (write_some(p, q.revents) == 0) return;
+    }
+  }
+};
+
+// Never destroyed: a thread that says something while the program ends (the
+// MPI finalize watchdog) finds it whole.
+Console& the_console() {
+  static Console& c = *new Console;
+  return c;
+}
+
+}  // namespace
+
+void say(Stream stream, std::string_view text) {
+  if (text.empty()) return;
+  Console& c = the_console();
+  std::lock_guard<std::mutex> hold(c.lock);
+  Pending& p = c.streams[stream == Stream::kOut ? 0 : 1];
+  c.flush_now(p);  // make room first
+  if (p.gone || (p.size() > 0 && p.size() + text.size() > kBufferBytes)) {
+    c.dropped += lines_in(text);
+    return;
+  }
+  p.text.append(text);
+  c.flush_now(p);
+}
+
+uint64_t dropped_lines() {
+  Console& c = the_console();
+  std::lock_guard<std::mutex> hold(c.lock);
+  return c.dropped;
+}
+
+void drain(std::chrono::milliseconds stall) {
+  Console& c = the_console();
+  std::lock_guard<std::mutex> hold(c.lock);
+  using Clock = std::chrono::steady_clock;
+  auto give_up = Clock::now() + stall;
+  for (;;) {
+    std::array<pollfd, 2> q{};
+    std::array<Pending*, 2> which{};
+    nfds_t n = 0;
+    for (Pending& p : c.streams) {
+      if (p.size() == 0) continue;
+      q[n] = pollfd{p.fd, POLLOUT, 0};
+      which[n++] = &p;
+    }
+    if (n == 0) return;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now()).count();
+    if (left <= 0) break;
+    if (::poll(q.data(), n, static_cast<int>(left)) < 0 && errno != EINTR) break;
+    size_t wrote = 0;
+    for (nfds_t i = 0; i < n; ++i) wrote += c.write_some(*which[i], q[i].revents);
+    if (wrote > 0) give_up = Clock::now() + stall;  // still taking it: wait on
+  }
+  for (Pending& p : c.streams) c.drop_all(p);
+}
+
+}  // namespace gpt2::console
