@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Builds everything and runs the whole test suite (unit tests, gradient
 # checks, the PyTorch cross-check). Installs what it needs; safe to rerun.
+#   scripts/test.sh            the whole suite (what CI runs)
+#   scripts/test.sh --quick    the quick tier: every layer once (meson suite
+#                              'quick', docs/testing.md), a few minutes once built
+# Other arguments go to meson test (a test's name, --suite NAME, ...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+args=()
+for a in "$@"; do
+  if [[ "$a" == "--quick" ]]; then args+=(--suite quick); else args+=("$a"); fi
+done
 scripts/setup.sh --tests
 status=0
-meson test -C build --print-errorlogs "$@" || status=$?
+meson test -C build --print-errorlogs ${args[@]+"${args[@]}"} || status=$?
 # One plain summary line from Meson's own log.
 /usr/bin/python3 - <<'PY'
 import json

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
-from checks import Checks  # noqa: E402
+from checks import PROMPT_S, Checks  # noqa: E402
 import checkpoint_file  # noqa: E402
 
 B, T, L, NH, C = 4, 16, 2, 4, 64
@@ -171,22 +171,23 @@ def prepare_cases(check, a, work, encoder, vocab, shards):
                                                                     "--data.shards", full),
              "data.shards", "has no manifest.json: not a finished prepare; run prepare again")
     # FIFOs named like a shard, in place of one, or as the manifest: refused by train and plan, never waited on.
+    # (A run that opened one would wait forever: one still running after PROMPT_S is taken for that.)
     fifo = os.path.join(work, "fifo")
     shutil.copytree(shards, fifo)
     os.mkfifo(os.path.join(fifo, "train_000009.bin"))
     for cmd in ("train", "plan"):
         one_line(f"{cmd}: a FIFO named like a shard the manifest does not list is refused without blocking",
                  serial(cmd, *(["--out", os.path.join(work, "t1")] if cmd == "train" else []), *small,
-                        "--data.shards", fifo, timeout=30), "train_000009.bin", "does not list")
+                        "--data.shards", fifo, timeout=PROMPT_S), "train_000009.bin", "does not list")
     os.remove(os.path.join(fifo, "train_000009.bin"))
     os.remove(os.path.join(fifo, "train_000000.bin"))
     os.mkfifo(os.path.join(fifo, "train_000000.bin"))
     one_line("a FIFO in a listed shard's place is refused by its kind without blocking",
-             serial("plan", *small, "--data.shards", fifo, timeout=30), "train_000000.bin", "(a FIFO)")
+             serial("plan", *small, "--data.shards", fifo, timeout=PROMPT_S), "train_000000.bin", "(a FIFO)")
     os.remove(os.path.join(fifo, "manifest.json"))
     os.mkfifo(os.path.join(fifo, "manifest.json"))
     one_line("a FIFO as manifest.json is refused without blocking",
-             serial("train", "--out", os.path.join(work, "t2"), *small, "--data.shards", fifo, timeout=30),
+             serial("train", "--out", os.path.join(work, "t2"), *small, "--data.shards", fifo, timeout=PROMPT_S),
              "manifest.json", "FIFO")
     # A shard of another size than its manifest says.
     cut = os.path.join(work, "cut")

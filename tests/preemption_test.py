@@ -17,13 +17,18 @@ every step exactly once:
     the stop is checked by its record, its checkpoint and the resumed bits;
   * a second SIGTERM ends the process at once (killed by the signal), and
     the checkpoint written before it still loads and resumes.
-Each stop is within 10 s of the signal (the worst is printed). SIGKILL at
-random moments of one rank of 2 and of 4, and of a serial run (4 tries
-each), of one rank of 2 without train.deterministic (3 tries, the loss
-curve compared within 1e-5) and of mpiexec itself over 2 ranks (3 tries),
-each checkpointing every 2 steps so that many kills land mid-save: the job
-ends within 10 s, non-zero, no process of it left (by pid: mpiexec's
-proxies and ranks each run in a session of their own),
+Each stop ends the run by itself (the worst time from the signal is
+printed; a run still going STOP_LIMIT_S after it hangs). The steps of
+the runs signalled once sleep debug.step_sleep_s (outside the arithmetic;
+not the reference or the resumed runs), so that the run is still going
+when the test's signal comes however fast the machine. SIGKILL at random moments of
+one rank of 2 and of 4, and of a serial run (4 tries each), of one rank of
+2 without train.deterministic (3 tries, the loss curve compared within
+1e-5) and of mpiexec itself over 2 ranks (3 tries), each checkpointing
+every 2 steps so that many kills land mid-save (no sleep there: the share
+of time in saves is the machine's own), KILL_LEFT steps or more before the
+run's end: the job ends by itself, non-zero, no process of it left (by
+pid: mpiexec's proxies and ranks each run in a session of their own),
 the newest complete checkpoint loads at its step, and --resume auto
 finishes with the uninterrupted run's bits. Checkpoints are step folders
 (checkpoints/step-N/) complete only with their COMPLETE marker; the newest
@@ -53,6 +58,15 @@ import time
 from layout_checks import LayoutTest, common_args, load, records
 
 STEPS = 100
+# The signalled runs' steps sleep this long (debug.step_sleep_s, after each step, outside its arithmetic and its
+# timing), so that the STEPS - SIGNAL_BY steps left after the signal's step last 40 x 10 ms at the least: far
+# longer than the test takes to see a step and signal, on a machine 10x faster than this one too (a step here is
+# under 1 ms: without the sleep the run could end before the signal). The reference and resumed runs do not sleep.
+STEP_SLEEP = ["--debug.step_sleep_s", "0.01"]
+SIGNAL_BY = 60
+# A stop, or a killed job's end, still going this long after the signal hangs (here either takes well under a
+# second: the time is printed, not bounded more tightly).
+STOP_LIMIT_S = 60
 
 
 def main():
@@ -68,23 +82,24 @@ def main():
                                 start_new_session=True)
 
     def stopped(title, p, target, sig, d, seed, statuses=(4,)):
-        """Signals `target` once `d` shows a few steps; the run must exit with one of `statuses` within 10 s,
-        its checkpoint at the step the preempted record names."""
-        wait_for_steps(p, d, random.Random(seed).randint(3, 80))
+        """Signals `target` once `d` shows a few steps; the run must exit by itself with one of `statuses`, its
+        checkpoint at the step the preempted record names."""
+        wait_for_steps(p, d, random.Random(seed).randint(3, SIGNAL_BY))
         if p.poll() is not None:
             check(f"{title} (seed {seed}): still running when signalled", False, p.stderr.read()[-300:])
             return False
         os.kill(target(), sig)
-        err, waited = wait_end(p)
+        err, waited, hung = wait_end(p)
         worst[0] = max(worst[0], waited)
         stops = [r for r in read_all(d) if r.get("event") == "preempted"]
         ck = load(os.path.join(d, "checkpoint.bin")) if os.path.exists(os.path.join(d, "checkpoint.bin")) else None
         done = int(ck.header.get("state.steps_done", -1)) if ck else -1
-        ok = (p.returncode in statuses and waited < 10 and len(stops) == 1 and stops[0]["signal"] == signal_name(sig)
+        ok = (not hung and p.returncode in statuses and len(stops) == 1 and stops[0]["signal"] == signal_name(sig)
               and done == stops[0]["step"] + 1 and f"stopped by {signal_name(sig)}" in err)
-        check(f"{title} (seed {seed}): exit {' or '.join(map(str, statuses))} within 10 s, the checkpoint of the "
+        check(f"{title} (seed {seed}): exit {' or '.join(map(str, statuses))} by itself, the checkpoint of the "
               "step the record names",
-              ok, f"exit {p.returncode} after {waited:.2f} s, records {stops}, steps_done {done}; {err.strip()[-300:]}")
+              ok, f"exit {p.returncode} after {waited:.2f} s{' (still running: killed)' if hung else ''}, records "
+              f"{stops}, steps_done {done}; {err.strip()[-300:]}")
         return ok
 
     def resumed_equal(title, d, cmd, how="path"):
@@ -116,7 +131,7 @@ def main():
                                                                  ("serial, SIGUSR1", signal.SIGUSR1)]
     for k, (title, sig) in enumerate(serial_cases):
         d = out(f"serial_{k}")
-        p = start([a.serial, "train", *common, "--out", d])
+        p = start([a.serial, "train", *common, *STEP_SLEEP, "--out", d])
         if stopped(title, p, lambda: p.pid, sig, d, base + k):
             resumed_equal(title, d, [a.serial, "train"], how="auto" if k % 2 else "path")
 
@@ -127,7 +142,7 @@ def main():
         title = f"dp {n}, SIGTERM to {'one rank' if who == 'rank' else 'mpiexec'}"
         mpi = [a.mpiexec, "-n", str(n), a.mpi, "train"]
         d = out(f"mpi_{k}")
-        p = start([*mpi, *common, "--out", d])
+        p = start([*mpi, *common, *STEP_SLEEP, "--out", d])
         pick = random.Random(base + 100 + k)
 
         def target(p=p, who=who, pick=pick, n=n, title=title):
@@ -145,13 +160,19 @@ def main():
 
     # A second signal: at once, by the signal; the periodic checkpoint before it loads and resumes.
     d = out("twice")
+    # No step sleep here: the two signals are to land while the run computes, as they would in use (a process
+    # asleep takes both at once, as one). Its 80 steps left, each with its checkpoint, last 0.2 s here: far longer
+    # than the millisecond from the 20th step's record to the signal, on a machine 10x faster too.
     p = start([a.serial, "train", *common, "--train.checkpoint_every", "1", "--out", d])
     wait_for_steps(p, d, 20)
+    running = p.poll() is None
     os.kill(p.pid, signal.SIGTERM)
     os.kill(p.pid, signal.SIGTERM)
-    _, waited = wait_end(p)
+    _, waited, hung = wait_end(p)
+    # "At once": killed by the signal itself (its status says so), not stopped after its step.
     check("a second SIGTERM ends the run at once (killed by the signal, or exit 4 when the first stop had already "
-          "finished)", p.returncode in (-signal.SIGTERM, 4) and waited < 10, f"exit {p.returncode} after {waited:.2f} s")
+          "finished)", running and not hung and p.returncode in (-signal.SIGTERM, 4),
+          f"running when signalled {running}, exit {p.returncode} after {waited:.2f} s")
     resumed_equal("after the second signal, the checkpoint written before it", d, [a.serial, "train"])
 
     # --resume auto when there is nothing to resume: a fresh start, in a new folder and over a run that wrote no
@@ -219,13 +240,17 @@ def main():
     return 1
 
 
-KILL_STEPS = 60
+# The kill runs: KILL_STEPS steps, the kill at a random step up to KILL_STEPS - KILL_LEFT, so that 50 steps (and
+# 25 saves) are left after it: 150 ms here, far longer than the test takes from seeing the step to the kill (it
+# looks every millisecond and knows its target's pid already), on a machine 10x faster too.
+KILL_STEPS = 100
+KILL_LEFT = 50
 
 
 def killed(check, t, common, env, out, base):
     """SIGKILL at random moments (4 tries each on dp 2, dp 4 and serial; 3 more on dp 2 without
     train.deterministic, and 3 of mpiexec over 2 ranks) of a run that checkpoints every 2 steps (so many kills land mid-save): the job ends
-    within 10 s with a non-zero status and no process left, its newest complete checkpoint loads at its step, and
+    by itself with a non-zero status and no process left, its newest complete checkpoint loads at its step, and
     --resume auto finishes with the uninterrupted run's bits (without train.deterministic: its loss curve within
     1e-5)."""
     a = t.a
@@ -254,21 +279,26 @@ def killed(check, t, common, env, out, base):
             run_args = args if exact else [*args, "--train.deterministic", "false"]
             p = subprocess.Popen([*cmd, *run_args, "--out", d], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True, env=env, start_new_session=True)
-            wait_for_steps(p, d, rnd.randint(2, KILL_STEPS - 10))
+            # Every rank has started once the first step is recorded: the target and the job are known before the
+            # kill's step, so that the kill follows the step's record within a poll.
+            wait_for_steps(p, d, 1)
             pids = processes_under(p.pid) if ranks else [p.pid]
+            job = descendants(p.pid)  # mpiexec's proxies and ranks (each in a session of its own), before the kill
+            victim = p.pid if at == "mpiexec" else rnd.choice(pids or [p.pid])
+            wait_for_steps(p, d, rnd.randint(2, KILL_STEPS - KILL_LEFT))
             whom = ("a serial run" if not ranks else f"mpiexec over {ranks} ranks" if at == "mpiexec"
                     else f"one rank of {ranks}")
             title = f"SIGKILL of {whom}{'' if exact else ', not deterministic'} (seed {seed})"
             if p.poll() is not None or not pids:
-                check(f"{title}: running when killed", False, f"exit {p.returncode}")
+                check(f"{title}: running when killed", False, f"exit {p.returncode}, ranks found {pids}")
                 continue
-            job = descendants(p.pid)  # mpiexec's proxies and ranks (each in a session of its own), before the kill
-            os.kill(p.pid if at == "mpiexec" else rnd.choice(pids), signal.SIGKILL)
-            _, waited = wait_end(p)
+            os.kill(victim, signal.SIGKILL)
+            _, waited, hung = wait_end(p)
             # The job has ended when its every process has (by pid: an orphan is no longer under mpiexec; when
-            # mpiexec itself is killed, its proxies notice and end the ranks).
+            # mpiexec itself is killed, its proxies notice and end the ranks). A process still there STOP_LIMIT_S
+            # after the kill is left behind.
             t0 = time.time()
-            while time.time() - t0 < 10 and any(alive(x) for x in job):
+            while time.time() - t0 < STOP_LIMIT_S and any(alive(x) for x in job):
                 time.sleep(0.005)
             waited += time.time() - t0
             slowest = max(slowest, waited)
@@ -288,11 +318,12 @@ def killed(check, t, common, env, out, base):
                 loss = [x["loss"] for x in records(d, "step")]
                 same = got is not None and len(loss) == len(want_loss) and all(
                     abs(x - y) <= 1e-5 * max(1.0, abs(y)) for x, y in zip(loss, want_loss))
-            check(f"{title}: ended in {waited:.2f} s (< 10) with status {p.returncode} (non-zero), no process left; "
-                  f"its newest complete checkpoint (step {steps[-1]}) loads; --resume auto ends with the "
+            check(f"{title}: ended by itself in {waited:.2f} s with status {p.returncode} (non-zero), no process "
+                  f"left; its newest complete checkpoint (step {steps[-1]}) loads; --resume auto ends with the "
                   f"uninterrupted run's {'bits' if exact else 'loss curve within 1e-5'}",
-                  p.returncode != 0 and waited < 10 and not left and newest.header.get("state.steps_done") ==
-                  str(steps[-1]) and same, f"left {left}; {r.stderr.strip()[-300:]}")
+                  not hung and p.returncode != 0 and not left and newest.header.get("state.steps_done") ==
+                  str(steps[-1]) and same, f"{'still running: killed; ' if hung else ''}left {left}; "
+                  f"{r.stderr.strip()[-300:]}")
     check(f"some kills landed mid-save (an incomplete step folder beside the complete ones): {mid_save}; "
           f"{skipped} came before the first checkpoint; the slowest job end {slowest:.2f} s after the kill",
           mid_save > 0, f"{mid_save} of the kills after a first checkpoint")
@@ -304,14 +335,18 @@ def mid_step(check, a, env, out, base):
     2-stage 1f1b pipeline of 4 microbatches (one stage signalled; it stops at the schedule's stop points) or
     ZeRO-3 on dp 2 (one micro-step: it stops before one of its units), under
     train.stop_within_step always, or auto once a step took longer than debug.long_step_s: the step is abandoned
-    (the record says so), the stop comes within a step's time and half a second (the checkpoint included), and
-    the resumed run ends as the uninterrupted one (the bits under train.deterministic, else the loss curve
-    within 1e-5). Under auto with steps shorter than 5 s, the stop waits for the step's end."""
+    (the record says so, and names the last step recorded before the signal; no step is recorded after it), the
+    run ends by itself (the time from the signal is printed), and the resumed run ends as the uninterrupted one
+    (the bits under train.deterministic, else the loss curve within 1e-5). Under auto with steps shorter than
+    5 s (the default debug.long_step_s; a step takes well under 1 s here), the stop waits for the step's end:
+    the record names the step under way at the signal, recorded."""
     args = [*common_args(a.corpus, B=64, T=128, C=128, L=4, NH=4, steps=4), "--train.eval_every", "0",
             "--generate.max_new_tokens", "0"]
     mpi2 = [a.mpiexec, "-n", "2", a.mpi, "train"]
     always = ["--train.stop_within_step", "always"]
-    auto_long = ["--debug.long_step_s", "0.2"]  # train.stop_within_step auto, armed by steps over 0.2 s
+    # train.stop_within_step auto, armed by steps over 0.01 s: these take 0.8 s here, and over 0.01 s on a machine
+    # far faster too.
+    auto_long = ["--debug.long_step_s", "0.01"]
     cases = [("serial, 16 micro-steps of 4 rows, always", [a.serial, "train"], ["--train.micro_batch", "4", *always],
               False, True),
              ("dp 2, 8 micro-steps of 4 rows, always, SIGTERM to one rank", mpi2,
@@ -341,14 +376,21 @@ def mid_step(check, a, env, out, base):
         p = subprocess.Popen([*cmd, *args, *extra, "--out", d], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env, start_new_session=True)
         wait_for_steps(p, d, 2)
-        time.sleep(step_s * random.Random(seed).uniform(0.1, 0.35))
         pids = processes_under(p.pid) if cmd[0] == a.mpiexec else [p.pid]
+        # Part way into the step under way: a share of the reference's step (2 of the 4 steps are left, so the
+        # run is still going whatever share of this run's step that is).
+        time.sleep(step_s * random.Random(seed).uniform(0.1, 0.35))
         if p.poll() is not None or not pids:
             check(f"mid-step, {title} (seed {seed}): running when signalled", False, f"exit {p.returncode}")
             continue
+        before = steps_in(d)  # the steps recorded when the signal is sent: the next one is under way
         os.kill(random.Random(seed).choice(pids), signal.SIGTERM)
-        err, waited = wait_end(p)
+        err, waited, hung = wait_end(p)
         stops = [x for x in read_all(d) if x.get("event") == "preempted"]
+        recorded = [x["step"] for x in read_all(d) if x.get("event") == "step"]
+        # Abandoned: the last step recorded before the signal is the last one done; else the step under way
+        # at the signal was finished (and recorded), then the run stopped.
+        at = before - 1 if abandons else before
         if k == 0 and stops:
             resumed_stop_keeps_its_checkpoint(check, [*cmd, *args, *extra, "--out", d, "--resume", "auto"], d,
                                               stops[0]["step"] + 1, env)
@@ -361,12 +403,14 @@ def mid_step(check, a, env, out, base):
             loss, ref_loss = ([x["loss"] for x in records(x, "step")] for x in (d, ref))
             same = r.returncode == 0 and len(loss) == len(ref_loss) and all(
                 abs(x - y) <= 1e-5 * max(1.0, abs(y)) for x, y in zip(loss, ref_loss))
-        check(f"mid-step, {title} (seed {seed}): {'a step abandoned' if abandons else 'no step abandoned'}, the "
-              f"stop {stops[0]['signal_to_exit_s'] if stops else '?'} s after the signal (a step takes {step_s:.2f} "
-              f"s), resumed to the uninterrupted run's {'bits' if exact else 'loss curve within 1e-5'}",
-              len(stops) == 1 and stops[0]["step"] >= 1 and stops[0]["abandoned_step"] is abandons
-              and stops[0]["signal_to_exit_s"] < (step_s + 0.5 if abandons else 2 * step_s + 1) and same,
-              f"records {stops}, waited {waited:.2f} s; {err.strip()[-200:]}; {r.stderr.strip()[-200:]}")
+        check(f"mid-step, {title} (seed {seed}): {'a step abandoned' if abandons else 'no step abandoned'} "
+              f"(signalled with {before} steps recorded), the stop {stops[0]['signal_to_exit_s'] if stops else '?'} "
+              f"s after the signal (a step takes {step_s:.2f} s), resumed to the uninterrupted run's "
+              f"{'bits' if exact else 'loss curve within 1e-5'}",
+              not hung and len(stops) == 1 and stops[0]["step"] >= 1 and stops[0]["abandoned_step"] is abandons
+              and stops[0]["step"] == at and recorded == list(range(at + 1)) and same,
+              f"records {stops}, steps recorded {recorded}, waited {waited:.2f} s"
+              f"{' (still running: killed)' if hung else ''}; {err.strip()[-200:]}; {r.stderr.strip()[-200:]}")
 
 
 def final_state(a, d, env):
@@ -387,13 +431,14 @@ def resumed_stop_keeps_its_checkpoint(check, cmd, d, step, env):
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          start_new_session=True)
     seen = []
-    for line in p.stderr:  # the signal once it has resumed: it lands in (or before) the first step
+    # The signal as soon as it says it resumes (its stop handlers are installed before that line): it lands
+    # before or in the first step, whatever the machine's speed (the steps left take 2 x 0.4 s here).
+    for line in p.stderr:
         seen.append(line)
         if "--resume auto: resuming from" in line:
             break
-    time.sleep(0.1)
     os.kill(p.pid, signal.SIGTERM)
-    err, _ = wait_end(p)
+    err, _, _ = wait_end(p)
     stops = [x for x in read_all(d) if x.get("event") == "preempted"]
     after = os.stat(marker)
     check("a resumed run stopped during its first step: exit 4, its checkpoint the one it resumed from, "
@@ -421,22 +466,27 @@ def complete_steps(d):
                   and os.path.exists(os.path.join(d, "checkpoints", n, "COMPLETE")))
 
 
-def wait_for_steps(p, d, n, limit=60):
-    """Until run folder `d` records n steps, `p` ends, or `limit` seconds pass."""
+def wait_for_steps(p, d, n, limit=120):
+    """Until run folder `d` records n steps, `p` ends, or `limit` seconds pass (a deadline for a far slower
+    machine: the wait ends at the event). It looks every millisecond: what follows (a signal) comes within about
+    that of the step's record."""
     deadline = time.time() + limit
     while time.time() < deadline and p.poll() is None and steps_in(d) < n:
-        time.sleep(0.005)
+        time.sleep(0.001)
 
 
-def wait_end(p):
-    """`p`'s stderr and the seconds it took to end (its group killed after 30)."""
+def wait_end(p, limit=STOP_LIMIT_S):
+    """`p`'s stderr, the seconds it took to end, and whether it was still running after `limit` seconds (then
+    its group is killed)."""
     t0 = time.time()
     try:
-        _, err = p.communicate(timeout=30)
+        _, err = p.communicate(timeout=limit)
+        hung = False
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         _, err = p.communicate()
-    return err, time.time() - t0
+        hung = True
+    return err, time.time() - t0, hung
 
 
 def steps_in(d):
@@ -537,7 +587,7 @@ def unwritable_run(check, a, common, env, d):
     p = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", a.serial, "train", *common,
                           "--train.steps", "100000", "--train.checkpoint_every", "20", "--out", d],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    deadline = time.time() + 60
+    deadline = time.time() + 120  # the first save comes after 20 steps (well under a second here)
     while p.poll() is None and time.time() < deadline and not complete_steps(d):
         time.sleep(0.01)
     if p.poll() is not None or not complete_steps(d):
@@ -547,7 +597,7 @@ def unwritable_run(check, a, common, env, d):
               f"({p.communicate()[1].strip()[-200:]})")
         return
     os.chmod(os.path.join(d, "checkpoints"), 0o555)
-    err, _ = wait_end(p)
+    err, _, _ = wait_end(p)
     errors = [x for x in err.splitlines() if "error" in x]
     steps = complete_steps(d)
     newest = load(step_file(d, steps[-1])) if steps else None

@@ -14,7 +14,7 @@ diverging run stops.
                 harness runs of one experiment: the second fails at once
   ranks         (with --mpi) a different train.steps, learning rate or batch
                 size on one rank stops every rank with one error naming the key
-                and the rank, within seconds
+                and the rank, by itself (a job still going after PROMPT_S hangs)
   resume        a checkpoint trained with another batch size, sequence length,
                 loader, validation split or corpus is refused, naming it
   divergence    a loss above train.max_loss (or not finite) stops the run with
@@ -40,7 +40,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checkpoint_file  # noqa: E402
-from checks import Checks  # noqa: E402
+from checks import PROMPT_S, Checks, bounded_run  # noqa: E402
 from stage_cli_test import digest_tree  # noqa: E402
 
 WORDS = "the cat sat on a mat while dogs ran in the park and birds sang over quiet green hills".split()
@@ -87,11 +87,12 @@ def run(a, work):
              "--train.threads", "1", "--train.peak_gflops", "10", "--generate.prompt_tokens", "8",
              "--generate.max_new_tokens", "4"]
 
-    def train(out, *extra, steps_=4, timeout=60):
-        t0 = time.time()
-        r = subprocess.run([a.stage, "train", "--out", out, "--train.steps", str(steps_), *small, *extra],
-                           capture_output=True, text=True, env=env, timeout=timeout)
-        return r, time.time() - t0
+    def train(out, *extra, steps_=4, timeout=120):
+        """The run's result (bounded_run: .timed_out if still going after `timeout` s; these take well under a
+        second here) and its seconds."""
+        r = bounded_run([a.stage, "train", "--out", out, "--train.steps", str(steps_), *small, *extra], timeout,
+                        env=env)
+        return r, r.seconds
 
     def one_line_error(r, needle):
         lines = [l for l in r.stderr.splitlines() if l.strip()]
@@ -163,15 +164,17 @@ def run(a, work):
     check("... and --overwrite then replaces it (it used to give the same error)",
           r.returncode == 0 and json.load(open(w("J", "run.json"))).get("run_id"), r.stderr.strip()[-300:])
 
-    # ---- a FIFO named run.json in --out: refused at once, not waited on ----
+    # ---- a FIFO named run.json in --out: refused at once, not waited on (a run that opened it would wait
+    # forever: one still going after PROMPT_S is taken for that) ----
     os.makedirs(w("K"))
     os.mkfifo(w("K", "run.json"))
-    r, secs = train(w("K"), timeout=30)
-    check("a FIFO named run.json in --out is refused at once, naming its kind", one_line_error(r, "a FIFO")
-          and secs < 10, f"{secs:.1f} s: {r.stderr.strip()[-300:]}")
-    r, secs = train(w("K"), "--overwrite", timeout=30)
-    check("... and --overwrite replaces it", r.returncode == 0 and os.path.isfile(w("K", "run.json")) and secs < 30,
-          r.stderr.strip()[-300:])
+    r, secs = train(w("K"), timeout=PROMPT_S)
+    check("a FIFO named run.json in --out is refused at once, naming its kind", not r.timed_out
+          and one_line_error(r, "a FIFO"), f"{secs:.1f} s{' (still waiting: killed)' if r.timed_out else ''}: "
+          f"{r.stderr.strip()[-300:]}")
+    r, secs = train(w("K"), "--overwrite", timeout=PROMPT_S)
+    check("... and --overwrite replaces it", not r.timed_out and r.returncode == 0
+          and os.path.isfile(w("K", "run.json")), f"{secs:.1f} s: {r.stderr.strip()[-300:]}")
 
     # ---- links: nothing is ever written through a symbolic link in --out ----
     victim = w("victim.txt")
@@ -194,23 +197,26 @@ def run(a, work):
 
     # ---- races ----
     # A run of a few seconds (a larger model than `small`), its output to a file
-    # (a pipe nobody reads would fill and stop it).
+    # (a pipe nobody reads would fill and stop it). Its steps sleep 10 ms each
+    # (debug.step_sleep_s, outside the arithmetic), so that it lasts 1 s at the
+    # least however fast the machine: the second run, refused in some 30 ms
+    # here, comes well within that.
     bigger = small + ["--model.block_size", "64", "--model.n_layer", "2", "--model.n_embd", "64",
                       "--train.batch_size", "8", "--train.seq_len", "64"]
-    slow = [a.stage, "train", "--out", w("D"), "--train.steps", "300", *bigger]
+    slow = [a.stage, "train", "--out", w("D"), "--train.steps", "100", *bigger, "--debug.step_sleep_s", "0.01"]
     first_log = open(w("first.log"), "w+")
     first = subprocess.Popen(slow, stdout=subprocess.DEVNULL, stderr=first_log, text=True, env=env)
-    deadline = time.time() + 30
+    deadline = time.time() + 120  # the event ends the wait; the deadline is for a far slower machine
     while not os.path.exists(w("D", "run.json")) and time.time() < deadline and first.poll() is None:
-        time.sleep(0.05)
-    r, secs = train(w("D"), steps_=4)
+        time.sleep(0.01)
+    r, secs = train(w("D"), steps_=4, timeout=PROMPT_S)
     holder = json.load(open(w("D", "run.json")))
     check("a second run into a directory in use fails at once, naming the holder",
-          one_line_error(r, "in use by another run") and f"pid {first.pid}" in r.stderr and secs < 10,
-          f"{secs:.1f} s: {r.stderr.strip()[-300:]}")
-    first.wait(timeout=120)
+          not r.timed_out and one_line_error(r, "in use by another run") and f"pid {first.pid}" in r.stderr,
+          f"{secs:.1f} s{' (still going: killed)' if r.timed_out else ''}: {r.stderr.strip()[-300:]}")
+    first.wait(timeout=300)
     first_log.seek(0)
-    check("the first run completes undisturbed", first.returncode == 0 and len(steps(w("D", "metrics.jsonl"))) == 300
+    check("the first run completes undisturbed", first.returncode == 0 and len(steps(w("D", "metrics.jsonl"))) == 100
           and holder["pid"] == first.pid, first_log.read()[-300:])
 
     logs = [open(w(f"race{i}.log"), "w+") for i in (1, 2)]
@@ -264,32 +270,30 @@ def run(a, work):
             base = [a.mpi, "train", "--out", out, *small]
             cmd = [a.mpiexec, "-n", "1", *base, "--train.steps", "6", key, values[0], ":",
                    "-n", "1", *base, "--train.steps", "6", key, values[1]]
-            t0 = time.time()
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
-                secs = time.time() - t0
+            # Ranks that went on would wait forever in different collectives: a job still going after
+            # PROMPT_S is taken for that (these end in well under a second here).
+            r = bounded_run(cmd, PROMPT_S, env=env)
+            if r.timed_out:
+                check(f"ranks with a different {title} stop at once", False, f"hung ({PROMPT_S} s)")
+            else:
                 ok = (r.returncode == 2 and f"{key[2:]} is '{values[0]}' on rank 0 but '{values[1]}' on rank 1"
-                      in r.stderr and secs < 20 and not os.path.exists(os.path.join(out, "metrics.jsonl")))
+                      in r.stderr and not os.path.exists(os.path.join(out, "metrics.jsonl")))
                 check(f"ranks with a different {title} stop at once, naming the key and the rank", ok,
-                      f"exit {r.returncode} after {secs:.1f} s: {r.stderr.strip()[-400:]}")
-            except subprocess.TimeoutExpired:
-                check(f"ranks with a different {title} stop at once", False, "hung (60 s)")
+                      f"exit {r.returncode} after {r.seconds:.1f} s: {r.stderr.strip()[-400:]}")
         # Ranks given another command, or --resume on one rank only, would wait in different collectives.
         for title, second in [("another command (generate)", ["generate", "--checkpoint", w("A", "checkpoint.bin"),
                                                                "--prompt", "the cat"]),
                               ("--resume on one rank only", ["train", "--out", w("mpi-cmd"), *small, "--resume",
                                                              w("A", "checkpoint.bin")])]:
             cmd = [a.mpiexec, "-n", "1", a.mpi, "train", "--out", w("mpi-cmd"), *small, ":", "-n", "1", a.mpi, *second]
-            t0 = time.time()
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
-                secs = time.time() - t0
+            r = bounded_run(cmd, PROMPT_S, env=env)
+            if r.timed_out:
+                check(f"a rank given {title} stops every rank at once", False, f"hung ({PROMPT_S} s)")
+            else:
                 check(f"a rank given {title} stops every rank at once, naming the rank",
                       r.returncode == 2 and "different commands or options: rank(s) 1 differ from rank 0's 'train"
-                      in r.stderr and secs < 20 and not os.path.exists(w("mpi-cmd", "metrics.jsonl")),
-                      f"exit {r.returncode} after {secs:.1f} s: {r.stderr.strip()[-400:]}")
-            except subprocess.TimeoutExpired:
-                check(f"a rank given {title} stops every rank at once", False, "hung (60 s)")
+                      in r.stderr and not os.path.exists(w("mpi-cmd", "metrics.jsonl")),
+                      f"exit {r.returncode} after {r.seconds:.1f} s: {r.stderr.strip()[-400:]}")
         # One path, two files: each rank reads its own hostfile (here through its own working folder).
         for d, text in (("hostsA", "localhost:2\n"), ("hostsB", "localhost:3\n")):
             os.makedirs(w(d))
@@ -297,15 +301,13 @@ def run(a, work):
                 f.write(text)
         base = [os.path.abspath(a.mpi), "train", "--out", w("mpi-hosts"), *small, "--hostfile", "hosts"]
         cmd = [a.mpiexec, "-n", "1", "-wdir", w("hostsA"), *base, ":", "-n", "1", "-wdir", w("hostsB"), *base]
-        try:
-            t0 = time.time()
-            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
-            secs = time.time() - t0
+        r = bounded_run(cmd, PROMPT_S, env=env)
+        if r.timed_out:
+            check("ranks reading different hostfiles stop at once", False, f"hung ({PROMPT_S} s)")
+        else:
             check("ranks reading different hostfiles under one path stop at once, naming the content",
-                  r.returncode == 2 and "rank(s) 1 differ" in r.stderr and "(content " in r.stderr and secs < 20,
-                  f"exit {r.returncode} after {secs:.1f} s: {r.stderr.strip()[-400:]}")
-        except subprocess.TimeoutExpired:
-            check("ranks reading different hostfiles stop at once", False, "hung (60 s)")
+                  r.returncode == 2 and "rank(s) 1 differ" in r.stderr and "(content " in r.stderr,
+                  f"exit {r.returncode} after {r.seconds:.1f} s: {r.stderr.strip()[-400:]}")
     else:
         print("skip ranks that disagree: no --mpi/--mpiexec")
 
@@ -313,10 +315,12 @@ def run(a, work):
     if a.harness:
         exps, res = w("experiments"), w("results")
         os.makedirs(exps)
+        # The first run's 100 steps sleep 15 ms each (debug.step_sleep_s, outside the arithmetic): it lasts
+        # 1.5 s at the least however fast the machine, and the second harness run comes well within that.
         with open(w("base.yaml"), "w") as f:
             f.write(f"data:\n  corpus: {w('corpus.txt')}\nmodel:\n  block_size: 16\n  n_layer: 1\n  n_head: 2\n"
-                    "  n_embd: 16\ntrain:\n  batch_size: 4\n  seq_len: 16\n  steps: 20000\n  threads: 1\n"
-                    "  peak_gflops: 10\n")
+                    "  n_embd: 16\ntrain:\n  batch_size: 4\n  seq_len: 16\n  steps: 100\n  threads: 1\n"
+                    "  peak_gflops: 10\ndebug:\n  step_sleep_s: 0.015\n")
         with open(w("experiments", "race.yaml"), "w") as f:
             f.write(f"kind: stages\ndescription: two harness runs at once.\nbase: {w('base.yaml')}\n"
                     "repetitions: 1\nruns:\n  - stage: serial\n")
@@ -325,17 +329,17 @@ def run(a, work):
                "--reports", w("reports")]
         first_log = open(w("harness1.log"), "w+")
         first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=first_log, text=True, env=env)
-        deadline = time.time() + 30
+        deadline = time.time() + 120  # the event ends the wait; the deadline is for a far slower machine
         while time.time() < deadline and first.poll() is None and not any(
                 os.path.exists(os.path.join(dp, "run.json")) for dp, _, _ in os.walk(res)):
-            time.sleep(0.05)
-        t0 = time.time()
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
-        secs = time.time() - t0
+            time.sleep(0.01)
+        running = first.poll() is None
+        r = bounded_run(cmd, PROMPT_S, env=env)
         first.wait(timeout=300)
         first_log.seek(0)
-        check("a second harness run of one experiment fails at once", r.returncode == 2 and "in use" in r.stderr
-              and secs < 10 and first.returncode == 0, f"{r.returncode} {secs:.1f} s: {r.stderr.strip()[-300:]} "
+        check("a second harness run of one experiment fails at once", running and not r.timed_out
+              and r.returncode == 2 and "in use" in r.stderr and first.returncode == 0,
+              f"first running then {running}; {r.returncode} {r.seconds:.1f} s: {r.stderr.strip()[-300:]} "
               f"first: {first.returncode} {first_log.read()[-300:]}")
 
     return check.finish()

@@ -9,6 +9,8 @@ munge installed it reports itself skipped (exit 77) with the reason.
     `sbatch` each give the local 2-rank run's losses, validation losses and
     final weights (within 1e-5; the same ranks and arithmetic).
   * Preemption: a job whose stage is sent `scancel --signal=TERM` mid-run
+    (its first attempt's steps sleep debug.step_sleep_s, so that it is
+    still going when the signal arrives however fast the machine)
     saves and exits 4, its script asks Slurm to requeue it, and the second
     attempt resumes from the newest complete checkpoint (--resume auto) and
     finishes; under train.deterministic its final parameters, moments and
@@ -18,7 +20,7 @@ munge installed it reports itself skipped (exit 77) with the reason.
     limit is cut to one minute mid-run (scontrol update) is sent TERM by
     Slurm before the limit, saves, is requeued and resumes likewise (its
     steps sleep debug.step_sleep_s so that it outlasts Slurm's 30 s
-    time-limit pass).
+    time-limit pass with room to spare).
 
   * The harness: `harness run experiments/smoke.yaml --launcher slurm` gives the local launcher's runs.csv
     rows (but the timings and provenance) and loss.csv; a run preempted mid-way (scancel --signal=TERM) is
@@ -50,6 +52,13 @@ def wait_for(predicate, timeout):
             return True
         time.sleep(0.2)
     return False
+
+
+# Slurm's KillWait (its default, 30 s; scripts/slurm_local.sh does not set it): a cancelled job's processes get
+# SIGTERM, then SIGKILL this long after, and the job is COMPLETING meanwhile. A cancelled job must be gone from
+# the queue within it and 60 s of slack for a slow or busy machine (the stage ends on SIGTERM within a step).
+KILL_WAIT_S = 30
+GONE_S = KILL_WAIT_S + 60
 
 
 def main():
@@ -133,9 +142,12 @@ def harness_checks(a, work, env, check):
         f.write(f"name: preempt\ndescription: one long run\nbase: {os.path.join(repo, 'configs', 'original.yaml')}\n"
                 "config:\n  model.block_size: 32\n  model.n_layer: 2\n  model.n_head: 4\n  model.n_embd: 64\n"
                 "  train.batch_size: 8\n  train.seq_len: 32\n  train.steps: 120\n  train.checkpoint_every: 5\n"
-                "  train.deterministic: true\n  generate.max_new_tokens: 0\n"
+                "  train.deterministic: true\n  generate.max_new_tokens: 0\n  debug.step_sleep_s: 0.03\n"
                 f"  data.corpus: {os.path.abspath(a.corpus)}\n"
                 "reports: [table1]\nrepetitions: 1\ntimeout_s: 600\nruns:\n  - {stage: mpi, ranks: 2, threads: 1}\n")
+    # Its steps sleep 30 ms (debug.step_sleep_s, outside the arithmetic; the harness's second attempt too): the
+    # 100 steps left after the 20 the test waits for last 3 s at the least, however fast the machine, and the
+    # TERM reaches the step well within that.
     proc = subprocess.Popen([a.harness, "run", exp, "--quiet", "--launcher", "slurm", "--results", out("h_pre"),
                              "--reports", out("h_pre_reports")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
@@ -174,10 +186,10 @@ def harness_checks(a, work, env, check):
         text = f.read()
     with open(slow, "w") as f:
         f.write(text.replace("name: preempt", "name: slow").replace("train.steps: 120", "train.steps: 100000")
-                .replace("timeout_s: 600", "timeout_s: 8"))
+                .replace("timeout_s: 600", "timeout_s: 8"))  # 100000 steps of 30 ms sleep at the least: past 8 s
     r = harness("run", slow, "--quiet", "--launcher", "slurm", "--results", out("h_slow"),
                 "--reports", out("h_slow_reports"))
-    wait_for(lambda: not queue(env), 60)  # a cancelled job is COMPLETING for a moment
+    wait_for(lambda: not queue(env), GONE_S)  # a cancelled job is COMPLETING for a moment
     left = queue(env)
     check("a job past the experiment's timeout_s is cancelled with its run (failed: timed out, no job left)",
           r.returncode == 1 and "timed out" in r.stderr and not left,
@@ -189,10 +201,10 @@ def harness_checks(a, work, env, check):
     proc = subprocess.Popen([a.harness, "run", out("killed_exp.yaml"), "--quiet", "--launcher", "slurm", "--results",
                              out("h_killed"), "--reports", out("h_killed_reports")], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=env)
-    running = wait_for(lambda: any(job_state(env, j)[0] == "RUNNING" for j in queue(env)), 60)
+    running = wait_for(lambda: any(job_state(env, j)[0] == "RUNNING" for j in queue(env)), 120)
     proc.kill()
     proc.wait()
-    gone = wait_for(lambda: not queue(env), 60)
+    gone = wait_for(lambda: not queue(env), GONE_S)
     check("a harness killed by SIGKILL leaves no job behind (its guardian cancels the job)", running and gone,
           f"job seen running: {running}; queue: {queue(env)!r}")
 
@@ -276,15 +288,31 @@ def steps_seen(path):
 _pending_since = {}
 
 
+def job_steps_alive(job):
+    """The slurmstepd processes of job `job` on this node (each names its step: "slurmstepd: [JOB.batch]",
+    "slurmstepd: [JOB.0]"): while any is there, slurmd is still ending an attempt of the job."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith("slurmstepd") and f"[{job}." in cmd:
+            found.append(int(pid))
+    return found
+
+
 def nudge(env, job, before=None):
     """A requeued job waits out Slurm's requeue delay (its BeginTime, two minutes here): its start moved to now
-    once it has been back in the queue for 3 s, as an administrator may. (Started at once, the next attempt was
-    seen to fail to launch, exit 1 and no output: slurmd still ending the last one.) `before` runs just before
-    the start is moved. Returns the job's state."""
+    once it has been back in the queue for 3 s and the last attempt's slurmstepd processes are gone, as an
+    administrator may. (Started at once, the next attempt was seen to fail to launch, exit 1 and no output:
+    slurmd still ending the last one; the event, not the 3 s, is what a slow machine needs.) `before` runs just
+    before the start is moved. Returns the job's state."""
     state, fields = job_state(env, job)
     if state == "PENDING" and fields.get("Reason") == "BeginTime":
         since = _pending_since.setdefault((job, fields.get("Restarts")), time.time())
-        if time.time() - since >= 3:
+        if time.time() - since >= 3 and not job_steps_alive(job):
             if before:
                 before()
             subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True, env=env,
@@ -379,8 +407,10 @@ def run_checks(a, work, env, check):
                   same and got[1][-1] == want[1][-1], f"parameters and moments {'equal' if same else 'DIFFER'}; "
                   f"last step {got[1][-1] if got[1] else None} / {want[1][-1] if want[1] else None}")
 
-    # scancel --signal=TERM: what a preempting scheduler (or a user) sends.
-    job, run_dir, attempts = submit("preempt")
+    # scancel --signal=TERM: what a preempting scheduler (or a user) sends. The first attempt's steps sleep 30 ms
+    # (debug.step_sleep_s, outside the arithmetic): the 100 steps left after the 20 the test waits for last 3 s
+    # at the least, however fast the machine, and the TERM reaches the step well within that.
+    job, run_dir, attempts = submit("preempt", first=("--debug.step_sleep_s", "0.03"))
     if job is None or not trains(run_dir, "the preemptible job trains"):
         return
     r = subprocess.run(["scancel", "--signal=TERM", job], capture_output=True, text=True, env=env, timeout=30)
@@ -389,10 +419,12 @@ def run_checks(a, work, env, check):
 
     # The time limit: --signal=TERM@60 warns the job's step 60 s before its end. The job asks for 5 minutes; once
     # it trains its limit is cut to 1 minute, as if it had run for 4, so Slurm's next time-limit pass (every 30 s)
-    # sends the TERM; the first attempt's steps sleep 0.3 s (debug.step_sleep_s, arithmetic untouched) so that it
-    # is still going then. Back in the queue, its limit is 5 minutes again.
+    # sends the TERM; the first attempt's steps sleep 0.6 s (debug.step_sleep_s, arithmetic untouched) so that it
+    # is still going then: the 115 steps left after the 5 the test waits for last 69 s at the least, that pass's
+    # 30 s and as much again of slack, however fast the machine (the stop follows the TERM within a step, so
+    # the sleep costs no more than the pass). Back in the queue, its limit is 5 minutes again.
     job, run_dir, attempts = submit("timelimit", ("--time=5", "--signal=TERM@60"),
-                                    ("--debug.step_sleep_s", "0.3"))
+                                    ("--debug.step_sleep_s", "0.6"))
     if job is None or not trains(run_dir, "the time-limited job trains", 5):
         return
     r = subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=1"], capture_output=True, text=True,
