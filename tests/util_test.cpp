@@ -1,5 +1,6 @@
 // The util layer: field lists (text -> value at the edge, help, YAML), the
-// JSON writer on text that is not UTF-8, and the metrics stream round trip.
+// JSON writer on text that is not UTF-8, the metrics stream round trip, and
+// the console's streams (never blocking, every line written or counted).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -18,12 +19,14 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <thread>
 
 #include "model/bpe.h"
 #include "model/tokenizer.h"
 #include "parallel/hostfile.h"
 #include "train/metrics.h"
 #include "util/checked.h"
+#include "util/console.h"
 #include "util/fields.h"
 #include "util/hash.h"
 #include "util/files.h"
@@ -596,3 +599,89 @@ TEST(Hash, Fnv1a64x4IsItsDefinitionWhateverTheCuts) {
 
 }  // namespace
 }  // namespace gpt2
+
+// The console's streams on pipes of the test's own (util/console.h). A test
+// that blocked would hang here until meson's timeout: the calls return
+// whatever the reader does.
+namespace console_test {
+
+std::string line_of(int i) {  // 100 bytes, numbered
+  std::string l = "line " + std::to_string(i) + " ";
+  l.resize(99, '.');
+  return l + "\n";
+}
+
+// What the pipe holds now (its write end still open), read without waiting.
+std::string held(int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+struct Pipe {
+  int fd[2] = {-1, -1};
+  Pipe() { EXPECT_EQ(::pipe(fd), 0); }
+  ~Pipe() {
+    for (int f : fd) {
+      if (f >= 0) ::close(f);
+    }
+  }
+};
+
+}  // namespace console_test
+
+TEST(ConsoleStreams, APipeNobodyReadsCostsLinesNotTimeAndEveryLineIsWrittenOrCounted) {
+  using namespace console_test;
+  Pipe out, err;
+  gpt2::console::Streams s(out.fd[1], err.fd[1]);
+  const int n = 2000;  // 200 KB: three times a pipe's 64 KiB and the 64 KiB buffer together
+  for (int i = 0; i < n; ++i) s.say(gpt2::console::Stream::kErr, line_of(i));
+  EXPECT_GT(s.dropped_lines(), 0u);
+  s.drain(std::chrono::milliseconds(20));  // nobody reads: what waits is given up and counted
+  const std::string got = held(err.fd[0]);
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back(), '\n') << "the pipe ends inside a line";
+  // Whole lines, in order, from the first: the pipe took the first ones, the rest were dropped.
+  int lines = 0;
+  for (size_t at = 0; at < got.size(); at += 100, ++lines) {
+    ASSERT_EQ(got.substr(at, 100), line_of(lines)) << "line " << lines << " of the pipe";
+  }
+  EXPECT_EQ(static_cast<uint64_t>(lines) + s.dropped_lines(), static_cast<uint64_t>(n));
+  EXPECT_TRUE(held(out.fd[0]).empty());
+}
+
+TEST(ConsoleStreams, AReaderThatKeepsUpGetsEveryLineInOrder) {
+  using namespace console_test;
+  Pipe out, err;
+  const int n = 2000;
+  // A buffer that holds all 200 KB: whatever the reader's pace, nothing is dropped.
+  gpt2::console::Streams s(out.fd[1], err.fd[1], size_t{1} << 20);
+  std::string got;
+  std::thread reader([&] {
+    char buf[4096];
+    for (ssize_t k; (k = ::read(out.fd[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(k));
+  });
+  for (int i = 0; i < n; ++i) s.say(gpt2::console::Stream::kOut, line_of(i));
+  s.drain(std::chrono::seconds(60));  // the reader takes it all: ends when nothing waits
+  ::close(out.fd[1]);
+  out.fd[1] = -1;
+  reader.join();
+  EXPECT_EQ(s.dropped_lines(), 0u);
+  ASSERT_EQ(got.size(), static_cast<size_t>(n) * 100);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(got.substr(static_cast<size_t>(i) * 100, 100), line_of(i)) << i;
+}
+
+TEST(ConsoleStreams, AReaderThatClosedItsEndCostsLinesWithoutSigpipe) {
+  using namespace console_test;
+  Pipe out, err;
+  ::close(err.fd[0]);
+  err.fd[0] = -1;
+  gpt2::console::Streams s(out.fd[1], err.fd[1]);
+  // SIGPIPE keeps its default (ending the process): the stream is seen gone by poll, never written.
+  for (int i = 0; i < 10; ++i) s.say(gpt2::console::Stream::kErr, line_of(i));
+  EXPECT_EQ(s.dropped_lines(), 10u);
+  s.say(gpt2::console::Stream::kOut, line_of(0));  // the other stream is unaffected
+  EXPECT_EQ(held(out.fd[0]), line_of(0));
+}

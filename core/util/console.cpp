@@ -37,14 +37,18 @@ uint64_t lines_in(std::string_view text) {
   return std::max<uint64_t>(n, 1);
 }
 
-struct Console {
-  std::mutex lock;
-  std::array<Pending, 2> streams{Pending{STDOUT_FILENO, {}}, Pending{STDERR_FILENO, {}}};
+}  // namespace
+
+struct Streams::State {
+  mutable std::mutex lock;
+  std::array<Pending, 2> streams;
+  size_t buffer_bytes;
   uint64_t dropped = 0;
 
-  Console() {
+  State(int out_fd, int err_fd, size_t bytes)
+      : streams{Pending{out_fd, {}}, Pending{err_fd, {}}}, buffer_bytes(bytes) {
     // Reserved once: a line queued in a step allocates nothing.
-    for (Pending& p : streams) p.text.reserve(kBufferBytes);
+    for (Pending& p : streams) p.text.reserve(buffer_bytes);
   }
 
   void drop_all(Pending& p) {
@@ -82,7 +86,7 @@ struct Console {
     if (p.head == p.text.size()) {
       p.text.clear();
       p.head = 0;
-    } else if (p.head >= kBufferBytes / 2) {  // keep the buffer from creeping: move the rest to the front
+    } else if (p.head >= buffer_bytes / 2) {  // keep the buffer from creeping: move the rest to the front
       p.text.erase(0, p.head);
       p.head = 0;
     }
@@ -99,22 +103,18 @@ struct Console {
   }
 };
 
-// Never destroyed: a thread that says something while the program ends (the
-// MPI finalize watchdog) finds it whole.
-Console& the_console() {
-  static Console& c = *new Console;
-  return c;
-}
+Streams::Streams(int out_fd, int err_fd, size_t buffer_bytes)
+    : state_(std::make_unique<State>(out_fd, err_fd, buffer_bytes)) {}
 
-}  // namespace
+Streams::~Streams() = default;
 
-void say(Stream stream, std::string_view text) {
+void Streams::say(Stream stream, std::string_view text) {
   if (text.empty()) return;
-  Console& c = the_console();
+  State& c = *state_;
   std::lock_guard<std::mutex> hold(c.lock);
   Pending& p = c.streams[stream == Stream::kOut ? 0 : 1];
   c.flush_now(p);  // make room first
-  if (p.gone || (p.size() > 0 && p.size() + text.size() > kBufferBytes)) {
+  if (p.gone || (p.size() > 0 && p.size() + text.size() > c.buffer_bytes)) {
     c.dropped += lines_in(text);
     return;
   }
@@ -122,14 +122,13 @@ void say(Stream stream, std::string_view text) {
   c.flush_now(p);
 }
 
-uint64_t dropped_lines() {
-  Console& c = the_console();
-  std::lock_guard<std::mutex> hold(c.lock);
-  return c.dropped;
+uint64_t Streams::dropped_lines() const {
+  std::lock_guard<std::mutex> hold(state_->lock);
+  return state_->dropped;
 }
 
-void drain(std::chrono::milliseconds stall) {
-  Console& c = the_console();
+void Streams::drain(std::chrono::milliseconds stall) {
+  State& c = *state_;
   std::lock_guard<std::mutex> hold(c.lock);
   using Clock = std::chrono::steady_clock;
   auto give_up = Clock::now() + stall;
@@ -152,5 +151,20 @@ void drain(std::chrono::milliseconds stall) {
   }
   for (Pending& p : c.streams) c.drop_all(p);
 }
+
+namespace {
+
+// Never destroyed: a thread that says something while the program ends (the
+// MPI finalize watchdog) finds it whole.
+Streams& the_console() {
+  static Streams& c = *new Streams(STDOUT_FILENO, STDERR_FILENO);
+  return c;
+}
+
+}  // namespace
+
+void say(Stream stream, std::string_view text) { the_console().say(stream, text); }
+uint64_t dropped_lines() { return the_console().dropped_lines(); }
+void drain(std::chrono::milliseconds stall) { the_console().drain(stall); }
 
 }  // namespace gpt2::console
