@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -39,6 +40,7 @@
 #include "reports/report.h"
 #include "runner/stage_runner.h"
 #include "records/tables.h"
+#include "util/console.h"
 #include "util/fields.h"
 #include "util/files.h"
 #include "util/provenance.h"
@@ -47,6 +49,7 @@
 
 namespace fs = std::filesystem;
 using namespace gpt2::harness;
+namespace console = gpt2::console;
 
 namespace {
 
@@ -290,7 +293,7 @@ Loaded load(const fs::path& file, const Places& at, ConfigResolver& resolver, co
     l = Loaded{ex->name, ex->description, count, "runs.csv",
                [ex, at](bool force) {
                  if (!ex->skip_reason.empty()) {
-                   fmt::print(stderr, "{}: skipped: this experiment {}\n", ex->name, ex->skip_reason);
+                   console::err(fmt::format("{}: skipped: this experiment {}\n", ex->name, ex->skip_reason));
                    return 0;
                  }
                  return run_experiment(*ex, RunnerOptions{child_of(at.results, ex->name), at.build / "stages", force,
@@ -374,7 +377,7 @@ int reindex(const Args& a) {
                                             a.target, dir.string()));
   }
   const int rebuilt = reindex_results(dir);
-  fmt::print(stderr, "{}: {} rows rebuilt from their run folders\n", (dir / "runs.csv").string(), rebuilt);
+  console::err(fmt::format("{}: {} rows rebuilt from their run folders\n", (dir / "runs.csv").string(), rebuilt));
   return 0;
 }
 
@@ -403,7 +406,7 @@ int slurm_script(const Args& a, Places& at, ConfigResolver& resolver) {
   for (const RunSpec& r : ex.runs) {
     const Availability av = stage_availability(r.stage, stages);
     if (!av.available) {
-      fmt::print(stderr, "{}: not written: {}\n", r.id, av.reason);
+      console::err(fmt::format("{}: not written: {}\n", r.id, av.reason));
       continue;
     }
     const fs::path dir = out / r.id;
@@ -416,8 +419,8 @@ int slurm_script(const Args& a, Places& at, ConfigResolver& resolver) {
     ++written;
   }
   gpt2::write_file_atomically(out / "submit_all.sh", submit);
-  fmt::print(stderr, "{}: {} job scripts in {}; submit them with: bash {}\n", ex.name, written, out.string(),
-             (out / "submit_all.sh").string());
+  console::err(fmt::format("{}: {} job scripts in {}; submit them with: bash {}\n", ex.name, written,
+                           out.string(), (out / "submit_all.sh").string()));
   return 0;
 }
 
@@ -490,23 +493,34 @@ int run(int argc, char** argv) {
   for (const std::string& s : a.set) command.insert(command.end(), {"--set", s});
   const std::string reproduce = command_text(command);
   const auto files = ex.report(reproduce);
-  fmt::print(stderr, "results: {}\n", (child_of(at.results, ex.name)).string());
+  console::err(fmt::format("results: {}\n", (child_of(at.results, ex.name)).string()));
   for (const fs::path& f : files) {
     if (f.extension() == ".md") fmt::print("report: {}\n", f.string());
   }
   return failed > 0 ? 1 : 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int status_of(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "harness: error: {}\n", e.what());
+    console::err(fmt::format("harness: error: {}\n", e.what()));
     return 2;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "harness: error: {}\n", e.what());
+    console::err(fmt::format("harness: error: {}\n", e.what()));
     return 1;
   }
+}
+
+}  // namespace
+
+// The harness's progress lines go through the console (util/console.h): a
+// stalled terminal or pipe costs lines, never the harness's watch over its
+// runs (their timeouts, their guardians). What a command prints as its result
+// (list, compare, the report paths) goes through stdio.
+int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);  // a reader gone costs lines (the console sees EPIPE), not the runs' records
+  const int status = status_of(argc, argv);
+  console::drain(console::kExitStall);
+  return status;
 }

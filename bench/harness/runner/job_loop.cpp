@@ -11,6 +11,7 @@
 
 #include "runner/process.h"
 #include "records/tables.h"
+#include "util/console.h"
 #include "util/files.h"
 #include "util/hash.h"
 #include "util/json.h"
@@ -162,30 +163,32 @@ int run_jobs(const std::vector<Job>& jobs, const fs::path& results_dir, bool for
     std::optional<Status> prev = read_status(dir);
     const bool done = prev && prev->status == "ok";
     if (done && !force && prev->build == build) {
-      fmt::print(stderr, "[{}/{}] {}: done earlier, reused\n", index, total, job.id);
+      console::err(fmt::format("[{}/{}] {}: done earlier, reused\n", index, total, job.id));
       continue;
     }
     if (done && !force) {  // numbers of other programs are not this build's: measure again, keep them meanwhile
-      fmt::print(stderr, "[{}/{}] {}: done earlier by another build ({}), rerun; kept until this run completes\n",
-                 index, total, job.id, prev->build.empty() ? "not recorded" : prev->build);
+      console::err(fmt::format("[{}/{}] {}: done earlier by another build ({}), rerun; kept until this run "
+                               "completes\n", index, total, job.id,
+                               prev->build.empty() ? "not recorded" : prev->build));
     }
     Status st;
     for (int retry = 0;; ++retry) {
       const fs::path attempt = attempt_dir(dir);
       const int earlier = prepare_attempt(job, dir, attempt, prev);
-      fmt::print(stderr, "[{}/{}] {}: {} ({})...\n", index, total, job.id,
-                 earlier > 0 ? fmt::format("attempt {}, continuing the last", earlier + 1) : std::string("running"),
-                 job.plan);
+      console::err(fmt::format(
+          "[{}/{}] {}: {} ({})...\n", index, total, job.id,
+          earlier > 0 ? fmt::format("attempt {}, continuing the last", earlier + 1) : std::string("running"), job.plan));
       st = run_attempt(job, attempt, fmt::format("[{}/{}] {}", index, total, job.id), earlier);
       st.build = build;
       if (!commit_attempt(dir, st, prev)) {
-        fmt::print(stderr, "[{}/{}] {}: this attempt {} ({}); the earlier completed run is kept, the attempt is in {}\n",
-                   index, total, job.id, st.status, st.reason, dir.string() + ".last-attempt");
+        console::err(fmt::format("[{}/{}] {}: this attempt {} ({}); the earlier completed run is kept, the attempt is "
+                                 "in {}\n", index, total, job.id, st.status, st.reason,
+                                 dir.string() + ".last-attempt"));
         break;
       }
       if (after_commit) after_commit();
-      fmt::print(stderr, "[{}/{}] {}: {}{} ({:.1f} s)\n", index, total, job.id, st.status,
-                 st.reason.empty() ? "" : ": " + st.reason, st.seconds);
+      console::err(fmt::format("[{}/{}] {}: {}{} ({:.1f} s)\n", index, total, job.id, st.status,
+                               st.reason.empty() ? "" : ": " + st.reason, st.seconds));
       if (!job.resumable || retry >= retries || !unfinished(st.status)) break;
       prev = read_status(dir);
     }

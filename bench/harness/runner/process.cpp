@@ -137,6 +137,7 @@ std::vector<char*> c_args(const std::vector<std::string>& argv) {
 
 // In the child after fork: becomes the program, or says why not on its stderr.
 [[noreturn]] void exec_child(std::vector<char*>& args) {
+  signal(SIGPIPE, SIG_DFL);  // the harness ignores it (main.cpp); a program starts as from a shell
   execvp(args[0], args.data());
   std::fprintf(stderr, "harness: error: cannot start %s\n", args[0]);
   std::_Exit(127);

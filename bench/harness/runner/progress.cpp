@@ -8,6 +8,7 @@
 #include <fstream>
 #include <optional>
 
+#include "util/console.h"
 #include "util/json.h"
 
 namespace gpt2::harness {
@@ -56,9 +57,8 @@ void progress_end() {
   State& s = state();
   if (!s.active) return;
   s.active = false;
-  if (s.mode == ProgressMode::kLive && s.shown) fmt::print(stderr, "\r\033[K");
-  if (s.mode == ProgressMode::kLines && !s.last.empty()) fmt::print(stderr, "{}: {}\n", s.prefix, s.last);
-  std::fflush(stderr);
+  if (s.mode == ProgressMode::kLive && s.shown) console::err("\r\033[K");
+  if (s.mode == ProgressMode::kLines && !s.last.empty()) console::err(fmt::format("{}: {}\n", s.prefix, s.last));
 }
 
 void progress_from_metrics(const fs::path& dir, int64_t steps) {
@@ -84,8 +84,7 @@ void progress_from_metrics(const fs::path& dir, int64_t steps) {
   s.last = fmt::format("step {}/{}, loss {:.4f}, {:.0f} tokens/s, {} elapsed, {} left", done, steps, *loss, *rate,
                        clock_text(elapsed), clock_text(left));
   if (s.mode == ProgressMode::kLive) {
-    fmt::print(stderr, "\r\033[K{}: {}", s.prefix, s.last);
-    std::fflush(stderr);
+    console::err(fmt::format("\r\033[K{}: {}", s.prefix, s.last));
     s.shown = true;
   }
 }
