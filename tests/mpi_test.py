@@ -131,7 +131,11 @@ def main():
     # to return. The bound is those two constants and generous slack; a rank
     # blocked on its output never ends at all.
     d = os.path.join(work, "stopped-launcher")
-    p = subprocess.Popen([a.mpiexec, "-n", "1", a.mpi, "train", "--out", d] + common + ["--train.steps", "2000"],
+    # Hydra's pipe is the kernel's default, 16 pages: on a machine with pages
+    # larger than 4 KiB, as many more lines to overflow it.
+    launcher_steps = 2000 * max(1, 16 * os.sysconf("SC_PAGE_SIZE") // (64 << 10))
+    p = subprocess.Popen([a.mpiexec, "-n", "1", a.mpi, "train", "--out", d] + common
+                         + ["--train.steps", str(launcher_steps)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     mine = os.environ[TEST_TAG]
 
@@ -173,8 +177,8 @@ def main():
     # shows how it ended: exited with the status it was going to return (0),
     # not killed.
     check("a rank that finished its work exits by itself, with its own status, though its launcher stops "
-          "answering and 2,000 steps' lines overflow its stderr pipe",
-          waited is not None and waited < 3 + 0.5 + 30 and wait_status == 0 and steps_recorded == 2000
+          f"answering and {launcher_steps:,} steps' lines overflow its stderr pipe",
+          waited is not None and waited < 3 + 0.5 + 30 and wait_status == 0 and steps_recorded == launcher_steps
           and summary.get("console_dropped_lines", 0) > 0,
           f"proxies {proxies}, ranks {ranks}; results written {done_at is not None} ({steps_recorded} steps, "
           f"{summary.get('console_dropped_lines')} console lines dropped), rank ended {gone_at is not None}, after "

@@ -620,9 +620,13 @@ std::string held(int fd) {
   return out;
 }
 
+// 64 KiB, as Linux's default with 4 KiB pages, on a machine with larger ones too.
 struct Pipe {
   int fd[2] = {-1, -1};
-  Pipe() { EXPECT_EQ(::pipe(fd), 0); }
+  Pipe() {
+    EXPECT_EQ(::pipe(fd), 0);
+    EXPECT_EQ(fcntl(fd[1], F_SETPIPE_SZ, 64 << 10), 64 << 10);
+  }
   ~Pipe() {
     for (int f : fd) {
       if (f >= 0) ::close(f);
