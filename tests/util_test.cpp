@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -620,13 +621,12 @@ std::string held(int fd) {
   return out;
 }
 
-// 64 KiB, as Linux's default with 4 KiB pages, on a machine with larger ones too.
 struct Pipe {
   int fd[2] = {-1, -1};
-  Pipe() {
-    EXPECT_EQ(::pipe(fd), 0);
-    EXPECT_EQ(fcntl(fd[1], F_SETPIPE_SZ, 64 << 10), 64 << 10);
-  }
+  Pipe() { EXPECT_EQ(::pipe(fd), 0); }
+  // 2,000 lines of 100 bytes for Linux's default 64 KiB pipe (16 pages of
+  // 4 KiB), some 3 times it and the console's buffer; more for larger pages.
+  int lines() const { return 2000 * std::max(1, fcntl(fd[1], F_GETPIPE_SZ) / (64 << 10)); }
   ~Pipe() {
     for (int f : fd) {
       if (f >= 0) ::close(f);
@@ -640,7 +640,7 @@ TEST(ConsoleStreams, APipeNobodyReadsCostsLinesNotTimeAndEveryLineIsWrittenOrCou
   using namespace console_test;
   Pipe out, err;
   gpt2::console::Streams s(out.fd[1], err.fd[1]);
-  const int n = 2000;  // 200 KB: three times a pipe's 64 KiB and the 64 KiB buffer together
+  const int n = err.lines();
   for (int i = 0; i < n; ++i) s.say(gpt2::console::Stream::kErr, line_of(i));
   EXPECT_GT(s.dropped_lines(), 0u);
   s.drain(std::chrono::milliseconds(20));  // nobody reads: what waits is given up and counted
@@ -659,20 +659,24 @@ TEST(ConsoleStreams, APipeNobodyReadsCostsLinesNotTimeAndEveryLineIsWrittenOrCou
 TEST(ConsoleStreams, AReaderThatKeepsUpGetsEveryLineInOrder) {
   using namespace console_test;
   Pipe out, err;
-  const int n = 2000;
-  // A buffer that holds all 200 KB: whatever the reader's pace, nothing is dropped.
-  gpt2::console::Streams s(out.fd[1], err.fd[1], size_t{1} << 20);
+  const int n = out.lines();
   std::string got;
   std::thread reader([&] {
     char buf[4096];
     for (ssize_t k; (k = ::read(out.fd[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<size_t>(k));
   });
-  for (int i = 0; i < n; ++i) s.say(gpt2::console::Stream::kOut, line_of(i));
-  s.drain(std::chrono::seconds(60));  // the reader takes it all: ends when nothing waits
+  uint64_t dropped = 0;
+  {
+    // A buffer that holds them all: whatever the reader's pace, nothing is dropped.
+    gpt2::console::Streams s(out.fd[1], err.fd[1], static_cast<size_t>(n) * 100);
+    for (int i = 0; i < n; ++i) s.say(gpt2::console::Stream::kOut, line_of(i));
+    s.drain(std::chrono::seconds(60));  // the reader takes it all: ends when nothing waits
+    dropped = s.dropped_lines();
+  }  // its own descriptor of the pipe closed with it
   ::close(out.fd[1]);
   out.fd[1] = -1;
-  reader.join();
-  EXPECT_EQ(s.dropped_lines(), 0u);
+  reader.join();  // at the end of the pipe: every writer's descriptor closed
+  EXPECT_EQ(dropped, 0u);
   ASSERT_EQ(got.size(), static_cast<size_t>(n) * 100);
   for (int i = 0; i < n; ++i) ASSERT_EQ(got.substr(static_cast<size_t>(i) * 100, 100), line_of(i)) << i;
 }

@@ -504,20 +504,30 @@ int fail(const StageContext& ctx, const char* what, int code) {
 
 }  // namespace
 
-int tool_main(const char* program, int (*run)(int, char**), int argc, char** argv) {
-  cpu::set_omp_wait_policy(argv);
+namespace {
+
+int tool_status(const char* program, int (*run)(int, char**), int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const BackendUnavailable& e) {
-    fmt::print(stderr, "{}: {}\n", program, e.what());
+    console::err(fmt::format("{}: {}\n", program, e.what()));
     return kExitUnavailable;
   } catch (const std::invalid_argument& e) {  // bad input: options, configuration, files
-    fmt::print(stderr, "{}: error: {}\n", program, e.what());
+    console::err(fmt::format("{}: error: {}\n", program, e.what()));
     return kExitUsage;
   } catch (const std::exception& e) {  // the measurement itself failed, as a stage's run does
-    fmt::print(stderr, "{}: error: {}\n", program, e.what());
+    console::err(fmt::format("{}: error: {}\n", program, e.what()));
     return kExitFailure;
   }
+}
+
+}  // namespace
+
+int tool_main(const char* program, int (*run)(int, char**), int argc, char** argv) {
+  cpu::set_omp_wait_policy(argv);
+  const int status = tool_status(program, run, argc, argv);
+  console::drain(console::kExitStall);  // lines the core said through the console (its progress, notes)
+  return status;
 }
 
 int stage_main_error(const StageContext& ctx, const char* what, int code) { return fail(ctx, what, code); }

@@ -79,8 +79,10 @@ void RunLogger::finish(const RunSummary& s) {
                            s.generated_tokens, s.inference_s));
   console::out(s.generated_text + "\n");
   RunSummary noted = s;
-  // Counted after the run's last lines were offered: the summary names every
+  // Counted once the run's last lines are out or given up (at most
+  // console::kExitStall of a stream taking nothing): the summary names every
   // line the console could not take (the results lose nothing).
+  console::drain(console::kExitStall);
   noted.console_dropped_lines = static_cast<int64_t>(console::dropped_lines());
   if (noted.console_dropped_lines > 0) {
     note(fmt::format("{} progress line(s) were dropped: stderr or stdout did not take them (a stalled or unread "

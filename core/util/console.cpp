@@ -1,17 +1,24 @@
-// The console's streams (console.h). Never blocking rests on poll(): a
-// descriptor is written only once poll() with a zero timeout says it takes
-// data, and then at most PIPE_BUF bytes at a time. On Linux a pipe that
-// polls writable has a free page-sized slot, so a write of up to PIPE_BUF
-// bytes completes at once (one writer: the lock below keeps this process's
-// threads from racing for the slot); a regular file always polls writable
-// and a terminal takes small writes into its buffer. Another process
-// writing into the same pipe could take the slot between the poll and the
-// write; no launcher we know shares a rank's pipe that way.
+// The console's streams (console.h). Never blocking rests on two things:
+//   * A pipe, FIFO or terminal is written through a descriptor of our own,
+//     opened anew from /proc/self/fd/N with O_NONBLOCK: a new open file
+//     description, so the flag does not reach the shell's or the launcher's
+//     (setting O_NONBLOCK on the inherited descriptor would). A write then
+//     takes what fits or fails with EAGAIN, never waits.
+//   * Where that open is refused (a socket, no /proc, a pipe of another
+//     user's), and for every descriptor besides: a write only after poll()
+//     with a zero timeout says the descriptor takes data, at most PIPE_BUF
+//     bytes. On Linux a pipe that polls writable has a free page-sized slot,
+//     so such a write completes at once (the lock keeps this process's
+//     threads from racing for the slot; another process writing into the same
+//     pipe could take it between the poll and the write: no launcher we know
+//     shares a rank's pipe that way); a regular file always polls writable.
 #include "util/console.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,13 +31,23 @@ namespace gpt2::console {
 namespace {
 
 struct Pending {
-  int fd;
-  std::string text;  // what waits, from `head` on
+  int fd;             // written through: the caller's, or `own`
+  int own = -1;       // our non-blocking descriptor of the same pipe or terminal (closed with us)
+  std::string text;   // what waits, from `head` on
   size_t head = 0;
   bool gone = false;  // the descriptor failed: later text is dropped at once
 
   size_t size() const { return text.size() - head; }
 };
+
+// A non-blocking descriptor of our own for a pipe, FIFO or terminal `fd`
+// (see the file's header), or -1 where there is none to be had.
+int own_nonblocking(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) return -1;
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  return ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+}
 
 uint64_t lines_in(std::string_view text) {
   const auto n = static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n'));
@@ -46,9 +63,17 @@ struct Streams::State {
   uint64_t dropped = 0;
 
   State(int out_fd, int err_fd, size_t bytes)
-      : streams{Pending{out_fd, {}}, Pending{err_fd, {}}}, buffer_bytes(bytes) {
-    // Reserved once: a line queued in a step allocates nothing.
-    for (Pending& p : streams) p.text.reserve(buffer_bytes);
+      : streams{Pending{out_fd}, Pending{err_fd}}, buffer_bytes(bytes) {
+    for (Pending& p : streams) {
+      p.own = own_nonblocking(p.fd);
+      if (p.own >= 0) p.fd = p.own;
+      p.text.reserve(buffer_bytes);  // once: a line queued in a step allocates nothing
+    }
+  }
+  ~State() {
+    for (Pending& p : streams) {
+      if (p.own >= 0) ::close(p.own);
+    }
   }
 
   void drop_all(Pending& p) {
@@ -134,20 +159,26 @@ void Streams::drain(std::chrono::milliseconds stall) {
   auto give_up = Clock::now() + stall;
   for (;;) {
     std::array<pollfd, 2> q{};
-    std::array<Pending*, 2> which{};
     nfds_t n = 0;
+    size_t waiting = 0;
     for (Pending& p : c.streams) {
       if (p.size() == 0) continue;
-      q[n] = pollfd{p.fd, POLLOUT, 0};
-      which[n++] = &p;
+      q[n++] = pollfd{p.fd, POLLOUT, 0};
+      waiting += p.size();
     }
     if (n == 0) return;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now()).count();
     if (left <= 0) break;
+    // Waits for either to take data, then writes each as flush_now does, with
+    // a poll of its own just before: both may be one pipe (2>&1), whose one
+    // free slot the first write may have taken.
     if (::poll(q.data(), n, static_cast<int>(left)) < 0 && errno != EINTR) break;
-    size_t wrote = 0;
-    for (nfds_t i = 0; i < n; ++i) wrote += c.write_some(*which[i], q[i].revents);
-    if (wrote > 0) give_up = Clock::now() + stall;  // still taking it: wait on
+    size_t after = 0;
+    for (Pending& p : c.streams) {
+      c.flush_now(p);
+      after += p.size();
+    }
+    if (after < waiting) give_up = Clock::now() + stall;  // still taking it: wait on
   }
   for (Pending& p : c.streams) c.drop_all(p);
 }
