@@ -80,6 +80,31 @@ def bounded_run(cmd, limit, **kw):
     return r
 
 
+# How long a test's processes may take to go once their work is over: the
+# longest grace the programs give (the MPI_Finalize watchdog's kFinalizeGrace,
+# core/parallel/mpi/mpi_comm.cpp, and the harness guardian's kGraceSeconds,
+# bench/harness/runner/process.cpp: 3 s each) and 30 s of slack for a slow or
+# busy machine. A wait on it ends as soon as they are gone.
+GONE_S = 3 + 30
+
+
+def own_processes():
+    """(pid, command line) of each live process this test started (its tag)."""
+    mine = os.environ[TEST_TAG]
+    return [(pid, cmd) for pid, cmd, tag in tagged_processes(TEST_TAG) if tag == mine]
+
+
+def wait_gone(find, limit=GONE_S):
+    """Polls find() (a list of live processes) until it is empty or `limit`
+    seconds have passed; returns what it found last."""
+    deadline = time.time() + limit
+    while True:
+        left = find()
+        if not left or time.time() > deadline:
+            return left
+        time.sleep(0.1)
+
+
 def end_processes(found):
     """SIGKILL each (pid, ...) of `found` that is still there."""
     for pid, *_ in found:
@@ -119,18 +144,10 @@ class Checks:
     def finish(self):
         """Checks that no process this test started is alive (ending any), then
         prints "N passed, M failed"; the exit status: 0 if every check passed, else 1."""
-        mine = os.environ[TEST_TAG]
         # A job that just ended may still be tearing down (a rank after
         # mpiexec returned, a process mid-exit, a rank in its MPI_Finalize
-        # watchdog: kFinalizeGrace, 3 s, core/parallel/mpi/mpi_comm.cpp): that
-        # constant and 30 s of slack for a slow or busy machine. The wait ends
-        # as soon as none is left, so a clean test pays nothing for it.
-        deadline = time.time() + 3 + 30
-        while True:
-            left = [(pid, cmd) for pid, cmd, tag in tagged_processes(TEST_TAG) if tag == mine]
-            if not left or time.time() > deadline:
-                break
-            time.sleep(0.1)
+        # watchdog): up to GONE_S, nothing when none is left.
+        left = wait_gone(own_processes)
         self("no process this test started is still alive", not left,
              "; ".join(f"pid {pid}: {cmd}" for pid, cmd in left))
         end_processes(left)

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from checks import PROMPT_S, TEST_TAG, Checks, bounded_run, tagged_processes
+from checks import PROMPT_S, TEST_TAG, Checks, bounded_run, own_processes, tagged_processes, wait_gone
 
 RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,variant,config_digest,seed,status,reason,attempts,"
                 "training_s,inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,mfu,params,"
@@ -634,18 +634,11 @@ def tensor_parallel_checks(exps, results, reports, harness, mpi_built, check):
           and float(table["spd,parallel,parallel"]["val_diff_max"]) != 0, str(table))
 
 
-def wait_none_left(limit=3 + 30):
-    """Waits until no process this test started is alive, or `limit` seconds; returns those left. A harness
-    killed outright leaves its run to its guardian, which ends it (SIGTERM, then SIGKILL after kGraceSeconds,
-    3 s, bench/harness/runner/process.cpp): that constant and 30 s of slack for a slow or busy machine. The
-    next harness run must not find the killed one's run still holding its folder."""
-    mine = os.environ[TEST_TAG]
-    deadline = time.time() + limit
-    while True:
-        left = [(pid, cmd) for pid, cmd, tag in tagged_processes(TEST_TAG) if tag == mine]
-        if not left or time.time() > deadline:
-            return left
-        time.sleep(0.05)
+def wait_none_left():
+    """Waits until no process this test started is alive (checks.GONE_S at most); returns those left. A harness
+    killed outright leaves its run to its guardian, which ends it (SIGTERM, then SIGKILL after kGraceSeconds):
+    the next harness run must not find the killed one's run still holding its folder."""
+    return wait_gone(own_processes)
 
 
 def stand_in_processes():
@@ -680,12 +673,6 @@ def leftover_checks(smoke, exps, results, a, work, env, check):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                 start_new_session=True)
 
-    def gone_within(seconds):
-        deadline = time.time() + seconds
-        while stand_in_processes() and time.time() < deadline:
-            time.sleep(0.1)
-        return stand_in_processes()
-
     # The harness killed outright mid-run (SIGKILL to its process group, as
     # step 4 does): its guardian ends the run, SIGTERM then SIGKILL after 3 s
     # (kGraceSeconds, bench/harness/runner/process.cpp): that and 30 s of
@@ -697,7 +684,7 @@ def leftover_checks(smoke, exps, results, a, work, env, check):
     started = stand_in_processes()
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
-    left = gone_within(3 + 30)
+    left = wait_gone(stand_in_processes)
     check("a harness killed by SIGKILL mid-run leaves none of the run's processes (one in its own session, all "
           "ignoring SIGTERM)", len(started) >= 3 and not left, f"started {started}; left {left}")
     for pid, _ in left:

@@ -7,23 +7,16 @@ suite's processes count (GPT2_SUITE: the build folder), so another suite
 running beside it is left alone."""
 import os
 import sys
-import time
 
-from checks import SUITE, TEST_TAG, Checks, end_processes, tagged_processes
+from checks import SUITE, TEST_TAG, Checks, end_processes, tagged_processes, wait_gone
 
 
 def main():
     check = Checks()
-    # A test's processes may take a moment to go after it ended: a rank's
-    # MPI_Finalize watchdog (kFinalizeGrace, 3 s, core/parallel/mpi/mpi_comm.cpp)
-    # or a harness guardian's grace before SIGKILL (kGraceSeconds, 3 s,
-    # bench/harness/runner/process.cpp). Those 3 s and 30 s of slack for a slow
-    # or busy machine (this test's own limit is 60 s); the wait ends as soon
-    # as none is left.
-    deadline = time.time() + 3 + 30
-    while time.time() < deadline and others():
-        time.sleep(0.2)
-    left = others()
+    # A test's processes may take a moment to go after it ended (a rank's
+    # MPI_Finalize watchdog, a harness guardian's grace): checks.GONE_S, within
+    # this test's own limit of 60 s.
+    left = wait_gone(others)
     check("no process of the suite's tests is alive after them", not left,
           "; ".join(f"pid {pid} (test {tag}): {cmd}" for pid, cmd, tag in left))
     end_processes(left)

@@ -134,8 +134,11 @@ def main():
     # Hydra's pipe is the kernel's default, 16 pages: on a machine with pages
     # larger than 4 KiB, as many more lines to overflow it.
     launcher_steps = 2000 * max(1, 16 * os.sysconf("SC_PAGE_SIZE") // (64 << 10))
+    # Each step sleeps 2 ms (debug.step_sleep_s, outside the arithmetic): the
+    # run lasts at least 4 s however fast the machine, so the proxy is stopped
+    # (after the first step's line and a scan of /proc) long before its end.
     p = subprocess.Popen([a.mpiexec, "-n", "1", a.mpi, "train", "--out", d] + common
-                         + ["--train.steps", str(launcher_steps)],
+                         + ["--train.steps", str(launcher_steps), "--debug.step_sleep_s", "0.002"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     mine = os.environ[TEST_TAG]
 
