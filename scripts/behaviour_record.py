@@ -12,7 +12,9 @@ x 64, 6 steps, validation every 3) and records:
     writes them;
   * the SHA-256 of the plan command's JSON for the layout (`mpi plan`), and
     the plan's text itself, so a difference can be read.
-Then for every layout the tests train there is a plan too (PLANS).
+Then a sharded ZeRO-1 checkpoint of dp 2 resumed on tp 2, a run from an exported
+safetensors folder (train.init_from) and evaluate's answers (the state's other
+sources); and for every layout the tests train a plan too (PLANS).
 
     scripts/behaviour_record.py --out before.json             # record
     scripts/behaviour_record.py --out after.json --compare before.json
@@ -63,6 +65,14 @@ LAYOUTS = [
     ("deterministic dp 2 ZeRO-1", 2, ["--train.deterministic", "true", "--parallel.zero", "1"]),
     ("deterministic tp 2 x pp 2", 4, ["--train.deterministic", "true", "--parallel.tp", "2", "--parallel.pp", "2",
                                       "--parallel.microbatches", "4"]),
+    # Issue 69's additions: context and sequence parallelism, the virtual-stage schedules.
+    ("cp 2", 2, ["--parallel.cp", "2"]),
+    ("tp 2 + sequence parallelism", 2, ["--parallel.tp", "2", "--parallel.sequence_parallel", "true"]),
+    ("pp 2 interleaved-1f1b, 2 virtual stages", 2, ["--model.n_layer", "4", "--parallel.pp", "2",
+                                                   "--parallel.microbatches", "4", "--parallel.schedule",
+                                                   "interleaved-1f1b", "--parallel.virtual_stages", "2"]),
+    ("pp 2 zb-v, 2 virtual stages", 2, ["--model.n_layer", "4", "--parallel.pp", "2", "--parallel.microbatches", "4",
+                                        "--parallel.schedule", "zb-v", "--parallel.virtual_stages", "2"]),
 ]
 
 # Plans only (the engine's statement of memory and traffic), for layouts the tests train.
@@ -124,18 +134,47 @@ def main():
         r = run([a.mpiexec, "-n", "1", mpi, "plan", *common, *extra, "--ranks", str(n)])
         return {"plan_sha256": sha(r.stdout.encode()), "plan": json.loads(r.stdout)}
 
+    def record_run(d, n, extra):
+        ck = load(os.path.join(d, "checkpoint.bin"))
+        return {"ranks": n, "settings": extra,
+                "params_sha256": sha(ck.params), "m_sha256": sha(ck.m), "v_sha256": sha(ck.v),
+                "steps": [[s["loss"], s["grad_norm"]] for s in records(d, "step")],
+                "evals": [s["val_loss"] for s in records(d, "eval")]}
+
     for i, (name, n, extra) in enumerate(LAYOUTS, 1):
         print(f"[{i}/{len(LAYOUTS) + len(PLANS)}] {name}", file=sys.stderr, flush=True)
         d = os.path.join(work, f"run{i}")
         run([serial, "train", *common, *extra, "--out", d] if n == 1
             else [a.mpiexec, "-n", str(n), mpi, "train", *common, *extra, "--out", d])
-        ck = load(os.path.join(d, "checkpoint.bin"))
-        result["layouts"][name] = {
-            "ranks": n, "settings": extra,
-            "params_sha256": sha(ck.params), "m_sha256": sha(ck.m), "v_sha256": sha(ck.v),
-            "steps": [[s["loss"], s["grad_norm"]] for s in records(d, "step")],
-            "evals": [s["val_loss"] for s in records(d, "eval")],
-            **plan_of(n, extra)}
+        result["layouts"][name] = {**record_run(d, n, extra), **plan_of(n, extra)}
+    # Runs that start from a file (issue 69: the state's sources): a sharded ZeRO-1 checkpoint of dp 2 after 3
+    # steps resumed on tp 2; training from an exported safetensors folder (train.init_from); evaluate's answer
+    # for a checkpoint and for the folder (its time left out).
+    print("[+] sources: sharded resume on another layout, init_from safetensors, evaluate", file=sys.stderr,
+          flush=True)
+    d = os.path.join(work, "sharded")
+    run([a.mpiexec, "-n", "2", mpi, "train", *common, "--parallel.zero", "1", "--train.checkpoint_format",
+         "sharded", "--train.steps", "3", "--out", d])
+    resume_extra = ["--parallel.tp", "2", "--resume", os.path.join(d, "checkpoints", "step-00000003")]
+    run([a.mpiexec, "-n", "2", mpi, "train", *common, *resume_extra, "--out", d])
+    result["layouts"]["sharded dp 2 ZeRO-1 resumed on tp 2"] = record_run(d, 2, resume_extra)
+    hf = os.path.join(work, "hf")
+    run([serial, "export", "--checkpoint", os.path.join(work, "run1", "checkpoint.bin"), "--format", "hf",
+         "--out", hf])
+    d = os.path.join(work, "init_from")
+    # The folder is GPT-2's layout, with q, k, v biases (zeros here): the run's model has them too.
+    run([serial, "train", *common, "--model.bias", "all", "--train.init_from", hf, "--out", d])
+    result["layouts"]["serial from an exported safetensors folder"] = record_run(
+        d, 1, ["--model.bias", "all", "--train.init_from", "hf"])
+    for what, model in (("checkpoint", os.path.join(work, "run1", "checkpoint.bin")),
+                        ("training from safetensors", os.path.join(d, "checkpoint.bin"))):
+        r = run([serial, "evaluate", "--model", model, "--data", os.path.join(ROOT, "data", "tiny_tales.txt"),
+                 "--train.batch_size", "8", "--train.seq_len", "64", "--train.threads", "1", "--batches", "2"])
+        answer = json.loads(r.stdout)
+        answer.pop("seconds", None)
+        answer["model"] = os.path.relpath(answer["model"], work)
+        result["layouts"][f"evaluate: {what}"] = {"ranks": 1, "settings": [], "answer": answer}
+
     for i, (name, n, extra) in enumerate(PLANS, len(LAYOUTS) + 1):
         print(f"[{i}/{len(LAYOUTS) + len(PLANS)}] {name}", file=sys.stderr, flush=True)
         result["layouts"][name] = {"ranks": n, "settings": extra, **plan_of(n, extra)}
