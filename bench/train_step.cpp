@@ -1,6 +1,6 @@
 // train_step: the training-step benchmark. Trains the original configuration
 // (or another preset) for a few steps on random tokens with the one training
-// step of the engine (train/train_step.h) and reports, per thread count, the
+// step of the engine (train/schedule/train_step.h) and reports, per thread count, the
 // median step time, tokens/s, achieved GFLOP/s (model/flops.h) and that rate
 // as a fraction of the SGEMM ceiling measured in the same run.
 // A benchmark, not a test: nothing here asserts a time.
@@ -25,9 +25,9 @@
 #include "model/optim.h"
 #include "model/params.h"
 #include "model/tokenizer.h"
-#include "train/checkpoint.h"
-#include "train/layout.h"
-#include "train/train_step.h"
+#include "train/formats/checkpoint.h"
+#include "train/resolve/layout.h"
+#include "train/schedule/train_step.h"
 #include "util/files.h"
 #include "util/provenance.h"
 #include "util/stats.h"
@@ -117,7 +117,7 @@ int run(int argc, char** argv) {
   const Dtype stored = o.stored == "bf16" || (o.stored == "auto" && bf16) ? Dtype::bf16 : Dtype::f32;
   for (int t : o.threads) {
     if (t <= 0) throw std::invalid_argument(fmt::format("--threads: expected positive thread counts, got {}", t));
-    check_threads(t, "--threads");  // at most max_threads() (train/trainer.h)
+    check_threads(t, "--threads");  // at most max_threads() (train/run/trainer.h)
   }
   if (!o.json.empty() && o.save_init.empty()) check_json_path(o.json);
   const Gpt2Config cfg = preset(o.preset);

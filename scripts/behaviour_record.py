@@ -157,7 +157,8 @@ def main():
          "sharded", "--train.steps", "3", "--out", d])
     resume_extra = ["--parallel.tp", "2", "--resume", os.path.join(d, "checkpoints", "step-00000003")]
     run([a.mpiexec, "-n", "2", mpi, "train", *common, *resume_extra, "--out", d])
-    result["layouts"]["sharded dp 2 ZeRO-1 resumed on tp 2"] = record_run(d, 2, resume_extra)
+    result["layouts"]["sharded dp 2 ZeRO-1 resumed on tp 2"] = record_run(
+        d, 2, [*resume_extra[:-1], os.path.relpath(resume_extra[-1], work)])
     hf = os.path.join(work, "hf")
     run([serial, "export", "--checkpoint", os.path.join(work, "run1", "checkpoint.bin"), "--format", "hf",
          "--out", hf])

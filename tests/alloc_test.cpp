@@ -18,7 +18,7 @@
 #include "model/optim.h"
 #include "model/params.h"
 #include "test_util.h"
-#include "train/train_step.h"
+#include "train/schedule/train_step.h"
 
 extern "C" void* __libc_malloc(size_t);
 extern "C" void* __libc_calloc(size_t, size_t);

@@ -22,7 +22,7 @@
 #include "model/activations.h"
 #include "model/optim.h"
 #include "test_util.h"
-#include "train/train_step.h"
+#include "train/schedule/train_step.h"
 
 namespace gpt2 {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "model/bpe.h"
-#include "train/corpus.h"
+#include "train/data/corpus.h"
 
 int main(int argc, char** argv) {
   std::string encoder, vocab, in, out;

@@ -43,7 +43,7 @@ PATIENCE_S = 300  # for what takes about a second here: a machine 5x slower and 
 def records(run_dir):
     path = os.path.join(run_dir, "metrics.jsonl")
     if not os.path.exists(path):
-        path += ".partial"  # an unfinished run's stream (train/metrics.h)
+        path += ".partial"  # an unfinished run's stream (train/run/metrics.h)
     if not os.path.exists(path):
         return []
     with open(path) as f:

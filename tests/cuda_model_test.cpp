@@ -26,7 +26,7 @@
 #include "model/optim.h"
 #include "cuda_test_main.h"
 #include "test_util.h"
-#include "train/train_step.h"
+#include "train/schedule/train_step.h"
 
 namespace gpt2 {
 namespace {

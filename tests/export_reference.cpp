@@ -19,7 +19,7 @@
 #include "model/model.h"
 #include "model/optim.h"
 #include "model/params.h"
-#include "train/train_step.h"
+#include "train/schedule/train_step.h"
 #include "export_writer.h"
 #include "util/fields.h"
 

@@ -23,8 +23,8 @@
 #include "model/model.h"
 #include "model/optim.h"
 #include "model/params.h"
-#include "train/run_state.h"
-#include "train/train_step.h"
+#include "train/run/run_state.h"
+#include "train/schedule/train_step.h"
 #include "util/fields.h"
 
 namespace {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Model files other tools read (core/train/export.h, issue 32): llm.c's model file both ways, and
+"""Model files other tools read (core/train/formats/llmc_hf.h, issue 32): llm.c's model file both ways, and
 safetensors + config.json for Hugging Face's GPT2LMHeadModel, checked against an independent GPT-2.
 
 A GPT-2-exact model (q/k/v biases, the head tied to wte, 50,304 rows of which the 50,257 ids are

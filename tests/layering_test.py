@@ -12,6 +12,14 @@ the Backend interface); util no BLAS, OpenMP or MPI. The harness
 OpenMP, MPI or CUDA (it starts the stage programs as processes). A violation
 prints file:line and the rule, and the test fails.
 
+Inside train, the rooms (core/train/<room>/, each with a README line of
+what it owns) include only their own room or lower ones:
+
+    config < data < formats < schedule < resolve < run < evaluate
+
+and no two units of train (a .h and its .cpp are one) include each other,
+directly or round a circle.
+
 usage: layering_test.py --repo ROOT
 """
 import argparse
@@ -28,6 +36,7 @@ FORBIDDEN = {
     "model": [(r"<yaml-cpp/|<mpi\.h>|<nccl\.h>|<cblas\.h>|<omp\.h>", "YAML, MPI or BLAS"),
               (r"<chrono>|<fstream>|<filesystem>|<cstdio>|<thread>", "clocks or files")],
 }
+TRAIN_ROOMS = ["config", "data", "formats", "schedule", "resolve", "run", "evaluate"]
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
 
@@ -45,7 +54,46 @@ def allowed(src, dst):
     return ORDER.index(dst) <= ORDER.index(src)
 
 
-def check_file(path, rel, src_layer, problems, harness=False):
+def room_of(rel):
+    """core/train/<room>/... -> room (None elsewhere; "" for a file of core/train itself)."""
+    parts = rel.split(os.sep)
+    if len(parts) < 3 or parts[:2] != ["core", "train"]:
+        return None
+    return parts[2] if len(parts) > 3 else ""
+
+
+def train_circles(edges):
+    """The include circles among train's units: strongly connected parts of more than one unit (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def check_file(path, rel, src_layer, problems, harness=False, edges=None):
     with open(path, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
             m = INCLUDE.match(line)
@@ -63,6 +111,18 @@ def check_file(path, rel, src_layer, problems, harness=False):
                         problems.append(f"{rel}:{n}: the harness includes {name}: it may include only util/")
                     elif not harness and not allowed(src_layer, head):
                         problems.append(f"{rel}:{n}: layer '{src_layer}' includes {name} from the higher layer '{head}'")
+                    elif head == "train" and src_layer == "train":
+                        src_room, parts = room_of(rel), name.split("/")
+                        dst_room = parts[1] if len(parts) > 2 else ""
+                        if src_room not in TRAIN_ROOMS:
+                            problems.append(f"{rel}: not in a room of train (core/train/<{'|'.join(TRAIN_ROOMS)}>/)")
+                        elif dst_room in TRAIN_ROOMS and TRAIN_ROOMS.index(dst_room) > TRAIN_ROOMS.index(src_room):
+                            problems.append(f"{rel}:{n}: room '{src_room}' of train includes {name} from the higher "
+                                            f"room '{dst_room}'")
+                        unit = os.path.splitext(rel)[0].split(os.sep, 1)[1]
+                        target = os.path.splitext(name)[0]
+                        if edges is not None and target != unit:
+                            edges.setdefault(unit, set()).add(target)
             else:
                 for pattern, what in FORBIDDEN.get(src_layer, []):
                     if re.search(pattern, "<" + name + ">"):
@@ -73,7 +133,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repo", required=True)
     a = ap.parse_args()
-    problems, checked = [], 0
+    problems, checked, edges = [], 0, {}
     for top in ["core", os.path.join("bench", "harness")]:
         for root, _, files in os.walk(os.path.join(a.repo, top)):
             for f in files:
@@ -86,8 +146,15 @@ def main():
                     problems.append(f"{rel}: not in a layer folder (core/<{'|'.join(['util'] + ORDER)}>/)")
                     continue
                 harness = top != "core"
-                check_file(path, rel, "harness" if harness else layer, problems, harness=harness)
+                if top == "core" and layer == "train" and room_of(rel) == "pch":
+                    continue  # the precompiled header: system and library headers only
+                check_file(path, rel, "harness" if harness else layer, problems, harness=harness, edges=edges)
                 checked += 1
+    for circle in train_circles(edges):
+        problems.append(f"an include circle in train: {' <-> '.join(circle)}")
+    readme = [r for r in TRAIN_ROOMS if not os.path.isfile(os.path.join(a.repo, "core", "train", r, "README.md"))]
+    if readme:
+        problems.append(f"core/train rooms without a README.md saying what they own: {', '.join(readme)}")
     for p in problems:
         print(p)
     print(f"{checked} files checked, {len(problems)} violations")

@@ -23,7 +23,7 @@
 #include "model/params.h"
 #include "model/rng.h"
 #include "test_util.h"
-#include "train/train_step.h"
+#include "train/schedule/train_step.h"
 
 namespace gpt2 {
 namespace {

@@ -18,9 +18,9 @@
 #include "model/params.h"
 #include "model/tokenizer.h"
 #include "parallel/zero.h"
-#include "train/checkpoint.h"
-#include "train/run_state.h"
-#include "train/sharded_checkpoint.h"
+#include "train/formats/checkpoint.h"
+#include "train/run/run_state.h"
+#include "train/formats/sharded_checkpoint.h"
 #include "util/json.h"
 
 namespace gpt2 {

@@ -25,7 +25,7 @@
 #include "model/bpe.h"
 #include "model/tokenizer.h"
 #include "parallel/hostfile.h"
-#include "train/metrics.h"
+#include "train/run/metrics.h"
 #include "util/checked.h"
 #include "util/console.h"
 #include "util/fields.h"

@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "app/config_file.h"
-#include "train/preemption.h"
-#include "train/plan.h"
-#include "train/corpus.h"
-#include "train/export.h"
-#include "train/sharded_checkpoint.h"
-#include "train/prepare.h"
-#include "train/trainer.h"
+#include "train/schedule/preemption.h"
+#include "train/resolve/plan.h"
+#include "train/data/corpus.h"
+#include "train/formats/convert.h"
+#include "train/formats/sharded_checkpoint.h"
+#include "train/data/prepare.h"
+#include "train/run/trainer.h"
 #include "util/console.h"
 #include "util/files.h"
 #include "util/hash.h"
@@ -408,6 +408,7 @@ void dispatch(const std::string& command, const Given& g, const RunConfig& cfg, 
   const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (command == "config") {
     validate(cfg);
+    (void)resolve_stage_split(cfg);  // the stage split's refusals, as a run's (train/resolve/layout.h)
     if (root) fmt::print("{}", to_yaml(cfg));
   } else if (command == "plan") {
     print_plan(cfg, g.get("ranks"), g.get("stage").empty() ? ctx.stage : g.get("stage"), root);

@@ -4,7 +4,7 @@
 //   <stage> evaluate --model PATH [--data PATH] [--hellaswag FILE] [--config FILE] [--KEY VALUE ...]
 //   <stage> config   [--config FILE] [--KEY VALUE ...]
 // KEY is any configuration key (section.name, see --help); the options and
-// the keys come from field lists (util/fields.h, train/run_config.h). The
+// the keys come from field lists (util/fields.h, train/config/run_config.h). The
 // YAML file is applied first, then the overrides in order. Exit status: 0
 // success, 2 bad input (usage, configuration, files), 1 failure while
 // running, 3 the stage cannot run on this machine.
@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "train/trainer.h"
+#include "train/run/trainer.h"
 
 namespace gpt2 {
 

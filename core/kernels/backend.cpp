@@ -34,7 +34,7 @@ void host_kv_columns(Tensor packed, Tensor full, int NH, int KVH, bool unpack) {
 }
 
 // The ring attention's ops exist on the host backends (reference, cpu); a
-// run lays context parallelism out only there (train/layout.cpp), so a
+// run lays context parallelism out only there (train/resolve/layout.cpp), so a
 // device backend is never asked.
 namespace {
 [[noreturn]] void no_ring_attention(const Backend& be, const char* op) {

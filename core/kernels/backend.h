@@ -171,7 +171,7 @@ class Backend {
   // The canonical-piece products of train.deterministic under tensor
   // parallelism (TreeProducts, below) where this backend has them: the
   // deterministic fp32 CPU backend; null elsewhere. A run asks once, when it
-  // lays out the model (train/layout.h deterministic_pieces), so a backend
+  // lays out the model (train/resolve/layout.h deterministic_pieces), so a backend
   // without them is never asked for them mid-step.
   virtual TreeProducts* tree_products() { return nullptr; }
   // train.sequence_pieces' operations (PieceOps); null when it is off or unsupported.

@@ -113,7 +113,7 @@ struct Activations {
 // The floats of an arena of (B, T) for `cfg` sharded as `tp` over its
 // tensor-parallel ranks (`runs`: the layout has private runs), holding
 // `stage`'s layers, with the split backward's tensors when `split`: what
-// ActivationArena allocates, and what a run's plan states (train/plan.h).
+// ActivationArena allocates, and what a run's plan states (train/resolve/plan.h).
 // `stored`: the element type of the tensors only a matrix product reads
 // (LayerActivations' ln1 and ln2 before a product, atty, fch_gelu, and lnf):
 // bf16 with train.precision bf16, which halves their bytes; the rest is f32.

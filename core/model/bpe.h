@@ -35,7 +35,7 @@ namespace gpt2 {
 
 class BpeTokenizer {
  public:
-  // From both files' contents (train/corpus.h's load_bpe_tokenizer reads
+  // From both files' contents (train/data/corpus.h's load_bpe_tokenizer reads
   // them); throws std::invalid_argument naming the file (`encoder_name`,
   // `vocab_name`) and the line or entry for malformed JSON, a token whose
   // characters are not bytes_to_unicode's, or merges out of GPT-2's order.
@@ -68,7 +68,7 @@ class BpeTokenizer {
   std::string decode(std::span<const int32_t> ids) const;
   // Another tokenizer on the same (immutable, shared) vocabulary, with its
   // own pattern match data and an empty cache: one per thread
-  // (train/corpus.h, encode_documents).
+  // (train/data/corpus.h, encode_documents).
   BpeTokenizer clone() const;
 
  private:

@@ -40,7 +40,7 @@ inline constexpr uint32_t kDataStream = 0x44415441u;  // "DATA"
 
 // What a loader reads windows from: the concatenation of one or more token
 // arrays held elsewhere (the corpus's int32 stream; token shards' uint16 or
-// uint32 tokens, read into memory, train/shards.h). A view: the arrays must
+// uint32 tokens, read into memory, train/data/shards.h). A view: the arrays must
 // outlive it.
 class TokenStream {
  public:

@@ -48,7 +48,7 @@ struct Parts {
   Parts(Backend& b, const Gpt2& model)
       : be(b), cfg(model.config()), NH(cfg.NH / model.tp().size), KVH(cfg.kv_heads() / model.tp().size),
         tree(model.tp().pieces > 0 ? b.tree_products() : nullptr), pieces(b.piece_ops()) {
-    // tp.pieces come from the backend's capability (train/layout.h deterministic_pieces).
+    // tp.pieces come from the backend's capability (train/resolve/layout.h deterministic_pieces).
     if (model.tp().pieces > 0 && tree == nullptr) {
       throw std::logic_error(b.name() + ": the model was laid out in canonical pieces this backend cannot multiply");
     }

@@ -76,7 +76,7 @@ struct StageLayers {
   // std::invalid_argument naming parallel.pp when there are more stages than layers.
   static StageLayers of(int n_layer, int stages, int stage);
   // Stage `stage` of a split given as layers per stage (parallel.stage_layers
-  // resolved: train/stage_split.h), each at least one.
+  // resolved: train/schedule/stage_split.h), each at least one.
   static StageLayers at(const std::vector<int>& counts, int stage);
   // The default split's counts: of()'s, stage by stage.
   static std::vector<int> even_counts(int n_layer, int stages);
@@ -171,7 +171,7 @@ struct ShardPiece {
 };
 // Every piece of that part, in its order (vocabulary padding, which no
 // full float maps to, left out): the map sharded checkpoints are written
-// and resharded by (train/sharded_checkpoint.h).
+// and resharded by (train/formats/sharded_checkpoint.h).
 std::vector<ShardPiece> shard_pieces(const Gpt2Config& cfg, TpShape tp, int rank, StageLayers stage = {});
 
 // The initial weights of the full model: N(0, 0.02) from Philox keyed by

@@ -51,7 +51,7 @@ class Tokenizer {
   // "[EOS]" last (id size()-1).
   // kGpt2 has no corpus-built vocabulary: std::invalid_argument (gpt2()).
   static Tokenizer build(TokenizerKind kind, std::string_view corpus);
-  // GPT-2's BPE (its files: train/corpus.h, load_bpe_tokenizer).
+  // GPT-2's BPE (its files: train/data/corpus.h, load_bpe_tokenizer).
   static Tokenizer gpt2(BpeTokenizer bpe);
   // A fixed vocabulary (e.g. read from a checkpoint). Must be non-empty, with
   // unique entries and "[EOS]" last; a char vocabulary's other entries must be

@@ -131,7 +131,7 @@ class Communicator {
   // kMaxStream; 0 is send's and recv's): messages between two ranks arrive
   // in order within a stream, and a receive takes only its own stream's, so
   // a pipeline with several chunks a rank keeps one stream per chunk and
-  // direction (train/pipeline.h).
+  // direction (train/schedule/pipeline.h).
   static constexpr int kMaxStream = 32767;  // MPI's least tag upper bound
   uint64_t start_send(const float* data, size_t count, int peer, int stream = 0);
   void wait_send(uint64_t ticket);

@@ -83,7 +83,7 @@ class CommRing final : public CpGroup {
 // A world rank's place in the grid of `tp` x `cp` x `pp` (the formula
 // above), and the grid's check: throws std::invalid_argument naming
 // parallel.tp, parallel.cp and parallel.pp when their product does not
-// divide `ranks` (ProcessGrid's check, and a plan's, train/plan.h).
+// divide `ranks` (ProcessGrid's check, and a plan's, train/resolve/plan.h).
 struct GridCoords {
   int tp_rank = 0, stage = 0, dp_rank = 0, cp_rank = 0;
 };

@@ -198,4 +198,14 @@ std::vector<float> ZeroShards::gather(std::span<const float> packed) {
   return flat;
 }
 
+ContiguousShard contiguous_shard(size_t num_params, size_t padded, int dp, int dp_rank) {
+  const size_t chunk = padded / static_cast<size_t>(dp);
+  const size_t begin = std::min(static_cast<size_t>(dp_rank) * chunk, num_params);
+  return {begin, std::min(begin + chunk, num_params), chunk};
+}
+
+ContiguousShard contiguous_shard(const Gpt2& model, int dp, int dp_rank) {
+  return contiguous_shard(model.num_params(), model.padded_params(), dp, dp_rank);
+}
+
 }  // namespace gpt2

@@ -92,7 +92,7 @@ class ZeroShards final : public UnitHook {
   // gradient shard, by canonical_reduce_scatter unit by unit (`whole` is spent).
   void whole_grads(float* whole) { whole_grads_ = whole; }
   // Called before each unit is acquired, on every rank alike (the same units
-  // in the same order): a step's stop point (train/preemption.h). When it
+  // in the same order): a step's stop point (train/schedule/preemption.h). When it
   // throws, the collectives in flight are waited for and the slots forgotten
   // before the exception leaves acquire(), so the state can still be gathered
   // and saved. Empty: none.
@@ -154,5 +154,19 @@ class ZeroShards final : public UnitHook {
   std::function<void()> before_unit_;  // before_unit
   double seconds_ = 0;
 };
+
+// ZeRO-1 (and ZeRO-2 under a pipeline schedule, which keeps the stage's
+// gradient for the microbatches' accumulation): this rank's shard [begin,
+// end) of its flat parameter buffer, cut into equal chunks of `chunk` floats
+// over the data-parallel group (the buffer is padded to a multiple of the
+// group's size).
+struct ContiguousShard {
+  size_t begin = 0, end = 0, chunk = 0;
+};
+
+// ZeRO-1's shard of `model`'s buffer for data-parallel rank `dp_rank` of `dp`.
+ContiguousShard contiguous_shard(const Gpt2& model, int dp, int dp_rank);
+// The same for a buffer of `num_params` floats padded to `padded`.
+ContiguousShard contiguous_shard(size_t num_params, size_t padded, int dp, int dp_rank);
 
 }  // namespace gpt2

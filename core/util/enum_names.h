@@ -1,7 +1,7 @@
 // The names of a closed choice (an enum class parsed from a settings key):
 // one table per enum gives its values' names in declaration order and the
 // key it is read from, and these two functions read and write it. The
-// settings sections (model/config.h, train/run_config.h) define their
+// settings sections (model/config.h, train/config/run_config.h) define their
 // enums' to_string / from_string with them, which util/fields.h finds for
 // the field list (YAML, the command line, config.yaml, checkpoint headers).
 //

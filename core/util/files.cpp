@@ -247,7 +247,7 @@ DirectoryLock::~DirectoryLock() {
 
 namespace {
 
-// A training run's folder (core/train/run_dir.h: these mark one).
+// A training run's folder (core/train/run/run_dir.h: these mark one).
 bool is_run_folder(const std::filesystem::path& dir) {
   std::error_code ec;
   for (const char* marker : {"run.json", "metrics.jsonl", "metrics.jsonl.partial"}) {
@@ -259,7 +259,7 @@ bool is_run_folder(const std::filesystem::path& dir) {
 }
 
 // The training run folder `dir` lies in: itself, or the run above its
-// checkpoints folder or one of its step folders (core/train/checkpoint_store.h);
+// checkpoints folder or one of its step folders (core/train/formats/checkpoint_store.h);
 // "" for none.
 std::filesystem::path run_folder_of(const std::filesystem::path& dir) {
   const std::filesystem::path abs = std::filesystem::absolute(dir).lexically_normal();

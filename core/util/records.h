@@ -7,7 +7,7 @@
 //   {"event":"eval","step":s,"val_loss":..}
 //   {"event":"summary","status":"ok","steps":..,"train_s":..,"inference_s":..,"final_loss":..,
 //    ...,"provenance":{...}}
-// One schema, written by the stage programs (train/run_logger.h) and read by
+// One schema, written by the stage programs (train/run/run_logger.h) and read by
 // the harness, through the code below and nothing else. Step s counts from 0;
 // its loss is the loss before update s (the original's "epoch s"). Values are
 // written at the precision they mean (7 significant digits for a loss, 1 us

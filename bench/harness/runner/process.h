@@ -20,7 +20,7 @@ namespace gpt2::harness {
 // this status; the harness records it as skipped, not failed.
 inline constexpr int kExitUnavailable = 3;
 // The stage program stopped for a signal after writing its checkpoint
-// (train/preemption.h's kExitPreempted): the run is resumable.
+// (train/schedule/preemption.h's kExitPreempted): the run is resumable.
 inline constexpr int kExitPreempted = 4;
 
 // Every process a launch starts, and everything those start (mpiexec's

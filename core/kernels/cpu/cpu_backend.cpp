@@ -36,7 +36,7 @@ CpuBackend::CpuBackend(int threads, bool bf16_products, bool deterministic, int 
       gemm_(gemm, deterministic, std::max(threads, 1), gemm_pins) {
   if (threads < 1) throw std::invalid_argument(fmt::format("threads must be >= 1, got {}", threads));
   if (column_tile < 0) throw std::invalid_argument(fmt::format("column tile must be >= 0, got {}", column_tile));
-  if (pieces.on()) {  // the configuration checked these (train/layout.h); a backend made by hand is checked here
+  if (pieces.on()) {  // the configuration checked these (train/resolve/layout.h); a backend made by hand is checked here
     const int S = pieces.pieces;
     if (!deterministic || bf16_products || (S & (S - 1)) != 0 || pieces.cp < 1 || S % (2 * pieces.cp) != 0 ||
         pieces.T % S != 0) {

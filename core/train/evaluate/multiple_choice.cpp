@@ -1,0 +1,108 @@
+#include "train/evaluate/multiple_choice.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "util/files.h"
+#include "util/json.h"
+
+namespace gpt2 {
+
+namespace {
+
+constexpr size_t kMaxEndings = 16;
+
+int parse_label(const Json& j, const std::string& where) {
+  if (j.is_number_integer()) return j.get<int>();
+  if (j.is_string()) {
+    const std::string s = j.get<std::string>();
+    if (!s.empty() && s.size() <= 2 && s.find_first_not_of("0123456789") == std::string::npos) return std::stoi(s);
+  }
+  throw std::invalid_argument(fmt::format("{}: \"label\" must be an integer (the right ending's index)", where));
+}
+
+}  // namespace
+
+std::vector<ChoiceExample> read_choice_examples(const std::string& path, const Tokenizer& tok, int max_tokens) {
+  const std::string text = read_input_file(path, kMaxChoiceFileBytes, "--hellaswag", "JSON lines (ctx, endings, label)");
+  std::vector<ChoiceExample> out;
+  size_t line_no = 0;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", path, line_no);
+    Json j;
+    try {
+      j = parse_json(line, where);
+    } catch (const std::runtime_error& e) {
+      throw std::invalid_argument(e.what());
+    }
+    if (!j.is_object()) throw std::invalid_argument(fmt::format("{}: not a JSON object", where));
+    for (const char* key : {"ctx", "endings", "label"}) {
+      if (!j.contains(key)) throw std::invalid_argument(fmt::format("{}: no \"{}\"", where, key));
+    }
+    if (!j["ctx"].is_string()) throw std::invalid_argument(fmt::format("{}: \"ctx\" must be a string", where));
+    const Json& endings = j["endings"];
+    if (!endings.is_array() || endings.size() < 2 || endings.size() > kMaxEndings) {
+      throw std::invalid_argument(
+          fmt::format("{}: \"endings\" must be an array of 2 to {} strings", where, kMaxEndings));
+    }
+    ChoiceExample ex;
+    ex.label = parse_label(j["label"], where);
+    if (ex.label < 0 || static_cast<size_t>(ex.label) >= endings.size()) {
+      throw std::invalid_argument(
+          fmt::format("{}: \"label\" {} is not the index of one of its {} endings", where, ex.label, endings.size()));
+    }
+    ex.context = tok.encode(j["ctx"].get<std::string>(), where + " ctx");
+    if (ex.context.empty()) throw std::invalid_argument(fmt::format("{}: \"ctx\" has no tokens", where));
+    size_t longest = 0;
+    for (size_t e = 0; e < endings.size(); ++e) {
+      if (!endings[e].is_string()) {
+        throw std::invalid_argument(fmt::format("{}: ending {} is not a string", where, e));
+      }
+      ex.endings.push_back(tok.encode(" " + endings[e].get<std::string>(), fmt::format("{} ending {}", where, e)));
+      if (ex.endings.back().empty()) throw std::invalid_argument(fmt::format("{}: ending {} has no tokens", where, e));
+      longest = std::max(longest, ex.endings.back().size());
+    }
+    if (ex.context.size() + longest > static_cast<size_t>(max_tokens) + 1) {
+      throw std::invalid_argument(fmt::format(
+          "{}: the context ({} tokens) and its longest ending ({}) are {} tokens, above the model's block size {} + 1",
+          where, ex.context.size(), longest, ex.context.size() + longest, max_tokens));
+    }
+    out.push_back(std::move(ex));
+  }
+  if (out.empty()) throw std::invalid_argument(fmt::format("--hellaswag: '{}' holds no examples", path));
+  return out;
+}
+
+ChoiceRow choice_row(const ChoiceExample& ex, size_t ending) {
+  std::vector<int32_t> row = ex.context;
+  row.insert(row.end(), ex.endings[ending].begin(), ex.endings[ending].end());
+  ChoiceRow r;
+  r.inputs.assign(row.begin(), row.end() - 1);
+  r.targets.assign(row.begin() + 1, row.end());
+  r.first = ex.context.size() - 1;  // the context's last position predicts the ending's first token
+  return r;
+}
+
+ChoiceScore score_choices(const ChoiceExample& ex, const std::vector<std::vector<float>>& losses) {
+  ChoiceScore s;
+  for (size_t e = 0; e < ex.endings.size(); ++e) {
+    const size_t first = ex.context.size() - 1, n = ex.endings[e].size();
+    double sum = 0;
+    for (size_t i = first; i < first + n; ++i) sum += losses[e].at(i);
+    s.sum_loss.push_back(sum);
+    s.mean_loss.push_back(sum / static_cast<double>(n));
+    if (sum < s.sum_loss[static_cast<size_t>(s.pred)]) s.pred = static_cast<int>(e);
+    if (s.mean_loss.back() < s.mean_loss[static_cast<size_t>(s.pred_norm)]) s.pred_norm = static_cast<int>(e);
+  }
+  return s;
+}
+
+}  // namespace gpt2

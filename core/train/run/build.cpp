@@ -1,0 +1,101 @@
+#include "train/run/build.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <thread>
+
+#include "parallel/gradient_sync.h"
+#include "parallel/process_grid.h"
+#include "model/activations.h"
+#include "model/flops.h"
+#include "train/run/run_state.h"
+#include "train/schedule/pipeline.h"
+#include "train/schedule/train_step.h"
+#include "util/console.h"
+#include "util/provenance.h"
+#include "train/run/memory.h"
+
+namespace gpt2 {
+
+std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl, RunState& st, ProcessGrid& grid,
+                                    double max_loss, const std::string& timeline_path) {
+  if (sl.stored == Dtype::bf16 && !st.backend->accepts_bf16()) {  // the layout's stage rule and the backend disagree
+    throw std::logic_error(fmt::format("the {} backend does not take the bf16 activations the layout stores",
+                                       st.backend->name()));
+  }
+  auto lay = std::make_unique<StepMachine>();
+  Backend& be = *st.backend;
+  Gpt2& model = *st.model;
+  // The gradient sum and the loss over the data-parallel group; the
+  // tensor-parallel sums happen inside the model (model.tp()).
+  Communicator& dp = sl.over_replicas ? grid.replica_comm() : grid.dp_comm();
+  if (sl.stop_in_step != StepLayout::StopInStep::kNever) {
+    lay->interrupt = std::make_unique<AgreedInterrupt>(grid.aux_comm(), sl.stop_in_step, c.debug.long_step_s);
+    if (sl.grad_sum == GradSum::kUnitShards) {  // ZeRO-2/3: also before each unit
+      st.sharded->before_unit([i = lay->interrupt.get()] {
+        if (i->stop_now()) throw StepAbandoned();
+      });
+    }
+  }
+  const StepParts parts{be, model, *st.opt, dp, c.train.batch_size, max_loss, c.train.layer_grad_norms,
+                        lay->interrupt.get()};
+  // The reducer (none for the tree and for unit shards, which the step drives itself).
+  switch (sl.grad_sum) {
+    case GradSum::kBuckets:
+      lay->reducer = std::make_unique<GradientSync>(dp, model.grad_data(), model.num_params(),
+                                                    static_cast<size_t>(c.train.grad_bucket_mb * (1 << 20) / sizeof(float)));
+      break;
+    case GradSum::kContiguousShards:
+      lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
+      break;
+    case GradSum::kUnitShards:
+    case GradSum::kTree:
+      break;
+  }
+  // Under train.deterministic: the tree's gradient scattered into the contiguous shards
+  // (canonical_reduce_scatter) or ZeRO-3's unit pieces, else whole.
+  TreeShards shards;
+  if (sl.grad_sum == GradSum::kContiguousShards) shards = {st.zero->chunk, lay->reducer.get(), nullptr};
+  if (sl.grad_sum == GradSum::kUnitShards) shards.zero3 = st.sharded.get();
+  if (sl.pipelined()) {  // the schedule's arenas, one per microbatch in flight
+    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), st.stage_split, sl.schedule, sl.microbatches,
+                                                 sl.arena_rows * sl.microbatches, c.train.seq_len, sl.recompute_full,
+                                                 sl.stored, sl.microbatch_sum, sl.sequence_parallel, grid.context());
+    lay->recorder.emplace(grid, *lay->pipe, timeline_path);
+  } else {
+    lay->arena.emplace(model, sl.arena_rows, c.train.seq_len, false, sl.recompute_full, sl.stored,
+                       sl.sequence_parallel, grid.context());
+  }
+  switch (sl.step) {
+    case StepKind::kReplica:
+      lay->step = sl.grad_sum == GradSum::kUnitShards ? sharded_step(parts, lay->arena->acts(), *st.sharded)
+                                                      : data_parallel_step(parts, lay->arena->acts(), *lay->reducer);
+      break;
+    case StepKind::kPipeline:
+      lay->step = pipelined_step(parts, *lay->pipe, grid.pp_comm(), *lay->reducer);
+      break;
+    case StepKind::kChunks:  // canonical chunks, their tree, recursive doubling
+      lay->step = deterministic_step(parts, lay->arena->acts(), sl.chunks, shards);
+      break;
+    case StepKind::kChunkPipeline:  // the stages' microbatches are the canonical chunks
+      lay->step = deterministic_pipelined_step(parts, *lay->pipe, grid.pp_comm(), sl.chunks, shards);
+      break;
+  }
+  lay->mem = rank_memory(st, lay->pipe.get(), lay->arena ? &*lay->arena : nullptr, grid.dp());
+  if (sl.step == StepKind::kChunks) {
+    lay->mem.comm_buffers +=
+        deterministic_buffer_floats(model.num_params(), sl.chunks, dp.size(), shards.chunk) * sizeof(float);
+  } else if (sl.step == StepKind::kChunkPipeline) {
+    lay->mem.comm_buffers += (static_cast<uint64_t>(PipelineEngine::tree_buffers(lay->pipe->arenas(),
+                                                                                 sl.microbatches)) +
+                              (grid.dp() > 1 ? 1 : 0)) * model.num_params() * sizeof(float);
+  }
+  return lay;
+}
+
+}  // namespace gpt2
