@@ -188,8 +188,9 @@ void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
     const RunConfig& rc = run.config;
     check_ranks_agree(rc, comm);
     ProcessGrid grid(comm, rc.parallel.tp, rc.parallel.pp, rc.parallel.cp);
-    const GivenModel given{in.tok ? &*in.tok : nullptr, in.weights ? &*in.weights : nullptr, "--model", req.model};
-    const std::unique_ptr<RunState> st = init_or_resume(run, "", ctx.backend, threads, 0, grid, given);
+    const GivenModel given{in.tok ? &*in.tok : nullptr, in.weights ? &*in.weights : nullptr};
+    const StateSource source{StateSource::Kind::kModelFile, req.model, "--model"};
+    const std::unique_ptr<RunState> st = init_or_resume(run, source, ctx.backend, threads, 0, grid, given);
     const bool val = shards && req.split != "train";
     const TokenStream& stream = val ? st->data.split.val : st->data.split.train;
     const int64_t batch_tokens = int64_t{rc.train.batch_size} * rc.train.seq_len;

@@ -318,6 +318,12 @@ std::string StepLayout::describe() const {
   return out;
 }
 
+StateSource resolve_source(const RunConfig& c, const std::string& resume) {
+  if (!resume.empty()) return {StateSource::Kind::kCheckpoint, resume, "--resume"};
+  if (!c.train.init_from.empty()) return {StateSource::Kind::kModelFile, c.train.init_from, "train.init_from"};
+  return {};
+}
+
 StageSplit resolve_stage_split(const RunConfig& c) {
   StageSplit split = stage_split(c);  // parallel.stage_layers (no more stages than layers), virtual_stages
   const std::vector<int>& counts = split.counts;
@@ -356,7 +362,9 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
   r.rows = replica_rows(c, ranks, r.tp, r.pp);  // checks the grid first
   r.dp = ranks / (r.tp * r.pp * r.cp);
   r.steps = step_config(c);
-  r.stage_split = resolve_stage_split(c);  // once: parallel.stage_layers auto runs its cost model here alone
+  r.stage_split = resolve_stage_split(c);
+  r.checkpoints = {c.train.save_checkpoint, c.train.checkpoint_format, c.train.async_checkpoint,
+                   c.train.checkpoint_every, c.train.keep_checkpoints};  // once: parallel.stage_layers auto runs its cost model here alone
   r.step = resolve_step(r.steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, stage));
   if (r.step.step == StepKind::kChunks && r.cp > 1) {
     // The batch's canonical chunks, not the cut rows': a chunk of batch_size / K rows is 2 arena rows each

@@ -164,6 +164,18 @@ BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int 
 // default order.
 int deterministic_pieces(const Gpt2Config& model, int tp, Backend& be);
 
+// How a run saves its training checkpoints, decided once (train.save_checkpoint,
+// checkpoint_format, async_checkpoint, checkpoint_every, keep_checkpoints):
+// the run's writer is made from it (train/run/checkpoint_writer.h).
+struct CheckpointSink {
+  bool save = true;                                // false: none (benchmarks)
+  CheckpointFormat format = CheckpointFormat::kFile;
+  bool async = false;                              // sharded: written from a background thread
+  int64_t every = 0;                               // after every N steps; 0: at the end only
+  int keep = 1;                                    // complete step folders kept
+  bool periodic(int64_t steps_done) const { return every > 0 && steps_done % every == 0; }
+};
+
 // The run's layout, decided once from the configuration as given, the rank
 // count and the stage program, before anything is read or allocated:
 // every refusal a run of these would give (the configuration's checks, the
@@ -178,6 +190,7 @@ struct RunLayout {
   int rows = 0;  // of the global batch, per data-parallel replica (what its loader reads)
   RunConfig steps;  // step_config(config): what the step, its arenas and the plan's counts read
   StepLayout step;
+  CheckpointSink checkpoints;  // how the run saves
   StageSplit stage_split;  // the (virtual) stages' layers and ranks (parallel.stage_layers, virtual_stages: train/schedule/stage_split.h)
 
   GridCoords at(int rank) const { return grid_coords(rank, tp, pp, cp); }
@@ -204,6 +217,22 @@ struct LayoutFacts {
   int tp_pieces = 0;          // train.deterministic's canonical pieces (TpLayout::pieces)
 };
 RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stage);
+
+// Where a run's state comes from, decided once (issue 69): from train.seed;
+// from a model file whose weights only are taken (train.init_from, or
+// evaluate's --model); or from a training checkpoint (--resume, `auto`
+// already made a path or nothing by the run folder's claim). The run's state
+// is built from it (train/run/run_state.h init_or_resume) without asking
+// the settings again.
+struct StateSource {
+  enum class Kind { kSeed, kModelFile, kCheckpoint };
+  Kind kind = Kind::kSeed;
+  std::string path;  // the model file or the checkpoint
+  std::string key;   // the option that named it, for errors: "train.init_from", "--model", "--resume"
+};
+// --resume's checkpoint when given (train.init_from is then ignored), else
+// train.init_from's file, else the seed.
+StateSource resolve_source(const RunConfig& c, const std::string& resume);
 
 // The (virtual) stages' layers and ranks (train/schedule/stage_split.h) of a
 // valid `c`, with the refusals of parallel.stage_layers and virtual_stages

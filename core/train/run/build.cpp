@@ -98,4 +98,16 @@ std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl
   return lay;
 }
 
+Run build_run(const RunLayout& run, const StateSource& source, const BackendKind& kind, int threads,
+              ProcessGrid& grid, const std::string& timeline_path, std::function<void(const std::string&)> note) {
+  Run r;
+  r.state = init_or_resume(run, source, kind, threads, 0, grid);
+  const double max_loss = run.config.train.max_loss;
+  r.max_loss = max_loss > 0 ? max_loss : 3.0 * std::log(r.state->model_config.V);
+  // The step and its arenas see the rows as run.steps does (context parallelism's chunks).
+  r.step = build_step(run.steps, run.step, *r.state, grid, r.max_loss, timeline_path);
+  r.writer = make_checkpoint_writer(run.checkpoints, std::move(note));
+  return r;
+}
+
 }  // namespace gpt2

@@ -16,6 +16,7 @@
 #include "model/context_parallel.h"
 #include "train/resolve/layout.h"
 #include "train/resolve/plan.h"
+#include "train/run/checkpoint_writer.h"
 #include "train/run/run_state.h"
 #include "train/run/timeline.h"
 #include "train/schedule/pipeline.h"
@@ -101,5 +102,23 @@ struct StepMachine {
 
 std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl, RunState& st, ProcessGrid& grid,
                                     double max_loss, const std::string& timeline_path);
+
+// A training run's pieces, built from its layout alone: the state (from
+// `source`), the divergence bound, the step and its arenas, the checkpoint
+// writer (the layout's CheckpointSink). The loop (train/run/trainer.cpp)
+// drives them; nothing here reads the settings again.
+struct Run {
+  std::unique_ptr<RunState> state;
+  double max_loss = 0;  // train.max_loss, or three times the loss of a uniform guess over the resolved vocabulary
+  std::unique_ptr<StepMachine> step;
+  std::unique_ptr<CheckpointWriter> writer;
+};
+
+// Collective. `threads`: train.threads resolved on this machine;
+// `timeline_path`: where rank 0 writes a pipeline's timeline ("" none);
+// `note`: the log's notes (an asynchronous save's completion). The state is
+// made first (init_or_resume), then the step, then the writer.
+Run build_run(const RunLayout& run, const StateSource& source, const BackendKind& kind, int threads,
+              ProcessGrid& grid, const std::string& timeline_path, std::function<void(const std::string&)> note);
 
 }  // namespace gpt2

@@ -90,7 +90,8 @@ RankWrite rank_write(const RunState& st, ProcessGrid& grid, bool snapshot) {
 
 class ShardedWriter final : public CheckpointWriter {
  public:
-  ShardedWriter(bool async, std::function<void(const std::string&)> note) : async_(async), note_(std::move(note)) {}
+  ShardedWriter(bool async, int keep, std::function<void(const std::string&)> note)
+      : async_(async), keep_(keep), note_(std::move(note)) {}
   ~ShardedWriter() override {
     if (job_ && job_->thread.joinable()) job_->thread.join();  // a failing run: the folder stays incomplete
   }
@@ -118,7 +119,7 @@ class ShardedWriter final : public CheckpointWriter {
     job.out_dir = out_dir;
     job.dir = made[0];
     job.step = steps;
-    job.keep = c.train.keep_checkpoints;
+    job.keep = keep_;
     job.cfg = st.model_config;
     job.delay_s = c.debug.checkpoint_delay_s;
     job.run_id = made[1];
@@ -224,6 +225,7 @@ class ShardedWriter final : public CheckpointWriter {
   }
 
   bool async_;
+  int keep_;  // complete step folders kept (CheckpointSink::keep)
   std::function<void(const std::string&)> note_;
   std::unique_ptr<Job> job_;
   std::vector<uint8_t> done_;  // poll's gather: every rank's "my file is written"
@@ -231,10 +233,10 @@ class ShardedWriter final : public CheckpointWriter {
 
 }  // namespace
 
-std::unique_ptr<CheckpointWriter> make_checkpoint_writer(const RunConfig& c,
+std::unique_ptr<CheckpointWriter> make_checkpoint_writer(const CheckpointSink& sink,
                                                          std::function<void(const std::string&)> note) {
-  if (c.train.checkpoint_format == CheckpointFormat::kSharded) {
-    return std::make_unique<ShardedWriter>(c.train.async_checkpoint, std::move(note));
+  if (sink.format == CheckpointFormat::kSharded) {
+    return std::make_unique<ShardedWriter>(sink.async, sink.keep, std::move(note));
   }
   return std::make_unique<FileWriter>();
 }

@@ -1,5 +1,5 @@
 // How a run saves its training checkpoints, chosen once from
-// train.checkpoint_format and train.async_checkpoint (make_checkpoint_writer):
+// the run's CheckpointSink (train.checkpoint_format, async_checkpoint; make_checkpoint_writer):
 //
 //   file      store_training_checkpoint: gathered to world rank 0, one file.
 //   sharded   every rank writes the file of what it owns (its ZeRO shard,
@@ -27,6 +27,7 @@
 
 #include "parallel/process_grid.h"
 #include "train/config/run_config.h"
+#include "train/resolve/layout.h"
 #include "train/run/run_state.h"
 
 namespace gpt2 {
@@ -59,8 +60,9 @@ class CheckpointWriter {
   double last_wait_s_ = 0, last_snapshot_s_ = 0;
 };
 
-// `note` says when an asynchronous save completes (the run's log).
-std::unique_ptr<CheckpointWriter> make_checkpoint_writer(const RunConfig& c,
+// The writer `sink` names (the layout's CheckpointSink); `note` says when an
+// asynchronous save completes (the run's log).
+std::unique_ptr<CheckpointWriter> make_checkpoint_writer(const CheckpointSink& sink,
                                                          std::function<void(const std::string&)> note = {});
 
 }  // namespace gpt2

@@ -452,20 +452,20 @@ void read_sharded_state(const ShardedCheckpoint& ck, RunState& st, const StageLa
 // from: the checkpoint's, broadcast from rank 0 and cut to this rank's
 // shard (a sharded one's read by every rank), or model.init's from
 // train.seed; into where they live (st.params).
-void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGrid& grid, RunState& st,
+void set_initial_state(const RunConfig& c, const StateSource& source, ProcessGrid& grid, RunState& st,
                        std::optional<Checkpoint>& ckpt, const ShardedCheckpoint* sharded, const StageLayers& stage,
                        const GivenModel& given) {
-  if (resume.empty() && (!given.key.empty() || !c.train.init_from.empty())) {
+  if (source.kind == StateSource::Kind::kModelFile) {
     // Rank 0 reads the file and fits it to the run's model; every rank takes its part. The optimizer starts fresh.
     HostState hs;
     std::vector<std::string> refusal = {""};  // rank 0's, so that every rank refuses alike (exit 2)
     if (grid.world().rank() == 0) {
       try {
         if (given.weights != nullptr) {
-          hs.params = fit_weights(*given.weights, st.model_config, given.key, given.path);
+          hs.params = fit_weights(*given.weights, st.model_config, source.key, source.path);
         } else {
-          const ModelWeights w = read_model_weights(c.train.init_from, "train.init_from");
-          hs.params = fit_weights(w, st.model_config, "train.init_from", c.train.init_from);
+          const ModelWeights w = read_model_weights(source.path, source.key);
+          hs.params = fit_weights(w, st.model_config, source.key, source.path);
         }
       } catch (const std::invalid_argument& e) {
         refusal[0] = e.what();
@@ -479,7 +479,7 @@ void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGri
     st.params->load(hs.params);
     return;
   }
-  if (resume.empty()) {
+  if (source.kind == StateSource::Kind::kSeed) {
     st.params->init(c.train.seed);
     return;
   }
@@ -487,7 +487,7 @@ void set_initial_state(const RunConfig& c, const std::string& resume, ProcessGri
   const TpLayout& tp = st.model->tp();
   HostState hs;
   if (comm.rank() == 0) {
-    st.unchecked = check_training_state(*ckpt, st.model_config, c, st, resume);
+    st.unchecked = check_training_state(*ckpt, st.model_config, c, st, source.path);
     if (const std::string* id = ckpt->find("run.id")) st.checkpoint_run_id = *id;
     hs.params = std::move(ckpt->params);
     hs.m = std::move(ckpt->training->m);
@@ -523,16 +523,17 @@ void check_replicas_agree(ProcessGrid& grid, RunState& st) {
 
 }  // namespace
 
-std::unique_ptr<RunState> init_or_resume(const RunLayout& run, const std::string& resume, const BackendKind& kind,
+std::unique_ptr<RunState> init_or_resume(const RunLayout& run, const StateSource& source, const BackendKind& kind,
                                          int threads, int device_hint, ProcessGrid& grid, const GivenModel& given) {
   const RunConfig& c = run.config;
   auto st = std::make_unique<RunState>();
   st->rows = run.rows;  // decided once (resolve_run), as the split and ZeRO's layout below
   std::optional<Checkpoint> ckpt;
   std::unique_ptr<ShardedCheckpoint> sharded;
+  const std::string resume = source.kind == StateSource::Kind::kCheckpoint ? source.path : "";
   load_run_data(c, resume, grid, *st, ckpt, sharded, given.vocabulary);
   const StageLayers stage = make_model(run, kind, threads, device_hint, grid, *st);
-  set_initial_state(c, resume, grid, *st, ckpt, sharded.get(), stage, given);
+  set_initial_state(c, source, grid, *st, ckpt, sharded.get(), stage, given);
   check_replicas_agree(grid, *st);
   st->first_step = st->opt->steps_done();
   return st;

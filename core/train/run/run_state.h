@@ -144,10 +144,9 @@ void check_ranks_agree(const RunConfig& config, Communicator& comm);
 // tokenizer and weights stand in for data.*'s tokenizer and train.init_from.
 struct GivenModel {
   const Tokenizer* vocabulary = nullptr;  // the tokenizer the corpus is read with
-  const ModelWeights* weights = nullptr;  // fitted to the resolved model, as train.init_from's file is
-  std::string key, path;                  // for its errors: the option and the file
+  const ModelWeights* weights = nullptr;  // source's model file, read already and fitted as train.init_from's is
 };
-std::unique_ptr<RunState> init_or_resume(const RunLayout& run, const std::string& resume, const BackendKind& kind,
+std::unique_ptr<RunState> init_or_resume(const RunLayout& run, const StateSource& source, const BackendKind& kind,
                                          int threads, int device_hint, ProcessGrid& grid,
                                          const GivenModel& given = {});
 

@@ -238,26 +238,6 @@ struct LastCheckpoint {
   std::string file;
 };
 
-// The ranks agreed to stop for a signal after `steps` steps (`abandoned`:
-// the next was under way, and is dropped): the training checkpoint of this
-// state (unless `last` is already it), the record, then RunPreempted on
-// every rank (train/schedule/preemption.h).
-[[noreturn]] void stop_for_signal(const StopRequest& stop, int64_t steps, bool abandoned, const LastCheckpoint& last,
-                                  const std::string& out_dir, const RunState& st, const RunConfig& c,
-                                  ProcessGrid& grid, RunLogger& log, CheckpointWriter& writer) {
-  const auto t0 = Clock::now();
-  std::string path =
-      last.step == steps ? last.file : writer.save(out_dir, steps, st, c, log.run_id(), grid, nullptr);
-  writer.finish(grid, steps);  // an asynchronous save (this one, or the one before) completes before the exit
-  if (path.empty()) path = (fs::path(out_dir) / kCheckpointFile).string();  // the other ranks: its name in the run folder
-  const double to_exit = stop.waited_s + seconds_since(t0);
-  log.preempted(steps - 1, signal_name(stop.signal), to_exit, path, abandoned);
-  const std::string when = abandoned ? fmt::format("during step {} of {} (abandoned)", steps, c.train.steps)
-                                     : fmt::format("after step {} of {}", steps - 1, c.train.steps);
-  throw RunPreempted(fmt::format("stopped by {} {}, checkpoint {} written; resume with --resume auto",
-                                 signal_name(stop.signal), when, path));
-}
-
 // The run folder's complete checkpoint after `first_step` steps (a resumed
 // run's), or none. Decided on rank 0 for every rank (whether a save is
 // written is collective).
@@ -274,6 +254,153 @@ LastCheckpoint already_stored(const std::string& out_dir, int64_t first_step, Co
   return {first_step, comm.rank() == 0 ? d[0] : ""};
 }
 
+// The loop's checkpoints: the run's writer, saved to like any other
+// component, and the newest checkpoint written (a resumed run's own first
+// one is already there: a save at that step would only rewrite it).
+class Checkpoints {
+ public:
+  Checkpoints(const RunLayout& run, const std::string& out_dir, Run& r, ProcessGrid& grid, RunLogger& log)
+      : run_(run), out_dir_(out_dir), r_(r), grid_(grid), log_(log),
+        stored_(already_stored(out_dir, r.state->first_step, grid.world())) {}
+
+  // Writes the checkpoint after `steps` steps (the sink's save) and notes it;
+  // returns the state's hash as text (rank 0's is the summary's), or "".
+  // `last`: under train.deterministic the state is hashed even when no
+  // checkpoint is written, for the bits' comparison.
+  std::string save(int64_t steps, bool last) {
+    CheckpointWriter& writer = *r_.writer;
+    const RunConfig& c = run_.config;
+    uint64_t hash = 0;
+    if (run_.checkpoints.save && stored_.step != steps) {
+      Communicator& comm = grid_.world();
+      const uint64_t before = rss_bytes();
+      reset_peak_rss();
+      stored_ = {steps, writer.save(out_dir_, steps, *r_.state, c, log_.run_id(), grid_, &hash)};
+      const std::string peak = per_rank_mb(comm, phase_peak_rss_bytes()), was = per_rank_mb(comm, before);
+      const std::string copy =
+          writer.last_snapshot_s() > 0 ? fmt::format(", {:.3f} s of it the snapshot", writer.last_snapshot_s()) : "";
+      log_.note(fmt::format("checkpoint after step {}: {} ({:.3f} s in the loop{}; resident set per rank before it, "
+                            "MB: {}; its peak during it: {})", steps, stored_.file, writer.last_wait_s(), copy, was,
+                            peak));
+      if (!writer.hashes()) return std::string();  // sharded: no rank holds the whole state to hash
+    } else if ((run_.checkpoints.save && writer.hashes()) || (last && run_.step.deterministic())) {
+      hash = save_training_checkpoint("", *r_.state, c, log_.run_id(), grid_);  // written already, or not at all
+    } else {
+      return std::string();
+    }
+    return fmt::format("{:016x}", hash);
+  }
+
+  // The ranks agreed to stop for a signal after `steps` steps (`abandoned`:
+  // the next was under way, and is dropped): the training checkpoint of
+  // this state (unless it is the newest already), the record, then
+  // RunPreempted on every rank (train/schedule/preemption.h).
+  [[noreturn]] void stop(const StopRequest& stop, int64_t steps, bool abandoned) {
+    const auto t0 = Clock::now();
+    CheckpointWriter& writer = *r_.writer;
+    std::string path = stored_.step == steps
+                           ? stored_.file
+                           : writer.save(out_dir_, steps, *r_.state, run_.config, log_.run_id(), grid_, nullptr);
+    writer.finish(grid_, steps);  // an asynchronous save (this one, or the one before) completes before the exit
+    if (path.empty()) path = (fs::path(out_dir_) / kCheckpointFile).string();  // the other ranks: its name in the run folder
+    const double to_exit = stop.waited_s + seconds_since(t0);
+    log_.preempted(steps - 1, signal_name(stop.signal), to_exit, path, abandoned);
+    const int64_t total = run_.config.train.steps;
+    const std::string when = abandoned ? fmt::format("during step {} of {} (abandoned)", steps, total)
+                                       : fmt::format("after step {} of {}", steps - 1, total);
+    throw RunPreempted(fmt::format("stopped by {} {}, checkpoint {} written; resume with --resume auto",
+                                   signal_name(stop.signal), when, path));
+  }
+
+  // After step `steps`: the sink's periodic save, then an asynchronous save
+  // whose files are all written completes.
+  void after_step(int64_t steps) {
+    if (run_.checkpoints.periodic(steps)) save(steps, false);
+    r_.writer->poll(grid_, steps);
+  }
+
+  // The run's last: its hash (RunSummary::state_hash) and, sharded, the folder it wrote.
+  void finish(RunSummary& sum) {
+    const int64_t steps = run_.config.train.steps;
+    sum.state_hash = save(steps, true);
+    r_.writer->finish(grid_, steps);
+    if (!r_.writer->hashes()) sum.checkpoint = stored_.file;  // a sharded checkpoint's folder (DIR/checkpoint.bin names none)
+  }
+
+ private:
+  const RunLayout& run_;
+  const std::string& out_dir_;
+  Run& r_;
+  ProcessGrid& grid_;
+  RunLogger& log_;
+  LastCheckpoint stored_;
+};
+
+// One step of the loop: the batch, the step (stopped inside where the layout
+// says so), its record and progress line, validation. Returns the step's
+// time (for the stop's agreement).
+double train_one_step(int64_t s, const RunLayout& run, Run& r, StepFeed& feed, ProcessGrid& grid, RunLogger& log,
+                      Checkpoints& book, RunSummary& sum, double peak_gflops) {
+  const RunConfig& c = run.config;
+  RunState& st = *r.state;
+  StepMachine& m = *r.step;
+  const auto t0 = Clock::now();
+  if (grid.world().rank() == c.debug.fail_rank && s == c.debug.fail_step) {
+    throw std::runtime_error(
+        fmt::format("rank {}: injected failure at step {} (debug.fail_rank)", grid.world().rank(), s));
+  }
+  const int64_t position = st.loader->position(), served = st.loader->batches_served();
+  st.loader->next(feed.x(), feed.y());
+  feed.cut();
+  grid.reset_stats();
+  StepResult res;
+  try {
+    if (m.interrupt) m.interrupt->in_step = true;
+    res = m.step->step(feed.inputs(), feed.targets());
+    if (m.interrupt) m.interrupt->in_step = false;
+  } catch (const StepAbandoned&) {  // a stop signal inside the step: the state after step s - 1
+    st.loader->restore(position, served);
+    book.stop(m.interrupt->agreed, s, true);
+  }
+  st.backend->synchronize();  // a device backend's update is still running: count it in this step
+  const double dt = seconds_since(t0);
+  const double comm_s = res.comm_s + grid.tp_group().seconds() + grid.pp_group().seconds() +
+                        grid.dp_group().seconds() + grid.ring().seconds() + (m.pipe ? m.pipe->wait_s() : 0.0);
+  sum.train_s += dt;
+  sum.comm_s += comm_s;
+  sum.final_loss = res.loss;
+  const double tokens = static_cast<double>(c.train.batch_size) * c.train.seq_len;
+  const double flops = training_flops(st.model_config, c.train.batch_size, c.train.seq_len).total();
+  StepRecord rec = step_record(s, res, dt, comm_s, grid, m.mem, tokens, flops, peak_gflops);
+  if (m.recorder) m.recorder->gather(s, rec);
+  log.step(rec, c.train.steps, grid.world().size() > 1);
+  if (st.eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
+    log.eval({s, validation_loss(*m.step, c, st, grid.replica(), feed)}, c.train.steps);
+  }
+  return dt;
+}
+
+// The loop: every step left, each followed by the writer's turn and the stop
+// signal the ranks agree on; then the run's last checkpoint.
+RunSummary train_loop(const RunLayout& run, Run& r, ProcessGrid& grid, RunLogger& log, Checkpoints& book,
+                      double peak_gflops) {
+  const RunConfig& c = run.config;
+  StepFeed feed(run, grid);
+  RunSummary sum;
+  const auto wall0 = Clock::now();
+  for (int64_t s = r.state->first_step; s < c.train.steps; ++s) {
+    const double dt = train_one_step(s, run, r, feed, grid, log, book, sum, peak_gflops);
+    book.after_step(s + 1);
+    if (c.debug.step_sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(c.debug.step_sleep_s));
+    const StopRequest stop = agreed_stop(grid.aux_comm(), dt);
+    if (stop.signal != 0) book.stop(stop, s + 1, false);
+    if (r.step->interrupt) r.step->interrupt->arm(stop);
+  }
+  sum.train_wall_s = seconds_since(wall0);
+  book.finish(sum);
+  return sum;
+}
+
 void run_train(const TrainRequest& given, const StageContext& ctx) {
   std::unique_ptr<Communicator> local;
   Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
@@ -281,120 +408,36 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   install_stop_handlers();  // a signal from here on stops the run at its next step's end, with a checkpoint
   TrainRequest req = given;
   req.config = run.config;
-  const RunConfig& c = req.config;
-  const int threads = resolve_threads(c.train.threads);
-  // Make: the run directory, the grid, the state, the layout.
+  const int threads = resolve_threads(run.config.train.threads);
+  // Make: the run directory, the grid, the run from its layout.
   RunLogger log(ctx.stage, comm.rank() == 0);
   claim_run_dir(log, req, comm);
-  check_ranks_agree(c, comm);  // before the grid: its split needs every rank's parallel.tp to agree
-  ProcessGrid grid(comm, c.parallel.tp, c.parallel.pp, c.parallel.cp);
-  const bool resuming = !req.resume.empty();
+  check_ranks_agree(run.config, comm);  // before the grid: its split needs every rank's parallel.tp to agree
+  ProcessGrid grid(comm, run.tp, run.pp, run.cp);
+  const StateSource source = resolve_source(run.config, req.resume);  // --resume auto made a path or nothing above
+  const bool resuming = source.kind == StateSource::Kind::kCheckpoint;
   if (resuming) reset_peak_rss();  // the resume's peak, per rank, said below
-  const std::unique_ptr<RunState> st = init_or_resume(run, req.resume, ctx.backend, threads, 0, grid);
+  Run r = build_run(run, source, ctx.backend, threads, grid,
+                    comm.rank() == 0 ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "",
+                    [&log](const std::string& note) { log.note(note); });
+  const RunState& st = *r.state;
   if (resuming) {
-    log.check_resume(req.resume, st->checkpoint_run_id);
-    log.note(fmt::format("resumed at step {}: peak resident set while starting (corpus, model, checkpoint read) "
-                         "per rank, MB: {}", st->first_step, per_rank_mb(comm, phase_peak_rss_bytes())));
+    log.check_resume(req.resume, st.checkpoint_run_id);
+    log.note(fmt::format("resumed at step {}: peak resident set while starting (corpus, model, checkpoint read, "
+                         "arenas made) per rank, MB: {}", st.first_step, per_rank_mb(comm, phase_peak_rss_bytes())));
   }
-  RunConfig resolved = c;
-  resolved.model = st->model_config;
-  log.open(to_yaml(resolved), resuming, st->first_step);
-  const MfuPeak peak = mfu_peak(c, ctx, *st, comm, threads);
-  log.set_peak_configured(c.train.peak_gflops > 0);
-  // The divergence bound: train.max_loss, or three times the loss of a uniform guess.
-  const double max_loss = c.train.max_loss > 0 ? c.train.max_loss : 3.0 * std::log(st->model_config.V);
-  // The step, decided once with the run's layout: the log, the layout and the plan read it (train/resolve/layout.h).
-  const StepLayout& sl = run.step;
-  announce(log, run, *st, comm, threads, peak, max_loss);
-  // The step and its arenas see the rows as run.steps does (context parallelism's chunks).
-  const std::unique_ptr<StepMachine> lay = build_step(
-      run.steps, sl, *st, grid, max_loss, comm.rank() == 0 ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "");
-  StepFeed feed(run, grid);
-  const double tokens_per_step = static_cast<double>(c.train.batch_size) * c.train.seq_len;
-  const double flops = training_flops(st->model_config, c.train.batch_size, c.train.seq_len).total();
-  // Writes the checkpoint after `steps` steps (train.save_checkpoint) and
-  // notes it in `stored`; returns the state's
-  // hash (rank 0's is the summary's). `last`: under train.deterministic the
-  // state is hashed even when no checkpoint is written, for the bits'
-  // comparison.
-  // The newest checkpoint written: a resumed run's own first one is already
-  // there (a save at that step would only rewrite it).
-  LastCheckpoint stored = already_stored(req.out_dir, st->first_step, comm);
-  const std::unique_ptr<CheckpointWriter> writer =  // train.checkpoint_format and async_checkpoint, once
-      make_checkpoint_writer(c, [&log](const std::string& note) { log.note(note); });
-  auto save = [&](int64_t steps, bool last) {
-    uint64_t hash = 0;
-    if (c.train.save_checkpoint && stored.step != steps) {
-      const uint64_t before = rss_bytes();
-      reset_peak_rss();
-      stored = {steps, writer->save(req.out_dir, steps, *st, c, log.run_id(), grid, &hash)};
-      const std::string peak = per_rank_mb(comm, phase_peak_rss_bytes()), was = per_rank_mb(comm, before);
-      const std::string copy =
-          writer->last_snapshot_s() > 0 ? fmt::format(", {:.3f} s of it the snapshot", writer->last_snapshot_s()) : "";
-      log.note(fmt::format("checkpoint after step {}: {} ({:.3f} s in the loop{}; resident set per rank before it, "
-                           "MB: {}; its peak during it: {})", steps, stored.file, writer->last_wait_s(), copy, was,
-                           peak));
-      if (!writer->hashes()) return std::string();  // sharded: no rank holds the whole state to hash
-    } else if ((c.train.save_checkpoint && writer->hashes()) || (last && sl.deterministic())) {
-      hash = save_training_checkpoint("", *st, c, log.run_id(), grid);  // written already, or not at all
-    } else {
-      return std::string();
-    }
-    return fmt::format("{:016x}", hash);
-  };
-
-  // Loop.
-  RunSummary sum;
-  const auto wall0 = Clock::now();
-  for (int64_t s = st->first_step; s < c.train.steps; ++s) {
-    const auto t0 = Clock::now();
-    if (comm.rank() == c.debug.fail_rank && s == c.debug.fail_step) {
-      throw std::runtime_error(fmt::format("rank {}: injected failure at step {} (debug.fail_rank)", comm.rank(), s));
-    }
-    const int64_t position = st->loader->position(), served = st->loader->batches_served();
-    st->loader->next(feed.x(), feed.y());
-    feed.cut();
-    grid.reset_stats();
-    StepResult r;
-    try {
-      if (lay->interrupt) lay->interrupt->in_step = true;
-      r = lay->step->step(feed.inputs(), feed.targets());
-      if (lay->interrupt) lay->interrupt->in_step = false;
-    } catch (const StepAbandoned&) {  // a stop signal inside the step: the state after step s - 1
-      st->loader->restore(position, served);
-      stop_for_signal(lay->interrupt->agreed, s, true, stored, req.out_dir, *st, c, grid, log, *writer);
-    }
-    st->backend->synchronize();  // a device backend's update is still running: count it in this step
-    const double dt = seconds_since(t0);
-    const double comm_s = r.comm_s + grid.tp_group().seconds() + grid.pp_group().seconds() +
-                          grid.dp_group().seconds() + grid.ring().seconds() + (lay->pipe ? lay->pipe->wait_s() : 0.0);
-    sum.train_s += dt;
-    sum.comm_s += comm_s;
-    sum.final_loss = r.loss;
-    StepRecord rec = step_record(s, r, dt, comm_s, grid, lay->mem, tokens_per_step, flops, peak.gflops);
-    if (lay->recorder) lay->recorder->gather(s, rec);
-    log.step(rec, c.train.steps, comm.size() > 1);
-    if (st->eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
-      log.eval({s, validation_loss(*lay->step, c, *st, grid.replica(), feed)}, c.train.steps);
-    }
-    const bool periodic = c.train.checkpoint_every > 0 && (s + 1) % c.train.checkpoint_every == 0;
-    if (periodic) save(s + 1, false);
-    writer->poll(grid, s + 1);  // an asynchronous save whose files are all written completes
-    if (c.debug.step_sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(c.debug.step_sleep_s));
-    const StopRequest stop = agreed_stop(grid.aux_comm(), dt);
-    if (stop.signal != 0) stop_for_signal(stop, s + 1, false, stored, req.out_dir, *st, c, grid, log, *writer);
-    if (lay->interrupt) lay->interrupt->arm(stop);
-  }
-
-  // Finish.
-  sum.train_wall_s = seconds_since(wall0);
-  sum.state_hash = save(c.train.steps, true);
-  writer->finish(grid, c.train.steps);
-  if (!writer->hashes()) sum.checkpoint = stored.file;  // a sharded checkpoint's folder (DIR/checkpoint.bin names none)
-  const Json memory = memory_per_rank(grid, lay->mem, st->zero_stage);
+  RunConfig resolved = run.config;
+  resolved.model = st.model_config;
+  log.open(to_yaml(resolved), resuming, st.first_step);
+  const MfuPeak peak = mfu_peak(run.config, ctx, *r.state, comm, threads);
+  log.set_peak_configured(run.config.train.peak_gflops > 0);
+  announce(log, run, st, comm, threads, peak, r.max_loss);
+  Checkpoints book(run, req.out_dir, r, grid, log);
+  RunSummary sum = train_loop(run, r, grid, log, book, peak.gflops);
+  const Json memory = memory_per_rank(grid, r.step->mem, st.zero_stage);
   const Json provenance =
-      comm.rank() == 0 ? run_provenance(req, ctx, *st, comm, threads, peak, log.run_id()) : Json::object();
-  finish_run(req, *st, grid, log, sum, memory, provenance);
+      comm.rank() == 0 ? run_provenance(req, ctx, st, comm, threads, peak, log.run_id()) : Json::object();
+  finish_run(req, *r.state, grid, log, sum, memory, provenance);
 }
 
 }  // namespace gpt2
