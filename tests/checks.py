@@ -62,6 +62,22 @@ def tagged_processes(variable):
 PROMPT_S = 60
 
 
+# The faults and delays a stage program installs when its environment names them (core/train/run/test_hooks.h):
+# fail_rank, fail_step, long_step_s, checkpoint_delay_s, step_sleep_s. Not settings: every rank of an mpiexec,
+# srun or harness job inherits the variable.
+HOOKS_VARIABLE = "GPT2_TEST_HOOKS"
+
+
+def hooks_text(hooks):
+    """{"fail_rank": 0, "fail_step": 3} as the variable's value, "fail_rank=0,fail_step=3"."""
+    return ",".join(f"{k}={v}" for k, v in hooks.items())
+
+
+def with_hooks(env, hooks):
+    """`env` (a dict) with the test hooks `hooks` installed; `env` itself when there are none."""
+    return dict(env, **{HOOKS_VARIABLE: hooks_text(hooks)}) if hooks else env
+
+
 def bounded_run(cmd, limit, **kw):
     """subprocess.run(cmd, capture_output=True, text=True, **kw) with a deadline of `limit` seconds, which ends
     in a result rather than an exception: the CompletedProcess with .seconds (how long it took, for a check's

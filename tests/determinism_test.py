@@ -179,8 +179,9 @@ def main():
     # checkpoint at step 5), resumed in its directory at 1 thread, ends with
     # the uninterrupted 1-thread run's bits and records.
     d = out("det_resumed")
-    crash = ["--train.checkpoint_every", "5", "--debug.fail_rank", "0", "--debug.fail_step", "6"]
-    r = run([a.serial, "train", *det, "--train.threads", "2", *crash, "--out", d])
+    crash = {"fail_rank": 0, "fail_step": 6}  # the test hooks: rank 0 fails at step 6
+    r = run([a.serial, "train", *det, "--train.threads", "2", "--train.checkpoint_every", "5", "--out", d],
+            hooks=crash)
     check("a 2-thread deterministic run stops at step 6 with its step-5 checkpoint",
           r.returncode != 0 and os.path.exists(os.path.join(d, "checkpoint.bin")), r.stderr.strip()[-200:])
     r = run([a.serial, "train", *det, "--train.threads", "1", "--out", d, "--resume", os.path.join(d, "checkpoint.bin")])
@@ -199,8 +200,9 @@ def main():
         """A deterministic run on `stopper` (its ranks, 0: serial) stopped at step 6, then resumed from its
         step-5 checkpoint on `resumer`, ends with serial's bits."""
         d = out(name)
-        go = lambda ranks, args: programs.mpi(ranks, args) if ranks else run([a.serial, "train", *args])
-        r = go(stopper, [*det, *stop_args, *crash, "--out", d])
+        go = lambda ranks, args, hooks=None: (programs.mpi(ranks, args, hooks=hooks) if ranks
+                                              else run([a.serial, "train", *args], hooks=hooks))
+        r = go(stopper, [*det, *stop_args, "--train.checkpoint_every", "5", "--out", d], crash)
         check(f"a deterministic {stopped_as} run stops at step 6 with its step-5 checkpoint",
               r.returncode != 0 and os.path.exists(os.path.join(d, "checkpoint.bin")), r.stderr.strip()[-200:])
         r = go(resumer, [*det, *resume_args, "--out", d, "--resume", os.path.join(d, "checkpoint.bin")])

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from checks import PROMPT_S, TEST_TAG, Checks, bounded_run, own_processes, tagged_processes, wait_gone
+from checks import PROMPT_S, TEST_TAG, Checks, bounded_run, own_processes, tagged_processes, wait_gone, with_hooks
 
 RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,variant,config_digest,seed,status,reason,attempts,"
                 "training_s,inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,mfu,params,"
@@ -833,9 +833,10 @@ def resume_checks(exps, results, reports, a, env, check):
     # --retries: a run that fails at step 30 (after its step-20 checkpoint) is attempted 3 times, each resuming.
     with open(os.path.join(exps, "resume.yaml"), "w") as f:
         f.write(RESUME.replace("name: resume", "name: retries").replace("train.steps: 3000", "train.steps: 40")
-                .replace("train.checkpoint_every: 50", "train.checkpoint_every: 20")
-                + "    config: {debug.fail_rank: 0, debug.fail_step: 30}\n")
-    r = subprocess.run([*cmd, "--retries", "2"], capture_output=True, text=True, env=env, timeout=300)
+                .replace("train.checkpoint_every: 50", "train.checkpoint_every: 20"))
+    # Every attempt fails at step 30 (the fail_step test hook, which the harness's programs inherit).
+    r = subprocess.run([*cmd, "--retries", "2"], capture_output=True, text=True,
+                       env=with_hooks(env, {"fail_rank": 0, "fail_step": 30}), timeout=300)
     _, rows_ = rows(os.path.join(results, "retries", "runs.csv"))
     check("--retries 2: a run failing after a checkpoint is attempted 3 times, each resuming it; failed, attempts 3",
           r.returncode == 1 and r.stderr.count("continuing the last") == 2 and rows_
@@ -866,9 +867,10 @@ def main():
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     check = Checks(passes="short")  # long details only for failures
 
-    def harness(*args, exp="smoke.yaml", timeout=300):
+    def harness(*args, exp="smoke.yaml", timeout=300, hooks=None):
+        """`hooks`: test hooks every stage program the harness starts installs (checks.with_hooks)."""
         return subprocess.run([a.harness, *args, os.path.join(exps, exp), "--results", results, "--reports", reports],
-                              capture_output=True, text=True, env=env, timeout=timeout)
+                              capture_output=True, text=True, env=with_hooks(env, hooks), timeout=timeout)
 
     # 0. Places the harness cannot use: refused before anything runs.
     if a.part == "all":
@@ -959,11 +961,12 @@ def main():
     with open(os.path.join(exps, "smoke.yaml")) as f:
         smoke = f.read()
     with open(os.path.join(exps, "smoke.yaml"), "w") as f:
-        f.write(smoke + "  - stage: serial\n    threads: 1\n    config: {debug.fail_rank: 0, debug.fail_step: 1}\n")
+        # Another seed makes it a run of its own (the others are reused, so only it starts, with the failure hook).
+        f.write(smoke + "  - stage: serial\n    threads: 1\n    config: {train.seed: 7}\n")
     _, runs_before = rows(os.path.join(results, "smoke", "runs.csv"))
     done_dirs = [os.path.join(results, "smoke", x["run_id"]) for x in runs_before if x["status"] == "ok"]
     before = [digest(d) for d in done_dirs]
-    r = harness("run")
+    r = harness("run", hooks={"fail_rank": 0, "fail_step": 1})
     _, runs3 = rows(os.path.join(results, "smoke", "runs.csv"))
     failed = [x for x in runs3 if x["status"] == "failed"]
     intact = [digest(d) for d in done_dirs] == before
@@ -1010,16 +1013,15 @@ def main():
     check("... and its own build's runs are reused again", r.stderr.count("reused") == len(done_dirs), r.stderr[-800:])
 
     # 6c. A report after an interruption counts the planned repetitions: "ok 1/3", not "ok 1/1". Each run's 3
-    # steps sleep 0.5 s (debug.step_sleep_s, outside the arithmetic), so that the second repetition is still
+    # steps sleep 0.5 s (the step_sleep_s test hook, outside the arithmetic), so that the second repetition is still
     # under way when the test, having seen the first recorded, kills the harness: however fast the machine.
     with open(os.path.join(exps, "reps.yaml"), "w") as f:
         f.write(smoke.split("runs:")[0].replace("name: smoke", "name: reps").replace("repetitions: 1", "repetitions: 3")
                 .replace("[table1, table2, scaling]", "[table1]")
-                .replace("config:\n", "config:\n  debug.step_sleep_s: 0.5\n", 1)
                 + "runs:\n  - stage: serial\n    threads: 1\n")
     p = subprocess.Popen([a.harness, "run", os.path.join(exps, "reps.yaml"), "--results", results, "--reports",
-                          reports], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                         start_new_session=True)
+                          reports], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=with_hooks(env, {"step_sleep_s": 0.5}), start_new_session=True)
     reps_dir = os.path.join(results, "reps")
 
     def first_run_recorded():

@@ -15,7 +15,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from checkpoint_file import load  # noqa: E402,F401  (re-exported for the tests)
-from checks import Checks  # noqa: E402  (LayoutTest's; re-exported for the tests)
+from checks import Checks, with_hooks  # noqa: E402  (LayoutTest's; re-exported for the tests)
 
 
 def parse_args(doc):
@@ -73,11 +73,12 @@ class Programs:
         self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
         self.mpiexec, self.mpi_exe = mpiexec, mpi
 
-    def run(self, cmd, timeout=300):
-        return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=timeout)
+    def run(self, cmd, timeout=300, hooks=None):
+        """`hooks`: test hooks to install (checks.with_hooks), e.g. {"fail_rank": 0, "fail_step": 6}."""
+        return subprocess.run(cmd, capture_output=True, text=True, env=with_hooks(self.env, hooks), timeout=timeout)
 
-    def mpi(self, n, args, timeout=300, command="train"):
-        return self.run([self.mpiexec, "-n", str(n), self.mpi_exe, command, *args], timeout)
+    def mpi(self, n, args, timeout=300, command="train", hooks=None):
+        return self.run([self.mpiexec, "-n", str(n), self.mpi_exe, command, *args], timeout, hooks)
 
 
 def layouts_equal_serial(check, programs, common, layouts, out, reference="serial"):

@@ -7,7 +7,7 @@
     loss must agree within 1e-5 relative and every final weight within 1e-5
     absolute: the ranks see exactly the serial batch and the gradient sum is
     the serial sum in another order, so only float rounding may differ (~1e-7).
-  * A rank that fails mid-run (debug.fail_rank) ends the whole job by itself
+  * A rank that fails mid-run (the fail_rank test hook) ends the whole job by itself
     with a non-zero exit (a hang is decided at 120 s), the message printed
     once, and no checkpoint and no finished metrics stream left behind.
   * A rank whose launcher stops answering (Hydra's proxy stopped while it
@@ -35,7 +35,7 @@ import time
 # Our checkpoint format, read with the standard library (shared with the PyTorch peer).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from checkpoint_file import read_params  # noqa: E402
-from checks import PROMPT_S, TEST_TAG, Checks, bounded_run, end_processes, tagged_processes  # noqa: E402
+from checks import PROMPT_S, TEST_TAG, Checks, bounded_run, end_processes, tagged_processes, with_hooks  # noqa: E402
 from layout_checks import Programs, plan_agrees  # noqa: E402
 
 
@@ -63,9 +63,10 @@ def main():
               "--optimizer.lr", "1e-3", "--generate.prompt_tokens", "16", "--generate.max_new_tokens", "4"]
     check = Checks()
 
-    def mpirun(n, args, timeout=300, extra=()):
-        """The job's result (bounded_run: .timed_out if still running after `timeout` s) and its seconds."""
-        r = bounded_run([a.mpiexec, *extra, "-n", str(n), a.mpi, *args], timeout, env=env)
+    def mpirun(n, args, timeout=300, extra=(), hooks=None):
+        """The job's result (bounded_run: .timed_out if still running after `timeout` s) and its seconds; `hooks`:
+        test hooks its ranks install (checks.with_hooks)."""
+        r = bounded_run([a.mpiexec, *extra, "-n", str(n), a.mpi, *args], timeout, env=with_hooks(env, hooks))
         return r, r.seconds
 
     serial_dir = os.path.join(work, "serial")
@@ -106,8 +107,8 @@ def main():
     # A rank failing mid-run ends the job by itself (5 steps take well under a second here: a job still running
     # after 120 s hangs).
     d = os.path.join(work, "fail")
-    r, secs = mpirun(2, ["train", "--out", d, "--debug.fail_rank", "1", "--debug.fail_step", "5",
-                         "--train.checkpoint_every", "2"] + common, timeout=120)
+    r, secs = mpirun(2, ["train", "--out", d, "--train.checkpoint_every", "2"] + common, timeout=120,
+                     hooks={"fail_rank": 1, "fail_step": 5})
     count = r.stderr.count("injected failure")
     left = sorted(os.listdir(d)) if os.path.isdir(d) else []
     # The checkpoint of step 4 was complete before the failure; nothing partial remains.
@@ -134,12 +135,13 @@ def main():
     # Hydra's pipe is the kernel's default, 16 pages: on a machine with pages
     # larger than 4 KiB, as many more lines to overflow it.
     launcher_steps = 2000 * max(1, 16 * os.sysconf("SC_PAGE_SIZE") // (64 << 10))
-    # Each step sleeps 2 ms (debug.step_sleep_s, outside the arithmetic): the
+    # Each step sleeps 2 ms (the step_sleep_s test hook, outside the arithmetic): the
     # run lasts at least 4 s however fast the machine, so the proxy is stopped
     # (after the first step's line and a scan of /proc) long before its end.
     p = subprocess.Popen([a.mpiexec, "-n", "1", a.mpi, "train", "--out", d] + common
-                         + ["--train.steps", str(launcher_steps), "--debug.step_sleep_s", "0.002"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                         + ["--train.steps", str(launcher_steps)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=with_hooks(env, {"step_sleep_s": 0.002}), start_new_session=True)
     mine = os.environ[TEST_TAG]
 
     def job(program):

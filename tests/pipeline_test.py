@@ -172,8 +172,8 @@ def main():
 
     # ---- A failing stage ends the job (no rank left waiting on a peer) ----
     try:
-        r = mpi(2, [*common, "--parallel.pp", "2", "--parallel.microbatches", str(M), "--debug.fail_rank", "1",
-                    "--debug.fail_step", "3", "--out", out("fail")], timeout=60)
+        r = mpi(2, [*common, "--parallel.pp", "2", "--parallel.microbatches", str(M), "--out", out("fail")],
+                timeout=60, hooks={"fail_rank": 1, "fail_step": 3})
         check("a stage failing mid-run ends the pipeline job with a non-zero exit, naming the rank",
               r.returncode != 0 and "rank 1: injected failure at step 3" in r.stderr, r.stderr.strip()[-300:])
     except subprocess.TimeoutExpired:

@@ -19,7 +19,7 @@ every step exactly once:
     the checkpoint written before it still loads and resumes.
 Each stop ends the run by itself (the worst time from the signal is
 printed; a run still going STOP_LIMIT_S after it hangs). The steps of
-the runs signalled once sleep debug.step_sleep_s (outside the arithmetic;
+the runs signalled once sleep (the step_sleep_s test hook, outside the arithmetic;
 not the reference or the resumed runs), so that the run is still going
 when the test's signal comes however fast the machine. SIGKILL at random moments of
 one rank of 2 and of 4, and of a serial run (4 tries each), of one rank of
@@ -55,14 +55,14 @@ import sys
 import tempfile
 import time
 
-from layout_checks import LayoutTest, common_args, load, records
+from layout_checks import LayoutTest, common_args, load, records, with_hooks
 
 STEPS = 100
-# The signalled runs' steps sleep this long (debug.step_sleep_s, after each step, outside its arithmetic and its
+# The signalled runs' steps sleep this long (the step_sleep_s test hook, after each step, outside its arithmetic and its
 # timing), so that the STEPS - SIGNAL_BY steps left after the signal's step last 40 x 10 ms at the least: far
 # longer than the test takes to see a step and signal, on a machine 10x faster than this one too (a step here is
 # under 1 ms: without the sleep the run could end before the signal). The reference and resumed runs do not sleep.
-STEP_SLEEP = ["--debug.step_sleep_s", "0.01"]
+STEP_SLEEP = {"step_sleep_s": 0.01}
 SIGNAL_BY = 60
 # A stop, or a killed job's end, still going this long after the signal hangs (here either takes well under a
 # second: the time is printed, not bounded more tightly).
@@ -77,9 +77,9 @@ def main():
     env = t.programs.env
     worst = [0.0]
 
-    def start(cmd):
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                start_new_session=True)
+    def start(cmd, hooks=None):
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=with_hooks(env, hooks), start_new_session=True)
 
     def stopped(title, p, target, sig, d, seed, statuses=(4,)):
         """Signals `target` once `d` shows a few steps; the run must exit by itself with one of `statuses`, its
@@ -131,7 +131,7 @@ def main():
                                                                  ("serial, SIGUSR1", signal.SIGUSR1)]
     for k, (title, sig) in enumerate(serial_cases):
         d = out(f"serial_{k}")
-        p = start([a.serial, "train", *common, *STEP_SLEEP, "--out", d])
+        p = start([a.serial, "train", *common, "--out", d], STEP_SLEEP)
         if stopped(title, p, lambda: p.pid, sig, d, base + k):
             resumed_equal(title, d, [a.serial, "train"], how="auto" if k % 2 else "path")
 
@@ -142,7 +142,7 @@ def main():
         title = f"dp {n}, SIGTERM to {'one rank' if who == 'rank' else 'mpiexec'}"
         mpi = [a.mpiexec, "-n", str(n), a.mpi, "train"]
         d = out(f"mpi_{k}")
-        p = start([*mpi, *common, *STEP_SLEEP, "--out", d])
+        p = start([*mpi, *common, "--out", d], STEP_SLEEP)
         pick = random.Random(base + 100 + k)
 
         def target(p=p, who=who, pick=pick, n=n, title=title):
@@ -334,11 +334,11 @@ def mid_step(check, a, env, out, base):
     micro-steps (accumulation: serial, and one rank of dp 2), 4 canonical chunks (train.deterministic), a
     2-stage 1f1b pipeline of 4 microbatches (one stage signalled; it stops at the schedule's stop points) or
     ZeRO-3 on dp 2 (one micro-step: it stops before one of its units), under
-    train.stop_within_step always, or auto once a step took longer than debug.long_step_s: the step is abandoned
+    train.stop_within_step always, or auto once a step took longer than the long_step_s hook: the step is abandoned
     (the record says so, and names the last step recorded before the signal; no step is recorded after it), the
     run ends by itself (the time from the signal is printed), and the resumed run ends as the uninterrupted one
     (the bits under train.deterministic, else the loss curve within 1e-5). Under auto with steps shorter than
-    5 s (the default debug.long_step_s; a step takes well under 1 s here), the stop waits for the step's end:
+    5 s (long_step_s's default; a step takes well under 1 s here), the stop waits for the step's end:
     the record names the step under way at the signal, recorded."""
     args = [*common_args(a.corpus, B=64, T=128, C=128, L=4, NH=4, steps=4), "--train.eval_every", "0",
             "--generate.max_new_tokens", "0"]
@@ -346,13 +346,14 @@ def mid_step(check, a, env, out, base):
     always = ["--train.stop_within_step", "always"]
     # train.stop_within_step auto, armed by steps over 0.01 s: these take 0.8 s here, and over 0.01 s on a machine
     # far faster too.
-    auto_long = ["--debug.long_step_s", "0.01"]
+    # (the long_step_s test hook, in the signalled run: it decides where a stop may happen, not the arithmetic).
+    auto_long = {"long_step_s": 0.01}
     cases = [("serial, 16 micro-steps of 4 rows, always", [a.serial, "train"], ["--train.micro_batch", "4", *always],
               False, True),
              ("dp 2, 8 micro-steps of 4 rows, always, SIGTERM to one rank", mpi2,
               ["--train.micro_batch", "4", *always], False, True),
              ("serial, train.deterministic, 4 chunks of 16 rows, auto after a long step", [a.serial, "train"],
-              ["--train.micro_batch", "16", "--train.deterministic", "true", *auto_long], True, True),
+              ["--train.micro_batch", "16", "--train.deterministic", "true"], True, True, auto_long),
              ("pp 2, 1f1b, 4 microbatches, train.deterministic, always, SIGTERM to one stage", mpi2,
               ["--parallel.pp", "2", "--parallel.microbatches", "4", "--train.deterministic", "true", *always],
               True, True),
@@ -364,7 +365,7 @@ def mid_step(check, a, env, out, base):
                "sharded", "--train.async_checkpoint", "true", "--train.checkpoint_every", "1"], True, True),
              ("dp 2, 8 micro-steps of 4 rows, auto (steps under 5 s: at the step's end)", mpi2,
               ["--train.micro_batch", "4"], False, False)]
-    for k, (title, cmd, extra, exact, abandons) in enumerate(cases):
+    for k, (title, cmd, extra, exact, abandons, *hooks) in enumerate(cases):
         ref = out(f"mid_step_ref_{k}")
         r = subprocess.run([*cmd, *args, *extra, "--out", ref], capture_output=True, text=True, env=env, timeout=300)
         if r.returncode != 0:
@@ -374,7 +375,7 @@ def mid_step(check, a, env, out, base):
         seed = base + 5000 + k
         d = out(f"mid_step_{k}")
         p = subprocess.Popen([*cmd, *args, *extra, "--out", d], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env, start_new_session=True)
+                             text=True, env=with_hooks(env, hooks[0] if hooks else None), start_new_session=True)
         wait_for_steps(p, d, 2)
         pids = processes_under(p.pid) if cmd[0] == a.mpiexec else [p.pid]
         # Part way into the step under way: a share of the reference's step (2 of the 4 steps are left, so the

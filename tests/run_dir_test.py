@@ -40,7 +40,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checkpoint_file  # noqa: E402
-from checks import PROMPT_S, Checks, bounded_run  # noqa: E402
+from checks import PROMPT_S, Checks, bounded_run, with_hooks  # noqa: E402
 from stage_cli_test import digest_tree  # noqa: E402
 
 WORDS = "the cat sat on a mat while dogs ran in the park and birds sang over quiet green hills".split()
@@ -87,11 +87,11 @@ def run(a, work):
              "--train.threads", "1", "--train.peak_gflops", "10", "--generate.prompt_tokens", "8",
              "--generate.max_new_tokens", "4"]
 
-    def train(out, *extra, steps_=4, timeout=120):
+    def train(out, *extra, steps_=4, timeout=120, hooks=None):
         """The run's result (bounded_run: .timed_out if still going after `timeout` s; these take well under a
-        second here) and its seconds."""
+        second here) and its seconds; `hooks`: test hooks it installs (checks.with_hooks)."""
         r = bounded_run([a.stage, "train", "--out", out, "--train.steps", str(steps_), *small, *extra], timeout,
-                        env=env)
+                        env=with_hooks(env, hooks))
         return r, r.seconds
 
     def one_line_error(r, needle):
@@ -127,8 +127,8 @@ def run(a, work):
                      "A")
 
     # An interrupted run: fails at step 3 after a checkpoint at step 2.
-    crash = ["--train.checkpoint_every", "2", "--debug.fail_rank", "0", "--debug.fail_step", "3"]
-    r, _ = train(w("C"), *crash, steps_=6)
+    crash = {"fail_rank": 0, "fail_step": 3}
+    r, _ = train(w("C"), "--train.checkpoint_every", "2", steps_=6, hooks=crash)
     check("run C is interrupted (a checkpoint and a partial metrics stream)",
           r.returncode != 0 and os.path.exists(w("C", "checkpoint.bin"))
           and os.path.exists(w("C", "metrics.jsonl.partial")), r.stderr[-300:])
@@ -198,14 +198,15 @@ def run(a, work):
     # ---- races ----
     # A run of a few seconds (a larger model than `small`), its output to a file
     # (a pipe nobody reads would fill and stop it). Its steps sleep 10 ms each
-    # (debug.step_sleep_s, outside the arithmetic), so that it lasts 1 s at the
+    # (the step_sleep_s test hook, outside the arithmetic), so that it lasts 1 s at the
     # least however fast the machine: the second run, refused in some 30 ms
     # here, comes well within that.
     bigger = small + ["--model.block_size", "64", "--model.n_layer", "2", "--model.n_embd", "64",
                       "--train.batch_size", "8", "--train.seq_len", "64"]
-    slow = [a.stage, "train", "--out", w("D"), "--train.steps", "100", *bigger, "--debug.step_sleep_s", "0.01"]
+    slow = [a.stage, "train", "--out", w("D"), "--train.steps", "100", *bigger]
     first_log = open(w("first.log"), "w+")
-    first = subprocess.Popen(slow, stdout=subprocess.DEVNULL, stderr=first_log, text=True, env=env)
+    first = subprocess.Popen(slow, stdout=subprocess.DEVNULL, stderr=first_log, text=True,
+                             env=with_hooks(env, {"step_sleep_s": 0.01}))
     deadline = time.time() + 120  # the event ends the wait; the deadline is for a far slower machine
     while not os.path.exists(w("D", "run.json")) and time.time() < deadline and first.poll() is None:
         time.sleep(0.01)
@@ -240,8 +241,7 @@ def run(a, work):
           and len(steps(w("E", "metrics.jsonl"))) == 30, f"{ck.header.get('train.seed')} {winner}")
 
     # ---- resume mismatches ----
-    r, _ = train(w("F"), "--train.checkpoint_every", "2", "--debug.fail_rank", "0", "--debug.fail_step", "3",
-                 steps_=6)
+    r, _ = train(w("F"), "--train.checkpoint_every", "2", steps_=6, hooks={"fail_rank": 0, "fail_step": 3})
     before = digest_tree(w("F"))
     for title, extra, needle in [
             ("batch size", ["--train.batch_size", "2"], "train.batch_size = 4"),
@@ -315,12 +315,12 @@ def run(a, work):
     if a.harness:
         exps, res = w("experiments"), w("results")
         os.makedirs(exps)
-        # The first run's 100 steps sleep 15 ms each (debug.step_sleep_s, outside the arithmetic): it lasts
+        # The first run's 100 steps sleep 15 ms each (the step_sleep_s test hook, outside the arithmetic): it lasts
         # 1.5 s at the least however fast the machine, and the second harness run comes well within that.
         with open(w("base.yaml"), "w") as f:
             f.write(f"data:\n  corpus: {w('corpus.txt')}\nmodel:\n  block_size: 16\n  n_layer: 1\n  n_head: 2\n"
                     "  n_embd: 16\ntrain:\n  batch_size: 4\n  seq_len: 16\n  steps: 100\n  threads: 1\n"
-                    "  peak_gflops: 10\ndebug:\n  step_sleep_s: 0.015\n")
+                    "  peak_gflops: 10\n")
         with open(w("experiments", "race.yaml"), "w") as f:
             f.write(f"kind: stages\ndescription: two harness runs at once.\nbase: {w('base.yaml')}\n"
                     "repetitions: 1\nruns:\n  - stage: serial\n")
@@ -328,7 +328,8 @@ def run(a, work):
         cmd = [a.harness, "run", w("experiments", "race.yaml"), "--build", build, "--results", res,
                "--reports", w("reports")]
         first_log = open(w("harness1.log"), "w+")
-        first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=first_log, text=True, env=env)
+        first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=first_log, text=True,
+                                 env=with_hooks(env, {"step_sleep_s": 0.015}))
         deadline = time.time() + 120  # the event ends the wait; the deadline is for a far slower machine
         while time.time() < deadline and first.poll() is None and not any(
                 os.path.exists(os.path.join(dp, "run.json")) for dp, _, _ in os.walk(res)):

@@ -15,7 +15,7 @@ resumed on other layouts, merged and split, asynchronous, refused when they lie.
     file into 3 rank files and `--merge` back gives the same file byte for
     byte, and the split folder resumes on dp 2 ZeRO-1 with serial's bits.
   * Asynchronous saves (train.async_checkpoint, with the writer slowed by
-    debug.checkpoint_delay_s so that later steps run during the write): the
+    the checkpoint_delay_s test hook so that later steps run during the write): the
     rank files' arrays equal the synchronous run's of the same step byte for
     byte, on serial and on dp 2 ZeRO-2; the log says which steps ran during
     the write.
@@ -79,10 +79,10 @@ def main():
         return check.finish()
     ref_ck = load(os.path.join(ref, "checkpoint.bin"))
 
-    def train(n, args, run_dir, timeout=300):
+    def train(n, args, run_dir, timeout=300, hooks=None):
         if n is None:
-            return programs.run([a.serial, "train", *args, "--out", run_dir], timeout)
-        return programs.mpi(n, [*args, "--out", run_dir], timeout)
+            return programs.run([a.serial, "train", *args, "--out", run_dir], timeout, hooks=hooks)
+        return programs.mpi(n, [*args, "--out", run_dir], timeout, hooks=hooks)
 
     def same_state(title, ck):
         check(title, ck.params == ref_ck.params and ck.m == ref_ck.m and ck.v == ref_ck.v,
@@ -184,11 +184,11 @@ def main():
     # ---- Asynchronous saves equal synchronous ones ----
     for title, n, args in (("serial", None, []), ("dp 2 ZeRO-2", 2, ["--parallel.zero", "2"])):
         runs = {}
-        for mode, extra in (("sync", []), ("async", ["--train.async_checkpoint", "true",
-                                                     "--debug.checkpoint_delay_s", "0.6"])):
+        for mode, extra, hooks in (("sync", [], None),
+                                   ("async", ["--train.async_checkpoint", "true"], {"checkpoint_delay_s": 0.6})):
             d = out(f"{mode}_{title.replace(' ', '_')}")
             r = train(n, [*common, *EXACT, *args, *SHARDED, "--train.checkpoint_every", "2",
-                          "--train.keep_checkpoints", "5", *extra], d)
+                          "--train.keep_checkpoints", "5", *extra], d, hooks=hooks)
             if r.returncode != 0:
                 check(f"{title} {mode} saves", False, r.stderr.strip()[-300:])
             else:

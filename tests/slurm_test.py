@@ -9,7 +9,7 @@ munge installed it reports itself skipped (exit 77) with the reason.
     `sbatch` each give the local 2-rank run's losses, validation losses and
     final weights (within 1e-5; the same ranks and arithmetic).
   * Preemption: a job whose stage is sent `scancel --signal=TERM` mid-run
-    (its first attempt's steps sleep debug.step_sleep_s, so that it is
+    (its first attempt's steps sleep, the step_sleep_s test hook, so that it is
     still going when the signal arrives however fast the machine)
     saves and exits 4, its script asks Slurm to requeue it, and the second
     attempt resumes from the newest complete checkpoint (--resume auto) and
@@ -19,7 +19,7 @@ munge installed it reports itself skipped (exit 77) with the reason.
   * The time limit: a job submitted with `--time=5 --signal=TERM@60` whose
     limit is cut to one minute mid-run (scontrol update) is sent TERM by
     Slurm before the limit, saves, is requeued and resumes likewise (its
-    steps sleep debug.step_sleep_s so that it outlasts Slurm's 30 s
+    steps sleep (the step_sleep_s test hook) so that it outlasts Slurm's 30 s
     time-limit pass with room to spare).
 
   * The harness: `harness run experiments/smoke.yaml --launcher slurm` gives the local launcher's runs.csv
@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 
-from checks import Checks
+from checks import HOOKS_VARIABLE, Checks, hooks_text, with_hooks
 from layout_checks import common_args, compare, final_state, records
 
 
@@ -142,15 +142,16 @@ def harness_checks(a, work, env, check):
         f.write(f"name: preempt\ndescription: one long run\nbase: {os.path.join(repo, 'configs', 'original.yaml')}\n"
                 "config:\n  model.block_size: 32\n  model.n_layer: 2\n  model.n_head: 4\n  model.n_embd: 64\n"
                 "  train.batch_size: 8\n  train.seq_len: 32\n  train.steps: 120\n  train.checkpoint_every: 5\n"
-                "  train.deterministic: true\n  generate.max_new_tokens: 0\n  debug.step_sleep_s: 0.03\n"
+                "  train.deterministic: true\n  generate.max_new_tokens: 0\n"
                 f"  data.corpus: {os.path.abspath(a.corpus)}\n"
                 "reports: [table1]\nrepetitions: 1\ntimeout_s: 600\nruns:\n  - {stage: mpi, ranks: 2, threads: 1}\n")
-    # Its steps sleep 30 ms (debug.step_sleep_s, outside the arithmetic; the harness's second attempt too): the
+    # Its steps sleep 30 ms (the step_sleep_s test hook, which sbatch passes on with the harness's environment;
+    # outside the arithmetic; the harness's second attempt too): the
     # 100 steps left after the 20 the test waits for last 3 s at the least, however fast the machine, and the
     # TERM reaches the step well within that.
     proc = subprocess.Popen([a.harness, "run", exp, "--quiet", "--launcher", "slurm", "--results", out("h_pre"),
                              "--reports", out("h_pre_reports")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=with_hooks(env, {"step_sleep_s": 0.03}))
 
     def partial_steps():
         return any(steps_seen(os.path.join(root, "metrics.jsonl.partial")) >= 20
@@ -359,15 +360,16 @@ def run_checks(a, work, env, check):
     r = subprocess.run([a.mpiexec, "-n", "2", a.mpi, "train", *det, "--out", out("whole")], capture_output=True,
                        text=True, env=env, timeout=600, stdin=subprocess.DEVNULL)
     check("the uninterrupted deterministic reference", r.returncode == 0, r.stderr.strip()[-300:] if r.returncode else "")
-    def submit(name, sbatch=(), first=()):
+    def submit(name, sbatch=(), first=None):
         """A job that resumes its run: exit 4 (the stage saved and stopped on a signal) puts it back in the queue.
-        `first`: flags of its first attempt only."""
+        `first`: test hooks of its first attempt only (checks.with_hooks)."""
         batch, run_dir, attempts = out(name + ".sh"), out(name), out(name + "-attempts.txt")
         with open(batch, "w") as f:
             f.write("#!/bin/bash\n#SBATCH --ntasks=2\n#SBATCH --requeue\n" + "".join(f"#SBATCH {x}\n" for x in sbatch))
             f.write(f"echo $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) >> {attempts}\n")
-            f.write(f"first=({' '.join(first)}); [ \"${{SLURM_RESTART_COUNT:-0}}\" = 0 ] || first=()\n")
-            f.write(" ".join(["srun", "--mpi=pmi2", "-n", "2", a.mpi, "train", *det, '"${first[@]}"', "--out", run_dir,
+            if first:
+                f.write(f"[ \"${{SLURM_RESTART_COUNT:-0}}\" = 0 ] && export {HOOKS_VARIABLE}={hooks_text(first)}\n")
+            f.write(" ".join(["srun", "--mpi=pmi2", "-n", "2", a.mpi, "train", *det, "--out", run_dir,
                               "--resume", "auto"]) + "\n")
             f.write("rc=$?\nif [ $rc = 4 ]; then\n  for try in 1 2 3 4 5; do scontrol requeue $SLURM_JOB_ID && exit 0; "
                     "sleep 2; done\nfi\nexit $rc\n")
@@ -408,9 +410,9 @@ def run_checks(a, work, env, check):
                   f"last step {got[1][-1] if got[1] else None} / {want[1][-1] if want[1] else None}")
 
     # scancel --signal=TERM: what a preempting scheduler (or a user) sends. The first attempt's steps sleep 30 ms
-    # (debug.step_sleep_s, outside the arithmetic): the 100 steps left after the 20 the test waits for last 3 s
+    # (the step_sleep_s test hook, outside the arithmetic): the 100 steps left after the 20 the test waits for last 3 s
     # at the least, however fast the machine, and the TERM reaches the step well within that.
-    job, run_dir, attempts = submit("preempt", first=("--debug.step_sleep_s", "0.03"))
+    job, run_dir, attempts = submit("preempt", first={"step_sleep_s": 0.03})
     if job is None or not trains(run_dir, "the preemptible job trains"):
         return
     r = subprocess.run(["scancel", "--signal=TERM", job], capture_output=True, text=True, env=env, timeout=30)
@@ -419,12 +421,12 @@ def run_checks(a, work, env, check):
 
     # The time limit: --signal=TERM@60 warns the job's step 60 s before its end. The job asks for 5 minutes; once
     # it trains its limit is cut to 1 minute, as if it had run for 4, so Slurm's next time-limit pass (every 30 s)
-    # sends the TERM; the first attempt's steps sleep 0.6 s (debug.step_sleep_s, arithmetic untouched) so that it
+    # sends the TERM; the first attempt's steps sleep 0.6 s (the step_sleep_s hook, arithmetic untouched) so that it
     # is still going then: the 115 steps left after the 5 the test waits for last 69 s at the least, that pass's
     # 30 s and as much again of slack, however fast the machine (the stop follows the TERM within a step, so
     # the sleep costs no more than the pass). Back in the queue, its limit is 5 minutes again.
     job, run_dir, attempts = submit("timelimit", ("--time=5", "--signal=TERM@60"),
-                                    ("--debug.step_sleep_s", "0.6"))
+                                    {"step_sleep_s": 0.6})
     if job is None or not trains(run_dir, "the time-limited job trains", 5):
         return
     r = subprocess.run(["scontrol", "update", f"JobId={job}", "TimeLimit=1"], capture_output=True, text=True,

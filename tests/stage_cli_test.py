@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from checks import PROMPT_S, Checks
+from checks import HOOKS_VARIABLE, PROMPT_S, Checks, with_hooks
 
 WORDS = "the cat sat on a mat . dog ran to river , and saw bird ! it was happy day".split()
 
@@ -266,6 +266,35 @@ def main():
         ok = False
     check("a refused plan is JSON with the run's one-line error on stdout, exit 2", ok,
           "" if ok else f"{r.stdout!r} {r.stderr!r}")
+
+    # Test hooks are not settings (issue 69): not in --help or config.yaml; the old debug.* keys refused naming
+    # the variable; the variable's bad entries refused; a run with hooks says so and fails where told.
+    h = subprocess.run([stage, "train", "--help"], capture_output=True, text=True)
+    cfg = subprocess.run([stage, "config"] + small, capture_output=True, text=True)
+    check("no test-only key in --help or in the resolved configuration",
+          h.returncode == 0 and cfg.returncode == 0 and "debug" not in h.stdout and "debug" not in cfg.stdout
+          and "fail_rank" not in h.stdout, h.stderr + cfg.stderr)
+    r = subprocess.run([stage, "config", "--debug.fail_rank", "0"], capture_output=True, text=True)
+    check("--debug.fail_rank is refused naming GPT2_TEST_HOOKS, exit 2",
+          r.returncode == 2 and "no longer a setting" in r.stderr and HOOKS_VARIABLE in r.stderr, r.stderr)
+    with open(w("debug.yaml"), "w") as f:
+        f.write("debug:\n  step_sleep_s: 0.1\n")
+    r = subprocess.run([stage, "config", "--config", w("debug.yaml")], capture_output=True, text=True)
+    check("a debug: section in a configuration file is refused naming GPT2_TEST_HOOKS, exit 2",
+          r.returncode == 2 and HOOKS_VARIABLE in r.stderr and "debug.yaml" in r.stderr, r.stderr)
+    for text, needle in (("bogus=1", "unknown hook 'bogus'"), ("fail_step=x", "fail_step=x"),
+                         ("step_sleep_s=-1", "step_sleep_s=-1"), ("fail_rank=1.5", "whole number")):
+        r = subprocess.run([stage, "config"] + small, capture_output=True, text=True,
+                           env=dict(os.environ, **{HOOKS_VARIABLE: text}))
+        check(f"{HOOKS_VARIABLE}={text} is refused, exit 2", r.returncode == 2 and needle in r.stderr, r.stderr)
+    r = subprocess.run([stage, "train", "--out", w("hooked")] + small + ["--train.steps", "4"], capture_output=True,
+                       text=True, env=with_hooks(os.environ, {"fail_rank": 0, "fail_step": 2}))
+    partial = w("hooked", "metrics.jsonl.partial")
+    steps = open(partial).read().splitlines() if os.path.exists(partial) else []
+    check("with fail_rank=0,fail_step=2 the run says its hooks and fails at step 2 (2 steps recorded), exit 1",
+          r.returncode == 1 and "test hooks installed (GPT2_TEST_HOOKS): fail_rank=0,fail_step=2" in r.stderr
+          and "injected failure at step 2" in r.stderr and sum('"event":"step"' in x for x in steps) == 2,
+          r.stderr[-400:])
     return check.finish()
 
 

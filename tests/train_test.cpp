@@ -92,7 +92,7 @@ std::vector<double> losses_of(const fs::path& metrics) {
   return out;
 }
 
-const StageContext kSerial{"serial", cpu_backend_kind(), nullptr};
+const StageContext kSerial{"serial", cpu_backend_kind(), nullptr, {}};
 
 TEST(Checkpoint, RoundTripGivesSameLossAndTokens) {
   fs::path dir = temp_dir("roundtrip");

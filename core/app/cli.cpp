@@ -537,7 +537,9 @@ namespace {
 
 int stage_status(int argc, char** argv, const StageContext& ctx, const std::string& help_note) {
   try {
-    return run(argc, argv, ctx, help_note);
+    StageContext hooked = ctx;  // the tests' hooks, installed only when the environment names them
+    if (const char* text = std::getenv(kTestHooksVariable)) hooked.hooks = parse_test_hooks(text);
+    return run(argc, argv, hooked, help_note);
   } catch (const RunPreempted& e) {  // every rank stopped after the same step, its work written: no abort
     // Rank 0 alone exits with the status. MPICH 4.0's mpiexec can report 0 when several ranks exit non-zero
     // at once (its cleanup resets their statuses: pmodels/mpich#7057, fixed in later releases); with one

@@ -25,6 +25,9 @@ void load_yaml(RunConfig& c, const std::string& path) {
   for (const auto& sec : root) {
     const std::string name = sec.first.as<std::string>();
     const std::string at = fmt::format("{}:{}", path, sec.first.Mark().line + 1);
+    if (const std::string* why = fields.retired(name + ".")) {
+      throw std::invalid_argument(fmt::format("{}: section '{}' is no longer a setting: {}", at, name, *why));
+    }
     if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
       const std::string hint = closest_key(name, sections);
       throw std::invalid_argument(fmt::format("{}: unknown section '{}'{}", at, name,

@@ -189,7 +189,21 @@ bool Fields::is_flag(const std::string& key) const {
   return f && f->type == "bool";
 }
 
+void Fields::retire(const std::string& key_or_section, const std::string& why) {
+  retired_.emplace_back(key_or_section, why);
+}
+
+const std::string* Fields::retired(const std::string& key) const {
+  for (const auto& [k, why] : retired_) {
+    if (key == k || (k.ends_with('.') && key.starts_with(k))) return &why;
+  }
+  return nullptr;
+}
+
 void Fields::set(const std::string& key, const std::string& text, const std::string& where) const {
+  if (const std::string* why = retired(key)) {
+    throw std::invalid_argument(fmt::format("{}: '{}' is no longer a setting: {}", where, excerpt(key), *why));
+  }
   if (const Field* f = find(key)) {
     try {
       f->set(text);
@@ -284,6 +298,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args, const Field
       if (has_value) throw std::invalid_argument(fmt::format("--{} takes no value", key));
       cl.other.emplace_back(key, "");
       continue;
+    }
+    if (const std::string* why = fields.retired(key)) {
+      throw std::invalid_argument(fmt::format("command line: '--{}' is no longer a setting: {}", excerpt(key), *why));
     }
     const bool known = listed(extra_keys, key) || fields.find(key) != nullptr;
     if (!known && key.find('.') != std::string::npos) {  // a configuration key (section.name)

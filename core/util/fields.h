@@ -64,6 +64,12 @@ class Fields {
     });
   }
 
+  // A key (or every key of a section, "debug.") that is no longer a setting:
+  // set() and the command line refuse it with `why` (what replaces it).
+  void retire(const std::string& key_or_section, const std::string& why);
+  // The reason `key` is retired, or nullptr.
+  const std::string* retired(const std::string& key) const;
+
   const std::vector<Field>& list() const { return list_; }
   const Field* find(const std::string& key) const;
   std::vector<std::string> keys() const;
@@ -85,6 +91,7 @@ class Fields {
 
  private:
   std::vector<Field> list_;
+  std::vector<std::pair<std::string, std::string>> retired_;  // (key or "section.", why)
 };
 
 // Closest known key to `key` by edit distance, or "" if none is close. A key

@@ -8,7 +8,7 @@
 
 int main(int argc, char** argv) {
   gpt2::cpu::set_omp_wait_policy(argv);
-  return gpt2::stage_main(argc, argv, {"cuda", gpt2::cuda_backend_kind(), nullptr},
+  return gpt2::stage_main(argc, argv, {"cuda", gpt2::cuda_backend_kind(), nullptr, {}},
                           "Runs on the first CUDA device (set CUDA_VISIBLE_DEVICES to choose); train.threads is\n"
                           "not used; matrix products are FP32 unless train.tf32 is true. Without a CUDA device it\n"
                           "prints \"no CUDA device\" and exits with status 3.\n");

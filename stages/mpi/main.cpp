@@ -9,7 +9,7 @@
 int main(int argc, char** argv) {
   gpt2::cpu::set_omp_wait_policy(argv);  // before MPI_Init
   auto comm = gpt2::make_mpi_communicator(&argc, &argv);
-  const int status = gpt2::stage_main(argc, argv, {"mpi", gpt2::cpu_backend_kind(), comm.get()});
+  const int status = gpt2::stage_main(argc, argv, {"mpi", gpt2::cpu_backend_kind(), comm.get(), {}});
   gpt2::set_exit_status_if_finalize_hangs(status);
   return status;
 }

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   try {
     mode = gpt2::parse_device_allreduce(env ? env : "", "GPT2_CUDA_ALLREDUCE");
   } catch (const std::invalid_argument& e) {
-    return gpt2::stage_main_error({"mpi_cuda", {}, mpi.get()}, e.what(), gpt2::kExitUsage);
+    return gpt2::stage_main_error({"mpi_cuda", {}, mpi.get(), {}}, e.what(), gpt2::kExitUsage);
   }
   auto comm = gpt2::make_cuda_mpi_communicator(*mpi, mode);
   gpt2::BackendKind kind = gpt2::cuda_backend_kind();
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     comm->bind(*be);
     return be;
   };
-  const int status = gpt2::stage_main(argc, argv, {"mpi_cuda", kind, comm.get()},
+  const int status = gpt2::stage_main(argc, argv, {"mpi_cuda", kind, comm.get(), {}},
                           "Rank r uses GPU (local rank % GPUs). Gradients are summed by NCCL where each rank of a\n"
                           "machine has its own GPU, else staged through host memory and MPI; the environment\n"
                           "variable GPT2_CUDA_ALLREDUCE=auto|nccl|host overrides the choice. Without a CUDA\n"

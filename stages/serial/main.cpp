@@ -5,5 +5,5 @@
 
 int main(int argc, char** argv) {
   gpt2::cpu::set_omp_wait_policy(argv);
-  return gpt2::stage_main(argc, argv, {"serial", gpt2::cpu_backend_kind(), nullptr});
+  return gpt2::stage_main(argc, argv, {"serial", gpt2::cpu_backend_kind(), nullptr, {}});
 }

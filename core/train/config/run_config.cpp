@@ -21,7 +21,9 @@ Fields run_fields(RunConfig& c) {
   f.add_section("optimizer", c.optimizer);
   f.add_section("generate", c.generate);
   f.add_section("parallel", c.parallel);
-  f.add_section("debug", c.debug);
+  // The test-only keys of issue 41's round are hooks the tests install (train/run/test_hooks.h).
+  f.retire("debug.", "the tests' faults and delays are set through the environment variable GPT2_TEST_HOOKS "
+                     "(fail_rank, fail_step, long_step_s, checkpoint_delay_s, step_sleep_s; docs/testing.md)");
   return f;
 }
 
@@ -183,17 +185,6 @@ void validate(const RunConfig& c) {
   c.optimizer.validate();
   c.generate.validate();
   c.parallel.validate();
-  if (!(c.debug.checkpoint_delay_s >= 0 && c.debug.checkpoint_delay_s <= 3600)) {
-    throw std::invalid_argument(
-        fmt::format("debug.checkpoint_delay_s: must be between 0 and 3600, got {}", c.debug.checkpoint_delay_s));
-  }
-  if (!(c.debug.step_sleep_s >= 0 && c.debug.step_sleep_s <= 3600)) {
-    throw std::invalid_argument(
-        fmt::format("debug.step_sleep_s: must be between 0 and 3600, got {}", c.debug.step_sleep_s));
-  }
-  if (!(c.debug.long_step_s >= 0)) {
-    throw std::invalid_argument(fmt::format("debug.long_step_s: must be >= 0, got {}", c.debug.long_step_s));
-  }
   // Across sections.
   // The widest activation a step holds, rows x positions x the widest row (the logits' vocabulary, the MLP's
   // hidden width, q, k and v): its floats must have byte counts that fit a signed 64-bit size.

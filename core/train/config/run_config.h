@@ -280,29 +280,6 @@ struct ParallelConfig {
   }
 };
 
-// Test-only switches.
-struct DebugConfig {
-  int fail_rank = -1;  // this rank throws at step fail_step
-  int fail_step = -1;
-  double long_step_s = 5.0;  // train.stop_within_step auto: a step longer than this arms the stop inside steps
-  double checkpoint_delay_s = 0.0;  // a sharded save's writer waits this long before writing its file
-  double step_sleep_s = 0.0;  // every rank sleeps this long after each step (outside its timing)
-
-  template <typename F>
-  void visit_fields(F&& f) {
-    f("fail_rank", fail_rank, "test-only: this rank throws at step debug.fail_step; -1 = never");
-    f("fail_step", fail_step, "test-only: the step at which debug.fail_rank throws");
-    f("long_step_s", long_step_s,
-      "test-only: train.stop_within_step auto agrees on a stop inside the steps after one longer than this (s)");
-    f("checkpoint_delay_s", checkpoint_delay_s,
-      "test-only: a sharded checkpoint's writer waits this long before writing its rank file (s): an "
-      "asynchronous save then spans later steps");
-    f("step_sleep_s", step_sleep_s,
-      "test-only: every rank sleeps this long after each step, outside the step's time, before the ranks agree on "
-      "a stop (s): a short run then lasts long enough for a scheduler's signal to reach it");
-  }
-};
-
 struct RunConfig {
   Gpt2Config model{0, 256, 6, 6, 384};  // the original's sizes; vocab_size 0 = the tokenizer's
   DataConfig data;
@@ -310,7 +287,6 @@ struct RunConfig {
   OptimizerConfig optimizer;
   GenerateConfig generate;
   ParallelConfig parallel;
-  DebugConfig debug;
 };
 
 // The fields of `c`, bound to it, by section, in documentation order.

@@ -92,7 +92,7 @@ struct StepLayout {
   // microbatches, or stages) where its schedule has no message in flight (stop_points, train/schedule/pipeline.h),
   // or before each of ZeRO-2/3's units (ZeroShards::before_unit):
   // never, in every step, or (auto, without pipeline stages) in the steps after one longer than
-  // debug.long_step_s.
+  // long_step_s (5 s; train/run/test_hooks.h).
   enum class StopInStep { kNever, kLongSteps, kAlways };
   StopInStep stop_in_step = StopInStep::kNever;
 

@@ -23,7 +23,7 @@
 namespace gpt2 {
 
 std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl, RunState& st, ProcessGrid& grid,
-                                    double max_loss, const std::string& timeline_path) {
+                                        double max_loss, const std::string& timeline_path, double long_step_s) {
   if (sl.stored == Dtype::bf16 && !st.backend->accepts_bf16()) {  // the layout's stage rule and the backend disagree
     throw std::logic_error(fmt::format("the {} backend does not take the bf16 activations the layout stores",
                                        st.backend->name()));
@@ -35,7 +35,7 @@ std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl
   // tensor-parallel sums happen inside the model (model.tp()).
   Communicator& dp = sl.over_replicas ? grid.replica_comm() : grid.dp_comm();
   if (sl.stop_in_step != StepLayout::StopInStep::kNever) {
-    lay->interrupt = std::make_unique<AgreedInterrupt>(grid.aux_comm(), sl.stop_in_step, c.debug.long_step_s);
+    lay->interrupt = std::make_unique<AgreedInterrupt>(grid.aux_comm(), sl.stop_in_step, long_step_s);
     if (sl.grad_sum == GradSum::kUnitShards) {  // ZeRO-2/3: also before each unit
       st.sharded->before_unit([i = lay->interrupt.get()] {
         if (i->stop_now()) throw StepAbandoned();
@@ -99,14 +99,15 @@ std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl
 }
 
 Run build_run(const RunLayout& run, const StateSource& source, const BackendKind& kind, int threads,
-              ProcessGrid& grid, const std::string& timeline_path, std::function<void(const std::string&)> note) {
+              ProcessGrid& grid, const std::string& timeline_path, std::function<void(const std::string&)> note,
+              const TestHooks& hooks) {
   Run r;
   r.state = init_or_resume(run, source, kind, threads, 0, grid);
   const double max_loss = run.config.train.max_loss;
   r.max_loss = max_loss > 0 ? max_loss : 3.0 * std::log(r.state->model_config.V);
   // The step and its arenas see the rows as run.steps does (context parallelism's chunks).
-  r.step = build_step(run.steps, run.step, *r.state, grid, r.max_loss, timeline_path);
-  r.writer = make_checkpoint_writer(run.checkpoints, std::move(note));
+  r.step = build_step(run.steps, run.step, *r.state, grid, r.max_loss, timeline_path, hooks.long_step_s);
+  r.writer = make_checkpoint_writer(run.checkpoints, std::move(note), hooks.checkpoint_delay_s);
   return r;
 }
 

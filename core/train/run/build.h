@@ -18,6 +18,7 @@
 #include "train/resolve/plan.h"
 #include "train/run/checkpoint_writer.h"
 #include "train/run/run_state.h"
+#include "train/run/test_hooks.h"
 #include "train/run/timeline.h"
 #include "train/schedule/pipeline.h"
 #include "train/schedule/preemption.h"
@@ -72,7 +73,7 @@ class AgreedInterrupt final : public StepInterrupt {
     agreed = agreed_stop(comm_);
     return agreed.signal != 0;
   }
-  // kLongSteps: the steps after one that took longer than debug.long_step_s on some rank.
+  // kLongSteps: the steps after one that took longer than long_step_s on some rank (TestHooks: 5 s).
   void arm(const StopRequest& at_step_end) {
     if (when_ == StepLayout::StopInStep::kLongSteps) armed_ = at_step_end.step_s > long_step_s_;
   }
@@ -101,7 +102,8 @@ struct StepMachine {
 };
 
 std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl, RunState& st, ProcessGrid& grid,
-                                    double max_loss, const std::string& timeline_path);
+                                    double max_loss, const std::string& timeline_path,
+                                        double long_step_s = TestHooks{}.long_step_s);
 
 // A training run's pieces, built from its layout alone: the state (from
 // `source`), the divergence bound, the step and its arenas, the checkpoint
@@ -119,6 +121,7 @@ struct Run {
 // `note`: the log's notes (an asynchronous save's completion). The state is
 // made first (init_or_resume), then the step, then the writer.
 Run build_run(const RunLayout& run, const StateSource& source, const BackendKind& kind, int threads,
-              ProcessGrid& grid, const std::string& timeline_path, std::function<void(const std::string&)> note);
+              ProcessGrid& grid, const std::string& timeline_path, std::function<void(const std::string&)> note,
+              const TestHooks& hooks);
 
 }  // namespace gpt2

@@ -90,8 +90,8 @@ RankWrite rank_write(const RunState& st, ProcessGrid& grid, bool snapshot) {
 
 class ShardedWriter final : public CheckpointWriter {
  public:
-  ShardedWriter(bool async, int keep, std::function<void(const std::string&)> note)
-      : async_(async), keep_(keep), note_(std::move(note)) {}
+  ShardedWriter(bool async, int keep, std::function<void(const std::string&)> note, double delay_s)
+      : async_(async), keep_(keep), delay_s_(delay_s), note_(std::move(note)) {}
   ~ShardedWriter() override {
     if (job_ && job_->thread.joinable()) job_->thread.join();  // a failing run: the folder stays incomplete
   }
@@ -121,7 +121,7 @@ class ShardedWriter final : public CheckpointWriter {
     job.step = steps;
     job.keep = keep_;
     job.cfg = st.model_config;
-    job.delay_s = c.debug.checkpoint_delay_s;
+    job.delay_s = delay_s_;
     job.run_id = made[1];
     if (world.rank() == 0) {
       job.header = training_header(st, c, run_id);
@@ -174,7 +174,7 @@ class ShardedWriter final : public CheckpointWriter {
     fs::path dir;
     int64_t step = 0;
     int keep = 2;
-    double delay_s = 0;  // debug.checkpoint_delay_s
+    double delay_s = 0;  // TestHooks::checkpoint_delay_s
     Gpt2Config cfg;
     KeyValues header;        // rank 0
     std::string vocabulary;  // rank 0
@@ -226,6 +226,7 @@ class ShardedWriter final : public CheckpointWriter {
 
   bool async_;
   int keep_;  // complete step folders kept (CheckpointSink::keep)
+  double delay_s_;  // the tests' wait before a rank's file is written (TestHooks::checkpoint_delay_s)
   std::function<void(const std::string&)> note_;
   std::unique_ptr<Job> job_;
   std::vector<uint8_t> done_;  // poll's gather: every rank's "my file is written"
@@ -234,9 +235,10 @@ class ShardedWriter final : public CheckpointWriter {
 }  // namespace
 
 std::unique_ptr<CheckpointWriter> make_checkpoint_writer(const CheckpointSink& sink,
-                                                         std::function<void(const std::string&)> note) {
+                                                         std::function<void(const std::string&)> note,
+                                                         double delay_s) {
   if (sink.format == CheckpointFormat::kSharded) {
-    return std::make_unique<ShardedWriter>(sink.async, sink.keep, std::move(note));
+    return std::make_unique<ShardedWriter>(sink.async, sink.keep, std::move(note), delay_s);
   }
   return std::make_unique<FileWriter>();
 }

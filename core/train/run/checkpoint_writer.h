@@ -62,7 +62,9 @@ class CheckpointWriter {
 
 // The writer `sink` names (the layout's CheckpointSink); `note` says when an
 // asynchronous save completes (the run's log).
+// `delay_s`: the tests' wait before each rank's file of a sharded save is written.
 std::unique_ptr<CheckpointWriter> make_checkpoint_writer(const CheckpointSink& sink,
-                                                         std::function<void(const std::string&)> note = {});
+                                                         std::function<void(const std::string&)> note = {},
+                                                         double delay_s = 0);
 
 }  // namespace gpt2

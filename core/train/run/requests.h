@@ -9,6 +9,7 @@
 #include "parallel/comm.h"
 #include "kernels/backend.h"
 #include "train/config/run_config.h"
+#include "train/run/test_hooks.h"
 
 namespace gpt2 {
 
@@ -16,6 +17,7 @@ struct StageContext {
   std::string stage;             // "serial", "mpi", ...
   BackendKind backend;           // how to make this stage's backend and measure its ceiling
   Communicator* comm = nullptr;  // nullptr: one process (a local communicator)
+  TestHooks hooks;               // the tests' faults and delays (GPT2_TEST_HOOKS); none by default
 };
 
 struct TrainRequest {

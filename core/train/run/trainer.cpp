@@ -340,14 +340,14 @@ class Checkpoints {
 // says so), its record and progress line, validation. Returns the step's
 // time (for the stop's agreement).
 double train_one_step(int64_t s, const RunLayout& run, Run& r, StepFeed& feed, ProcessGrid& grid, RunLogger& log,
-                      Checkpoints& book, RunSummary& sum, double peak_gflops) {
+                      Checkpoints& book, RunSummary& sum, double peak_gflops, const TestHooks& hooks) {
   const RunConfig& c = run.config;
   RunState& st = *r.state;
   StepMachine& m = *r.step;
   const auto t0 = Clock::now();
-  if (grid.world().rank() == c.debug.fail_rank && s == c.debug.fail_step) {
+  if (grid.world().rank() == hooks.fail_rank && s == hooks.fail_step) {
     throw std::runtime_error(
-        fmt::format("rank {}: injected failure at step {} (debug.fail_rank)", grid.world().rank(), s));
+        fmt::format("rank {}: injected failure at step {} (GPT2_TEST_HOOKS fail_rank)", grid.world().rank(), s));
   }
   const int64_t position = st.loader->position(), served = st.loader->batches_served();
   st.loader->next(feed.x(), feed.y());
@@ -383,15 +383,15 @@ double train_one_step(int64_t s, const RunLayout& run, Run& r, StepFeed& feed, P
 // The loop: every step left, each followed by the writer's turn and the stop
 // signal the ranks agree on; then the run's last checkpoint.
 RunSummary train_loop(const RunLayout& run, Run& r, ProcessGrid& grid, RunLogger& log, Checkpoints& book,
-                      double peak_gflops) {
+                      double peak_gflops, const TestHooks& hooks) {
   const RunConfig& c = run.config;
   StepFeed feed(run, grid);
   RunSummary sum;
   const auto wall0 = Clock::now();
   for (int64_t s = r.state->first_step; s < c.train.steps; ++s) {
-    const double dt = train_one_step(s, run, r, feed, grid, log, book, sum, peak_gflops);
+    const double dt = train_one_step(s, run, r, feed, grid, log, book, sum, peak_gflops, hooks);
     book.after_step(s + 1);
-    if (c.debug.step_sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(c.debug.step_sleep_s));
+    if (hooks.step_sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(hooks.step_sleep_s));
     const StopRequest stop = agreed_stop(grid.aux_comm(), dt);
     if (stop.signal != 0) book.stop(stop, s + 1, false);
     if (r.step->interrupt) r.step->interrupt->arm(stop);
@@ -412,6 +412,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   // Make: the run directory, the grid, the run from its layout.
   RunLogger log(ctx.stage, comm.rank() == 0);
   claim_run_dir(log, req, comm);
+  if (ctx.hooks.any()) log.note(fmt::format("test hooks installed ({}): {}", kTestHooksVariable, ctx.hooks.describe()));
   check_ranks_agree(run.config, comm);  // before the grid: its split needs every rank's parallel.tp to agree
   ProcessGrid grid(comm, run.tp, run.pp, run.cp);
   const StateSource source = resolve_source(run.config, req.resume);  // --resume auto made a path or nothing above
@@ -419,7 +420,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   if (resuming) reset_peak_rss();  // the resume's peak, per rank, said below
   Run r = build_run(run, source, ctx.backend, threads, grid,
                     comm.rank() == 0 ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "",
-                    [&log](const std::string& note) { log.note(note); });
+                    [&log](const std::string& note) { log.note(note); }, ctx.hooks);
   const RunState& st = *r.state;
   if (resuming) {
     log.check_resume(req.resume, st.checkpoint_run_id);
@@ -433,7 +434,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   log.set_peak_configured(run.config.train.peak_gflops > 0);
   announce(log, run, st, comm, threads, peak, r.max_loss);
   Checkpoints book(run, req.out_dir, r, grid, log);
-  RunSummary sum = train_loop(run, r, grid, log, book, peak.gflops);
+  RunSummary sum = train_loop(run, r, grid, log, book, peak.gflops, ctx.hooks);
   const Json memory = memory_per_rank(grid, r.step->mem, st.zero_stage);
   const Json provenance =
       comm.rank() == 0 ? run_provenance(req, ctx, st, comm, threads, peak, log.run_id()) : Json::object();
