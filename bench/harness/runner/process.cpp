@@ -143,6 +143,95 @@ std::vector<char*> c_args(const std::vector<std::string>& argv) {
   std::_Exit(127);
 }
 
+// Opens the run's log for the program's output: appended to after the
+// command line, or written afresh.
+int open_log(const fs::path& log, const std::vector<std::string>& argv, bool append) {
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot write the log: {}", log.string(), std::strerror(errno)));
+  if (append) {
+    const std::string line = "$ " + command_text(argv) + "\n";
+    if (::write(fd, line.data(), line.size()) < 0) {
+      throw std::runtime_error(fmt::format("{}: cannot write the log", log.string()));
+    }
+  }
+  return fd;
+}
+
+// A launch's guardian (guard) as the harness holds it: its process and the
+// harness's end of their socket pair.
+struct Guardian {
+  pid_t pid = -1;
+  int fd = -1;
+};
+
+// Starts the guardian of the run tagged `tag` (`log_fd`: the harness's log,
+// which the guardian does not keep), in a group of its own.
+Guardian start_guardian(int log_fd, const std::string& tag, const std::function<void()>& if_harness_dies) {
+  // A socket pair, not a pipe: the harness's 'd' is sent with MSG_NOSIGNAL,
+  // so a guardian that died meanwhile costs no SIGPIPE.
+  int guard_pipe[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, guard_pipe) != 0) {
+    throw std::runtime_error(fmt::format("socketpair failed: {}", std::strerror(errno)));
+  }
+  const pid_t guardian = fork();  // first: from here on, a harness that dies leaves nothing of the run behind
+  if (guardian < 0) throw std::runtime_error("fork failed");
+  if (guardian == 0) {
+    ::close(guard_pipe[1]);
+    ::close(log_fd);
+    guard(guard_pipe[0], tag, if_harness_dies);
+  }
+  setpgid(guardian, guardian);  // out of the harness's group before the program exists
+  ::close(guard_pipe[0]);
+  return {guardian, guard_pipe[1]};
+}
+
+// Tells the guardian the harness ended the run, and waits for it.
+void release_guardian(const Guardian& g) {
+  while (::send(g.fd, "d", 1, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+  }
+  ::close(g.fd);
+  while (waitpid(g.pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+// In the program's child after fork: its own group, the log as its output,
+// the environment `opt` asks for and the run's tag, then the program.
+[[noreturn]] void start_program(pid_t harness, int log_fd, const LaunchOptions& opt, const std::string& tag_value,
+                                std::vector<char*>& args) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);  // the harness killed outright (SIGKILL): end the program too
+  if (getppid() != harness) std::_Exit(127);  // it died before the line above
+  const int null_fd = ::open("/dev/null", O_RDONLY);  // nothing the harness starts reads its input
+  if (null_fd >= 0) dup2(null_fd, 0);
+  dup2(log_fd, 1);
+  dup2(log_fd, 2);
+  // The harness is single-threaded, so changing the environment here is safe.
+  for (const auto& [k, v] : opt.env) setenv(k.c_str(), v.c_str(), 1);
+  for (const std::string& k : opt.unset_env) unsetenv(k.c_str());
+  setenv(kRunTagVariable, tag_value.c_str(), 1);
+  if (!opt.cwd.empty() && chdir(opt.cwd.c_str()) != 0) std::_Exit(127);
+  exec_child(args);
+}
+
+// However the run ends, nothing of it stays: what is left of the run tagged
+// `tag` is ended (and, unless it timed out, named in its log), the log
+// closed, the guardian told so and waited for.
+void finish_run(const std::string& tag, int log_fd, const Guardian& g, bool timed_out) {
+  const auto left = end_tagged(tag, kGraceSeconds);
+  if (!left.empty() && !timed_out) {  // the program ended and left processes behind: say so in its log
+    std::string note = fmt::format("harness: {} process(es) of this run were still alive after it ended; ended "
+                                   "them:\n", left.size());
+    for (const auto& [p, cmd] : left) note += fmt::format("harness:   pid {}: {}\n", p, cmd);
+    ::lseek(log_fd, 0, SEEK_END);
+    if (::write(log_fd, note.data(), note.size()) < 0) {
+      // The note is a courtesy: the processes are ended whether or not it is written.
+    }
+  }
+  ::close(log_fd);
+  release_guardian(g);
+  g_child_group = 0;
+}
+
 }  // namespace
 
 std::string command_text(const std::vector<std::string>& argv) {
@@ -164,88 +253,28 @@ std::string command_text(const std::vector<std::string>& argv) {
 int launch(const std::vector<std::string>& argv, const fs::path& log, const LaunchOptions& opt) {
   signal(SIGINT, forward_and_exit);
   signal(SIGTERM, forward_and_exit);
-  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (opt.append_log ? O_APPEND : O_TRUNC), 0644);
-  if (fd < 0) throw std::runtime_error(fmt::format("{}: cannot write the log: {}", log.string(), std::strerror(errno)));
-  if (opt.append_log) {
-    const std::string line = "$ " + command_text(argv) + "\n";
-    if (::write(fd, line.data(), line.size()) < 0) {
-      throw std::runtime_error(fmt::format("{}: cannot write the log", log.string()));
-    }
-  }
+  const int fd = open_log(log, argv, opt.append_log);
   std::vector<char*> args = c_args(argv);
   // Every process of this run carries the tag, mpiexec's proxies and ranks
   // too: Hydra passes the environment on but starts each proxy and rank in a
   // session of its own, so no process group holds the whole run.
   const std::string tag_value = fmt::format("{}.{}", getpid(), ++g_launches);
   const std::string tag = fmt::format("{}={}", kRunTagVariable, tag_value);
-  // A socket pair, not a pipe: the harness's 'd' is sent with MSG_NOSIGNAL,
-  // so a guardian that died meanwhile costs no SIGPIPE.
-  int guard_pipe[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, guard_pipe) != 0) {
-    throw std::runtime_error(fmt::format("socketpair failed: {}", std::strerror(errno)));
-  }
-  const pid_t guardian = fork();  // first: from here on, a harness that dies leaves nothing of the run behind
-  if (guardian < 0) throw std::runtime_error("fork failed");
-  if (guardian == 0) {
-    ::close(guard_pipe[1]);
-    ::close(fd);
-    guard(guard_pipe[0], tag, opt.if_harness_dies);
-  }
-  setpgid(guardian, guardian);  // out of the harness's group before the program exists
-  ::close(guard_pipe[0]);
-  // Tells the guardian the harness ended the run, and waits for it.
-  const auto release_guardian = [&] {
-    while (::send(guard_pipe[1], "d", 1, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-    }
-    ::close(guard_pipe[1]);
-    while (waitpid(guardian, nullptr, 0) < 0 && errno == EINTR) {
-    }
-  };
+  const Guardian guardian = start_guardian(fd, tag, opt.if_harness_dies);
   const pid_t harness = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
-    release_guardian();
+    release_guardian(guardian);
     ::close(fd);
     throw std::runtime_error("fork failed");
   }
-  if (pid == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);  // the harness killed outright (SIGKILL): end the program too
-    if (getppid() != harness) std::_Exit(127);  // it died before the line above
-    const int null_fd = ::open("/dev/null", O_RDONLY);  // nothing the harness starts reads its input
-    if (null_fd >= 0) dup2(null_fd, 0);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    // The harness is single-threaded, so changing the environment here is safe.
-    for (const auto& [k, v] : opt.env) setenv(k.c_str(), v.c_str(), 1);
-    for (const std::string& k : opt.unset_env) unsetenv(k.c_str());
-    setenv(kRunTagVariable, tag_value.c_str(), 1);
-    if (!opt.cwd.empty() && chdir(opt.cwd.c_str()) != 0) std::_Exit(127);
-    exec_child(args);
-  }
+  if (pid == 0) start_program(harness, fd, opt, tag_value, args);
   setpgid(pid, pid);
   g_child_group = pid;
-  // However the run ends, nothing of it stays: what is left is ended, the
-  // guardian told so and waited for.
-  const auto finish = [&](bool timed_out) {
-    const auto left = end_tagged(tag, kGraceSeconds);
-    if (!left.empty() && !timed_out) {  // the program ended and left processes behind: say so in its log
-      std::string note = fmt::format("harness: {} process(es) of this run were still alive after it ended; ended "
-                                     "them:\n", left.size());
-      for (const auto& [p, cmd] : left) note += fmt::format("harness:   pid {}: {}\n", p, cmd);
-      ::lseek(fd, 0, SEEK_END);
-      if (::write(fd, note.data(), note.size()) < 0) {
-        // The note is a courtesy: the processes are ended whether or not it is written.
-      }
-    }
-    ::close(fd);
-    release_guardian();
-    g_child_group = 0;
-  };
   // A failure while waiting (a progress callback that throws) ends the run like a timeout.
   const auto abandon = [&] {
     kill(-pid, SIGTERM);
-    finish(true);
+    finish_run(tag, fd, guardian, true);
     kill(-pid, SIGKILL);
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
@@ -276,7 +305,7 @@ int launch(const std::vector<std::string>& argv, const fs::path& log, const Laun
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  finish(false);
+  finish_run(tag, fd, guardian, false);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }

@@ -178,22 +178,19 @@ std::vector<BlockType> ParallelConfig::blocks() const {
   return out;
 }
 
-void validate(const RunConfig& c) {
-  c.model.validate(/*vocab_from_tokenizer=*/true);
-  c.data.validate();
-  c.train.validate();
-  c.optimizer.validate();
-  c.generate.validate();
-  c.parallel.validate();
-  // Across sections.
-  // The widest activation a step holds, rows x positions x the widest row (the logits' vocabulary, the MLP's
-  // hidden width, q, k and v): its floats must have byte counts that fit a signed 64-bit size.
+namespace {
+
+// The widest activation a step holds, rows x positions x the widest row (the logits' vocabulary, the MLP's
+// hidden width, q, k and v): its floats must have byte counts that fit a signed 64-bit size.
+void check_widest_activation(const RunConfig& c) {
   const auto u = [](int v) { return static_cast<uint64_t>(std::max(v, 0)); };
   const uint64_t widest = std::max({u(c.model.V), u(c.model.fc_width()), u(c.model.qkv_width()), u(c.model.C)});
   checked_product({u(c.train.batch_size), u(c.train.seq_len), widest},
                   "train.batch_size x train.seq_len x the widest activation row", kMaxSignedBytes / 16);
-  const TpLayout tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
-  tp.validate(c.model);
+}
+
+// What per-layer norms, recomputation and virtual stages do not run with (`tp`: the run's blocks).
+void check_step_features(const RunConfig& c, const TpLayout& tp) {
   if (c.train.layer_grad_norms && (c.parallel.tp > 1 || c.parallel.pp > 1 || c.parallel.zero_stage() > 0)) {
     throw std::invalid_argument(
         "train.layer_grad_norms: per-layer norms are taken on a whole model's gradient; this layout shards it "
@@ -220,6 +217,10 @@ void validate(const RunConfig& c) {
         "train.recompute full with spd or parallel blocks (parallel.block_types): a private run spans layers; "
         "recomputation works on tp blocks only for now");
   }
+}
+
+// What ZeRO's stages 2 and 3 do not run with (`tp`: the run's blocks).
+void check_zero(const RunConfig& c, const TpLayout& tp) {
   const int zero = c.parallel.zero_stage();
   if (zero == 3 && c.parallel.pipelined()) {
     throw std::invalid_argument(fmt::format(
@@ -237,6 +238,10 @@ void validate(const RunConfig& c) {
         "parallel.zero {} with spd or parallel blocks: a private run's gradients are final only at the run's "
         "start, not after each layer; use tp blocks or parallel.zero 1", zero));
   }
+}
+
+// What the model's shape does not run with under a pipeline.
+void check_pipeline_model(const RunConfig& c) {
   if (c.model.tie_embeddings && c.parallel.pp > 1) {
     throw std::invalid_argument(fmt::format(
         "model.tie_embeddings with parallel.pp {}: the tied matrix would live on the first stage (embedding) and the "
@@ -247,6 +252,11 @@ void validate(const RunConfig& c) {
         "parallel.schedule {} splits the pre-norm block's backward; with model.norm_position post use gpipe, 1f1b or "
         "interleaved-1f1b", to_string(c.parallel.schedule)));
   }
+}
+
+// The batch's rows and positions: they must cut as the microbatches and context parallelism need, fit the
+// model's context, and leave validation rows where evaluation asks for them.
+void check_rows(const RunConfig& c) {
   if (c.train.batch_size % c.parallel.microbatches != 0) {
     throw std::invalid_argument(fmt::format("parallel.microbatches {} does not divide train.batch_size {}",
                                             c.parallel.microbatches, c.train.batch_size));
@@ -263,6 +273,25 @@ void validate(const RunConfig& c) {
   if (c.train.eval_every > 0 && c.data.val_fraction == 0 && c.data.shards.empty()) {
     throw std::invalid_argument("train.eval_every: needs a validation split: set data.val_fraction > 0");
   }
+}
+
+}  // namespace
+
+void validate(const RunConfig& c) {
+  c.model.validate(/*vocab_from_tokenizer=*/true);
+  c.data.validate();
+  c.train.validate();
+  c.optimizer.validate();
+  c.generate.validate();
+  c.parallel.validate();
+  // Across sections.
+  check_widest_activation(c);
+  const TpLayout tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
+  tp.validate(c.model);
+  check_step_features(c, tp);
+  check_zero(c, tp);
+  check_pipeline_model(c);
+  check_rows(c);
 }
 
 std::string to_yaml(RunConfig c) { return run_fields(c).to_yaml(); }

@@ -292,6 +292,181 @@ std::string read_small(const fs::path& path) {
   return read_input_file(path, kMaxTextInputBytes * 4, "", "a sharded checkpoint's file");
 }
 
+// The manifest's "header": the one-file format's key/value entries, each text.
+KeyValues read_header_entries(const ManifestReader& r, const Json& m) {
+  KeyValues head;
+  const Json& hj = r.at(m, "header");
+  if (!hj.is_object()) r.fail("\"header\" is not an object");
+  for (const auto& [k, v] : hj.items()) {
+    if (!v.is_string()) r.fail(fmt::format("header entry \"{}\" is not text", k));
+    head.emplace_back(k, v.get<std::string>());
+  }
+  return head;
+}
+
+// The vocabulary file, of the size and checksum the manifest records.
+std::string read_vocabulary(const ManifestReader& r, const Json& m, const fs::path& dir) {
+  const Json& vj = r.at(m, "vocabulary");
+  const fs::path vpath = dir / kVocabularyFile;
+  if (r.text(vj, "file") != kVocabularyFile) r.fail("\"vocabulary\" names another file");
+  const std::string vocab = read_small(vpath);
+  if (vocab.size() != r.num(vj, "bytes") || fnv1a64(vocab.data(), vocab.size()) != r.hex(vj, "fnv1a64")) {
+    throw std::invalid_argument(fmt::format("{}: corrupted sharded checkpoint: size or checksum differs from the manifest's",
+                                            vpath.string()));
+  }
+  return vocab;
+}
+
+// The header and the vocabulary: the configuration, tokenizer and counters.
+// A header the one-file format refuses is bad input here too.
+Checkpoint read_header(const ManifestReader& r, const Json& m, const fs::path& dir, const fs::path& mpath) {
+  KeyValues head = read_header_entries(r, m);
+  const std::string vocab = read_vocabulary(r, m, dir);
+  try {
+    return checkpoint_from_header(std::move(head), true, vocab, mpath.string());
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());
+  }
+}
+
+// The tensors must be the configuration's.
+void check_tensors(const ManifestReader& r, const Json& m, const std::vector<ParamInfo>& infos) {
+  const Json& tj = r.at(m, "tensors");
+  if (!tj.is_array() || tj.size() != infos.size()) r.fail(fmt::format("\"tensors\" does not list the model's {} tensors", infos.size()));
+  for (size_t i = 0; i < infos.size(); ++i) {
+    const Json& t = tj[i];
+    if (r.text(t, "name") != infos[i].name || r.at(t, "shape") != Json(infos[i].shape) || r.num(t, "offset") != infos[i].offset) {
+      r.fail(fmt::format("tensor {} is {} {} at {}, the configuration has {} {} at {}", i, field_text(t, "name"),
+                         field_text(t, "shape"), field_text(t, "offset"), infos[i].name, Json(infos[i].shape).dump(),
+                         infos[i].offset));
+    }
+  }
+}
+
+// A rank file's stage (`f`'s "stage", the file `name`): its layers, then any
+// virtual stages' further chunks.
+StageLayers read_stage(const ManifestReader& r, const Json& f, const std::string& name, const Gpt2Config& cfg) {
+  const Json& sj = r.at(f, "stage");
+  StageLayers st{r.integer(sj, "first"), r.integer(sj, "last"), r.flag(sj, "embed"), r.flag(sj, "head"), {}};
+  if (st.first < 0 || st.first >= cfg.L || (st.last >= 0 && (st.last <= st.first || st.last > cfg.L))) {
+    r.fail(fmt::format("{}: stage layers [{}, {}) of a {}-layer model", name, st.first, st.last, cfg.L));
+  }
+  if (sj.contains("more")) {  // virtual stages' further chunks, each above the one before
+    int below = st.last;
+    for (const Json& s : sj.at("more")) {
+      const bool pair = s.is_array() && s.size() == 2 && s[0].is_number_integer() && s[1].is_number_integer();
+      const int a = pair ? s[0].get<int>() : -1, b = pair ? s[1].get<int>() : -1;
+      if (!pair || a < below || b <= a || b > cfg.L) {
+        r.fail(fmt::format("{}: stage chunk {} of a {}-layer model above layer {}", name, s.dump(), cfg.L, below));
+      }
+      st.more.push_back({a, b});
+      below = b;
+    }
+  }
+  return st;
+}
+
+// A rank file's ranges of its part (part_n floats): ascending, none empty,
+// none past the part.
+std::vector<ShardRange> read_ranges(const ManifestReader& r, const Json& f, const std::string& name, size_t part_n) {
+  const Json& rj = r.at(f, "ranges");
+  if (!rj.is_array()) r.fail(fmt::format("{}: \"ranges\" is not a list", name));
+  std::vector<ShardRange> ranges;
+  size_t prev = 0;
+  for (const Json& x : rj) {
+    if (!x.is_array() || x.size() != 2 || !x[0].is_number_unsigned() || !x[1].is_number_unsigned()) {
+      r.fail(fmt::format("{}: a range is not [lo, hi]", name));
+    }
+    const size_t lo = x[0].get<size_t>(), hi = x[1].get<size_t>();
+    if (lo < prev || hi <= lo || hi > part_n) {
+      r.fail(fmt::format("{}: range [{}, {}) is out of order, empty or past its part's {} floats", name, lo, hi,
+                         part_n));
+    }
+    ranges.push_back({lo, hi, 0});
+    prev = hi;
+  }
+  return ranges;
+}
+
+// An entry of "files" and the runs of the whole model its file holds.
+struct FileEntry {
+  RankFile file;
+  std::vector<GlobalRun> runs;
+};
+
+// Entry `f` of "files", which must be rank `rank`'s: its part, ranges and
+// size checked against each other and the configuration.
+FileEntry read_file_entry(const ManifestReader& r, const Json& f, int rank, const Gpt2Config& cfg,
+                          const std::string& run_id) {
+  RankFile rf;
+  rf.name = r.text(f, "file");
+  rf.rank = r.integer(f, "rank");
+  if (rf.name != rank_file_name(rf.rank) || rf.rank != rank) {
+    r.fail(fmt::format("file \"{}\" of rank {}: expected {}", rf.name, rf.rank, rank_file_name(rank)));
+  }
+  rf.bytes = r.num(f, "bytes");
+  rf.checksum = r.hex(f, "fnv1a64x4");
+  rf.floats = r.num(f, "floats");
+  const int tp = r.integer(f, "tp"), tp_rank = r.integer(f, "tp_rank");
+  if (tp < 1 || tp_rank < 0 || tp_rank >= tp) r.fail(fmt::format("{}: tp rank {} of {}", rf.name, tp_rank, tp));
+  rf.part.tp = TpShape(tp, r.flag(f, "vocab_parallel"));
+  rf.part.tp_rank = tp_rank;
+  rf.part.stage = read_stage(r, f, rf.name, cfg);
+  if (tp > 1) {
+    try {
+      TpLayout{tp, 0, {}, nullptr, rf.part.tp.vocab}.validate(cfg);
+    } catch (const std::invalid_argument& e) {
+      r.fail(fmt::format("{}: tp {}: {}", rf.name, tp, e.what()));
+    }
+  }
+  rf.part.ranges = read_ranges(r, f, rf.name, param_count(cfg, rf.part.tp, rf.part.stage));
+  std::vector<GlobalRun> runs = global_runs(cfg, rf.part, true);
+  if (run_floats(runs) != rf.floats) {
+    r.fail(fmt::format("{}: \"floats\" is {}, its ranges hold {}", rf.name, rf.floats, run_floats(runs)));
+  }
+  if (rf.bytes != file_header_bytes(run_id) + 3 * sizeof(float) * rf.floats + sizeof(uint64_t)) {
+    r.fail(fmt::format("{}: \"bytes\" is {}, its ranges take {}", rf.name, rf.bytes,
+                       file_header_bytes(run_id) + 3 * sizeof(float) * rf.floats + sizeof(uint64_t)));
+  }
+  return {std::move(rf), std::move(runs)};
+}
+
+// The tensor holding float x of the whole model, for a refusal's message.
+std::string tensor_at(const std::vector<ParamInfo>& infos, size_t x) {
+  auto it = std::upper_bound(infos.begin(), infos.end(), x, [](size_t v, const ParamInfo& i) { return v < i.offset; });
+  return it == infos.begin() ? std::string("?") : std::prev(it)->name;
+}
+
+// The rank file at `p`: there, a plain file of the size the manifest
+// records, opened for reading.
+int open_rank_file(const fs::path& p, uint64_t bytes) {
+  struct stat sb {};
+  if (::lstat(p.c_str(), &sb) != 0) {
+    throw std::invalid_argument(fmt::format("{}: missing rank file of the sharded checkpoint", p.string()));
+  }
+  if (!S_ISREG(sb.st_mode)) throw std::invalid_argument(fmt::format("{}: is {}", p.string(), file_kind(sb.st_mode)));
+  if (static_cast<uint64_t>(sb.st_size) != bytes) {
+    throw std::invalid_argument(fmt::format("{}: {} bytes, but the manifest says {}", p.string(), sb.st_size, bytes));
+  }
+  const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw std::invalid_argument(fmt::format("{}: cannot open: {}", p.string(), std::strerror(errno)));
+  return fd;
+}
+
+// The header of rank file `f` (open as fd, at `p`) must be this checkpoint's.
+void check_rank_header(int fd, const fs::path& p, const RankFile& f, const std::string& run_id, int64_t step) {
+  std::string head(file_header_bytes(run_id), '\0');
+  read_at(fd, head.data(), head.size(), 0, p);
+  if (head != rank_header(f.rank, step, f.floats, run_id)) {
+    const bool magic = head.compare(0, 8, std::string(kRankMagic, 8)) == 0;
+    throw std::invalid_argument(fmt::format(
+        "{}: {}", p.string(),
+        !magic ? "not a rank file of a sharded checkpoint (no GPT2SHRD magic)"
+               : fmt::format("its header is not this checkpoint's (run {}, step {}, rank {}, {} floats): a rank "
+                             "file of another run or save", run_id, step, f.rank, f.floats)));
+  }
+}
+
 }  // namespace
 
 ShardedCheckpoint::ShardedCheckpoint(const fs::path& dir) : dir_(dir) {
@@ -303,166 +478,65 @@ ShardedCheckpoint::ShardedCheckpoint(const fs::path& dir) : dir_(dir) {
   if (r.num(m, "version") != 1) r.fail(fmt::format("version {}, this program reads version 1", r.num(m, "version")));
   run_id_ = r.text(m, "run_id");
   step_ = static_cast<int64_t>(r.num(m, "step"));
-  // The header and the vocabulary: the configuration, tokenizer and counters.
-  KeyValues head;
-  const Json& hj = r.at(m, "header");
-  if (!hj.is_object()) r.fail("\"header\" is not an object");
-  for (const auto& [k, v] : hj.items()) {
-    if (!v.is_string()) r.fail(fmt::format("header entry \"{}\" is not text", k));
-    head.emplace_back(k, v.get<std::string>());
-  }
-  const Json& vj = r.at(m, "vocabulary");
-  const fs::path vpath = dir / kVocabularyFile;
-  if (r.text(vj, "file") != kVocabularyFile) r.fail("\"vocabulary\" names another file");
-  const std::string vocab = read_small(vpath);
-  if (vocab.size() != r.num(vj, "bytes") || fnv1a64(vocab.data(), vocab.size()) != r.hex(vj, "fnv1a64")) {
-    throw std::invalid_argument(fmt::format("{}: corrupted sharded checkpoint: size or checksum differs from the manifest's",
-                                            vpath.string()));
-  }
-  try {
-    header_ = checkpoint_from_header(std::move(head), true, vocab, mpath.string());
-  } catch (const std::runtime_error& e) {
-    throw std::invalid_argument(e.what());
-  }
+  header_ = read_header(r, m, dir, mpath);
   const Gpt2Config& cfg = header_.config;
   if (const std::string* id = header_.find("run.id"); id == nullptr || *id != run_id_) r.fail("the header's run.id differs from \"run_id\"");
   if (header_.training->steps_done != step_) r.fail("the header's state.steps_done differs from \"step\"");
   const size_t N = param_count(cfg);
   if (r.num(m, "params") != N) r.fail(fmt::format("\"params\" is {}, the configuration has {}", r.num(m, "params"), N));
-  // The tensors must be the configuration's.
   ParamTensors scratch;
   const std::vector<ParamInfo> infos = layout(cfg, scratch);
-  const Json& tj = r.at(m, "tensors");
-  if (!tj.is_array() || tj.size() != infos.size()) r.fail(fmt::format("\"tensors\" does not list the model's {} tensors", infos.size()));
-  for (size_t i = 0; i < infos.size(); ++i) {
-    const Json& t = tj[i];
-    if (r.text(t, "name") != infos[i].name || r.at(t, "shape") != Json(infos[i].shape) || r.num(t, "offset") != infos[i].offset) {
-      r.fail(fmt::format("tensor {} is {} {} at {}, the configuration has {} {} at {}", i, field_text(t, "name"),
-                         field_text(t, "shape"), field_text(t, "offset"), infos[i].name, Json(infos[i].shape).dump(),
-                         infos[i].offset));
-    }
-  }
+  check_tensors(r, m, infos);
   // The files: each one's part, ranges and size, then the runs over all of them.
   const Json& fj = r.at(m, "files");
   if (!fj.is_array() || fj.empty()) r.fail("\"files\" lists no rank file");
   for (const Json& f : fj) {
-    RankFile rf;
-    rf.name = r.text(f, "file");
-    rf.rank = r.integer(f, "rank");
-    if (rf.name != rank_file_name(rf.rank) || rf.rank != static_cast<int>(files_.size())) {
-      r.fail(fmt::format("file \"{}\" of rank {}: expected {}", rf.name, rf.rank, rank_file_name(static_cast<int>(files_.size()))));
-    }
-    rf.bytes = r.num(f, "bytes");
-    rf.checksum = r.hex(f, "fnv1a64x4");
-    rf.floats = r.num(f, "floats");
-    const int tp = r.integer(f, "tp"), tp_rank = r.integer(f, "tp_rank");
-    if (tp < 1 || tp_rank < 0 || tp_rank >= tp) r.fail(fmt::format("{}: tp rank {} of {}", rf.name, tp_rank, tp));
-    rf.part.tp = TpShape(tp, r.flag(f, "vocab_parallel"));
-    rf.part.tp_rank = tp_rank;
-    const Json& sj = r.at(f, "stage");
-    rf.part.stage = {r.integer(sj, "first"), r.integer(sj, "last"), r.flag(sj, "embed"), r.flag(sj, "head"), {}};
-    const StageLayers& st = rf.part.stage;
-    if (st.first < 0 || st.first >= cfg.L || (st.last >= 0 && (st.last <= st.first || st.last > cfg.L))) {
-      r.fail(fmt::format("{}: stage layers [{}, {}) of a {}-layer model", rf.name, st.first, st.last, cfg.L));
-    }
-    if (sj.contains("more")) {  // virtual stages' further chunks, each above the one before
-      int below = st.last;
-      for (const Json& s : sj.at("more")) {
-        const bool pair = s.is_array() && s.size() == 2 && s[0].is_number_integer() && s[1].is_number_integer();
-        const int a = pair ? s[0].get<int>() : -1, b = pair ? s[1].get<int>() : -1;
-        if (!pair || a < below || b <= a || b > cfg.L) {
-          r.fail(fmt::format("{}: stage chunk {} of a {}-layer model above layer {}", rf.name, s.dump(), cfg.L, below));
-        }
-        rf.part.stage.more.push_back({a, b});
-        below = b;
-      }
-    }
-    if (tp > 1) {
-      try {
-        TpLayout{tp, 0, {}, nullptr, rf.part.tp.vocab}.validate(cfg);
-      } catch (const std::invalid_argument& e) {
-        r.fail(fmt::format("{}: tp {}: {}", rf.name, tp, e.what()));
-      }
-    }
-    const size_t part_n = param_count(cfg, rf.part.tp, st);
-    const Json& rj = r.at(f, "ranges");
-    if (!rj.is_array()) r.fail(fmt::format("{}: \"ranges\" is not a list", rf.name));
-    size_t prev = 0;
-    for (const Json& x : rj) {
-      if (!x.is_array() || x.size() != 2 || !x[0].is_number_unsigned() || !x[1].is_number_unsigned()) {
-        r.fail(fmt::format("{}: a range is not [lo, hi]", rf.name));
-      }
-      const size_t lo = x[0].get<size_t>(), hi = x[1].get<size_t>();
-      if (lo < prev || hi <= lo || hi > part_n) {
-        r.fail(fmt::format("{}: range [{}, {}) is out of order, empty or past its part's {} floats", rf.name, lo, hi, part_n));
-      }
-      rf.part.ranges.push_back({lo, hi, 0});
-      prev = hi;
-    }
-    const std::vector<GlobalRun> runs = global_runs(cfg, rf.part, true);
-    if (run_floats(runs) != rf.floats) {
-      r.fail(fmt::format("{}: \"floats\" is {}, its ranges hold {}", rf.name, rf.floats, run_floats(runs)));
-    }
-    if (rf.bytes != file_header_bytes(run_id_) + 3 * sizeof(float) * rf.floats + sizeof(uint64_t)) {
-      r.fail(fmt::format("{}: \"bytes\" is {}, its ranges take {}", rf.name, rf.bytes,
-                         file_header_bytes(run_id_) + 3 * sizeof(float) * rf.floats + sizeof(uint64_t)));
-    }
+    FileEntry e = read_file_entry(r, f, static_cast<int>(files_.size()), cfg, run_id_);
     size_t pos = 0;
-    for (const GlobalRun& g : runs) {
+    for (const GlobalRun& g : e.runs) {
       runs_.push_back({g.full, g.count, files_.size(), pos});
       pos += g.count;
     }
-    files_.push_back(std::move(rf));
+    files_.push_back(std::move(e.file));
   }
-  // Exactly once: sorted by where they start, each run must begin where the one before ended.
   std::sort(runs_.begin(), runs_.end(), [](const Run& a, const Run& b) { return a.full < b.full; });
-  auto tensor_at = [&](size_t x) {
-    auto it = std::upper_bound(infos.begin(), infos.end(), x, [](size_t v, const ParamInfo& i) { return v < i.offset; });
-    return it == infos.begin() ? std::string("?") : std::prev(it)->name;
-  };
+  if (const std::string problem = coverage_problem(infos, N); !problem.empty()) r.fail(problem);
+  open_rank_files();
+}
+
+std::string ShardedCheckpoint::coverage_problem(const std::vector<ParamInfo>& infos, size_t n) const {
+  // Exactly once: sorted by where they start, each run must begin where the one before ended.
   size_t next = 0;
   for (size_t i = 0; i < runs_.size(); ++i) {
     const Run& run = runs_[i];
     if (run.full > next) {
-      r.fail(fmt::format("no file holds floats [{}, {}) (tensor {}): the ranges leave a gap", next, run.full, tensor_at(next)));
+      return fmt::format("no file holds floats [{}, {}) (tensor {}): the ranges leave a gap", next, run.full,
+                         tensor_at(infos, next));
     }
     if (run.full < next) {
       const Run& before = *std::find_if(runs_.begin(), runs_.begin() + static_cast<std::ptrdiff_t>(i), [&](const Run& b) {
         return b.full + b.count > run.full;
       });
-      r.fail(fmt::format("{} and {} both hold float {} (tensor {}): the ranges overlap", files_[before.file].name,
-                         files_[run.file].name, run.full, tensor_at(run.full)));
+      return fmt::format("{} and {} both hold float {} (tensor {}): the ranges overlap", files_[before.file].name,
+                         files_[run.file].name, run.full, tensor_at(infos, run.full));
     }
     next = run.full + run.count;
   }
-  if (next != N) r.fail(fmt::format("no file holds floats [{}, {}) (tensor {}): the ranges leave a gap", next, N, tensor_at(next)));
-  // Each file: there, of the size recorded, and its header this checkpoint's.
+  if (next != n) {
+    return fmt::format("no file holds floats [{}, {}) (tensor {}): the ranges leave a gap", next, n,
+                       tensor_at(infos, next));
+  }
+  return "";
+}
+
+void ShardedCheckpoint::open_rank_files() {
   // A refusal closes the files opened so far (no destructor runs for an
   // object whose constructor threw).
   try {
     for (const RankFile& f : files_) {
-      const fs::path p = dir / f.name;
-      struct stat sb {};
-      if (::lstat(p.c_str(), &sb) != 0) {
-        throw std::invalid_argument(fmt::format("{}: missing rank file of the sharded checkpoint", p.string()));
-      }
-      if (!S_ISREG(sb.st_mode)) throw std::invalid_argument(fmt::format("{}: is {}", p.string(), file_kind(sb.st_mode)));
-      if (static_cast<uint64_t>(sb.st_size) != f.bytes) {
-        throw std::invalid_argument(fmt::format("{}: {} bytes, but the manifest says {}", p.string(), sb.st_size, f.bytes));
-      }
-      const int fd = ::open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd < 0) throw std::invalid_argument(fmt::format("{}: cannot open: {}", p.string(), std::strerror(errno)));
-      fds_.push_back(fd);
-      std::string head(file_header_bytes(run_id_), '\0');
-      read_at(fd, head.data(), head.size(), 0, p);
-      if (head != rank_header(f.rank, step_, f.floats, run_id_)) {
-        const bool magic = head.compare(0, 8, std::string(kRankMagic, 8)) == 0;
-        throw std::invalid_argument(fmt::format(
-            "{}: {}", p.string(),
-            !magic ? "not a rank file of a sharded checkpoint (no GPT2SHRD magic)"
-                   : fmt::format("its header is not this checkpoint's (run {}, step {}, rank {}, {} floats): a rank "
-                                 "file of another run or save", run_id_, step_, f.rank, f.floats)));
-      }
+      const fs::path p = dir_ / f.name;
+      fds_.push_back(open_rank_file(p, f.bytes));
+      check_rank_header(fds_.back(), p, f, run_id_, step_);
     }
   } catch (...) {
     for (int fd : fds_) ::close(fd);

@@ -157,6 +157,11 @@ class ShardedCheckpoint {
   std::vector<Run> runs_;  // every file's runs, by `full`: they tile the model
   std::vector<int> fds_;   // the rank files, open for reading
   uint64_t header_bytes() const;
+  // Where runs_ (sorted) do not tile the model's n floats exactly once: the
+  // first gap or overlap, naming its tensor; "" where they do.
+  std::string coverage_problem(const std::vector<ParamInfo>& infos, size_t n) const;
+  // Each file: there, of the size recorded, and its header this checkpoint's.
+  void open_rank_files();
 };
 
 // Collective: every rank opens `dir` (ShardedCheckpoint's checks), then the

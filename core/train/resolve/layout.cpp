@@ -385,80 +385,102 @@ std::string RunLayout::describe() const {
                      tp, pp, rows);
 }
 
-std::vector<std::string> RunLayout::notes(const LayoutFacts& f) const {
-  const RunConfig& c = config;
-  const StepLayout& sl = step;
-  std::vector<std::string> out;
-  if (tp > 1) {
-    const TpShape shape{tp, c.parallel.vocab_parallel};
-    out.push_back(fmt::format("layout: data parallel {} x tensor parallel {} (groups of consecutive ranks); blocks {}{}{}",
-                              dp, tp, f.tp_blocks,
-                              f.tp_private ? " (spd/parallel blocks: another function than the standard model)" : "",
-                              shape.vocab ? fmt::format("; embedding, head and loss sharded by vocabulary rows ({} "
-                                                        "of {} a rank)", shape.vocab_rows(f.model.V), f.model.V)
-                                          : ""));
-  }
-  out.push_back(describe());
-  if (cp > 1) {
-    out.push_back(fmt::format("context parallel: groups of {} ranks; rank r holds chunks r and {} - r of every row "
-                              "(train.seq_len {} in {} chunks of {}); {}", cp, 2 * cp - 1, c.train.seq_len, 2 * cp,
-                              steps.train.seq_len,
-                              sl.deterministic()
-                                  ? fmt::format("attention over every rank's keys and values, all-gathered; each "
-                                                "chunk's gradient finished over the cp group, then the {} replicas' "
-                                                "tree (train.sequence_pieces)", dp)
-                                  : fmt::format("attention by a ring of key/value blocks; the gradient summed over "
-                                                "dp x cp = {} ranks", dp * cp)));
-  }
-  out.push_back(sl.describe());
-  if (sl.deterministic()) {
-    out.push_back(fmt::format("deterministic: {} canonical chunks of {} rows, each run alone and added in one tree{} "
-                              "(docs/determinism.md)", sl.chunks, c.train.batch_size / sl.chunks,
-                              tp > 1 ? fmt::format("; {} canonical pieces of the dimensions tensor parallelism cuts",
+namespace {
+
+// Tensor parallelism: the groups, the blocks and any vocabulary cut.
+std::string tp_note(const RunLayout& l, const LayoutFacts& f) {
+  const TpShape shape{l.tp, l.config.parallel.vocab_parallel};
+  return fmt::format("layout: data parallel {} x tensor parallel {} (groups of consecutive ranks); blocks {}{}{}", l.dp,
+                     l.tp, f.tp_blocks,
+                     f.tp_private ? " (spd/parallel blocks: another function than the standard model)" : "",
+                     shape.vocab ? fmt::format("; embedding, head and loss sharded by vocabulary rows ({} "
+                                               "of {} a rank)", shape.vocab_rows(f.model.V), f.model.V)
+                                 : "");
+}
+
+// Context parallelism: which chunks a rank holds, and how attention and the gradient cross the group.
+std::string cp_note(const RunLayout& l) {
+  const RunConfig& c = l.config;
+  const int dp = l.dp, cp = l.cp;
+  return fmt::format("context parallel: groups of {} ranks; rank r holds chunks r and {} - r of every row "
+                     "(train.seq_len {} in {} chunks of {}); {}", cp, 2 * cp - 1, c.train.seq_len, 2 * cp,
+                     l.steps.train.seq_len,
+                     l.step.deterministic()
+                         ? fmt::format("attention over every rank's keys and values, all-gathered; each "
+                                       "chunk's gradient finished over the cp group, then the {} replicas' "
+                                       "tree (train.sequence_pieces)", dp)
+                         : fmt::format("attention by a ring of key/value blocks; the gradient summed over "
+                                       "dp x cp = {} ranks", dp * cp));
+}
+
+// train.deterministic's order: the canonical chunks, and the sequence pieces where there are any.
+void add_deterministic_notes(const RunLayout& l, const LayoutFacts& f, std::vector<std::string>& out) {
+  const RunConfig& c = l.config;
+  const StepLayout& sl = l.step;
+  out.push_back(fmt::format("deterministic: {} canonical chunks of {} rows, each run alone and added in one tree{} "
+                            "(docs/determinism.md)", sl.chunks, c.train.batch_size / sl.chunks,
+                            l.tp > 1 ? fmt::format("; {} canonical pieces of the dimensions tensor parallelism cuts",
                                                    f.tp_pieces)
                                      : ""));
-    const int S = c.train.sequence_pieces;
-    if (S > 1) {
-      out.push_back(fmt::format("sequence pieces: each row of {} tokens in {} pieces of {}, every sum over tokens a "
-                                "tree over their {} pairs{}", c.train.seq_len, S, c.train.seq_len / S, S / 2,
-                                cp > 1 ? fmt::format(", {} on each context-parallel rank, finished over the group; the "
+  const int S = c.train.sequence_pieces;
+  if (S > 1) {
+    out.push_back(fmt::format("sequence pieces: each row of {} tokens in {} pieces of {}, every sum over tokens a "
+                              "tree over their {} pairs{}", c.train.seq_len, S, c.train.seq_len / S, S / 2,
+                              l.cp > 1 ? fmt::format(", {} on each context-parallel rank, finished over the group; the "
                                                      "attention over every rank's keys and values, all-gathered",
-                                                     S / (2 * cp))
+                                                     S / (2 * l.cp))
                                        : ""));
-    }
   }
-  if (sl.pipelined()) {
-    std::string stages;
-    for (int s = 0; s < pp; ++s) {
-      const StageLayers l = stage_split.held(s);
-      stages += fmt::format("{}{}[{}, {})", s ? ", " : "", s, l.first, l.last);
-      for (const LayerSpan& more : l.more) stages += fmt::format("+[{}, {})", more.first, more.last);
-    }
-    // Each stage's counted cost (train/schedule/stage_split.h), relative to the costliest: how balanced the split is.
-    const std::vector<double> costs = stage_split_costs(stage_split.counts, stage_costs(f.model, sl.arena_rows,
-                                                                                        steps.train.seq_len));
-    const double top = *std::max_element(costs.begin(), costs.end());
-    std::string shares;
-    for (double k : costs) shares += fmt::format("{}{:.2f}", shares.empty() ? "" : ", ", k / top);
-    const int v = stage_split.chunks();
-    out.push_back(fmt::format("pipeline: {} stages{} (layers {}{}; counted cost against the costliest {}), {} "
-                              "microbatches of {} rows, schedule {}", pp,
-                              v > 1 ? fmt::format(" of {} chunks{}", v, stage_split.v_shape ? " in the V shape" : "")
-                                    : "",
-                              stages,
-                              c.parallel.stage_layers.empty() ? "" : ", parallel.stage_layers", shares,
-                              sl.microbatches, sl.arena_rows, to_string(sl.schedule)));
-    if (stage_split.v_shape) {
-      const PassTimes& t = stage_split.passes;
-      out.push_back(fmt::format("zb-v: the lists built for a chunk's F : B : W = {:.2f} : {:.2f} : {:.2f} ({})",
-                                t.forward, t.input, t.weight,
-                                c.parallel.pass_times.empty() ? "counted by the op table" : "parallel.pass_times"));
-    }
+}
+
+// "0[0, 6), 1[6, 12)": each stage's layers, its further chunks after a "+".
+std::string stage_layers_text(const StageSplit& split, int pp) {
+  std::string stages;
+  for (int s = 0; s < pp; ++s) {
+    const StageLayers l = split.held(s);
+    stages += fmt::format("{}{}[{}, {})", s ? ", " : "", s, l.first, l.last);
+    for (const LayerSpan& more : l.more) stages += fmt::format("+[{}, {})", more.first, more.last);
   }
+  return stages;
+}
+
+// The pipeline: its stages and their layers, how balanced the split is, its microbatches and schedule; under
+// zb-v the pass times the lists were built for.
+void add_pipeline_notes(const RunLayout& l, const LayoutFacts& f, std::vector<std::string>& out) {
+  const RunConfig& c = l.config;
+  const StepLayout& sl = l.step;
+  const StageSplit& stage_split = l.stage_split;
+  const std::string stages = stage_layers_text(stage_split, l.pp);
+  // Each stage's counted cost (train/schedule/stage_split.h), relative to the costliest: how balanced the split is.
+  const std::vector<double> costs = stage_split_costs(stage_split.counts, stage_costs(f.model, sl.arena_rows,
+                                                                                      l.steps.train.seq_len));
+  const double top = *std::max_element(costs.begin(), costs.end());
+  std::string shares;
+  for (double k : costs) shares += fmt::format("{}{:.2f}", shares.empty() ? "" : ", ", k / top);
+  const int v = stage_split.chunks();
+  out.push_back(fmt::format("pipeline: {} stages{} (layers {}{}; counted cost against the costliest {}), {} "
+                            "microbatches of {} rows, schedule {}", l.pp,
+                            v > 1 ? fmt::format(" of {} chunks{}", v, stage_split.v_shape ? " in the V shape" : "")
+                                  : "",
+                            stages,
+                            c.parallel.stage_layers.empty() ? "" : ", parallel.stage_layers", shares,
+                            sl.microbatches, sl.arena_rows, to_string(sl.schedule)));
+  if (stage_split.v_shape) {
+    const PassTimes& t = stage_split.passes;
+    out.push_back(fmt::format("zb-v: the lists built for a chunk's F : B : W = {:.2f} : {:.2f} : {:.2f} ({})",
+                              t.forward, t.input, t.weight,
+                              c.parallel.pass_times.empty() ? "counted by the op table" : "parallel.pass_times"));
+  }
+}
+
+// ZeRO: what is sharded over how many ranks, or that parallel.zero has nothing to shard over.
+void add_zero_note(const RunLayout& l, const LayoutFacts& f, std::vector<std::string>& out) {
+  const RunConfig& c = l.config;
+  const StepLayout& sl = l.step;
   const int zero = sl.zero.stage;
   if (sl.grad_sum == GradSum::kContiguousShards) {
     out.push_back(fmt::format("ZeRO-{}: Adam moments sharded over {} data-parallel ranks ({} of {} parameters here){}",
-                              zero, dp, f.shard_params, f.params,
+                              zero, l.dp, f.shard_params, f.params,
                               zero != 2            ? ""
                               : sl.deterministic() ? "; the deterministic tree adds whole gradients over its chunks, "
                                                      "so stage 2 keeps stage 1's memory"
@@ -466,12 +488,26 @@ std::vector<std::string> RunLayout::notes(const LayoutFacts& f) const {
                                                      "over its microbatches, so stage 2 keeps stage 1's memory"));
   } else if (sl.grad_sum == GradSum::kUnitShards) {
     out.push_back(fmt::format("ZeRO-{}: {} sharded over {} data-parallel ranks ({} of {} parameters here, in {} units)",
-                              zero, zero == 2 ? "moments and gradients" : "moments, gradients and parameters", dp,
+                              zero, zero == 2 ? "moments and gradients" : "moments, gradients and parameters", l.dp,
                               f.shard_params, f.params, f.shard_units));
   } else if (c.parallel.zero_stage() > 0) {
     out.push_back(fmt::format("parallel.zero {} does nothing with one data-parallel rank: nothing to shard over",
                               c.parallel.zero_stage()));
   }
+}
+
+}  // namespace
+
+std::vector<std::string> RunLayout::notes(const LayoutFacts& f) const {
+  const RunConfig& c = config;
+  std::vector<std::string> out;
+  if (tp > 1) out.push_back(tp_note(*this, f));
+  out.push_back(describe());
+  if (cp > 1) out.push_back(cp_note(*this));
+  out.push_back(step.describe());
+  if (step.deterministic()) add_deterministic_notes(*this, f, out);
+  if (step.pipelined()) add_pipeline_notes(*this, f, out);
+  add_zero_note(*this, f, out);
   if (c.train.micro_batch > 0) {  // one quantity, two keys: the alias as resolve_micro_batch read it
     out.push_back(fmt::format("train.micro_batch {} read as parallel.microbatches {}: {} micro-steps of {} rows per "
                               "replica", c.train.micro_batch, c.parallel.microbatches, c.parallel.microbatches,

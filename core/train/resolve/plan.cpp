@@ -124,6 +124,109 @@ RankMemory plan_memory(const RankShape& r) {
 }
 
 
+// What a rank's tensor-parallel sums are counted over (tp_traffic).
+struct TpCounts {
+  bool det = false;     // train.deterministic: every sum a tree_sum
+  uint64_t C = 0;       // channels
+  uint64_t m = 0;       // the microbatches (or canonical chunks) of the rank's step
+  uint64_t N = 0;       // the replica's rows x seq_len over all microbatches
+  uint64_t rounds = 0;  // log2(tp): a tree_sum's send_recv calls
+};
+
+TpCounts tp_counts(const RankShape& r) {
+  TpCounts k;
+  k.det = r.step.deterministic();
+  k.C = static_cast<uint64_t>(r.cfg.C);
+  k.m = static_cast<uint64_t>(r.step.step == StepKind::kChunks ? r.step.chunks / r.dp : r.step.microbatches);
+  k.N = static_cast<uint64_t>(r.rows) * static_cast<uint64_t>(r.c.train.seq_len);
+  for (int bit = 1; bit < r.tp.size; bit <<= 1) ++k.rounds;
+  return k;
+}
+
+// The vocabulary cut's sums: the embedding's on the first stage (two under
+// context parallelism), the loss's statistics and the head's input gradient
+// on the last.
+void vocab_traffic(const RankShape& r, const TpCounts& k, uint64_t& calls, uint64_t& bytes) {
+  const uint64_t C = k.C, m = k.m, N = k.N;
+  const uint64_t P = static_cast<uint64_t>(r.tp.size);
+  if (r.layers.embed) {  // context parallelism embeds its head and tail chunks apart: two sums of half each
+    calls += m * (r.c.parallel.cp > 1 ? 2 : 1);
+    bytes += N * C * sizeof(float);
+  }
+  if (r.layers.head) {
+    calls += 2 * m;
+    bytes += ((P + 1) * N + N * C) * sizeof(float);
+  }
+}
+
+// Sequence parallelism (pre-norm tp blocks): per layer 2 all-gathers and 2 reduce-scatters of N x C forward;
+// backward 4 all-gathers (2 output gradients, the 2 norms' outputs again) and 2 reduce-scatters, and one sum of
+// the norms' 4 x C gradients; the head gathers the final norm's output (N x C) and sums its 2 x C gradients;
+// the embedding's backward gathers its N x C gradient. Each gather and scatter counts its whole buffer, as an
+// allreduce does. Recomputation runs each layer's forward again in the backward, but the stage's last.
+// Under train.deterministic each reduce-scatter is a tree's (log2(tp) send_recv calls, level k sending and
+// receiving N x C / 2^k floats), the norms' sums are gone, and each norm's backward (the final one's too)
+// gathers its output gradient (the layers'), its input and its statistics (N floats each, 1 or 2).
+// The split backward (zb-h1) gathers 2 more per layer: B its two output gradients, W those and the norms' outputs.
+// With bf16 stored activations the norms' outputs are gathered as bf16 (2 bytes an element), the rest as floats.
+void sequence_parallel_traffic(const RankShape& r, const TpCounts& k, uint64_t& calls, uint64_t& bytes) {
+  const uint64_t C = k.C, m = k.m, N = k.N;
+  const uint64_t layers = static_cast<uint64_t>(r.layers.last - r.layers.first);
+  const uint64_t again = r.step.recompute_full ? layers - 1 : 0;
+  const uint64_t split = r.step.split_backward ? layers * 2 : 0;
+  const uint64_t f = sizeof(float), ln = dtype_bytes(r.step.stored);
+  calls += split * m;
+  bytes += split * N * C * f;
+  if (!k.det) {
+    calls += (layers * 11 + again * 4) * m;
+    bytes += layers * ((6 * N * C + 4 * C * m) * f + 4 * N * C * ln) + again * 2 * N * C * (f + ln);
+    if (r.layers.head) {
+      calls += 2 * m;
+      bytes += N * C * ln + 2 * C * m * f;
+    }
+  } else {
+    const uint64_t stats = r.cfg.rms() ? 1 : 2;
+    uint64_t scatter = 0;  // one tree reduce-scatter's bytes, over the chunks
+    for (uint64_t i = 1; i <= k.rounds; ++i) scatter += 2 * ((N * C) >> i) * f;
+    calls += (layers * (6 + 2 * (2 + stats) + 4 * k.rounds) + again * (2 + 2 * k.rounds)) * m;
+    bytes += layers * (10 * N * C * f + 2 * stats * N * f + 4 * scatter) + again * (2 * N * C * f + 2 * scatter);
+    if (r.layers.head) {
+      calls += (2 + stats) * m;
+      bytes += (2 * N * C + stats * N) * f;
+    }
+  }
+  if (r.layers.embed) {
+    calls += m;
+    bytes += N * C * f;
+  }
+}
+
+// Without sequence parallelism: each `tp` layer's 4 sums a microbatch (6
+// recomputed), each private run's 2; under det each sum a tree_sum.
+void layer_traffic(const RankShape& r, const TpCounts& k, uint64_t& calls, uint64_t& bytes) {
+  const uint64_t C = k.C, m = k.m, N = k.N;
+  // A sum of `floats` floats: an allreduce, or under det a tree_sum.
+  const uint64_t per_call = k.det ? k.rounds : 1, per_float = k.det ? 2 * k.rounds * sizeof(float) : sizeof(float);
+  for (int c = 0; c < r.layers.chunks(); ++c) {  // each chunk's layers (virtual stages: several a rank)
+    const StageLayers chunk = r.layers.chunk(c, r.cfg.L);
+    for (int l = chunk.first; l < chunk.last;) {
+      if (!r.tp.is_private(l)) {
+        // Recomputation runs the layer's forward again in the backward (its two sums), but the chunk's last.
+        const uint64_t again = r.step.recompute_full && l != chunk.last - 1 ? 2 : 0;
+        calls += (4 + again) * m * per_call;
+        bytes += (4 + again) * N * C * per_float;
+        ++l;
+        continue;
+      }
+      int run = 1;
+      while (!r.tp.ends_run(l + run - 1)) ++run;
+      calls += 2 * m;
+      bytes += (2 * N * C + 6 * C * static_cast<uint64_t>(run) * m) * sizeof(float);
+      l += run;
+    }
+  }
+}
+
 // The tensor-parallel sums of a step (docs/tensor_parallel.md,
 // "Communication"), N = the replica's rows x seq_len over all microbatches:
 // per `tp` layer 4 per microbatch (2 forward, 2 backward) of N x C floats
@@ -139,87 +242,14 @@ RankMemory plan_memory(const RankShape& r) {
 GroupTraffic tp_traffic(const RankShape& r) {
   GroupTraffic t;
   if (r.tp.size == 1) return t;
-  const bool det = r.step.deterministic();
-  const uint64_t C = static_cast<uint64_t>(r.cfg.C);
-  const uint64_t m = static_cast<uint64_t>(r.step.step == StepKind::kChunks ? r.step.chunks / r.dp
-                                                                            : r.step.microbatches);
-  const uint64_t N = static_cast<uint64_t>(r.rows) * static_cast<uint64_t>(r.c.train.seq_len);
-  uint64_t rounds = 0;
-  for (int bit = 1; bit < r.tp.size; bit <<= 1) ++rounds;
-  // A sum of `floats` floats: an allreduce, or under det a tree_sum.
-  const uint64_t per_call = det ? rounds : 1, per_float = det ? 2 * rounds * sizeof(float) : sizeof(float);
+  const TpCounts k = tp_counts(r);
   uint64_t calls = 1;
-  t.bytes = det ? ExactSquares::kFloats * sizeof(float) : sizeof(double);
-  if (r.tp.shape().vocab) {
-    const uint64_t P = static_cast<uint64_t>(r.tp.size);
-    if (r.layers.embed) {  // context parallelism embeds its head and tail chunks apart: two sums of half each
-      calls += m * (r.c.parallel.cp > 1 ? 2 : 1);
-      t.bytes += N * C * sizeof(float);
-    }
-    if (r.layers.head) {
-      calls += 2 * m;
-      t.bytes += ((P + 1) * N + N * C) * sizeof(float);
-    }
-  }
+  t.bytes = k.det ? ExactSquares::kFloats * sizeof(float) : sizeof(double);
+  if (r.tp.shape().vocab) vocab_traffic(r, k, calls, t.bytes);
   if (r.step.sequence_parallel) {
-    // Sequence parallelism (pre-norm tp blocks): per layer 2 all-gathers and 2 reduce-scatters of N x C forward;
-    // backward 4 all-gathers (2 output gradients, the 2 norms' outputs again) and 2 reduce-scatters, and one sum of
-    // the norms' 4 x C gradients; the head gathers the final norm's output (N x C) and sums its 2 x C gradients;
-    // the embedding's backward gathers its N x C gradient. Each gather and scatter counts its whole buffer, as an
-    // allreduce does. Recomputation runs each layer's forward again in the backward, but the stage's last.
-    // Under train.deterministic each reduce-scatter is a tree's (log2(tp) send_recv calls, level k sending and
-    // receiving N x C / 2^k floats), the norms' sums are gone, and each norm's backward (the final one's too)
-    // gathers its output gradient (the layers'), its input and its statistics (N floats each, 1 or 2).
-    // The split backward (zb-h1) gathers 2 more per layer: B its two output gradients, W those and the norms' outputs.
-    // With bf16 stored activations the norms' outputs are gathered as bf16 (2 bytes an element), the rest as floats.
-    const uint64_t layers = static_cast<uint64_t>(r.layers.last - r.layers.first);
-    const uint64_t again = r.step.recompute_full ? layers - 1 : 0;
-    const uint64_t split = r.step.split_backward ? layers * 2 : 0;
-    const uint64_t f = sizeof(float), ln = dtype_bytes(r.step.stored);
-    calls += split * m;
-    t.bytes += split * N * C * f;
-    if (!det) {
-      calls += (layers * 11 + again * 4) * m;
-      t.bytes += layers * ((6 * N * C + 4 * C * m) * f + 4 * N * C * ln) + again * 2 * N * C * (f + ln);
-      if (r.layers.head) {
-        calls += 2 * m;
-        t.bytes += N * C * ln + 2 * C * m * f;
-      }
-    } else {
-      const uint64_t stats = r.cfg.rms() ? 1 : 2;
-      uint64_t scatter = 0;  // one tree reduce-scatter's bytes, over the chunks
-      for (uint64_t k = 1; k <= rounds; ++k) scatter += 2 * ((N * C) >> k) * f;
-      calls += (layers * (6 + 2 * (2 + stats) + 4 * rounds) + again * (2 + 2 * rounds)) * m;
-      t.bytes += layers * (10 * N * C * f + 2 * stats * N * f + 4 * scatter) + again * (2 * N * C * f + 2 * scatter);
-      if (r.layers.head) {
-        calls += (2 + stats) * m;
-        t.bytes += (2 * N * C + stats * N) * f;
-      }
-    }
-    if (r.layers.embed) {
-      calls += m;
-      t.bytes += N * C * f;
-    }
-    t.calls = calls;
-    return t;
-  }
-  for (int c = 0; c < r.layers.chunks(); ++c) {  // each chunk's layers (virtual stages: several a rank)
-    const StageLayers chunk = r.layers.chunk(c, r.cfg.L);
-    for (int l = chunk.first; l < chunk.last;) {
-      if (!r.tp.is_private(l)) {
-        // Recomputation runs the layer's forward again in the backward (its two sums), but the chunk's last.
-        const uint64_t again = r.step.recompute_full && l != chunk.last - 1 ? 2 : 0;
-        calls += (4 + again) * m * per_call;
-        t.bytes += (4 + again) * N * C * per_float;
-        ++l;
-        continue;
-      }
-      int k = 1;
-      while (!r.tp.ends_run(l + k - 1)) ++k;
-      calls += 2 * m;
-      t.bytes += (2 * N * C + 6 * C * static_cast<uint64_t>(k) * m) * sizeof(float);
-      l += k;
-    }
+    sequence_parallel_traffic(r, k, calls, t.bytes);
+  } else {
+    layer_traffic(r, k, calls, t.bytes);
   }
   t.calls = calls;
   return t;
