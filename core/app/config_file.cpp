@@ -25,10 +25,8 @@ void load_yaml(RunConfig& c, const std::string& path) {
   for (const auto& sec : root) {
     const std::string name = sec.first.as<std::string>();
     const std::string at = fmt::format("{}:{}", path, sec.first.Mark().line + 1);
-    if (const std::string* why = fields.retired(name + ".")) {
-      throw std::invalid_argument(fmt::format("{}: section '{}' is no longer a setting: {}", at, name, *why));
-    }
-    if (std::find(sections.begin(), sections.end(), name) == sections.end()) {
+    const bool retired = fields.retired(name + ".") != nullptr;  // its keys are refused (or ignored) one by one
+    if (!retired && std::find(sections.begin(), sections.end(), name) == sections.end()) {
       const std::string hint = closest_key(name, sections);
       throw std::invalid_argument(fmt::format("{}: unknown section '{}'{}", at, name,
                                               hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));

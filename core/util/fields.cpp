@@ -189,19 +189,32 @@ bool Fields::is_flag(const std::string& key) const {
   return f && f->type == "bool";
 }
 
-void Fields::retire(const std::string& key_or_section, const std::string& why) {
-  retired_.emplace_back(key_or_section, why);
+void Fields::retire(const std::string& key_or_section, const std::string& why,
+                    std::vector<std::pair<std::string, double>> inert) {
+  retired_.push_back({key_or_section, why, std::move(inert)});
 }
 
 const std::string* Fields::retired(const std::string& key) const {
-  for (const auto& [k, why] : retired_) {
-    if (key == k || (k.ends_with('.') && key.starts_with(k))) return &why;
+  for (const Retired& r : retired_) {
+    if (key == r.key || (r.key.ends_with('.') && key.starts_with(r.key))) return &r.why;
   }
   return nullptr;
 }
 
 void Fields::set(const std::string& key, const std::string& text, const std::string& where) const {
   if (const std::string* why = retired(key)) {
+    for (const Retired& r : retired_) {
+      for (const auto& [k, value] : r.inert) {
+        size_t used = 0;
+        double x = 0;
+        try {
+          x = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (k == key && used == text.size() && used > 0 && x == value) return;  // its old default: no effect
+      }
+    }
     throw std::invalid_argument(fmt::format("{}: '{}' is no longer a setting: {}", where, excerpt(key), *why));
   }
   if (const Field* f = find(key)) {

@@ -65,8 +65,12 @@ class Fields {
   }
 
   // A key (or every key of a section, "debug.") that is no longer a setting:
-  // set() and the command line refuse it with `why` (what replaces it).
-  void retire(const std::string& key_or_section, const std::string& why);
+  // set() and the command line refuse it with `why` (what replaces it),
+  // except at the value it had by default (`inert`: key -> that number),
+  // which set() ignores, so that a configuration an older version resolved
+  // and wrote (a run's config.yaml) still reads.
+  void retire(const std::string& key_or_section, const std::string& why,
+              std::vector<std::pair<std::string, double>> inert = {});
   // The reason `key` is retired, or nullptr.
   const std::string* retired(const std::string& key) const;
 
@@ -91,7 +95,11 @@ class Fields {
 
  private:
   std::vector<Field> list_;
-  std::vector<std::pair<std::string, std::string>> retired_;  // (key or "section.", why)
+  struct Retired {
+    std::string key, why;
+    std::vector<std::pair<std::string, double>> inert;
+  };
+  std::vector<Retired> retired_;
 };
 
 // Closest known key to `key` by edit distance, or "" if none is close. A key
