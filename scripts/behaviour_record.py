@@ -51,7 +51,7 @@ LAYOUTS = [
     ("serial bf16", 1, ["--train.precision", "bf16"]),
     ("serial deterministic, 2 threads", 1, ["--train.deterministic", "true", "--train.threads", "2"]),
     ("serial recompute full", 1, ["--train.recompute", "full"]),
-    ("serial accumulation of 4 micro-steps", 1, ["--train.micro_batch", "2"]),
+    ("serial accumulation of 4 micro-steps", 1, ["--parallel.microbatches", "4"]),
     ("dp 2 with buckets", 2, ["--train.grad_bucket_mb", "0.05"]),
     ("ZeRO-1 on dp 2", 2, ["--parallel.zero", "1"]),
     ("ZeRO-2 on dp 2", 2, ["--parallel.zero", "2"]),

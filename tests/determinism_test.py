@@ -74,10 +74,10 @@ def main():
     same("deterministic: dp 2 gives serial's bits", ref, train("det_dp2", det, 1, ranks=2))
     same("deterministic: dp 4 gives serial's bits", ref, train("det_dp4", det, 1, ranks=4))
     same("deterministic: dp 2 at 2 threads each gives serial's bits", ref, train("det_dp2_t2", det, 2, ranks=2))
-    same("deterministic: accumulation of 4 micro-steps (train.micro_batch 2) gives serial's bits",
-         ref, train("det_acc4", [*det, "--train.micro_batch", "2"], 2))
-    same("deterministic: dp 2 with accumulation (train.micro_batch 2) and recomputation gives serial's bits",
-         ref, train("det_dp2_acc", [*det, "--train.micro_batch", "2", "--train.recompute", "full"], 1, ranks=2))
+    same("deterministic: accumulation of 4 micro-steps of 2 rows gives serial's bits",
+         ref, train("det_acc4", [*det, "--parallel.microbatches", "4"], 2))
+    same("deterministic: dp 2 with accumulation (2 micro-steps of 2 rows) and recomputation gives serial's bits",
+         ref, train("det_dp2_acc", [*det, "--parallel.microbatches", "2", "--train.recompute", "full"], 1, ranks=2))
     same("deterministic: dp 2 with accumulation spelt parallel.microbatches 2 gives serial's bits",
          ref, train("det_dp2_mbs", [*det, "--parallel.microbatches", "2"], 1, ranks=2))
     for n in (2, 4):
@@ -95,7 +95,7 @@ def main():
         plan_agrees(check, programs, f"deterministic ZeRO-{z} dp {n}", n, [*det, "--parallel.zero", str(z)],
                     out(f"det_zero{z}" if n == 2 else f"det_zero{z}_dp{n}"))
     same("deterministic: ZeRO-2 on dp 2 with accumulation and recomputation gives serial's bits",
-         ref, train("det_zero2_acc", [*det, "--parallel.zero", "2", "--train.micro_batch", "2",
+         ref, train("det_zero2_acc", [*det, "--parallel.zero", "2", "--parallel.microbatches", "2",
                                       "--train.recompute", "full"], 1, ranks=2))
     # Pipelines: the microbatches are the replica's canonical chunks; each
     # microbatch's backward (B and W apart under zb-h1) writes its own buffer,
@@ -240,8 +240,8 @@ def main():
     error("3 data-parallel ranks are refused, naming the allowed counts", 3, [], "use 1, 2 or 4 ranks")
     error("bf16 under tensor parallelism is refused", 2, ["--train.precision", "bf16", "--parallel.tp", "2"],
           "runs tensor parallelism in fp32 so far")
-    error("a micro-step of part of a chunk is refused, naming the allowed sizes", 1, ["--train.micro_batch", "1"],
-          "use train.micro_batch a multiple of 2 that divides 8")
+    error("a micro-step of part of a chunk is refused, naming the allowed counts", 1, ["--parallel.microbatches", "8"],
+          "use parallel.microbatches dividing 4")
     error("more microbatches than a rank's rows are refused by the layout's own check", 4,
           ["--parallel.microbatches", "4"], "parallel.microbatches")
     r = run([a.serial, "plan", *det, "--stage", "cuda"])

@@ -59,22 +59,23 @@ def main():
          ["--parallel.pp", "2", "--parallel.microbatches", "2", "--parallel.schedule", "zb-h1",
           "--parallel.zero", "true"]),
     ]
-    # Gradient accumulation (train.micro_batch): the pipeline's microbatches on one stage.
+    # Gradient accumulation: the pipeline's microbatches (parallel.microbatches) on one stage.
     layouts += [
-        ("accumulation: train.micro_batch 2 on dp 1 (4 micro-steps)", 1, "acc1", ["--train.micro_batch", "2"]),
-        ("accumulation: train.micro_batch 2 on dp 2 (2 micro-steps a replica)", 2, "acc2", ["--train.micro_batch", "2"]),
+        ("accumulation: 4 micro-steps of 2 rows on dp 1", 1, "acc1", ["--parallel.microbatches", "4"]),
+        ("accumulation: 2 micro-steps of 2 rows a replica on dp 2", 2, "acc2", ["--parallel.microbatches", "2"]),
         ("dp 2 without accumulation (the reference of the count below)", 2, "dp2", []),
         ("accumulation with a bucketed gradient sum on dp 2 (the buckets go during the last micro-step)", 2, "acc2b",
-         ["--train.micro_batch", "2", "--train.grad_bucket_mb", "0.01"]),
+         ["--parallel.microbatches", "2", "--train.grad_bucket_mb", "0.01"]),
     ]
     layouts_equal_serial(check, programs, common, layouts, out)
     if os.path.isdir(out("acc2")) and os.path.isdir(out("dp2")):
         counts = [{(s["dp_calls"], s["dp_bytes"]) for s in records(out(d), "step")} for d in ("acc2", "dp2")]
         check("accumulation on dp 2: the data-parallel calls and bytes of a step are one step's (not one per "
               "micro-step)", counts[0] == counts[1] and len(counts[0]) == 1, str(counts))
-    r = mpi(2, [*common, "--train.steps", "1", "--train.micro_batch", "3", "--out", out("acc_bad")])
-    check("a micro_batch that does not divide a replica's rows is one clear error",
-          r.returncode == 2 and "train.micro_batch 3 does not divide the 4 rows" in r.stderr, r.stderr.strip()[-300:])
+    r = mpi(2, [*common, "--train.steps", "1", "--train.micro_batch", "2", "--out", out("acc_bad")])
+    check("train.micro_batch, the second accumulation key, is refused naming parallel.microbatches",
+          r.returncode == 2 and "no longer a setting" in r.stderr and "parallel.microbatches R / N" in r.stderr,
+          r.stderr.strip()[-300:])
 
     # ---- Three stages over an uneven split (5 layers: 2, 2, 1): every stage holds
     # other arena counts under 1f1b (3, 2, 1), and the per-step gathers must agree ----

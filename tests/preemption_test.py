@@ -348,12 +348,12 @@ def mid_step(check, a, env, out, base):
     # far faster too.
     # (the long_step_s test hook, in the signalled run: it decides where a stop may happen, not the arithmetic).
     auto_long = {"long_step_s": 0.01}
-    cases = [("serial, 16 micro-steps of 4 rows, always", [a.serial, "train"], ["--train.micro_batch", "4", *always],
-              False, True),
+    cases = [("serial, 16 micro-steps of 4 rows, always", [a.serial, "train"],
+              ["--parallel.microbatches", "16", *always], False, True),
              ("dp 2, 8 micro-steps of 4 rows, always, SIGTERM to one rank", mpi2,
-              ["--train.micro_batch", "4", *always], False, True),
+              ["--parallel.microbatches", "8", *always], False, True),
              ("serial, train.deterministic, 4 chunks of 16 rows, auto after a long step", [a.serial, "train"],
-              ["--train.micro_batch", "16", "--train.deterministic", "true"], True, True, auto_long),
+              ["--parallel.microbatches", "4", "--train.deterministic", "true"], True, True, auto_long),
              ("pp 2, 1f1b, 4 microbatches, train.deterministic, always, SIGTERM to one stage", mpi2,
               ["--parallel.pp", "2", "--parallel.microbatches", "4", "--train.deterministic", "true", *always],
               True, True),
@@ -364,7 +364,7 @@ def mid_step(check, a, env, out, base):
               ["--parallel.zero", "3", "--train.deterministic", "true", *always, "--train.checkpoint_format",
                "sharded", "--train.async_checkpoint", "true", "--train.checkpoint_every", "1"], True, True),
              ("dp 2, 8 micro-steps of 4 rows, auto (steps under 5 s: at the step's end)", mpi2,
-              ["--train.micro_batch", "4"], False, False)]
+              ["--parallel.microbatches", "8"], False, False)]
     for k, (title, cmd, extra, exact, abandons, *hooks) in enumerate(cases):
         ref = out(f"mid_step_ref_{k}")
         r = subprocess.run([*cmd, *args, *extra, "--out", ref], capture_output=True, text=True, env=env, timeout=300)

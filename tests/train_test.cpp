@@ -619,7 +619,7 @@ TEST(StepLayout, EachLayoutByHand) {
 // refusals the plan and the run give, from this one place.
 TEST(RunLayout, TheGridTheRowsAndTheRefusals) {
   RunConfig c = tiny_plan_config(2, {});
-  c.train.micro_batch = 1;  // resolved into the replica's microbatch count
+  c.parallel.microbatches = 2;  // accumulation: 2 micro-steps of the replica's 2 rows
   const RunLayout r = resolve_run(c, 4, "mpi");
   EXPECT_EQ(std::tuple(r.dp, r.tp, r.pp, r.rows), std::tuple(2, 2, 1, 2));
   EXPECT_EQ(r.config.parallel.microbatches, 2);

@@ -4,7 +4,7 @@
   * interleaved-1f1b and zb-v on pp 2 (4 layers: 4 chunks of one) and pp 4 (8 layers), each with 2 chunks a
     rank, train the serial configuration for 10 steps: every step's loss and the validation losses within 1e-5
     relative, every final weight within 1e-5 absolute; so do dp 2 x pp 2 with ZeRO-1 and without
-    (interleaved), interleaved with full recomputation, zb-v with its microbatches from train.micro_batch, and
+    (interleaved), interleaved with full recomputation, zb-v with 4 microbatches of 2 rows, and
     tp 2 x pp 2 (zb-v). For each, the plan equals the counts: every rank's memory by kind (the chunks' arenas)
     and rank 0's calls and bytes per group in every step (zb-v's turn on the last rank is a copy, no message).
   * Under train.deterministic both schedules on pp 2 and 4 give serial's parameters,
@@ -51,8 +51,8 @@ def main():
          ["--parallel.pp", "2", "--parallel.microbatches", "2", "--parallel.zero", "1", *il]),
         ("dp 2 x pp 2 x 2 chunks, m 2, interleaved-1f1b (the gradient's allreduce after the step)", 4, "dp2il_ar",
          ["--parallel.pp", "2", "--parallel.microbatches", "2", *il]),
-        ("pp 2 x 2 chunks, zb-v, microbatches from train.micro_batch 2 (m 4)", 2, "zbv2_micro",
-         ["--parallel.pp", "2", "--train.micro_batch", "2", *zbv]),
+        ("pp 2 x 2 chunks, zb-v, 4 microbatches of 2 rows", 2, "zbv2_micro",
+         ["--parallel.pp", "2", "--parallel.microbatches", "4", *zbv]),
         ("pp 2 x 2 chunks, m 4, interleaved-1f1b with full recomputation", 2, "il2_recompute",
          ["--parallel.pp", "2", "--parallel.microbatches", "4", *il, "--train.recompute", "full"]),
         ("tp 2 x pp 2 x 2 chunks, m 4, zb-v", 4, "tp2zbv",

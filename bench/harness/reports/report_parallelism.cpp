@@ -229,23 +229,25 @@ void stage_means(RunView& v) {
 }
 
 // The train keys that choose how a step is computed, not what: threads,
-// microbatches, recomputation, the summation order, the products'
-// provider, checkpoints and records.
+// microbatches (train.micro_batch, retired, in older results' files),
+// recomputation, the summation order, the products' provider, checkpoints
+// and records.
 constexpr std::array<std::string_view, 15> kHowKeys = {
     "threads", "micro_batch", "recompute", "deterministic", "gemm", "gemm_choices", "grad_bucket_mb",
     "stop_within_step", "layer_grad_norms", "peak_gflops", "checkpoint_every", "save_checkpoint",
     "keep_checkpoints", "checkpoint_format", "async_checkpoint"};
 
 // What a run's losses depend on: its resolved configuration (the run
-// folder's config.yaml, as the stage wrote it) without the parallel section
-// and kHowKeys; "" where the folder has none (older results).
+// folder's config.yaml, as the stage wrote it) without the parallel section,
+// the debug section older files hold (test hooks now) and kHowKeys; "" where
+// the folder has none (older results).
 std::string loss_identity(const fs::path& dir) {
   std::ifstream f(dir / "config.yaml");
   std::string out, line;
   bool parallel = false, train = false;
   while (std::getline(f, line)) {
     if (!line.empty() && line[0] != ' ') {
-      parallel = line.rfind("parallel:", 0) == 0;
+      parallel = line.rfind("parallel:", 0) == 0 || line.rfind("debug:", 0) == 0;
       train = line.rfind("train:", 0) == 0;
     }
     const bool how = train && std::any_of(kHowKeys.begin(), kHowKeys.end(), [&](std::string_view k) {

@@ -59,7 +59,6 @@ inline bool splits_backward(ScheduleKind k) { return k == ScheduleKind::kZbH1 ||
 
 struct TrainConfig {
   int batch_size = 16;          // global batch rows
-  int micro_batch = 0;          // rows of one forward/backward on a rank; 0: all its rows (no accumulation)
   int seq_len = 256;
   int steps = 50;               // optimizer steps (the original's "epochs")
   uint64_t seed = 1337;         // initial weights (Philox) and random windows
@@ -95,9 +94,6 @@ struct TrainConfig {
   template <typename F>
   void visit_fields(F&& f) {
     f("batch_size", batch_size, "global batch rows per step");
-    f("micro_batch", micro_batch,
-      "rows of one forward and backward on a rank (gradient accumulation: the rank's rows / micro_batch "
-      "micro-steps per optimizer step, the pipeline's microbatches without stages); 0 = all its rows");
     f("seq_len", seq_len, "tokens per row, <= model.block_size");
     f("steps", steps, "optimizer steps (the original's 'epochs': one global batch each)");
     f("seed", seed, "seed of the weights (Philox) and of random windows");
@@ -161,8 +157,8 @@ struct TrainConfig {
       "after backward");
     f("stop_within_step", stop_within_step,
       "where a stop signal (SIGTERM, SIGINT, SIGUSR1) is agreed besides the step's end: auto | always | never. "
-      "auto: between the micro-steps of a step where every rank runs the same ones (train.micro_batch "
-      "accumulation, train.deterministic's chunks, ZeRO-2/3's units; no pipeline stages), once a step has taken "
+      "auto: between the micro-steps of a step where every rank runs the same ones (parallel.microbatches "
+      "accumulation without stages, train.deterministic's chunks, ZeRO-2/3's units; no pipeline stages), once a step has taken "
       "more than 5 s; "
       "always: also in short steps, and between a pipeline's actions where no message is in flight (the stages "
       "then wait for each other there: measured 20-70% slower pipeline steps); never: at the step's end only");
@@ -230,7 +226,8 @@ struct ParallelConfig {
       "model.n_layer; ranks = data-parallel size x tp x pp");
     f("microbatches", microbatches,
       "microbatches per step (m): each data-parallel replica's rows are cut into m equal parts whose gradients "
-      "accumulate; divides the replica's rows");
+      "accumulate (gradient accumulation: with one pipeline stage, m micro-steps of rows / m rows each per "
+      "optimizer step); divides the replica's rows");
     f("schedule", schedule,
       "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (warm-up, one forward one backward, "
       "cool-down), zb-h1 (1f1b with each backward split into B and W, W delayed into the bubbles), "

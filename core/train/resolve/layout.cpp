@@ -34,27 +34,6 @@ std::string to_string(GradSum g) {
   return "?";
 }
 
-RunConfig resolve_micro_batch(const RunConfig& c, int ranks) {
-  const int mb = c.train.micro_batch, grid = c.parallel.tp * c.parallel.pp * c.parallel.cp;
-  if (mb == 0 || grid < 1 || ranks % grid != 0 || c.train.batch_size % (ranks / grid) != 0) return c;
-  const int dp = ranks / grid, rows = c.train.batch_size / dp;
-  if (rows % mb != 0) {
-    throw std::invalid_argument(fmt::format(
-        "train.micro_batch {} does not divide the {} rows of each data-parallel replica (train.batch_size {} / {} "
-        "replicas)", mb, rows, c.train.batch_size, dp));
-  }
-  const int m = rows / mb;
-  if (c.parallel.microbatches != 1 && c.parallel.microbatches != m) {
-    throw std::invalid_argument(fmt::format(
-        "train.micro_batch {} makes {} micro-steps of the {} rows of each replica, but parallel.microbatches is {}; "
-        "give one of them", mb, m, rows, c.parallel.microbatches));
-  }
-  RunConfig r = c;
-  r.parallel.microbatches = m;
-  validate(r);  // what accumulation turns on (a schedule of m > 1) must suit the rest of the layout
-  return r;
-}
-
 int replica_rows(const RunConfig& c, int ranks, int tp, int pp) {
   const int cp = c.parallel.cp;
   check_grid(ranks, tp, pp, cp);
@@ -153,15 +132,15 @@ void check_deterministic(const RunConfig& c, int ranks, const std::string& stage
     }
     return;
   }
-  // Accumulation, spelt either way (resolve_micro_batch makes one the other): a
-  // rank runs its rows chunk by chunk anyway, so a micro-step of whole chunks is the same.
+  // Accumulation (parallel.microbatches on one stage): a rank runs its rows chunk by
+  // chunk anyway, so a micro-step of whole chunks is the same.
   const int rows = c.train.batch_size / dp;
   const int mbs = std::max(1, c.parallel.microbatches);
-  if (c.train.micro_batch == 0 && rows % mbs != 0) return;  // the layout's own check names this (replica_rows)
-  const int micro = c.train.micro_batch != 0 ? c.train.micro_batch : rows / mbs;
-  if (micro <= 0 || micro % chunk != 0 || rows % micro != 0) {
+  if (rows % mbs != 0) return;  // the layout's own check names this (replica_rows)
+  const int micro = rows / mbs;
+  if (micro <= 0 || micro % chunk != 0) {
     refuse(fmt::format("a micro-step of {} rows is not a whole number of the {}-row canonical chunks; use "
-                       "train.micro_batch a multiple of {} that divides {}", micro, chunk, chunk, rows));
+                       "parallel.microbatches dividing {} (the replica's chunks)", micro, chunk, rows / chunk));
   }
 }
 
@@ -344,7 +323,7 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
   if (ranks < 1) throw std::invalid_argument(fmt::format("--ranks: must be >= 1, got {}", ranks));
   validate(given);
   RunLayout r;
-  r.config = resolve_micro_batch(given, ranks);
+  r.config = given;
   const RunConfig& c = r.config;
   const bool multi = stage_is_multi_process(stage);
   if (!multi && ranks > 1) {
@@ -508,11 +487,6 @@ std::vector<std::string> RunLayout::notes(const LayoutFacts& f) const {
   if (step.deterministic()) add_deterministic_notes(*this, f, out);
   if (step.pipelined()) add_pipeline_notes(*this, f, out);
   add_zero_note(*this, f, out);
-  if (c.train.micro_batch > 0) {  // one quantity, two keys: the alias as resolve_micro_batch read it
-    out.push_back(fmt::format("train.micro_batch {} read as parallel.microbatches {}: {} micro-steps of {} rows per "
-                              "replica", c.train.micro_batch, c.parallel.microbatches, c.parallel.microbatches,
-                              c.train.micro_batch));
-  }
   if (c.parallel.vocab_parallel && tp == 1) {
     out.push_back("parallel.vocab_parallel does nothing with parallel.tp 1: the embedding and head stay whole");
   }

@@ -26,14 +26,6 @@
 
 namespace gpt2 {
 
-// `c` with train.micro_batch turned into parallel.microbatches for a job of
-// `ranks` ranks: the replica's rows / micro_batch micro-steps (gradient
-// accumulation is the pipeline's microbatches on one stage: one mechanism).
-// Throws std::invalid_argument naming train.micro_batch when it does not
-// divide the rows, or disagrees with a parallel.microbatches also given; a
-// grid that does not divide the ranks is left for replica_rows to refuse.
-RunConfig resolve_micro_batch(const RunConfig& c, int ranks);
-
 // This replica's rows of every global batch over `ranks` = dp x tp x pp;
 // throws std::invalid_argument naming the key when the grid, the batch or
 // parallel.microbatches does not divide (what a run and its plan refuse).
@@ -184,7 +176,7 @@ struct CheckpointSink {
 // formats it per rank, the run (run_train) builds from it, and the run's
 // log prints describe().
 struct RunLayout {
-  RunConfig config;  // resolved: train.micro_batch made the replica's microbatch count (resolve_micro_batch)
+  RunConfig config;  // as given, checked
   std::string stage;
   int ranks = 1, dp = 1, tp = 1, pp = 1, cp = 1;
   int rows = 0;  // of the global batch, per data-parallel replica (what its loader reads)
@@ -241,7 +233,7 @@ StateSource resolve_source(const RunConfig& c, const std::string& resume);
 // checks with it.
 StageSplit resolve_stage_split(const RunConfig& c);
 
-// `c` resolved (resolve_micro_batch) and valid for `dp` replicas of `rows`
+// `c` valid for `dp` replicas of `rows`
 // rows each; `stored`: the stored activations' type on this stage
 // (stored_dtype_on, or what the backend accepts).
 StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored);
