@@ -182,8 +182,7 @@ int run(int argc, char** argv) {
       layout.pieces = deterministic_pieces(cfg, 1, *e.be);
       e.model = std::make_unique<Gpt2>(cfg, host_memory(), layout);
       e.model->init_weights(1);
-      e.arena = std::make_unique<ActivationArena>(cfg, B, T, host_memory(), TpLayout{}, StageLayers{}, false,
-                                                  false, stored);
+      e.arena = std::make_unique<ActivationArena>(cfg, ArenaSpec(B, T).with_stored(stored));
       UpdateScope scope;
       scope.exact_norm = o.deterministic;
       e.opt = std::make_unique<Optimizer>(OptimizerConfig::original(), e.model->num_params(), host_memory(), scope);

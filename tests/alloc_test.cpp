@@ -67,7 +67,7 @@ namespace {
 
 TEST(NoAllocation, TrainingStepAllocatesNothing) {
   for (int threads : {1, 2}) {
-    auto be = make_cpu_backend(threads, false, false, 0, GemmChoice::kOpenblas);
+    auto be = make_cpu_backend(BackendOptions::with_threads(threads).with_gemm(GemmChoice::kOpenblas));
     Gpt2 model(preset("small"));
     model.init_weights(3);
     const int B = 4, T = 32;

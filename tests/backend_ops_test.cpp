@@ -62,7 +62,8 @@ class BackendOpsBf16 : public ::testing::TestWithParam<std::tuple<ops::OpShape, 
 
 TEST_P(BackendOpsBf16, EveryBf16OpMatchesTheReference) {
   const auto& [shape, threads] = GetParam();
-  std::unique_ptr<Backend> be = threads == 0 ? make_reference_backend() : make_cpu_backend(threads, true);
+  std::unique_ptr<Backend> be =
+      threads == 0 ? make_reference_backend() : make_cpu_backend(BackendOptions::with_threads(threads).with_bf16(true));
   testing::check_every_bf16_op(*be, threads == 0 ? "reference" : "cpu-bf16/t" + std::to_string(threads), shape);
 }
 
@@ -83,7 +84,7 @@ TEST(BackendOpsBf16, StoredOperandsAreBf16AndOthersRefuseThem) {
   EXPECT_EQ(ops::op_table(ops::Dtype::bf16).size(), 23u);  // with the ring blocks: 4 rows, and .gqa
   for (const ops::OpSpec& spec : ops::op_table(ops::Dtype::bf16)) EXPECT_EQ(spec.dtype, ops::Dtype::bf16) << spec.name();
   EXPECT_FALSE(make_cpu_backend(1)->accepts_bf16());
-  EXPECT_TRUE(make_cpu_backend(1, true)->accepts_bf16());
+  EXPECT_TRUE(make_cpu_backend(BackendOptions::with_threads(1).with_bf16(true))->accepts_bf16());
   std::unique_ptr<Backend> fp32 = make_cpu_backend(1);
   for (const char* name : {"matmul_forward.bf16", "matmul_backward.bf16"}) {
     auto c = ops::op_spec(name).make(s, host_memory());
@@ -110,7 +111,8 @@ TEST(BackendOpsBf16, StoredOperandsAreBf16AndOthersRefuseThem) {
 // here, or onednn forced).
 TEST(BackendOps, DeterministicBackendGivesTheSameBitsAtAnyThreadCount) {
   for (GemmChoice gemm : {GemmChoice::kAuto, GemmChoice::kOnednn}) {
-    auto t1 = make_cpu_backend(1, false, true, 0, gemm), t2 = make_cpu_backend(2, false, true, 0, gemm);
+    auto t1 = make_cpu_backend(BackendOptions::with_threads(1).with_deterministic(true).with_gemm(gemm)),
+         t2 = make_cpu_backend(BackendOptions::with_threads(2).with_deterministic(true).with_gemm(gemm));
     const std::string label = "cpu-deterministic/gemm " + to_string(gemm);
     // And 1,152 rows: more than one row of the fixed 1024-row tiles.
     std::vector<ops::OpShape> shapes = testing::backend_ops_shapes();

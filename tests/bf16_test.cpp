@@ -164,7 +164,8 @@ TEST(Bf16Matmul, RefusesNoThreads) { EXPECT_THROW(cpu::Bf16Matmul(0), std::inval
 TEST(Bf16Backend, MatmulOpsWithinTheirBounds) {
   const int64_t N = 33, C = 40, OC = 70;
   const size_t n = N, c = C, oc = OC;
-  const std::unique_ptr<Backend> be = make_cpu_backend(2, true), fp32 = make_cpu_backend(2);
+  const std::unique_ptr<Backend> be = make_cpu_backend(BackendOptions::with_threads(2).with_bf16(true)),
+                                 fp32 = make_cpu_backend(2);
   EXPECT_NE(be->name().find("bf16"), std::string::npos) << be->name();
   std::vector<float> inp = testing::random_vec(n * c, 51), w = testing::random_vec(oc * c, 52),
                      bias = testing::random_vec(oc, 53), dout = testing::random_vec(n * oc, 54);
@@ -210,11 +211,12 @@ TEST(Bf16Backend, MatmulOpsWithinTheirBounds) {
 // arena (exact products of the stored bf16 values) agrees as closely.
 TEST(Bf16Backend, TrainingStaysWithinOnePercentOfFp32) {
   auto run = [](int kind, Dtype stored) {  // kind 0: CPU fp32, 1: CPU bf16 products, 2: reference
-    const std::unique_ptr<Backend> be = kind == 2 ? make_reference_backend() : make_cpu_backend(2, kind == 1);
+    const std::unique_ptr<Backend> be =
+        kind == 2 ? make_reference_backend() : make_cpu_backend(BackendOptions::with_threads(2).with_bf16(kind == 1));
     Gpt2 model(preset("small"));
     model.init_weights(1234);
     const int B = 4, T = 32;
-    ActivationArena arena(model.config(), B, T, host_memory(), {}, {}, false, false, stored);
+    ActivationArena arena(model.config(), ArenaSpec(B, T).with_stored(stored));
     OptimizerConfig oc = OptimizerConfig::original();
     oc.lr = 1e-3;
     Optimizer opt(oc, model.num_params());

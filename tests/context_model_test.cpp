@@ -115,7 +115,7 @@ Result run(const Gpt2Config& cfg, const std::string& backend, int B, int T, int 
       model.init_weights(7);
       model.zero_grad();
       const int L = T / (2 * cp);
-      ActivationArena arena(model, 2 * B, L, false, false, Dtype::f32, false, ContextCut{cp, r, &group});
+      ActivationArena arena(model, ArenaSpec(2 * B, L).with_context(ContextCut{cp, r, &group}));
       std::vector<int32_t> cx(x.size() / static_cast<size_t>(cp)), cy(cx.size());
       context_rows(x.data(), cx.data(), B, T, cp, r, 1);
       context_rows(y.data(), cy.data(), B, T, cp, r, 1);

@@ -92,11 +92,10 @@ int run(const Args& a) {
   if (a.precision != "fp32" && a.precision != "bf16") {
     throw std::invalid_argument(fmt::format("--precision {}: expected fp32 or bf16", a.precision));
   }
-  auto be = make_cpu_backend(a.threads, a.precision == "bf16");
+  auto be = make_cpu_backend(BackendOptions::with_threads(a.threads).with_bf16(a.precision == "bf16"));
   Gpt2 model(cfg);
   model.init_weights(a.seed);
-  ActivationArena arena(cfg, B, T, host_memory(), {}, {}, false, false,
-                        a.precision == "bf16" ? Dtype::bf16 : Dtype::f32);
+  ActivationArena arena(cfg, ArenaSpec(B, T).with_stored(a.precision == "bf16" ? Dtype::bf16 : Dtype::f32));
   Optimizer opt(oc, model.num_params());
 
   std::mt19937 gen(static_cast<uint32_t>(a.seed));

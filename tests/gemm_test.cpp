@@ -330,8 +330,8 @@ class ProvidersAgree : public ::testing::TestWithParam<std::tuple<ops::OpShape, 
 
 TEST_P(ProvidersAgree, OnEveryOpOfTheTable) {
   const auto& [shape, threads] = GetParam();
-  auto blas = make_cpu_backend(threads, false, false, 0, GemmChoice::kOpenblas);
-  auto dnnl = make_cpu_backend(threads, false, false, 0, GemmChoice::kOnednn);
+  auto blas = make_cpu_backend(BackendOptions::with_threads(threads).with_gemm(GemmChoice::kOpenblas));
+  auto dnnl = make_cpu_backend(BackendOptions::with_threads(threads).with_gemm(GemmChoice::kOnednn));
   for (const ops::OpSpec& spec : ops::op_table()) {
     testing::check_op(*blas, "cpu/openblas/t" + std::to_string(threads), spec, shape);
     testing::check_op(*dnnl, "cpu/onednn/t" + std::to_string(threads), spec, shape);

@@ -38,7 +38,7 @@ namespace {
 using testing::random_vec;
 
 std::unique_ptr<Backend> pieces_backend(int threads, const SequencePieces& sp) {
-  return make_cpu_backend(threads, false, true, 0, GemmChoice::kAuto, {}, sp);
+  return make_cpu_backend(BackendOptions::with_threads(threads).with_deterministic(true).with_pieces(sp));
 }
 
 // Every op of the table on a pieces backend at the shapes whose T the pieces

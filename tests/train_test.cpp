@@ -781,7 +781,7 @@ TEST(Plan, ActivationBytesFollowTheFormula) {
   // The arena carves what it counts: the bf16 tensors say so, the rest are f32,
   // and every tensor, at its own element size, lies inside the buffer and
   // apart from the others.
-  ActivationArena bf(cfg, B, T, host_memory(), {}, {}, false, false, Dtype::bf16);
+  ActivationArena bf(cfg, ArenaSpec(B, T).with_stored(Dtype::bf16));
   EXPECT_EQ(bf.bytes(), arena_floats(cfg, B, T, 1, false, {}, false, false, Dtype::bf16) * sizeof(float));
   const LayerActivations& l0 = bf.acts().layers[0];
   const Activations& ba = bf.acts();

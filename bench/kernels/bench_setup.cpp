@@ -61,12 +61,20 @@ const std::vector<Variant>& bench_variants() {
       {"cpu", 2, [](int t) { return make_cpu_backend(t); }, {}, {}},
       // The CPU backend with each fp32 products' provider forced (train.gemm; kernels/cpu/gemm.h):
       // beside "cpu" (auto), which provider each kernel's products run faster with at each shape.
-      {"cpu-openblas", 1, [](int t) { return make_cpu_backend(t, false, false, 0, GemmChoice::kOpenblas); }, {}, {}},
-      {"cpu-openblas", 2, [](int t) { return make_cpu_backend(t, false, false, 0, GemmChoice::kOpenblas); }, {}, {}},
-      {"cpu-onednn", 1, [](int t) { return make_cpu_backend(t, false, false, 0, GemmChoice::kOnednn); }, {}, {}},
-      {"cpu-onednn", 2, [](int t) { return make_cpu_backend(t, false, false, 0, GemmChoice::kOnednn); }, {}, {}},
-      {"cpu-bf16", 1, [](int t) { return make_cpu_backend(t, true); }, {}, {}, true},
-      {"cpu-bf16", 2, [](int t) { return make_cpu_backend(t, true); }, {}, {}, true},
+      {"cpu-openblas", 1,
+       [](int t) { return make_cpu_backend(BackendOptions::with_threads(t).with_gemm(GemmChoice::kOpenblas)); },
+       {}, {}},
+      {"cpu-openblas", 2,
+       [](int t) { return make_cpu_backend(BackendOptions::with_threads(t).with_gemm(GemmChoice::kOpenblas)); },
+       {}, {}},
+      {"cpu-onednn", 1,
+       [](int t) { return make_cpu_backend(BackendOptions::with_threads(t).with_gemm(GemmChoice::kOnednn)); }, {}, {}},
+      {"cpu-onednn", 2,
+       [](int t) { return make_cpu_backend(BackendOptions::with_threads(t).with_gemm(GemmChoice::kOnednn)); }, {}, {}},
+      {"cpu-bf16", 1,
+       [](int t) { return make_cpu_backend(BackendOptions::with_threads(t).with_bf16(true)); }, {}, {}, true},
+      {"cpu-bf16", 2,
+       [](int t) { return make_cpu_backend(BackendOptions::with_threads(t).with_bf16(true)); }, {}, {}, true},
   };
   return variants;
 }

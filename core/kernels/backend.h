@@ -328,6 +328,17 @@ struct BackendOptions {
   GemmChoice gemm = GemmChoice::kAuto;  // train.gemm: the fp32 products' library (CPU)
   std::map<std::string, GemmChoice> gemm_pins;  // train.gemm_choices (read_gemm_choices): auto's choices pinned
   SequencePieces pieces;  // with deterministic: train.sequence_pieces (CPU; PieceOps)
+
+  // `threads` threads, every other option at its default; then the ones a test or tool sets.
+  static BackendOptions with_threads(int n) {
+    BackendOptions o;
+    o.threads = n;
+    return o;
+  }
+  BackendOptions& with_bf16(bool on) { bf16 = on; return *this; }
+  BackendOptions& with_deterministic(bool on) { deterministic = on; return *this; }
+  BackendOptions& with_gemm(GemmChoice g) { gemm = g; return *this; }
+  BackendOptions& with_pieces(const SequencePieces& p) { pieces = p; return *this; }
 };
 
 // A kind of backend as a stage program chooses it, once: how to make one,
@@ -371,9 +382,10 @@ std::unique_ptr<Backend> make_reference_backend();
 // `column_tile`: with deterministic, the width of the products' column tiles
 // (0: 256; CpuBackend).
 // `gemm`: the fp32 products' provider (train.gemm; kernels/cpu/gemm.h).
-std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products = false, bool deterministic = false,
-                                          int column_tile = 0, GemmChoice gemm = GemmChoice::kAuto,
-                                          const std::map<std::string, GemmChoice>& gemm_pins = {},
-                                          const SequencePieces& pieces = {});
+// The run's options as resolved (`o.tf32` and `o.device_hint` are the CUDA
+// stages' and do nothing here).
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o);
+// One with `threads` threads and every other option at its default (tests, tools).
+std::unique_ptr<Backend> make_cpu_backend(int threads);
 
 }  // namespace gpt2

@@ -139,16 +139,26 @@ size_t arena_floats(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, 
   return arena_kinds(cfg, B, T, tp, runs, stage, split, recompute, stored).total();
 }
 
-ActivationArena::ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory, const TpLayout& tp,
-                                 StageLayers stage, bool split_backward, bool recompute, Dtype stored)
+ActivationArena::ActivationArena(const Gpt2Config& cfg, const ArenaSpec& spec, Memory& memory, const TpLayout& tp,
+                                 StageLayers stage)
     : cfg_(cfg),
       tp_(tp.shape()),
       private_runs_(tp.has_private()),
       stage_(stage),
-      split_(split_backward),
-      recompute_(recompute),
-      stored_(stored) {
-  init(B, T, memory);
+      split_(spec.split_backward),
+      recompute_(spec.recompute),
+      stored_(spec.stored) {
+  cut_rows(spec);
+  init(spec.rows, spec.seq_len, memory);
+}
+
+void ActivationArena::cut_rows(const ArenaSpec& spec) {
+  tp_.sequence = spec.sequence_parallel && tp_.size > 1;
+  tp_.context = spec.context.size;
+  acts_.cp = spec.context;
+  if (spec.context.on() && spec.context.group == nullptr) {
+    throw std::invalid_argument("activations: context parallelism needs its group");
+  }
 }
 
 void ActivationArena::init(int B, int T, Memory& memory) {
@@ -175,20 +185,16 @@ void ActivationArena::init(int B, int T, Memory& memory) {
   }
 }
 
-ActivationArena::ActivationArena(const Gpt2& model, int B, int T, bool split_backward, bool recompute, Dtype stored,
-                                 bool sequence_parallel, const ContextCut& cp, const StageLayers* chunk)
+ActivationArena::ActivationArena(const Gpt2& model, const ArenaSpec& spec, const StageLayers* chunk)
     : cfg_(model.config()),
       tp_(model.tp().shape()),
       private_runs_(model.tp().has_private()),
       stage_(chunk != nullptr ? *chunk : model.stage()),
-      split_(split_backward),
-      recompute_(recompute),
-      stored_(stored) {
-  tp_.sequence = sequence_parallel && tp_.size > 1;
-  tp_.context = cp.size;
-  acts_.cp = cp;
-  if (cp.on() && cp.group == nullptr) throw std::invalid_argument("activations: context parallelism needs its group");
-  init(B, T, model.memory());
+      split_(spec.split_backward),
+      recompute_(spec.recompute),
+      stored_(spec.stored) {
+  cut_rows(spec);
+  init(spec.rows, spec.seq_len, model.memory());
 }
 
 void ActivationArena::reshape(int B, int T) {

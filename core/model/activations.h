@@ -133,22 +133,41 @@ struct ArenaKinds {
 ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, StageLayers stage, bool split,
                        bool recompute = false, Dtype stored = Dtype::f32);
 
+// What one activation arena holds, decided once with the run's layout
+// (issue 69; train/resolve/layout.h StepLayout::arena): its rows and
+// positions; the stored activations' dtype; recomputation (train.recompute
+// full: each layer keeps its input only); the backward split into B and W
+// (zb-h1, zb-v: the layers' d_* tensors carved); and the cuts of its rows:
+// Megatron's sequence parallelism over the tensor-parallel group
+// (TpShape::sequence; rows x seq_len must divide by the group) and context
+// parallelism's head and tail chunks (TpShape::context; rows must be even).
+struct ArenaSpec {
+  ArenaSpec(int rows_, int seq_len_) : rows(rows_), seq_len(seq_len_) {}
+  ArenaSpec& with_stored(Dtype d) { stored = d; return *this; }
+  ArenaSpec& with_context(const ContextCut& c) { context = c; return *this; }
+
+  int rows = 0;
+  int seq_len = 0;
+  Dtype stored = Dtype::f32;
+  bool recompute = false;
+  bool split_backward = false;
+  bool sequence_parallel = false;
+  ContextCut context;
+};
+
 // The arena of one pipeline stage (the whole model by default) holds that
-// stage's layers only, and the head's tensors on the last stage; with
-// `split_backward` also the layers' d_* tensors.
+// stage's layers only, and the head's tensors on the last stage.
 class ActivationArena {
  public:
-  ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory = host_memory(), const TpLayout& tp = {},
-                  StageLayers stage = {}, bool split_backward = false, bool recompute = false,
-                  Dtype stored = Dtype::f32);
+  ActivationArena(const Gpt2Config& cfg, const ArenaSpec& spec, Memory& memory = host_memory(),
+                  const TpLayout& tp = {}, StageLayers stage = {});
+  ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory = host_memory())
+      : ActivationArena(cfg, ArenaSpec(B, T), memory) {}
   // For `model`: its configuration, its tensor-parallel shard, its stage and its memory.
-  // `sequence_parallel`: TpShape::sequence, with more than one tensor-parallel rank; B*T must divide by them.
-  // `cp`: the arena's rows cut into this rank's head and tail chunks (TpShape::context); B must be even.
   // `chunk`: one chunk of the model's (StageLayers::chunk) when it holds
   // several (virtual stages); nullptr: the model's stage, which must be one chunk.
-  ActivationArena(const Gpt2& model, int B, int T, bool split_backward = false, bool recompute = false,
-                  Dtype stored = Dtype::f32, bool sequence_parallel = false, const ContextCut& cp = {},
-                  const StageLayers* chunk = nullptr);
+  ActivationArena(const Gpt2& model, const ArenaSpec& spec, const StageLayers* chunk = nullptr);
+  ActivationArena(const Gpt2& model, int B, int T) : ActivationArena(model, ArenaSpec(B, T)) {}
   ActivationArena(const ActivationArena&) = delete;
   ActivationArena& operator=(const ActivationArena&) = delete;
   Activations& acts() { return acts_; }
@@ -169,6 +188,7 @@ class ActivationArena {
   bool split_ = false;
   bool recompute_ = false;
   Dtype stored_ = Dtype::f32;
+  void cut_rows(const ArenaSpec& spec);  // the spec's sequence and context cuts into tp_ and acts_
   Buffer buf_;
   ArenaKinds kinds_;
   Activations acts_;

@@ -59,8 +59,7 @@ double bf16_ceiling_gflops(int threads, int n, int reps) {
 BackendKind cpu_backend_kind() {
   return BackendKind{"cpu",
                      [](const BackendOptions& o) {
-                       return make_cpu_backend(o.threads, o.bf16, o.deterministic, o.column_tile, o.gemm, o.gemm_pins,
-                                              o.pieces);
+                       return make_cpu_backend(o);
                      },
                      [](Backend& be, int ranks, int /*ranks_per_machine*/, int threads) {
                        // A backend with bf16 products is measured by its own products: the MFU of a

@@ -18,22 +18,25 @@
 
 namespace gpt2 {
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, bool bf16_products, bool deterministic, int column_tile,
-                                          GemmChoice gemm, const std::map<std::string, GemmChoice>& gemm_pins,
-                                          const SequencePieces& pieces) {
-  return std::make_unique<cpu::CpuBackend>(threads, bf16_products, deterministic, column_tile, gemm, gemm_pins,
-                                           pieces);
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& o) { return std::make_unique<cpu::CpuBackend>(o); }
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  BackendOptions o;
+  o.threads = threads;
+  return make_cpu_backend(o);
 }
 
 namespace cpu {
 
-CpuBackend::CpuBackend(int threads, bool bf16_products, bool deterministic, int column_tile, GemmChoice gemm,
-                       const std::map<std::string, GemmChoice>& gemm_pins, const SequencePieces& pieces)
-    : threads_(threads),
-      deterministic_(deterministic),
-      column_tile_(column_tile > 0 ? column_tile : 256),
-      pieces_(pieces),
-      gemm_(gemm, deterministic, std::max(threads, 1), gemm_pins) {
+CpuBackend::CpuBackend(const BackendOptions& o)
+    : threads_(o.threads),
+      deterministic_(o.deterministic),
+      column_tile_(o.column_tile > 0 ? o.column_tile : 256),
+      pieces_(o.pieces),
+      gemm_(o.gemm, o.deterministic, std::max(o.threads, 1), o.gemm_pins) {
+  const int threads = o.threads, column_tile = o.column_tile;
+  const bool deterministic = o.deterministic, bf16_products = o.bf16;
+  const SequencePieces& pieces = o.pieces;
   if (threads < 1) throw std::invalid_argument(fmt::format("threads must be >= 1, got {}", threads));
   if (column_tile < 0) throw std::invalid_argument(fmt::format("column tile must be >= 0, got {}", column_tile));
   if (pieces.on()) {  // the configuration checked these (train/resolve/layout.h); a backend made by hand is checked here

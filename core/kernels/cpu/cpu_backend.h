@@ -20,6 +20,7 @@ namespace gpt2::cpu {
 
 class CpuBackend final : public Backend, public TreeProducts, public PieceOps {
  public:
+  // From the run's BackendOptions (kernels/backend.h; `tf32` and `device_hint` are the CUDA stages'):
   // `bf16`: matrix products with bf16 inputs through oneDNN (make_cpu_backend).
   // `deterministic`: train.deterministic; every result the same bits at any
   // thread count (the norms' and sum_squares' sums in a fixed order, the
@@ -31,9 +32,7 @@ class CpuBackend final : public Backend, public TreeProducts, public PieceOps {
   // `gemm`: the fp32 products' provider (train.gemm; gemm.h).
   // `gemm_pins`: train.gemm_choices, auto's choices for those shapes (gemm.h).
   // `pieces` (deterministic, fp32 only): train.sequence_pieces (PieceOps; pieces.cpp).
-  explicit CpuBackend(int threads, bool bf16_products = false, bool deterministic = false, int column_tile = 0,
-                      GemmChoice gemm = GemmChoice::kAuto, const std::map<std::string, GemmChoice>& gemm_pins = {},
-                      const SequencePieces& pieces = {});
+  explicit CpuBackend(const BackendOptions& o);
   // "cpu", or "cpu (bf16 products: oneDNN 2.6.3 brg:avx512_core_bf16)": the
   // kernel oneDNN chose names the path (native bf16 or conversions).
   std::string name() const override;

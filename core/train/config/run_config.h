@@ -106,20 +106,7 @@ struct TrainConfig {
     f("threads", threads, "CPU threads; 0 = every core; at most 4 x the cores (at least 64)");
     f("eval_every", eval_every, "validation loss every N steps; 0 = never");
     f("eval_batches", eval_batches, "batches per validation evaluation");
-    f("checkpoint_every", checkpoint_every, "training checkpoint every N steps; 0 = at the end only");
-    f("save_checkpoint", save_checkpoint, "write training checkpoints (false: none, e.g. for benchmarks)");
-    f("keep_checkpoints", keep_checkpoints,
-      "complete training checkpoints kept in the run folder's checkpoints/ (the newest N; an older one is removed "
-      "only once a newer one is complete)");
-    f("checkpoint_format", checkpoint_format,
-      "file | sharded. file: one checkpoint file, gathered to and written by rank 0 (what export and generate "
-      "read); sharded: a folder with one file per rank holding what that rank owns and a manifest, written by "
-      "every rank at once with no rank holding the whole model, which any layout resumes (resharding) and "
-      "'checkpoint --merge' turns into one file (docs/formats.md)");
-    f("async_checkpoint", async_checkpoint,
-      "sharded checkpoints: copy this rank's state into a host snapshot at the step's end and write it from a "
-      "background thread while training goes on (the next save, a stop or the run's end waits for it; the "
-      "checkpoint counts once every rank's file is durable); false: the loop waits for the write");
+    visit_checkpoint_fields(f);
     f("tf32", tf32,
       "CUDA stages: let cuBLAS use TF32 tensor cores for the matrix products (faster, ~1e-3 relative error; "
       "changes results); ignored on the CPU");
@@ -173,6 +160,26 @@ struct TrainConfig {
     f("max_loss", max_loss,
       "stop the run (diverged) when the loss exceeds this or is not finite; 0 = 3 x ln(vocab_size), "
       "three times the loss of a uniform guess");
+  }
+
+ private:
+  // The training checkpoints' fields (how a run saves: resolve/layout.h CheckpointSink), in visit_fields' order.
+  template <typename F>
+  void visit_checkpoint_fields(F& f) {
+    f("checkpoint_every", checkpoint_every, "training checkpoint every N steps; 0 = at the end only");
+    f("save_checkpoint", save_checkpoint, "write training checkpoints (false: none, e.g. for benchmarks)");
+    f("keep_checkpoints", keep_checkpoints,
+      "complete training checkpoints kept in the run folder's checkpoints/ (the newest N; an older one is removed "
+      "only once a newer one is complete)");
+    f("checkpoint_format", checkpoint_format,
+      "file | sharded. file: one checkpoint file, gathered to and written by rank 0 (what export and generate "
+      "read); sharded: a folder with one file per rank holding what that rank owns and a manifest, written by "
+      "every rank at once with no rank holding the whole model, which any layout resumes (resharding) and "
+      "'checkpoint --merge' turns into one file (docs/formats.md)");
+    f("async_checkpoint", async_checkpoint,
+      "sharded checkpoints: copy this rank's state into a host snapshot at the step's end and write it from a "
+      "background thread while training goes on (the next save, a stop or the run's end waits for it; the "
+      "checkpoint counts once every rank's file is durable); false: the loop waits for the write");
   }
 };
 

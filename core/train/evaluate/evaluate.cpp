@@ -145,9 +145,10 @@ Json score_multiple_choice(const EvaluateRequest& req, const RunConfig& c, const
 
 }  // namespace
 
-void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
-  std::unique_ptr<Communicator> local;
-  Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
+namespace {
+
+// The request's own checks, before anything is read; whether --data names a shard folder.
+bool checked_evaluate_request(const EvaluateRequest& req) {
   if (req.model.empty()) {
     throw std::invalid_argument("--model: the model to evaluate is required (our checkpoint, llm.c's model file or "
                                 "a Hugging Face GPT-2 folder)");
@@ -161,6 +162,68 @@ void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
                                        : "--split: only with --data naming a shard folder (a text file is read whole)");
   }
   if (req.batches < 0) throw std::invalid_argument(fmt::format("--batches: {} is not a count", req.batches));
+  return shards;
+}
+
+// The loss over --data on the configured layout (`c` resolved with the model's settings): the result's
+// data, split, batches, tokens, loss, perplexity, seconds and layout.
+void evaluate_data(const EvaluateRequest& req, const RunConfig& c, bool shards, const EvaluateInputs& in,
+                   const StageContext& ctx, Communicator& comm, int threads, Json& result) {
+  const RunLayout run = resolve_run(c, comm.size(), ctx.stage);  // every refusal a run of this layout gives
+  const RunConfig& rc = run.config;
+  check_ranks_agree(rc, comm);
+  ProcessGrid grid(comm, run.tp, run.pp, run.cp);
+  const GivenModel given{in.tok ? &*in.tok : nullptr, in.weights ? &*in.weights : nullptr};
+  const StateSource source{StateSource::Kind::kModelFile, req.model, "--model"};
+  const std::unique_ptr<RunState> st = init_or_resume(run, source, ctx.backend, threads, 0, grid, given);
+  const bool val = shards && req.split != "train";
+  const TokenStream& stream = val ? st->data.split.val : st->data.split.train;
+  const int64_t batch_tokens = int64_t{rc.train.batch_size} * rc.train.seq_len;
+  const int64_t whole = stream.size() > 0 ? (stream.size() - 1) / batch_tokens : 0;
+  const std::string what = shards ? fmt::format("--data '{}' ({} split, {} tokens)", req.data, val ? "val" : "train",
+                                                stream.size())
+                                  : fmt::format("--data '{}' ({} tokens)", req.data, stream.size());
+  if (whole == 0 || req.batches > whole) {
+    throw std::invalid_argument(fmt::format("{}: holds {} whole batches of train.batch_size x train.seq_len = {} x "
+                                            "{} (+1) tokens{}", what, whole, rc.train.batch_size, rc.train.seq_len,
+                                            req.batches > whole ? fmt::format(", not --batches {}", req.batches) : ""));
+  }
+  const int64_t batches = req.batches > 0 ? req.batches : whole;
+  if (batches > INT32_MAX) {
+    throw std::invalid_argument(fmt::format("{}: {} batches are more than one evaluation counts ({}); give --batches",
+                                            what, batches, INT32_MAX));
+  }
+  const std::unique_ptr<StepMachine> lay = build_step(run.steps, run.step, *st, grid, 0.0, "");
+  StepFeed feed(run, grid);
+  DataLoader loader(stream, rc.train.batch_size, rc.train.seq_len, LoaderKind::kSequential, rc.train.seed,
+                    grid.replica() * st->rows, st->rows);
+  const auto t0 = Clock::now();
+  int64_t served = 0;
+  const double loss = evaluate(*lay->step, static_cast<int>(batches), feed.inputs(), feed.targets(), [&](int32_t*,
+                                                                                                        int32_t*) {
+    loader.next(feed.x(), feed.y());
+    feed.cut();
+    if (comm.rank() == 0 && batches >= 20 && ++served % (batches / 10) == 0) {
+      console::err(fmt::format("[{}] evaluate: batch {} of {} ({:.1f} s)\n", ctx.stage, served, batches,
+                               seconds_since(t0)));
+    }
+  });
+  result["data"] = req.data;
+  if (shards) result["split"] = val ? "val" : "train";
+  result["batches"] = batches;
+  result["tokens"] = batches * batch_tokens;
+  result["loss"] = loss;
+  result["perplexity"] = std::exp(loss);
+  result["seconds"] = round_fixed(seconds_since(t0), 3);
+  result["layout"] = run.describe();
+}
+
+}  // namespace
+
+void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
+  std::unique_ptr<Communicator> local;
+  Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
+  const bool shards = checked_evaluate_request(req);
   RunConfig c = req.config;
   // The data section: --data's shards or text (read whole); no training, no validation split.
   c.data.shards = shards ? req.data : "";
@@ -183,55 +246,7 @@ void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
   Json result{{"model", req.model}, {"format", comm.rank() == 0 ? in.weights->format : ""}};
   if (req.data.empty()) c.train.seq_len = c.model.T;  // no batches: the multiple choice's rows are its own
   validate(c);
-  if (!req.data.empty()) {
-    const RunLayout run = resolve_run(c, comm.size(), ctx.stage);  // every refusal a run of this layout gives
-    const RunConfig& rc = run.config;
-    check_ranks_agree(rc, comm);
-    ProcessGrid grid(comm, rc.parallel.tp, rc.parallel.pp, rc.parallel.cp);
-    const GivenModel given{in.tok ? &*in.tok : nullptr, in.weights ? &*in.weights : nullptr};
-    const StateSource source{StateSource::Kind::kModelFile, req.model, "--model"};
-    const std::unique_ptr<RunState> st = init_or_resume(run, source, ctx.backend, threads, 0, grid, given);
-    const bool val = shards && req.split != "train";
-    const TokenStream& stream = val ? st->data.split.val : st->data.split.train;
-    const int64_t batch_tokens = int64_t{rc.train.batch_size} * rc.train.seq_len;
-    const int64_t whole = stream.size() > 0 ? (stream.size() - 1) / batch_tokens : 0;
-    const std::string what = shards ? fmt::format("--data '{}' ({} split, {} tokens)", req.data, val ? "val" : "train",
-                                                  stream.size())
-                                    : fmt::format("--data '{}' ({} tokens)", req.data, stream.size());
-    if (whole == 0 || req.batches > whole) {
-      throw std::invalid_argument(fmt::format("{}: holds {} whole batches of train.batch_size x train.seq_len = {} x "
-                                              "{} (+1) tokens{}", what, whole, rc.train.batch_size, rc.train.seq_len,
-                                              req.batches > whole ? fmt::format(", not --batches {}", req.batches) : ""));
-    }
-    const int64_t batches = req.batches > 0 ? req.batches : whole;
-    if (batches > INT32_MAX) {
-      throw std::invalid_argument(fmt::format("{}: {} batches are more than one evaluation counts ({}); give --batches",
-                                              what, batches, INT32_MAX));
-    }
-    const std::unique_ptr<StepMachine> lay = build_step(run.steps, run.step, *st, grid, 0.0, "");
-    StepFeed feed(run, grid);
-    DataLoader loader(stream, rc.train.batch_size, rc.train.seq_len, LoaderKind::kSequential, rc.train.seed,
-                      grid.replica() * st->rows, st->rows);
-    const auto t0 = Clock::now();
-    int64_t served = 0;
-    const double loss = evaluate(*lay->step, static_cast<int>(batches), feed.inputs(), feed.targets(), [&](int32_t*,
-                                                                                                          int32_t*) {
-      loader.next(feed.x(), feed.y());
-      feed.cut();
-      if (comm.rank() == 0 && batches >= 20 && ++served % (batches / 10) == 0) {
-        console::err(fmt::format("[{}] evaluate: batch {} of {} ({:.1f} s)\n", ctx.stage, served, batches,
-                                 seconds_since(t0)));
-      }
-    });
-    result["data"] = req.data;
-    if (shards) result["split"] = val ? "val" : "train";
-    result["batches"] = batches;
-    result["tokens"] = batches * batch_tokens;
-    result["loss"] = loss;
-    result["perplexity"] = std::exp(loss);
-    result["seconds"] = round_fixed(seconds_since(t0), 3);
-    result["layout"] = run.describe();
-  }
+  if (!req.data.empty()) evaluate_data(req, c, shards, in, ctx, comm, threads, result);
   if (!req.hellaswag.empty() && comm.rank() == 0) result["hellaswag"] = score_multiple_choice(req, c, in, ctx, threads);
   if (comm.rank() == 0) {
     fmt::print("{}\n", json_text(result));

@@ -89,6 +89,17 @@ struct StepLayout {
   StopInStep stop_in_step = StopInStep::kNever;
 
   bool pipelined() const { return step == StepKind::kPipeline || step == StepKind::kChunkPipeline; }
+  // One arena of this step (a microbatch's under a schedule) for rows of `seq_len` positions (the steps'
+  // view: context parallelism's chunk length), cut by `context` (a rank's place in its cp group).
+  ArenaSpec arena(int seq_len, const ContextCut& context = {}) const {
+    ArenaSpec a(arena_rows, seq_len);
+    a.stored = stored;
+    a.recompute = recompute_full;
+    a.split_backward = split_backward;
+    a.sequence_parallel = sequence_parallel;
+    a.context = context;
+    return a;
+  }
   bool deterministic() const { return step == StepKind::kChunks || step == StepKind::kChunkPipeline; }
   // One line for the run's log: "step: pipeline (zb-h1, 4 microbatches of 2 rows), gradient by allreduce
   // in buckets, ZeRO 0".

@@ -62,14 +62,13 @@ std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl
   TreeShards shards;
   if (sl.grad_sum == GradSum::kContiguousShards) shards = {st.zero->chunk, lay->reducer.get(), nullptr};
   if (sl.grad_sum == GradSum::kUnitShards) shards.zero3 = st.sharded.get();
+  const ArenaSpec arena = sl.arena(c.train.seq_len, grid.context());  // one arena's (a microbatch's) rows
   if (sl.pipelined()) {  // the schedule's arenas, one per microbatch in flight
-    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), st.stage_split, sl.schedule, sl.microbatches,
-                                                 sl.arena_rows * sl.microbatches, c.train.seq_len, sl.recompute_full,
-                                                 sl.stored, sl.microbatch_sum, sl.sequence_parallel, grid.context());
+    lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), st.stage_split, sl.schedule,
+                                                 sl.microbatches, arena, sl.microbatch_sum);
     lay->recorder.emplace(grid, *lay->pipe, timeline_path);
   } else {
-    lay->arena.emplace(model, sl.arena_rows, c.train.seq_len, false, sl.recompute_full, sl.stored,
-                       sl.sequence_parallel, grid.context());
+    lay->arena.emplace(model, arena);
   }
   switch (sl.step) {
     case StepKind::kReplica:

@@ -181,13 +181,11 @@ class Tree final : public MicrobatchCombiner {
 }  // namespace
 
 PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, const StageSplit& split, ScheduleKind kind,
-                               int m, int rows, int T, bool recompute, Dtype stored, MicrobatchSum sum,
-                               bool sequence_parallel, const ContextCut& cp)
+                               int m, const ArenaSpec& microbatch, MicrobatchSum sum)
     : be_(be), model_(model), pp_(pp), kind_(kind), split_(split), stages_(pp.size()), stage_(pp.rank()), m_(m),
-      T_(T) {
-  if (m < 1 || rows % m != 0) {
-    throw std::invalid_argument(fmt::format(
-        "parallel.microbatches {} does not divide the {} rows of each data-parallel replica", m, rows));
+      T_(microbatch.seq_len) {
+  if (m < 1 || microbatch.rows < 1) {
+    throw std::invalid_argument(fmt::format("pipeline: {} microbatches of {} rows", m, microbatch.rows));
   }
   const int L = model.config().L;
   if (split_.counts.empty()) split_.counts = {L};
@@ -208,7 +206,7 @@ PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, const
     chunks_.push_back(held.chunk(c, L));
     virtual_stage_.push_back(mine[static_cast<size_t>(c)]);
   }
-  mb_rows_ = rows / m;
+  mb_rows_ = microbatch.rows;
   const std::vector<std::vector<ChunkAction>> lists = schedule_lists(kind, stages_, v, m, split_.passes);
   actions_ = lists[static_cast<size_t>(stage_)];
   stop_points_ = v == 1 ? stop_points(kind, stages_, m) : chunk_stop_points(lists, split_.placement(), stages_);
@@ -229,8 +227,7 @@ PipelineEngine::PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, const
     for (int i = 0; i < per_chunk[static_cast<size_t>(c)]; ++i) {
       Slot s;
       s.chunk = c;
-      s.arena = std::make_unique<ActivationArena>(model, mb_rows_, T, splits_backward(kind), recompute, stored,
-                                                  sequence_parallel, cp, &chunks_[static_cast<size_t>(c)]);
+      s.arena = std::make_unique<ActivationArena>(model, microbatch, &chunks_[static_cast<size_t>(c)]);
       activation_bytes_ += s.arena->bytes();
       if (s.arena->bytes() > arena_bytes_) {
         arena_bytes_ = s.arena->bytes();

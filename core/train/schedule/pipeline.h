@@ -102,15 +102,12 @@ class PipelineEngine {
  public:
   // `pp` is the pipeline group (stage = pp.rank(), the model holds that
   // rank's layers: `split`'s held(pp.rank()), one chunk or, under
-  // interleaved-1f1b and zb-v, several); `rows` this replica's rows per
-  // step, cut into `m` microbatches.
-  // `sequence_parallel`: the arenas cut the residual stream over the
-  // tensor-parallel group (model/activations.h), so a stage sends its rows.
-  // `cp`: the arenas hold this rank's head and tail chunks of each
-  // microbatch's rows (model/context_parallel.h).
+  // interleaved-1f1b and zb-v, several); `m` microbatches a step, each
+  // arena holding one as `microbatch` says (its rows; under sequence
+  // parallelism a stage sends its cut of them; under context parallelism
+  // its head and tail chunks: model/activations.h ArenaSpec).
   PipelineEngine(Backend& be, Gpt2& model, Communicator& pp, const StageSplit& split, ScheduleKind kind, int m,
-                 int rows, int T, bool recompute = false, Dtype stored = Dtype::f32, MicrobatchSum sum = MicrobatchSum::kAccumulate,
-                 bool sequence_parallel = false, const ContextCut& cp = {});
+                 const ArenaSpec& microbatch, MicrobatchSum sum = MicrobatchSum::kAccumulate);
   ~PipelineEngine();
   PipelineEngine(const PipelineEngine&) = delete;
   PipelineEngine& operator=(const PipelineEngine&) = delete;
