@@ -193,7 +193,7 @@ void evaluate_data(const EvaluateRequest& req, const RunConfig& c, bool shards, 
     throw std::invalid_argument(fmt::format("{}: {} batches are more than one evaluation counts ({}); give --batches",
                                             what, batches, INT32_MAX));
   }
-  const std::unique_ptr<StepMachine> lay = build_step(run.steps, run.step, *st, grid, 0.0, "");
+  const std::unique_ptr<StepMachine> lay = build_step(run, *st, grid, 0.0, "");
   StepFeed feed(run, grid);
   DataLoader loader(stream, rc.train.batch_size, rc.train.seq_len, LoaderKind::kSequential, rc.train.seed,
                     grid.replica() * st->rows, st->rows);

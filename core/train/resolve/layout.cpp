@@ -340,25 +340,26 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
   r.cp = c.parallel.cp;
   r.rows = replica_rows(c, ranks, r.tp, r.pp);  // checks the grid first
   r.dp = ranks / (r.tp * r.pp * r.cp);
-  r.steps = step_config(c);
+  const RunConfig steps = step_config(c);  // the step's view, read here to decide it; kept as its shape
+  r.shape = {steps.train.batch_size, steps.train.seq_len};
   r.stage_split = resolve_stage_split(c);
   r.checkpoints = {c.train.save_checkpoint, c.train.checkpoint_format, c.train.async_checkpoint,
                    c.train.checkpoint_every, c.train.keep_checkpoints};  // once: parallel.stage_layers auto runs its cost model here alone
-  r.step = resolve_step(r.steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, stage));
+  r.step = resolve_step(steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, stage));
   if (r.step.step == StepKind::kChunks && r.cp > 1) {
     // The batch's canonical chunks, not the cut rows': a chunk of batch_size / K rows is 2 arena rows each
     // (its head and tail chunks) on every cp rank (train.sequence_pieces).
     r.step.chunks = canonical_chunks(c);
     r.step.arena_rows = 2 * c.train.batch_size / r.step.chunks;
   }
-  check_sequence_parallel(r.steps, r.step.arena_rows);  // the arena's rows as the steps cut them
+  check_sequence_parallel(steps, r.step.arena_rows);  // the arena's rows as the steps cut them
   return r;
 }
 
 std::string RunLayout::describe() const {
   if (cp > 1) {
     return fmt::format("grid: {} ranks = dp {} x tp {} x cp {} x pp {}, {} rows per replica, each rank holding 2 of "
-                       "their {} chunks of {} tokens", ranks, dp, tp, cp, pp, rows, 2 * cp, steps.train.seq_len);
+                       "their {} chunks of {} tokens", ranks, dp, tp, cp, pp, rows, 2 * cp, shape.seq_len);
   }
   return fmt::format("grid: {} rank{} = dp {} x tp {} x pp {}, {} rows per replica", ranks, ranks == 1 ? "" : "s", dp,
                      tp, pp, rows);
@@ -383,7 +384,7 @@ std::string cp_note(const RunLayout& l) {
   const int dp = l.dp, cp = l.cp;
   return fmt::format("context parallel: groups of {} ranks; rank r holds chunks r and {} - r of every row "
                      "(train.seq_len {} in {} chunks of {}); {}", cp, 2 * cp - 1, c.train.seq_len, 2 * cp,
-                     l.steps.train.seq_len,
+                     l.shape.seq_len,
                      l.step.deterministic()
                          ? fmt::format("attention over every rank's keys and values, all-gathered; each "
                                        "chunk's gradient finished over the cp group, then the {} replicas' "
@@ -432,7 +433,7 @@ void add_pipeline_notes(const RunLayout& l, const LayoutFacts& f, std::vector<st
   const std::string stages = stage_layers_text(stage_split, l.pp);
   // Each stage's counted cost (train/schedule/stage_split.h), relative to the costliest: how balanced the split is.
   const std::vector<double> costs = stage_split_costs(stage_split.counts, stage_costs(f.model, sl.arena_rows,
-                                                                                      l.steps.train.seq_len));
+                                                                                      l.shape.seq_len));
   const double top = *std::max_element(costs.begin(), costs.end());
   std::string shares;
   for (double k : costs) shares += fmt::format("{}{:.2f}", shares.empty() ? "" : ", ", k / top);

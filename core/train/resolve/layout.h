@@ -179,6 +179,15 @@ struct CheckpointSink {
   bool periodic(int64_t steps_done) const { return every > 0 && steps_done % every == 0; }
 };
 
+// A step's global batch as the step functions and arenas see it: with
+// parallel.cp > 1 each row is 2 cp chunks of seq_len / (2 cp) tokens, so
+// batch_size x 2 cp rows of that length (model/context_parallel.h); the
+// configuration's train.batch_size and train.seq_len otherwise.
+struct StepShape {
+  int batch_size = 0;
+  int seq_len = 0;
+};
+
 // The run's layout, decided once from the configuration as given, the rank
 // count and the stage program, before anything is read or allocated:
 // every refusal a run of these would give (the configuration's checks, the
@@ -191,7 +200,7 @@ struct RunLayout {
   std::string stage;
   int ranks = 1, dp = 1, tp = 1, pp = 1, cp = 1;
   int rows = 0;  // of the global batch, per data-parallel replica (what its loader reads)
-  RunConfig steps;  // step_config(config): what the step, its arenas and the plan's counts read
+  StepShape shape;  // a step's rows and their length as the step, its arenas and the plan's counts see them
   StepLayout step;
   CheckpointSink checkpoints;  // how the run saves
   StageSplit stage_split;  // the (virtual) stages' layers and ranks (parallel.stage_layers, virtual_stages: train/schedule/stage_split.h)

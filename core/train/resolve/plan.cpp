@@ -44,6 +44,7 @@ namespace {
 // What a rank's plan is worked out from.
 struct RankShape {
   const RunConfig& c;
+  int seq_len = 0;  // a row's tokens as the step sees them (RunLayout::shape: context parallelism's chunk)
   const Gpt2Config& cfg;
   TpLayout tp;
   StageLayers layers;
@@ -91,7 +92,7 @@ RankMemory plan_memory(const RankShape& r) {
   shape.sequence = sl.sequence_parallel;
   shape.context = r.c.parallel.cp;
   if (!sl.pipelined()) {  // one arena
-    set_arena(m, arena_kinds(r.cfg, sl.arena_rows, r.c.train.seq_len, shape, r.tp.has_private(), r.layers,
+    set_arena(m, arena_kinds(r.cfg, sl.arena_rows, r.seq_len, shape, r.tp.has_private(), r.layers,
                              sl.split_backward, sl.recompute_full, sl.stored));
   } else {  // each chunk's arenas, one per microbatch it holds at once (one chunk: the stage's); the largest named
     const int v = r.layers.chunks();
@@ -99,7 +100,7 @@ RankMemory plan_memory(const RankShape& r) {
     m.arenas = 0;
     uint64_t largest = 0;
     for (int c = 0; c < v; ++c) {
-      const ArenaKinds k = arena_kinds(r.cfg, sl.arena_rows, r.c.train.seq_len, shape, r.tp.has_private(),
+      const ArenaKinds k = arena_kinds(r.cfg, sl.arena_rows, r.seq_len, shape, r.tp.has_private(),
                                        r.layers.chunk(c, r.cfg.L), sl.split_backward, sl.recompute_full, sl.stored);
       const uint64_t bytes = k.total() * sizeof(float);
       m.arenas += static_cast<uint64_t>(per[static_cast<size_t>(c)]);
@@ -138,7 +139,7 @@ TpCounts tp_counts(const RankShape& r) {
   k.det = r.step.deterministic();
   k.C = static_cast<uint64_t>(r.cfg.C);
   k.m = static_cast<uint64_t>(r.step.step == StepKind::kChunks ? r.step.chunks / r.dp : r.step.microbatches);
-  k.N = static_cast<uint64_t>(r.rows) * static_cast<uint64_t>(r.c.train.seq_len);
+  k.N = static_cast<uint64_t>(r.rows) * static_cast<uint64_t>(r.seq_len);
   for (int bit = 1; bit < r.tp.size; bit <<= 1) ++k.rounds;
   return k;
 }
@@ -382,7 +383,7 @@ GroupTraffic pp_traffic(const RankShape& r) {
   if (p == 1) return t;
   const uint64_t m = static_cast<uint64_t>(r.c.parallel.microbatches);
   // A microbatch's activations or their gradient; with sequence parallelism this rank's rows of them.
-  const uint64_t msg = static_cast<uint64_t>(r.rows) / m * static_cast<uint64_t>(r.c.train.seq_len) *
+  const uint64_t msg = static_cast<uint64_t>(r.rows) / m * static_cast<uint64_t>(r.seq_len) *
                        static_cast<uint64_t>(r.cfg.C) * sizeof(float) /
                        static_cast<uint64_t>(r.step.sequence_parallel ? r.tp.size : 1);
   uint64_t messages = 0;
@@ -423,7 +424,7 @@ GroupTraffic cp_pieces_traffic(const RankShape& r) {
   uint64_t rounds = 0;
   for (uint64_t bit = 1; bit < cp; bit <<= 1) ++rounds;
   const uint64_t m = static_cast<uint64_t>(r.step.chunks / r.dp);
-  const uint64_t arena = static_cast<uint64_t>(r.step.arena_rows) * static_cast<uint64_t>(r.c.train.seq_len);
+  const uint64_t arena = static_cast<uint64_t>(r.step.arena_rows) * static_cast<uint64_t>(r.seq_len);
   const uint64_t tp = static_cast<uint64_t>(r.tp.size);
   const uint64_t W = static_cast<uint64_t>(r.cfg.qkv_width()) / tp;
   const uint64_t KV = static_cast<uint64_t>(r.cfg.qkv_width() - r.cfg.C) / tp;
@@ -447,7 +448,7 @@ GroupTraffic cp_traffic(const RankShape& r) {
   if (r.step.deterministic()) return cp_pieces_traffic(r);
   const uint64_t m = static_cast<uint64_t>(r.step.microbatches);
   const uint64_t kv = static_cast<uint64_t>(r.cfg.qkv_width() - r.cfg.C) / static_cast<uint64_t>(r.tp.size);
-  const uint64_t block = static_cast<uint64_t>(r.step.arena_rows) * static_cast<uint64_t>(r.c.train.seq_len) * kv *
+  const uint64_t block = static_cast<uint64_t>(r.step.arena_rows) * static_cast<uint64_t>(r.seq_len) * kv *
                          sizeof(float);
   const uint64_t layers = static_cast<uint64_t>(r.layers.last - r.layers.first);
   const uint64_t again = r.step.recompute_full ? layers - 1 : 0;
@@ -498,7 +499,6 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   if (ranks > kMaxRanks) throw std::invalid_argument(fmt::format("--ranks: at most {}, got {}", kMaxRanks, ranks));
   const RunLayout run = resolve_run(given, ranks, stage);
   const RunConfig& c = run.config;
-  const RunConfig& sc = run.steps;  // what the step and its arenas see (context parallelism's chunks)
   const Gpt2Config& cfg = c.model;
   cfg.validate();
   Plan p;
@@ -536,7 +536,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
     // The gradient group: dp x cp ranks, this one's place in it (parallel/process_grid.h).
     // Under train.deterministic the step's tree runs over the replicas alone (StepLayout::over_replicas).
     const bool replicas = step.over_replicas;
-    RankShape r{sc, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
+    RankShape r{c, run.shape.seq_len, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
                 run.stage_split.held(at.stage), replicas ? p.dp : p.dp * run.cp,
                 replicas ? at.dp_rank : at.dp_rank * run.cp + at.cp_rank, at.stage, run.step_rows(), {}, {}, step,
                 &run.stage_split, &lists};

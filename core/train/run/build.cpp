@@ -22,8 +22,10 @@
 
 namespace gpt2 {
 
-std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl, RunState& st, ProcessGrid& grid,
-                                        double max_loss, const std::string& timeline_path, double long_step_s) {
+std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, ProcessGrid& grid, double max_loss,
+                                        const std::string& timeline_path, double long_step_s) {
+  const StepLayout& sl = run.step;
+  const TrainConfig& train = run.config.train;
   if (sl.stored == Dtype::bf16 && !st.backend->accepts_bf16()) {  // the layout's stage rule and the backend disagree
     throw std::logic_error(fmt::format("the {} backend does not take the bf16 activations the layout stores",
                                        st.backend->name()));
@@ -42,13 +44,13 @@ std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl
       });
     }
   }
-  const StepParts parts{be, model, *st.opt, dp, c.train.batch_size, max_loss, c.train.layer_grad_norms,
+  const StepParts parts{be, model, *st.opt, dp, run.shape.batch_size, max_loss, train.layer_grad_norms,
                         lay->interrupt.get()};
   // The reducer (none for the tree and for unit shards, which the step drives itself).
   switch (sl.grad_sum) {
     case GradSum::kBuckets:
       lay->reducer = std::make_unique<GradientSync>(dp, model.grad_data(), model.num_params(),
-                                                    static_cast<size_t>(c.train.grad_bucket_mb * (1 << 20) / sizeof(float)));
+                                                    static_cast<size_t>(train.grad_bucket_mb * (1 << 20) / sizeof(float)));
       break;
     case GradSum::kContiguousShards:
       lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
@@ -62,7 +64,7 @@ std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl
   TreeShards shards;
   if (sl.grad_sum == GradSum::kContiguousShards) shards = {st.zero->chunk, lay->reducer.get(), nullptr};
   if (sl.grad_sum == GradSum::kUnitShards) shards.zero3 = st.sharded.get();
-  const ArenaSpec arena = sl.arena(c.train.seq_len, grid.context());  // one arena's (a microbatch's) rows
+  const ArenaSpec arena = sl.arena(run.shape.seq_len, grid.context());  // one arena's (a microbatch's) rows
   if (sl.pipelined()) {  // the schedule's arenas, one per microbatch in flight
     lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), st.stage_split, sl.schedule,
                                                  sl.microbatches, arena, sl.microbatch_sum);
@@ -104,8 +106,8 @@ Run build_run(const RunLayout& run, const StateSource& source, const BackendKind
   r.state = init_or_resume(run, source, kind, threads, 0, grid);
   const double max_loss = run.config.train.max_loss;
   r.max_loss = max_loss > 0 ? max_loss : 3.0 * std::log(r.state->model_config.V);
-  // The step and its arenas see the rows as run.steps does (context parallelism's chunks).
-  r.step = build_step(run.steps, run.step, *r.state, grid, r.max_loss, timeline_path, hooks.long_step_s);
+  // The step and its arenas see the rows as run.shape says (context parallelism's chunks).
+  r.step = build_step(run, *r.state, grid, r.max_loss, timeline_path, hooks.long_step_s);
   r.writer = make_checkpoint_writer(run.checkpoints, std::move(note), hooks.checkpoint_delay_s);
   return r;
 }

@@ -101,8 +101,8 @@ struct StepMachine {
   RankMemory mem;
 };
 
-std::unique_ptr<StepMachine> build_step(const RunConfig& c, const StepLayout& sl, RunState& st, ProcessGrid& grid,
-                                    double max_loss, const std::string& timeline_path,
+std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, ProcessGrid& grid, double max_loss,
+                                        const std::string& timeline_path,
                                         double long_step_s = TestHooks{}.long_step_s);
 
 // A training run's pieces, built from its layout alone: the state (from
