@@ -49,12 +49,11 @@ std::string export_checkpoint(const std::string& ckpt, const std::string& format
   }
   check_output(out, OutputRules{"--out", {ckpt}, overwrite, format == "hf"});
   const Checkpoint ck = load_given_checkpoint(ckpt);
+  model_format(format)->write(out, ck.config, ck.params, ck.tokenizer);  // the format's writer (model_source.h)
   if (format == "llmc") {
-    write_llmc_model(out, ck.config, ck.params);
     return fmt::format("wrote {} as llm.c's model file {} ({}, {} parameters)", ckpt, out, ck.config.describe(),
                        ck.params.size());
   }
-  write_hf_gpt2(out, ck.config, ck.params, ck.tokenizer);
   return fmt::format("wrote {} as {}/model.safetensors and {}/config.json (GPT2LMHeadModel, {})", ckpt, out, out,
                      ck.config.describe());
 }

@@ -51,6 +51,83 @@ KeyValues function_settings(const Gpt2Config& c) {
 
 }  // namespace
 
+namespace {
+
+class HfFolder final : public ModelFormat {
+ public:
+  const char* name() const override { return "hf"; }
+  bool recognises(const std::filesystem::path& path, bool folder, const char (&)[8]) const override {
+    return folder && std::filesystem::exists(path / "config.json");
+  }
+  ModelWeights read(const std::string& path) const override {
+    HfModel m = read_hf_gpt2(path);
+    ModelWeights w{m.config, std::move(m.params), name(), std::nullopt};
+    if (const auto files = hf_tokenizer_files(path)) {
+      w.tokenizer = Tokenizer::gpt2(load_bpe_tokenizer(files->first, files->second));
+    }
+    return w;
+  }
+  void write(const std::string& out, const Gpt2Config& cfg, std::span<const float> params,
+             const Tokenizer& tok) const override {
+    write_hf_gpt2(out, cfg, params, tok);
+  }
+};
+
+class LlmcFile final : public ModelFormat {
+ public:
+  const char* name() const override { return "llm.c"; }
+  bool recognises(const std::filesystem::path&, bool folder, const char (&magic)[8]) const override {
+    int32_t word = 0;
+    std::memcpy(&word, magic, sizeof word);
+    return !folder && word == kLlmcModelMagic;
+  }
+  ModelWeights read(const std::string& path) const override {
+    LlmcModel m = read_llmc_model(path);
+    return {m.config, std::move(m.params), name(), std::nullopt};
+  }
+  void write(const std::string& out, const Gpt2Config& cfg, std::span<const float> params,
+             const Tokenizer&) const override {
+    write_llmc_model(out, cfg, params);
+  }
+};
+
+// Ours: a checkpoint file, or a folder standing for one (a run's step folder, a sharded checkpoint).
+class OurCheckpoint final : public ModelFormat {
+ public:
+  const char* name() const override { return "checkpoint"; }
+  bool recognises(const std::filesystem::path&, bool folder, const char (&magic)[8]) const override {
+    return folder || std::memcmp(magic, "GPT2CKPT", 8) == 0;
+  }
+  ModelWeights read(const std::string& path) const override {
+    Checkpoint ck = load_given_checkpoint(path);
+    if (const std::string bad = non_finite_tensor(ck.config, ck.params); !bad.empty()) {
+      throw std::invalid_argument(fmt::format("checkpoint '{}': {}", path, bad));
+    }
+    return {ck.config.resolved(), std::move(ck.params), name(), std::move(ck.tokenizer)};
+  }
+  void write(const std::string& out, const Gpt2Config& cfg, std::span<const float> params,
+             const Tokenizer& tok) const override {
+    save_checkpoint(out, cfg, params, tok, nullptr, {});
+  }
+};
+
+}  // namespace
+
+const std::vector<const ModelFormat*>& model_formats() {
+  static const HfFolder hf;
+  static const LlmcFile llmc;
+  static const OurCheckpoint ours;
+  static const std::vector<const ModelFormat*> all = {&hf, &llmc, &ours};
+  return all;
+}
+
+const ModelFormat* model_format(const std::string& name) {
+  for (const ModelFormat* f : model_formats()) {
+    if (name == f->name() || (name == "llmc" && std::string(f->name()) == "llm.c")) return f;
+  }
+  return nullptr;
+}
+
 ModelWeights read_model_weights(const std::string& path, const std::string& key) {
   namespace fs = std::filesystem;
   const auto wrap = [&](const std::exception& e) {
@@ -58,39 +135,19 @@ ModelWeights read_model_weights(const std::string& path, const std::string& key)
   };
   std::error_code ec;
   if (!fs::exists(path, ec)) throw std::invalid_argument(fmt::format("{}: '{}' does not exist", key, path));
-  ModelWeights w;
   try {
-    if (fs::is_directory(path) && fs::exists(fs::path(path) / "config.json")) {
-      HfModel m = read_hf_gpt2(path);
-      w = {m.config, std::move(m.params), "hf", std::nullopt};
-      if (const auto files = hf_tokenizer_files(path)) {
-        w.tokenizer = Tokenizer::gpt2(load_bpe_tokenizer(files->first, files->second));
-      }
-      return w;
-    }
+    const bool folder = fs::is_directory(path);
     char magic[8] = {};
-    if (!fs::is_directory(path)) {
+    if (!folder) {
       std::ifstream in(path, std::ios::binary);
       in.read(magic, sizeof magic);
     }
-    int32_t word = 0;
-    std::memcpy(&word, magic, sizeof word);
-    if (word == kLlmcModelMagic) {
-      LlmcModel m = read_llmc_model(path);
-      w = {m.config, std::move(m.params), "llm.c", std::nullopt};
-      return w;
+    for (const ModelFormat* f : model_formats()) {
+      if (f->recognises(path, folder, magic)) return f->read(path);
     }
-    if (!fs::is_directory(path) && std::memcmp(magic, "GPT2CKPT", 8) != 0) {
-      throw std::invalid_argument(fmt::format("'{}' is none of the model files it reads: our checkpoint, llm.c's "
-                                              "model file, a Hugging Face folder (config.json and safetensors)",
-                                              path));
-    }
-    Checkpoint ck = load_given_checkpoint(path);  // a run's step folder or a sharded folder too
-    if (const std::string bad = non_finite_tensor(ck.config, ck.params); !bad.empty()) {
-      throw std::invalid_argument(fmt::format("checkpoint '{}': {}", path, bad));
-    }
-    w = {ck.config.resolved(), std::move(ck.params), "checkpoint", std::move(ck.tokenizer)};
-    return w;
+    throw std::invalid_argument(fmt::format("'{}' is none of the model files it reads: our checkpoint, llm.c's "
+                                            "model file, a Hugging Face folder (config.json and safetensors)",
+                                            path));
   } catch (const std::invalid_argument& e) {
     throw wrap(e);
   } catch (const std::runtime_error& e) {

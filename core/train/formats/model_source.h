@@ -2,7 +2,9 @@
 // train.init_from starts a run from.
 #pragma once
 
+#include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,7 +31,32 @@ struct ModelWeights {
   std::optional<Tokenizer> tokenizer;
 };
 
-// Reads `path`: a folder holding config.json (Hugging Face, export.h
+// One model file format, its reader and writer side by side (issue 69):
+// ours (train/formats/checkpoint.h; a run's step folder or a sharded
+// folder read whole), llm.c's model file and Hugging Face's safetensors
+// folder (train/formats/llmc_hf.h). model_formats() lists them in the order
+// a given path is tried, the one place its format is decided.
+class ModelFormat {
+ public:
+  virtual ~ModelFormat() = default;
+  // "checkpoint", "llm.c", "hf": the name ModelWeights::format and the log give.
+  virtual const char* name() const = 0;
+  // Whether `path` is this format's: `folder` (a directory), `magic` its first 8 bytes (zeros for a folder or
+  // a shorter file).
+  virtual bool recognises(const std::filesystem::path& path, bool folder, const char (&magic)[8]) const = 0;
+  // The weights of `path` (its readers' errors as std::invalid_argument or std::runtime_error).
+  virtual ModelWeights read(const std::string& path) const = 0;
+  // `params` of the model `cfg` written at `out` (with `tok`, where the format keeps a tokenizer).
+  virtual void write(const std::string& out, const Gpt2Config& cfg, std::span<const float> params,
+                     const Tokenizer& tok) const = 0;
+};
+// In the order a path is tried: hf (a folder with config.json), llm.c (its magic), ours.
+const std::vector<const ModelFormat*>& model_formats();
+// The format called `name` ("checkpoint", "llm.c" or "llmc", "hf"), or nullptr.
+const ModelFormat* model_format(const std::string& name);
+
+// Reads `path` with the first of model_formats() that recognises it: a folder holding config.json (Hugging Face,
+// read_hf_gpt2
 // read_hf_gpt2), another folder (a run's step folder or a sharded
 // checkpoint: load_given_checkpoint), or a file, told by its first bytes:
 // our checkpoint ("GPT2CKPT", model or training: its weights only) or
