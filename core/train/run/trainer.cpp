@@ -53,10 +53,11 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // The loss on the first train.eval_batches batches of the validation split,
 // over the global batch (every data-parallel replica takes its rows).
-double validation_loss(StepFunction& step, const RunConfig& c, const RunState& st, int replica, StepFeed& feed) {
-  DataLoader val(st.data.split.val, c.train.batch_size, c.train.seq_len, LoaderKind::kSequential, c.train.seed,
+double validation_loss(StepFunction& step, const TrainConfig& train, const RunState& st, int replica,
+                       StepFeed& feed) {
+  DataLoader val(st.data.split.val, train.batch_size, train.seq_len, LoaderKind::kSequential, train.seed,
                  replica * st.rows, st.rows);
-  return evaluate(step, c.train.eval_batches, feed.inputs(), feed.targets(), [&](int32_t*, int32_t*) {
+  return evaluate(step, train.eval_batches, feed.inputs(), feed.targets(), [&](int32_t*, int32_t*) {
     val.next(feed.x(), feed.y());
     feed.cut();
   });
@@ -64,12 +65,12 @@ double validation_loss(StepFunction& step, const RunConfig& c, const RunState& s
 
 // The original's inference: a continuation of the first generate.prompt_tokens
 // corpus tokens (greedy by default), timed; into the summary.
-void generate_from_corpus(const RunConfig& c, RunState& st, const Gpt2& model, RunSummary& sum) {
+void generate_from_corpus(const GenerateConfig& generate_cfg, RunState& st, const Gpt2& model, RunSummary& sum) {
   // The prompt: the training stream's first tokens.
   std::vector<int32_t> prompt(
-      static_cast<size_t>(std::min<int64_t>(c.generate.prompt_tokens, st.data.split.train.size())));
+      static_cast<size_t>(std::min<int64_t>(generate_cfg.prompt_tokens, st.data.split.train.size())));
   st.data.split.train.read(0, prompt);
-  GenerateConfig gen_cfg = c.generate;
+  GenerateConfig gen_cfg = generate_cfg;
   gen_cfg.vocab_limit = st.data.tok.size();
   const auto g0 = Clock::now();
   const Generation gen = generate(*st.backend, model, prompt, gen_cfg, st.data.tok.eos_id());
@@ -162,7 +163,7 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
     whole = std::make_unique<Gpt2>(st.model_config, be.memory(), grid.layout(c.parallel.blocks(), st.model->tp().vocab));
     whole->params_from_host(local);
   }
-  if (generates) generate_from_corpus(c, st, whole ? *whole : *st.model, sum);  // inference as in the original
+  if (generates) generate_from_corpus(c.generate, st, whole ? *whole : *st.model, sum);  // inference as in the original
   if (comm.rank() != 0) {
     comm.barrier();
     return;
@@ -269,7 +270,7 @@ class Checkpoints {
   // checkpoint is written, for the bits' comparison.
   std::string save(int64_t steps, bool last) {
     CheckpointWriter& writer = *r_.writer;
-    const RunConfig& c = run_.config;
+    const RunConfig& c = run_.config;  // recorded in the checkpoint's header
     uint64_t hash = 0;
     if (run_.checkpoints.save && stored_.step != steps) {
       Communicator& comm = grid_.world();
@@ -341,7 +342,7 @@ class Checkpoints {
 // time (for the stop's agreement).
 double train_one_step(int64_t s, const RunLayout& run, Run& r, StepFeed& feed, ProcessGrid& grid, RunLogger& log,
                       Checkpoints& book, RunSummary& sum, double peak_gflops, const TestHooks& hooks) {
-  const RunConfig& c = run.config;
+  const TrainConfig& train = run.config.train;
   RunState& st = *r.state;
   StepMachine& m = *r.step;
   const auto t0 = Clock::now();
@@ -369,13 +370,13 @@ double train_one_step(int64_t s, const RunLayout& run, Run& r, StepFeed& feed, P
   sum.train_s += dt;
   sum.comm_s += comm_s;
   sum.final_loss = res.loss;
-  const double tokens = static_cast<double>(c.train.batch_size) * c.train.seq_len;
-  const double flops = training_flops(st.model_config, c.train.batch_size, c.train.seq_len).total();
+  const double tokens = static_cast<double>(train.batch_size) * train.seq_len;
+  const double flops = training_flops(st.model_config, train.batch_size, train.seq_len).total();
   StepRecord rec = step_record(s, res, dt, comm_s, grid, m.mem, tokens, flops, peak_gflops);
   if (m.recorder) m.recorder->gather(s, rec);
-  log.step(rec, c.train.steps, grid.world().size() > 1);
-  if (st.eval_on && ((s + 1) % c.train.eval_every == 0 || s + 1 == c.train.steps)) {
-    log.eval({s, validation_loss(*m.step, c, st, grid.replica(), feed)}, c.train.steps);
+  log.step(rec, train.steps, grid.world().size() > 1);
+  if (st.eval_on && ((s + 1) % train.eval_every == 0 || s + 1 == train.steps)) {
+    log.eval({s, validation_loss(*m.step, train, st, grid.replica(), feed)}, train.steps);
   }
   return dt;
 }
@@ -384,11 +385,11 @@ double train_one_step(int64_t s, const RunLayout& run, Run& r, StepFeed& feed, P
 // signal the ranks agree on; then the run's last checkpoint.
 RunSummary train_loop(const RunLayout& run, Run& r, ProcessGrid& grid, RunLogger& log, Checkpoints& book,
                       double peak_gflops, const TestHooks& hooks) {
-  const RunConfig& c = run.config;
+  const TrainConfig& train = run.config.train;
   StepFeed feed(run, grid);
   RunSummary sum;
   const auto wall0 = Clock::now();
-  for (int64_t s = r.state->first_step; s < c.train.steps; ++s) {
+  for (int64_t s = r.state->first_step; s < train.steps; ++s) {
     const double dt = train_one_step(s, run, r, feed, grid, log, book, sum, peak_gflops, hooks);
     book.after_step(s + 1);
     if (hooks.step_sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(hooks.step_sleep_s));
