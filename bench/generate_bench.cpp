@@ -75,7 +75,7 @@ int run(int argc, char** argv) {
     if (std::stoi(value) <= 0) throw std::invalid_argument(fmt::format("--{}: expected a positive integer", key));
   }
   using namespace gpt2;
-  check_threads(threads, "--threads");  // at most max_threads() (train/run/trainer.h)
+  check_threads(threads, "--threads");  // at most max_threads() (train/config/threads.h)
   const Gpt2Config cfg = preset("original");
   if (short_prompt + new_tokens > cfg.T) throw std::invalid_argument("--short + --tokens must fit in the block (256)");
   auto be = make_cpu_backend(threads);

@@ -117,7 +117,7 @@ int run(int argc, char** argv) {
   const Dtype stored = o.stored == "bf16" || (o.stored == "auto" && bf16) ? Dtype::bf16 : Dtype::f32;
   for (int t : o.threads) {
     if (t <= 0) throw std::invalid_argument(fmt::format("--threads: expected positive thread counts, got {}", t));
-    check_threads(t, "--threads");  // at most max_threads() (train/run/trainer.h)
+    check_threads(t, "--threads");  // at most max_threads() (train/config/threads.h)
   }
   if (!o.json.empty() && o.save_init.empty()) check_json_path(o.json);
   const Gpt2Config cfg = preset(o.preset);

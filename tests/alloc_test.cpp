@@ -74,7 +74,7 @@ TEST(NoAllocation, TrainingStepAllocatesNothing) {
     ActivationArena arena(model.config(), B, T);
     Optimizer opt(OptimizerConfig::adamw(), model.num_params());
     auto x = testing::random_tokens(B * T + 1, model.config().V, 5);
-    LocalTrainStep train(*be, model, opt, arena.acts());  // the step every stage runs (train/train_step.h)
+    LocalTrainStep train(*be, model, opt, arena.acts());  // the step every stage runs (train/schedule/train_step.h)
     auto step = [&] { train(x.data(), x.data() + 1); };
     step();  // warm-up: scratch buffers and thread pools are created here
     const long before = g_allocations.load();

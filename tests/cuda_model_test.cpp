@@ -143,7 +143,7 @@ TrainResult train(Backend& be, const Gpt2Config& cfg, int B, int T, int steps) {
   Optimizer opt(OptimizerConfig::adamw(), model.num_params(), be.memory());
   ActivationArena arena(cfg, B, T, be.memory());
   TrainResult r;
-  LocalTrainStep step(be, model, opt, arena.acts());  // the step every stage runs (train/train_step.h)
+  LocalTrainStep step(be, model, opt, arena.acts());  // the step every stage runs (train/schedule/train_step.h)
   for (int s = 0; s < steps; ++s) {
     auto x = random_tokens(static_cast<size_t>(B * T + 1), cfg.V, 300u + static_cast<uint32_t>(s));
     r.losses.push_back(static_cast<float>(step(x.data(), x.data() + 1).loss));

@@ -78,7 +78,7 @@ def main():
          ref, train("det_acc4", [*det, "--parallel.microbatches", "4"], 2))
     same("deterministic: dp 2 with accumulation (2 micro-steps of 2 rows) and recomputation gives serial's bits",
          ref, train("det_dp2_acc", [*det, "--parallel.microbatches", "2", "--train.recompute", "full"], 1, ranks=2))
-    same("deterministic: dp 2 with accumulation spelt parallel.microbatches 2 gives serial's bits",
+    same("deterministic: dp 2 with accumulation (2 micro-steps of 2 rows) without recomputation gives serial's bits",
          ref, train("det_dp2_mbs", [*det, "--parallel.microbatches", "2"], 1, ranks=2))
     for n in (2, 4):
         plan_agrees(check, programs, f"deterministic dp {n}", n, det, out(f"det_dp{n}"))

@@ -113,7 +113,7 @@ int run(const Args& a) {
   std::vector<float> losses;
   std::vector<double> norms;
   // The logits of the first batch (a forward alone: the step's backward
-  // overwrites them), then the steps every stage runs (train/train_step.h).
+  // overwrites them), then the steps every stage runs (train/schedule/train_step.h).
   gpt2_forward(*be, model, arena.acts(), batch(0), nullptr);
   w.add("logits", arena.acts().logits.data, {B, T, cfg.V}, "float32");
   LocalTrainStep step(*be, model, opt, arena.acts());

@@ -1,4 +1,4 @@
-// Sharded checkpoints below the programs (train/sharded_checkpoint.h): a
+// Sharded checkpoints below the programs (train/formats/sharded_checkpoint.h): a
 // state written as every rank of one layout owns it is read back by every
 // rank of every other layout, each rank reading only what it holds, and
 // equals that rank's cut of the whole state bit for bit (vocabulary padding

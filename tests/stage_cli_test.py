@@ -282,11 +282,15 @@ def main():
     r = subprocess.run([stage, "config", "--config", w("debug.yaml")], capture_output=True, text=True)
     check("a debug: section in a configuration file is refused naming GPT2_TEST_HOOKS, exit 2",
           r.returncode == 2 and HOOKS_VARIABLE in r.stderr and "debug.yaml" in r.stderr, r.stderr)
-    for text, needle in (("bogus=1", "unknown hook 'bogus'"), ("fail_step=x", "fail_step=x"),
-                         ("step_sleep_s=-1", "step_sleep_s=-1"), ("fail_rank=1.5", "whole number")):
-        r = subprocess.run([stage, "config"] + small, capture_output=True, text=True,
+    for k, (text, needle) in enumerate((("bogus=1", "unknown hook 'bogus'"), ("fail_step=x", "fail_step=x"),
+                                        ("step_sleep_s=-1", "step_sleep_s=-1"), ("fail_rank=1.5", "whole number"))):
+        r = subprocess.run([stage, "train", "--out", w(f"badhook{k}")] + small, capture_output=True, text=True,
                            env=dict(os.environ, **{HOOKS_VARIABLE: text}))
-        check(f"{HOOKS_VARIABLE}={text} is refused, exit 2", r.returncode == 2 and needle in r.stderr, r.stderr)
+        check(f"train with {HOOKS_VARIABLE}={text} is refused before anything is written, exit 2",
+              r.returncode == 2 and needle in r.stderr and not os.path.exists(w(f"badhook{k}")), r.stderr)
+    r = subprocess.run([stage, "config"] + small, capture_output=True, text=True,
+                       env=dict(os.environ, **{HOOKS_VARIABLE: "bogus=1"}))
+    check(f"the hooks are a training run's: config ignores {HOOKS_VARIABLE}", r.returncode == 0, r.stderr)
     r = subprocess.run([stage, "train", "--out", w("hooked")] + small + ["--train.steps", "4"], capture_output=True,
                        text=True, env=with_hooks(os.environ, {"fail_rank": 0, "fail_step": 2}))
     partial = w("hooked", "metrics.jsonl.partial")

@@ -556,7 +556,7 @@ RunConfig tiny_plan_config(int tp, std::vector<std::string> types) {
 
 std::pair<uint64_t, uint64_t> traffic(const GroupTraffic& t) { return {t.calls.value_or(~0ull), t.bytes}; }
 
-// The step each layout runs, resolved once (train/layout.h), worked out by
+// The step each layout runs, resolved once (train/resolve/layout.h), worked out by
 // hand for batch 4 (4 canonical chunks of 1 row): which step, how the
 // gradient meets the other replicas', and the rows of one arena.
 TEST(StepLayout, EachLayoutByHand) {
@@ -614,7 +614,7 @@ TEST(StepLayout, EachLayoutByHand) {
                           "ZeRO 0, stored activations bf16");
 }
 
-// The run's layout (train/layout.h): the grid, the rows and the step from
+// The run's layout (train/resolve/layout.h): the grid, the rows and the step from
 // the configuration as given, the rank count and the stage; and the
 // refusals the plan and the run give, from this one place.
 TEST(RunLayout, TheGridTheRowsAndTheRefusals) {
@@ -622,7 +622,7 @@ TEST(RunLayout, TheGridTheRowsAndTheRefusals) {
   c.parallel.microbatches = 2;  // accumulation: 2 micro-steps of the replica's 2 rows
   const RunLayout r = resolve_run(c, 4, "mpi");
   EXPECT_EQ(std::tuple(r.dp, r.tp, r.pp, r.rows), std::tuple(2, 2, 1, 2));
-  EXPECT_EQ(r.config.parallel.microbatches, 2);
+  EXPECT_EQ(r.step.microbatches, 2);
   EXPECT_EQ(r.step.step, StepKind::kPipeline);  // accumulation: the schedule on one stage
   EXPECT_EQ(r.step.arena_rows, 1);
   EXPECT_EQ(r.at(3).tp_rank, 1);
@@ -852,7 +852,7 @@ TEST(Plan, ZeroAndPipelineByHand) {
 }
 
 }  // namespace
-// llm.c's token shards (train/shards.h): round trips at both widths, and one
+// llm.c's token shards (train/data/shards.h): round trips at both widths, and one
 // clear error for each way a file and a model can disagree.
 class TokenShards : public ::testing::Test {
  protected:
@@ -944,7 +944,7 @@ TEST_F(TokenShards, RefusesTruncatedAndForeignFiles) {
   EXPECT_NE(error_of(dir / "none.bin", 50257).find("no such file"), std::string::npos);
 }
 
-// Schedules over virtual stages as data (train/virtual_schedule.h): the
+// Schedules over virtual stages as data (train/schedule/virtual_schedule.h): the
 // simulator against the engine's own schedules' formulas; interleaved 1F1B
 // (v 1 is 1f1b's list) completing every microbatch on every chunk with the
 // bubble (p-1)/(v m + p - 1) when a chunk's F takes 1 and its backward 2;
@@ -1043,7 +1043,7 @@ TEST(VirtualSchedule, ZbVCompletesNearZeroBubbleAtOneF1BMemory) {
   }
 }
 
-// parallel.virtual_stages (train/stage_split.h): where the chunks sit, what
+// parallel.virtual_stages (train/schedule/stage_split.h): where the chunks sit, what
 // each rank's model holds, the lists the engine runs and where they may stop.
 TEST(VirtualSchedule, StageSplitPlacesTheChunks) {
   StageSplit il{{1, 1, 2, 1, 1, 2}, 3, false, {}};  // 3 ranks x 2 chunks, interleaved
@@ -1145,7 +1145,7 @@ TEST(VirtualSchedule, ListsAndStopPoints) {
   EXPECT_EQ(schedule_peak_in_flight(ScheduleKind::kZbV, 2, 8, 2), 5);
 }
 
-// parallel.stage_layers (train/stage_split.h): the default rule, explicit
+// parallel.stage_layers (train/schedule/stage_split.h): the default rule, explicit
 // counts, auto's balance by counted cost, and the refusals.
 TEST(StageSplit, DefaultCountsAndAutoBalanceTheHead) {
   // Unit costs: with a head of two layers' cost, 4 layers over 2 stages balance as 3 + (1 + head).

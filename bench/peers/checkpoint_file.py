@@ -1,4 +1,4 @@
-"""Reads our checkpoint format (core/train/checkpoint.h, versions 1 to 3)
+"""Reads our checkpoint format (core/train/formats/checkpoint.h, versions 1 to 3)
 with the Python standard library alone: the header's key/value pairs, the
 vocabulary, the parameters and, for a training checkpoint, the Adam moments.
 Shared by the PyTorch peer (bench/peers/torch_gpt2.py) and the tests.

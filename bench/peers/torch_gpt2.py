@@ -142,7 +142,7 @@ ORIGINAL_ADAM = {"kind": "adam_original", "lr": 1e-4, "min_lr": 1e-5, "warmup_st
 
 
 def load_checkpoint(path):
-    """(config, {name: float32 tensor}) from one of our checkpoints (core/train/checkpoint.h)."""
+    """(config, {name: float32 tensor}) from one of our checkpoints (core/train/formats/checkpoint.h)."""
     cfg, raw = read_checkpoint(path)
     flat = torch.frombuffer(bytearray(raw), dtype=torch.float32)
     params, off = {}, 0

@@ -407,8 +407,7 @@ void run_init_command(const Given& g, const RunConfig& cfg, const StageContext& 
 void dispatch(const std::string& command, const Given& g, const RunConfig& cfg, const StageContext& ctx) {
   const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (command == "config") {
-    validate(cfg);
-    (void)resolve_stage_split(cfg);  // the stage split's refusals, as a run's (train/resolve/layout.h)
+    validate_with_split(cfg);  // as a run's first checks (train/resolve/layout.h)
     if (root) fmt::print("{}", to_yaml(cfg));
   } else if (command == "plan") {
     print_plan(cfg, g.get("ranks"), g.get("stage").empty() ? ctx.stage : g.get("stage"), root);
@@ -537,8 +536,9 @@ namespace {
 
 int stage_status(int argc, char** argv, const StageContext& ctx, const std::string& help_note) {
   try {
-    StageContext hooked = ctx;  // the tests' hooks, installed only when the environment names them
-    if (const char* text = std::getenv(kTestHooksVariable)) hooked.hooks = parse_test_hooks(text);
+    StageContext hooked = ctx;  // the tests' hooks for a training run, installed only when the environment names them
+    const bool trains = argc > 1 && std::string(argv[1]) == "train";
+    if (const char* text = std::getenv(kTestHooksVariable); text && trains) hooked.hooks = parse_test_hooks(text);
     return run(argc, argv, hooked, help_note);
   } catch (const RunPreempted& e) {  // every rank stopped after the same step, its work written: no abort
     // Rank 0 alone exits with the status. MPICH 4.0's mpiexec can report 0 when several ranks exit non-zero

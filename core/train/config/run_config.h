@@ -1,7 +1,7 @@
 // RunConfig: every setting of a training or generation run, as sections that
 // each list their fields once (util/fields.h): model (model/config.h), data
 // (model/data_config.h), train (below), optimizer (model/optim.h), generate
-// (model/generate.h), parallel (below) and debug. The trainer consumes it; the application
+// (model/generate.h) and parallel (below). The trainer consumes it; the application
 // layer reads it from YAML files and the command line (app/config_file.h).
 // A new section (parallelism, say) is one member here, one line in
 // run_fields() and its checks in validate().

@@ -193,7 +193,7 @@ void evaluate_data(const EvaluateRequest& req, const RunConfig& c, bool shards, 
     throw std::invalid_argument(fmt::format("{}: {} batches are more than one evaluation counts ({}); give --batches",
                                             what, batches, INT32_MAX));
   }
-  const std::unique_ptr<StepMachine> lay = build_step(run, *st, grid, 0.0, "");
+  const std::unique_ptr<StepMachine> lay = build_step(run, *st, grid, 0.0);
   StepFeed feed(run, grid);
   DataLoader loader(stream, rc.train.batch_size, rc.train.seq_len, LoaderKind::kSequential, rc.train.seed,
                     grid.replica() * st->rows, st->rows);
@@ -235,7 +235,7 @@ void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
   {  // the user's keys, before the model is read; what depends on the model's sizes is checked again below
     RunConfig first = c;
     first.model.T = std::max(first.model.T, first.train.seq_len);
-    validate(first);
+    validate_with_split(first);
   }
   const EvaluateInputs in = read_evaluate_inputs(req, c, comm);
   if (shards && c.data.tokenizer != TokenizerKind::kGpt2) {
@@ -245,7 +245,7 @@ void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
   const int threads = resolve_threads(c.train.threads);
   Json result{{"model", req.model}, {"format", comm.rank() == 0 ? in.weights->format : ""}};
   if (req.data.empty()) c.train.seq_len = c.model.T;  // no batches: the multiple choice's rows are its own
-  validate(c);
+  validate_with_split(c);
   if (!req.data.empty()) evaluate_data(req, c, shards, in, ctx, comm, threads, result);
   if (!req.hellaswag.empty() && comm.rank() == 0) result["hellaswag"] = score_multiple_choice(req, c, in, ctx, threads);
   if (comm.rank() == 0) {

@@ -61,7 +61,7 @@ std::vector<int32_t> generation_prompt(const GenerateRequest& req, const Checkpo
 
 void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   const RunConfig& c = req.config;
-  validate(c);
+  validate_with_split(c);
   if (req.checkpoint.empty()) throw std::invalid_argument("--checkpoint: a checkpoint file is required");
   // Rank 0 reads the checkpoint first: the function it was trained as decides
   // who generates. The standard function: rank 0 alone, on the full model.
@@ -134,7 +134,7 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
 
 void run_init(const InitRequest& req, const StageContext& ctx) {
   const RunConfig& c = req.config;
-  validate(c);
+  validate_with_split(c);
   std::unique_ptr<Communicator> local;
   Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
   check_ranks_agree(c, comm);

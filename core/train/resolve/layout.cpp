@@ -303,9 +303,8 @@ StateSource resolve_source(const RunConfig& c, const std::string& resume) {
   return {};
 }
 
-StageSplit resolve_stage_split(const RunConfig& c) {
-  StageSplit split = stage_split(c);  // parallel.stage_layers (no more stages than layers), virtual_stages
-  const std::vector<int>& counts = split.counts;
+std::vector<int> checked_stage_counts(const RunConfig& c) {
+  std::vector<int> counts = stage_layer_counts(c);  // parallel.stage_layers (no more stages than layers)
   const TpLayout tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
   for (int s = 0; s + 1 < static_cast<int>(counts.size()); ++s) {  // a private run may not cross a stage boundary
     const int last = StageLayers::at(counts, s).last - 1;
@@ -316,15 +315,17 @@ StageSplit resolve_stage_split(const RunConfig& c) {
           "parallel.stage_layers", last, last + 1, s, s + 1, fmt::join(counts, ","), last));
     }
   }
-  return split;
+  return counts;
 }
 
-RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stage) {
-  if (ranks < 1) throw std::invalid_argument(fmt::format("--ranks: must be >= 1, got {}", ranks));
-  validate(given);
+void validate_with_split(const RunConfig& c) {
+  validate(c);
+  (void)checked_stage_counts(c);
+}
+
+RunLayout resolve_validated(const RunConfig& c, std::vector<int> counts, int ranks, const std::string& stage) {
   RunLayout r;
-  r.config = given;
-  const RunConfig& c = r.config;
+  r.config = c;
   const bool multi = stage_is_multi_process(stage);
   if (!multi && ranks > 1) {
     throw std::invalid_argument(
@@ -342,9 +343,9 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
   r.dp = ranks / (r.tp * r.pp * r.cp);
   const RunConfig steps = step_config(c);  // the step's view, read here to decide it; kept as its shape
   r.shape = {steps.train.batch_size, steps.train.seq_len};
-  r.stage_split = resolve_stage_split(c);
+  r.stage_split = stage_split(c, std::move(counts));  // the counts checked once; their placement and pass times
   r.checkpoints = {c.train.save_checkpoint, c.train.checkpoint_format, c.train.async_checkpoint,
-                   c.train.checkpoint_every, c.train.keep_checkpoints};  // once: parallel.stage_layers auto runs its cost model here alone
+                   c.train.checkpoint_every, c.train.keep_checkpoints};
   r.step = resolve_step(steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, stage));
   if (r.step.step == StepKind::kChunks && r.cp > 1) {
     // The batch's canonical chunks, not the cut rows': a chunk of batch_size / K rows is 2 arena rows each
@@ -354,6 +355,14 @@ RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stag
   }
   check_sequence_parallel(steps, r.step.arena_rows);  // the arena's rows as the steps cut them
   return r;
+}
+
+
+RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stage) {
+  if (ranks < 1) throw std::invalid_argument(fmt::format("--ranks: must be >= 1, got {}", ranks));
+  validate(given);
+  std::vector<int> counts = checked_stage_counts(given);  // with auto, the split's cost model runs here alone
+  return resolve_validated(given, std::move(counts), ranks, stage);
 }
 
 std::string RunLayout::describe() const {

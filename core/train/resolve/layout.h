@@ -3,7 +3,7 @@
 // data-parallel size and the replica's rows, which step function runs, how
 // a replica's gradient meets the others', the canonical chunks, the
 // activation arenas' rows, the schedule and the stored dtype. The run builds
-// its step and reducer from it with one switch (trainer.cpp, make_layout),
+// its step and reducer from it with one switch (train/run/build.cpp, build_step),
 // the plan counts its memory and traffic from it (plan.cpp) and the run's log
 // prints it (describe()). Neither re-derives it from the settings.
 //
@@ -246,12 +246,17 @@ struct StateSource {
 // train.init_from's file, else the seed.
 StateSource resolve_source(const RunConfig& c, const std::string& resume);
 
-// The (virtual) stages' layers and ranks (train/schedule/stage_split.h) of a
-// valid `c`, with the refusals of parallel.stage_layers and virtual_stages
-// and of a private block run (spd, parallel) crossing a stage boundary.
-// resolve_run computes it once (RunLayout::stage_split); the config command
-// checks with it.
-StageSplit resolve_stage_split(const RunConfig& c);
+// parallel.stage_layers' counts (train/schedule/stage_split.h) of a valid
+// `c`, with their refusals and a private block run (spd, parallel) crossing
+// a stage boundary's: what a configuration's checks end with (with `auto`,
+// the split's cost model). resolve_run computes them once.
+std::vector<int> checked_stage_counts(const RunConfig& c);
+// validate(c), then checked_stage_counts: the configuration's checks where no
+// run is resolved (the config, generate, init and evaluate commands).
+void validate_with_split(const RunConfig& c);
+// resolve_run after its first checks: `c` validated and `counts` its checked
+// stage counts (run_train checks its request's hostfile and flags between).
+RunLayout resolve_validated(const RunConfig& c, std::vector<int> counts, int ranks, const std::string& stage);
 
 // `c` valid for `dp` replicas of `rows`
 // rows each; `stored`: the stored activations' type on this stage

@@ -71,7 +71,7 @@ std::vector<ShardRange> moment_ranges(const RankShape& r, size_t n) {
   return r.sharded() ? r.shards.ranges : std::vector<ShardRange>{};
 }
 
-// The buffers a rank allocates (init_or_resume, make_layout), by size.
+// The buffers a rank allocates (init_or_resume, build_step), by size.
 RankMemory plan_memory(const RankShape& r) {
   RankMemory m;
   const size_t n = param_count(r.cfg, r.tp.shape(), r.layers);
@@ -581,7 +581,7 @@ std::string variant_label(const RunConfig& c) {
 }
 
 Plan plan_run(const RunConfig& c, int ranks, const std::string& stage) {
-  validate(c);
+  validate_with_split(c);
   const std::unique_ptr<Communicator> local = make_local_communicator();
   const Corpus corpus = load_corpus(c.data, nullptr, *local);
   RunConfig resolved = c;

@@ -23,7 +23,7 @@
 namespace gpt2 {
 
 std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, ProcessGrid& grid, double max_loss,
-                                        const std::string& timeline_path, double long_step_s) {
+                                        double long_step_s) {
   const StepLayout& sl = run.step;
   const TrainConfig& train = run.config.train;
   if (sl.stored == Dtype::bf16 && !st.backend->accepts_bf16()) {  // the layout's stage rule and the backend disagree
@@ -68,7 +68,7 @@ std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, Proc
   if (sl.pipelined()) {  // the schedule's arenas, one per microbatch in flight
     lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), st.stage_split, sl.schedule,
                                                  sl.microbatches, arena, sl.microbatch_sum);
-    lay->recorder.emplace(grid, *lay->pipe, timeline_path);
+    lay->recorder.emplace(grid, *lay->pipe);
   } else {
     lay->arena.emplace(model, arena);
   }
@@ -100,14 +100,13 @@ std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, Proc
 }
 
 Run build_run(const RunLayout& run, const StateSource& source, const BackendKind& kind, int threads,
-              ProcessGrid& grid, const std::string& timeline_path, std::function<void(const std::string&)> note,
-              const TestHooks& hooks) {
+              ProcessGrid& grid, std::function<void(const std::string&)> note, const TestHooks& hooks) {
   Run r;
   r.state = init_or_resume(run, source, kind, threads, 0, grid);
   const double max_loss = run.config.train.max_loss;
   r.max_loss = max_loss > 0 ? max_loss : 3.0 * std::log(r.state->model_config.V);
   // The step and its arenas see the rows as run.shape says (context parallelism's chunks).
-  r.step = build_step(run, *r.state, grid, r.max_loss, timeline_path, hooks.long_step_s);
+  r.step = build_step(run, *r.state, grid, r.max_loss, hooks.long_step_s);
   r.writer = make_checkpoint_writer(run.checkpoints, std::move(note), hooks.checkpoint_delay_s);
   return r;
 }

@@ -102,7 +102,6 @@ struct StepMachine {
 };
 
 std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, ProcessGrid& grid, double max_loss,
-                                        const std::string& timeline_path,
                                         double long_step_s = TestHooks{}.long_step_s);
 
 // A training run's pieces, built from its layout alone: the state (from
@@ -117,11 +116,9 @@ struct Run {
 };
 
 // Collective. `threads`: train.threads resolved on this machine;
-// `timeline_path`: where rank 0 writes a pipeline's timeline ("" none);
 // `note`: the log's notes (an asynchronous save's completion). The state is
 // made first (init_or_resume), then the step, then the writer.
 Run build_run(const RunLayout& run, const StateSource& source, const BackendKind& kind, int threads,
-              ProcessGrid& grid, const std::string& timeline_path, std::function<void(const std::string&)> note,
-              const TestHooks& hooks);
+              ProcessGrid& grid, std::function<void(const std::string&)> note, const TestHooks& hooks);
 
 }  // namespace gpt2

@@ -41,7 +41,7 @@ inline float event_code(const char* kind) {
 // buffers are sized once: a step allocates nothing for them.
 class PipelineRecorder {
  public:
-  PipelineRecorder(ProcessGrid& grid, const PipelineEngine& pipe, const std::string& timeline_path)
+  PipelineRecorder(ProcessGrid& grid, const PipelineEngine& pipe)
       : aux_(grid.aux_comm()),
         pipe_(pipe),
         // The same count on every rank (an all-gather's chunk): from what every
@@ -51,7 +51,11 @@ class PipelineRecorder {
         max_events_(static_cast<size_t>(8 * pipe.microbatches() * pipe.chunks() + 8 +
                                         std::max(pipe.microbatches() * pipe.chunks(), pipe.stages()))),
         mine_(4 + kEventFloats * max_events_),
-        all_(mine_.size() * static_cast<size_t>(aux_.size())) {
+        all_(mine_.size() * static_cast<size_t>(aux_.size())) {}
+  // Rank 0 writes the timeline to `timeline_path` (truncated): once the run's
+  // folder is its own and cleared (RunLogger::open), never before, so that a
+  // refused or overwriting start does not touch an earlier run's file.
+  void open(const std::string& timeline_path) {
     if (timeline_path.empty()) return;
     out_ = ::fdopen(open_output(timeline_path), "w");
     if (!out_) throw std::runtime_error(fmt::format("{}: cannot write the pipeline timeline", timeline_path));

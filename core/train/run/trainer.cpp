@@ -188,13 +188,14 @@ namespace {
 // The request checked before anything is made, and the run's layout
 // (train/resolve/layout.h: every refusal the plan gives, in its order).
 RunLayout checked_request(const TrainRequest& req, const StageContext& ctx, Communicator& comm) {
-  RunLayout run = resolve_run(req.config, comm.size(), ctx.stage);  // validates the configuration first, once
+  validate(req.config);  // once: resolve_validated takes it from here
+  std::vector<int> counts = checked_stage_counts(req.config);
   if (!req.hostfile.empty()) check_placement(read_hostfile(req.hostfile), req.hostfile, comm);
   if (req.overwrite && !req.resume.empty()) {
     throw std::invalid_argument("--overwrite and --resume together: --resume continues the directory's run, "
                                 "--overwrite discards it; give one");
   }
-  return run;
+  return resolve_validated(req.config, std::move(counts), comm.size(), ctx.stage);
 }
 }  // namespace
 
@@ -419,9 +420,8 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   const StateSource source = resolve_source(run.config, req.resume);  // --resume auto made a path or nothing above
   const bool resuming = source.kind == StateSource::Kind::kCheckpoint;
   if (resuming) reset_peak_rss();  // the resume's peak, per rank, said below
-  Run r = build_run(run, source, ctx.backend, threads, grid,
-                    comm.rank() == 0 ? (fs::path(req.out_dir) / "timeline.jsonl").string() : "",
-                    [&log](const std::string& note) { log.note(note); }, ctx.hooks);
+  Run r = build_run(run, source, ctx.backend, threads, grid, [&log](const std::string& note) { log.note(note); },
+                    ctx.hooks);
   const RunState& st = *r.state;
   if (resuming) {
     log.check_resume(req.resume, st.checkpoint_run_id);
@@ -430,7 +430,8 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   }
   RunConfig resolved = run.config;
   resolved.model = st.model_config;
-  log.open(to_yaml(resolved), resuming, st.first_step);
+  log.open(to_yaml(resolved), resuming, st.first_step);  // the folder cleared and taken: now its files are written
+  if (r.step->recorder && comm.rank() == 0) r.step->recorder->open((fs::path(req.out_dir) / "timeline.jsonl").string());
   const MfuPeak peak = mfu_peak(run.config, ctx, *r.state, comm, threads);
   log.set_peak_configured(run.config.train.peak_gflops > 0);
   announce(log, run, st, comm, threads, peak, r.max_loss);

@@ -136,9 +136,11 @@ StageLayers StageSplit::held(int rank) const {
   return StageLayers::of_stages(counts, stages_of(rank));
 }
 
-StageSplit stage_split(const RunConfig& c) {
+StageSplit stage_split(const RunConfig& c) { return stage_split(c, stage_layer_counts(c)); }
+
+StageSplit stage_split(const RunConfig& c, std::vector<int> counts) {
   StageSplit s;
-  s.counts = stage_layer_counts(c);
+  s.counts = std::move(counts);
   s.ranks = c.parallel.pp;
   s.v_shape = c.parallel.schedule == ScheduleKind::kZbV;
   const std::vector<std::string>& given = c.parallel.pass_times;

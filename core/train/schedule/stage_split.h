@@ -82,6 +82,8 @@ struct StageSplit {
   StageLayers held(int rank) const;
 };
 StageSplit stage_split(const RunConfig& c);
+// The same from counts stage_layer_counts(c) gave already.
+StageSplit stage_split(const RunConfig& c, std::vector<int> counts);
 
 // Each stage's counted cost under `counts` (stage_costs'), for the plan and the log.
 std::vector<double> stage_split_costs(const std::vector<int>& counts, const StageCosts& k);
