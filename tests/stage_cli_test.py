@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from checks import HOOKS_VARIABLE, PROMPT_S, Checks, with_hooks
+from checks import HOOKS_VARIABLE, PROMPT_S, Checks, bounded_run, with_hooks
 
 WORDS = "the cat sat on a mat . dog ran to river , and saw bird ! it was happy day".split()
 
@@ -266,6 +266,23 @@ def main():
         ok = False
     check("a refused plan is JSON with the run's one-line error on stdout, exit 2", ok,
           "" if ok else f"{r.stdout!r} {r.stderr!r}")
+
+    # parallel.stage_layers (issue 70): counts summing past 2^31 are refused, not wrapped (the plan crashed); auto
+    # answers at once for deep pipelines (it tried every split: 64 layers on 8 stages did not end).
+    r = subprocess.run([stage, "config"] + small + ["--model.n_layer", "3", "--parallel.pp", "3",
+                        "--parallel.stage_layers", "2147483647,2147483647,5"], capture_output=True, text=True)
+    check("stage_layers summing past 2^31 is refused naming the sum, exit 2",
+          r.returncode == 2 and "sum to 4294967299" in r.stderr, r.stderr.strip()[-200:])
+    r = bounded_run([stage, "plan"] + small + ["--model.n_layer", "4096", "--parallel.pp", "1024",
+                                               "--parallel.stage_layers", "auto", "--ranks", "1024", "--stage", "mpi",
+                                               "--train.batch_size", "1024"], PROMPT_S)
+    try:  # each rank's layers [first, last)
+        layers = [b - f for f, b in (x["layers"] for x in json.loads(r.stdout)["per_rank"])] if not r.timed_out else []
+    except (ValueError, KeyError, TypeError):
+        layers = []
+    check("stage_layers auto for 4,096 layers on 1,024 stages: a plan at once (every stage at least a layer)",
+          not r.timed_out and r.returncode == 0 and len(layers) == 1024 and sum(layers) == 4096 and min(layers) >= 1,
+          f"{'still running' if r.timed_out else f'exit {r.returncode}'} after {r.seconds:.1f} s: {r.stderr[-200:]}")
 
     # Test hooks are not settings (issue 69): not in --help or config.yaml; the old debug.* keys refused naming
     # the variable; the variable's bad entries refused; a run with hooks says so and fails where told.

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <numeric>
 #include <fstream>
 #include <set>
 #include <tuple>
@@ -1147,6 +1149,58 @@ TEST(VirtualSchedule, ListsAndStopPoints) {
 
 // parallel.stage_layers (train/schedule/stage_split.h): the default rule, explicit
 // counts, auto's balance by counted cost, and the refusals.
+// The split parallel.stage_layers auto chose before issue 70 (every composition tried): the reference the direct
+// split must equal, ties included (the fewest layers moved from the default rule's, then the earliest).
+std::vector<int> every_composition_split(int layers, int stages, const StageCosts& k) {
+  const std::vector<int> even = StageLayers::even_counts(layers, stages);
+  std::vector<int> best, cur(static_cast<size_t>(stages));
+  double best_max = std::numeric_limits<double>::infinity();
+  int best_moved = 0;
+  const auto visit = [&](const auto& self, int s, int left) -> void {
+    if (s + 1 == stages) {
+      cur[static_cast<size_t>(s)] = left;
+      const std::vector<double> costs = stage_split_costs(cur, k);
+      const double worst = *std::max_element(costs.begin(), costs.end());
+      int moved = 0;
+      for (int i = 0; i < stages; ++i) moved += std::abs(cur[static_cast<size_t>(i)] - even[static_cast<size_t>(i)]);
+      if (worst < best_max || (worst == best_max && moved < best_moved)) {
+        best = cur;
+        best_max = worst;
+        best_moved = moved;
+      }
+      return;
+    }
+    for (int n = 1; n <= left - (stages - 1 - s); ++n) {
+      cur[static_cast<size_t>(s)] = n;
+      self(self, s + 1, left - n);
+    }
+  };
+  visit(visit, 0, layers);
+  return best;
+}
+
+TEST(StageSplit, TheDirectSplitIsEveryCompositionsBest) {
+  // Costs with ties (whole numbers, zeros) and without, every layer count to 14 over 1 to 5 stages.
+  const std::vector<StageCosts> costs = {{1, 0, 0}, {1, 0, 2}, {1, 2, 0}, {1, 3, 3}, {2, 1, 5}, {0.7, 0.3, 2.9},
+                                         {1.3, 4.1, 0.2}, {3, 0.5, 0.5}, {1, 10, 10}};
+  int compared = 0;
+  for (const StageCosts& k : costs) {
+    for (int stages = 1; stages <= 5; ++stages) {
+      for (int layers = stages; layers <= 14; ++layers) {
+        EXPECT_EQ(balance_stages(layers, stages, k), every_composition_split(layers, stages, k))
+            << layers << " layers on " << stages << " stages, costs " << k.layer << " " << k.embed << " " << k.head;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 400);
+  // Large pipelines answer at once (the search over compositions did not end): a valid split of 4,096 layers.
+  const std::vector<int> big = balance_stages(4096, 1024, StageCosts{1.0, 3.0, 9.0});
+  EXPECT_EQ(big.size(), 1024u);
+  EXPECT_EQ(std::accumulate(big.begin(), big.end(), 0), 4096);
+  EXPECT_TRUE(std::all_of(big.begin(), big.end(), [](int n) { return n >= 1; }));
+}
+
 TEST(StageSplit, DefaultCountsAndAutoBalanceTheHead) {
   // Unit costs: with a head of two layers' cost, 4 layers over 2 stages balance as 3 + (1 + head).
   EXPECT_EQ(balance_stages(4, 2, StageCosts{1.0, 0.0, 2.0}), (std::vector<int>{3, 1}));

@@ -74,42 +74,73 @@ PassTimes layer_pass_costs(const Gpt2Config& m, int rows, int T) {
   return {1.0, (backward - weight) / forward, weight / forward};
 }
 
+namespace {
+// Stage s's cost with n layers, of `stages`. One body for every comparison of costs: where the compiler inlines a
+// multiply and an add it may fuse them (-march=native), and a split chosen by comparing costs must compare the
+// same values it was chosen from.
+[[gnu::noinline]] double stage_cost(int n, size_t s, size_t stages, const StageCosts& k) {
+  return n * k.layer + (s == 0 ? k.embed : 0.0) + (s + 1 == stages ? k.head : 0.0);
+}
+}  // namespace
+
 std::vector<double> stage_split_costs(const std::vector<int>& counts, const StageCosts& k) {
   std::vector<double> costs;
-  for (size_t s = 0; s < counts.size(); ++s) {
-    costs.push_back(counts[s] * k.layer + (s == 0 ? k.embed : 0.0) + (s + 1 == counts.size() ? k.head : 0.0));
-  }
+  for (size_t s = 0; s < counts.size(); ++s) costs.push_back(stage_cost(counts[s], s, counts.size(), k));
   return costs;
 }
 
 std::vector<int> balance_stages(int layers, int stages, const StageCosts& k) {
-  const std::vector<int> even = StageLayers::even_counts(layers, stages);
-  std::vector<int> best, cur(static_cast<size_t>(stages));
-  double best_max = std::numeric_limits<double>::infinity();
-  int best_moved = 0;
-  // Every composition of `layers` into `stages` positive parts (pipelines are short: at most a few hundred
-  // thousand compositions for 64 layers over 4 stages), in lexicographic order.
-  const auto visit = [&](const auto& self, int s, int left) -> void {
-    if (s + 1 == stages) {
-      cur[static_cast<size_t>(s)] = left;
-      const std::vector<double> costs = stage_split_costs(cur, k);
-      const double worst = *std::max_element(costs.begin(), costs.end());
-      int moved = 0;
-      for (int i = 0; i < stages; ++i) moved += std::abs(cur[static_cast<size_t>(i)] - even[static_cast<size_t>(i)]);
-      if (worst < best_max || (worst == best_max && moved < best_moved)) {
-        best = cur;
-        best_max = worst;
-        best_moved = moved;
-      }
-      return;
-    }
-    for (int n = 1; n <= left - (stages - 1 - s); ++n) {
-      cur[static_cast<size_t>(s)] = n;
-      self(self, s + 1, left - n);
-    }
+  // Every layer costs the same, the first stage adds the embedding and the last the head (both, with one stage),
+  // so the split is found directly (issue 70: the search over every composition took minutes at 64 layers on 8
+  // stages). A stage's cost, as stage_split_costs computes it:
+  const auto extra = [&](int s) { return (s == 0 ? k.embed : 0.0) + (s + 1 == stages ? k.head : 0.0); };
+  const auto cost = [&](int n, int s) {
+    return stage_cost(n, static_cast<size_t>(s), static_cast<size_t>(stages), k);
   };
-  visit(visit, 0, layers);
-  return best;
+  // The most layers stage s can hold at a worst cost of `w` (0: none).
+  const auto most = [&](double w, int s) {
+    if (cost(1, s) > w) return 0;
+    int n = k.layer > 0 ? static_cast<int>(std::min<double>(layers, std::floor((w - extra(s)) / k.layer))) : layers;
+    n = std::clamp(n, 1, layers);
+    while (n < layers && cost(n + 1, s) <= w) ++n;  // the division's rounding, settled by the cost itself
+    while (n > 1 && cost(n, s) > w) --n;
+    return n;
+  };
+  const auto fits = [&](double w) {
+    if (stages == 1) return most(w, 0) >= layers;
+    const int first = most(w, 0), last = most(w, stages - 1), middle = stages > 2 ? most(w, 1) : 1;
+    if (first == 0 || last == 0 || middle == 0) return false;
+    return int64_t{first} + last + int64_t{middle} * (stages - 2) >= layers;
+  };
+  // The least worst cost is some stage's cost in the best split: one of n x layer + the stage's extra.
+  std::vector<double> candidates;
+  for (int n = 1; n <= layers; ++n) {
+    candidates.push_back(cost(n, 0));
+    if (stages > 1) candidates.push_back(cost(n, stages - 1));
+    if (stages > 2) candidates.push_back(cost(n, 1));
+  }
+  std::sort(candidates.begin(), candidates.end());
+  const auto found = std::partition_point(candidates.begin(), candidates.end(), [&](double w) { return !fits(w); });
+  if (found == candidates.end()) return StageLayers::even_counts(layers, stages);  // no split fits: cannot happen
+  const double worst = *found;
+  // Among the splits of that worst cost: the fewest layers moved from the default rule's, then the earliest in
+  // order. Each stage keeps its default count where that fits (lowering one below it moves two layers); the
+  // layers this leaves over go to the last stages with room, which keeps the earlier counts smallest.
+  std::vector<int> counts = StageLayers::even_counts(layers, stages);
+  int left = 0;
+  for (int s = 0; s < stages; ++s) {
+    const int cap = most(worst, s);
+    if (counts[static_cast<size_t>(s)] > cap) {
+      left += counts[static_cast<size_t>(s)] - cap;
+      counts[static_cast<size_t>(s)] = cap;
+    }
+  }
+  for (int s = stages - 1; s >= 0 && left > 0; --s) {
+    const int add = std::min(left, most(worst, s) - counts[static_cast<size_t>(s)]);
+    counts[static_cast<size_t>(s)] += add;
+    left -= add;
+  }
+  return counts;
 }
 
 int interleaved_stage(int stages, int rank, int chunk) { return chunk * stages + rank; }
@@ -202,7 +233,7 @@ std::vector<int> stage_layer_counts(const RunConfig& c) {
                  : fmt::format("{} counts for parallel.pp {} stages (one count per stage, or auto)", given.size(), p));
   }
   std::vector<int> counts;
-  int sum = 0;
+  int64_t sum = 0;  // counts up to 2^31 - 1 each (issue 70: an int sum wrapped, and the plan crashed)
   for (const std::string& g : given) {
     size_t used = 0;
     int n = 0;
