@@ -284,6 +284,19 @@ def main():
           not r.timed_out and r.returncode == 0 and len(layers) == 1024 and sum(layers) == 4096 and min(layers) >= 1,
           f"{'still running' if r.timed_out else f'exit {r.returncode}'} after {r.seconds:.1f} s: {r.stderr[-200:]}")
 
+    # A FIFO named as a model file (issue 70): refused by its type at once, never opened to read (its magic was
+    # read with an ifstream, which blocked train.init_from and evaluate --model until a writer came, SIGTERM too).
+    fifo = w("model.fifo")
+    os.mkfifo(fifo)
+    for title, cmd in (("train --train.init_from", [stage, "train", "--out", w("from_fifo")] + small
+                        + ["--train.init_from", fifo]),
+                       ("evaluate --model", [stage, "evaluate", "--model", fifo, "--data", w("corpus.txt")])):
+        r = bounded_run(cmd, PROMPT_S)
+        check(f"{title} naming a FIFO is refused at once by its type, exit 2",
+              not r.timed_out and r.returncode == 2 and "FIFO" in r.stderr and "model.fifo" in r.stderr,
+              f"{'still running' if r.timed_out else f'exit {r.returncode}'} after {r.seconds:.1f} s: "
+              f"{r.stderr.strip()[-200:]}")
+
     # Test hooks are not settings (issue 69): not in --help or config.yaml; the old debug.* keys refused naming
     # the variable; the variable's bad entries refused; a run with hooks says so and fails where told.
     h = subprocess.run([stage, "train", "--help"], capture_output=True, text=True)

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <stdexcept>
 
 #include "model/params.h"
@@ -14,6 +14,7 @@
 #include "train/formats/llmc_hf.h"
 #include "train/formats/sharded_checkpoint.h"
 #include "util/fields.h"
+#include "util/files.h"
 
 namespace gpt2 {
 
@@ -138,9 +139,9 @@ ModelWeights read_model_weights(const std::string& path, const std::string& key)
   try {
     const bool folder = fs::is_directory(path);
     char magic[8] = {};
-    if (!folder) {
-      std::ifstream in(path, std::ios::binary);
-      in.read(magic, sizeof magic);
+    if (!folder) {  // through the bounded reader: a FIFO or a device is refused by its type, never opened to read
+      InputFile in(path, std::numeric_limits<uint64_t>::max(), "", "a model file");
+      in.read(magic, static_cast<size_t>(std::min<uint64_t>(in.size(), sizeof magic)));
     }
     for (const ModelFormat* f : model_formats()) {
       if (f->recognises(path, folder, magic)) return f->read(path);
