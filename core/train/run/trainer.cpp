@@ -338,11 +338,17 @@ class Checkpoints {
   LastCheckpoint stored_;
 };
 
+// What every step's record divides its time into: the global batch's tokens,
+// its FLOPs (model/flops.h) and the MFU peak; counted once a run.
+struct StepRates {
+  double tokens = 0, flops = 0, peak_gflops = 0;
+};
+
 // One step of the loop: the batch, the step (stopped inside where the layout
 // says so), its record and progress line, validation. Returns the step's
 // time (for the stop's agreement).
 double train_one_step(int64_t s, const RunLayout& run, Run& r, StepFeed& feed, ProcessGrid& grid, RunLogger& log,
-                      Checkpoints& book, RunSummary& sum, double peak_gflops, const TestHooks& hooks) {
+                      Checkpoints& book, RunSummary& sum, const StepRates& rates, const TestHooks& hooks) {
   const TrainConfig& train = run.config.train;
   RunState& st = *r.state;
   StepMachine& m = *r.step;
@@ -371,9 +377,7 @@ double train_one_step(int64_t s, const RunLayout& run, Run& r, StepFeed& feed, P
   sum.train_s += dt;
   sum.comm_s += comm_s;
   sum.final_loss = res.loss;
-  const double tokens = static_cast<double>(train.batch_size) * train.seq_len;
-  const double flops = training_flops(st.model_config, train.batch_size, train.seq_len).total();
-  StepRecord rec = step_record(s, res, dt, comm_s, grid, m.mem, tokens, flops, peak_gflops);
+  StepRecord rec = step_record(s, res, dt, comm_s, grid, m.mem, rates.tokens, rates.flops, rates.peak_gflops);
   if (m.recorder) m.recorder->gather(s, rec);
   log.step(rec, train.steps, grid.world().size() > 1);
   if (st.eval_on && ((s + 1) % train.eval_every == 0 || s + 1 == train.steps)) {
@@ -388,10 +392,12 @@ RunSummary train_loop(const RunLayout& run, Run& r, ProcessGrid& grid, RunLogger
                       double peak_gflops, const TestHooks& hooks) {
   const TrainConfig& train = run.config.train;
   StepFeed feed(run, grid);
+  const StepRates rates{static_cast<double>(train.batch_size) * train.seq_len,
+                        training_flops(r.state->model_config, train.batch_size, train.seq_len).total(), peak_gflops};
   RunSummary sum;
   const auto wall0 = Clock::now();
   for (int64_t s = r.state->first_step; s < train.steps; ++s) {
-    const double dt = train_one_step(s, run, r, feed, grid, log, book, sum, peak_gflops, hooks);
+    const double dt = train_one_step(s, run, r, feed, grid, log, book, sum, rates, hooks);
     book.after_step(s + 1);
     if (hooks.step_sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(hooks.step_sleep_s));
     const StopRequest stop = agreed_stop(grid.aux_comm(), dt);

@@ -167,8 +167,6 @@ StageLayers StageSplit::held(int rank) const {
   return StageLayers::of_stages(counts, stages_of(rank));
 }
 
-StageSplit stage_split(const RunConfig& c) { return stage_split(c, stage_layer_counts(c)); }
-
 StageSplit stage_split(const RunConfig& c, std::vector<int> counts) {
   StageSplit s;
   s.counts = std::move(counts);

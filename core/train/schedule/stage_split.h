@@ -81,8 +81,7 @@ struct StageSplit {
   // The layers rank `rank` holds (StageLayers::of_stages); the whole model without counts.
   StageLayers held(int rank) const;
 };
-StageSplit stage_split(const RunConfig& c);
-// The same from counts stage_layer_counts(c) gave already.
+// From `counts`, stage_layer_counts(c)'s (checked once: train/resolve/layout.h checked_stage_counts).
 StageSplit stage_split(const RunConfig& c, std::vector<int> counts);
 
 // Each stage's counted cost under `counts` (stage_costs'), for the plan and the log.
