@@ -297,12 +297,42 @@ def main():
               ok and qkv_b > 0, f"ours {ours[0] if ours else r.stderr[-200:]}, PyTorch {theirs:.6f}, "
               f"|difference| {abs(ours[0] - theirs) if ours else float('nan'):.2e}; max |q/k/v bias| {qkv_b:.2e}")
 
-    # Refusals.
+    # Outputs inside inputs (issue 70, cause 1): nothing written into an input folder, no input inside a folder
+    # written, through links too, --overwrite or not; the inputs stay byte-identical.
     def refused(title, r, needle):
         lines = [x for x in r.stderr.splitlines() if "error" in x]
         check(title, r.returncode == 2 and len(lines) == 1 and needle in lines[0],
               lines[0] if lines else f"exit {r.returncode}: {r.stderr[-200:]}")
 
+    if os.path.isdir(hf):
+        def snapshot(folder):
+            return {n: open(os.path.join(folder, n), "rb").read() for n in sorted(os.listdir(folder))}
+        before = snapshot(hf)
+        hf_link = os.path.join(work, "hf_link")
+        os.symlink(hf, hf_link)
+        for name, out in (("model.safetensors", os.path.join(hf, "model.safetensors")),
+                          ("config.json", os.path.join(hf, "config.json")),
+                          ("a new file", os.path.join(hf, "new.bin")),
+                          ("model.safetensors through a link to the folder",
+                           os.path.join(hf_link, "model.safetensors"))):
+            refused(f"import --hf into its own folder ({name}, --overwrite) is refused",
+                    run("import", "--hf", hf, "--out", out, "--overwrite", *tok), "lies in this command's input folder")
+        check("the refused imports left the Hugging Face folder byte-identical", snapshot(hf) == before,
+              str(sorted(snapshot(hf))))
+        holder = os.path.join(work, "holder")
+        os.makedirs(holder)
+        shutil.copyfile(ckpt, os.path.join(holder, "model.safetensors"))
+        kept = open(os.path.join(holder, "model.safetensors"), "rb").read()
+        refused("export --format hf into the folder holding its checkpoint (--overwrite) is refused",
+                run("export", "--checkpoint", os.path.join(holder, "model.safetensors"), "--format", "hf", "--out",
+                    holder, "--overwrite"), "holds this command's input")
+        check("the refused export left its checkpoint byte-identical",
+              open(os.path.join(holder, "model.safetensors"), "rb").read() == kept)
+    refused("import --hf of a folder that does not exist says so before any tokenizer",
+            run("import", "--hf", os.path.join(work, "no_such_hf"), "--out", os.path.join(work, "z")),
+            "does not exist")
+
+    # Refusals.
     small = os.path.join(work, "small")
     base = ["--config", os.path.join(a.root, "configs", "small.yaml"), "--train.steps", "1", "--train.threads", "1"]
     r = run("train", *base, "--out", small)

@@ -251,6 +251,8 @@ def main():
         check(f"{title}: refused in one line naming it, exit 2, nothing written",
               r.returncode == 2 and len(lines) == 1 and needle in lines[0] and not os.path.exists(out),
               f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
+        if os.path.exists(out):  # an accepted case's output would make the next case's refusal about it
+            os.remove(out)
 
     if ("F32", "prefixed") in folders:
         good, _ = folders[("F32", "prefixed")]
@@ -288,6 +290,43 @@ def main():
             text = raw[8:8 + n].replace(b'"F32"', b'"I8"', 1)
             open(st(d), "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
         refused("a dtype other than F32, F16, BF16", ["import", "--hf", variant("int8", int8)], "I8")
+
+        # Issue 70 (WEAK): what the format forbids is refused (overlapping or repeated tensors, bytes no tensor
+        # holds), and a message quotes a huge or binary name or dtype briefly and escaped.
+        def rewrite(d, edit, tail=b""):
+            raw = open(st(d), "rb").read()
+            n = struct.unpack("<Q", raw[:8])[0]
+            text = edit(raw[8:8 + n])
+            open(st(d), "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:] + tail)
+
+        def overlap(h):
+            h = json.loads(h)
+            h["transformer.h.0.ln_2.weight"]["data_offsets"] = h["transformer.h.0.ln_1.weight"]["data_offsets"]
+            return json.dumps(h).encode()
+        refused("two tensors over the same bytes", ["import", "--hf", variant("overlap", lambda d: rewrite(
+            d, overlap))], "an overlap")
+        refused("data bytes no tensor holds", ["import", "--hf", variant("hole", lambda d: rewrite(
+            d, lambda h: h, b"\0" * 8))], "after the last tensor")
+
+        def twice(h):
+            entry = json.dumps(json.loads(h)["transformer.wpe.weight"]).encode()
+            return h[:-1] + b', "transformer.wpe.weight": ' + entry + b"}"
+        refused("a tensor named twice", ["import", "--hf", variant("twice", lambda d: rewrite(d, twice))],
+                "named twice")
+        def renamed(h):  # an escape sequence and 1 MB of name, on a tensor of a bad dtype (so the name is quoted)
+            h = json.loads(h)
+            entry = h.pop("transformer.wpe.weight")
+            entry["dtype"] = "I8"
+            h["\x1b[31m" + "n" * (1 << 20)] = entry
+            return json.dumps(h).encode()
+        for what, edit in (("a 1 MB dtype", lambda h: h.replace(b'"F32"', b'"' + b"X" * (1 << 20) + b'"', 1)),
+                           ("a 1 MB tensor name of escape bytes", renamed)):
+            d = variant(what.split()[-1] + "_huge", lambda d, edit=edit: rewrite(d, edit))
+            r = run("import", "--hf", d, "--out", os.path.join(work, "refused.ckpt"))
+            lines = [x for x in r.stderr.splitlines() if "error" in x]
+            check(f"{what}: one short line, escaped (under 400 characters, no raw escape byte), exit 2",
+                  r.returncode == 2 and len(lines) == 1 and len(lines[0]) < 400 and "\x1b" not in r.stderr
+                  and "bytes)" in lines[0], f"exit {r.returncode}, {len(r.stderr)} characters: {r.stderr[:300]!r}")
 
         def nan(d):
             raw = bytearray(open(st(d), "rb").read())

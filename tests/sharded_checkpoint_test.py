@@ -69,6 +69,36 @@ def rank_arrays(path):
     return b[36 + run_id_len:-8]
 
 
+def many_rank_files(check, a, programs, out, common, same_state, five):
+    """Issue 70: a sharded checkpoint of 2,048 rank files merges and resumes under `ulimit -n 1024` (its files are
+    not all held open); a split over an earlier one leaves none of its rank files behind."""
+    if not os.path.exists(five):
+        check("the step-5 checkpoint to split", False, five)
+        return
+    many = out("split2048")
+    r = programs.run([a.serial, "checkpoint", "--split", five, "--ranks", "2048", "--out", many])
+    if r.returncode != 0:
+        check("checkpoint --split --ranks 2048", False, r.stderr.strip()[-300:])
+        return
+    limit = ["bash", "-c", 'ulimit -n 1024 && exec "$@"', "limited"]
+    back = out("back2048.bin")
+    r = programs.run([*limit, a.serial, "checkpoint", "--merge", many, "--out", back])
+    check("2,048 rank files merge under ulimit -n 1024 into the split file, byte for byte",
+          r.returncode == 0 and open(back, "rb").read() == open(five, "rb").read(), r.stderr.strip()[-300:])
+    d = out("resumed2048")
+    r = programs.run([*limit, a.serial, "train", *common, *EXACT, "--resume", many, "--out", d])
+    if r.returncode != 0:
+        check("2,048 rank files resume under ulimit -n 1024", False, r.stderr.strip()[-300:])
+    else:
+        same_state("2,048 rank files resume under ulimit -n 1024 with serial's bits",
+                   load(os.path.join(d, "checkpoint.bin")))
+    r = programs.run([a.serial, "checkpoint", "--split", five, "--ranks", "5", "--out", many, "--overwrite"])
+    ranks = sorted(n for n in os.listdir(many) if n.startswith("rank-"))
+    check("--split --ranks 5 over a 2,048-rank split: its 5 rank files and no stale ones",
+          r.returncode == 0 and ranks == [f"rank-{i:05d}.bin" for i in range(5)],
+          f"{len(ranks)} rank files; {r.stderr.strip()[-200:]}")
+
+
 def main():
     t = LayoutTest(__doc__, "sharded_test_")
     a, check, programs, out = t.a, t.check, t.programs, t.out
@@ -152,6 +182,27 @@ def main():
         with open(os.path.join(ref, "checkpoint.bin"), "rb") as f1, open(back, "rb") as f2:
             check("--split into 3 rank files, then --merge: the same file byte for byte", f1.read() == f2.read(),
                   r.stdout.strip() + "; " + r2.stdout.strip())
+    # Nothing written into the folder read, nor a folder holding the file read (issue 70, cause 1), --overwrite
+    # or not: the folder stays byte-identical.
+    if os.path.isdir(split):
+        def snapshot(folder):
+            return {n: open(os.path.join(folder, n), "rb").read() for n in sorted(os.listdir(folder))}
+        before = snapshot(split)
+        for name in ("manifest.json", "rank-00000.bin", "merged.bin"):
+            r = programs.run([a.serial, "checkpoint", "--merge", split, "--out", os.path.join(split, name),
+                              "--overwrite"])
+            check(f"checkpoint --merge into its own folder ({name}, --overwrite): exit 2",
+                  r.returncode == 2 and "lies in this command's input folder" in r.stderr,
+                  f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
+        check("the refused merges left the sharded folder byte-identical", snapshot(split) == before)
+        inside = out("holds_input")
+        os.makedirs(inside)
+        shutil.copyfile(os.path.join(ref, "checkpoint.bin"), os.path.join(inside, "manifest.json"))
+        r = programs.run([a.serial, "checkpoint", "--split", os.path.join(inside, "manifest.json"), "--out", inside,
+                          "--overwrite"])
+        check("checkpoint --split into the folder holding its input (--overwrite): exit 2",
+              r.returncode == 2 and "holds this command's input" in r.stderr,
+              f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
     # A split folder resumes (the run's step 10 is its last: re-split serial's step-5 state).
     five = out("five.bin")
     ck5 = out("serial5")
@@ -168,6 +219,7 @@ def main():
         else:
             same_state("a --split folder (3 ranks) resumes on dp 2 ZeRO-1 with serial's bits",
                        load(os.path.join(d, "checkpoint.bin")))
+    many_rank_files(check, a, programs, out, common, same_state, five)
     # Refusals of the command itself.
     for title, args, needle in (
             ("--merge of a file", ["--merge", os.path.join(ref, "checkpoint.bin"), "--out", out("x.bin")],
@@ -270,6 +322,20 @@ def main():
             "rank-00001.bin: missing rank file")
         bad("a rank file of another save", other_run, "rank-00000.bin: its header is not this checkpoint's")
         bad("a manifest whose sizes lie", lie_size, "rank-00000.bin: \"bytes\"")
+
+        # Issue 70 (WEAK): a manifest nested 100000 deep is bad input (exit 2), not a failure (it was exit 1);
+        # a manifest's file name is quoted briefly and escaped.
+        def deep(ck):
+            with open(os.path.join(ck, "manifest.json"), "w") as f:
+                f.write('{"a": ' + "[" * 100000 + "]" * 100000 + "}")
+        bad("a manifest nested 100000 deep", deep, "nested deeper than 512")
+
+        def long_name(ck):
+            path = os.path.join(ck, "manifest.json")
+            m = json.load(open(path))
+            m["files"][0]["file"] = "\x1b[2J" + "r" * (1 << 20)
+            json.dump(m, open(path, "w"))
+        bad("a 1 MB rank file name of escape bytes", long_name, "\\x1b[2Jrrrr")
     return check.finish()
 
 

@@ -361,6 +361,26 @@ TEST(CheckOutput, RefusesAnInputThroughASymbolicLinkEvenWithOverwrite) {
   EXPECT_NE(refusal(input, {"--out", {s.dir / "link.csv"}, true, false}).find("input"), std::string::npos);
 }
 
+TEST(CheckOutput, RefusesAPathInsideAnInputFolderAndAFolderHoldingAnInputEvenWithOverwrite) {
+  Scratch s("gpt2_util_test_check_output_inside");
+  std::filesystem::create_directories(s.dir / "in");
+  const auto held = s.file("in/model.safetensors", "input");
+  std::filesystem::create_symlink(s.dir / "in", s.dir / "in_link");
+  for (const auto& out : {held, s.dir / "in" / "new.bin", s.dir / "in_link" / "model.safetensors",
+                          s.dir / "in" / "sub" / ".." / "x.bin"}) {
+    const std::string why = refusal(out, {"--out", {s.dir / "in"}, true, false});
+    EXPECT_NE(why.find("lies in this command's input folder"), std::string::npos) << out << ": " << why;
+  }
+  // A folder written that holds an input: itself, or through a link to it.
+  EXPECT_NE(refusal(s.dir / "in", {"--out", {held}, true, true}).find("holds this command's input"), std::string::npos);
+  EXPECT_NE(refusal(s.dir / "in_link", {"--out", {held}, true, true}).find("input"), std::string::npos);
+  EXPECT_NE(refusal(s.dir, {"--out", {held}, true, true}).find("holds this command's input"), std::string::npos);
+  // Beside the input, and a folder whose name only starts like the input's: accepted.
+  EXPECT_EQ(refusal(s.dir / "out.bin", {"--out", {s.dir / "in"}, true, false}), "");
+  EXPECT_EQ(refusal(s.dir / "in2", {"--out", {s.dir / "in"}, false, true}), "");
+  EXPECT_EQ(refusal(s.dir / "in2", {"--out", {held}, false, true}), "");
+}
+
 TEST(CheckOutput, RefusesAPathInATrainingRunsFolder) {
   Scratch s("gpt2_util_test_check_output_run");
   s.file("run.json", "{}");

@@ -88,13 +88,25 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
   if (durable) sync_directory(path.parent_path());
 }
 
-void sync_directory(const std::filesystem::path& dir) {
+namespace {
+
+// fsync() of the folder, or syncfs() of its filesystem (`whole`).
+void sync_through_folder(const std::filesystem::path& dir, bool whole) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  const bool synced = fd >= 0 && (whole ? ::syncfs(fd) : ::fsync(fd)) == 0;
   const int err = errno;
   if (fd >= 0) ::close(fd);
-  if (!synced) throw std::runtime_error(fmt::format("{}: syncing the folder failed: {}", dir.string(), std::strerror(err)));
+  if (!synced) {
+    throw std::runtime_error(fmt::format("{}: syncing {} failed: {}", dir.string(),
+                                         whole ? "its filesystem" : "the folder", std::strerror(err)));
+  }
 }
+
+}  // namespace
+
+void sync_directory(const std::filesystem::path& dir) { sync_through_folder(dir, false); }
+
+void sync_filesystem(const std::filesystem::path& dir) { sync_through_folder(dir, true); }
 
 InputFile::InputFile(const std::filesystem::path& path, uint64_t max_bytes, const std::string& what,
                      const std::string& expected)
@@ -280,6 +292,25 @@ bool locked_by_another(const std::filesystem::path& dir) {
   return held;
 }
 
+// `p` with every link of the part that exists resolved (the rest appended as
+// written, normalised): two names of one place compare equal.
+std::filesystem::path resolved(const std::filesystem::path& p) {
+  std::error_code ec;
+  std::filesystem::path r = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+  if (ec) r = std::filesystem::absolute(p, ec).lexically_normal();
+  return r;
+}
+
+// Whether `p` is `dir` or lies below it (both resolved), by whole components.
+bool lies_within(const std::filesystem::path& p, const std::filesystem::path& dir) {
+  auto d = dir.begin(), q = p.begin();
+  for (; d != dir.end(); ++d, ++q) {
+    if (d->empty() && std::next(d) == dir.end()) break;  // "dir/": the trailing empty component
+    if (q == p.end() || *q != *d) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void check_output(const std::filesystem::path& given, const OutputRules& rules) {
@@ -299,6 +330,25 @@ void check_output(const std::filesystem::path& given, const OutputRules& rules) 
       if (::stat(in.c_str(), &in_st) == 0 && in_st.st_dev == target.st_dev && in_st.st_ino == target.st_ino) {
         refuse(fmt::format("is this command's input '{}'; write the output elsewhere", excerpt(in.string(), 200)));
       }
+    }
+  }
+  // By place, resolved through links: nothing written inside an input folder
+  // (a file of it replaced), and no input inside a folder that is written
+  // (--overwrite replaces that folder's files). --overwrite never widens this.
+  const fs::path out_real = resolved(out);
+  for (const fs::path& in : rules.inputs) {
+    struct stat in_st {};
+    if (in.empty() || ::stat(in.c_str(), &in_st) != 0) continue;
+    const fs::path in_real = resolved(in);
+    if (S_ISDIR(in_st.st_mode) && lies_within(out_real, in_real)) {
+      refuse(fmt::format("lies in this command's input folder '{}'; write the output elsewhere",
+                         excerpt(in.string(), 200)));
+    }
+    if (rules.folder && lies_within(in_real, out_real)) {
+      refuse(
+          fmt::format("holds this command's input '{}', which writing there could replace; move it, or write "
+                      "elsewhere",
+                      excerpt(in.string(), 200)));
     }
   }
   if (exists_or_link) {

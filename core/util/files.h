@@ -26,6 +26,10 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
 // durable once this returns. Throws std::runtime_error naming the folder.
 void sync_directory(const std::filesystem::path& dir);
 
+// Every file written on the filesystem holding `dir` made durable at once
+// (syncfs): one call where thousands of files would take thousands of fsyncs.
+void sync_filesystem(const std::filesystem::path& dir);
+
 // Creates `path` for writing as a new file, never through a symbolic link
 // (O_NOFOLLOW) and never an existing one (O_EXCL): the one way a run or the
 // harness creates a file in place. Returns the descriptor; throws

@@ -404,6 +404,38 @@ std::vector<unsigned char> read_checkpoint_bytes(const std::string& path, uint32
 
 }  // namespace
 
+std::string checkpoint_bytes_problem(const std::string& path) {
+  try {
+    InputFile f(path, kMaxCheckpointBytes, "", "a checkpoint file");
+    unsigned char head[24] = {};
+    if (f.size() < sizeof head + sizeof(uint64_t)) return fmt::format("{}: truncated checkpoint", path);
+    f.read(head, sizeof head);
+    if (std::memcmp(head, kMagic, sizeof kMagic) != 0)
+      return fmt::format("{}: not a checkpoint (no GPT2CKPT magic)", path);
+    uint32_t version = 0;
+    uint64_t size = 0;
+    std::memcpy(&version, head + 8, sizeof version);
+    std::memcpy(&size, head + 16, sizeof size);
+    if (version >= 2 && size != f.size()) {
+      return fmt::format("{}: corrupted checkpoint: {} bytes, but it records {}", path, f.size(), size);
+    }
+    uint64_t h = fnv1a64(head, sizeof head);
+    std::vector<unsigned char> block(size_t{1} << 20);
+    const uint64_t body = f.size() - sizeof(uint64_t);
+    for (uint64_t at = sizeof head; at < body;) {
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(block.size(), body - at));
+      f.read(block.data(), take);
+      h = fnv1a64(block.data(), take, h);
+      at += take;
+    }
+    uint64_t stored = 0;
+    f.read(&stored, sizeof stored);
+    return stored == h ? "" : fmt::format("{}: corrupted checkpoint: checksum mismatch", path);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
 Checkpoint load_checkpoint(const std::string& path) {
   uint32_t version = 0, flags = 0;
   std::vector<unsigned char> b;

@@ -102,6 +102,12 @@ Checkpoint checkpoint_from_header(KeyValues header, bool training, const std::st
 // malformed header entry, inconsistent sizes; a directory.
 Checkpoint load_checkpoint(const std::string& path);
 
+// Whether the file's bytes are whole, without parsing or holding them: read
+// once in blocks, its recorded size (versions 2 and 3) and its checksum
+// compared. "" when they agree, else the problem naming the file (what
+// `--resume auto` checks of a checkpoint before it takes it).
+std::string checkpoint_bytes_problem(const std::string& path);
+
 // Throws std::invalid_argument naming the first field where the checkpoint's
 // model configuration differs from `expected`.
 void expect_same_config(const Checkpoint& ckpt, const Gpt2Config& expected, const std::string& path);

@@ -15,6 +15,7 @@
 #include "util/console.h"
 #include "util/files.h"
 #include "util/json.h"
+#include "util/text.h"
 
 namespace gpt2 {
 
@@ -99,9 +100,9 @@ std::string checkpoint_problem(const fs::path& dir) {
   if (regular_size(marker) < 0) return fmt::format("no {} marker (a save that did not finish)", kCompleteMarker);
   Json j;
   try {
-    j = Json::parse(read_input_file(marker, kMaxTextInputBytes, "", "a checkpoint's marker"));
+    j = parse_json(read_input_file(marker, kMaxTextInputBytes, "", "a checkpoint's marker"), marker.string());
   } catch (const std::exception& e) {
-    return fmt::format("its {} marker is unreadable ({})", kCompleteMarker, e.what());
+    return fmt::format("its {} marker is unreadable ({})", kCompleteMarker, excerpt(e.what(), 300));
   }
   if (!j.is_object() || !j.contains("files") || !j["files"].is_array() || j["files"].empty()) {
     return fmt::format("its {} marker names no files", kCompleteMarker);
@@ -117,13 +118,13 @@ std::string checkpoint_problem(const fs::path& dir) {
     }
     const std::string name = f["name"].get<std::string>();
     if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-      return fmt::format("its {} marker names '{}', not a file of the folder", kCompleteMarker, name);
+      return fmt::format("its {} marker names '{}', not a file of the folder", kCompleteMarker, excerpt(name));
     }
     const int64_t have = regular_size(dir / name);
     const uint64_t want = f["bytes"].get<uint64_t>();
-    if (have < 0) return fmt::format("{} is missing", name);
+    if (have < 0) return fmt::format("{} is missing", excerpt(name));
     if (static_cast<uint64_t>(have) != want) {
-      return fmt::format("{} has {} bytes, its marker says {}", name, have, want);
+      return fmt::format("{} has {} bytes, its marker says {}", excerpt(name), have, want);
     }
   }
   return "";

@@ -13,6 +13,7 @@
 #include "train/formats/model_source.h"
 #include "train/formats/sharded_checkpoint.h"
 #include "util/files.h"
+#include "util/text.h"
 
 namespace gpt2 {
 
@@ -22,6 +23,13 @@ std::string import_hf(const std::string& dir, const std::string& encoder_json, c
                       const std::string& out, bool overwrite) {
   if (dir.empty()) throw std::invalid_argument("--hf: the Hugging Face model folder to import is required");
   if (out.empty()) throw std::invalid_argument("--out: the checkpoint to write is required");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {  // before the tokenizer: the folder itself is what is wrong
+    throw std::invalid_argument(fmt::format("--hf: '{}' {}", excerpt(dir, 200),
+                                            fs::exists(dir, ec) ? "is not a folder (the Hugging Face model folder: "
+                                                                  "model.safetensors and config.json)"
+                                                                : "does not exist"));
+  }
   // The folder's own tokenizer files when it has them.
   const auto own = hf_tokenizer_files(dir);
   const std::string enc = own ? own->first : encoder_json, bpe = own ? own->second : vocab_bpe;
@@ -80,7 +88,7 @@ std::string merge_checkpoint(const std::string& dir, const std::string& out, boo
   if (!is_sharded_checkpoint(given)) {
     throw std::invalid_argument(fmt::format("--merge: '{}' is not a sharded checkpoint folder (no {})", dir, kManifestFile));
   }
-  check_output(out, OutputRules{"--out", {given}, overwrite, false});
+  check_output(out, OutputRules{"--out", {dir, given}, overwrite, false});  // nothing inside the folder read
   const ShardedCheckpoint sharded(given);
   Checkpoint ck = merge_sharded(sharded);
   // The header's entries past the standard ones (the curve's, the run id) go back as they were.
@@ -112,8 +120,18 @@ std::string split_checkpoint(const std::string& file, int ranks, const std::stri
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error(fmt::format("{}: cannot create: {}", out, ec.message()));
-  for (const char* stale : {kManifestFile, kVocabularyFile}) fs::remove(dir / stale, ec);  // --overwrite
-  for (int r = 0; r < ranks; ++r) fs::remove(dir / rank_file_name(r), ec);
+  // --overwrite: the manifest first (the folder is no checkpoint from here
+  // until the new one is written), then every rank file of an earlier split,
+  // of any count.
+  for (const char* stale : {kManifestFile, kVocabularyFile}) fs::remove(dir / stale, ec);
+  std::vector<fs::path> stale_ranks;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("rank-", 0) == 0 && name.size() > 9 && name.compare(name.size() - 4, 4, ".bin") == 0) {
+      stale_ranks.push_back(e.path());
+    }
+  }
+  for (const fs::path& f : stale_ranks) fs::remove(f, ec);
   const size_t n = ck.params.size();
   std::vector<RankFile> files;
   const RankArrays at{{const_cast<float*>(ck.params.data()), false},
@@ -124,8 +142,9 @@ std::string split_checkpoint(const std::string& file, int ranks, const std::stri
     const size_t lo = n * static_cast<size_t>(r) / static_cast<size_t>(ranks);
     const size_t hi = n * static_cast<size_t>(r + 1) / static_cast<size_t>(ranks);
     if (hi > lo) part.ranges = {{lo, hi, lo}};
-    files.push_back(write_rank_file(dir, r, ck.training->steps_done, run_id, ck.config, part, at));
+    files.push_back(write_rank_file(dir, r, ck.training->steps_done, run_id, ck.config, part, at, false));
   }
+  sync_filesystem(dir);  // the rank files at once, not an fsync each (--ranks 65536 of a tiny model)
   sync_directory(dir);
   write_manifest(dir, ck.training->steps_done, run_id, ck.config, header, vocabulary_bytes(ck.tokenizer), files);
   return fmt::format("split {} (step {}, {} parameters) into {} rank files in {}", file, ck.training->steps_done, n,

@@ -2,21 +2,23 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
-#include <set>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "model/params.h"
-#include "train/formats/checkpoint.h"
 #include "train/data/corpus.h"
+#include "train/formats/checkpoint.h"
 #include "util/checked.h"
 #include "util/files.h"
 #include "util/json.h"
+#include "util/text.h"
 
 namespace gpt2 {
 
@@ -338,6 +340,23 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return t + ")";
 }
 
+// The first top-level key of the JSON object `text` that appears twice ("" for
+// none): the parser keeps one of the two values, so the repeat is found while
+// parsing.
+std::string repeated_top_key(const std::string& text) {
+  std::set<std::string> seen;
+  std::string twice;
+  const Json::parser_callback_t note = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth == 1 && event == Json::parse_event_t::key && twice.empty() &&
+        !seen.insert(parsed.get<std::string>()).second) {
+      twice = parsed.get<std::string>();
+    }
+    return true;
+  };
+  (void)Json::parse(text, note, false);
+  return twice;
+}
+
 // The header of one .safetensors file: every tensor's dtype, shape and bytes,
 // checked against the file (sizes with checked arithmetic) before any is read.
 std::map<std::string, StoredTensor> read_safetensors_header(const std::filesystem::path& path) {
@@ -359,11 +378,14 @@ std::map<std::string, StoredTensor> read_safetensors_header(const std::filesyste
     fail(e.what());
   }
   if (!header.is_object()) fail("its header is not a JSON object");
+  if (const std::string twice = repeated_top_key(text); !twice.empty()) {
+    fail(fmt::format("tensor '{}' is named twice (the format's names are unique)", excerpt(twice)));
+  }
   const uint64_t data_begin = 8 + len, data_bytes = file.size() - data_begin;
   std::map<std::string, StoredTensor> out;
   for (const auto& [name, t] : header.items()) {
     if (name == "__metadata__") continue;
-    const auto bad = [&](const std::string& why) { fail(fmt::format("tensor '{}': {}", name, why)); };
+    const auto bad = [&](const std::string& why) { fail(fmt::format("tensor '{}': {}", excerpt(name), why)); };
     if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets")) {
       bad("not an object with dtype, shape and data_offsets");
     }
@@ -378,12 +400,13 @@ std::map<std::string, StoredTensor> read_safetensors_header(const std::filesyste
     } else if (dtype == "BF16") {
       st.dtype = StoredType::kBf16;
     } else {
-      bad(fmt::format("dtype {} (expected F32, F16 or BF16)", dtype));
+      bad(fmt::format("dtype {} (expected F32, F16 or BF16)", excerpt(dtype)));
     }
     uint64_t count = 1;
     if (!t["shape"].is_array() || t["shape"].size() > 8) bad("shape is not an array of at most 8 sizes");
     for (const Json& d : t["shape"]) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40)) bad(fmt::format("shape {}", t["shape"].dump()));
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 40))
+        bad(fmt::format("shape {}", excerpt(t["shape"].dump())));
       st.shape.push_back(d.get<int64_t>());
       count = checked_mul(count, d.get<uint64_t>(), "safetensors: tensor " + name);
     }
@@ -394,10 +417,30 @@ std::map<std::string, StoredTensor> read_safetensors_header(const std::filesyste
     const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
     const uint64_t want = checked_mul(count, uint64_t{st.dtype == StoredType::kF32 ? 4u : 2u}, "safetensors: tensor " + name);
     if (e < b || e > data_bytes) bad(fmt::format("data_offsets [{}, {}] outside the file's {} data bytes", b, e, data_bytes));
-    if (e - b != want) bad(fmt::format("{} bytes for a {} {} tensor of {}", e - b, dtype, shape_text(st.shape), want));
+    if (e - b != want) {
+      bad(fmt::format("{} bytes for a {} {} tensor of {}", e - b, dtype, excerpt(shape_text(st.shape)), want));
+    }
     st.begin = data_begin + b;
     st.end = data_begin + e;
     out.emplace(name, std::move(st));
+  }
+  // The tensors tile the data exactly, as the format requires: no overlap
+  // (two names for the same bytes), no hole, nothing after the last.
+  std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> spans;
+  for (const auto& [name, st] : out) spans.push_back({{st.begin, st.end}, name});
+  std::sort(spans.begin(), spans.end());
+  uint64_t at = data_begin;
+  for (const auto& [span, name] : spans) {
+    if (span.first != at) {
+      fail(fmt::format(
+          "tensor '{}' starts at data byte {} where {} (the data has {} there; the format's tensors "
+          "tile the data, with no hole or overlap)",
+          excerpt(name), span.first - data_begin, at - data_begin, span.first < at ? "an overlap" : "a hole"));
+    }
+    at = span.second;
+  }
+  if (at != file.size()) {
+    fail(fmt::format("{} data bytes after the last tensor (the format's tensors tile the data)", file.size() - at));
   }
   return out;
 }

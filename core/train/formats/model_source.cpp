@@ -28,6 +28,18 @@ Checkpoint load_given_checkpoint(const std::string& path) {
   }
 }
 
+std::string stored_checkpoint_problem(const std::filesystem::path& file) {
+  if (!is_sharded_checkpoint(file)) return checkpoint_bytes_problem(file.string());
+  try {
+    const ShardedCheckpoint ck(file);
+    for (size_t i = 0; i < ck.files().size(); ++i) {
+      if (std::string why = ck.verify(i); !why.empty()) return why;
+    }
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
 
 namespace {
 

@@ -22,6 +22,11 @@ namespace gpt2 {
 // std::invalid_argument (the stages' exit status 2), not a failure of the run.
 Checkpoint load_given_checkpoint(const std::string& path);
 
+// Whether a stored checkpoint's bytes are whole (a step folder's file():
+// checkpoint.bin, checkpoint_bytes_problem; or a sharded folder: its manifest
+// and every rank file's checksum), read once, nothing held. "" or the problem.
+std::string stored_checkpoint_problem(const std::filesystem::path& file);
+
 struct ModelWeights {
   Gpt2Config config;          // the file's model (resolved)
   std::vector<float> params;  // in our layout
@@ -56,7 +61,6 @@ const std::vector<const ModelFormat*>& model_formats();
 const ModelFormat* model_format(const std::string& name);
 
 // Reads `path` with the first of model_formats() that recognises it: a folder holding config.json (Hugging Face,
-// read_hf_gpt2
 // read_hf_gpt2), another folder (a run's step folder or a sharded
 // checkpoint: load_given_checkpoint), or a file, told by its first bytes:
 // our checkpoint ("GPT2CKPT", model or training: its weights only) or

@@ -13,6 +13,7 @@
 #include "util/files.h"
 #include "util/hash.h"
 #include "util/json.h"
+#include "util/text.h"
 
 namespace gpt2 {
 
@@ -149,8 +150,8 @@ uint64_t rank_file_bytes(const Gpt2Config& cfg, const RankPart& part, const std:
   return file_header_bytes(run_id) + 3 * sizeof(float) * run_floats(global_runs(cfg, part, true)) + sizeof(uint64_t);
 }
 
-RankFile write_rank_file(const fs::path& dir, int rank, int64_t step, const std::string& run_id,
-                         const Gpt2Config& cfg, const RankPart& part, const RankArrays& arrays) {
+RankFile write_rank_file(const fs::path& dir, int rank, int64_t step, const std::string& run_id, const Gpt2Config& cfg,
+                         const RankPart& part, const RankArrays& arrays, bool sync) {
   const std::vector<GlobalRun> runs = global_runs(cfg, part, true);
   const size_t n = run_floats(runs);
   RankFile rf;
@@ -189,7 +190,9 @@ RankFile write_rank_file(const fs::path& dir, int rank, int64_t step, const std:
     flush();
     const uint64_t h = sum.digest();
     write_all(fd, &h, sizeof h, path);
-    if (::fsync(fd) != 0) throw std::runtime_error(fmt::format("{}: fsync failed: {}", path.string(), std::strerror(errno)));
+    if (sync && ::fsync(fd) != 0) {
+      throw std::runtime_error(fmt::format("{}: fsync failed: {}", path.string(), std::strerror(errno)));
+    }
     rf.checksum = h;
     rf.bytes = head.size() + 3 * n * sizeof(float) + sizeof h;
   } catch (...) {
@@ -354,8 +357,10 @@ StageLayers read_stage(const ManifestReader& r, const Json& f, const std::string
   if (sj.contains("more")) {  // virtual stages' further chunks, each above the one before
     int below = st.last;
     for (const Json& s : sj.at("more")) {
-      const bool pair = s.is_array() && s.size() == 2 && s[0].is_number_integer() && s[1].is_number_integer();
-      const int a = pair ? s[0].get<int>() : -1, b = pair ? s[1].get<int>() : -1;
+      const bool pair = s.is_array() && s.size() == 2 && s[0].is_number_unsigned() && s[1].is_number_unsigned() &&
+                        s[0].get<uint64_t>() <= uint64_t{1} << 30 && s[1].get<uint64_t>() <= uint64_t{1} << 30;
+      const int a = pair ? static_cast<int>(s[0].get<uint64_t>()) : -1;  // in range: no wrap
+      const int b = pair ? static_cast<int>(s[1].get<uint64_t>()) : -1;
       if (!pair || a < below || b <= a || b > cfg.L) {
         r.fail(fmt::format("{}: stage chunk {} of a {}-layer model above layer {}", name, s.dump(), cfg.L, below));
       }
@@ -402,7 +407,7 @@ FileEntry read_file_entry(const ManifestReader& r, const Json& f, int rank, cons
   rf.name = r.text(f, "file");
   rf.rank = r.integer(f, "rank");
   if (rf.name != rank_file_name(rf.rank) || rf.rank != rank) {
-    r.fail(fmt::format("file \"{}\" of rank {}: expected {}", rf.name, rf.rank, rank_file_name(rank)));
+    r.fail(fmt::format("file \"{}\" of rank {}: expected {}", excerpt(rf.name), rf.rank, rank_file_name(rank)));
   }
   rf.bytes = r.num(f, "bytes");
   rf.checksum = r.hex(f, "fnv1a64x4");
@@ -472,8 +477,12 @@ void check_rank_header(int fd, const fs::path& p, const RankFile& f, const std::
 ShardedCheckpoint::ShardedCheckpoint(const fs::path& dir) : dir_(dir) {
   const fs::path mpath = dir / kManifestFile;
   const ManifestReader r(mpath);
-  const Json m = parse_json(read_input_file(mpath, kMaxTextInputBytes * 4, "", "a sharded checkpoint manifest"),
-                            mpath.string());
+  Json m;
+  try {  // nested past the parser's bound, or not JSON: bad input like any other lie in the manifest
+    m = parse_json(read_input_file(mpath, kMaxTextInputBytes * 4, "", "a sharded checkpoint manifest"), mpath.string());
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());
+  }
   if (!m.is_object() || !m.contains("format") || m.at("format") != kFormat) r.fail(fmt::format("not a \"{}\"", kFormat));
   if (r.num(m, "version") != 1) r.fail(fmt::format("version {}, this program reads version 1", r.num(m, "version")));
   run_id_ = r.text(m, "run_id");
@@ -530,22 +539,52 @@ std::string ShardedCheckpoint::coverage_problem(const std::vector<ParamInfo>& in
 }
 
 void ShardedCheckpoint::open_rank_files() {
-  // A refusal closes the files opened so far (no destructor runs for an
-  // object whose constructor threw).
-  try {
-    for (const RankFile& f : files_) {
-      const fs::path p = dir_ / f.name;
-      fds_.push_back(open_rank_file(p, f.bytes));
-      check_rank_header(fds_.back(), p, f, run_id_, step_);
+  // Each file checked, then closed: at most one is open here, and at most
+  // kMaxOpenRankFiles while reading (rank_fd), so a checkpoint of thousands of
+  // rank files reads under the common `ulimit -n 1024`.
+  fds_.assign(files_.size(), -1);
+  ids_.resize(files_.size());
+  for (size_t i = 0; i < files_.size(); ++i) {
+    const fs::path p = dir_ / files_[i].name;
+    const int fd = open_rank_file(p, files_[i].bytes);
+    struct stat sb {};
+    try {
+      check_rank_header(fd, p, files_[i], run_id_, step_);
+      if (::fstat(fd, &sb) != 0)
+        throw std::invalid_argument(fmt::format("{}: cannot stat: {}", p.string(), std::strerror(errno)));
+    } catch (...) {
+      ::close(fd);
+      throw;
     }
-  } catch (...) {
-    for (int fd : fds_) ::close(fd);
-    throw;
+    ::close(fd);
+    ids_[i] = {sb.st_dev, sb.st_ino};
   }
 }
 
+int ShardedCheckpoint::rank_fd(size_t i) const {
+  if (fds_[i] >= 0) return fds_[i];
+  if (open_order_.size() >= kMaxOpenRankFiles) {  // the longest open one makes room
+    ::close(fds_[open_order_.front()]);
+    fds_[open_order_.front()] = -1;
+    open_order_.pop_front();
+  }
+  const fs::path p = dir_ / files_[i].name;
+  const int fd = open_rank_file(p, files_[i].bytes);
+  struct stat sb {};
+  if (::fstat(fd, &sb) != 0 || sb.st_dev != ids_[i].first || sb.st_ino != ids_[i].second) {
+    ::close(fd);  // replaced since its header was checked: not the file this checkpoint is
+    throw std::invalid_argument(
+        fmt::format("{}: the rank file was replaced while the checkpoint was read", p.string()));
+  }
+  fds_[i] = fd;
+  open_order_.push_back(i);
+  return fd;
+}
+
 ShardedCheckpoint::~ShardedCheckpoint() {
-  for (int fd : fds_) ::close(fd);
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
 }
 
 uint64_t ShardedCheckpoint::header_bytes() const { return file_header_bytes(run_id_); }
@@ -558,13 +597,13 @@ std::string ShardedCheckpoint::verify(size_t i) const {
   const uint64_t body = f.bytes - sizeof(uint64_t);
   for (uint64_t off = 0; off < body;) {
     const size_t take = static_cast<size_t>(std::min<uint64_t>(buf.size(), body - off));
-    read_at(fds_[i], buf.data(), take, off, p);
+    read_at(rank_fd(i), buf.data(), take, off, p);
     sum.update(buf.data(), take);
     off += take;
   }
   const uint64_t h = sum.digest();
   uint64_t stored = 0;
-  read_at(fds_[i], &stored, sizeof stored, body, p);
+  read_at(rank_fd(i), &stored, sizeof stored, body, p);
   if (stored != h || h != f.checksum) {
     return fmt::format("{}: corrupted rank file: checksum mismatch ({} the manifest's)", p.string(),
                        stored == h ? "its own checksum matches, but not" : "neither its own nor");
@@ -581,7 +620,7 @@ void ShardedCheckpoint::read(StateArray a, size_t full, std::span<float> out) co
     const size_t take = std::min(out.size() - done, it->count - skip);
     const RankFile& f = files_[it->file];
     const uint64_t offset = header_bytes() + (static_cast<uint64_t>(a) * f.floats + it->pos + skip) * sizeof(float);
-    read_at(fds_[it->file], out.data() + done, take * sizeof(float), offset, dir_ / f.name);
+    read_at(rank_fd(it->file), out.data() + done, take * sizeof(float), offset, dir_ / f.name);
     done += take;
   }
 }

@@ -24,7 +24,10 @@
 // straight into where they live.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -94,10 +97,12 @@ struct RankFile {
 std::string rank_file_record(const RankFile& f);
 RankFile parse_rank_file_record(const std::string& text);
 
-// Writes `rank`'s file into `dir` (synced), holding its owned runs of
-// `part` from `arrays`, through a bounded buffer. Returns the manifest's entry.
+// Writes `rank`'s file into `dir` (synced, unless `sync` is false: the
+// caller then makes many files durable at once, sync_filesystem), holding its
+// owned runs of `part` from `arrays`, through a bounded buffer. Returns the
+// manifest's entry.
 RankFile write_rank_file(const std::filesystem::path& dir, int rank, int64_t step, const std::string& run_id,
-                         const Gpt2Config& cfg, const RankPart& part, const RankArrays& arrays);
+                         const Gpt2Config& cfg, const RankPart& part, const RankArrays& arrays, bool sync = true);
 
 // Writes the manifest and the vocabulary (synced) once every rank file is:
 // `header` as checkpoint_header's, `files` in rank order.
@@ -155,12 +160,20 @@ class ShardedCheckpoint {
   int64_t step_ = 0;
   std::vector<RankFile> files_;
   std::vector<Run> runs_;  // every file's runs, by `full`: they tile the model
-  std::vector<int> fds_;   // the rank files, open for reading
+  // The rank files open for reading (-1: closed), at most kMaxOpenRankFiles
+  // at once, opened when read and closed oldest first; each must be the file
+  // (device, inode) whose header was checked.
+  static constexpr size_t kMaxOpenRankFiles = 64;
+  mutable std::vector<int> fds_;
+  mutable std::deque<size_t> open_order_;
+  std::vector<std::pair<dev_t, ino_t>> ids_;
+  int rank_fd(size_t i) const;
   uint64_t header_bytes() const;
   // Where runs_ (sorted) do not tile the model's n floats exactly once: the
   // first gap or overlap, naming its tensor; "" where they do.
   std::string coverage_problem(const std::vector<ParamInfo>& infos, size_t n) const;
-  // Each file: there, of the size recorded, and its header this checkpoint's.
+  // Each file: there, of the size recorded, and its header this checkpoint's
+  // (each opened, checked and closed again).
   void open_rank_files();
 };
 
