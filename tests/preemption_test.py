@@ -229,6 +229,7 @@ def main():
     refused("--resume auto on another configuration's run: refused", out("serial_0"),
             [*common, "--model.n_embd", "64"], "model.n_embd")
 
+    user_folders(check, a, common, env, out, refused)
     disk_full(check, a, common, env, out)
     unwritable(check, a, common, env, out)
     mid_step(check, a, env, out, base)
@@ -238,6 +239,77 @@ def main():
         shutil.rmtree(t.work, ignore_errors=True)
         return 0
     return 1
+
+
+def user_folders(check, a, common, env, out, refused):
+    """Issue 70, cause 2: `--resume auto` acts only on a folder a run of this engine owns (its run.json); the
+    user's files elsewhere are never replaced or removed, and a plain train does not advise --resume auto for
+    them. A damaged newest checkpoint is passed over for the complete one before it; a finished run is nothing
+    to do (exit 0), so a scheduler requeueing a finished job reports success."""
+    short = [*common, "--train.steps", "3"]
+
+    def snapshot(d):
+        return {os.path.relpath(os.path.join(root, n), d): open(os.path.join(root, n), "rb").read()
+                for root, _, names in os.walk(d) for n in names}
+
+    for title, files in (("a user's config.yaml", {"config.yaml": "lr: 3\n"}),
+                         ("a user's checkpoints/my_model.bin", {"checkpoints/my_model.bin": "weights"})):
+        d = out("user_" + title.split()[-1].replace("/", "_"))
+        for name, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(d, name)), exist_ok=True)
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+        before = snapshot(d)
+        refused(f"--resume auto on a folder holding {title} and no run.json: refused", d, short,
+                "no run of this engine (no run.json)")
+        check(f"... {title} byte-identical after", snapshot(d) == before, str(sorted(snapshot(d))))
+        r = subprocess.run([a.serial, "train", *short, "--out", d], capture_output=True, text=True, env=env,
+                           timeout=300)
+        check(f"a plain train into a folder holding {title}: refused without advising --resume auto",
+              r.returncode == 2 and "--resume auto" not in r.stderr and snapshot(d) == before, r.stderr[-300:])
+    # A run that wrote no checkpoint, and a file of the user's in its checkpoints folder.
+    d = out("auto_no_checkpoint_user_file")
+    r = subprocess.run([a.serial, "train", *short, "--train.save_checkpoint", "false", "--out", d],
+                       capture_output=True, text=True, env=env, timeout=300)
+    os.makedirs(os.path.join(d, "checkpoints"), exist_ok=True)
+    with open(os.path.join(d, "checkpoints", "my_model.bin"), "w") as f:
+        f.write("weights")
+    refused("--resume auto over a run with no checkpoint but a user's file in checkpoints/: refused, naming it", d,
+            short, "my_model.bin")
+    # A finished run: nothing to do, exit 0, nothing touched.
+    d = out("auto_finished")
+    shutil.copytree(out("reference"), d)
+    before = snapshot(d)
+    r = subprocess.run([a.serial, "train", *common, "--out", d, "--resume", "auto"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    check("--resume auto on a finished run: exit 0, 'nothing to do', the folder byte-identical",
+          r.returncode == 0 and "nothing to do" in r.stderr and snapshot(d) == before, r.stderr[-300:])
+    # A damaged newest checkpoint (one byte flipped): the one before is taken, and the run ends with the
+    # uninterrupted run's bits.
+    d = out("auto_damaged_newest")
+    r = subprocess.run([a.serial, "train", *common, "--train.checkpoint_every", "10", "--train.keep_checkpoints",
+                        "2", "--out", d], capture_output=True, text=True, env=env, timeout=300)
+    steps = complete_steps(d)
+    if r.returncode != 0 or len(steps) < 2:
+        check("a run keeping two complete checkpoints", False, f"{steps}: {r.stderr[-300:]}")
+        return
+    for name in ("metrics.jsonl",):
+        os.rename(os.path.join(d, name), os.path.join(d, name + ".partial"))
+    with open(step_file(d, steps[-1]), "r+b") as f:
+        f.seek(4096)
+        byte = f.read(1)
+        f.seek(4096)
+        f.write(bytes([byte[0] ^ 0x01]))
+    r = subprocess.run([a.serial, "train", *common, "--out", d, "--resume", "auto"], capture_output=True, text=True,
+                       env=env, timeout=300)
+    taken = f"--resume auto: resuming from {step_file(d, steps[-2])}"
+    ok = r.returncode == 0 and taken in r.stderr and "checksum mismatch" in r.stderr
+    same = False
+    if ok:
+        got, ref = load(os.path.join(d, "checkpoint.bin")), load(out("reference") + "/checkpoint.bin")
+        same = got.params == ref.params and got.m == ref.m and got.v == ref.v
+    check("--resume auto with a damaged newest checkpoint: takes the one before (naming the damage) and ends with "
+          "the uninterrupted run's bits", ok and same, r.stderr[-400:])
 
 
 # The kill runs: KILL_STEPS steps, the kill at a random step up to KILL_STEPS - KILL_LEFT, so that 50 steps (and

@@ -188,12 +188,26 @@ def run(a, work):
     before = digest_tree(w("L"))
     r, _ = train(w("L"))
     check("a run refused for a folder of links (taken for a run's files) writes nothing through them",
-          one_line_error(r, "holds an interrupted run") and open(victim).read() == "precious\n"
+          one_line_error(r, "but no run.json") and open(victim).read() == "precious\n"
           and digest_tree(w("L")) == before, r.stderr.strip()[-300:])
     r, _ = train(w("L"), "--overwrite")
     check("--overwrite removes the links, not what they point to, and the run writes its own files",
           r.returncode == 0 and open(victim).read() == "precious\n" and os.path.isfile(w("L", "metrics.jsonl"))
           and not any(os.path.islink(w("L", n)) for n in names if n != ".write-test"), r.stderr.strip()[-300:])
+
+    # ---- a run whose checkpoints folder is a link: refused (issue 70, WEAK: saves went through it, and pruning
+    # never reached them), nothing written where it points ----
+    r, _ = train(w("M"), "--train.checkpoint_every", "1", steps_=2)
+    elsewhere = w("elsewhere_checkpoints")
+    if r.returncode == 0:
+        shutil.move(w("M", "checkpoints"), elsewhere)
+        os.symlink(elsewhere, w("M", "checkpoints"))
+        before = digest_tree(elsewhere)
+        r, _ = train(w("M"), "--train.checkpoint_every", "1", "--resume", "auto", steps_=4)
+        refused("resuming a run whose checkpoints folder is a symbolic link is refused, naming it", r,
+                "checkpoints' is a symbolic link", before, digest_tree(elsewhere))
+    else:
+        check("a run saving every step", False, r.stderr[-300:])
 
     # ---- races ----
     # A run of a few seconds (a larger model than `small`), its output to a file

@@ -11,8 +11,11 @@
 #include <system_error>
 #include <vector>
 
+#include "train/formats/checkpoint.h"
 #include "train/formats/checkpoint_store.h"
+#include "train/formats/model_source.h"
 #include "util/json.h"
+#include "util/text.h"
 
 namespace gpt2 {
 
@@ -76,6 +79,49 @@ std::string read_run_id(const fs::path& file) {
 
 }  // namespace
 
+namespace {
+
+// The run `out` holds: run.json, a regular file naming a run id. Else
+// `--resume auto` touches nothing there (std::invalid_argument naming why).
+std::string owning_run_id(const fs::path& out) {
+  std::error_code ec;
+  const fs::path file = out / "run.json";
+  if (!fs::is_regular_file(fs::symlink_status(file, ec))) {
+    throw std::invalid_argument(fmt::format(
+        "--resume auto: '{}' holds files but no run of this engine (no run.json); nothing was touched: give an empty "
+        "or new folder, or a run's folder",
+        excerpt(out.string(), 200)));
+  }
+  std::string id;
+  try {
+    id = read_run_id(file);
+  } catch (const std::invalid_argument&) {
+  }
+  if (id.empty()) {
+    throw std::invalid_argument(
+        fmt::format("--resume auto: '{}' names no run id; nothing was touched: give an empty "
+                    "or new folder, or a run's folder",
+                    excerpt(file.string(), 200)));
+  }
+  return id;
+}
+
+// A fresh start over a run's files removes its checkpoints folder whole:
+// refused when that folder holds anything a run did not write there.
+void check_only_step_folders(const fs::path& out) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out / kCheckpointsFolder, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) == 0) continue;
+    throw std::invalid_argument(fmt::format(
+        "--resume auto: '{}' is not a checkpoint this run wrote, and a fresh start over the run's files would remove "
+        "it; nothing was touched: move it, or start the run in another folder",
+        excerpt(e.path().string(), 200)));
+  }
+}
+
+}  // namespace
+
 AutoResume resolve_auto_resume(const fs::path& out) {
   AutoResume r;
   std::error_code ec;
@@ -84,48 +130,58 @@ AutoResume resolve_auto_resume(const fs::path& out) {
     return r;
   }
   if (!fs::is_directory(out)) throw std::invalid_argument(fmt::format("--out: '{}' is not a directory", out.string()));
-  bool files = false, run = false, latest = false;
+  if (fs::is_empty(out, ec) && !ec) {
+    r.note = fmt::format("--resume auto: '{}' is empty: a fresh start", out.string());
+    return r;
+  }
+  owning_run_id(out);  // only a run of this engine's folder is acted on
+  bool latest = false;
   for (const auto& e : fs::directory_iterator(out, ec)) {
     const std::string name = e.path().filename().string();
-    files = true;
-    if (!is_run_file(name)) continue;
-    run = true;
     if (name == kCheckpointFile) latest = true;
     // A single-file save cut short (before step folders): its temporary.
     if (name.rfind("checkpoint.bin.tmp", 0) == 0 && name.find(".tmp.link.") == std::string::npos) {
       r.skipped.push_back(e.path().string() + " (a temporary)");
     }
   }
-  // The newest complete step folder; else checkpoint.bin (a run from before
-  // step folders; it is only ever swapped in once complete).
-  std::string newest;
-  for (const StoredCheckpoint& s : stored_checkpoints(out)) {
-    if (s.complete()) {
-      newest = s.file().string();
+  // The newest complete step folder whose bytes are whole (a damaged newest
+  // one is named and passed over: a requeued job resumes from the one
+  // before); else checkpoint.bin (a run from before step folders).
+  const std::vector<StoredCheckpoint> stored = stored_checkpoints(out);
+  for (auto s = stored.rbegin(); s != stored.rend() && r.checkpoint.empty(); ++s) {
+    if (!s->complete()) {
+      r.skipped.push_back(fmt::format("{} ({})", s->dir.string(), s->problem));
+    } else if (const std::string why = stored_checkpoint_problem(s->file()); !why.empty()) {
+      r.skipped.push_back(fmt::format("{} ({})", s->dir.string(), excerpt(why, 200)));
     } else {
-      r.skipped.push_back(fmt::format("{} ({})", s.dir.string(), s.problem));
+      r.checkpoint = s->file().string();
+      r.step = s->step;
     }
   }
-  if (newest.empty() && latest) newest = (out / kCheckpointFile).string();
+  if (r.checkpoint.empty() && latest) {
+    const fs::path file = out / kCheckpointFile;
+    if (const std::string why = checkpoint_bytes_problem(file.string()); !why.empty()) {
+      r.skipped.push_back(fmt::format("{} ({})", file.string(), excerpt(why, 200)));
+    } else {
+      r.checkpoint = file.string();
+    }
+  }
   std::string skipped;
   for (const std::string& s : r.skipped) skipped += (skipped.empty() ? "" : ", ") + s;
-  if (!newest.empty()) {
-    r.checkpoint = newest;
-    r.note = fmt::format("--resume auto: resuming from {}, the newest complete checkpoint{}", r.checkpoint,
-                         skipped.empty() ? "" : fmt::format(" (not taken, incomplete: {})", skipped));
+  const std::string passed_over = skipped.empty() ? "" : fmt::format(" (not taken: {})", skipped);
+  if (!r.checkpoint.empty()) {
+    r.note =
+        fmt::format("--resume auto: resuming from {}, the newest complete checkpoint{}", r.checkpoint, passed_over);
   } else if (!r.skipped.empty()) {
     throw std::invalid_argument(fmt::format(
-        "--resume auto: '{}' holds only incomplete checkpoints ({}): an interrupted save; remove them to start "
-        "afresh, or --resume a complete checkpoint", out.string(), skipped));
-  } else if (run) {
-    r.replace = true;
-    r.note = fmt::format("--resume auto: the run in '{}' wrote no checkpoint: a fresh start over its files",
-                         out.string());
-  } else if (files) {
-    throw std::invalid_argument(fmt::format("--resume auto: '{}' holds files but no run; give an empty or new "
-                                            "folder, or a run's folder", out.string()));
+        "--resume auto: '{}' holds only incomplete or damaged checkpoints ({}); remove them to start afresh, or "
+        "--resume a complete checkpoint",
+        out.string(), skipped));
   } else {
-    r.note = fmt::format("--resume auto: '{}' is empty: a fresh start", out.string());
+    check_only_step_folders(out);
+    r.replace = true;
+    r.note =
+        fmt::format("--resume auto: the run in '{}' wrote no checkpoint: a fresh start over its files", out.string());
   }
   return r;
 }
@@ -153,6 +209,24 @@ RunDirectory::RunDirectory(const fs::path& out, DirIntent intent, const std::str
   }
   run_id_ = new_run_id();  // a resumed run takes its checkpoint's instead (check_resume)
   if (!holds_run_) return;
+  // A run writes and prunes its checkpoints in its own folder, never through
+  // a link to somewhere else (--overwrite removes the link itself).
+  const fs::path ckdir = out / kCheckpointsFolder;
+  if (std::error_code e; intent != DirIntent::kOverwrite && fs::exists(fs::symlink_status(ckdir, e)) &&
+                         !fs::is_directory(fs::symlink_status(ckdir, e))) {
+    throw std::invalid_argument(fmt::format(
+        "--out: '{}' is {}: a run's checkpoints are written and pruned in a folder of its own; remove it, or pass "
+        "--overwrite",
+        excerpt(ckdir.string(), 200),
+        fs::is_symlink(fs::symlink_status(ckdir, e)) ? "a symbolic link" : "not a folder"));
+  }
+  if (intent == DirIntent::kNew && !fs::exists(fs::symlink_status(out / "run.json"))) {
+    // Files named like a run's, but no run: the user's, never taken for a run to continue.
+    throw std::invalid_argument(fmt::format(
+        "--out: '{}' holds files a run writes ('{}') but no run.json: not a run of this engine; choose another "
+        "directory, or pass --overwrite to replace those files",
+        excerpt(out.string(), 200), excerpt(run_files_in(out, inputs_).front().filename().string())));
+  }
   if (intent == DirIntent::kNew) {
     throw std::invalid_argument(
         finished ? fmt::format("--out: '{}' already holds a finished run (metrics.jsonl); choose another directory, "

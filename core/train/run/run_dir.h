@@ -14,6 +14,7 @@
 // header as "run.id"), so a checkpoint can be matched to its directory.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -60,23 +61,30 @@ class RunDirectory {
   std::string run_id_;
 };
 
-// `--resume auto` (issue 43): what the folder `out` holds decides, before
-// anything is written:
+// `--resume auto` (issue 43; issue 70): what the folder `out` holds decides,
+// before anything is written:
 //   missing or empty                       a fresh start;
+//   anything but a run of this engine      refused, nothing touched: the
+//   (no run.json naming a run id)          folder holds the user's files;
 //   a run with a complete checkpoint       resume from the newest complete
-//                                          step folder (train/formats/checkpoint_store.h),
-//                                          else from checkpoint.bin (a run
-//                                          from before step folders); the
-//                                          incomplete ones (a save cut short)
-//                                          are named and not taken;
+//                                          step folder whose bytes are whole
+//                                          (train/formats/checkpoint_store.h;
+//                                          stored_checkpoint_problem), else
+//                                          from checkpoint.bin (a run from
+//                                          before step folders); the
+//                                          incomplete or damaged ones are
+//                                          named and not taken;
 //   a run that wrote no checkpoint         a fresh start over its files (as
-//                                          --overwrite);
-// and std::invalid_argument (exit 2), naming the folder, for files but no
-// run, or a run whose only checkpoints are incomplete temporaries.
+//                                          --overwrite), refused when its
+//                                          checkpoints folder holds anything
+//                                          but step folders;
+// and std::invalid_argument (exit 2), naming the folder, for a run whose
+// only checkpoints are incomplete or damaged.
 struct AutoResume {
   std::string checkpoint;            // to resume from; "" for a fresh start
+  int64_t step = -1;                 // the checkpoint's step (its folder's), -1 when not known
   bool replace = false;              // a fresh start over an earlier attempt's files
-  std::vector<std::string> skipped;  // incomplete checkpoints, not taken
+  std::vector<std::string> skipped;  // incomplete or damaged checkpoints, not taken
   std::string note;                  // one line for the log: what was decided and why
 };
 AutoResume resolve_auto_resume(const std::filesystem::path& out);

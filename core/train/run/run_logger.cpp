@@ -67,8 +67,8 @@ void RunLogger::preempted(int64_t step, const std::string& signal, double signal
   console::err(fmt::format(
       "[{}] stopped by {} {}: checkpoint {} written, {:.2f} s after the signal; resume with --resume auto\n", stage_,
       signal,
-      abandoned_step ? fmt::format("during step {} (abandoned between its micro-steps)", step + 1)
-                     : fmt::format("after step {}", step),
+      abandoned_step ? fmt::format("with {} steps done (the next one abandoned between its micro-steps)", step + 1)
+                     : fmt::format("after {} steps", step + 1),
       checkpoint, signal_to_exit_s));
 }
 

@@ -44,11 +44,10 @@ KeyValues curve_entries(const RunConfig& c, size_t corpus_tokens, uint64_t corpu
           {"data.corpus_hash", fmt::format("{:016x}", corpus_hash)}};
 }
 
-// The checks against the resolved model and the run's optimizer, seed, batch,
-// data and length. Returns the keys the checkpoint has no record of (an older
-// format): those could not be checked.
-std::vector<std::string> check_training_state(const Checkpoint& ck, const Gpt2Config& model, const RunConfig& c,
-                                              const RunState& st, const std::string& path) {
+// The checks of the settings a checkpoint records that need no corpus: the
+// resolved model, the optimizer, the seed, and the curve's settings but the
+// corpus's.
+void check_settings(const Checkpoint& ck, const Gpt2Config& model, const RunConfig& c, const std::string& path) {
   expect_same_config(ck, model, path);
   Fields have, want;
   OptimizerConfig ck_opt = ck.training->optimizer, run_opt = c.optimizer;
@@ -65,6 +64,21 @@ std::vector<std::string> check_training_state(const Checkpoint& ck, const Gpt2Co
     throw std::invalid_argument(fmt::format("{}: checkpoint was trained with train.seed = {}, but the "
                                             "configuration says {}", path, ck.training->seed, c.train.seed));
   }
+  for (const auto& [key, value] : curve_entries(c, 0, 0)) {
+    const std::string* had = ck.find(key);
+    if (had && *had != value && key != "data.corpus_tokens" && key != "data.corpus_hash") {
+      throw std::invalid_argument(
+          fmt::format("{}: checkpoint has {} = {}, but the configuration says {}", path, key, *had, value));
+    }
+  }
+}
+
+// The checks against the resolved model and the run's optimizer, seed, batch,
+// data and length. Returns the keys the checkpoint has no record of (an older
+// format): those could not be checked.
+std::vector<std::string> check_training_state(const Checkpoint& ck, const Gpt2Config& model, const RunConfig& c,
+                                              const RunState& st, const std::string& path) {
+  check_settings(ck, model, c, path);
   if (ck.training->steps_done >= c.train.steps) {
     throw std::invalid_argument(fmt::format("{}: checkpoint is already at step {}, train.steps is {}", path,
                                             ck.training->steps_done, c.train.steps));
@@ -94,6 +108,14 @@ std::vector<std::string> check_training_state(const Checkpoint& ck, const Gpt2Co
 // first rank holding it are agreed on, and that rank's value is broadcast, so
 // that every rank throws the same message (printed once, by rank 0).
 }  // namespace
+
+bool finished_checkpoint(const std::string& path, const RunConfig& c) {
+  const std::string file = given_checkpoint_file(path);
+  const Checkpoint ck = is_sharded_checkpoint(file) ? ShardedCheckpoint(file).header() : load_given_checkpoint(file);
+  check_training_checkpoint(ck, c, path);
+  check_settings(ck, resolve_vocab(c.model, ck.tokenizer.size()), c, path);
+  return ck.training->steps_done >= c.train.steps;
+}
 
 void check_ranks_agree(const RunConfig& config, Communicator& comm) {
   if (comm.size() == 1) return;

@@ -117,6 +117,13 @@ struct RunState {
   std::vector<std::string> unchecked;
 };
 
+// Whether the training checkpoint at `path` (what `--resume auto` found; rank
+// 0) is this configuration's run finished already: at train.steps, its
+// settings those of `c` (every check resume makes but the corpus's, which is
+// not read here). Settings that differ throw as resume would
+// (std::invalid_argument naming the key).
+bool finished_checkpoint(const std::string& path, const RunConfig& c);
+
 // Collective. Every rank's resolved configuration must equal rank 0's: else
 // every rank throws the same std::invalid_argument naming the first key that
 // differs and its values. Called before anything is laid out by it (the

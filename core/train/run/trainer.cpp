@@ -202,35 +202,48 @@ RunLayout checked_request(const TrainRequest& req, const StageContext& ctx, Comm
 // `--resume auto` made a path or a fresh start (run_dir.h resolve_auto_resume),
 // decided by rank 0 from what the folder holds and sent to every rank, so
 // that all resume or all start afresh (a refusal is every rank's, exit 2).
-// Returns the log's note ("" when the request did not say auto).
-std::string resolve_auto(TrainRequest& req, Communicator& comm) {
-  if (req.resume != "auto") return "";
-  std::vector<std::string> d;  // refused ("1") or not, replace ("1") or not, the checkpoint, the note or refusal
+// Returns the log's note ("" when the request did not say auto) and whether
+// the run is finished already (nothing to do).
+std::pair<std::string, bool> resolve_auto(TrainRequest& req, Communicator& comm) {
+  if (req.resume != "auto") return {"", false};
+  std::vector<std::string> d;  // refused ("1") or not, replace ("1") or not, the checkpoint, the note or refusal,
+                               // finished ("1") or not
   if (comm.rank() == 0) {
     try {
       const AutoResume r = resolve_auto_resume(req.out_dir);
-      d = {"0", r.replace ? "1" : "0", r.checkpoint, r.note};
+      // A requeued job whose run had finished: nothing to do, and a success.
+      const bool finished = r.step >= req.config.train.steps && finished_checkpoint(r.checkpoint, req.config);
+      const std::string note = !finished ? r.note
+                                         : fmt::format(
+                                               "--resume auto: the run in '{}' is finished ({} is after step "
+                                               "{}, train.steps {}): nothing to do",
+                                               req.out_dir, r.checkpoint, r.step, req.config.train.steps);
+      d = {"0", r.replace ? "1" : "0", r.checkpoint, note, finished ? "1" : "0"};
     } catch (const std::invalid_argument& e) {
-      d = {"1", "0", "", e.what()};
+      d = {"1", "0", "", e.what(), "0"};
     }
   }
   broadcast_strings(comm, d, 0);
   if (d[0] == "1") throw std::invalid_argument(d[3]);
   req.overwrite = d[1] == "1";
   req.resume = d[2];
-  return d[3];
+  return {d[3], d[4] == "1"};
 }
 
 // Takes the request's run directory: new, resumed or overwritten (its
 // --config file is never taken for one of the run's files), `--resume auto`
-// first made a path or a fresh start.
-void claim_run_dir(RunLogger& log, TrainRequest& req, Communicator& comm) {
-  if (const std::string note = resolve_auto(req, comm); !note.empty()) log.note(note);
+// first made a path or a fresh start. False when `--resume auto` found the
+// run finished: nothing is claimed or written.
+bool claim_run_dir(RunLogger& log, TrainRequest& req, Communicator& comm) {
+  const auto [note, finished] = resolve_auto(req, comm);
+  if (!note.empty()) log.note(note);
+  if (finished) return false;
   std::vector<fs::path> inputs;
   if (!req.config_file.empty()) inputs.push_back(req.config_file);
   log.claim(req.out_dir,
             !req.resume.empty() ? DirIntent::kResume : req.overwrite ? DirIntent::kOverwrite : DirIntent::kNew,
             inputs);
+  return true;
 }
 
 // The newest checkpoint of this run in its folder: after which step (the
@@ -308,8 +321,9 @@ class Checkpoints {
     const double to_exit = stop.waited_s + seconds_since(t0);
     log_.preempted(steps - 1, signal_name(stop.signal), to_exit, path, abandoned);
     const int64_t total = run_.config.train.steps;
-    const std::string when = abandoned ? fmt::format("during step {} of {} (abandoned)", steps, total)
-                                       : fmt::format("after step {} of {}", steps - 1, total);
+    // In counts of steps done, as the checkpoint's folder is named (step-<steps done>).
+    const std::string when = abandoned ? fmt::format("with {} of {} steps done (the next one abandoned)", steps, total)
+                                       : fmt::format("after {} of {} steps", steps, total);
     throw RunPreempted(fmt::format("stopped by {} {}, checkpoint {} written; resume with --resume auto",
                                    signal_name(stop.signal), when, path));
   }
@@ -419,7 +433,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   const int threads = resolve_threads(run.config.train.threads);
   // Make: the run directory, the grid, the run from its layout.
   RunLogger log(ctx.stage, comm.rank() == 0);
-  claim_run_dir(log, req, comm);
+  if (!claim_run_dir(log, req, comm)) return;  // --resume auto of a finished run: nothing to do
   if (ctx.hooks.any()) log.note(fmt::format("test hooks installed ({}): {}", kTestHooksVariable, ctx.hooks.describe()));
   check_ranks_agree(run.config, comm);  // before the grid: its split needs every rank's parallel.tp to agree
   ProcessGrid grid(comm, run.tp, run.pp, run.cp);
