@@ -284,7 +284,11 @@ def main():
 
     # Bad input: one line, exit 2.
     def refused(title, args, needle):
-        r, _ = evaluate(*args)
+        try:
+            r, _ = evaluate(*args, timeout=120)  # a refusal takes a second; 120 s only decides a hang
+        except subprocess.TimeoutExpired:
+            check(f"{title}: refused in one line naming it, exit 2", False, "still running after 120 s")
+            return
         lines = [x for x in r.stderr.splitlines() if "error" in x]
         check(f"{title}: refused in one line naming it, exit 2", r.returncode == 2 and len(lines) == 1 and
               needle in lines[0] and r.stdout == "", f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
@@ -307,6 +311,19 @@ def main():
             "--data.corpus")
     refused("a JSON line without endings", ["--model", folders["F32"], "--hellaswag", bad], "bad.jsonl:2")
     refused("a label out of range", ["--model", folders["F32"], "--hellaswag", out_of_range], "label")
+    # Issue 70, causes 4 and 5: a label past 2^31 is out of range, not wrapped to 1; a context or ending of more
+    # bytes than the block's tokens can hold is refused before any tokenizing (BPE of a 1 MB word takes minutes).
+    for label in (4294967297, 2 ** 63 + 1, -4294967295):
+        wrapped = os.path.join(work, "wrapped.jsonl")
+        open(wrapped, "w").write(json.dumps(dict(EXAMPLES[0], label=label)) + "\n")
+        refused(f"label {label}: out of range, not wrapped", ["--model", folders["F32"], "--hellaswag", wrapped],
+                f'"label" {label} is not the index of one of its')
+    for what, example in (("a 1 MB context", dict(EXAMPLES[0], ctx="a" * (1 << 20))),
+                          ("a 200 KB ending", dict(EXAMPLES[0], endings=["b" * 200000, "c"]))):
+        huge = os.path.join(work, "huge.jsonl")
+        open(huge, "w").write(json.dumps(example) + "\n")
+        refused(f"{what}: refused before tokenizing", ["--model", folders["F32"], "--hellaswag", huge],
+                "(refused before tokenizing)")
     shutil.rmtree(work, ignore_errors=True)
     return check.finish()
 

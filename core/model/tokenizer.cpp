@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -81,7 +82,18 @@ Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::string> vocab)
     const auto id = static_cast<int32_t>(i);
     ids_.emplace(vocab_[i], id);
     if (vocab_[i].size() == 1) byte_ids_[static_cast<unsigned char>(vocab_[i][0])] = id;
+    longest_ = std::max(longest_, vocab_[i].size());
   }
+  if (kind_ == TokenizerKind::kChar) longest_ = 1;  // every byte its own token ("[EOS]" is never encoded from text)
+}
+
+size_t Tokenizer::min_tokens(std::string_view text) const {
+  size_t covered = text.size();
+  if (kind_ == TokenizerKind::kWord) {
+    covered = static_cast<size_t>(
+        std::count_if(text.begin(), text.end(), [](char c) { return !is_space(static_cast<unsigned char>(c)); }));
+  }
+  return (covered + longest_ - 1) / longest_;
 }
 
 Tokenizer::Tokenizer() : Tokenizer(TokenizerKind::kWord, {kEosToken}) {}

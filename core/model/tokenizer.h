@@ -71,6 +71,13 @@ class Tokenizer {
   //   "<source>:<line>:<col>: token 'xyz' is not in the vocabulary (N tokens)"
   // with 1-based line and byte column of the token's first byte.
   std::vector<int32_t> encode(std::string_view text, std::string_view source = "<text>") const;
+  // At least how many tokens encode(text) gives, from its bytes alone, in one
+  // pass and without encoding: each token covers at most the vocabulary's
+  // longest entry's bytes (a word tokenizer's whitespace covers none). What
+  // a text that must fit a budget of tokens is checked by first, so that an
+  // oversized one costs no encoding (BPE's time grows faster than a word's
+  // length).
+  size_t min_tokens(std::string_view text) const;
   // kWord: tokens joined by one space, except no space at the start and none
   // before a punctuation token (a single byte that is not an ASCII letter or
   // digit). kChar and kGpt2: plain concatenation of the tokens' bytes.
@@ -97,6 +104,7 @@ class Tokenizer {
   TokenizerKind kind_;
   std::vector<std::string> vocab_;
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids_;
+  size_t longest_ = 1;                 // the longest entry's bytes
   std::array<int32_t, 256> byte_ids_;  // id of each single-byte token, -1 if absent
   // kGpt2's encoder (its piece cache changes under encode: one Tokenizer per thread).
   std::shared_ptr<BpeTokenizer> bpe_;

@@ -7,6 +7,7 @@
 
 #include "util/files.h"
 #include "util/json.h"
+#include "util/text.h"
 
 namespace gpt2 {
 
@@ -14,13 +15,43 @@ namespace {
 
 constexpr size_t kMaxEndings = 16;
 
-int parse_label(const Json& j, const std::string& where) {
-  if (j.is_number_integer()) return j.get<int>();
-  if (j.is_string()) {
+// The label as the index of one of `endings` endings, range-checked in
+// 64 bits before it is narrowed (4294967297 is out of range, not 1).
+int parse_label(const Json& j, size_t endings, const std::string& where) {
+  int64_t label = -1;
+  bool integer = false;
+  if (j.is_number_unsigned()) {
+    integer = true;
+    label = j.get<uint64_t>() > uint64_t{1} << 40 ? int64_t{1} << 40 : static_cast<int64_t>(j.get<uint64_t>());
+  } else if (j.is_number_integer()) {
+    integer = true;
+    label = j.get<int64_t>();
+  } else if (j.is_string()) {
     const std::string s = j.get<std::string>();
-    if (!s.empty() && s.size() <= 2 && s.find_first_not_of("0123456789") == std::string::npos) return std::stoi(s);
+    if (!s.empty() && s.size() <= 2 && s.find_first_not_of("0123456789") == std::string::npos) {
+      integer = true;
+      label = std::stoi(s);
+    }
   }
-  throw std::invalid_argument(fmt::format("{}: \"label\" must be an integer (the right ending's index)", where));
+  if (!integer)
+    throw std::invalid_argument(fmt::format("{}: \"label\" must be an integer (the right ending's index)", where));
+  if (label < 0 || static_cast<uint64_t>(label) >= endings) {
+    throw std::invalid_argument(fmt::format("{}: \"label\" {} is not the index of one of its {} endings", where,
+                                            excerpt(j.dump(), 40), endings));
+  }
+  return static_cast<int>(label);
+}
+
+// Refuses a text whose bytes alone need more than `budget` tokens, before
+// any encoding (Tokenizer::min_tokens).
+void check_fits(const Tokenizer& tok, std::string_view text, size_t budget, const std::string& what,
+                const std::string& where, int max_tokens) {
+  if (const size_t least = tok.min_tokens(text); least > budget) {
+    throw std::invalid_argument(fmt::format(
+        "{}: {} is {} bytes, at least {} tokens of this vocabulary: too long for the model's block size {} + 1 "
+        "(refused before tokenizing)",
+        where, what, text.size(), least, max_tokens));
+  }
 }
 
 }  // namespace
@@ -54,19 +85,29 @@ std::vector<ChoiceExample> read_choice_examples(const std::string& path, const T
           fmt::format("{}: \"endings\" must be an array of 2 to {} strings", where, kMaxEndings));
     }
     ChoiceExample ex;
-    ex.label = parse_label(j["label"], where);
-    if (ex.label < 0 || static_cast<size_t>(ex.label) >= endings.size()) {
-      throw std::invalid_argument(
-          fmt::format("{}: \"label\" {} is not the index of one of its {} endings", where, ex.label, endings.size()));
+    ex.label = parse_label(j["label"], endings.size(), where);
+    // Bounded in bytes before tokenizing: the context and its longest ending
+    // must fit max_tokens + 1 tokens, and each ending has at least one.
+    const size_t room = static_cast<size_t>(max_tokens) + 1;
+    check_fits(tok, j["ctx"].get<std::string>(), room - 1, "the context", where, max_tokens);
+    for (size_t e = 0; e < endings.size(); ++e) {
+      if (!endings[e].is_string()) throw std::invalid_argument(fmt::format("{}: ending {} is not a string", where, e));
+      check_fits(tok, endings[e].get<std::string>(), room - 1, fmt::format("ending {}", e), where, max_tokens);
     }
     ex.context = tok.encode(j["ctx"].get<std::string>(), where + " ctx");
     if (ex.context.empty()) throw std::invalid_argument(fmt::format("{}: \"ctx\" has no tokens", where));
+    if (ex.context.size() >= room) {
+      throw std::invalid_argument(
+          fmt::format("{}: the context is {} tokens, leaving no room for an ending in the "
+                      "model's block size {} + 1",
+                      where, ex.context.size(), max_tokens));
+    }
     size_t longest = 0;
     for (size_t e = 0; e < endings.size(); ++e) {
-      if (!endings[e].is_string()) {
-        throw std::invalid_argument(fmt::format("{}: ending {} is not a string", where, e));
-      }
-      ex.endings.push_back(tok.encode(" " + endings[e].get<std::string>(), fmt::format("{} ending {}", where, e)));
+      const std::string ending = " " + endings[e].get<std::string>();
+      check_fits(tok, ending, room - ex.context.size(), fmt::format("ending {} after the context", e), where,
+                 max_tokens);
+      ex.endings.push_back(tok.encode(ending, fmt::format("{} ending {}", where, e)));
       if (ex.endings.back().empty()) throw std::invalid_argument(fmt::format("{}: ending {} has no tokens", where, e));
       longest = std::max(longest, ex.endings.back().size());
     }
