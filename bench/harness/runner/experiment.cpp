@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "runner/job_loop.h"
+#include "runner/slurm_options.h"
 #include "reports/report.h"
 #include "records/tables.h"
 #include "util/hash.h"
@@ -237,14 +238,33 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
   if (const YAML::Node& s = root["slurm"]) {  // docs/cluster.md
     if (!s.IsMap()) rd.fail(s, "slurm: a mapping of partition, account, time, sbatch, ranks, signal_s");
     rd.known_keys(s, {"partition", "account", "time", "sbatch", "ranks", "signal_s"}, "the slurm section");
-    if (s["partition"]) ex.slurm.partition = rd.scalar(s["partition"], "slurm.partition");
-    if (s["account"]) ex.slurm.account = rd.scalar(s["account"], "slurm.account");
-    if (s["time"]) ex.slurm.time = rd.scalar(s["time"], "slurm.time");
-    if (s["sbatch"]) ex.slurm.sbatch = rd.strings(s["sbatch"], "slurm.sbatch");
+    // Each value checked against what Slurm takes here, before any run is resolved (runner/slurm_options.h).
+    const auto value = [&rd](const YAML::Node& n, const std::string& key, const auto& problem) {
+      const std::string v = rd.scalar(n, key);
+      if (const std::string why = problem(v); !why.empty()) rd.fail(n, fmt::format("{}: {}", key, why));
+      return v;
+    };
+    if (s["partition"]) {
+      ex.slurm.partition = value(s["partition"], "slurm.partition",
+                                 [](const std::string& v) { return slurm_name_problem(v, "a partition"); });
+    }
+    if (s["account"]) {
+      ex.slurm.account = value(s["account"], "slurm.account",
+                               [](const std::string& v) { return slurm_name_problem(v, "an account"); });
+    }
+    if (s["time"]) ex.slurm.time = value(s["time"], "slurm.time", slurm_time_problem);
+    if (s["sbatch"]) {
+      if (!s["sbatch"].IsSequence()) rd.fail(s["sbatch"], "slurm.sbatch: expected a list, e.g. [--qos=low]");
+      for (const auto& option : s["sbatch"]) {
+        ex.slurm.sbatch.push_back(value(option, "slurm.sbatch", sbatch_option_problem));
+      }
+    }
     if (s["signal_s"]) ex.slurm.signal_s = rd.integer(s["signal_s"], "slurm.signal_s", 0);
     if (s["ranks"]) {
       const std::string how = rd.scalar(s["ranks"], "slurm.ranks");
-      if (how != "srun" && how != "mpiexec") rd.fail(s["ranks"], fmt::format("slurm.ranks: '{}' (srun or mpiexec)", how));
+      if (how != "srun" && how != "mpiexec") {
+        rd.fail(s["ranks"], fmt::format("slurm.ranks: '{}' (srun or mpiexec)", excerpt(how)));
+      }
       ex.slurm.mpiexec = how == "mpiexec";
     }
   }
