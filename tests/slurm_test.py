@@ -144,7 +144,8 @@ def harness_checks(a, work, env, check):
                 "  train.batch_size: 8\n  train.seq_len: 32\n  train.steps: 120\n  train.checkpoint_every: 5\n"
                 "  train.deterministic: true\n  generate.max_new_tokens: 0\n"
                 f"  data.corpus: {os.path.abspath(a.corpus)}\n"
-                "reports: [table1]\nrepetitions: 1\ntimeout_s: 600\nruns:\n  - {stage: mpi, ranks: 2, threads: 1}\n")
+                "reports: [table1]\nrepetitions: 1\ntimeout_s: 600\ncheckpoints: true\n"
+                "runs:\n  - {stage: mpi, ranks: 2, threads: 1}\n")
     # Its steps sleep 30 ms (the step_sleep_s test hook, which sbatch passes on with the harness's environment;
     # outside the arithmetic; the harness's second attempt too): the
     # 100 steps left after the 20 the test waits for last 3 s at the least, however fast the machine, and the

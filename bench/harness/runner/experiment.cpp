@@ -169,12 +169,40 @@ void set_layout(RunSpec& s, const Json& plan) {
   s.variant = field_text(plan, "variant");
 }
 
+// The harness sets train.save_checkpoint from the experiment's
+// `checkpoints:` after every other setting, so a run writes its periodic
+// checkpoints only with `checkpoints: true`: a train.checkpoint_every
+// without it, or a train.save_checkpoint that says otherwise, would be
+// dropped without a word, and is refused at its line (or its --set).
+// train.checkpoint_format, async_checkpoint and keep_checkpoints still
+// govern the checkpoint a stop signal makes a run write, so they stay.
+void refuse_dropped_checkpoint_keys(const Reader& rd, bool checkpoints, const std::vector<Override>& overrides) {
+  const std::string want = checkpoints ? "true" : "false";
+  for (const Override& o : overrides) {
+    std::string why;
+    if (o.key == "train.checkpoint_every" && !checkpoints) {
+      why = "periodic checkpoints need the experiment's `checkpoints: true` (without it a run writes no checkpoint "
+            "but the one a stop signal asks for); add `checkpoints: true`, or remove the key";
+    } else if (o.key == "train.save_checkpoint" && (o.value == "true" || o.value == "false") && o.value != want) {
+      why = fmt::format("the harness sets it from the experiment's `checkpoints: {}`, after every other setting; "
+                        "say `checkpoints: {}` instead", want, o.value);
+    }
+    if (why.empty()) continue;
+    // An override from the command line (--set) has no line in the file: name the option instead.
+    if (o.node.Mark().line < 0) {
+      throw std::invalid_argument(fmt::format("--set {}={}: {}", o.key, excerpt(o.value), why));
+    }
+    rd.fail(o.node, fmt::format("{}: {}", o.key, why));
+  }
+}
+
 // The runs of one entry: its ranks x threads x seeds matrix, each resolved
 // and planned by the stage programs (a refusal names the file and line).
 void expand_entry(Experiment& ex, const ExperimentFile& f, const StageBase& base, const RunEntry& e,
                   ConfigResolver& resolver, const std::vector<std::optional<uint64_t>>& seeds,
                   const std::string& build_id, std::set<std::string>& ids) {
   const Reader& rd = f.rd;
+  refuse_dropped_checkpoint_keys(rd, ex.checkpoints, e.overrides);
   const YAML::Node& at = e.node["ranks"] ? e.node["ranks"] : e.node;
   for (int r : e.ranks) {
     for (const std::optional<int>& t : e.threads) {
