@@ -12,9 +12,14 @@ where /usr/bin/python3 cannot import torch) and mpi_step (the MPI stage's
 step with and without bucketed allreduce).
 
 --part smoke runs the smoke experiment once and checks its files and reports
-alone (the quick tier, tests/meson.build); the default, all of it.
+alone (the quick tier, tests/meson.build); --part untrusted, the checks of
+issue 70 alone (Slurm values from a file or the command line in job scripts,
+compare's scratch folder, slurm-script --out, checkpoint keys without
+`checkpoints: true`), which train nothing where the harness refuses what they
+try, so they can be pointed at another build's harness by hand; the default,
+all of it.
 
-usage: harness_test.py --harness PATH --repo PATH [--part all|smoke]
+usage: harness_test.py --harness PATH --repo PATH [--part all|smoke|untrusted]
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
 import argparse
@@ -766,6 +771,200 @@ def bad_places_checks(work, exps, a, env, check):
               f"exit {r.returncode}: {r.stderr[-300:]}")
 
 
+# Issue 70, cause 8: what an experiment file or a command line says of Slurm is written into job scripts. Every
+# field tried with a newline (a line the shell would run), a ';', a $(...) and backticks: each is refused where it
+# is read (exit 2, one line naming the key or option, nothing written), by slurm-script and by run --launcher
+# slurm. (The canary is the file the payload would make; a refusal runs nothing, so it never appears.)
+SLURM_PAYLOADS = {"a newline": "x\ntouch pwned", "';'": "x; touch pwned", "$(...)": "$(touch pwned)",
+                  "backticks": "`touch pwned`"}
+SLURM_FIELDS = ("partition", "account", "time", "sbatch")
+
+
+def slurm_value(field, payload):
+    """The payload as the field's value: an sbatch option's value (--qos=...), else the value itself."""
+    return "--qos=" + payload if field == "sbatch" else payload
+
+
+def slurm_section(field, value):
+    """An experiment's `slurm:` section setting `field` to `value` (JSON is YAML: its bytes, newline included)."""
+    return f"slurm:\n  {field}: {'[' + json.dumps(value) + ']' if field == 'sbatch' else json.dumps(value)}\n"
+
+
+def untrusted_input_checks(work, a, env, check):
+    """Issue 70: Slurm values from an experiment file or the command line reach no shell (cause 8), compare's
+    scratch folder is its own and removed however the compare ends (cause 9), slurm-script --out follows the output
+    rules, and an experiment's checkpoint keys are not dropped without `checkpoints: true`."""
+    here = os.path.join(work, "untrusted")
+    os.makedirs(here)
+    with open(os.path.join(a.repo, "experiments", "smoke.yaml")) as f:
+        smoke = f.read().replace("base: ../configs/original.yaml",
+                                 f"base: {os.path.join(work, 'configs', 'original.yaml')}")
+    exp_path = os.path.join(here, "smoke.yaml")
+    with open(exp_path, "w") as f:
+        f.write(smoke)
+
+    def harness(*args, cwd=here, environ=None):
+        return bounded_run([os.path.abspath(a.harness), *args], PROMPT_S * 5, env=environ or env, cwd=cwd)
+
+    def experiment(name, more):
+        path = os.path.join(here, name + ".yaml")
+        with open(path, "w") as f:
+            f.write(smoke.replace("name: smoke", f"name: {name}") + more)
+        return path
+
+    def refused(r, needle, where):
+        lines = r.stderr.strip().splitlines()
+        return (not r.timed_out and r.returncode == 2 and len(lines) == 1 and needle in lines[0]
+                and not os.path.exists(where) and not os.path.exists(os.path.join(here, "pwned")))
+
+    # ---- every field, every payload, from the file and from the command line: slurm-script ----
+    n = 0
+    for field in SLURM_FIELDS:
+        for what, payload in SLURM_PAYLOADS.items():
+            value = slurm_value(field, payload)
+            n += 1
+            exp = experiment(f"slurm_{n}", slurm_section(field, value))
+            out = os.path.join(here, f"jobs_{n}")
+            r = harness("slurm-script", exp, "--out", out)
+            check(f"slurm-script: the experiment's slurm.{field} with {what} is refused (exit 2, one line naming the "
+                  "key at its line, nothing written)", refused(r, f"slurm_{n}.yaml:", out)
+                  and f"slurm.{field}: '" in r.stderr, f"exit {r.returncode}: {r.stderr[-300:]}")
+            out = os.path.join(here, f"jobs_cli_{n}")
+            r = harness("slurm-script", exp_path, "--out", out, f"--{field}={value}")
+            check(f"slurm-script --{field} with {what} is refused (exit 2, one line naming the option, nothing "
+                  "written)", refused(r, f"harness: error: --{field}: '", out),
+                  f"exit {r.returncode}: {r.stderr[-300:]}")
+    # ---- run --launcher slurm: the same values refused before Slurm is asked or anything runs ----
+    payload = SLURM_PAYLOADS["a newline"]
+    for field in SLURM_FIELDS:
+        value = slurm_value(field, payload)
+        res = os.path.join(here, f"run_{field}")
+        r = harness("run", exp_path, "--quiet", "--launcher", "slurm", "--results", res, "--reports", res + "_reports",
+                    f"--{field}={value}")
+        check(f"run --launcher slurm --{field} with a newline: refused, naming the option, before Slurm is asked",
+              refused(r, f"harness: error: --{field}: '", res), f"exit {r.returncode}: {r.stderr[-300:]}")
+        exp = experiment(f"run_slurm_{field}", "launcher: slurm\n" + slurm_section(field, value))
+        r = harness("run", exp, "--quiet", "--results", res, "--reports", res + "_reports")
+        check(f"run, the experiment's launcher: slurm and slurm.{field} with a newline: refused at its line",
+              refused(r, f"slurm.{field}: '", res), f"exit {r.returncode}: {r.stderr[-300:]}")
+    res = os.path.join(here, "results\ntouch pwned #")
+    r = harness("run", exp_path, "--quiet", "--launcher", "slurm", "--results", res, "--reports", res + "_reports")
+    check("run --launcher slurm --results a folder whose name holds a newline: refused before Slurm is asked "
+          "(each run's #SBATCH --output is in it)", refused(r, "harness: error: --results: '", res)
+          and "control character" in r.stderr, f"exit {r.returncode}: {r.stderr[-300:]}")
+    # ---- values Slurm takes are written; the one a user names (the folder) only quoted ----
+    # A folder named with $(...), backticks, ';', quotes, '#' and '%': the job script's shell lines carry it
+    # single-quoted. Each script is run here by bash with srun and mpiexec standing in (they record their
+    # arguments): nothing of the name runs, and the stage gets the run's folder exactly.
+    odd = os.path.join(here, "jobs $(touch pwned) `touch pwned`; x#y%z\"q's")
+    r = harness("slurm-script", exp_path, "--out", odd, "--partition=debug", "--account=proj_1", "--time=1-02:00",
+                "--sbatch=--qos=low,--mem=8G,-N 1,--exclusive")
+    stubs = os.path.join(here, "stubs")
+    os.makedirs(stubs)
+    for tool in ("srun", "mpiexec", "scontrol"):
+        with open(os.path.join(stubs, tool), "w") as f:
+            f.write("#!/bin/sh\nprintf '%s\\0' \"$@\" >> \"$STUB_LOG\"\n")
+        os.chmod(os.path.join(stubs, tool), 0o755)
+    scripts = sorted(glob.glob(os.path.join(glob.escape(odd), "*", "job.sh")))
+    ran, wrong = [], []
+    for script in scripts:
+        run_dir = os.path.dirname(script)
+        log = os.path.join(here, "stub.log")
+        if os.path.exists(log):
+            os.remove(log)
+        job = subprocess.run(["bash", script], capture_output=True, text=True, cwd=here, timeout=PROMPT_S,
+                             env=dict(env, PATH=stubs + os.pathsep + env.get("PATH", ""), STUB_LOG=log))
+        argv = open(log).read().split("\0")[:-1] if os.path.exists(log) else []
+        ran.append(job.returncode == 0 and argv[-5:] == ["--config", os.path.join(run_dir, "run.yaml"), "--out",
+                                                         run_dir, "--overwrite"])
+        if not ran[-1]:
+            wrong.append(f"{script}: exit {job.returncode} {job.stderr[-200:]} argv {argv}")
+    text = "".join(open(x).read() for x in scripts)
+    check("slurm-script into a folder named with $(...), backticks, ';', quotes, '#' and '%': written, and its job "
+          "scripts, run by bash (srun standing in), run nothing of the name and give the stage the run's folder",
+          r.returncode == 0 and len(scripts) >= 1 and all(ran) and not os.path.exists(os.path.join(here, "pwned"))
+          and "#SBATCH --partition=debug\n" in text and "#SBATCH --qos=low\n" in text and "#SBATCH -N 1\n" in text,
+          f"exit {r.returncode}: {r.stderr[-300:]} {wrong[:2]}")
+    out = os.path.join(here, "jobs\ntouch pwned #")
+    r = harness("slurm-script", exp_path, "--out", out)
+    check("slurm-script --out a folder whose name holds a newline: refused (an #SBATCH line cannot carry it)",
+          refused(r, "harness: error: --out: '", out) and "control character" in r.stderr, r.stderr[-300:])
+
+    # ---- slurm-script --out follows the output rules: not in a training run's folder ----
+    run_like = os.path.join(here, "a_run")
+    os.makedirs(run_like)
+    with open(os.path.join(run_like, "run.json"), "w") as f:
+        f.write("{}\n")
+    r = harness("slurm-script", exp_path, "--out", os.path.join(run_like, "jobs"))
+    check("slurm-script --out inside a training run's folder: refused (exit 2, one line), nothing written",
+          refused(r, "training run folder", os.path.join(run_like, "jobs")) and os.listdir(run_like) == ["run.json"],
+          f"exit {r.returncode}: {r.stderr[-300:]}")
+
+    # ---- checkpoint keys need `checkpoints: true` (else the harness's train.save_checkpoint false drops them) ----
+    res = os.path.join(here, "ckpt_results")
+
+    def with_key(name, line, more=""):
+        """smoke.yaml as `name` with `line` first in its config (line 7 of the file), `more` appended."""
+        path = os.path.join(here, name + ".yaml")
+        with open(path, "w") as f:
+            f.write(smoke.replace("name: smoke", f"name: {name}").replace("config:\n", f"config:\n  {line}\n", 1)
+                    + more)
+        return path
+    for title, exp, args, needle in [
+            ("the experiment's train.checkpoint_every without checkpoints: true",
+             with_key("ckpt_every", "train.checkpoint_every: 1"), [], "ckpt_every.yaml:7: train.checkpoint_every: "),
+            ("the experiment's train.save_checkpoint: true without checkpoints: true",
+             with_key("ckpt_save", "train.save_checkpoint: true"), [], "ckpt_save.yaml:7: train.save_checkpoint: "),
+            ("--set train.checkpoint_every=2 without checkpoints: true", exp_path,
+             ["--set", "train.checkpoint_every=2"], "--set train.checkpoint_every=2: ")]:
+        r = harness("run", exp, "--quiet", "--results", res, "--reports", res + "_reports", *args)
+        check(f"run: {title} is refused (exit 2, one line naming it and checkpoints: true), nothing run",
+              refused(r, needle, res) and "checkpoints: true" in r.stderr, f"exit {r.returncode}: {r.stderr[-300:]}")
+    r = harness("slurm-script", with_key("ckpt_kept", "train.save_checkpoint: false"), "--out",
+                os.path.join(here, "ckpt_kept_jobs"))
+    check("train.save_checkpoint: false without checkpoints: true (what the harness says anyway) is taken",
+          r.returncode == 0, r.stderr[-300:])
+    r = harness("slurm-script", with_key("ckpt_on", "train.checkpoint_every: 1", "checkpoints: true\n"), "--out",
+                os.path.join(here, "ckpt_on_jobs"))
+    yamls = glob.glob(os.path.join(here, "ckpt_on_jobs", "*", "run.yaml"))
+    check("train.checkpoint_every with checkpoints: true is taken, and reaches the runs",
+          r.returncode == 0 and yamls and all("checkpoint_every: 1\n" in open(y).read() for y in yamls),
+          r.stderr[-300:])
+
+    # ---- compare's scratch folder (cause 9): its own (mkdtemp under TMPDIR), removed however the compare ends ----
+    # A REV:NAME side is read from git into the scratch folder: the repository's committed results.
+    listed = subprocess.run(["git", "-C", a.repo, "ls-tree", "--name-only", "HEAD", "results/"], capture_output=True,
+                            text=True, timeout=PROMPT_S)
+    names = [p.split("/", 1)[1] for p in listed.stdout.split() if listed.returncode == 0]
+    name = next((x for x in names if subprocess.run(["git", "-C", a.repo, "cat-file", "-e",
+                                                     f"HEAD:results/{x}/runs.csv"], capture_output=True,
+                                                    timeout=PROMPT_S).returncode == 0), None)
+    if name is None:
+        print(f"note: compare's scratch checks skipped: {a.repo} holds no committed results/*/runs.csv "
+              f"({listed.stderr.strip()[:200]})")
+        return
+    tmp = os.path.join(here, "tmpdir")
+    os.makedirs(tmp)
+    tenv = dict(env, TMPDIR=tmp)
+    r = harness("compare", f"HEAD:{name}", f"HEAD:{name}", environ=tenv)
+    check(f"compare HEAD:{name} HEAD:{name} (read through the scratch folder): compared, no scratch folder left in "
+          "TMPDIR", r.returncode == 0 and "B / A" in r.stdout and os.listdir(tmp) == [],
+          f"exit {r.returncode}: {r.stderr[-300:]}; TMPDIR holds {os.listdir(tmp)}")
+    r = harness("compare", f"HEAD:{name}", "HEAD:no_such_experiment", environ=tenv)
+    check("a compare refused after one side was read (its other side names nothing): exit 2, no scratch folder left "
+          "in TMPDIR", r.returncode == 2 and "no_such_experiment" in r.stderr and os.listdir(tmp) == [],
+          f"exit {r.returncode}: {r.stderr[-300:]}; TMPDIR holds {os.listdir(tmp)}")
+    # A link planted where the old scratch folder was, harness_compare_<pid> (bash's exec keeps the pid).
+    target = os.path.join(here, "planted_target")
+    os.makedirs(target)
+    r = bounded_run(["bash", "-c", 'ln -s "$1" "$TMPDIR/harness_compare_$$" && exec "$2" compare "$3" "$3"', "plant",
+                     target, os.path.abspath(a.harness), f"HEAD:{name}"], PROMPT_S * 5, env=tenv, cwd=here)
+    check("a link planted at TMPDIR/harness_compare_<pid> is not written through (the scratch folder is a new one)",
+          r.returncode == 0 and os.listdir(target) == [] and [x for x in os.listdir(tmp) if not os.path.islink(
+              os.path.join(tmp, x))] == [], f"exit {r.returncode}: {r.stderr[-300:]}; the link's target holds "
+          f"{os.listdir(target)}; TMPDIR holds {os.listdir(tmp)}")
+
+
 # The tiny model of the pipeline smoke experiment (PP_SMOKE's config block, up to its steps).
 TINY = PP_SMOKE.split("config:\n", 1)[1].split("  train.steps", 1)[0]
 RESUME = """name: resume
@@ -850,8 +1049,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--harness", required=True)
     ap.add_argument("--repo", required=True)
-    ap.add_argument("--part", choices=("all", "smoke"), default="all",
-                    help="smoke: the smoke experiment's first run and its files alone (the quick tier); all: everything")
+    ap.add_argument("--part", choices=("all", "smoke", "untrusted"), default="all",
+                    help="smoke: the smoke experiment's first run and its files alone (the quick tier); untrusted: the "
+                    "checks of what an experiment file or command line someone sent cannot make the harness do "
+                    "(issue 70), alone; all: everything")
     a = ap.parse_args()
     a.repo = os.path.abspath(a.repo)
     work = tempfile.mkdtemp(prefix="harness_test_")
@@ -872,9 +1073,14 @@ def main():
         return subprocess.run([a.harness, *args, os.path.join(exps, exp), "--results", results, "--reports", reports],
                               capture_output=True, text=True, env=with_hooks(env, hooks), timeout=timeout)
 
-    # 0. Places the harness cannot use: refused before anything runs.
+    # 0. Places the harness cannot use, and what a file or command line someone sent cannot make it do: refused
+    # before anything runs.
+    if a.part == "untrusted":
+        untrusted_input_checks(work, a, env, check)
+        return check.finish()
     if a.part == "all":
         bad_places_checks(work, exps, a, env, check)
+        untrusted_input_checks(work, a, env, check)
     # 1. A full run of the smoke experiment.
     r = harness("run")
     check("smoke runs", r.returncode == 0, r.stderr[-1500:] if r.returncode else "")

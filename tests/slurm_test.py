@@ -27,7 +27,8 @@ munge installed it reports itself skipped (exit 77) with the reason.
     requeued and resumed, and runs.csv counts 2 attempts; a run past its timeout_s is cancelled with its job, and
     so is the job of a harness killed outright (SIGKILL);
     `harness slurm-script` writes job scripts that
-    run when submitted by hand. Bad input, one line, exit 2, nothing submitted: a partition that does not
+    run when submitted by hand (from a folder whose name holds quotes, '#', '%' and $(...), none of which
+    runs). Bad input, one line, exit 2, nothing submitted: a partition that does not
     exist, Slurm not answering, Slurm not installed, a run needing more CPUs than the cluster has.
 
 usage: slurm_test.py --mpi PATH --mpiexec PATH --corpus PATH --repo PATH --harness PATH
@@ -144,7 +145,8 @@ def harness_checks(a, work, env, check):
                 "  train.batch_size: 8\n  train.seq_len: 32\n  train.steps: 120\n  train.checkpoint_every: 5\n"
                 "  train.deterministic: true\n  generate.max_new_tokens: 0\n"
                 f"  data.corpus: {os.path.abspath(a.corpus)}\n"
-                "reports: [table1]\nrepetitions: 1\ntimeout_s: 600\nruns:\n  - {stage: mpi, ranks: 2, threads: 1}\n")
+                "reports: [table1]\nrepetitions: 1\ntimeout_s: 600\ncheckpoints: true\n"
+                "runs:\n  - {stage: mpi, ranks: 2, threads: 1}\n")
     # Its steps sleep 30 ms (the step_sleep_s test hook, which sbatch passes on with the harness's environment;
     # outside the arithmetic; the harness's second attempt too): the
     # 100 steps left after the 20 the test waits for last 3 s at the least, however fast the machine, and the
@@ -210,8 +212,11 @@ def harness_checks(a, work, env, check):
           f"job seen running: {running}; queue: {queue(env)!r}")
 
     # ---- slurm-script: job scripts for users who submit themselves ----
-    r = harness("slurm-script", smoke, "--out", out("scripts"))
-    mine = os.path.join(out("scripts"))
+    # Into a folder whose name holds what sbatch's reading of an #SBATCH line (quotes, '#') and Slurm's file name
+    # patterns ('%') treat specially, and a shell's $(...): the job's output still lands in the run's log.txt,
+    # and nothing of the name runs (issue 70).
+    mine = out("scripts $(touch pwned) #x%y'q\"")
+    r = harness("slurm-script", smoke, "--out", mine)
     written = sorted(d for d in os.listdir(mine) if os.path.isdir(os.path.join(mine, d))) if os.path.isdir(mine) else []
     # smoke.yaml's five runs; a stage this build lacks (cuda without nvcc, mpi_cuda without NCCL) gets none.
     stages_dir = os.path.dirname(os.path.abspath(a.mpi))
@@ -224,10 +229,16 @@ def harness_checks(a, work, env, check):
     if two:
         script = os.path.join(mine, two[0], "job.sh")
         text = open(script).read()
-        r = subprocess.run(["sbatch", "--wait", script], capture_output=True, text=True, env=env, timeout=300)
-        check("a written job script asks for the run's tasks and runs when submitted by hand",
+        r = subprocess.run(["sbatch", "--wait", script], capture_output=True, text=True, env=env, timeout=300,
+                           cwd=work)
+        job_log = os.path.join(mine, two[0], "log.txt")
+        job_log = open(job_log).read() if os.path.exists(job_log) else ""
+        check("a written job script asks for the run's tasks and runs when submitted by hand, its output in the run's "
+              "log.txt though the folder's name holds quotes, '#', '%' and $(...), none of which runs",
               "#SBATCH --ntasks=2" in text and r.returncode == 0 and
-              os.path.exists(os.path.join(mine, two[0], "metrics.jsonl")), r.stderr.strip()[-300:])
+              os.path.exists(os.path.join(mine, two[0], "metrics.jsonl")) and
+              "results in" in job_log and
+              not os.path.exists(os.path.join(work, "pwned")), r.stderr.strip()[-300:] + " " + str(os.listdir(work)))
 
     # ---- Bad input: one line, exit 2, nothing submitted ----
     def refused(title, args, needle, environ=None):

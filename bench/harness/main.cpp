@@ -37,6 +37,8 @@
 #include "runner/peer_experiment.h"
 #include "runner/process.h"
 #include "runner/progress.h"
+#include "runner/slurm.h"
+#include "runner/slurm_options.h"
 #include "reports/report.h"
 #include "runner/stage_runner.h"
 #include "records/tables.h"
@@ -78,12 +80,15 @@ usage:
       resumes; runs.csv counts the attempts (docs/cluster.md). Checked before
       anything is submitted: Slurm installed and answering, the partition,
       every run's CPUs. SLURM OPTIONS: --partition P, --account A, --time T
-      (sbatch's), --sbatch OPT,... (more #SBATCH lines), --slurm-ranks
-      srun|mpiexec (srun --mpi=pmi2, the default, or mpiexec inside the job).
+      (sbatch's), --sbatch=OPT,... (more #SBATCH lines), --slurm-ranks
+      srun|mpiexec (srun --mpi=pmi2, the default, or mpiexec inside the job);
+      each value, here or in the experiment's `slurm:`, checked against what
+      Slurm accepts before any work (docs/cluster.md).
   harness slurm-script EXPERIMENT --out DIR [SLURM OPTIONS]
       Writes each run's job script (DIR/<run-id>/job.sh, with run.yaml and
       plan.json beside it; the run writes there) and DIR/submit_all.sh, for
-      users who submit themselves; nothing is submitted. DIR: new or empty.
+      users who submit themselves; nothing is submitted. DIR: new or empty, in
+      an existing folder, not in a training run's folder.
   harness report EXPERIMENT [--results DIR] [--reports DIR] [--build DIR]
       Rebuilds the reports from stored results (no run). EXPERIMENT is a file
       or a name in experiments/.
@@ -389,13 +394,17 @@ int slurm_script(const Args& a, Places& at, ConfigResolver& resolver) {
   if (experiment_kind(file) != "stages") {
     throw std::invalid_argument(fmt::format("slurm-script: {} is not a stages experiment", file.string()));
   }
+  // Before the experiment is resolved: the rules every writing command follows (a new or empty folder, not the
+  // experiment file, not in a training run's folder or a locked one), and a path the job scripts' #SBATCH
+  // --output can carry.
   const fs::path out = fs::absolute(a.out);
-  check_folder_option("--out", out, true);
   std::error_code ec;
-  if (fs::exists(out, ec) && !fs::is_empty(out, ec)) {
+  if (fs::is_directory(out, ec) && !fs::is_empty(out, ec)) {  // said as before: slurm-script takes no --overwrite
     throw std::invalid_argument(fmt::format("--out: '{}' is not empty (slurm-script writes only a new or empty "
-                                            "folder)", out.string()));
+                                            "folder)", gpt2::excerpt(out.string(), 200)));
   }
+  check_output(out, gpt2::OutputRules{"--out", {file}, false, true});
+  (void)sbatch_path(out, "--out");
   const Experiment ex = load_experiment(file, at.build_id, resolver, a.set);
   Places under_slurm = at;
   under_slurm.launcher = "slurm";  // the scripts are Slurm's, whatever the experiment's launcher
@@ -409,7 +418,7 @@ int slurm_script(const Args& a, Places& at, ConfigResolver& resolver) {
       console::err(fmt::format("{}: not written: {}\n", r.id, av.reason));
       continue;
     }
-    const fs::path dir = out / r.id;
+    const fs::path dir = child_of(out, r.id);
     fs::create_directories(dir);
     gpt2::write_file_atomically(dir / "run.yaml", r.config);
     gpt2::write_file_atomically(dir / "plan.json", r.plan);
@@ -418,9 +427,10 @@ int slurm_script(const Args& a, Places& at, ConfigResolver& resolver) {
     submit += command_text({"sbatch", (dir / "job.sh").string()}) + "\n";
     ++written;
   }
+  fs::create_directories(out);  // the folder exists when no run could be written, too
   gpt2::write_file_atomically(out / "submit_all.sh", submit);
-  console::err(fmt::format("{}: {} job scripts in {}; submit them with: bash {}\n", ex.name, written,
-                           out.string(), (out / "submit_all.sh").string()));
+  console::err(fmt::format("{}: {} job scripts in {}; submit them with: {}\n", ex.name, written, out.string(),
+                           command_text({"bash", (out / "submit_all.sh").string()})));
   return 0;
 }
 
@@ -430,6 +440,8 @@ int run(int argc, char** argv) {
     fmt::print("{}", kHelp);
     return a.help || !a.command.empty() ? 0 : 2;
   }
+  // The command line's Slurm values, before any work: they are written into job scripts (runner/slurm_options.h).
+  check_slurm_values(a.slurm);
   set_progress_mode(default_progress_mode(a.quiet));
   Places at;
   if (a.retries < 0 || a.retries > 100) {
@@ -451,10 +463,11 @@ int run(int argc, char** argv) {
   }
   if (a.command == "reindex") return reindex(a);
   if (!a.launcher.empty() && a.launcher != "local" && a.launcher != "slurm") {
-    throw std::invalid_argument(fmt::format("--launcher: '{}' is not a launcher (local or slurm)", a.launcher));
+    throw std::invalid_argument(
+        fmt::format("--launcher: '{}' is not a launcher (local or slurm)", gpt2::excerpt(a.launcher)));
   }
   if (a.slurm_ranks != "srun" && a.slurm_ranks != "mpiexec") {
-    throw std::invalid_argument(fmt::format("--slurm-ranks: '{}' (srun or mpiexec)", a.slurm_ranks));
+    throw std::invalid_argument(fmt::format("--slurm-ranks: '{}' (srun or mpiexec)", gpt2::excerpt(a.slurm_ranks)));
   }
   at.launcher = a.launcher;
   at.slurm = a.slurm;

@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
-#include <unistd.h>
 
 #include "records/csv.h"
 #include "runner/process.h"
@@ -40,13 +44,41 @@ const Metric& metric_of(const std::string& name) {
   throw std::invalid_argument(fmt::format("--metric: unknown metric '{}' (expected {})", name, known));
 }
 
-// A side's runs.csv: a folder holding one, results/<name>, or REV:NAME from git.
+// A private folder for the runs.csv files the git sides are read from: made
+// by mkdtemp under TMPDIR (else /tmp), so its name is new and nobody's to
+// guess (a link planted at a predictable name redirected the writes), and
+// removed with what is in it however the compare ends (a side refused, an
+// error, success).
+class ScratchFolder {
+ public:
+  ScratchFolder() {
+    std::string name = (fs::temp_directory_path() / "harness_compare_XXXXXX").string();
+    if (::mkdtemp(name.data()) == nullptr) {
+      throw std::runtime_error(fmt::format("compare: cannot make a scratch folder '{}': {}", name,
+                                           std::strerror(errno)));
+    }
+    path_ = name;
+  }
+  ~ScratchFolder() {
+    std::error_code ec;  // a destructor cannot fail: what cannot be removed stays (in TMPDIR)
+    fs::remove_all(path_, ec);
+  }
+  ScratchFolder(const ScratchFolder&) = delete;
+  ScratchFolder& operator=(const ScratchFolder&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// A side's runs.csv: a folder holding one, results/<name>, or REV:NAME from
+// git (written into `scratch`, made when the first git side needs it).
 struct Side {
   std::string given, where;
   Inputs in;
 };
 
-Side load_side(const std::string& given, const CompareRequest& req, const fs::path& scratch) {
+Side load_side(const std::string& given, const CompareRequest& req, std::optional<ScratchFolder>& scratch) {
   Side s{given, "", {}};
   fs::path csv;
   const size_t colon = given.find(':');
@@ -61,15 +93,15 @@ Side load_side(const std::string& given, const CompareRequest& req, const fs::pa
       throw std::invalid_argument(fmt::format("{}: no results/{}/runs.csv at {} ({})", given, name, rev,
                                               c.err.substr(0, c.err.find('\n'))));
     }
-    csv = scratch / fmt::format("{}.csv", given.size());
+    if (!scratch) scratch.emplace();
+    csv = scratch->path() / fmt::format("{}.csv", given.size());
     write_file_atomically(csv, c.out);
+    s.where = fmt::format("results/{}/runs.csv at {}", name, rev);
   } else {
     throw std::invalid_argument(fmt::format(
         "{}: not a results folder with runs.csv, an experiment in {}, or REV:EXPERIMENT", given, req.results.string()));
   }
-  s.where = colon != std::string::npos && csv.parent_path() == scratch
-                ? fmt::format("results/{}/runs.csv at {}", given.substr(colon + 1), given.substr(0, colon))
-                : csv.string();
+  if (s.where.empty()) s.where = csv.string();
   try {
     s.in = load_inputs(csv);
   } catch (const std::runtime_error& e) {  // an unreadable or malformed runs.csv: bad input, exit 2
@@ -136,10 +168,9 @@ std::string compare_results(const CompareRequest& req) {
     check_output(req.out, rules);
   }
   const bool smaller_better = metric.smaller_better;
-  const fs::path scratch = fs::temp_directory_path() / fmt::format("harness_compare_{}", ::getpid());
-  fs::create_directories(scratch);
+  std::optional<ScratchFolder> scratch;
   const Side a = load_side(req.a, req, scratch), b = load_side(req.b, req, scratch);
-  fs::remove_all(scratch);
+  scratch.reset();  // both sides are in memory
 
   std::map<ConfigKey, const ConfigRuns*> in_b;
   for (const ConfigRuns& c : b.in.configs) in_b[c.key] = &c;

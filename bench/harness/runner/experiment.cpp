@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "runner/job_loop.h"
+#include "runner/slurm_options.h"
 #include "reports/report.h"
 #include "records/tables.h"
 #include "util/hash.h"
@@ -168,12 +169,40 @@ void set_layout(RunSpec& s, const Json& plan) {
   s.variant = field_text(plan, "variant");
 }
 
+// The harness sets train.save_checkpoint from the experiment's
+// `checkpoints:` after every other setting, so a run writes its periodic
+// checkpoints only with `checkpoints: true`: a train.checkpoint_every
+// without it, or a train.save_checkpoint that says otherwise, would be
+// dropped without a word, and is refused at its line (or its --set).
+// train.checkpoint_format, async_checkpoint and keep_checkpoints still
+// govern the checkpoint a stop signal makes a run write, so they stay.
+void refuse_dropped_checkpoint_keys(const Reader& rd, bool checkpoints, const std::vector<Override>& overrides) {
+  const std::string want = checkpoints ? "true" : "false";
+  for (const Override& o : overrides) {
+    std::string why;
+    if (o.key == "train.checkpoint_every" && !checkpoints) {
+      why = "periodic checkpoints need the experiment's `checkpoints: true` (without it a run writes no checkpoint "
+            "but the one a stop signal asks for); add `checkpoints: true`, or remove the key";
+    } else if (o.key == "train.save_checkpoint" && (o.value == "true" || o.value == "false") && o.value != want) {
+      why = fmt::format("the harness sets it from the experiment's `checkpoints: {}`, after every other setting; "
+                        "say `checkpoints: {}` instead", want, o.value);
+    }
+    if (why.empty()) continue;
+    // An override from the command line (--set) has no line in the file: name the option instead.
+    if (o.node.Mark().line < 0) {
+      throw std::invalid_argument(fmt::format("--set {}={}: {}", o.key, excerpt(o.value), why));
+    }
+    rd.fail(o.node, fmt::format("{}: {}", o.key, why));
+  }
+}
+
 // The runs of one entry: its ranks x threads x seeds matrix, each resolved
 // and planned by the stage programs (a refusal names the file and line).
 void expand_entry(Experiment& ex, const ExperimentFile& f, const StageBase& base, const RunEntry& e,
                   ConfigResolver& resolver, const std::vector<std::optional<uint64_t>>& seeds,
                   const std::string& build_id, std::set<std::string>& ids) {
   const Reader& rd = f.rd;
+  refuse_dropped_checkpoint_keys(rd, ex.checkpoints, e.overrides);
   const YAML::Node& at = e.node["ranks"] ? e.node["ranks"] : e.node;
   for (int r : e.ranks) {
     for (const std::optional<int>& t : e.threads) {
@@ -237,14 +266,33 @@ Experiment load_experiment(const fs::path& file, const std::string& build_id, Co
   if (const YAML::Node& s = root["slurm"]) {  // docs/cluster.md
     if (!s.IsMap()) rd.fail(s, "slurm: a mapping of partition, account, time, sbatch, ranks, signal_s");
     rd.known_keys(s, {"partition", "account", "time", "sbatch", "ranks", "signal_s"}, "the slurm section");
-    if (s["partition"]) ex.slurm.partition = rd.scalar(s["partition"], "slurm.partition");
-    if (s["account"]) ex.slurm.account = rd.scalar(s["account"], "slurm.account");
-    if (s["time"]) ex.slurm.time = rd.scalar(s["time"], "slurm.time");
-    if (s["sbatch"]) ex.slurm.sbatch = rd.strings(s["sbatch"], "slurm.sbatch");
+    // Each value checked against what Slurm takes here, before any run is resolved (runner/slurm_options.h).
+    const auto value = [&rd](const YAML::Node& n, const std::string& key, const auto& problem) {
+      const std::string v = rd.scalar(n, key);
+      if (const std::string why = problem(v); !why.empty()) rd.fail(n, fmt::format("{}: {}", key, why));
+      return v;
+    };
+    if (s["partition"]) {
+      ex.slurm.partition = value(s["partition"], "slurm.partition",
+                                 [](const std::string& v) { return slurm_name_problem(v, "a partition"); });
+    }
+    if (s["account"]) {
+      ex.slurm.account = value(s["account"], "slurm.account",
+                               [](const std::string& v) { return slurm_name_problem(v, "an account"); });
+    }
+    if (s["time"]) ex.slurm.time = value(s["time"], "slurm.time", slurm_time_problem);
+    if (s["sbatch"]) {
+      if (!s["sbatch"].IsSequence()) rd.fail(s["sbatch"], "slurm.sbatch: expected a list, e.g. [--qos=low]");
+      for (const auto& option : s["sbatch"]) {
+        ex.slurm.sbatch.push_back(value(option, "slurm.sbatch", sbatch_option_problem));
+      }
+    }
     if (s["signal_s"]) ex.slurm.signal_s = rd.integer(s["signal_s"], "slurm.signal_s", 0);
     if (s["ranks"]) {
       const std::string how = rd.scalar(s["ranks"], "slurm.ranks");
-      if (how != "srun" && how != "mpiexec") rd.fail(s["ranks"], fmt::format("slurm.ranks: '{}' (srun or mpiexec)", how));
+      if (how != "srun" && how != "mpiexec") {
+        rd.fail(s["ranks"], fmt::format("slurm.ranks: '{}' (srun or mpiexec)", excerpt(how)));
+      }
       ex.slurm.mpiexec = how == "mpiexec";
     }
   }

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "runner/slurm_options.h"
 #include "runner/stage_config.h"
 
 namespace gpt2::harness {
@@ -68,16 +69,6 @@ struct RunSpec {
   std::string config_digest;
   int64_t steps = 0;     // its train.steps
   std::string id;        // stage-rR-tT[-tpP][-ppS]-repK-<hash of the resolved run and the build>
-};
-
-// How each run becomes a Slurm job (runner/slurm.h): the experiment's
-// `slurm:` section, over which the command line's options go.
-struct SlurmOptions {
-  std::string partition, account;   // "": the cluster's defaults
-  std::string time;                 // sbatch --time ("30", "2:00:00"); "": from the experiment's timeout_s
-  std::vector<std::string> sbatch;  // further sbatch options, each one "#SBATCH" line ("--qos=low")
-  bool mpiexec = false;             // start the ranks with mpiexec inside the allocation, not srun --mpi=pmi2
-  int signal_s = 60;                // --signal=TERM@N: the warning before the time limit
 };
 
 struct Experiment : ExperimentInfo {

@@ -14,6 +14,7 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 namespace gpt2::harness {
@@ -237,7 +239,11 @@ void finish_run(const std::string& tag, int log_fd, const Guardian& g, bool time
 std::string command_text(const std::vector<std::string>& argv) {
   std::string out;
   for (const std::string& a : argv) {
-    const bool plain = !a.empty() && a.find_first_of(" \t\n'\"\\$`*?;&|<>()#~{}[]!") == std::string::npos;
+    // Characters listed as plain, not special ones listed as quoted: a character missed is quoted for nothing.
+    const std::string_view plain_chars = out.empty() ? "_-./:,+@" : "_-./:,+@=";
+    const bool plain = !a.empty() && std::all_of(a.begin(), a.end(), [&](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || plain_chars.find(c) != std::string_view::npos;
+    });
     if (!out.empty()) out += ' ';
     if (plain) {
       out += a;

@@ -69,7 +69,13 @@ std::string last_line_of(const std::filesystem::path& log);
 // The full path of an executable regular file `name` on PATH, or "".
 std::string find_on_path(const std::string& name);
 
-// The shell-like text of a command line, for logs and reports.
+// A command line as the shell text that runs it: the harness's one quoting
+// function, for logs, reports' "Reproduce with" lines and the words of a
+// Slurm job script's shell lines (runner/slurm.cpp). A word of letters,
+// digits and _ - . / : , + @ (and '=', but in the first word, where
+// NAME=value would set a variable) is written as it is; any other word,
+// the empty one included, is single-quoted, inside which the shell reads
+// nothing but the closing quote (a ' itself is written '\'').
 std::string command_text(const std::vector<std::string>& argv);
 
 }  // namespace gpt2::harness

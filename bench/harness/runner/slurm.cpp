@@ -10,6 +10,8 @@
 #include <stdexcept>
 
 #include "runner/process.h"
+#include "runner/slurm_options.h"
+#include "runner/yaml_reader.h"
 #include "util/text.h"
 
 namespace gpt2::harness {
@@ -112,12 +114,17 @@ void check_slurm(const SlurmOptions& opt, const std::vector<RunSpec>& runs) {
 
 std::string slurm_job_script(const SlurmOptions& opt, const RunSpec& r, const fs::path& program, const fs::path& dir,
                              const std::vector<std::string>& first_flags, double timeout_s) {
+  // Only checked values go into the script: the options again (their readers checked them where they were
+  // read), the run's id (a plain word: its folder's name), the output path through sbatch_path, and every
+  // word of the shell's lines through command_text's single quotes.
+  check_slurm_values(opt);
+  if (!is_plain_name(r.id)) throw std::invalid_argument(fmt::format("run id '{}' is not a plain word", excerpt(r.id)));
   std::string s = "#!/bin/bash\n";
   s += fmt::format("# Run {} of the harness (docs/cluster.md): written by harness, submitted with sbatch.\n", r.id);
   s += fmt::format("#SBATCH --job-name=gpt2-{}\n", r.id.substr(0, 40));
   s += fmt::format("#SBATCH --ntasks={}\n#SBATCH --cpus-per-task={}\n", r.ranks, std::max(r.threads, 1));
   // The job's output goes where a local run's does (log.txt, after sbatch's own line), each attempt appended.
-  s += fmt::format("#SBATCH --output={}\n#SBATCH --open-mode=append\n", (dir / "log.txt").string());
+  s += fmt::format("#SBATCH --output={}\n#SBATCH --open-mode=append\n", sbatch_path(dir / "log.txt", "the run folder"));
   s += "#SBATCH --requeue\n";
   s += fmt::format("#SBATCH --signal=TERM@{}\n", opt.signal_s);
   s += fmt::format("#SBATCH --time={}\n", opt.time.empty() ? slurm_time(timeout_s) : opt.time);

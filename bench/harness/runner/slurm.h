@@ -18,7 +18,7 @@
 
 namespace gpt2::harness {
 
-// SlurmOptions: runner/experiment.h (an experiment's `slurm:` section, and the command line's).
+// SlurmOptions and the checks of its values: runner/slurm_options.h.
 
 // Before anything is submitted (std::invalid_argument, exit 2, nothing
 // submitted): sbatch, srun and sinfo on PATH, the controller answering, the

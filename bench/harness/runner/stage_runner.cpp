@@ -11,6 +11,7 @@
 #include "runner/job_loop.h"
 #include "runner/process.h"
 #include "runner/progress.h"
+#include "runner/slurm_options.h"
 #include "records/run_plan.h"
 #include "records/tables.h"
 #include "util/files.h"
@@ -267,6 +268,7 @@ int reindex_results(const fs::path& results_dir) {
 int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
   std::vector<Job> jobs;
   if (opt.slurm) {  // before anything is submitted
+    (void)sbatch_path(opt.results_dir, "--results");  // each run's #SBATCH --output is in it
     std::vector<RunSpec> runnable;
     for (const RunSpec& r : ex.runs) {
       if (!r.hostfile.empty()) {
