@@ -143,11 +143,11 @@ TEST(SequencePiecesOps, ContextRanksGiveSerialsBitsForProductsNormsAndTheTokenTa
     r.loss = be->piece_ops()->sum_pieces(view(lv, {n}));
     return r;
   };
-  const Result serial = run(SequencePieces{kS, kT, 1}, x, dout, dnorm, losses, tokens);
+  const Result serial = run(SequencePieces::whole_rows(kS, kT), x, dout, dnorm, losses, tokens);
   for (int cp : {2, 4}) {
     std::vector<Result> ranks;
     for (int r = 0; r < cp; ++r) {
-      ranks.push_back(run(SequencePieces{kS, kT, cp}, arena.cut(x, kC, cp, r), arena.cut(dout, kOC, cp, r),
+      ranks.push_back(run(SequencePieces::shared_rows(kS, kT, cp), arena.cut(x, kC, cp, r), arena.cut(dout, kOC, cp, r),
                           arena.cut(dnorm, kC, cp, r), arena.cut(losses, 1, cp, r), arena.cut(tokens, 1, cp, r)));
     }
     const auto over = [&](std::vector<float> Result::*f) {
@@ -195,7 +195,7 @@ TEST(SequencePiecesOps, AttentionMatchesTheReferenceAndContextRanksGiveSerialsBi
     };
     const auto run = [&](const SequencePieces& sp, int rank, std::vector<float> q, std::vector<float> d) {
       auto be = pieces_backend(2, sp);
-      const int64_t n = static_cast<int64_t>(q.size()) / W, rows = sp.cp > 1 ? 2 * kM : kM, len = n / rows;
+      const int64_t n = static_cast<int64_t>(q.size()) / W, rows = !sp.whole() ? 2 * kM : kM, len = n / rows;
       Result r;
       r.out.assign(static_cast<size_t>(n * C), 0.0f);
       r.lse.assign(static_cast<size_t>(n * NH), 0.0f);
@@ -203,14 +203,13 @@ TEST(SequencePiecesOps, AttentionMatchesTheReferenceAndContextRanksGiveSerialsBi
       r.dkv.assign(static_cast<size_t>(N * KV), 0.0f);
       const Tensor whole(qkv.data(), {kM, kT, W});
       be->piece_ops()->attention_pieces_forward(view(r.out, {rows, len, C}), view(r.lse, {rows, NH, len}),
-                                                view(q, {rows, len, W}), whole, NH, KVH, rank);
-      be->piece_ops()->attention_pieces_backward(view(r.dqkv, {rows, len, W}), view(r.dkv, {kM, kT, KV}),
-                                                 view(d, {rows, len, C}), view(r.out, {rows, len, C}),
-                                                 view(r.lse, {rows, NH, len}), view(q, {rows, len, W}), whole, NH,
-                                                 KVH, rank);
+                                                view(q, {rows, len, W}), whole, NH, KVH, int64_t{rank} * sp.pairs());
+      be->piece_ops()->attention_pieces_backward(
+          view(r.dqkv, {rows, len, W}), view(r.dkv, {kM, kT, KV}), view(d, {rows, len, C}), view(r.out, {rows, len, C}),
+          view(r.lse, {rows, NH, len}), view(q, {rows, len, W}), whole, NH, KVH, int64_t{rank} * sp.pairs());
       return r;
     };
-    const Result serial = run(SequencePieces{kS, kT, 1}, 0, qkv, dout);
+    const Result serial = run(SequencePieces::whole_rows(kS, kT), 0, qkv, dout);
     // Against the reference: the output, the log-sum-exps, and dq, dk, dv (the pair tree unpacked).
     auto ref = make_reference_backend();
     std::vector<float> out(static_cast<size_t>(N * C)), lse(static_cast<size_t>(N * NH)), dqkv(qkv.size());
@@ -218,7 +217,7 @@ TEST(SequencePiecesOps, AttentionMatchesTheReferenceAndContextRanksGiveSerialsBi
     ref->attention_backward(view(dqkv, {kM, kT, W}), view(dout, {kM, kT, C}), view(out, {kM, kT, C}),
                             view(lse, {kM, NH, kT}), view(qkv, {kM, kT, W}), NH, KVH);
     std::vector<float> unpacked = serial.dqkv, dkv = serial.dkv;
-    pieces_backend(1, SequencePieces{kS, kT, 1})
+    pieces_backend(1, SequencePieces::whole_rows(kS, kT))
         ->attention_kv_unpack(view(unpacked, {kM, kT, W}), view(dkv, {kM, kT, KV}), NH, KVH);
     const std::string heads = fmt::format("NH {} KVH {}", NH, KVH);
     EXPECT_TRUE(testing::all_close(heads + " output", serial.out.data(), out.data(), out.size(), 1e-5, 1e-5));
@@ -227,7 +226,8 @@ TEST(SequencePiecesOps, AttentionMatchesTheReferenceAndContextRanksGiveSerialsBi
     for (int cp : {2, 4}) {
       std::vector<std::vector<float>> dkvs;
       for (int r = 0; r < cp; ++r) {
-        const Result got = run(SequencePieces{kS, kT, cp}, r, arena.cut(qkv, W, cp, r), arena.cut(dout, C, cp, r));
+        const Result got =
+            run(SequencePieces::shared_rows(kS, kT, cp), r, arena.cut(qkv, W, cp, r), arena.cut(dout, C, cp, r));
         const std::string at = fmt::format("{} cp {} rank {}", heads, cp, r);
         expect_bits(at + ": the output rows", got.out, arena.cut(serial.out, C, cp, r));
         // lse (rows, NH, len): compare through (row, head) order, as the output's rows.

@@ -86,16 +86,17 @@ class PieceOps {
  public:
   virtual ~PieceOps() = default;
   virtual const SequencePieces& pieces() const = 0;
-  // The causal attention of the arena's query rows (context-parallel rank
-  // `cp_rank`'s pieces; serial: 0) against `whole` (m,T,W): every row of the
-  // batch whole, in position order (serial: qkv itself). out, lse as attention_forward's.
+  // The causal attention of the arena's query rows (its pairs, the first
+  // of them the row's pair `first_pair`; whole rows: 0) against `whole`
+  // (m,T,W): every row of the batch whole, in position order (whole rows:
+  // qkv itself). out, lse as attention_forward's.
   virtual void attention_pieces_forward(Tensor out, Tensor lse, Tensor qkv, Tensor whole, int NH, int KVH,
-                                        int cp_rank) = 0;
+                                        int64_t first_pair) = 0;
   // Its backward: dqkv's query columns = the arena rows' dQ (its key and
   // value columns not touched); dkv (m,T,2*KVH*HS, attention_kv_pack's
   // columns) = this rank's subtree of the pair tree of every key position's dK and dV.
   virtual void attention_pieces_backward(Tensor dqkv, Tensor dkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
-                                         Tensor whole, int NH, int KVH, int cp_rank) = 0;
+                                         Tensor whole, int NH, int KVH, int64_t first_pair) = 0;
   // dwte += the pair tree of the arena's rows of dout added into their tokens' rows.
   virtual void embedding_pieces_backward(Tensor dwte, Tensor dout, const int32_t* tokens) = 0;
   // The pair tree's sum of x (one value per arena row), in double.

@@ -11,8 +11,10 @@
 // the pairs, each pair's leaf its rows in one canonical order (every row's
 // head piece in batch order, then every row's tail piece), and a rank's
 // pairs are one subtree of it, which a tree sum over the group finishes.
-// Serial is the layout with cp 1: its arena is (m, T), the head half
-// [0, T/2) of each row and the tail half [T/2, T).
+// Serial holds whole rows (cp 1): its arena is (m, T), the head half
+// [0, T/2) of each row and the tail half [T/2, T). The kernels see only
+// that: whole rows, or rows shared out in chunk pairs, and which pair an
+// arena holds first (SequencePieces below).
 //
 // Every product's row tiles are cut inside pieces too, so that a product's
 // rows are the same products (the same sizes) whichever rank holds them.
@@ -26,30 +28,41 @@ namespace gpt2 {
 struct SequencePieces {
   int pieces = 1;  // S pieces a row (1: off)
   int64_t T = 0;   // tokens a row of the batch (train.seq_len)
-  int cp = 1;      // the context-parallel group's size the arena is cut for
+  // Pairs of every row an arena holds: S / 2 when it holds whole rows; fewer
+  // when each row is shared out over several arenas in chunk pairs (issue 69:
+  // the kernels see rows and pieces, not the ranks that share them).
+  int held = 0;
+
+  // Whole rows: an arena (m, T), each row's head half then its tail half.
+  static SequencePieces whole_rows(int S, int64_t T) { return {S, T, S / 2}; }
+  // Each row shared out over `shares` arenas, each holding two chunks of it
+  // (S / (2 shares) pairs): rows [0, m) its head chunks, [m, 2 m) its tails.
+  static SequencePieces shared_rows(int S, int64_t T, int shares) { return {S, T, S / (2 * shares)}; }
 
   bool on() const { return pieces > 1; }
+  bool whole() const { return 2 * held == pieces; }
   int64_t piece_rows() const { return T / pieces; }
-  // Pairs a rank holds: its head chunk's pieces (and as many of its tail's).
-  int pairs() const { return pieces / (2 * cp); }
-  // Tokens of a batch row on this rank: T / cp (two chunks).
-  int64_t local_tokens() const { return T / cp; }
+  // Pairs an arena holds: its head chunk's pieces (and as many of its tail's).
+  int pairs() const { return held; }
+  // Tokens of a batch row in an arena.
+  int64_t local_tokens() const { return 2 * int64_t{held} * piece_rows(); }
   // Rows of the batch in an arena of N token rows.
   int64_t batch_rows(int64_t N) const { return N / local_tokens(); }
   // The first arena row of local pair j's `half` piece (0: the head's, 1:
-  // the tail's) of batch row b, of m batch rows. Serial: row b of T tokens,
-  // the head half first. Context parallelism: the arena's rows [0, m) are
-  // the head chunks of L = T / (2 cp) tokens, [m, 2 m) the tail chunks; the
-  // tail's pieces run the other way (pair j's is the tail chunk's n-1-j).
+  // the tail's) of batch row b, of m batch rows. Whole rows: row b of T
+  // tokens, the head half first. Shared rows: the arena's rows [0, m) are
+  // the head chunks of L = T / (2 shares) tokens, [m, 2 m) the tail chunks;
+  // the tail's pieces run the other way (pair j's is the tail chunk's n-1-j).
   int64_t row0(int64_t m, int64_t b, int j, int half) const {
     const int64_t pr = piece_rows(), n = pairs();
-    if (cp == 1) return b * T + (half == 0 ? j * pr : T / 2 + (n - 1 - j) * pr);
-    const int64_t L = T / (2 * cp);
+    if (whole()) return b * T + (half == 0 ? j * pr : T / 2 + (n - 1 - j) * pr);
+    const int64_t L = local_tokens() / 2;
     return half == 0 ? b * L + j * pr : (m + b) * L + (n - 1 - j) * pr;
   }
-  // The piece of the row (0 .. S-1) that local pair j's `half` is on context-parallel rank `cp_rank`.
-  int64_t global_piece(int j, int half, int cp_rank) const {
-    const int64_t p = int64_t{cp_rank} * pairs() + j;
+  // The piece of the row (0 .. S-1) that local pair j's `half` is, in an
+  // arena whose first pair is the row's pair `first_pair`.
+  int64_t global_piece(int j, int half, int64_t first_pair) const {
+    const int64_t p = first_pair + j;
     return half == 0 ? p : pieces - 1 - p;
   }
   // f(first row, rows) over local pair j's pieces in the canonical order, for an arena of N rows.
@@ -61,14 +74,14 @@ struct SequencePieces {
     }
   }
   // f(first position, first arena row) of each query tile of `tile` rows
-  // (a divisor of the piece's rows) of batch row b's local pair j on
-  // context-parallel rank `cp_rank`, of m batch rows: the head piece's
-  // tiles, then the tail piece's.
+  // (a divisor of the piece's rows) of batch row b's local pair j in an
+  // arena whose first pair is `first_pair`, of m batch rows: the head
+  // piece's tiles, then the tail piece's.
   template <typename F>
-  void for_pair_tiles(int64_t m, int64_t b, int j, int cp_rank, int64_t tile, F&& f) const {
+  void for_pair_tiles(int64_t m, int64_t b, int j, int64_t first_pair, int64_t tile, F&& f) const {
     const int64_t pr = piece_rows();
     for (int half = 0; half < 2; ++half) {
-      const int64_t g = global_piece(j, half, cp_rank), r0 = row0(m, b, j, half);
+      const int64_t g = global_piece(j, half, first_pair), r0 = row0(m, b, j, half);
       for (int64_t k0 = 0; k0 < pr; k0 += tile) f(g * pr + k0, r0 + k0);
     }
   }

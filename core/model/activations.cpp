@@ -156,6 +156,7 @@ void ActivationArena::cut_rows(const ArenaSpec& spec) {
   tp_.sequence = spec.sequence_parallel && tp_.size > 1;
   tp_.context = spec.context.size;
   acts_.cp = spec.context;
+  pieces_T_ = spec.pieces ? spec.seq_len : 0;
   if (spec.context.on() && spec.context.group == nullptr) {
     throw std::invalid_argument("activations: context parallelism needs its group");
   }
@@ -214,6 +215,9 @@ void ActivationArena::carve(int B, int T) {
     throw std::invalid_argument(fmt::format("activations: a context-parallel arena holds head and tail chunks: B = {} "
                                             "must be even", B));
   }
+  acts_.attention = T == pieces_T_  ? AttentionKind::kPieces
+                    : acts_.cp.on() ? AttentionKind::kRing
+                                    : AttentionKind::kPlain;
   size_t offset = 0;
   visit(cfg_, B, T, tp_, private_runs_, stage_, split_, recompute_, stored_, acts_,
         [&](Tensor& t, std::initializer_list<int64_t> dims, Dtype d) {

@@ -46,8 +46,18 @@ struct LayerActivations {
   Tensor d_qkv;                    // (B,T,3C/P) at the qkv output; = qkv
 };
 
+// How an arena's attention runs, and with it the sums train.sequence_pieces
+// defines (the loss's, the token table's gradient): decided once, when the
+// arena is made or reshaped (issue 69), read by the model at every call.
+//   kPlain   whole rows (attention_forward);
+//   kRing    context parallelism's ring over the cp group (ring_attention_*);
+//   kPieces  train.sequence_pieces' tiles and pair trees (PieceOps; the
+//            arena holds the pieces' rows: ArenaSpec::pieces at its seq_len).
+enum class AttentionKind { kPlain, kRing, kPieces };
+
 struct Activations {
   int B = 0, T = 0;
+  AttentionKind attention = AttentionKind::kPlain;
   // The arena's pipeline stage (one chunk under virtual stages): layers
   // [first, last), with the embedding and the head or not. The forward and
   // the backward run these.
@@ -145,6 +155,10 @@ struct ArenaSpec {
   ArenaSpec(int rows_, int seq_len_) : rows(rows_), seq_len(seq_len_) {}
   ArenaSpec& with_stored(Dtype d) { stored = d; return *this; }
   ArenaSpec& with_context(const ContextCut& c) { context = c; return *this; }
+  ArenaSpec& with_pieces(bool on) {
+    pieces = on;
+    return *this;
+  }
 
   int rows = 0;
   int seq_len = 0;
@@ -153,6 +167,9 @@ struct ArenaSpec {
   bool split_backward = false;
   bool sequence_parallel = false;
   ContextCut context;
+  // train.sequence_pieces: the arena's rows at seq_len are the pieces' rows
+  // (AttentionKind::kPieces; reshaped to another length, the plain kernels run).
+  bool pieces = false;
 };
 
 // The arena of one pipeline stage (the whole model by default) holds that
@@ -188,6 +205,7 @@ class ActivationArena {
   bool split_ = false;
   bool recompute_ = false;
   Dtype stored_ = Dtype::f32;
+  int pieces_T_ = 0;  // the seq_len whose rows are the sequence pieces' (ArenaSpec::pieces), 0 for none
   void cut_rows(const ArenaSpec& spec);  // the spec's sequence and context cuts into tp_ and acts_
   Buffer buf_;
   ArenaKinds kinds_;

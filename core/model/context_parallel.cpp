@@ -127,6 +127,12 @@ void arrange_chunks(const ContextCut& cp, int64_t m, int64_t L, int64_t W, float
   }
 }
 
+// The row's pair an arena's pieces start at: a context-parallel rank r
+// holds chunks r and 2 cp - 1 - r, the pairs [r n, (r + 1) n) (kernels/sequence_pieces.h).
+int64_t first_pair(const PieceOps& ops, const ContextCut& cp) {
+  return cp.on() ? int64_t{cp.rank} * ops.pieces().pairs() : 0;
+}
+
 // qkv (2m, L, W) of every rank of `cp`, whole: buf.whole (m, T, W).
 Tensor gather_whole(const ContextCut& cp, Tensor qkv, PieceBuffers& buf) {
   const int64_t Ba = qkv.dim(0), L = qkv.dim(1), W = qkv.dim(2), m = Ba / 2;
@@ -145,7 +151,7 @@ void pieces_attention_forward(Backend& be, const ContextCut& cp, Tensor out, Ten
   PieceOps* ops = be.piece_ops();
   if (ops == nullptr) throw std::logic_error("pieces_attention_forward: the backend has no sequence pieces");
   const Tensor whole = cp.on() ? gather_whole(cp, qkv, buf) : qkv;
-  ops->attention_pieces_forward(out, lse, qkv, whole, NH, KVH, cp.on() ? cp.rank : 0);
+  ops->attention_pieces_forward(out, lse, qkv, whole, NH, KVH, first_pair(*ops, cp));
 }
 
 void pieces_attention_backward(Backend& be, const ContextCut& cp, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
@@ -157,7 +163,7 @@ void pieces_attention_backward(Backend& be, const ContextCut& cp, Tensor dqkv, T
   const Tensor whole = cp.on() ? gather_whole(cp, qkv, buf) : qkv;
   buf.dkv.resize(static_cast<size_t>(m * T * KV));
   const Tensor dkv(buf.dkv.data(), {m, T, KV});
-  ops->attention_pieces_backward(dqkv, dkv, dout, out, lse, qkv, whole, NH, KVH, cp.on() ? cp.rank : 0);
+  ops->attention_pieces_backward(dqkv, dkv, dout, out, lse, qkv, whole, NH, KVH, first_pair(*ops, cp));
   if (!cp.on()) {
     be.attention_kv_unpack(dqkv, dkv, NH, KVH);
     return;

@@ -35,14 +35,13 @@ struct Parts {
   // train.sequence_pieces (kernels/sequence_pieces.h): the attention, the
   // loss's sum and the token table's gradient as the pair tree; null when off.
   PieceOps* pieces;
-  // The pieces' operations for arena `a`: an arena of the pieces' rows (whole
-  // rows of their T, or a context-parallel rank's chunks of them); null for
-  // another (generation's prompt), which the plain kernels run.
+  // The pieces' operations for arena `a`, whose kind was decided when it
+  // was made (Activations::attention); null for another kind.
   PieceOps* pieces_in(const Activations& a) const {
-    if (pieces == nullptr) return nullptr;
-    const SequencePieces& sp = pieces->pieces();
-    const int cp = a.cp.on() ? a.cp.size : 1;
-    return cp == sp.cp && int64_t{a.T} * (cp > 1 ? 2 * cp : 1) == sp.T ? pieces : nullptr;
+    if (a.attention != AttentionKind::kPieces) return nullptr;
+    if (pieces == nullptr)
+      throw std::logic_error(be.name() + ": an arena of sequence pieces, on a backend without them");
+    return pieces;
   }
 
   Parts(Backend& b, const Gpt2& model)
@@ -114,18 +113,32 @@ struct Parts {
   // the ring over an arena cut by context parallelism; under
   // train.sequence_pieces the pieces' tiles over every row's keys (all-gathered under cp).
   void attention(LayerActivations& x, Activations& a) const {
-    if (pieces_in(a) != nullptr) pieces_attention_forward(be, a.cp, x.atty, x.att_lse, x.qkv, NH, KVH, a.piece_buffers);
-    else if (a.cp.on()) ring_attention_forward(be, a.cp, x.atty, x.att_lse, x.qkv, a.cp_kv, NH, KVH);
-    else be.attention_forward(x.atty, x.att_lse, x.qkv, NH, KVH);
+    switch (a.attention) {
+      case AttentionKind::kPieces:
+        pieces_in(a);  // the backend runs them
+        pieces_attention_forward(be, a.cp, x.atty, x.att_lse, x.qkv, NH, KVH, a.piece_buffers);
+        break;
+      case AttentionKind::kRing:
+        ring_attention_forward(be, a.cp, x.atty, x.att_lse, x.qkv, a.cp_kv, NH, KVH);
+        break;
+      case AttentionKind::kPlain:
+        be.attention_forward(x.atty, x.att_lse, x.qkv, NH, KVH);
+        break;
+    }
   }
   // The attention's backward to the gradient at the qkv product's output.
   void attention_backward(Tensor dqkv, Tensor datty, const LayerActivations& x, Activations& a) const {
-    if (pieces_in(a) != nullptr) {
-      pieces_attention_backward(be, a.cp, dqkv, datty, x.atty, x.att_lse, x.qkv, NH, KVH, a.piece_buffers);
-    } else if (a.cp.on()) {
-      ring_attention_backward(be, a.cp, dqkv, datty, x.atty, x.att_lse, x.qkv, a.cp_kv, a.cp_dkv, NH, KVH);
-    } else {
-      be.attention_backward(dqkv, datty, x.atty, x.att_lse, x.qkv, NH, KVH);
+    switch (a.attention) {
+      case AttentionKind::kPieces:
+        pieces_in(a);
+        pieces_attention_backward(be, a.cp, dqkv, datty, x.atty, x.att_lse, x.qkv, NH, KVH, a.piece_buffers);
+        break;
+      case AttentionKind::kRing:
+        ring_attention_backward(be, a.cp, dqkv, datty, x.atty, x.att_lse, x.qkv, a.cp_kv, a.cp_dkv, NH, KVH);
+        break;
+      case AttentionKind::kPlain:
+        be.attention_backward(dqkv, datty, x.atty, x.att_lse, x.qkv, NH, KVH);
+        break;
     }
     rotate(dqkv, a.pos0, a.cp, true);
   }

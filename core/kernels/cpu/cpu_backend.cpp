@@ -41,11 +41,13 @@ CpuBackend::CpuBackend(const BackendOptions& o)
   if (column_tile < 0) throw std::invalid_argument(fmt::format("column tile must be >= 0, got {}", column_tile));
   if (pieces.on()) {  // the configuration checked these (train/resolve/layout.h); a backend made by hand is checked here
     const int S = pieces.pieces;
-    if (!deterministic || bf16_products || (S & (S - 1)) != 0 || pieces.cp < 1 || S % (2 * pieces.cp) != 0 ||
+    if (!deterministic || bf16_products || (S & (S - 1)) != 0 || pieces.held < 1 || S % (2 * pieces.held) != 0 ||
         pieces.T % S != 0) {
-      throw std::invalid_argument(fmt::format("sequence pieces: {} pieces of T {} over cp {} need train.deterministic, "
-                                              "fp32 products, a power of two dividing T and a multiple of 2 cp",
-                                              S, pieces.T, pieces.cp));
+      throw std::invalid_argument(
+          fmt::format("sequence pieces: {} pieces of T {}, {} pairs an arena, need "
+                      "train.deterministic, fp32 products, a power of two dividing T and "
+                      "whole pairs of chunks",
+                      S, pieces.T, pieces.held));
     }
   }
   // One thread pool: OpenBLAS runs single-threaded inside our OpenMP

@@ -72,9 +72,9 @@ class CpuBackend final : public Backend, public TreeProducts, public PieceOps {
   PieceOps* piece_ops() override { return pieces_.on() ? this : nullptr; }
   const SequencePieces& pieces() const override { return pieces_; }
   void attention_pieces_forward(Tensor out, Tensor lse, Tensor qkv, Tensor whole, int NH, int KVH,
-                                int cp_rank) override;
-  void attention_pieces_backward(Tensor dqkv, Tensor dkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
-                                 Tensor whole, int NH, int KVH, int cp_rank) override;
+                                int64_t first_pair) override;
+  void attention_pieces_backward(Tensor dqkv, Tensor dkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv, Tensor whole,
+                                 int NH, int KVH, int64_t first_pair) override;
   void embedding_pieces_backward(Tensor dwte, Tensor dout, const int32_t* tokens) override;
   double sum_pieces(Tensor x) override;
   void rmsnorm_forward(Tensor out, Tensor rstd, Tensor inp, Tensor weight) override;

@@ -225,7 +225,7 @@ void CpuBackend::embedding_pieces_backward(Tensor dwte, Tensor dout, const int32
 }
 
 void CpuBackend::attention_pieces_forward(Tensor out, Tensor lse, Tensor qkv, Tensor whole, int NH, int KVH,
-                                          int cp_rank) {
+                                          int64_t first_pair) {
   expect_f32(out, "attention_pieces_forward");
   const int64_t La = qkv.dim(1), N = qkv.dim(0) * La, W = qkv.dim(2), C = out.dim(2), HS = C / NH;
   const int64_t T = pieces_.T, m = pieces_.batch_rows(N);
@@ -242,7 +242,7 @@ void CpuBackend::attention_pieces_forward(Tensor out, Tensor lse, Tensor qkv, Te
     const float* K = whole.data + b * T * W + c.k;
     const float* V = whole.data + b * T * W + c.v;
     for (int j = 0; j < n; ++j) {
-      pieces_.for_pair_tiles(m, b, j, cp_rank, qt, [&](int64_t t0, int64_t lr) {
+      pieces_.for_pair_tiles(m, b, j, first_pair, qt, [&](int64_t t0, int64_t lr) {
         const int64_t keys = t0 + qt;  // query rows t0.. see keys [0, t0 + qt)
         gemm_.run(th, Sgemm{false, true, static_cast<int>(qt), static_cast<int>(keys), static_cast<int>(HS), scale,
                             qkv.data + lr * W + c.q, static_cast<int>(W), K, static_cast<int>(W), 0.0f, S,
@@ -260,7 +260,7 @@ void CpuBackend::attention_pieces_forward(Tensor out, Tensor lse, Tensor qkv, Te
 }
 
 void CpuBackend::attention_pieces_backward(Tensor dqkv, Tensor dkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
-                                           Tensor whole, int NH, int KVH, int cp_rank) {
+                                           Tensor whole, int NH, int KVH, int64_t first_pair) {
   expect_f32(out, "attention_pieces_backward");
   const int64_t La = qkv.dim(1), N = qkv.dim(0) * La, W = qkv.dim(2), C = out.dim(2), HS = C / NH;
   const int64_t T = pieces_.T, m = pieces_.batch_rows(N);
@@ -286,7 +286,7 @@ void CpuBackend::attention_pieces_backward(Tensor dqkv, Tensor dkv, Tensor dout,
         const HeadColumns c(W, NH, KVH, h);
         const float* K = whole.data + b * T * W + c.k;
         const float* V = whole.data + b * T * W + c.v;
-        pieces_.for_pair_tiles(m, b, j, cp_rank, qt, [&](int64_t t0, int64_t lr) {
+        pieces_.for_pair_tiles(m, b, j, first_pair, qt, [&](int64_t t0, int64_t lr) {
           const int64_t keys = t0 + qt;
           const auto iq = static_cast<int>(qt), ik = static_cast<int>(keys);
           const float* Q = qkv.data + lr * W + c.q;

@@ -229,7 +229,7 @@ BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int 
                    c.train.gemm_choices.empty() ? std::map<std::string, GemmChoice>{}
                                                 : read_gemm_choices(c.train.gemm_choices)};
   if (c.train.deterministic && c.train.sequence_pieces > 1) {  // the pair trees (kernels/sequence_pieces.h)
-    o.pieces = SequencePieces{c.train.sequence_pieces, c.train.seq_len, c.parallel.cp};
+    o.pieces = SequencePieces::shared_rows(c.train.sequence_pieces, c.train.seq_len, c.parallel.cp);  // cp 1: whole
   }
   return o;
 }
@@ -263,6 +263,7 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
   }
   s.split_backward = s.pipelined() && splits_backward(s.schedule);
   s.sequence_parallel = c.parallel.sequence_parallel && c.parallel.tp > 1;
+  s.sequence_pieces = c.train.deterministic && c.train.sequence_pieces > 1;  // as backend_options' SequencePieces
   s.microbatch_sum = s.step == StepKind::kChunkPipeline ? MicrobatchSum::kTree : MicrobatchSum::kAccumulate;
   s.arena_rows = s.step == StepKind::kChunks ? c.train.batch_size / s.chunks
                  : s.pipelined()             ? rows / s.microbatches

@@ -74,6 +74,7 @@ struct StepLayout {
   bool split_backward = false;  // zb-h1: the backward as B and W
   bool recompute_full = false;  // train.recompute full
   bool sequence_parallel = false;  // parallel.sequence_parallel with tp > 1: the arena's rows cut (TpShape::sequence)
+  bool sequence_pieces = false;    // train.sequence_pieces under train.deterministic: the arenas' rows are its pieces
   // train.deterministic with cp > 1: the step's tree runs over the replicas alone (ProcessGrid::replica_comm),
   // the model having finished each chunk's gradient over the cp group (train.sequence_pieces).
   bool over_replicas = false;
@@ -98,6 +99,7 @@ struct StepLayout {
     a.split_backward = split_backward;
     a.sequence_parallel = sequence_parallel;
     a.context = context;
+    a.pieces = sequence_pieces;
     return a;
   }
   bool deterministic() const { return step == StepKind::kChunks || step == StepKind::kChunkPipeline; }
