@@ -348,6 +348,7 @@ RunLayout resolve_validated(const RunConfig& c, std::vector<int> counts, int ran
   r.checkpoints = {c.train.save_checkpoint, c.train.checkpoint_format, c.train.async_checkpoint,
                    c.train.checkpoint_every, c.train.keep_checkpoints};
   r.step = resolve_step(steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, stage));
+  r.backend = backend_options(c, c.model, 1, 0);  // the column tile reads no vocabulary size
   if (r.step.step == StepKind::kChunks && r.cp > 1) {
     // The batch's canonical chunks, not the cut rows': a chunk of batch_size / K rows is 2 arena rows each
     // (its head and tail chunks) on every cp rank (train.sequence_pieces).

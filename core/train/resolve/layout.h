@@ -205,9 +205,19 @@ struct RunLayout {
   StepShape shape;  // a step's rows and their length as the step, its arenas and the plan's counts see them
   StepLayout step;
   CheckpointSink checkpoints;  // how the run saves
+  // What the run asks of its backend (backend_options: its train.gemm_choices
+  // file read here, once), less what each process sets (backend_for).
+  BackendOptions backend;
   StageSplit stage_split;  // the (virtual) stages' layers and ranks (parallel.stage_layers, virtual_stages: train/schedule/stage_split.h)
 
   GridCoords at(int rank) const { return grid_coords(rank, tp, pp, cp); }
+  // The backend's options on one process: its CPU threads and its GPU.
+  BackendOptions backend_for(int threads, int device_hint) const {
+    BackendOptions o = backend;
+    o.threads = threads;
+    o.device_hint = device_hint;
+    return o;
+  }
   // A step's rows on one rank: the replica's rows, or (cp > 1) their head and tail chunks.
   int step_rows() const { return cp > 1 ? 2 * rows : rows; }
   // "grid: 4 ranks = dp 2 x tp 2 x pp 1, 8 rows per replica".

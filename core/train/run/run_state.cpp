@@ -406,7 +406,7 @@ StageLayers make_model(const RunLayout& run, const BackendKind& kind, int thread
                        RunState& st) {
   const RunConfig& c = run.config;
   const int dp = grid.dp(), dp_rank = grid.dp_comm().rank();
-  st.backend = kind.make(backend_options(c, st.model_config, threads, device_hint));
+  st.backend = kind.make(run.backend_for(threads, device_hint));
   Memory& mem = st.backend->memory();
   st.model_config.validate();
   TpLayout layout = grid.layout(c.parallel.blocks(), c.parallel.vocab_parallel);
