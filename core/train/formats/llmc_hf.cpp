@@ -340,6 +340,28 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return t + ")";
 }
 
+// The tensors tile the data [data_begin, end) exactly, as the format
+// requires: no overlap (two names for the same bytes), no hole, nothing after
+// the last. Else `fail` (which throws) names the first that does not.
+template <typename Fail>
+void check_tiling(const std::map<std::string, StoredTensor>& tensors, uint64_t data_begin, uint64_t end, Fail&& fail) {
+  std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> spans;
+  for (const auto& [name, st] : tensors) spans.push_back({{st.begin, st.end}, name});
+  std::sort(spans.begin(), spans.end());
+  uint64_t at = data_begin;
+  for (const auto& [span, name] : spans) {
+    if (span.first != at) {
+      fail(fmt::format(
+          "tensor '{}' starts at data byte {} where {} (the data has {} there; the format's tensors "
+          "tile the data, with no hole or overlap)",
+          excerpt(name), span.first - data_begin, at - data_begin, span.first < at ? "an overlap" : "a hole"));
+    }
+    at = span.second;
+  }
+  if (at != end)
+    fail(fmt::format("{} data bytes after the last tensor (the format's tensors tile the data)", end - at));
+}
+
 // The first top-level key of the JSON object `text` that appears twice ("" for
 // none): the parser keeps one of the two values, so the repeat is found while
 // parsing.
@@ -424,24 +446,7 @@ std::map<std::string, StoredTensor> read_safetensors_header(const std::filesyste
     st.end = data_begin + e;
     out.emplace(name, std::move(st));
   }
-  // The tensors tile the data exactly, as the format requires: no overlap
-  // (two names for the same bytes), no hole, nothing after the last.
-  std::vector<std::pair<std::pair<uint64_t, uint64_t>, std::string>> spans;
-  for (const auto& [name, st] : out) spans.push_back({{st.begin, st.end}, name});
-  std::sort(spans.begin(), spans.end());
-  uint64_t at = data_begin;
-  for (const auto& [span, name] : spans) {
-    if (span.first != at) {
-      fail(fmt::format(
-          "tensor '{}' starts at data byte {} where {} (the data has {} there; the format's tensors "
-          "tile the data, with no hole or overlap)",
-          excerpt(name), span.first - data_begin, at - data_begin, span.first < at ? "an overlap" : "a hole"));
-    }
-    at = span.second;
-  }
-  if (at != file.size()) {
-    fail(fmt::format("{} data bytes after the last tensor (the format's tensors tile the data)", file.size() - at));
-  }
+  check_tiling(out, data_begin, file.size(), fail);
   return out;
 }
 
