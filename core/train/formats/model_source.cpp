@@ -28,6 +28,21 @@ Checkpoint load_given_checkpoint(const std::string& path) {
   }
 }
 
+CheckpointBytes checkpoint_bytes(CheckpointFormat format, const Gpt2Config& cfg, const RankHolding& holding) {
+  CheckpointBytes b;
+  if (format == CheckpointFormat::kFile) {
+    if (holding.root) b.write = b.read = 3 * param_count(cfg) * sizeof(float);
+    return b;
+  }
+  b.write = rank_file_bytes(cfg, holding.written, std::string(16, '0'));  // run ids are 16 hex digits (run/run_dir.h)
+  RankPart part = holding.written;
+  part.ranges = holding.moments_read;
+  b.read = 2 * ShardedCheckpoint::part_bytes(cfg, part);
+  part.ranges = holding.params_read;
+  b.read += ShardedCheckpoint::part_bytes(cfg, part);
+  return b;
+}
+
 std::string stored_checkpoint_problem(const std::filesystem::path& file) {
   if (!is_sharded_checkpoint(file)) return checkpoint_bytes_problem(file.string());
   try {

@@ -10,7 +10,9 @@
 
 #include "model/config.h"
 #include "model/tokenizer.h"
+#include "train/config/run_config.h"
 #include "train/formats/checkpoint.h"
+#include "train/formats/sharded_checkpoint.h"
 
 namespace gpt2 {
 
@@ -21,6 +23,23 @@ namespace gpt2 {
 // checkpoint, or any of load_checkpoint's problems, is bad input, thrown as
 // std::invalid_argument (the stages' exit status 2), not a failure of the run.
 Checkpoint load_given_checkpoint(const std::string& path);
+
+// What a rank's training checkpoint costs it in `format` (the plan asks the
+// format, issue 69): one file, world rank 0 (`root`) writes and reads the
+// whole model's three arrays (header and vocabulary besides), the others
+// nothing (they receive their part from rank 0); sharded, the bytes of the
+// rank's own file (`written`: its part and the floats it owns) and of the
+// arrays it reads back to resume: the moments' ranges it holds and the
+// parameters' ranges it holds.
+struct CheckpointBytes {
+  uint64_t write = 0, read = 0;
+};
+struct RankHolding {
+  bool root = false;
+  RankPart written;
+  std::vector<ShardRange> moments_read, params_read;
+};
+CheckpointBytes checkpoint_bytes(CheckpointFormat format, const Gpt2Config& cfg, const RankHolding& holding);
 
 // Whether a stored checkpoint's bytes are whole (a step folder's file():
 // checkpoint.bin, checkpoint_bytes_problem; or a sharded folder: its manifest

@@ -8,16 +8,17 @@
 #include <map>
 #include <stdexcept>
 
-#include "parallel/process_grid.h"
-#include "parallel/zero.h"
 #include "kernels/exact_sum.h"
 #include "model/activations.h"
 #include "model/flops.h"
 #include "model/optim.h"
+#include "parallel/process_grid.h"
+#include "parallel/zero.h"
 #include "train/data/corpus.h"
+#include "train/formats/model_source.h"
+#include "train/formats/sharded_checkpoint.h"
 #include "train/resolve/layout.h"
 #include "train/schedule/pipeline.h"
-#include "train/formats/sharded_checkpoint.h"
 #include "train/schedule/train_step.h"
 #include "train/schedule/virtual_schedule.h"
 #include "util/fields.h"
@@ -458,25 +459,20 @@ GroupTraffic cp_traffic(const RankShape& r) {
   return t;
 }
 
-// The rank's checkpoint bytes (CheckpointBytes), from the ranges the writer
-// and the reader take (train/formats/sharded_checkpoint.h).
-CheckpointBytes checkpoint_bytes(const RankShape& r, int world_rank) {
-  CheckpointBytes b;
-  if (r.c.train.checkpoint_format == CheckpointFormat::kFile) {
-    if (world_rank == 0) b.write = b.read = 3 * param_count(r.cfg) * sizeof(float);
-    return b;
-  }
+// What the rank holds, from the ranges the writer and the reader take
+// (train/formats/sharded_checkpoint.h), for the format to count
+// (checkpoint_bytes, train/formats/model_source.h).
+RankHolding rank_holding(const RankShape& r, int world_rank) {
   const size_t n = param_count(r.cfg, r.tp.shape(), r.layers);
   const bool replicated = r.zero().stage == 0;  // ZeRO 0: the moments are the whole part (as MomentShard::held)
   const std::vector<ShardRange> moments =
       replicated ? std::vector<ShardRange>{{0, n, 0}} : nonempty(moment_ranges(r, n));
-  RankPart part{r.tp.shape(), r.tp.rank, r.layers, owned_ranges(n, r.dp, r.dp_rank, replicated, moments)};
-  b.write = rank_file_bytes(r.cfg, part, std::string(16, '0'));  // run ids are 16 hex digits (train/run/run_dir.h)
-  part.ranges = moments;
-  b.read = 2 * ShardedCheckpoint::part_bytes(r.cfg, part);
-  part.ranges = r.zero().residency == Residency::kNone ? moments : std::vector<ShardRange>{{0, n, 0}};
-  b.read += ShardedCheckpoint::part_bytes(r.cfg, part);
-  return b;
+  RankHolding h;
+  h.root = world_rank == 0;
+  h.written = {r.tp.shape(), r.tp.rank, r.layers, owned_ranges(n, r.dp, r.dp_rank, replicated, moments)};
+  h.moments_read = moments;
+  h.params_read = r.zero().residency == Residency::kNone ? moments : std::vector<ShardRange>{{0, n, 0}};
+  return h;
 }
 
 }  // namespace
@@ -561,7 +557,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
     rp.dp = dp_traffic(r, rp.mem);
     rp.pp = pp_traffic(r);
     rp.cp = cp_traffic(r);
-    rp.checkpoint = checkpoint_bytes(r, k);
+    rp.checkpoint = checkpoint_bytes(r.c.train.checkpoint_format, r.cfg, rank_holding(r, k));
     p.rank.push_back(rp);
   }
   p.ranks_omitted = ranks - static_cast<int>(p.rank.size());

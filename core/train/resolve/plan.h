@@ -22,8 +22,9 @@
 
 #include "model/activations.h"
 #include "model/params.h"
-#include "train/resolve/layout.h"
 #include "train/config/run_config.h"
+#include "train/formats/model_source.h"  // CheckpointBytes: the format counts a rank's checkpoint
+#include "train/resolve/layout.h"
 #include "util/json.h"
 
 namespace gpt2 {
@@ -56,15 +57,6 @@ void set_arena(RankMemory& m, const ArenaKinds& k);
 struct GroupTraffic {
   std::optional<uint64_t> calls = 0;
   uint64_t bytes = 0;
-};
-
-// What a rank's training checkpoint costs it (train.checkpoint_format):
-// sharded, the bytes of its rank file and the bytes of the arrays it reads
-// to resume (what it holds); file, world rank 0 writes and reads the whole
-// model's three arrays (header and vocabulary besides), the others nothing
-// (they receive their part from rank 0).
-struct CheckpointBytes {
-  uint64_t write = 0, read = 0;
 };
 
 struct RankPlan {
