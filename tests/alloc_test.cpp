@@ -1,11 +1,12 @@
 // Proves that a training step (forward, backward, optimizer update) performs
 // no heap allocation once the first step has run: every malloc-family call
 // and operator new in the process is counted while a step runs. With
-// OpenBLAS's products (train.gemm openblas, and train.deterministic's
-// default): oneDNN's SGEMM allocates its own buffers on some calls (about
-// one a call at 128 x 192 x 64, none at the original configuration's
-// larger products), so under train.gemm auto or onednn the guarantee is
-// OpenBLAS's shapes' only (docs/kernels.md).
+// OpenBLAS's products (train.gemm openblas; train.deterministic's default
+// on a CPU without AVX-512): oneDNN's SGEMM allocates its own buffers on some
+// calls (about one a call at 128 x 192 x 64, none at the original
+// configuration's larger products), so under train.gemm auto or onednn, and
+// train.deterministic on an AVX-512 CPU, the guarantee is OpenBLAS's shapes'
+// only (docs/kernels.md).
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -142,18 +142,20 @@ def main():
          train("det_tp2_t2", [*det, "--parallel.tp", "2", "--train.recompute", "full"], 2, ranks=2))
     same("deterministic: tp 2 x dp 2 with ZeRO-3 gives serial's bits", ref,
          train("det_tp2_zero3", [*det, "--parallel.tp", "2", "--parallel.zero", "3"], 1, ranks=4))
-    # train.gemm onednn (every fp32 product through oneDNN's SGEMM, chosen by
-    # the configuration, never timed): the same fixed tiles give the same bits
-    # at any thread count and on tp 2 and dp 2, and other bits than OpenBLAS's.
-    dn = [*det, "--train.gemm", "onednn"]
-    dn_ref = train("det_onednn_t1", dn, 1)
-    check("deterministic with oneDNN's products differs from OpenBLAS's (the checks below compare oneDNN runs)",
-          dn_ref is not None and ref is not None and dn_ref[0] != ref[0])
-    same("deterministic, train.gemm onednn: 2 threads give 1 thread's bits", dn_ref, train("det_onednn_t2", dn, 2))
-    same("deterministic, train.gemm onednn: tp 2 gives serial's bits", dn_ref,
-         train("det_onednn_tp2", [*dn, "--parallel.tp", "2"], 1, ranks=2))
-    same("deterministic, train.gemm onednn: dp 2 gives serial's bits", dn_ref,
-         train("det_onednn_dp2", dn, 1, ranks=2))
+    # The other provider, forced with train.gemm (the runs above take the machine's: oneDNN's SGEMM where the CPU
+    # has AVX-512, else OpenBLAS's; kernels/cpu/gemm.h deterministic_provider): the same fixed tiles give the same
+    # bits at any thread count and on tp 2 and dp 2, and other bits than the machine's provider.
+    flags = open("/proc/cpuinfo").read().split()
+    other = "openblas" if "avx512f" in flags else "onednn"
+    dn = [*det, "--train.gemm", other]
+    dn_ref = train(f"det_{other}_t1", dn, 1)
+    check(f"deterministic with {other}'s products differs from the machine's provider's (the checks below compare "
+          f"{other} runs)", dn_ref is not None and ref is not None and dn_ref[0] != ref[0])
+    same(f"deterministic, train.gemm {other}: 2 threads give 1 thread's bits", dn_ref, train(f"det_{other}_t2", dn, 2))
+    same(f"deterministic, train.gemm {other}: tp 2 gives serial's bits", dn_ref,
+         train(f"det_{other}_tp2", [*dn, "--parallel.tp", "2"], 1, ranks=2))
+    same(f"deterministic, train.gemm {other}: dp 2 gives serial's bits", dn_ref,
+         train(f"det_{other}_dp2", dn, 1, ranks=2))
     # bf16 (oneDNN's products, bf16 stored activations): the same chunks and
     # trees; thread-invariant as measured; tp refused (its pieces are fp32's).
     bf = [*det, "--train.precision", "bf16"]

@@ -123,9 +123,10 @@ TEST(GemmChoice, TheKeyForcesAProviderAndDeterministicNeverTimes) {
   EXPECT_EQ(GemmProviders(GemmChoice::kOpenblas, false, 1).provider(kShape), GemmProvider::kOpenblas);
   EXPECT_EQ(GemmProviders(GemmChoice::kOnednn, false, 1).provider(kShape), GemmProvider::kOnednn);
   EXPECT_EQ(GemmProviders(GemmChoice::kOnednn, true, 1).provider(kShape), GemmProvider::kOnednn);
-  // train.deterministic with auto: OpenBLAS, the configuration's choice.
+  // train.deterministic with auto: the machine's provider (oneDNN with AVX-512, else OpenBLAS), never a timing.
   GemmProviders det(GemmChoice::kAuto, true, 1);
-  EXPECT_EQ(det.provider(kShape), GemmProvider::kOpenblas);
+  EXPECT_EQ(det.provider(kShape), __builtin_cpu_supports("avx512f") ? GemmProvider::kOnednn : GemmProvider::kOpenblas);
+  EXPECT_EQ(det.provider(kShape), cpu::deterministic_provider());
   // None of them timed or wrote anything.
   EXPECT_TRUE(det.decisions().empty());
   EXPECT_FALSE(fs::exists(cache.file()));

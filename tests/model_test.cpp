@@ -409,6 +409,23 @@ TEST(Optim, ClipsTheGlobalNorm) {
   EXPECT_EQ(opt.steps_done(), 1);
 }
 
+// Past the 64-bit lanes' blocks (262,128 terms): 600,001 squares of the
+// largest mantissa at one exponent, where a lane's sum would overflow 64 bits
+// without the block's flush, equal n M^2 exactly (rounded once to a double).
+TEST(ExactSquares, ManySquaresOfOneExponentStayExact) {
+  const uint64_t M = (uint64_t{1} << 24) - 1;  // x = M 2^-23, x^2 = M^2 2^-46
+  const size_t n = 600001;
+  std::vector<float> x(n, std::ldexp(static_cast<float>(M), -23));
+  x[5] = std::numeric_limits<float>::infinity();  // counted apart, in any block
+  ExactSquares sum;
+  sum.add(std::span<const float>(x).subspan(6));
+  const uint128 exact = static_cast<uint128>(n - 6) * (static_cast<uint128>(M) * M);
+  EXPECT_EQ(std::bit_cast<uint64_t>(sum.value()), std::bit_cast<uint64_t>(std::ldexp(static_cast<double>(exact), -46)));
+  ExactSquares with_inf;
+  with_inf.add(x);
+  EXPECT_TRUE(std::isinf(with_inf.value()));
+}
+
 // train.deterministic's norm: the exact sum of squares is one value however
 // its terms are split into parts and in whatever order the parts' digits add.
 TEST(ExactSquares, SameBitsHoweverSplitAndOrdered) {

@@ -1,5 +1,6 @@
 #include "kernels/exact_sum.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -8,17 +9,37 @@
 namespace gpt2 {
 
 void ExactSquares::add(std::span<const float> x) {
-  for (const float f : x) {
+  // Four partial bucket arrays in 64 bits, the terms dealt out in turn, so
+  // that neighbouring terms of one exponent do not wait on each other's add
+  // (a train.deterministic step spent 3 ns a term on that chain). Each block
+  // gives a lane at most 65,535 squares below 2^48, so its 64-bit sums cannot
+  // overflow, and they are added into the 128-bit buckets after the block.
+  // Integer sums: the same value however they are grouped.
+  constexpr size_t kLanes = 4, kBlock = kLanes * 65532;
+  std::array<std::array<uint64_t, 256>, kLanes> part;
+  const auto term = [&](float f, std::array<uint64_t, 256>& bucket) {
     const uint32_t u = std::bit_cast<uint32_t>(f);
     const uint32_t e = (u >> 23) & 0xffu;
     const uint64_t frac = u & 0x7fffffu;
     if (e == 0xffu) {
       (frac != 0 ? nans_ : infs_) += 1;
-      continue;
+      return;
     }
     // Normal: (2^23 + frac) 2^(e - 150); subnormal: frac 2^-149, which is bucket 1's scale.
     const uint64_t m = e != 0 ? frac | 0x800000u : frac;
-    by_exponent_[e != 0 ? e : 1] += m * m;
+    bucket[e != 0 ? e : 1] += m * m;
+  };
+  for (size_t at = 0; at < x.size(); at += kBlock) {
+    for (auto& lane : part) lane.fill(0);
+    const size_t end = std::min(x.size(), at + kBlock);
+    size_t i = at;
+    for (; i + kLanes <= end; i += kLanes) {
+      for (size_t l = 0; l < kLanes; ++l) term(x[i + l], part[l]);
+    }
+    for (; i < end; ++i) term(x[i], part[0]);  // at most 3 more: lane 0 stays below 65,536 terms
+    for (const auto& lane : part) {
+      for (size_t e = 1; e < by_exponent_.size(); ++e) by_exponent_[e] += lane[e];
+    }
   }
 }
 

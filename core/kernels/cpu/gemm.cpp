@@ -229,6 +229,11 @@ GemmShape parse_gemm_shape(const std::string& text) {
   return s;
 }
 
+GemmProvider deterministic_provider() {
+  static const GemmProvider p = __builtin_cpu_supports("avx512f") ? GemmProvider::kOnednn : GemmProvider::kOpenblas;
+  return p;
+}
+
 GemmProviders::GemmProviders(GemmChoice mode, bool deterministic, int threads,
                              const std::map<std::string, GemmChoice>& pins)
     : mode_(mode), deterministic_(deterministic), threads_(threads), local_(static_cast<size_t>(threads)) {
@@ -259,7 +264,7 @@ GemmProviders::~GemmProviders() = default;
 GemmProvider GemmProviders::provider(const GemmShape& s) {
   if (mode_ == GemmChoice::kOpenblas) return GemmProvider::kOpenblas;
   if (mode_ == GemmChoice::kOnednn) return GemmProvider::kOnednn;
-  if (deterministic_) return GemmProvider::kOpenblas;  // the configuration's choice, never a timing
+  if (deterministic_) return deterministic_provider();  // the machine's, never a timing
   if (auto pin = pins_.find(s); pin != pins_.end()) return pin->second;
   if (2.0 * s.m * double(s.n) * s.k < kMinTimedFlops) return GemmProvider::kOpenblas;
   std::lock_guard<std::mutex> hold(registry_mutex());
@@ -272,7 +277,9 @@ void GemmProviders::run(int tid, const Sgemm& g) {
   GemmProvider p = GemmProvider::kOpenblas;
   if (mode_ == GemmChoice::kOnednn) {
     p = GemmProvider::kOnednn;
-  } else if (mode_ == GemmChoice::kAuto && !deterministic_) {
+  } else if (mode_ == GemmChoice::kAuto && deterministic_) {
+    p = deterministic_provider();
+  } else if (mode_ == GemmChoice::kAuto) {
     const GemmShape s{g.m, g.n, g.k, g.ta, g.tb, threads_};
     auto& mine = local_[static_cast<size_t>(tid)];  // this thread's decisions seen: no lock
     auto it = mine.find(s);

@@ -14,8 +14,8 @@
 // the CPU and both libraries' versions and kernels), so that every later
 // process on the machine makes the same choice without timing. A product
 // too small to time meaningfully takes OpenBLAS. train.gemm openblas or
-// onednn forces one provider everywhere; under train.deterministic the
-// choice is the configuration's (auto means OpenBLAS), never a timing.
+// onednn forces one provider everywhere; under train.deterministic auto is
+// decided from the machine, never by a timing (deterministic_provider).
 // Every thread that runs oneDNN's GEMM gets an alternate signal stack
 // (ensure_team_signal_stacks below; util/signal_stack.h).
 // oneDNN's matmul primitive (its brgemm kernels on AVX-512) is not used: it
@@ -79,6 +79,19 @@ struct GemmDecision {
 // (the pool threads a team of this size reuses), so every caller of oneDNN
 // outside a region of ours calls this once before it.
 void ensure_team_signal_stacks(int threads);
+
+// train.deterministic's provider under train.gemm auto, decided from the
+// machine alone, so every run on it takes the same one and gives the same
+// bits (issue 71): oneDNN's jit SGEMM where the CPU has AVX-512, OpenBLAS's
+// otherwise. Each product is cut into fixed tiles, each tile one call on one
+// thread (matmul.cpp), so the result does not depend on the thread count
+// with either. Measured with the original configuration's deterministic
+// step (docs/determinism.md, "The provider"): on an AVX-512 Xeon oneDNN's
+// tiles were 11-18% faster than OpenBLAS's SkylakeX kernel's, and on
+// AVX-512 Zen 5 far ahead of the Haswell kernel OpenBLAS ran there
+// (issue 71); on an AVX2-only EPYC oneDNN made the deterministic step
+// slower (+10.6% over the default against OpenBLAS's +6.0%, issue 45).
+GemmProvider deterministic_provider();
 
 // Runs an Sgemm through `p` on the calling thread. Call it from inside an
 // OpenMP parallel region (a team of one included): oneDNN then runs on the
