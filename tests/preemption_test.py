@@ -94,8 +94,11 @@ def main():
         stops = [r for r in read_all(d) if r.get("event") == "preempted"]
         ck = load(os.path.join(d, "checkpoint.bin")) if os.path.exists(os.path.join(d, "checkpoint.bin")) else None
         done = int(ck.header.get("state.steps_done", -1)) if ck else -1
+        # The message counts steps done, as the checkpoint's folder is named (issue 70: it said "after step 44"
+        # beside step-00000045).
         ok = (not hung and p.returncode in statuses and len(stops) == 1 and stops[0]["signal"] == signal_name(sig)
-              and done == stops[0]["step"] + 1 and f"stopped by {signal_name(sig)}" in err)
+              and done == stops[0]["step"] + 1 and f"stopped by {signal_name(sig)}" in err
+              and f"after {done} of {STEPS} steps" in err)
         check(f"{title} (seed {seed}): exit {' or '.join(map(str, statuses))} by itself, the checkpoint of the "
               "step the record names",
               ok, f"exit {p.returncode} after {waited:.2f} s{' (still running: killed)' if hung else ''}, records "
