@@ -154,7 +154,9 @@ TEST(Init, Gpt2ScalesTheResidualProjections) {
       sa += double(a[i]) * a[i];
       sb += double(b[i]) * b[i];
     }
-    if (residual) EXPECT_NEAR(std::sqrt(sb / sa), scale, 1e-6) << info.name;
+    if (residual) {
+      EXPECT_NEAR(std::sqrt(sb / sa), scale, 1e-6) << info.name;
+    }
   }
   EXPECT_EQ(scaled, 2 * philox.L);
   EXPECT_EQ(to_string(parse_init_kind("gpt2")), "gpt2");

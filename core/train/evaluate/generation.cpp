@@ -140,7 +140,10 @@ void run_init(const InitRequest& req, const StageContext& ctx) {
   check_ranks_agree(c, comm);
   Corpus corpus = load_corpus(c.data, nullptr, comm);
   const Gpt2Config mc = resolve_vocab(c.model, corpus.tok.size());
-  auto be = ctx.backend.make({resolve_threads(c.train.threads), c.train.tf32, comm.local_rank()});
+  BackendOptions options = BackendOptions::with_threads(resolve_threads(c.train.threads));
+  options.tf32 = c.train.tf32;
+  options.device_hint = comm.local_rank();
+  auto be = ctx.backend.make(options);
   Gpt2 model(mc, be->memory());
   model.init_weights(c.train.seed);
   const std::vector<float> w = model.params_to_host();  // back from the backend's memory

@@ -224,10 +224,14 @@ RunConfig step_config(const RunConfig& c) {
 }
 
 BackendOptions backend_options(const RunConfig& c, const Gpt2Config& model, int threads, int device_hint) {
-  BackendOptions o{threads, c.train.tf32, device_hint, c.train.bf16(), c.train.deterministic,
-                   c.train.deterministic ? canonical_column_tile(model) : 0, c.train.gemm,
-                   c.train.gemm_choices.empty() ? std::map<std::string, GemmChoice>{}
-                                                : read_gemm_choices(c.train.gemm_choices)};
+  BackendOptions o = BackendOptions::with_threads(threads)
+                         .with_bf16(c.train.bf16())
+                         .with_deterministic(c.train.deterministic)
+                         .with_gemm(c.train.gemm);
+  o.tf32 = c.train.tf32;
+  o.device_hint = device_hint;
+  o.column_tile = c.train.deterministic ? canonical_column_tile(model) : 0;
+  if (!c.train.gemm_choices.empty()) o.gemm_pins = read_gemm_choices(c.train.gemm_choices);
   if (c.train.deterministic && c.train.sequence_pieces > 1) {  // the pair trees (kernels/sequence_pieces.h)
     o.pieces = SequencePieces::shared_rows(c.train.sequence_pieces, c.train.seq_len, c.parallel.cp);  // cp 1: whole
   }
