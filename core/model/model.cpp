@@ -114,8 +114,7 @@ struct Parts {
   // train.sequence_pieces the pieces' tiles over every row's keys (all-gathered under cp).
   void attention(LayerActivations& x, Activations& a) const {
     switch (a.attention) {
-      case AttentionKind::kPieces:
-        pieces_in(a);  // the backend runs them
+      case AttentionKind::kPieces:  // pieces_attention_* check the backend has them
         pieces_attention_forward(be, a.cp, x.atty, x.att_lse, x.qkv, NH, KVH, a.piece_buffers);
         break;
       case AttentionKind::kRing:
@@ -130,7 +129,6 @@ struct Parts {
   void attention_backward(Tensor dqkv, Tensor datty, const LayerActivations& x, Activations& a) const {
     switch (a.attention) {
       case AttentionKind::kPieces:
-        pieces_in(a);
         pieces_attention_backward(be, a.cp, dqkv, datty, x.atty, x.att_lse, x.qkv, NH, KVH, a.piece_buffers);
         break;
       case AttentionKind::kRing:

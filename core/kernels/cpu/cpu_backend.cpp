@@ -68,10 +68,8 @@ std::string CpuBackend::name() const {
   std::string extras;
   if (onednn_) extras = fmt::format("bf16 products: oneDNN {} {}", Bf16Matmul::library_version(), onednn_->impl_info());
   if (deterministic_) {  // and the fp32 products' provider, which decides the bits (gemm.h deterministic_provider)
-    const GemmProvider p = gemm_.mode() == GemmChoice::kOnednn     ? GemmProvider::kOnednn
-                           : gemm_.mode() == GemmChoice::kOpenblas ? GemmProvider::kOpenblas
-                                                                   : deterministic_provider();
-    extras += std::string(extras.empty() ? "" : ", ") + fmt::format("deterministic, fp32 products: {}", to_string(p));
+    extras += std::string(extras.empty() ? "" : ", ") +
+              fmt::format("deterministic, fp32 products: {}", to_string(*gemm_.fixed()));
   }
   return extras.empty() ? "cpu" : fmt::format("cpu ({})", extras);
 }

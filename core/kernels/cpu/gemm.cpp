@@ -261,10 +261,15 @@ GemmProviders::GemmProviders(GemmChoice mode, bool deterministic, int threads,
 
 GemmProviders::~GemmProviders() = default;
 
-GemmProvider GemmProviders::provider(const GemmShape& s) {
+std::optional<GemmProvider> GemmProviders::fixed() const {
   if (mode_ == GemmChoice::kOpenblas) return GemmProvider::kOpenblas;
   if (mode_ == GemmChoice::kOnednn) return GemmProvider::kOnednn;
   if (deterministic_) return deterministic_provider();  // the machine's, never a timing
+  return std::nullopt;
+}
+
+GemmProvider GemmProviders::provider(const GemmShape& s) {
+  if (const auto p = fixed()) return *p;
   if (auto pin = pins_.find(s); pin != pins_.end()) return pin->second;
   if (2.0 * s.m * double(s.n) * s.k < kMinTimedFlops) return GemmProvider::kOpenblas;
   std::lock_guard<std::mutex> hold(registry_mutex());
@@ -275,11 +280,9 @@ GemmProvider GemmProviders::provider(const GemmShape& s) {
 
 void GemmProviders::run(int tid, const Sgemm& g) {
   GemmProvider p = GemmProvider::kOpenblas;
-  if (mode_ == GemmChoice::kOnednn) {
-    p = GemmProvider::kOnednn;
-  } else if (mode_ == GemmChoice::kAuto && deterministic_) {
-    p = deterministic_provider();
-  } else if (mode_ == GemmChoice::kAuto) {
+  if (const auto f = fixed()) {
+    p = *f;
+  } else {
     const GemmShape s{g.m, g.n, g.k, g.ta, g.tb, threads_};
     auto& mine = local_[static_cast<size_t>(tid)];  // this thread's decisions seen: no lock
     auto it = mine.find(s);

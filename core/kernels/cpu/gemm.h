@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,10 @@ class GemmProviders {
   GemmProvider provider(const GemmShape& s);
   // train.gemm as configured.
   GemmChoice mode() const { return mode_; }
+  // The one provider every product takes when none is chosen per shape (a
+  // forced train.gemm, or train.deterministic: deterministic_provider under
+  // auto); std::nullopt when auto chooses per shape.
+  std::optional<GemmProvider> fixed() const;
   // Every decision this backend's products used (pins, and those this process
   // made or read for its thread count), in shape order.
   std::vector<GemmDecision> decisions() const;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "util/files.h"
@@ -15,31 +16,24 @@ namespace {
 
 constexpr size_t kMaxEndings = 16;
 
-// The label as the index of one of `endings` endings, range-checked in
-// 64 bits before it is narrowed (4294967297 is out of range, not 1).
+// The label as the index of one of `endings` endings, range-checked before
+// it is narrowed (4294967297 is out of range, not 1).
 int parse_label(const Json& j, size_t endings, const std::string& where) {
-  int64_t label = -1;
-  bool integer = false;
+  std::optional<uint64_t> label;  // none: negative (out of range)
   if (j.is_number_unsigned()) {
-    integer = true;
-    label = j.get<uint64_t>() > uint64_t{1} << 40 ? int64_t{1} << 40 : static_cast<int64_t>(j.get<uint64_t>());
-  } else if (j.is_number_integer()) {
-    integer = true;
-    label = j.get<int64_t>();
-  } else if (j.is_string()) {
-    const std::string s = j.get<std::string>();
-    if (!s.empty() && s.size() <= 2 && s.find_first_not_of("0123456789") == std::string::npos) {
-      integer = true;
-      label = std::stoi(s);
-    }
-  }
-  if (!integer)
+    label = j.get<uint64_t>();
+  } else if (j.is_number_integer()) {  // signed in JSON: negative
+  } else if (const std::string* s = j.get_ptr<const std::string*>();
+             s && !s->empty() && s->size() <= 2 && s->find_first_not_of("0123456789") == std::string::npos) {
+    label = std::stoul(*s);
+  } else {
     throw std::invalid_argument(fmt::format("{}: \"label\" must be an integer (the right ending's index)", where));
-  if (label < 0 || static_cast<uint64_t>(label) >= endings) {
+  }
+  if (!label || *label >= endings) {
     throw std::invalid_argument(fmt::format("{}: \"label\" {} is not the index of one of its {} endings", where,
                                             excerpt(j.dump(), 40), endings));
   }
-  return static_cast<int>(label);
+  return static_cast<int>(*label);
 }
 
 // Refuses a text whose bytes alone need more than `budget` tokens, before

@@ -372,10 +372,11 @@ namespace {
 // the magic is read first, and a version-2/3 file's recorded size must equal
 // the file's before the rest is read (a huge sparse file, or a truncated
 // one, costs nothing). Fills version and flags.
-std::vector<unsigned char> read_checkpoint_bytes(const std::string& path, uint32_t& version, uint32_t& flags) {
-  InputFile f(path, kMaxCheckpointBytes, "", "a checkpoint file");
-  std::vector<unsigned char> b(static_cast<size_t>(std::min<uint64_t>(f.size(), 24)));
-  f.read(b.data(), b.size());
+// The first bytes `b` (up to 24) of a checkpoint file of `file_size` bytes:
+// its magic, its version and (versions 2 and 3) its recorded size, checked;
+// throws std::runtime_error naming `path`.
+void check_head(const std::vector<unsigned char>& b, uint64_t file_size, const std::string& path, uint32_t& version,
+                uint32_t& flags) {
   if (b.size() < sizeof kMagic || std::memcmp(b.data(), kMagic, sizeof kMagic) != 0) {
     throw std::runtime_error(fmt::format("{}: not a checkpoint (no GPT2CKPT magic)", path));
   }
@@ -389,14 +390,22 @@ std::vector<unsigned char> read_checkpoint_bytes(const std::string& path, uint32
   if (version >= 2) {
     uint64_t size = 0;
     std::memcpy(&size, b.data() + 16, sizeof size);
-    if (f.size() < size) {
+    if (file_size < size) {
       throw std::runtime_error(
-          fmt::format("{}: truncated checkpoint: {} bytes of the {} it was written with", path, f.size(), size));
+          fmt::format("{}: truncated checkpoint: {} bytes of the {} it was written with", path, file_size, size));
     }
-    if (f.size() != size || size < 32) {  // 32: the 24 header bytes and the checksum
-      throw std::runtime_error(fmt::format("{}: corrupted checkpoint: {} bytes, but it records {}", path, f.size(), size));
+    if (file_size != size || size < 32) {  // 32: the 24 header bytes and the checksum
+      throw std::runtime_error(
+          fmt::format("{}: corrupted checkpoint: {} bytes, but it records {}", path, file_size, size));
     }
   }
+}
+
+std::vector<unsigned char> read_checkpoint_bytes(const std::string& path, uint32_t& version, uint32_t& flags) {
+  InputFile f(path, kMaxCheckpointBytes, "", "a checkpoint file");
+  std::vector<unsigned char> b(static_cast<size_t>(std::min<uint64_t>(f.size(), 24)));
+  f.read(b.data(), b.size());
+  check_head(b, f.size(), path, version, flags);
   const std::string rest = f.read_rest();
   b.insert(b.end(), rest.begin(), rest.end());
   return b;
@@ -407,22 +416,15 @@ std::vector<unsigned char> read_checkpoint_bytes(const std::string& path, uint32
 std::string checkpoint_bytes_problem(const std::string& path) {
   try {
     InputFile f(path, kMaxCheckpointBytes, "", "a checkpoint file");
-    unsigned char head[24] = {};
-    if (f.size() < sizeof head + sizeof(uint64_t)) return fmt::format("{}: truncated checkpoint", path);
-    f.read(head, sizeof head);
-    if (std::memcmp(head, kMagic, sizeof kMagic) != 0)
-      return fmt::format("{}: not a checkpoint (no GPT2CKPT magic)", path);
-    uint32_t version = 0;
-    uint64_t size = 0;
-    std::memcpy(&version, head + 8, sizeof version);
-    std::memcpy(&size, head + 16, sizeof size);
-    if (version >= 2 && size != f.size()) {
-      return fmt::format("{}: corrupted checkpoint: {} bytes, but it records {}", path, f.size(), size);
-    }
-    uint64_t h = fnv1a64(head, sizeof head);
+    std::vector<unsigned char> head(static_cast<size_t>(std::min<uint64_t>(f.size(), 24)));
+    f.read(head.data(), head.size());
+    uint32_t version = 0, flags = 0;
+    check_head(head, f.size(), path, version, flags);  // as load_checkpoint checks it
+    if (f.size() < head.size() + sizeof(uint64_t)) return fmt::format("{}: truncated checkpoint", path);
+    uint64_t h = fnv1a64(head.data(), head.size());
     std::vector<unsigned char> block(size_t{1} << 20);
     const uint64_t body = f.size() - sizeof(uint64_t);
-    for (uint64_t at = sizeof head; at < body;) {
+    for (uint64_t at = head.size(); at < body;) {
       const size_t take = static_cast<size_t>(std::min<uint64_t>(block.size(), body - at));
       f.read(block.data(), take);
       h = fnv1a64(block.data(), take, h);

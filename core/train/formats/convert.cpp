@@ -126,10 +126,7 @@ std::string split_checkpoint(const std::string& file, int ranks, const std::stri
   for (const char* stale : {kManifestFile, kVocabularyFile}) fs::remove(dir / stale, ec);
   std::vector<fs::path> stale_ranks;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("rank-", 0) == 0 && name.size() > 9 && name.compare(name.size() - 4, 4, ".bin") == 0) {
-      stale_ranks.push_back(e.path());
-    }
+    if (is_rank_file_name(e.path().filename().string())) stale_ranks.push_back(e.path());
   }
   for (const fs::path& f : stale_ranks) fs::remove(f, ec);
   const size_t n = ck.params.size();

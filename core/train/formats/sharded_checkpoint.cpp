@@ -236,6 +236,11 @@ void write_manifest(const fs::path& dir, int64_t step, const std::string& run_id
 
 std::string rank_file_name(int rank) { return fmt::format("rank-{:05d}.bin", rank); }
 
+bool is_rank_file_name(std::string_view name) {
+  if (name.size() <= 9 || !name.starts_with("rank-") || !name.ends_with(".bin")) return false;
+  return name.substr(5, name.size() - 9).find_first_not_of("0123456789") == std::string_view::npos;
+}
+
 bool is_sharded_checkpoint(const fs::path& dir) {
   std::error_code ec;
   return fs::is_directory(dir, ec) && fs::exists(fs::symlink_status(dir / kManifestFile, ec));

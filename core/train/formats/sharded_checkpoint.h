@@ -33,6 +33,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/config.h"
@@ -115,6 +116,8 @@ uint64_t rank_file_bytes(const Gpt2Config& cfg, const RankPart& part, const std:
 
 // Whether `dir` is a sharded checkpoint folder (holds a manifest).
 bool is_sharded_checkpoint(const std::filesystem::path& dir);
+// Whether `name` is a rank file's name ("rank-" digits ".bin"), of any rank.
+bool is_rank_file_name(std::string_view name);
 // A rank's file in the folder: "rank-00003.bin".
 std::string rank_file_name(int rank);
 

@@ -77,13 +77,9 @@ std::string read_run_id(const fs::path& file) {
                                           "run or pass --overwrite", file.string()));
 }
 
-}  // namespace
-
-namespace {
-
-// The run `out` holds: run.json, a regular file naming a run id. Else
-// `--resume auto` touches nothing there (std::invalid_argument naming why).
-std::string owning_run_id(const fs::path& out) {
+// `out` holds a run of this engine: run.json, a regular file naming a run
+// id. Else `--resume auto` touches nothing there (std::invalid_argument naming why).
+void require_own_run(const fs::path& out) {
   std::error_code ec;
   const fs::path file = out / "run.json";
   if (!fs::is_regular_file(fs::symlink_status(file, ec))) {
@@ -92,18 +88,17 @@ std::string owning_run_id(const fs::path& out) {
         "or new folder, or a run's folder",
         excerpt(out.string(), 200)));
   }
-  std::string id;
+  bool named = false;
   try {
-    id = read_run_id(file);
-  } catch (const std::invalid_argument&) {
+    named = !read_run_id(file).empty();
+  } catch (const std::invalid_argument&) {  // not JSON, or no run_id: not named
   }
-  if (id.empty()) {
+  if (!named) {
     throw std::invalid_argument(
         fmt::format("--resume auto: '{}' names no run id; nothing was touched: give an empty "
                     "or new folder, or a run's folder",
                     excerpt(file.string(), 200)));
   }
-  return id;
 }
 
 // A fresh start over a run's files removes its checkpoints folder whole:
@@ -134,7 +129,7 @@ AutoResume resolve_auto_resume(const fs::path& out) {
     r.note = fmt::format("--resume auto: '{}' is empty: a fresh start", out.string());
     return r;
   }
-  owning_run_id(out);  // only a run of this engine's folder is acted on
+  require_own_run(out);  // only a run of this engine's folder is acted on
   bool latest = false;
   for (const auto& e : fs::directory_iterator(out, ec)) {
     const std::string name = e.path().filename().string();
