@@ -178,7 +178,7 @@ int run(int argc, char** argv) {
       if (th == o.threads.front() && i == 0) {
         fmt::print("backend: {}; stored activations {}\n", e.be->name(), to_string(stored));
       }
-      TpLayout layout;
+      TpPlace layout;
       layout.pieces = deterministic_pieces(cfg, 1, *e.be);
       e.model = std::make_unique<Gpt2>(cfg, host_memory(), layout);
       e.model->init_weights(1);

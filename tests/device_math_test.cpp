@@ -345,7 +345,7 @@ struct Shape {
 };
 
 // Query head h (part 0), key head h (1) or value head h (2) at (b, t): the
-// layout of attention.cu's QkvLayout.
+// layout of attention.cu's QkvHeads.
 const float* qkv_row(const float* qkv, int part, int b, int t, int h, const Shape& s) {
   const int first = part == 0 ? 0 : part == 1 ? s.NH : s.NH + s.KVH;
   return qkv + (static_cast<int64_t>(b) * s.T + t) * s.W() + (first + h) * s.HS();

@@ -1,24 +1,24 @@
 // The serial stage's machinery below the command line: checkpoints (round
 // trip, and every way a file can be bad), exact resume, generation (KV cache
 // against recomputation, seeded sampling) and the one-token attention kernel.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <numeric>
-#include <fstream>
 #include <set>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "app/config_file.h"
 #include "kernels/backend.h"
 #include "kernels/exact_sum.h"
 #include "model/activations.h"
@@ -28,18 +28,18 @@
 #include "model/params.h"
 #include "model/tokenizer.h"
 #include "test_util.h"
-#include "train/formats/checkpoint.h"
-#include "train/resolve/layout.h"
-#include "train/run/mfu_peak.h"
-#include "train/schedule/pipeline.h"
-#include "train/resolve/plan.h"
 #include "train/config/run_config.h"
 #include "train/data/shards.h"
+#include "train/formats/checkpoint.h"
+#include "train/resolve/layout.h"
+#include "train/resolve/plan.h"
+#include "train/resolve/stage_keys.h"
+#include "train/run/mfu_peak.h"
+#include "train/run/trainer.h"
+#include "train/schedule/pipeline.h"
 #include "train/schedule/stage_split.h"
 #include "train/schedule/train_step.h"
 #include "train/schedule/virtual_schedule.h"
-#include "train/run/trainer.h"
-#include "app/config_file.h"
 #include "util/hash.h"
 #include "util/json.h"
 #include "util/records.h"
@@ -94,7 +94,7 @@ std::vector<double> losses_of(const fs::path& metrics) {
   return out;
 }
 
-const StageContext kSerial{"serial", cpu_backend_kind(), nullptr, {}};
+const ProgramContext kSerial{"serial", cpu_backend_kind(), nullptr, {}};
 
 TEST(Checkpoint, RoundTripGivesSameLossAndTokens) {
   fs::path dir = temp_dir("roundtrip");
@@ -561,7 +561,7 @@ std::pair<uint64_t, uint64_t> traffic(const GroupTraffic& t) { return {t.calls.v
 // The step each layout runs, resolved once (train/resolve/layout.h), worked out by
 // hand for batch 4 (4 canonical chunks of 1 row): which step, how the
 // gradient meets the other replicas', and the rows of one arena.
-TEST(StepLayout, EachLayoutByHand) {
+TEST(StepSpec, EachLayoutByHand) {
   struct Case {
     const char* what;
     int dp, rows;
@@ -602,7 +602,7 @@ TEST(StepLayout, EachLayoutByHand) {
   for (const Case& k : cases) {
     RunConfig c = tiny_plan_config(1, {});
     k.set(c);
-    const StepLayout s = resolve_step(c, k.dp, k.rows, Dtype::f32);
+    const StepSpec s = resolve_step(c, k.dp, k.rows, Dtype::f32);
     EXPECT_EQ(s.step, k.step) << k.what << ": " << s.describe();
     EXPECT_EQ(s.grad_sum, k.grad) << k.what << ": " << s.describe();
     EXPECT_EQ(s.arena_rows, k.arena_rows) << k.what << ": " << s.describe();
@@ -610,7 +610,7 @@ TEST(StepLayout, EachLayoutByHand) {
   }
   RunConfig zb = tiny_plan_config(1, {});
   zb.parallel.pp = 2, zb.parallel.microbatches = 4, zb.parallel.schedule = ScheduleKind::kZbH1, zb.train.recompute = Recompute::kNone;
-  const StepLayout s = resolve_step(zb, 1, 4, Dtype::bf16);
+  const StepSpec s = resolve_step(zb, 1, 4, Dtype::bf16);
   EXPECT_TRUE(s.split_backward);
   EXPECT_EQ(s.describe(), "step: pipeline (zb-h1, 4 microbatches of 1 rows), gradient by allreduce in buckets, "
                           "ZeRO 0, stored activations bf16");

@@ -331,13 +331,13 @@ void check_options_agree(const std::string& command, const CommandLine& cl, Comm
   check_command_lines_agree(given, comm);
 }
 
-void refuse_several_processes(const std::string& command, const StageContext& ctx) {
+void refuse_several_processes(const std::string& command, const ProgramContext& ctx) {
   if (ctx.comm && ctx.comm->size() > 1) {
     throw std::invalid_argument(fmt::format("{} runs on one process (the serial stage)", command));
   }
 }
 
-void run_prepare(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
+void run_prepare(const Given& g, const RunConfig& cfg, const ProgramContext& ctx) {
   refuse_several_processes("prepare", ctx);
   PrepareRequest req;
   const std::string inputs = g.get("input");
@@ -363,7 +363,7 @@ void run_prepare(const Given& g, const RunConfig& cfg, const StageContext& ctx) 
              sum.shards.size(), req.out_dir);
 }
 
-void run_import(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
+void run_import(const Given& g, const RunConfig& cfg, const ProgramContext& ctx) {
   refuse_several_processes("import", ctx);
   const bool llmc = !g.get("llmc").empty(), hf = !g.get("hf").empty();
   if (llmc == hf) throw std::invalid_argument("import: give one of --llmc FILE and --hf DIR");
@@ -379,7 +379,7 @@ void run_import(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
                                   g.flag("overwrite")));
 }
 
-void run_checkpoint_command(const Given& g, const StageContext& ctx) {
+void run_checkpoint_command(const Given& g, const ProgramContext& ctx) {
   refuse_several_processes("checkpoint", ctx);
   const bool merge = !g.get("merge").empty(), split = !g.get("split").empty();
   if (merge == split) throw std::invalid_argument("checkpoint: give one of --merge DIR and --split FILE");
@@ -392,7 +392,7 @@ void run_checkpoint_command(const Given& g, const StageContext& ctx) {
   fmt::print("{}\n", split_checkpoint(g.get("split"), ranks, g.get("out"), g.flag("overwrite")));
 }
 
-void run_init_command(const Given& g, const RunConfig& cfg, const StageContext& ctx) {
+void run_init_command(const Given& g, const RunConfig& cfg, const ProgramContext& ctx) {
   if (g.get("out").empty()) throw std::invalid_argument("--out: the checkpoint file to write is required");
   // Every file init reads is an input; rank 0 writes, so rank 0 checks (a refusal there ends the job).
   OutputRules rules{"--out", {}, g.flag("overwrite"), false};
@@ -404,13 +404,13 @@ void run_init_command(const Given& g, const RunConfig& cfg, const StageContext& 
 }
 
 // The command, its configuration resolved (the file, then the overrides).
-void dispatch(const std::string& command, const Given& g, const RunConfig& cfg, const StageContext& ctx) {
+void dispatch(const std::string& command, const Given& g, const RunConfig& cfg, const ProgramContext& ctx) {
   const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (command == "config") {
     validate_with_split(cfg);  // as a run's first checks (train/resolve/layout.h)
     if (root) fmt::print("{}", to_yaml(cfg));
   } else if (command == "plan") {
-    print_plan(cfg, g.get("ranks"), g.get("stage").empty() ? ctx.stage : g.get("stage"), root);
+    print_plan(cfg, g.get("ranks"), g.get("stage").empty() ? ctx.program : g.get("stage"), root);
   } else if (command == "prepare") {
     run_prepare(g, cfg, ctx);
   } else if (command == "export") {
@@ -428,10 +428,10 @@ void dispatch(const std::string& command, const Given& g, const RunConfig& cfg, 
                                  g.get("hellaswag"), g.flag("details")},
                  ctx);
   } else if (command == "train") {
-    const std::string out = g.get("out").empty() ? default_out_dir(ctx.stage) : g.get("out");
+    const std::string out = g.get("out").empty() ? default_out_dir(ctx.program) : g.get("out");
     const TrainRequest req{cfg, out, g.get("resume"), g.flag("overwrite"), g.get("config"), g.get("hostfile")};
     run_train(req, ctx);
-    if (root) console::err(fmt::format("[{}] results in {}\n", ctx.stage, req.out_dir));
+    if (root) console::err(fmt::format("[{}] results in {}\n", ctx.program, req.out_dir));
   } else {
     // GenerateRequest's "" means "no prompt: take it from the corpus"; one
     // given empty on purpose is a mistake, not a request for the corpus.
@@ -442,7 +442,7 @@ void dispatch(const std::string& command, const Given& g, const RunConfig& cfg, 
   }
 }
 
-int run(int argc, char** argv, const StageContext& ctx, const std::string& note) {
+int run(int argc, char** argv, const ProgramContext& ctx, const std::string& note) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     throw std::invalid_argument(
@@ -451,7 +451,7 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   }
   const bool root = ctx.comm == nullptr || ctx.comm->rank() == 0;
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    if (root) fmt::print("{}", help(ctx.stage, note, ""));
+    if (root) fmt::print("{}", help(ctx.program, note, ""));
     return 0;
   }
   const std::string command = args[0];
@@ -469,7 +469,7 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
   const CommandLine cl = parse_command_line({args.begin() + 1, args.end()}, fields, keys, flags);
   if (ctx.comm) check_options_agree(command, cl, *ctx.comm);
   if (cl.help) {
-    if (root) fmt::print("{}", help(ctx.stage, note, command));
+    if (root) fmt::print("{}", help(ctx.program, note, command));
     return 0;
   }
   if (!cl.positional.empty()) throw std::invalid_argument(fmt::format("unexpected argument '{}'", cl.positional[0]));
@@ -485,12 +485,12 @@ int run(int argc, char** argv, const StageContext& ctx, const std::string& note)
 // rank meets (bad configuration) is printed by rank 0 alone: the other ranks
 // wait a moment for rank 0's abort to end them. An error only one rank meets
 // is printed by that rank, which then ends every rank.
-int fail(const StageContext& ctx, const char* what, int code) {
+int fail(const ProgramContext& ctx, const char* what, int code) {
   Communicator* comm = ctx.comm;
   if (comm && comm->size() > 1 && comm->rank() != 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
-  console::err(fmt::format("{}: error: {}{}\n", ctx.stage,
+  console::err(fmt::format("{}: error: {}{}\n", ctx.program,
                            comm && comm->size() > 1 ? fmt::format("rank {}: ", comm->rank()) : "", what));
   console::drain(console::kExitStall);
   if (comm && comm->size() > 1) {
@@ -530,13 +530,13 @@ int tool_main(const char* program, int (*run)(int, char**), int argc, char** arg
   return status;
 }
 
-int stage_main_error(const StageContext& ctx, const char* what, int code) { return fail(ctx, what, code); }
+int stage_main_error(const ProgramContext& ctx, const char* what, int code) { return fail(ctx, what, code); }
 
 namespace {
 
-int stage_status(int argc, char** argv, const StageContext& ctx, const std::string& help_note) {
+int stage_status(int argc, char** argv, const ProgramContext& ctx, const std::string& help_note) {
   try {
-    StageContext hooked = ctx;  // the tests' hooks for a training run, installed only when the environment names them
+    ProgramContext hooked = ctx;  // the tests' hooks for a training run, installed only when the environment names them
     const bool trains = argc > 1 && std::string(argv[1]) == "train";
     if (const char* text = std::getenv(kTestHooksVariable); text && trains) hooked.hooks = parse_test_hooks(text);
     return run(argc, argv, hooked, help_note);
@@ -545,7 +545,7 @@ int stage_status(int argc, char** argv, const StageContext& ctx, const std::stri
     // at once (its cleanup resets their statuses: pmodels/mpich#7057, fixed in later releases); with one
     // non-zero rank it reports that rank's status.
     if (ctx.comm == nullptr || ctx.comm->rank() == 0) {
-      console::err(fmt::format("{}: preempted: {}\n", ctx.stage, e.what()));
+      console::err(fmt::format("{}: preempted: {}\n", ctx.program, e.what()));
     }
     return kExitPreempted;
   } catch (const BackendUnavailable& e) {
@@ -559,7 +559,7 @@ int stage_status(int argc, char** argv, const StageContext& ctx, const std::stri
 
 }  // namespace
 
-int stage_main(int argc, char** argv, const StageContext& ctx, const std::string& help_note) {
+int stage_main(int argc, char** argv, const ProgramContext& ctx, const std::string& help_note) {
   // A reader that closed its end of stdout or stderr (a launcher gone, `| head`)
   // costs the console's lines, not the run: the console sees EPIPE and drops
   // them (util/console.h) where SIGPIPE would end the process, results unwritten.

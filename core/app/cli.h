@@ -23,7 +23,7 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitUnavailable = 3;
 
 // `help_note`: stage-specific lines for --help (environment, exit codes).
-int stage_main(int argc, char** argv, const StageContext& ctx, const std::string& help_note = "");
+int stage_main(int argc, char** argv, const ProgramContext& ctx, const std::string& help_note = "");
 
 // main() of a tool (the benchmark programs): runs `run`; a BackendUnavailable
 // becomes "<program>: <what>" and kExitUnavailable, any other exception
@@ -33,6 +33,6 @@ int tool_main(const char* program, int (*run)(int, char**), int argc, char** arg
 
 // Reports an error the way stage_main does (once per job; every rank ends)
 // and returns `code`: for a stage's own start-up checks.
-int stage_main_error(const StageContext& ctx, const char* what, int code);
+int stage_main_error(const ProgramContext& ctx, const char* what, int code);
 
 }  // namespace gpt2

@@ -139,7 +139,7 @@ size_t arena_floats(const Gpt2Config& cfg, int B, int T, TpShape tp, bool runs, 
   return arena_kinds(cfg, B, T, tp, runs, stage, split, recompute, stored).total();
 }
 
-ActivationArena::ActivationArena(const Gpt2Config& cfg, const ArenaSpec& spec, Memory& memory, const TpLayout& tp,
+ActivationArena::ActivationArena(const Gpt2Config& cfg, const ArenaSpec& spec, Memory& memory, const TpPlace& tp,
                                  StageLayers stage)
     : cfg_(cfg),
       tp_(tp.shape()),

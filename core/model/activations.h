@@ -144,7 +144,7 @@ ArenaKinds arena_kinds(const Gpt2Config& cfg, int B, int T, TpShape tp, bool run
                        bool recompute = false, Dtype stored = Dtype::f32);
 
 // What one activation arena holds, decided once with the run's layout
-// (issue 69; train/resolve/layout.h StepLayout::arena): its rows and
+// (issue 69; train/resolve/layout.h StepSpec::arena): its rows and
 // positions; the stored activations' dtype; recomputation (train.recompute
 // full: each layer keeps its input only); the backward split into B and W
 // (zb-h1, zb-v: the layers' d_* tensors carved); and the cuts of its rows:
@@ -176,8 +176,8 @@ struct ArenaSpec {
 // stage's layers only, and the head's tensors on the last stage.
 class ActivationArena {
  public:
-  ActivationArena(const Gpt2Config& cfg, const ArenaSpec& spec, Memory& memory = host_memory(),
-                  const TpLayout& tp = {}, StageLayers stage = {});
+  ActivationArena(const Gpt2Config& cfg, const ArenaSpec& spec, Memory& memory = host_memory(), const TpPlace& tp = {},
+                  StageLayers stage = {});
   ActivationArena(const Gpt2Config& cfg, int B, int T, Memory& memory = host_memory())
       : ActivationArena(cfg, ArenaSpec(B, T), memory) {}
   // For `model`: its configuration, its tensor-parallel shard, its stage and its memory.

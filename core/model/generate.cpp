@@ -84,7 +84,7 @@ Generation generate(Backend& be, const Gpt2& model, std::span<const int32_t> pro
   if (opt.kv_cache) one.emplace(model, 1, 1);
   // With the vocabulary sharded each rank holds Vr logits of the row: they are
   // gathered (each rank's in its place, zeros elsewhere, summed over the group).
-  const TpLayout& tp = model.tp();
+  const TpPlace& tp = model.tp();
   const int64_t row_width = tp.shape().vocab_rows(cfg.V);
   Buffer gathered(tp.shape().vocab ? static_cast<size_t>(tp.size * row_width) : 0, mem);
   std::vector<float> host_logits(static_cast<size_t>(cfg.V));  // the sampled row, on the host

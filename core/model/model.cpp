@@ -19,7 +19,7 @@ Tensor block_input(Activations& a, int l) {
 }
 
 // The group sum of a tensor-parallel model; nothing with one rank.
-void tp_sum(const TpLayout& tp, Tensor x) {
+void tp_sum(const TpPlace& tp, Tensor x) {
   if (tp.size > 1) tp.group->allreduce_sum(x);
 }
 
@@ -166,7 +166,7 @@ void bias_rows_backward(Backend& be, Tensor dbias, Tensor scratch, Tensor dout, 
 // tp.pieces (train.deterministic) the product is the canonical tree over
 // its inner dimension's pieces, this rank's subtree (TreeProducts::
 // matmul_forward_tree) finished across the ranks by tree_sum.
-void row_parallel(const Parts& k, const TpLayout& tp, Tensor out, Tensor in, Tensor w, Tensor b) {
+void row_parallel(const Parts& k, const TpPlace& tp, Tensor out, Tensor in, Tensor w, Tensor b) {
   const Tensor bias = tp.rank == 0 ? b : Tensor{};
   if (tp.pieces == 0) {
     k.be.matmul_forward(out, in, w, bias);
@@ -182,7 +182,7 @@ void row_parallel(const Parts& k, const TpLayout& tp, Tensor out, Tensor in, Ten
 // and bias gradients, and the input gradient summed over the group. With
 // tp.pieces the input gradient is the canonical tree over the pieces of the
 // output rows' `segments` (q, k, v; SwiGLU's gate and up), as row_parallel.
-void column_parallel_backward(const Parts& k, const TpLayout& tp, Tensor dinp, Tensor dw, Tensor db, Tensor dout,
+void column_parallel_backward(const Parts& k, const TpPlace& tp, Tensor dinp, Tensor dw, Tensor db, Tensor dout,
                               Tensor in, Tensor w, std::span<const int64_t> segments) {
   if (tp.pieces == 0) {
     k.be.matmul_backward(dinp, dw, db, dout, in, w);
@@ -215,7 +215,7 @@ Segments fc_segments(const Parts& k, const Tensor& fc_w) {
 // row-parallel products summed over the group (g), their biases added by
 // rank 0 only.
 template <typename AttentionStep>
-void pre_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerActivations& x, Tensor residual,
+void pre_norm_block(const Parts& k, const TpPlace& tp, const LayerParams& w, LayerActivations& x, Tensor residual,
                     Tensor proj, int l, const AttentionStep& attend) {
   Backend& be = k.be;
   k.norm(x.ln1, x.ln1_mean, x.ln1_rstd, residual, w.ln1_w, w.ln1_b);
@@ -231,7 +231,7 @@ void pre_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, La
 
 // This rank's rows of a whole (B,T,C) tensor under sequence parallelism,
 // shaped as the arena's row tensors (`rows`, e.g. a.encoded) are.
-Tensor rows_of(Tensor whole, const TpLayout& tp, const Tensor& rows) {
+Tensor rows_of(Tensor whole, const TpPlace& tp, const Tensor& rows) {
   return Tensor(whole.data + tp.rank * rows.numel(), {1, rows.dim(1), rows.dim(2)});
 }
 
@@ -250,7 +250,7 @@ Tensor typed_like(Tensor scratch, const Tensor& like) {
 // product (rank 0's with the bias) into `whole`, its sum over the group
 // reduce-scattered into `rows`; with tp.pieces (train.deterministic) the
 // canonical tree's product and order, as row_parallel's.
-void sp_row_parallel(const Parts& k, const TpLayout& tp, Tensor whole, Tensor in, Tensor w, Tensor b, Tensor rows) {
+void sp_row_parallel(const Parts& k, const TpPlace& tp, Tensor whole, Tensor in, Tensor w, Tensor b, Tensor rows) {
   const Tensor bias = tp.rank == 0 ? b : Tensor{};
   if (tp.pieces == 0) {
     k.be.matmul_forward(whole, in, w, bias);
@@ -271,7 +271,7 @@ void sp_row_parallel(const Parts& k, const TpLayout& tp, Tensor whole, Tensor in
 // to rows, where the residual adds happen. The same function as
 // pre_norm_block: its all-reduce is this reduce-scatter then the next gather.
 template <typename AttentionStep>
-void sequence_parallel_block(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerActivations& x,
+void sequence_parallel_block(const Parts& k, const TpPlace& tp, const LayerParams& w, LayerActivations& x,
                              Activations& a, Tensor residual, int l, const AttentionStep& attend) {
   Backend& be = k.be;
   const Tensor whole = a.proj;  // (B,T,C): a norm's output gathered, then a row-parallel product's output
@@ -304,7 +304,7 @@ PostNormRoles post_norm_roles(LayerActivations& x) { return {x.residual2, x.ln1,
 // h = norm1(r2), r3 = h + mlp(h), out = norm2(r3); tensor parallel as the
 // pre-norm block.
 template <typename AttentionStep>
-void post_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerActivations& x, Tensor residual,
+void post_norm_block(const Parts& k, const TpPlace& tp, const LayerParams& w, LayerActivations& x, Tensor residual,
                      Tensor proj, int l, const AttentionStep& attend) {
   Backend& be = k.be;
   const bool bias_here = tp.rank == 0;
@@ -329,7 +329,7 @@ void post_norm_block(const Parts& k, const TpLayout& tp, const LayerParams& w, L
 // layer's residual3 becomes the run's output x + sum, the same on every
 // rank; inside the run it is this rank's next stream u + m_i + b.
 template <typename AttentionStep>
-void private_block(const Parts& k, const TpLayout& tp, Activations& a, int l, const LayerParams& w,
+void private_block(const Parts& k, const TpPlace& tp, Activations& a, int l, const LayerParams& w,
                    const AttentionStep& attend) {
   Backend& be = k.be;
   LayerActivations& x = a.layers[static_cast<size_t>(l)];
@@ -360,7 +360,7 @@ void private_block(const Parts& k, const TpLayout& tp, Activations& a, int l, co
   }
 }
 
-void head_forward(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activations& a) {
+void head_forward(const Parts& k, const TpPlace& tp, const ParamTensors& p, Activations& a) {
   if (a.sequence) {  // this rank's rows normed, then gathered whole for the (replicated) head
     const Tensor rows = typed_like(a.sp_rows, a.lnf);
     k.norm(rows, a.lnf_mean, a.lnf_rstd, a.layers.back().residual3, p.lnf_w, p.lnf_b);
@@ -378,8 +378,8 @@ void head_forward(const Parts& k, const TpLayout& tp, const ParamTensors& p, Act
 // rows, and the group's sum puts each row together: one token row and one
 // position row, the rest exact zeros, so the sum is the unsharded value.
 // `id0`: where out's rows start among the arena's (a.vocab_ids).
-void embed(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activations& a, Tensor out,
-           const int32_t* tokens, int pos, size_t id0 = 0) {
+void embed(const Parts& k, const TpPlace& tp, const ParamTensors& p, Activations& a, Tensor out, const int32_t* tokens,
+           int pos, size_t id0 = 0) {
   const int64_t C = k.cfg.C;
   const bool vocab = tp.shape().vocab;
   const bool no_positions = k.cfg.rope() || (vocab && tp.rank != 0);
@@ -400,7 +400,7 @@ void embed(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activation
 // The embedding of the arena's B x T tokens into `out` (B,T,C): its rows at
 // positions 0.., or (an arena cut by context parallelism) each half at its
 // chunk's positions (model/context_parallel.h).
-void embed_rows(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activations& a, Tensor out,
+void embed_rows(const Parts& k, const TpPlace& tp, const ParamTensors& p, Activations& a, Tensor out,
                 const int32_t* tokens) {
   if (!a.cp.on()) {
     embed(k, tp, p, a, out, tokens, 0);
@@ -421,7 +421,7 @@ void embed_rows(const Parts& k, const TpLayout& tp, const ParamTensors& p, Activ
 // unsharded, as one shard of one rank (every rank of a tensor-parallel group
 // holds the whole logits then, so nothing is summed over the group), its
 // statistics over the valid columns only.
-float loss_forward(const Parts& k, const TpLayout& tp, Activations& a, const int32_t* targets) {
+float loss_forward(const Parts& k, const TpPlace& tp, Activations& a, const int32_t* targets) {
   Backend& be = k.be;
   const bool sharded = tp.shape().vocab;
   if (!sharded && !k.cfg.masks_vocab()) {
@@ -447,7 +447,7 @@ float loss_forward(const Parts& k, const TpLayout& tp, Activations& a, const int
 }
 
 // dlogits (in place over the logits) of the loss weighted by dloss.
-void loss_backward(const Parts& k, const TpLayout& tp, Activations& a, const int32_t* targets, float dloss) {
+void loss_backward(const Parts& k, const TpPlace& tp, Activations& a, const int32_t* targets, float dloss) {
   const bool sharded = tp.shape().vocab;
   if (!sharded && !k.cfg.masks_vocab()) {
     k.be.crossentropy_backward(a.logits, a.logits, targets, dloss);
@@ -502,7 +502,7 @@ void check_chunk(const Gpt2& model, const Activations& a) {
 template <typename AttentionStep>
 void layers_forward(const Parts& k, const Gpt2& model, Activations& a, const AttentionStep& attend,
                     UnitHook* units = nullptr) {
-  const TpLayout& tp = model.tp();
+  const TpPlace& tp = model.tp();
   const ParamTensors& p = model.params;
   for (int l = a.first; l < a.last; ++l) {
     const UnitScope scope(units, model, 1 + l, Pass::kForward);
@@ -539,7 +539,7 @@ float gpt2_forward(Backend& be, const Gpt2& model, Activations& a, const int32_t
   if (a.embed) {
     const UnitScope scope(units, model, 0, Pass::kForward);
     if (a.sequence) {  // every rank embeds the whole batch (the tables are replicated) and keeps its rows
-      const TpLayout& tp = model.tp();
+      const TpPlace& tp = model.tp();
       embed_rows(k, tp, p, a, a.proj, tokens);
       be.copy(a.encoded, rows_of(a.proj, tp, a.encoded));
     } else {
@@ -564,7 +564,7 @@ namespace {
 // input. The row-parallel biases' gradients come from that replicated
 // gradient, so they are equal on every rank; the norm input gradients
 // are summed over the group (f's backward) before the norms.
-void pre_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerParams& dw,
+void pre_norm_block_backward(const Parts& k, const TpPlace& tp, const LayerParams& w, LayerParams& dw,
                              LayerActivations& x, Activations& a, Tensor residual,
                              BackwardPart part = BackwardPart::kAll) {
   Backend& be = k.be;
@@ -606,7 +606,7 @@ void pre_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerPara
 // sequence-parallel rank computed over its rows, added into the model's
 // (which accumulate across microbatches, so the sum is taken apart).
 // `pairs`: (the model's gradient, its part of a.sp_norm_grads).
-void add_norm_grads(const Parts& k, const TpLayout& tp, Activations& a, std::span<const std::pair<Tensor, Tensor>> pairs,
+void add_norm_grads(const Parts& k, const TpPlace& tp, Activations& a, std::span<const std::pair<Tensor, Tensor>> pairs,
                     int64_t used) {
   tp.group->allreduce_sum(Tensor(a.sp_norm_grads.data, {used}));
   for (const auto& [to, from] : pairs) {
@@ -619,7 +619,7 @@ void add_norm_grads(const Parts& k, const TpLayout& tp, Activations& a, std::spa
 // columns' part) into `dwhole`, its sum over the group reduce-scattered
 // into `rows`; with tp.pieces the canonical tree's, as
 // column_parallel_backward's.
-void sp_column_parallel_backward(const Parts& k, const TpLayout& tp, Tensor dwhole, Tensor dw, Tensor db, Tensor dout,
+void sp_column_parallel_backward(const Parts& k, const TpPlace& tp, Tensor dwhole, Tensor dw, Tensor db, Tensor dout,
                                  Tensor in, Tensor w, std::span<const int64_t> segments, Tensor rows) {
   if (tp.pieces == 0) {
     k.be.matmul_backward(dwhole, dw, db, dout, in, w);
@@ -639,7 +639,7 @@ void sp_column_parallel_backward(const Parts& k, const TpLayout& tp, Tensor dwho
 // the rows' output gradient, input and statistics gathered (into `dwhole`,
 // `inwhole` and a.sp_stats) and the norm's backward run over every row,
 // its input gradient (unused) into a.dfch. `grads` and `part`: weight, bias.
-void sp_norm_backward(const Parts& k, const TpLayout& tp, Activations& a, Tensor dinp, std::pair<Tensor, Tensor> grads,
+void sp_norm_backward(const Parts& k, const TpPlace& tp, Activations& a, Tensor dinp, std::pair<Tensor, Tensor> grads,
                       std::pair<Tensor, Tensor> part, Tensor drows, Tensor in, Tensor w, Tensor mean, Tensor rstd,
                       Tensor dwhole, Tensor inwhole) {
   const bool rms = k.cfg.rms();
@@ -666,7 +666,7 @@ void sp_norm_backward(const Parts& k, const TpLayout& tp, Activations& a, Tensor
 // residuals' places) and the column-parallel products' output gradients
 // (as pre_norm_block_backward's B does); W gathers the rows and the norms'
 // outputs again for the four products' weight gradients.
-void sequence_parallel_block_backward(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerParams& dw,
+void sequence_parallel_block_backward(const Parts& k, const TpPlace& tp, const LayerParams& w, LayerParams& dw,
                                       LayerActivations& x, Activations& a, Tensor residual,
                                       BackwardPart part = BackwardPart::kAll) {
   Backend& be = k.be;
@@ -719,7 +719,7 @@ void sequence_parallel_block_backward(const Parts& k, const TpLayout& tp, const 
 // The backward of post_norm_block (whole passes only: the configuration
 // refuses the split schedule with post-norm). On entry a.dresidual holds
 // the gradient at the block's output, on exit at its input x.
-void post_norm_block_backward(const Parts& k, const TpLayout& tp, const LayerParams& w, LayerParams& dw,
+void post_norm_block_backward(const Parts& k, const TpPlace& tp, const LayerParams& w, LayerParams& dw,
                               LayerActivations& x, Activations& a, Tensor residual) {
   Backend& be = k.be;
   const PostNormRoles v = post_norm_roles(x);
@@ -763,7 +763,7 @@ RunGrads run_grads(Activations& a, int k, int64_t C) {
 // group in one call, and dresidual becomes G + sum ds: d(x).
 void private_block_backward(const Parts& k, Gpt2& model, Activations& a, int l) {
   Backend& be = k.be;
-  const TpLayout& tp = model.tp();
+  const TpPlace& tp = model.tp();
   const int64_t C = model.config().C;
   const LayerParams& w = model.params.layers[static_cast<size_t>(l)];
   LayerParams& dw = model.grads.layers[static_cast<size_t>(l)];
@@ -854,7 +854,7 @@ void gpt2_backward(Backend& be, Gpt2& model, Activations& a, const int32_t* toke
                    const int32_t* targets, float dloss, GradReadyHook* hook, BackwardPart part,
                    UnitHook* units) {
   const Gpt2Config& cfg = model.config();
-  const TpLayout& tp = model.tp();
+  const TpPlace& tp = model.tp();
   check_chunk(model, a);
   const Activations& stage = a;  // the arena's chunk of layers: [first, last), the embedding, the head
   const Parts k(be, model);

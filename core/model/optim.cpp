@@ -104,7 +104,7 @@ ExactSquares summed_over(TpGroup* group, const ExactSquares& x) {
 
 // The same sum as grad_sum_squares's, exact (UpdateScope::exact_norm).
 double exact_grad_sum_squares(const Gpt2& model, const UpdateScope& scope, StateAt grads) {
-  const TpLayout& tp = model.tp();
+  const TpPlace& tp = model.tp();
   ExactSquares sharded, replicated;
   for_each_in_scope(model, scope, [&](const ParamInfo& info, const ShardRange& r, size_t lo, size_t hi) {
     (info.split == TpSplit::kNone ? replicated : sharded).add({grads.at(r, lo), hi - lo});
@@ -117,7 +117,7 @@ double exact_grad_sum_squares(const Gpt2& model, const UpdateScope& scope, State
 
 double grad_sum_squares(Backend& be, const Gpt2& model, size_t n, const UpdateScope& scope, StateAt grads) {
   if (scope.exact_norm) return exact_grad_sum_squares(model, scope, grads);
-  const TpLayout& tp = model.tp();
+  const TpPlace& tp = model.tp();
   double total = 0;
   if (tp.size == 1 && scope.ranges.empty() && !grads.packed) {
     total = be.sum_squares(Tensor(grads.base, {static_cast<int64_t>(n)}));  // one sum, as ever

@@ -288,8 +288,7 @@ std::vector<ParamUnit> param_units(const Gpt2Config& cfg, const std::vector<Para
   return units;
 }
 
-Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpLayout tp, StageLayers stage, size_t pad_to,
-           Residency residency)
+Gpt2::Gpt2(const Gpt2Config& cfg, Memory& memory, TpPlace tp, StageLayers stage, size_t pad_to, Residency residency)
     : cfg_(cfg), tp_(std::move(tp)), stage_(stage), memory_(&memory), residency_(residency) {
   cfg_.validate();
   tp_.validate(cfg_);

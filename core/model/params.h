@@ -196,13 +196,13 @@ void initial_values(const Gpt2Config& cfg, uint64_t seed, TpShape tp, int rank, 
 // reduce-scatter and all-gather cut them into equal shards.
 class Gpt2 {
  public:
-  explicit Gpt2(const Gpt2Config& cfg, Memory& memory = host_memory(), TpLayout tp = {}, StageLayers stage = {},
+  explicit Gpt2(const Gpt2Config& cfg, Memory& memory = host_memory(), TpPlace tp = {}, StageLayers stage = {},
                 size_t pad_to = 1, Residency residency = Residency::kWhole);
   Gpt2(const Gpt2&) = delete;
   Gpt2& operator=(const Gpt2&) = delete;
 
   const Gpt2Config& config() const { return cfg_; }
-  const TpLayout& tp() const { return tp_; }
+  const TpPlace& tp() const { return tp_; }
   // This rank's pipeline stage, resolved (last >= 0).
   const StageLayers& stage() const { return stage_; }
   // This rank's shard of initial_weights(seed): bit-identical on every rank
@@ -241,7 +241,7 @@ class Gpt2 {
 
  private:
   Gpt2Config cfg_;
-  TpLayout tp_;
+  TpPlace tp_;
   StageLayers stage_;
   size_t n_ = 0, padded_ = 0;
   Memory* memory_;

@@ -23,7 +23,7 @@ std::string to_string(BlockType t) {
   return "?";
 }
 
-void TpLayout::validate(const Gpt2Config& model) const {
+void TpPlace::validate(const Gpt2Config& model) const {
   const int n_layer = model.L, n_head = model.NH;
   if (size < 1) throw std::invalid_argument(fmt::format("parallel.tp: must be >= 1, got {}", size));
   if (n_head % size != 0) {
@@ -62,25 +62,25 @@ void TpLayout::validate(const Gpt2Config& model) const {
   if (rank < 0 || rank >= size) throw std::invalid_argument(fmt::format("tensor-parallel rank {} of {}", rank, size));
 }
 
-void TpLayout::check_group() const {
+void TpPlace::check_group() const {
   if (size > 1 && (group == nullptr || group->size() != size || group->rank() != rank)) {
     throw std::invalid_argument(fmt::format("a tensor-parallel model of {} ranks needs its group of {} ranks", size, size));
   }
 }
 
-int TpLayout::run_start(int layer) const {
+int TpPlace::run_start(int layer) const {
   if (type(layer) != BlockType::kParallel) return layer;
   while (layer > 0 && type(layer - 1) == BlockType::kParallel) --layer;
   return layer;
 }
 
-bool TpLayout::ends_run(int layer) const {
+bool TpPlace::ends_run(int layer) const {
   if (type(layer) != BlockType::kParallel) return true;
   const int n = static_cast<int>(blocks.size());
   return layer + 1 >= n || type(layer + 1) != BlockType::kParallel;
 }
 
-bool TpLayout::has_private() const {
+bool TpPlace::has_private() const {
   if (size == 1) return false;
   for (BlockType t : blocks) {
     if (t != BlockType::kTp) return true;
@@ -88,7 +88,7 @@ bool TpLayout::has_private() const {
   return false;
 }
 
-std::string TpLayout::describe() const {
+std::string TpPlace::describe() const {
   if (blocks.empty()) return "tp";
   std::string s = to_string(blocks[0]);
   for (size_t i = 1; i < blocks.size(); ++i) {

@@ -104,7 +104,7 @@ struct TpShape {
 
 // One rank's place in tensor parallelism. size 1 (the default) is the
 // unsharded model: every layer runs the standard block, whatever its type.
-struct TpLayout {
+struct TpPlace {
   int size = 1;
   int rank = 0;
   std::vector<BlockType> blocks;  // one per layer; empty: every layer tp

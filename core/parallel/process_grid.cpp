@@ -170,8 +170,8 @@ ProcessGrid::ProcessGrid(Communicator& world, int tp, int pp, int cp)
       dp_group_(*dp_),
       ring_(*cp_) {}
 
-TpLayout ProcessGrid::layout(std::vector<BlockType> blocks, bool vocab) {
-  return TpLayout{tp(), tp_->rank(), std::move(blocks), tp() > 1 ? &group_ : nullptr, vocab};
+TpPlace ProcessGrid::layout(std::vector<BlockType> blocks, bool vocab) {
+  return TpPlace{tp(), tp_->rank(), std::move(blocks), tp() > 1 ? &group_ : nullptr, vocab};
 }
 
 void ProcessGrid::reset_stats() {

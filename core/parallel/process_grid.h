@@ -124,7 +124,7 @@ class ProcessGrid {
   CommGroup& pp_group() { return pp_group_; }
   CommGroup& dp_group() { return dp_group_; }
   // The model's layout on this rank with these block types.
-  TpLayout layout(std::vector<BlockType> blocks, bool vocab = false);
+  TpPlace layout(std::vector<BlockType> blocks, bool vocab = false);
   // This rank's place in its context-parallel ring (size 1: no cut).
   ContextCut context() { return {cp(), cp_->rank(), cp() > 1 ? &ring_ : nullptr}; }
   CommRing& ring() { return ring_; }

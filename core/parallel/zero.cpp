@@ -36,30 +36,29 @@ std::vector<float> UnitShards::pack(std::span<const float> flat) const {
   return packed;
 }
 
-ZeroShards::ZeroShards(Gpt2& model, Communicator& dp, int stage)
-    : model_(model),
-      dp_(dp),
-      stage_(stage),
-      shards_(UnitShards::of(model.units(), dp.size(), dp.rank())) {
-  if (stage != 2 && stage != 3) throw std::invalid_argument(fmt::format("ZeroShards: stage {} (2 or 3)", stage));
+ZeroShards::ZeroShards(Gpt2& model, Communicator& dp, int zero_stage)
+    : model_(model), dp_(dp), zero_stage_(zero_stage), shards_(UnitShards::of(model.units(), dp.size(), dp.rank())) {
+  if (zero_stage != 2 && zero_stage != 3)
+    throw std::invalid_argument(fmt::format("ZeroShards: stage {} (2 or 3)", zero_stage));
   if (!model.memory().is_host()) {
     throw std::invalid_argument(fmt::format(
         "parallel.zero {}: the sharded stages keep their working memory on the host for now; the model is in {} "
-        "(run ZeRO-2/3 on the mpi stage, or parallel.zero 1)", stage, model.memory().name()));
+        "(run ZeRO-2/3 on the mpi stage, or parallel.zero 1)",
+        zero_stage, model.memory().name()));
   }
-  const Residency want = stage == 2 ? Residency::kParams : Residency::kNone;
+  const Residency want = zero_stage == 2 ? Residency::kParams : Residency::kNone;
   if (model.residency() != want) throw std::logic_error("ZeroShards: the model's residency does not fit the stage");
   Memory& mem = model.memory();
   grad_shard_ = Buffer(shards_.shard_floats, mem);
   for (Buffer& b : grad_slots_) b = Buffer(shards_.max_padded, mem);
-  if (stage == 3) {
+  if (zero_stage == 3) {
     param_shard_ = Buffer(shards_.shard_floats, mem);
     for (Buffer& b : param_slots_) b = Buffer(shards_.max_padded, mem);
   }
 }
 
 StateAt ZeroShards::params() const {
-  return stage_ == 3 ? StateAt{param_shard_.data(), true} : StateAt{model_.param_data(), false};
+  return zero_stage_ == 3 ? StateAt{param_shard_.data(), true} : StateAt{model_.param_data(), false};
 }
 
 const UnitShards::Piece& ZeroShards::piece(const ParamUnit& unit) const {
@@ -108,7 +107,7 @@ void ZeroShards::acquire(const ParamUnit& unit, Pass pass) {
       throw;
     }
   }
-  float* w = stage_ == 3 ? gathered(unit, pass) : nullptr;
+  float* w = zero_stage_ == 3 ? gathered(unit, pass) : nullptr;
   float* g = nullptr;
   if (pass == Pass::kBackward && whole_grads_ != nullptr) {
     g = whole_grads_ + unit.offset;
@@ -159,7 +158,7 @@ void ZeroShards::gather_unit(const UnitShards::Piece& p, const float* mine, floa
 }
 
 void ZeroShards::finish_update() {
-  if (stage_ != 2) return;
+  if (zero_stage_ != 2) return;
   const auto t0 = Clock::now();
   float* send = grad_slots_[1].data();  // the gradient slots are free after the update
   float* recv = grad_slots_[0].data();
@@ -174,7 +173,7 @@ void ZeroShards::finish_update() {
 }
 
 void ZeroShards::load_params(const std::function<void(size_t, std::span<float>)>& values) {
-  if (stage_ != 3) throw std::logic_error("ZeroShards::load_params: stage 3 only");
+  if (zero_stage_ != 3) throw std::logic_error("ZeroShards::load_params: stage 3 only");
   // The shard is host memory (the constructor checked): filled where it is, no second copy.
   float* shard = param_shard_.data();
   std::fill(shard, shard + shards_.shard_floats, 0.0f);

@@ -69,9 +69,9 @@ struct UnitShards {
 
 class ZeroShards final : public UnitHook {
  public:
-  // `stage` 2 or 3. The model was made with Residency::kParams (2) or kNone
+  // `zero_stage` 2 or 3. The model was made with Residency::kParams (2) or kNone
   // (3) and lives in host memory; `dp` is the data-parallel group.
-  ZeroShards(Gpt2& model, Communicator& dp, int stage);
+  ZeroShards(Gpt2& model, Communicator& dp, int zero_stage);
   ZeroShards(const ZeroShards&) = delete;
   ZeroShards& operator=(const ZeroShards&) = delete;
 
@@ -142,7 +142,7 @@ class ZeroShards final : public UnitHook {
 
   Gpt2& model_;
   Communicator& dp_;
-  int stage_;
+  int zero_stage_;
   UnitShards shards_;
   Buffer param_shard_;  // stage 3
   Buffer grad_shard_;

@@ -49,7 +49,7 @@ Layout layout_of(const Json& plan) {
 struct RunFacts {
   std::vector<double> bubble;  // per world rank: median over steps (after the first) of wait / step time
   std::vector<int> arenas;     // per world rank: the most arenas in use in any step
-  std::vector<int> stage;      // per world rank
+  std::vector<int> pipeline_stage;  // per world rank
   std::optional<int64_t> pp_calls, pp_bytes;
   int64_t tp_calls = 0, tp_bytes = 0;  // rank 0's tensor-parallel group in the last step
   int64_t dp_bytes = 0;  // rank 0's data-parallel bytes in the last step
@@ -94,7 +94,7 @@ std::optional<RunFacts> facts_of(const fs::path& dir) {
     f.cp_calls = static_cast<int64_t>(last.cp_calls);
     f.cp_bytes = static_cast<int64_t>(last.cp_bytes);
     if (m.summary->provenance.contains("memory")) f.memory = m.summary->provenance["memory"];
-    for (const Json& r : f.memory) f.stage.push_back(r.value("stage", 0));
+    for (const Json& r : f.memory) f.pipeline_stage.push_back(r.value("stage", 0));
     f.deterministic = m.summary->provenance.value("deterministic", false);
     return f;
   } catch (const std::exception&) {
@@ -113,7 +113,7 @@ struct RunView {
   const ConfigRuns* reference = nullptr;  // the one-rank run of the same configuration (loss_reference)
   std::optional<double> dev;  // the largest relative loss deviation from the reference
   bool over = false;          // more ranks x threads than this machine's cores
-  std::map<int, std::pair<double, int>> per_stage;  // stage -> (mean bubble, most arenas)
+  std::map<int, std::pair<double, int>> per_pipeline_stage;  // stage -> (mean bubble, most arenas)
 
   const Json& rank_plan(size_t r) const { return plan["per_rank"][r]; }
   int64_t planned_pp(const char* what) const { return rank_plan(0)["comm"]["pp"][what].get<int64_t>(); }
@@ -152,7 +152,7 @@ std::string timeline_svg(const fs::path& timeline, int step, const std::string& 
                                                      {"W", "#f58518"}, {"recv", "#d0d0d0"}, {"send", "#e8e8e8"}};
   const std::map<std::string, std::string> lighter = {{"F", "#9ecae9"}, {"BW", "#88d27a"}, {"B", "#88d27a"},
                                                       {"W", "#ffbf79"}, {"recv", "#d0d0d0"}, {"send", "#e8e8e8"}};
-  const auto stage_of = [](const Json& e) { return e.size() > 4 ? e[4].get<int>() : -1; };
+  const auto pipeline_stage_of = [](const Json& e) { return e.size() > 4 ? e[4].get<int>() : -1; };
   bool virtual_stages = false;
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
@@ -163,7 +163,7 @@ std::string timeline_svg(const fs::path& timeline, int step, const std::string& 
   for (const Json& r : chosen["ranks"]) {
     const int y = top + i * row;
     std::set<int> held;  // the virtual stages this rank's events served
-    for (const Json& e : r["events"]) held.insert(stage_of(e));
+    for (const Json& e : r["events"]) held.insert(pipeline_stage_of(e));
     virtual_stages = virtual_stages || held.size() > 1;
     std::string stages;
     for (int s : held) stages += (stages.empty() ? "" : ", ") + std::to_string(s);
@@ -172,15 +172,15 @@ std::string timeline_svg(const fs::path& timeline, int step, const std::string& 
     for (const Json& e : r["events"]) {
       const std::string kind = e[0].get<std::string>();
       const double x0 = e[2].get<double>() * scale, x1 = e[3].get<double>() * scale;
-      const bool later = held.size() > 1 && stage_of(e) != *held.begin();
+      const bool later = held.size() > 1 && pipeline_stage_of(e) != *held.begin();
       const std::map<std::string, std::string>& palette = later ? lighter : colour;
       const auto c = palette.find(kind);
-      const std::string stage = held.size() > 1 ? fmt::format(" stage {}", stage_of(e)) : "";
-      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" stroke=\"white\" "
-                         "stroke-width=\"0.5\"><title>{} {}{} {:.3f}-{:.3f} ms</title></rect>\n",
-                         left + x0, y + 4, std::max(0.5, x1 - x0), row - 8,
-                         c == palette.end() ? "#999" : c->second, kind, e[1].get<int>(), stage,
-                         e[2].get<double>(), e[3].get<double>());
+      const std::string stage_label = held.size() > 1 ? fmt::format(" stage {}", pipeline_stage_of(e)) : "";
+      svg += fmt::format(
+          "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" stroke=\"white\" "
+          "stroke-width=\"0.5\"><title>{} {}{} {:.3f}-{:.3f} ms</title></rect>\n",
+          left + x0, y + 4, std::max(0.5, x1 - x0), row - 8, c == palette.end() ? "#999" : c->second, kind,
+          e[1].get<int>(), stage_label, e[2].get<double>(), e[3].get<double>());
       if (kind != "recv" && kind != "send" && x1 - x0 > 14) {
         svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" fill=\"{}\">{}{}</text>\n", left + x0 + 2, y + 18,
                            later ? "black" : "white", kind, e[1].get<int>());
@@ -217,15 +217,15 @@ std::optional<double> loss_deviation(const LossData& loss, const ConfigRuns& c, 
 }
 
 // Per stage: the mean over its ranks of the measured bubble, the most arenas.
-void stage_means(RunView& v) {
-  std::map<int, int> stage_ranks;
-  for (size_t r = 0; r < v.facts.bubble.size() && r < v.facts.stage.size(); ++r) {
-    auto& [b, n] = v.per_stage[v.facts.stage[r]];
+void pipeline_stage_means(RunView& v) {
+  std::map<int, int> pipeline_stage_ranks;
+  for (size_t r = 0; r < v.facts.bubble.size() && r < v.facts.pipeline_stage.size(); ++r) {
+    auto& [b, n] = v.per_pipeline_stage[v.facts.pipeline_stage[r]];
     b += v.facts.bubble[r];
     n = std::max(n, r < v.facts.arenas.size() ? v.facts.arenas[r] : 0);
-    ++stage_ranks[v.facts.stage[r]];
+    ++pipeline_stage_ranks[v.facts.pipeline_stage[r]];
   }
-  for (auto& [s, bn] : v.per_stage) bn.first /= stage_ranks[s];
+  for (auto& [s, bn] : v.per_pipeline_stage) bn.first /= pipeline_stage_ranks[s];
 }
 
 // The train keys that choose how a step is computed, not what: threads,
@@ -304,7 +304,7 @@ std::vector<RunView> views_of(const ReportSpec& spec, const Inputs& in, std::vec
     v.reference = loss_reference(configs, *cp, spec.results_dir);
     v.dev = loss_deviation(loss, *cp, v.reference);
     v.over = static_cast<unsigned>(cp->key.ranks) * static_cast<unsigned>(cp->key.threads) > cores;
-    stage_means(v);
+    pipeline_stage_means(v);
     views.push_back(std::move(v));
   }
   return views;
@@ -314,7 +314,7 @@ std::vector<RunView> views_of(const ReportSpec& spec, const Inputs& in, std::vec
 std::vector<std::string> time_row(const RunView& v) {
   const Layout& l = v.lay;
   std::string bubbles, arenas;
-  for (const auto& [s, bn] : v.per_stage) {
+  for (const auto& [s, bn] : v.per_pipeline_stage) {
     bubbles += fmt::format("{}{}", bubbles.empty() ? "" : " / ", pct(bn.first));
     arenas += fmt::format("{}{} ({})", arenas.empty() ? "" : " / ", bn.second, v.planned_arenas(s));
   }
@@ -435,7 +435,7 @@ std::string zb_reading(const std::vector<RunView>& views) {
     if (l.pp != 2 || l.tp != 1 || l.dp != 1 || l.cp != 1 || l.zero || !v.ms) continue;
     SchedulePoint& pt = points[{l.m, l.schedule}];
     pt.step_ms = v.ms->median;
-    for (const auto& [s, bn] : v.per_stage) pt.bubble.push_back(bn.first);
+    for (const auto& [s, bn] : v.per_pipeline_stage) pt.bubble.push_back(bn.first);
     for (const Json& r : v.facts.memory) pt.peak_activations = std::max(pt.peak_activations, r.value("activations_bytes", 0.0));
   }
   std::string reading;

@@ -44,12 +44,16 @@ constexpr int kThreads = kRows * kWarpSize;
 // Within a qkv row of W floats: query head h at h * HS, key head g at
 // (NH + g) HS, value head g at (NH + KVH + g) HS. With KVH = NH these are
 // h * HS, C + g * HS and 2C + g * HS: the (B,T,3C) layout.
-struct QkvLayout {
+struct QkvHeads {
   const float* qkv;
   int64_t row;  // W
   int T, HS, k_off, v_off;
-  __device__ QkvLayout(const float* p, int T_, int HS_, int NH, int KVH)
-      : qkv(p), row(static_cast<int64_t>(NH + 2 * KVH) * HS_), T(T_), HS(HS_), k_off(NH * HS_),
+  __device__ QkvHeads(const float* p, int T_, int HS_, int NH, int KVH)
+      : qkv(p),
+        row(static_cast<int64_t>(NH + 2 * KVH) * HS_),
+        T(T_),
+        HS(HS_),
+        k_off(NH * HS_),
         v_off((NH + KVH) * HS_) {}
   __device__ int64_t row_at(int b, int t) const { return (static_cast<int64_t>(b) * T + t) * row; }
   __device__ const float* q(int b, int t, int h) const { return qkv + row_at(b, t) + h * HS; }
@@ -146,7 +150,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
   const bool active = r < R;  // warp-uniform
   const int t = first_row + r;
   const int t_last = first_row + min(R, blk.row0 + kRows) - 1;  // the block's last query row
-  const QkvLayout L(qkv, T, HS, NH, KVH);
+  const QkvHeads L(qkv, T, HS, NH, KVH);
   const int kvh = blk.h / (NH / KVH);
   const int C = NH * HS;
 
@@ -196,7 +200,7 @@ __global__ void attention_backward_dq_kernel(float* dqkv, float* d_rows, const f
   const int t = blk.row0 + warp;
   const bool active = t < T;
   const int t_last = min(T, blk.row0 + kRows) - 1;
-  const QkvLayout L(qkv, T, HS, NH, KVH);
+  const QkvHeads L(qkv, T, HS, NH, KVH);
   const int kvh = blk.h / (NH / KVH);
   const int C = NH * HS;
   const int64_t out_off = (static_cast<int64_t>(blk.b) * T + t) * C + blk.h * HS;
@@ -255,7 +259,7 @@ __global__ void attention_backward_dkv_kernel(float* dqkv, const float* d_rows, 
   const BlockRows blk = block_rows(T, KVH, false);  // small j = longest loop, handed out first
   const int j = blk.row0 + warp;
   const bool active = j < T;
-  const QkvLayout L(qkv, T, HS, NH, KVH);
+  const QkvHeads L(qkv, T, HS, NH, KVH);
   const int G = NH / KVH, C = NH * HS;
 
   if (active) {

@@ -167,7 +167,7 @@ void matmul_backward(R* dinp, R* dweight, R* dbias, const R* dout, const R* inp,
 // key heads, then KVH value heads, HS wide each. With KVH = NH this is the
 // multi-head (B,T,3C) layout.
 namespace {
-struct QkvLayout {
+struct QkvHeads {
   int T, NH, KVH, HS;
   int64_t width() const { return static_cast<int64_t>(NH + 2 * KVH) * HS; }
   // Head h of q (part 0, h < NH), k (1, h < KVH) or v (2, h < KVH) at (b, t).
@@ -184,7 +184,7 @@ struct QkvLayout {
 // Query row t of head h in batch row b: writes the head's HS outputs to o
 // and returns the row's log-sum-exp. p is scratch of at least t+1 values.
 template <typename R>
-static R attention_row(R* o, R* p, const R* qkv, int b, int t, int h, const QkvLayout& L) {
+static R attention_row(R* o, R* p, const R* qkv, int b, int t, int h, const QkvHeads& L) {
   const int HS = L.HS, kh = L.kv(h);
   const R scale = R(1) / std::sqrt(R(HS));
   const R* q = L.head(qkv, 0, b, t, h);
@@ -211,7 +211,7 @@ static R attention_row(R* o, R* p, const R* qkv, int b, int t, int h, const QkvL
 
 template <typename R>
 void attention_forward(R* out, R* lse, const R* qkv, int B, int T, int C, int NH, int KVH) {
-  const QkvLayout L{T, NH, KVH, C / NH};
+  const QkvHeads L{T, NH, KVH, C / NH};
   std::vector<R> p(static_cast<size_t>(T));
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
@@ -225,7 +225,7 @@ void attention_forward(R* out, R* lse, const R* qkv, int B, int T, int C, int NH
 
 template <typename R>
 void attention_decode(R* out, const R* qkv, int P, int C, int NH, int KVH) {
-  const QkvLayout L{P, NH, KVH, C / NH};
+  const QkvHeads L{P, NH, KVH, C / NH};
   std::vector<R> p(static_cast<size_t>(P));
   for (int h = 0; h < NH; ++h) attention_row(out + h * L.HS, p.data(), qkv, 0, P - 1, h, L);
 }
@@ -237,7 +237,7 @@ void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int 
   //   dQ = scale * dS K,  dK = scale * dS^T Q.
   // A key/value head shared by a group of query heads sums their dK and dV
   // (query heads in ascending order).
-  const QkvLayout L{T, NH, KVH, C / NH};
+  const QkvHeads L{T, NH, KVH, C / NH};
   const int HS = L.HS;
   const R scale = R(1) / std::sqrt(R(HS));
   std::vector<R> P(static_cast<size_t>(T) * T), dP(static_cast<size_t>(T) * T);
@@ -290,7 +290,7 @@ void attention_backward(R* dqkv, const R* dout, const R* qkv, int B, int T, int 
 namespace {
 // Where the query heads of qkv and the key/value heads of a packed block sit
 // (reference_kernels.h, attention_block_*).
-struct BlockLayout {
+struct BlockHeads {
   int L, NH, KVH, HS;
   int64_t qkv_width() const { return static_cast<int64_t>(NH + 2 * KVH) * HS; }
   int64_t kv_width() const { return static_cast<int64_t>(2 * KVH) * HS; }
@@ -309,7 +309,7 @@ struct BlockLayout {
 template <typename R>
 void attention_block_forward(R* out, R* lse, const R* qkv, const R* kv, int N, int L, int C, int NH, int KVH,
                              bool causal, bool merge) {
-  const BlockLayout Y{L, NH, KVH, C / NH};
+  const BlockHeads Y{L, NH, KVH, C / NH};
   const int HS = Y.HS;
   const R scale = R(1) / std::sqrt(R(HS));
   std::vector<R> p(static_cast<size_t>(L)), o(static_cast<size_t>(HS));
@@ -358,7 +358,7 @@ void attention_block_backward(R* dqkv, R* dkv, const R* dout, const R* out, cons
   // With the final lse and out: P_ts = exp(scale q_t.k_s - lse_t) is the
   // block's part of the whole softmax, D_t = dO_t . O_t, and
   //   dS = P (dO.v_s - D) scale,  dq += dS k,  dk += dS q,  dv += P dO.
-  const BlockLayout Y{L, NH, KVH, C / NH};
+  const BlockHeads Y{L, NH, KVH, C / NH};
   const int HS = Y.HS;
   const R scale = R(1) / std::sqrt(R(HS));
   for (int n = 0; n < N; ++n) {
@@ -409,7 +409,7 @@ static void rope_angles(float* c, float* s, int pos, int HS, float theta) {
 // heads) by +angle (sign 1, forward) or -angle (sign -1, backward).
 template <typename R>
 static void rope_rotate(R* qkv, int B, int T, int NH, int KVH, int HS, int pos0, float theta, int sign) {
-  const QkvLayout L{T, NH, KVH, HS};
+  const QkvHeads L{T, NH, KVH, HS};
   std::vector<float> c(static_cast<size_t>(HS / 2)), sn(static_cast<size_t>(HS / 2));
   for (int t = 0; t < T; ++t) {
     rope_angles(c.data(), sn.data(), pos0 + t, HS, theta);

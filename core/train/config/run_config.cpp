@@ -195,7 +195,7 @@ void check_widest_activation(const RunConfig& c) {
 }
 
 // What per-layer norms, recomputation and virtual stages do not run with (`tp`: the run's blocks).
-void check_step_features(const RunConfig& c, const TpLayout& tp) {
+void check_step_features(const RunConfig& c, const TpPlace& tp) {
   if (c.train.layer_grad_norms && (c.parallel.tp > 1 || c.parallel.pp > 1 || c.parallel.zero_stage() > 0)) {
     throw std::invalid_argument(
         "train.layer_grad_norms: per-layer norms are taken on a whole model's gradient; this layout shards it "
@@ -225,7 +225,7 @@ void check_step_features(const RunConfig& c, const TpLayout& tp) {
 }
 
 // What ZeRO's stages 2 and 3 do not run with (`tp`: the run's blocks).
-void check_zero(const RunConfig& c, const TpLayout& tp) {
+void check_zero(const RunConfig& c, const TpPlace& tp) {
   const int zero = c.parallel.zero_stage();
   if (zero == 3 && c.parallel.pipelined()) {
     throw std::invalid_argument(fmt::format(
@@ -291,7 +291,7 @@ void validate(const RunConfig& c) {
   c.parallel.validate();
   // Across sections.
   check_widest_activation(c);
-  const TpLayout tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
+  const TpPlace tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
   tp.validate(c.model);
   check_step_features(c, tp);
   check_zero(c, tp);

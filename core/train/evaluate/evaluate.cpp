@@ -88,7 +88,7 @@ EvaluateInputs read_evaluate_inputs(const EvaluateRequest& req, RunConfig& c, Co
 
 // Multiple-choice scoring on rank 0 with the whole model (train/evaluate/multiple_choice.h).
 Json score_multiple_choice(const EvaluateRequest& req, const RunConfig& c, const EvaluateInputs& in,
-                           const StageContext& ctx, int threads) {
+                           const ProgramContext& ctx, int threads) {
   const Gpt2Config mc = resolve_vocab(c.model, in.tok->size());
   auto be = ctx.backend.make(backend_options(c, mc, threads, ctx.comm ? ctx.comm->local_rank() : 0));
   Gpt2 model(mc, be->memory());
@@ -131,7 +131,7 @@ Json score_multiple_choice(const EvaluateRequest& req, const RunConfig& c, const
     const size_t n = in.examples.size();
     if (n >= 20 && (i + 1) % (n / 10) == 0) {
       console::err(fmt::format("[{}] multiple choice: {} of {} examples, acc_norm so far {:.4f} ({:.1f} s)\n",
-                               ctx.stage, i + 1, n, static_cast<double>(correct_norm) / static_cast<double>(i + 1),
+                               ctx.program, i + 1, n, static_cast<double>(correct_norm) / static_cast<double>(i + 1),
                                seconds_since(t0)));
     }
   }
@@ -168,8 +168,8 @@ bool checked_evaluate_request(const EvaluateRequest& req) {
 // The loss over --data on the configured layout (`c` resolved with the model's settings): the result's
 // data, split, batches, tokens, loss, perplexity, seconds and layout.
 void evaluate_data(const EvaluateRequest& req, const RunConfig& c, bool shards, const EvaluateInputs& in,
-                   const StageContext& ctx, Communicator& comm, int threads, Json& result) {
-  const RunLayout run = resolve_run(c, comm.size(), ctx.stage);  // every refusal a run of this layout gives
+                   const ProgramContext& ctx, Communicator& comm, int threads, Json& result) {
+  const RunLayout run = resolve_run(c, comm.size(), ctx.program);  // every refusal a run of this layout gives
   const RunConfig& rc = run.config;
   check_ranks_agree(rc, comm);
   ProcessGrid grid(comm, run.tp, run.pp, run.cp);
@@ -204,8 +204,8 @@ void evaluate_data(const EvaluateRequest& req, const RunConfig& c, bool shards, 
     loader.next(feed.x(), feed.y());
     feed.cut();
     if (comm.rank() == 0 && batches >= 20 && ++served % (batches / 10) == 0) {
-      console::err(fmt::format("[{}] evaluate: batch {} of {} ({:.1f} s)\n", ctx.stage, served, batches,
-                               seconds_since(t0)));
+      console::err(
+          fmt::format("[{}] evaluate: batch {} of {} ({:.1f} s)\n", ctx.program, served, batches, seconds_since(t0)));
     }
   });
   result["data"] = req.data;
@@ -220,7 +220,7 @@ void evaluate_data(const EvaluateRequest& req, const RunConfig& c, bool shards, 
 
 }  // namespace
 
-void run_evaluate(const EvaluateRequest& req, const StageContext& ctx) {
+void run_evaluate(const EvaluateRequest& req, const ProgramContext& ctx) {
   std::unique_ptr<Communicator> local;
   Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
   const bool shards = checked_evaluate_request(req);

@@ -23,14 +23,14 @@ namespace gpt2 {
 
 namespace {
 // "tp=P:types" (a checkpoint's parallel.function) as a layout without its group.
-TpLayout function_layout(const std::string& function, const std::string& path) {
+TpPlace function_layout(const std::string& function, const std::string& path) {
   ParallelConfig p;
   const size_t colon = function.find(':');
   try {
     if (function.rfind("tp=", 0) != 0 || colon == std::string::npos) throw std::invalid_argument("");
     p.tp = static_cast<int>(parse_int64("parallel.tp", function.substr(3, colon - 3)));
     p.block_types = parse_name_list("parallel.block_types", function.substr(colon + 1));
-    return TpLayout{p.tp, 0, p.blocks(), nullptr};
+    return TpPlace{p.tp, 0, p.blocks(), nullptr};
   } catch (const std::invalid_argument&) {
     throw std::invalid_argument(fmt::format("{}: parallel.function '{}' is not 'standard' or 'tp=P:types'", path,
                                             function));
@@ -59,7 +59,7 @@ std::vector<int32_t> generation_prompt(const GenerateRequest& req, const Checkpo
 
 }  // namespace
 
-void run_generate(const GenerateRequest& req, const StageContext& ctx) {
+void run_generate(const GenerateRequest& req, const ProgramContext& ctx) {
   const RunConfig& c = req.config;
   validate_with_split(c);
   if (req.checkpoint.empty()) throw std::invalid_argument("--checkpoint: a checkpoint file is required");
@@ -79,7 +79,7 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
     if (const std::string* f = ck->find("parallel.function")) function[0] = *f;
   }
   if (ctx.comm) broadcast_strings(*ctx.comm, function, 0);
-  TpLayout layout;
+  TpPlace layout;
   std::unique_ptr<ProcessGrid> grid;
   if (function[0] != "standard") {
     layout = function_layout(function[0], req.checkpoint);
@@ -125,14 +125,14 @@ void run_generate(const GenerateRequest& req, const StageContext& ctx) {
   if (rank == 0) {
     fmt::print("\n");
     std::fflush(stdout);
-    console::err(fmt::format("[{}] prompt of {} tokens; generated {} tokens in {:.3f} s{}{}\n", ctx.stage,
+    console::err(fmt::format("[{}] prompt of {} tokens; generated {} tokens in {:.3f} s{}{}\n", ctx.program,
                              prompt.size(), gen.tokens.size(), s, gen.stopped_at_eos ? " (stopped at [EOS])" : "",
                              layout.size > 1 ? fmt::format(" on {} tensor-parallel ranks", layout.size) : ""));
   }
   if (ctx.comm) ctx.comm->barrier();
 }
 
-void run_init(const InitRequest& req, const StageContext& ctx) {
+void run_init(const InitRequest& req, const ProgramContext& ctx) {
   const RunConfig& c = req.config;
   validate_with_split(c);
   std::unique_ptr<Communicator> local;
@@ -152,7 +152,7 @@ void run_init(const InitRequest& req, const StageContext& ctx) {
   if (comm.rank() == 0) {
     save_checkpoint(req.out, mc, w, corpus.tok, nullptr, {{"train.seed", std::to_string(c.train.seed)}});
     console::err(fmt::format("[{}] initial weights (model.init {}, train.seed {}, {} parameters, hash {:016x}) in {}\n",
-                             ctx.stage, to_string(mc.init), c.train.seed, w.size(), hash, req.out));
+                             ctx.program, to_string(mc.init), c.train.seed, w.size(), hash, req.out));
   }
   comm.barrier();
 }

@@ -504,7 +504,7 @@ void load_params(const Checkpoint& ck, Gpt2& model) {
   if (!(ck.config == model.config()) || ck.params.size() != param_count(ck.config)) {
     throw std::invalid_argument("load_params: checkpoint and model configurations differ");
   }
-  const TpLayout& tp = model.tp();
+  const TpPlace& tp = model.tp();
   model.params_from_host(tp.size > 1 ? shard_of(ck.config, tp.shape(), tp.rank, ck.params) : ck.params);
 }
 

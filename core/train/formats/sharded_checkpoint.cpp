@@ -424,7 +424,7 @@ FileEntry read_file_entry(const ManifestReader& r, const Json& f, int rank, cons
   rf.part.stage = read_stage(r, f, rf.name, cfg);
   if (tp > 1) {
     try {
-      TpLayout{tp, 0, {}, nullptr, rf.part.tp.vocab}.validate(cfg);
+      TpPlace{tp, 0, {}, nullptr, rf.part.tp.vocab}.validate(cfg);
     } catch (const std::invalid_argument& e) {
       r.fail(fmt::format("{}: tp {}: {}", rf.name, tp, e.what()));
     }

@@ -10,6 +10,7 @@
 #include "model/params.h"
 #include "model/tensor_parallel.h"
 #include "parallel/process_grid.h"
+#include "train/resolve/stage_keys.h"
 #include "train/schedule/stage_split.h"
 
 namespace gpt2 {
@@ -55,13 +56,15 @@ int replica_rows(const RunConfig& c, int ranks, int tp, int pp) {
   return rows;
 }
 
-ZeroLayout zero_layout(const RunConfig& c, int dp) {
-  ZeroLayout z;
-  z.stage = dp > 1 ? c.parallel.zero_stage() : 0;
+ZeroSharding zero_sharding(const RunConfig& c, int dp) {
+  ZeroSharding z;
+  z.zero_stage = dp > 1 ? c.parallel.zero_stage() : 0;
   // ZeRO-2 keeps the whole gradient where the step needs it: a pipeline schedule
   // accumulates it over microbatches, and train.deterministic's tree over chunks.
-  z.contiguous = z.stage == 1 || (z.stage == 2 && (c.parallel.pipelined() || c.train.deterministic));
-  z.residency = z.contiguous || z.stage < 2 ? Residency::kWhole : z.stage == 2 ? Residency::kParams : Residency::kNone;
+  z.contiguous = z.zero_stage == 1 || (z.zero_stage == 2 && (c.parallel.pipelined() || c.train.deterministic));
+  z.residency = z.contiguous || z.zero_stage < 2 ? Residency::kWhole
+                : z.zero_stage == 2              ? Residency::kParams
+                                                 : Residency::kNone;
   return z;
 }
 
@@ -70,12 +73,13 @@ int canonical_chunks(const RunConfig& c) {
   return B % 4 == 0 ? 4 : B % 2 == 0 ? 2 : 1;
 }
 
-void check_deterministic(const RunConfig& c, int ranks, const std::string& stage) {
+void check_deterministic(const RunConfig& c, int ranks, const std::string& program) {
   if (!c.train.deterministic) return;
   const auto refuse = [](const std::string& why) {
     throw std::invalid_argument("train.deterministic true: " + why + " (docs/determinism.md)");
   };
-  if (stage == "cuda" || stage == "mpi_cuda") refuse(fmt::format("runs on the CPU stages only so far, not {}", stage));
+  if (program == "cuda" || program == "mpi_cuda")
+    refuse(fmt::format("runs on the CPU stages only so far, not {}", program));
   if (c.parallel.tp > 1) {  // the canonical pieces of the dimensions it cuts (model/tensor_parallel.h)
     const int q = canonical_pieces(c.model);
     if (q % c.parallel.tp != 0) {
@@ -144,36 +148,41 @@ void check_deterministic(const RunConfig& c, int ranks, const std::string& stage
   }
 }
 
-Dtype stored_dtype_on(const RunConfig& c, const std::string& stage) {
-  return stage == "cuda" || stage == "mpi_cuda" ? Dtype::f32 : c.train.stored_dtype();
+Dtype stored_dtype_on(const RunConfig& c, const std::string& program) {
+  return program == "cuda" || program == "mpi_cuda" ? Dtype::f32 : c.train.stored_dtype();
 }
 
-bool stage_is_multi_process(const std::string& stage) {
-  if (stage == "serial" || stage == "cuda") return false;
-  if (stage == "mpi" || stage == "mpi_cuda") return true;
-  throw std::invalid_argument(fmt::format("--stage: unknown stage '{}' (expected serial, mpi, cuda or mpi_cuda)", stage));
+bool program_is_multi_process(const std::string& program) {
+  if (program == "serial" || program == "cuda") return false;
+  if (program == "mpi" || program == "mpi_cuda") return true;
+  throw std::invalid_argument(
+      fmt::format("--stage: unknown stage '{}' (expected serial, mpi, cuda or mpi_cuda)", program));
 }
 
-void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_process) {
+void check_program_runs(const RunConfig& c, const std::string& program, bool multi_process) {
   if (!multi_process && c.parallel.tp > 1) {
     throw std::invalid_argument(fmt::format(
         "parallel.tp {}: the {} stage runs one process; tensor parallelism runs on the mpi and mpi_cuda stages "
-        "(mpiexec -n <dp x tp>)", c.parallel.tp, stage));
+        "(mpiexec -n <dp x tp>)",
+        c.parallel.tp, program));
   }
   if (!multi_process && c.parallel.pp > 1) {
     throw std::invalid_argument(fmt::format(
         "parallel.pp {}: the {} stage runs one process; pipeline stages run on the mpi stage (mpiexec -n <dp x tp x "
-        "pp>)", c.parallel.pp, stage));
+        "pp>)",
+        c.parallel.pp, program));
   }
-  if (c.parallel.pp > 1 && stage != "mpi") {
+  if (c.parallel.pp > 1 && program != "mpi") {
     throw std::invalid_argument(fmt::format(
         "parallel.pp {}: pipeline stages run on the mpi stage only for now (the {} stage's communicator has no "
-        "non-blocking send)", c.parallel.pp, stage));
+        "non-blocking send)",
+        c.parallel.pp, program));
   }
-  if (c.parallel.zero_stage() >= 2 && multi_process && stage != "mpi") {
+  if (c.parallel.zero_stage() >= 2 && multi_process && program != "mpi") {
     throw std::invalid_argument(fmt::format(
         "parallel.zero {}: ZeRO-2 and ZeRO-3 run on the mpi stage only for now (their working slots are host "
-        "memory); use parallel.zero 1 on {}", c.parallel.zero_stage(), stage));
+        "memory); use parallel.zero 1 on {}",
+        c.parallel.zero_stage(), program));
   }
 }
 
@@ -202,13 +211,14 @@ void check_sequence_parallel(const RunConfig& c, int arena_rows) {
   }
 }
 
-void check_context_parallel(const RunConfig& c, const std::string& stage) {
+void check_context_parallel(const RunConfig& c, const std::string& program) {
   const ParallelConfig& p = c.parallel;
   if (p.cp == 1) return;
   const auto refuse = [&](const std::string& why) {
     throw std::invalid_argument(fmt::format("parallel.cp {}: {} (docs/context_parallel.md)", p.cp, why));
   };
-  if (stage != "mpi") refuse(fmt::format("runs on the mpi stage (its ring attention is the CPU backends'), not {}", stage));
+  if (program != "mpi")
+    refuse(fmt::format("runs on the mpi stage (its ring attention is the CPU backends'), not {}", program));
   const std::vector<BlockType> blocks = p.blocks();
   if (std::any_of(blocks.begin(), blocks.end(), [](BlockType b) { return b != BlockType::kTp; })) {
     refuse("built for parallel.block_types tp (spd and parallel blocks keep private streams)");
@@ -244,9 +254,9 @@ int deterministic_pieces(const Gpt2Config& model, int tp, Backend& be) {
   return q % tp == 0 ? q : 0;
 }
 
-StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
-  StepLayout s;
-  s.zero = zero_layout(c, dp);
+StepSpec resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
+  StepSpec s;
+  s.zero = zero_sharding(c, dp);
   s.stored = stored;
   s.recompute_full = c.train.recompute_full();
   s.microbatches = c.parallel.microbatches;
@@ -256,14 +266,14 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
     s.chunks = canonical_chunks(c);
     s.over_replicas = c.parallel.cp > 1;
     s.step = c.parallel.pp > 1 ? StepKind::kChunkPipeline : StepKind::kChunks;
-    s.grad_sum = s.zero.contiguous ? GradSum::kContiguousShards
-                 : s.zero.stage == 3 && s.step == StepKind::kChunks ? GradSum::kUnitShards
-                                                                     : GradSum::kTree;
+    s.grad_sum = s.zero.contiguous                                       ? GradSum::kContiguousShards
+                 : s.zero.zero_stage == 3 && s.step == StepKind::kChunks ? GradSum::kUnitShards
+                                                                         : GradSum::kTree;
   } else {
     s.step = c.parallel.pipelined() ? StepKind::kPipeline : StepKind::kReplica;
-    s.grad_sum = s.zero.contiguous ? GradSum::kContiguousShards
-                 : s.zero.stage >= 2 ? GradSum::kUnitShards
-                                     : GradSum::kBuckets;
+    s.grad_sum = s.zero.contiguous        ? GradSum::kContiguousShards
+                 : s.zero.zero_stage >= 2 ? GradSum::kUnitShards
+                                          : GradSum::kBuckets;
   }
   s.split_backward = s.pipelined() && splits_backward(s.schedule);
   s.sequence_parallel = c.parallel.sequence_parallel && c.parallel.tp > 1;
@@ -277,16 +287,20 @@ StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored) {
   const bool stop_points = (s.step == StepKind::kChunks && s.chunks / dp > 1) || s.pipelined() ||
                            (s.grad_sum == GradSum::kUnitShards && c.parallel.pp == 1);
   switch (stop_points ? c.train.stop_within_step : StopWithin::kNever) {
-    case StopWithin::kNever: s.stop_in_step = StepLayout::StopInStep::kNever; break;
-    case StopWithin::kAlways: s.stop_in_step = StepLayout::StopInStep::kAlways; break;
+    case StopWithin::kNever:
+      s.stop_in_step = StepSpec::StopInStep::kNever;
+      break;
+    case StopWithin::kAlways:
+      s.stop_in_step = StepSpec::StopInStep::kAlways;
+      break;
     case StopWithin::kAuto:  // pipeline stages would wait for each other at every stop point
-      s.stop_in_step = c.parallel.pp > 1 ? StepLayout::StopInStep::kNever : StepLayout::StopInStep::kLongSteps;
+      s.stop_in_step = c.parallel.pp > 1 ? StepSpec::StopInStep::kNever : StepSpec::StopInStep::kLongSteps;
       break;
   }
   return s;
 }
 
-std::string StepLayout::describe() const {
+std::string StepSpec::describe() const {
   std::string out = fmt::format("step: {} (", to_string(step));
   if (step == StepKind::kChunks) out += fmt::format("{} of {} rows", chunks, arena_rows);
   if (pipelined()) {
@@ -294,7 +308,7 @@ std::string StepLayout::describe() const {
                        arena_rows);
   }
   if (step == StepKind::kReplica) out += fmt::format("{} rows", arena_rows);
-  out += fmt::format("), gradient by {}, ZeRO {}", to_string(grad_sum), zero.stage);
+  out += fmt::format("), gradient by {}, ZeRO {}", to_string(grad_sum), zero.zero_stage);
   if (recompute_full) out += ", recompute full";
   if (stored == Dtype::bf16) out += ", stored activations bf16";
   if (stop_in_step == StopInStep::kAlways) out += ", a stop signal taken between micro-steps";
@@ -310,7 +324,7 @@ StateSource resolve_source(const RunConfig& c, const std::string& resume) {
 
 std::vector<int> checked_stage_counts(const RunConfig& c) {
   std::vector<int> counts = stage_layer_counts(c);  // parallel.stage_layers (no more stages than layers)
-  const TpLayout tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
+  const TpPlace tp{c.parallel.tp, 0, c.parallel.blocks(), nullptr};
   for (int s = 0; s + 1 < static_cast<int>(counts.size()); ++s) {  // a private run may not cross a stage boundary
     const int last = StageLayers::at(counts, s).last - 1;
     if (tp.is_private(last) && !tp.ends_run(last)) {
@@ -328,18 +342,18 @@ void validate_with_split(const RunConfig& c) {
   (void)checked_stage_counts(c);
 }
 
-RunLayout resolve_validated(const RunConfig& c, std::vector<int> counts, int ranks, const std::string& stage) {
+RunLayout resolve_validated(const RunConfig& c, std::vector<int> counts, int ranks, const std::string& program) {
   RunLayout r;
   r.config = c;
-  const bool multi = stage_is_multi_process(stage);
+  const bool multi = program_is_multi_process(program);
   if (!multi && ranks > 1) {
-    throw std::invalid_argument(
-        fmt::format("{} ranks: the {} stage runs one process (the mpi and mpi_cuda stages run several)", ranks, stage));
+    throw std::invalid_argument(fmt::format(
+        "{} ranks: the {} stage runs one process (the mpi and mpi_cuda stages run several)", ranks, program));
   }
-  check_stage_runs(c, stage, multi);
-  check_context_parallel(c, stage);
-  check_deterministic(c, ranks, stage);
-  r.stage = stage;
+  check_program_runs(c, program, multi);
+  check_context_parallel(c, program);
+  check_deterministic(c, ranks, program);
+  r.program = program;
   r.ranks = ranks;
   r.tp = c.parallel.tp;
   r.pp = c.parallel.pp;
@@ -351,7 +365,7 @@ RunLayout resolve_validated(const RunConfig& c, std::vector<int> counts, int ran
   r.stage_split = stage_split(c, std::move(counts));  // the counts checked once; their placement and pass times
   r.checkpoints = {c.train.save_checkpoint, c.train.checkpoint_format, c.train.async_checkpoint,
                    c.train.checkpoint_every, c.train.keep_checkpoints};
-  r.step = resolve_step(steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, stage));
+  r.step = resolve_step(steps, r.dp * r.cp, r.step_rows(), stored_dtype_on(c, program));
   r.backend = backend_options(c, c.model, 1, 0);  // the column tile reads no vocabulary size
   if (r.step.step == StepKind::kChunks && r.cp > 1) {
     // The batch's canonical chunks, not the cut rows': a chunk of batch_size / K rows is 2 arena rows each
@@ -363,12 +377,11 @@ RunLayout resolve_validated(const RunConfig& c, std::vector<int> counts, int ran
   return r;
 }
 
-
-RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stage) {
+RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& program) {
   if (ranks < 1) throw std::invalid_argument(fmt::format("--ranks: must be >= 1, got {}", ranks));
   validate(given);
   std::vector<int> counts = checked_stage_counts(given);  // with auto, the split's cost model runs here alone
-  return resolve_validated(given, std::move(counts), ranks, stage);
+  return resolve_validated(given, std::move(counts), ranks, program);
 }
 
 std::string RunLayout::describe() const {
@@ -411,7 +424,7 @@ std::string cp_note(const RunLayout& l) {
 // train.deterministic's order: the canonical chunks, and the sequence pieces where there are any.
 void add_deterministic_notes(const RunLayout& l, const LayoutFacts& f, std::vector<std::string>& out) {
   const RunConfig& c = l.config;
-  const StepLayout& sl = l.step;
+  const StepSpec& sl = l.step;
   out.push_back(fmt::format("deterministic: {} canonical chunks of {} rows, each run alone and added in one tree{} "
                             "(docs/determinism.md)", sl.chunks, c.train.batch_size / sl.chunks,
                             l.tp > 1 ? fmt::format("; {} canonical pieces of the dimensions tensor parallelism cuts",
@@ -443,7 +456,7 @@ std::string stage_layers_text(const StageSplit& split, int pp) {
 // zb-v the pass times the lists were built for.
 void add_pipeline_notes(const RunLayout& l, const LayoutFacts& f, std::vector<std::string>& out) {
   const RunConfig& c = l.config;
-  const StepLayout& sl = l.step;
+  const StepSpec& sl = l.step;
   const StageSplit& stage_split = l.stage_split;
   const std::string stages = stage_layers_text(stage_split, l.pp);
   // Each stage's counted cost (train/schedule/stage_split.h), relative to the costliest: how balanced the split is.
@@ -471,8 +484,8 @@ void add_pipeline_notes(const RunLayout& l, const LayoutFacts& f, std::vector<st
 // ZeRO: what is sharded over how many ranks, or that parallel.zero has nothing to shard over.
 void add_zero_note(const RunLayout& l, const LayoutFacts& f, std::vector<std::string>& out) {
   const RunConfig& c = l.config;
-  const StepLayout& sl = l.step;
-  const int zero = sl.zero.stage;
+  const StepSpec& sl = l.step;
+  const int zero = sl.zero.zero_stage;
   if (sl.grad_sum == GradSum::kContiguousShards) {
     out.push_back(fmt::format("ZeRO-{}: Adam moments sharded over {} data-parallel ranks ({} of {} parameters here){}",
                               zero, l.dp, f.shard_params, f.params,

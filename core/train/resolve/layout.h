@@ -35,14 +35,14 @@ int replica_rows(const RunConfig& c, int ranks, int tp, int pp);
 // (0 with one rank); contiguous shards of a padded buffer (stage 1, or 2
 // under a pipeline schedule) or unit-aligned ones (parallel/zero.h); what the
 // model's buffers hold.
-struct ZeroLayout {
-  int stage = 0;
+struct ZeroSharding {
+  int zero_stage = 0;
   bool contiguous = false;
   Residency residency = Residency::kWhole;
   // Stage 2 or 3 over unit-aligned shards (ZeroShards).
-  bool unit_shards() const { return stage >= 2 && !contiguous; }
+  bool unit_shards() const { return zero_stage >= 2 && !contiguous; }
 };
-ZeroLayout zero_layout(const RunConfig& c, int dp);
+ZeroSharding zero_sharding(const RunConfig& c, int dp);
 
 // Which step function (train_step.h) a layout runs.
 enum class StepKind {
@@ -63,10 +63,10 @@ enum class GradSum {
 std::string to_string(StepKind k);
 std::string to_string(GradSum g);
 
-struct StepLayout {
+struct StepSpec {
   StepKind step = StepKind::kReplica;
   GradSum grad_sum = GradSum::kBuckets;
-  ZeroLayout zero;              // the ZeRO stage in force and its shards (run_state.h)
+  ZeroSharding zero;            // the ZeRO stage in force and its shards (run_state.h)
   int chunks = 0;               // canonical chunks of the global batch (train.deterministic); 0 otherwise
   int arena_rows = 0;           // rows of one activation arena
   int microbatches = 1;         // per replica, under a schedule
@@ -108,13 +108,13 @@ struct StepLayout {
   std::string describe() const;
 };
 
-// The layouts a stage cannot run, refused before anything is written.
-// `multi_process`: the stage runs under mpiexec (mpi, mpi_cuda).
-void check_stage_runs(const RunConfig& c, const std::string& stage, bool multi_process);
-// Whether the stage program `stage` runs several processes ("mpi",
+// The layouts a stage program cannot run, refused before anything is written.
+// `multi_process`: the program runs under mpiexec (mpi, mpi_cuda).
+void check_program_runs(const RunConfig& c, const std::string& program, bool multi_process);
+// Whether the stage program `program` runs several processes ("mpi",
 // "mpi_cuda") or one ("serial", "cuda"); throws std::invalid_argument for
 // another name.
-bool stage_is_multi_process(const std::string& stage);
+bool program_is_multi_process(const std::string& program);
 
 // parallel.sequence_parallel's reach so far: tp > 1, pre-norm tp blocks
 // (under train.deterministic the MLP's width over tp at least the model's
@@ -127,7 +127,7 @@ void check_sequence_parallel(const RunConfig& c, int arena_rows);
 // parallel.cp's reach so far: the mpi stage, fp32, tp blocks, without
 // train.deterministic. Throws std::invalid_argument
 // naming the constraint; nothing with cp 1.
-void check_context_parallel(const RunConfig& c, const std::string& stage);
+void check_context_parallel(const RunConfig& c, const std::string& program);
 
 // `c` as a run's steps and arenas see it: with parallel.cp > 1 each row of
 // the batch is 2 cp chunks of train.seq_len / (2 cp) tokens, and a step's
@@ -147,12 +147,12 @@ int canonical_chunks(const RunConfig& c);
 // microbatches are the replica's chunks; ZeRO at any stage. Throws
 // std::invalid_argument naming the constraint and what is allowed for
 // anything else; nothing without it.
-void check_deterministic(const RunConfig& c, int ranks, const std::string& stage);
+void check_deterministic(const RunConfig& c, int ranks, const std::string& program);
 
-// The type `stage` stores the activations only a product reads in: bf16 with
+// The type `program` stores the activations only a product reads in: bf16 with
 // train.precision bf16 on the CPU stages; f32 on the CUDA stages, whose bf16
 // is the products' alone (their arena is device memory).
-Dtype stored_dtype_on(const RunConfig& c, const std::string& stage);
+Dtype stored_dtype_on(const RunConfig& c, const std::string& program);
 
 // What a run asks of its backend, assembled once from the configuration (the
 // run and generation make their backends from it): `threads` CPU threads,
@@ -199,11 +199,11 @@ struct StepShape {
 // log prints describe().
 struct RunLayout {
   RunConfig config;  // as given, checked
-  std::string stage;
+  std::string program;  // the stage program: "serial", "mpi", "cuda" or "mpi_cuda"
   int ranks = 1, dp = 1, tp = 1, pp = 1, cp = 1;
   int rows = 0;  // of the global batch, per data-parallel replica (what its loader reads)
   StepShape shape;  // a step's rows and their length as the step, its arenas and the plan's counts see them
-  StepLayout step;
+  StepSpec step;
   CheckpointSink checkpoints;  // how the run saves
   // What the run asks of its backend (backend_options: its train.gemm_choices
   // file read here, once), less what each process sets (backend_for).
@@ -236,11 +236,11 @@ struct LayoutFacts {
   size_t params = 0;          // the rank's model's parameters (its tp shard of its stage)
   size_t shard_params = 0;    // ZeRO: the parameters this rank updates
   size_t shard_units = 0;     // ZeRO-2/3: the units its shards are cut by
-  std::string tp_blocks;      // TpLayout::describe()
+  std::string tp_blocks;      // TpPlace::describe()
   bool tp_private = false;    // spd or parallel blocks
-  int tp_pieces = 0;          // train.deterministic's canonical pieces (TpLayout::pieces)
+  int tp_pieces = 0;          // train.deterministic's canonical pieces (TpPlace::pieces)
 };
-RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& stage);
+RunLayout resolve_run(const RunConfig& given, int ranks, const std::string& program);
 
 // Where a run's state comes from, decided once (issue 69): from train.seed;
 // from a model file whose weights only are taken (train.init_from, or
@@ -268,11 +268,11 @@ std::vector<int> checked_stage_counts(const RunConfig& c);
 void validate_with_split(const RunConfig& c);
 // resolve_run after its first checks: `c` validated and `counts` its checked
 // stage counts (run_train checks its request's hostfile and flags between).
-RunLayout resolve_validated(const RunConfig& c, std::vector<int> counts, int ranks, const std::string& stage);
+RunLayout resolve_validated(const RunConfig& c, std::vector<int> counts, int ranks, const std::string& program);
 
 // `c` valid for `dp` replicas of `rows`
 // rows each; `stored`: the stored activations' type on this stage
 // (stored_dtype_on, or what the backend accepts).
-StepLayout resolve_step(const RunConfig& c, int dp, int rows, Dtype stored);
+StepSpec resolve_step(const RunConfig& c, int dp, int rows, Dtype stored);
 
 }  // namespace gpt2

@@ -25,9 +25,9 @@
 
 namespace gpt2 {
 
-uint64_t zero_formula_bytes(size_t params, int N, int stage, bool contiguous) {
+uint64_t zero_formula_bytes(size_t params, int N, int zero_stage, bool contiguous) {
   const double psi = static_cast<double>(params), n = static_cast<double>(N);
-  const int s = contiguous ? 1 : stage;
+  const int s = contiguous ? 1 : zero_stage;
   const double per = s == 0 ? 16.0 : s == 1 ? 8.0 + 8.0 / n : s == 2 ? 4.0 + 12.0 / n : 16.0 / n;
   return static_cast<uint64_t>(std::llround(per * psi));
 }
@@ -47,16 +47,16 @@ struct RankShape {
   const RunConfig& c;
   int seq_len = 0;  // a row's tokens as the step sees them (RunLayout::shape: context parallelism's chunk)
   const Gpt2Config& cfg;
-  TpLayout tp;
+  TpPlace tp;
   StageLayers layers;
   int dp = 1, dp_rank = 0, stage = 0, rows = 0;
   std::vector<ParamUnit> units;  // the rank's (its tp shard of its stage)
   UnitShards shards;             // its unit-aligned ZeRO shards (stages 2 and 3 without a schedule), else empty
-  StepLayout step;               // the step it runs and what it keeps (train/resolve/layout.h)
+  StepSpec step;                 // the step it runs and what it keeps (train/resolve/layout.h)
   const StageSplit* split = nullptr;  // the (virtual) stages' ranks (train/schedule/stage_split.h)
   // Under a schedule, every pipeline rank's action list (schedule_lists), made once for the plan.
   const std::vector<std::vector<ChunkAction>>* lists = nullptr;
-  const ZeroLayout& zero() const { return step.zero; }
+  const ZeroSharding& zero() const { return step.zero; }
   bool sharded() const { return step.grad_sum == GradSum::kUnitShards; }
 };
 
@@ -86,8 +86,8 @@ RankMemory plan_memory(const RankShape& r) {
   m.grads = (r.zero().residency == Residency::kWhole ? padded : shards.shard_floats) * sizeof(float);
   m.moments = 2 * scope_floats(scope, n) * sizeof(float);
   if (sharded) m.comm_buffers = 2 * shards.max_padded * sizeof(float);
-  if (r.zero().stage == 3) m.gathered = 2 * shards.max_padded * sizeof(float);
-  const StepLayout& sl = r.step;
+  if (r.zero().zero_stage == 3) m.gathered = 2 * shards.max_padded * sizeof(float);
+  const StepSpec& sl = r.step;
   // One arena of a canonical chunk, of a microbatch, or of the replica's rows.
   TpShape shape = r.tp.shape();
   shape.sequence = sl.sequence_parallel;
@@ -121,7 +121,7 @@ RankMemory plan_memory(const RankShape& r) {
     m.comm_buffers += (buffers + (r.dp > 1 ? 1 : 0)) * n * sizeof(float);
   }
   m.count = n;
-  m.formula = zero_formula_bytes(n, r.dp, r.zero().stage, r.zero().contiguous);
+  m.formula = zero_formula_bytes(n, r.dp, r.zero().zero_stage, r.zero().contiguous);
   return m;
 }
 
@@ -300,13 +300,13 @@ GroupTraffic deterministic_dp_traffic(const RankShape& r, const RankMemory& mem)
   for (int bit = 1; bit < N; bit <<= 1) {
     ++calls;
     t.bytes += 2 * sizeof(double);
-    if (r.zero().stage == 0) {
+    if (r.zero().zero_stage == 0) {
       ++calls;
       t.bytes += 2 * mem.count * sizeof(float);
     }
   }
   t.calls = calls;
-  if (r.zero().stage == 0) return t;
+  if (r.zero().zero_stage == 0) return t;
   // A buffer of `count` floats in blocks of `chunk` (the last cut short).
   auto halving = [&](size_t count, size_t chunk) {
     auto len = [&](int p) {
@@ -351,7 +351,7 @@ GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem) {
   if (r.step.deterministic()) return deterministic_dp_traffic(r, mem);
   uint64_t calls = 1;
   t.bytes = sizeof(double);
-  if (r.zero().stage == 0) {
+  if (r.zero().zero_stage == 0) {
     const size_t bucket = static_cast<size_t>(r.c.train.grad_bucket_mb * (1 << 20) / sizeof(float));
     // Under a schedule the buckets go during the stage's last whole backward (none with zb-h1's split one, nor
     // with several chunks a rank: all at the end).
@@ -363,7 +363,7 @@ GroupTraffic dp_traffic(const RankShape& r, const RankMemory& mem) {
   } else {
     uint64_t floats = 0;
     for (const UnitShards::Piece& p : r.shards.pieces) floats += p.chunk * static_cast<uint64_t>(r.dp);
-    const uint64_t passes = r.zero().stage == 3 ? 3 : 2;
+    const uint64_t passes = r.zero().zero_stage == 3 ? 3 : 2;
     calls += passes * r.shards.pieces.size() + 1;
     t.bytes += passes * floats * sizeof(float) + sizeof(double);
   }
@@ -464,7 +464,7 @@ GroupTraffic cp_traffic(const RankShape& r) {
 // (checkpoint_bytes, train/formats/model_source.h).
 RankHolding rank_holding(const RankShape& r, int world_rank) {
   const size_t n = param_count(r.cfg, r.tp.shape(), r.layers);
-  const bool replicated = r.zero().stage == 0;  // ZeRO 0: the moments are the whole part (as MomentShard::held)
+  const bool replicated = r.zero().zero_stage == 0;  // ZeRO 0: the moments are the whole part (as MomentShard::held)
   const std::vector<ShardRange> moments =
       replicated ? std::vector<ShardRange>{{0, n, 0}} : nonempty(moment_ranges(r, n));
   RankHolding h;
@@ -491,14 +491,14 @@ std::vector<int> planned_ranks(int ranks, int replica) {
   return shown;
 }
 
-Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
+Plan make_plan(const RunConfig& given, int ranks, const std::string& program) {
   if (ranks > kMaxRanks) throw std::invalid_argument(fmt::format("--ranks: at most {}, got {}", kMaxRanks, ranks));
-  const RunLayout run = resolve_run(given, ranks, stage);
+  const RunLayout run = resolve_run(given, ranks, program);
   const RunConfig& c = run.config;
   const Gpt2Config& cfg = c.model;
   cfg.validate();
   Plan p;
-  p.stage = stage;
+  p.program = program;
   p.ranks = ranks;
   p.tp = run.tp;
   p.pp = run.pp;
@@ -510,7 +510,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   p.virtual_stages = c.parallel.virtual_stages;
   for (const std::string& t : c.parallel.pass_times) p.pass_times += (p.pass_times.empty() ? "" : ",") + t;
   p.checkpoint_format = to_string(c.train.checkpoint_format);
-  p.zero = run.step.zero.stage;
+  p.zero = run.step.zero.zero_stage;
   p.zero_contiguous = run.step.zero.contiguous;
   p.vocab = cfg.V;
   p.params_total = static_cast<int64_t>(param_count(cfg));
@@ -524,18 +524,28 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& stage) {
   }
   // A rank's parameter units depend on its place in a replica only: worked out once per (tp rank, stage).
   std::map<int, std::vector<ParamUnit>> units_of;
-  const StepLayout& step = run.step;
+  const StepSpec& step = run.step;
   std::vector<std::vector<ChunkAction>> lists;  // every pipeline rank's actions, made once
   if (step.pipelined()) lists = schedule_lists(step.schedule, p.pp, v, step.microbatches, passes);
   for (const int k : planned_ranks(ranks, p.tp * p.cp * p.pp)) {
     const GridCoords at = run.at(k);
     // The gradient group: dp x cp ranks, this one's place in it (parallel/process_grid.h).
-    // Under train.deterministic the step's tree runs over the replicas alone (StepLayout::over_replicas).
+    // Under train.deterministic the step's tree runs over the replicas alone (StepSpec::over_replicas).
     const bool replicas = step.over_replicas;
-    RankShape r{c, run.shape.seq_len, cfg, TpLayout{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
-                run.stage_split.held(at.stage), replicas ? p.dp : p.dp * run.cp,
-                replicas ? at.dp_rank : at.dp_rank * run.cp + at.cp_rank, at.stage, run.step_rows(), {}, {}, step,
-                &run.stage_split, &lists};
+    RankShape r{c,
+                run.shape.seq_len,
+                cfg,
+                TpPlace{p.tp, at.tp_rank, c.parallel.blocks(), nullptr, c.parallel.vocab_parallel},
+                run.stage_split.held(at.stage),
+                replicas ? p.dp : p.dp * run.cp,
+                replicas ? at.dp_rank : at.dp_rank * run.cp + at.cp_rank,
+                at.stage,
+                run.step_rows(),
+                {},
+                {},
+                step,
+                &run.stage_split,
+                &lists};
     r.tp.validate(cfg);
     r.layers.last = r.layers.end(cfg.L);
     std::vector<ParamUnit>& units = units_of[at.tp_rank * p.pp + at.stage];
@@ -576,13 +586,13 @@ std::string variant_label(const RunConfig& c) {
   return label;
 }
 
-Plan plan_run(const RunConfig& c, int ranks, const std::string& stage) {
+Plan plan_run(const RunConfig& c, int ranks, const std::string& program) {
   validate_with_split(c);
   const std::unique_ptr<Communicator> local = make_local_communicator();
   const Corpus corpus = load_corpus(c.data, nullptr, *local);
   RunConfig resolved = c;
   resolved.model = resolve_vocab(c.model, corpus.tok.size());
-  Plan p = make_plan(resolved, ranks, stage);
+  Plan p = make_plan(resolved, ranks, program);
   p.variant = variant_label(c);
   p.corpus = c.data.corpus;
   p.tokenizer = to_string(c.data.tokenizer);
@@ -615,14 +625,28 @@ Json plan_json(const Plan& p) {
         {"checkpoint", Json{{"format", p.checkpoint_format}, {"write_bytes", r.checkpoint.write},
                             {"read_bytes", r.checkpoint.read}}}});
   }
-  Json out{{"schema", "gpt2-plan/1"}, {"stage", p.stage}, {"ranks", p.ranks}, {"ok", true},
-              {"layout", Json{{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}, {"microbatches", p.microbatches},
-                              {"schedule", p.schedule}, {"virtual_stages", p.virtual_stages},
-                              {"pass_times", p.pass_times}, {"zero", p.zero}, {"zero_contiguous", p.zero_contiguous}}},
-              {"variant", p.variant},
-              {"data", Json{{"corpus", p.corpus}, {"tokenizer", p.tokenizer}, {"tokens", p.corpus_tokens}}},
-              {"rows_per_replica", p.rows}, {"vocab", p.vocab}, {"params_total", p.params_total},
-              {"flops_per_step", p.flops_per_step}, {"bubble", p.bubble}, {"per_rank", ranks}};
+  Json out{{"schema", "gpt2-plan/1"},
+           {"stage", p.program},
+           {"ranks", p.ranks},
+           {"ok", true},
+           {"layout", Json{{"dp", p.dp},
+                           {"tp", p.tp},
+                           {"pp", p.pp},
+                           {"cp", p.cp},
+                           {"microbatches", p.microbatches},
+                           {"schedule", p.schedule},
+                           {"virtual_stages", p.virtual_stages},
+                           {"pass_times", p.pass_times},
+                           {"zero", p.zero},
+                           {"zero_contiguous", p.zero_contiguous}}},
+           {"variant", p.variant},
+           {"data", Json{{"corpus", p.corpus}, {"tokenizer", p.tokenizer}, {"tokens", p.corpus_tokens}}},
+           {"rows_per_replica", p.rows},
+           {"vocab", p.vocab},
+           {"params_total", p.params_total},
+           {"flops_per_step", p.flops_per_step},
+           {"bubble", p.bubble},
+           {"per_rank", ranks}};
   if (p.pp > 1) {
     out["bubble_formula"] = p.bubble_formula;
     out["peak_in_flight"] = p.peak_in_flight;
@@ -631,8 +655,8 @@ Json plan_json(const Plan& p) {
   return out;
 }
 
-Json refusal_json(const std::string& stage, int ranks, const std::string& error) {
-  return Json{{"schema", "gpt2-plan/1"}, {"stage", stage}, {"ranks", ranks}, {"ok", false}, {"error", error}};
+Json refusal_json(const std::string& program, int ranks, const std::string& error) {
+  return Json{{"schema", "gpt2-plan/1"}, {"stage", program}, {"ranks", ranks}, {"ok", false}, {"error", error}};
 }
 
 }  // namespace gpt2

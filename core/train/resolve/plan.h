@@ -47,7 +47,7 @@ struct RankMemory {
 // Rajbhandari et al. (2020), fp32 Adam over N data-parallel ranks, per
 // parameter: stage 0 16 bytes, 1 8 + 8/N, 2 4 + 12/N, 3 16/N. ZeRO-2 under a
 // pipeline schedule keeps the stage's gradient: stage 1's.
-uint64_t zero_formula_bytes(size_t params, int N, int stage, bool contiguous);
+uint64_t zero_formula_bytes(size_t params, int N, int zero_stage, bool contiguous);
 
 // The arena's kinds into `m` (bytes), and its total as m.arena.
 void set_arena(RankMemory& m, const ArenaKinds& k);
@@ -68,7 +68,7 @@ struct RankPlan {
 };
 
 struct Plan {
-  std::string stage;  // the stage program the plan is for
+  std::string program;  // the stage program the plan is for
   int ranks = 1, dp = 1, tp = 1, pp = 1, cp = 1, microbatches = 1;
   std::string schedule;
   int virtual_stages = 1;  // chunks of layers a pipeline rank holds
@@ -104,18 +104,18 @@ std::vector<int> planned_ranks(int ranks, int replica);
 // The plan of `c` (its model's vocabulary resolved: resolve_vocab) on
 // `ranks` ranks of `stage`, or the refusal a run would give (the same
 // std::invalid_argument).
-Plan make_plan(const RunConfig& c, int ranks, const std::string& stage);
+Plan make_plan(const RunConfig& c, int ranks, const std::string& program);
 
 // The same for a configuration as given: its vocabulary resolved first from
 // data.corpus as a run resolves it (read and tokenized; model.vocab_size 0
 // takes the tokenizer's).
-Plan plan_run(const RunConfig& c, int ranks, const std::string& stage);
+Plan plan_run(const RunConfig& c, int ranks, const std::string& program);
 
 // `c`'s architecture keys that differ from the default GPT-2 (Plan::variant).
 std::string variant_label(const RunConfig& c);
 
 // The plan as JSON (docs/plan.md: schema "gpt2-plan/1"), and a refusal's.
 Json plan_json(const Plan& p);
-Json refusal_json(const std::string& stage, int ranks, const std::string& error);
+Json refusal_json(const std::string& program, int ranks, const std::string& error);
 
 }  // namespace gpt2

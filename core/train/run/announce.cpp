@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 // one machine; give train.peak_gflops for several) and raised to the best
 // ever measured here for this layout (train/run/mfu_peak.h), so that a busy
 // start-up does not lower it.
-MfuPeak mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Communicator& comm, int threads) {
+MfuPeak mfu_peak(const RunConfig& c, const ProgramContext& ctx, RunState& st, Communicator& comm, int threads) {
   MfuPeak peak{c.train.peak_gflops, "train.peak_gflops"};
   if (peak.gflops <= 0) {
     if (comm.rank() == 0) {
@@ -48,12 +48,12 @@ MfuPeak mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Comm
 }
 
 // The summary's provenance: build and machine, the kernel libraries, and how this run was laid out.
-Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunState& st, Communicator& comm,
+Json run_provenance(const TrainRequest& req, const ProgramContext& ctx, const RunState& st, Communicator& comm,
                     int threads, const MfuPeak& peak, const std::string& run_id) {
   const RunConfig& c = req.config;
   Json p = provenance_json(machine_info(), build_info());
   for (const auto& [k, v] : kernel_library_info()) p[k] = v;
-  p["stage"] = ctx.stage;
+  p["stage"] = ctx.program;
   p["backend"] = st.backend->name();
   p["communicator"] = comm.name();
   for (const auto& [k, v] : st.backend->library_versions()) p[k] = v;
@@ -72,11 +72,11 @@ Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunS
   p["dp"] = comm.size() / (c.parallel.tp * c.parallel.pp * c.parallel.cp);
   p["microbatches"] = c.parallel.microbatches;
   p["schedule"] = to_string(c.parallel.schedule);
-  p["zero"] = st.zero_stage;
+  p["zero"] = st.homes.zero.zero_stage;
   p["vocab_parallel"] = st.model->tp().shape().vocab;
   p["precision"] = to_string(c.train.precision);
   p["deterministic"] = c.train.deterministic;
-  p["block_types"] = TpLayout{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.describe();
+  p["block_types"] = TpPlace{c.parallel.tp, 0, c.parallel.blocks(), nullptr}.describe();
   p["hostfile"] = req.hostfile;
   p["seed"] = c.train.seed;
   p["init"] = to_string(st.model_config.init);
@@ -99,9 +99,14 @@ void announce(const RunLogger& log, const RunLayout& run, const RunState& st, Co
                        "MFU peak {:.1f} GFLOP/s ({}), divergence bound: loss {:.4g}", st.backend->name(), comm.size(),
                        threads, c.train.batch_size, c.train.seq_len, st.rows, c.train.steps, st.first_step,
                        peak.gflops, peak.source, max_loss));
-  const TpLayout& tp = st.model->tp();
-  const LayoutFacts facts{st.model_config, st.model->num_params(), st.moments->updated(), st.moments->units(),
-                          tp.describe(), tp.has_private(), tp.pieces};
+  const TpPlace& tp = st.model->tp();
+  const LayoutFacts facts{st.model_config,
+                          st.model->num_params(),
+                          st.homes.moments->updated(),
+                          st.homes.moments->units(),
+                          tp.describe(),
+                          tp.has_private(),
+                          tp.pieces};
   for (const std::string& line : run.notes(facts)) log.note(line);
   if (!st.unchecked.empty()) {
     std::string keys;

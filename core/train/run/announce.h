@@ -19,10 +19,10 @@ namespace gpt2 {
 // one machine; give train.peak_gflops for several) and raised to the best
 // ever measured here for this layout (train/run/mfu_peak.h), so that a busy
 // start-up does not lower it.
-MfuPeak mfu_peak(const RunConfig& c, const StageContext& ctx, RunState& st, Communicator& comm, int threads);
+MfuPeak mfu_peak(const RunConfig& c, const ProgramContext& ctx, RunState& st, Communicator& comm, int threads);
 
 // The summary's provenance: build and machine, the kernel libraries, and how this run was laid out.
-Json run_provenance(const TrainRequest& req, const StageContext& ctx, const RunState& st, Communicator& comm,
+Json run_provenance(const TrainRequest& req, const ProgramContext& ctx, const RunState& st, Communicator& comm,
                     int threads, const MfuPeak& peak, const std::string& run_id);
 
 // The two lines that open a run's log: the model and data, the layout and the MFU peak.

@@ -24,7 +24,7 @@ namespace gpt2 {
 
 std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, ProcessGrid& grid, double max_loss,
                                         double long_step_s) {
-  const StepLayout& sl = run.step;
+  const StepSpec& sl = run.step;
   const TrainConfig& train = run.config.train;
   if (sl.stored == Dtype::bf16 && !st.backend->accepts_bf16()) {  // the layout's stage rule and the backend disagree
     throw std::logic_error(fmt::format("the {} backend does not take the bf16 activations the layout stores",
@@ -36,10 +36,10 @@ std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, Proc
   // The gradient sum and the loss over the data-parallel group; the
   // tensor-parallel sums happen inside the model (model.tp()).
   Communicator& dp = sl.over_replicas ? grid.replica_comm() : grid.dp_comm();
-  if (sl.stop_in_step != StepLayout::StopInStep::kNever) {
+  if (sl.stop_in_step != StepSpec::StopInStep::kNever) {
     lay->interrupt = std::make_unique<AgreedInterrupt>(grid.aux_comm(), sl.stop_in_step, long_step_s);
     if (sl.grad_sum == GradSum::kUnitShards) {  // ZeRO-2/3: also before each unit
-      st.sharded->before_unit([i = lay->interrupt.get()] {
+      st.homes.units->before_unit([i = lay->interrupt.get()] {
         if (i->stop_now()) throw StepAbandoned();
       });
     }
@@ -53,7 +53,8 @@ std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, Proc
                                                     static_cast<size_t>(train.grad_bucket_mb * (1 << 20) / sizeof(float)));
       break;
     case GradSum::kContiguousShards:
-      lay->reducer = std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.zero->chunk);
+      lay->reducer =
+          std::make_unique<ContiguousShardSync>(dp, model.param_data(), model.grad_data(), st.homes.contiguous->chunk);
       break;
     case GradSum::kUnitShards:
     case GradSum::kTree:
@@ -62,8 +63,8 @@ std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, Proc
   // Under train.deterministic: the tree's gradient scattered into the contiguous shards
   // (canonical_reduce_scatter) or ZeRO-3's unit pieces, else whole.
   TreeShards shards;
-  if (sl.grad_sum == GradSum::kContiguousShards) shards = {st.zero->chunk, lay->reducer.get(), nullptr};
-  if (sl.grad_sum == GradSum::kUnitShards) shards.zero3 = st.sharded.get();
+  if (sl.grad_sum == GradSum::kContiguousShards) shards = {st.homes.contiguous->chunk, lay->reducer.get(), nullptr};
+  if (sl.grad_sum == GradSum::kUnitShards) shards.zero3 = st.homes.units.get();
   const ArenaSpec arena = sl.arena(run.shape.seq_len, grid.context());  // one arena's (a microbatch's) rows
   if (sl.pipelined()) {  // the schedule's arenas, one per microbatch in flight
     lay->pipe = std::make_unique<PipelineEngine>(be, model, grid.pp_comm(), st.stage_split, sl.schedule,
@@ -74,7 +75,7 @@ std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, Proc
   }
   switch (sl.step) {
     case StepKind::kReplica:
-      lay->step = sl.grad_sum == GradSum::kUnitShards ? sharded_step(parts, lay->arena->acts(), *st.sharded)
+      lay->step = sl.grad_sum == GradSum::kUnitShards ? sharded_step(parts, lay->arena->acts(), *st.homes.units)
                                                       : data_parallel_step(parts, lay->arena->acts(), *lay->reducer);
       break;
     case StepKind::kPipeline:
@@ -107,7 +108,8 @@ Run build_run(const RunLayout& run, const StateSource& source, const BackendKind
   r.max_loss = max_loss > 0 ? max_loss : 3.0 * std::log(r.state->model_config.V);
   // The step and its arenas see the rows as run.shape says (context parallelism's chunks).
   r.step = build_step(run, *r.state, grid, r.max_loss, hooks.long_step_s);
-  r.writer = make_checkpoint_writer(run.checkpoints, std::move(note), hooks.checkpoint_delay_s);
+  r.writer = make_checkpoint_writer(run.checkpoints, checkpoint_record(run.config, *r.state), std::move(note),
+                                    hooks.checkpoint_delay_s);
   return r;
 }
 

@@ -1,4 +1,4 @@
-// A run's step built from its layout (StepLayout, train/resolve/layout.h):
+// A run's step built from its layout (StepSpec, train/resolve/layout.h):
 // the arenas, the gradient reducer, the step function, the pipeline's
 // recorder, this rank's memory and the stop between micro-steps; and the
 // loader's rows as the step takes them (StepFeed).
@@ -61,13 +61,13 @@ class StepFeed {
   std::vector<int32_t> x_, y_, cx_, cy_;
 };
 
-// The stop signal agreed inside a step (StepLayout::stop_in_step), kept for
+// The stop signal agreed inside a step (StepSpec::stop_in_step), kept for
 // the stop that follows. Asks only while armed, which every rank sets alike
 // at each step's end (arm: from what the ranks agreed there).
 class AgreedInterrupt final : public StepInterrupt {
  public:
-  AgreedInterrupt(Communicator& comm, StepLayout::StopInStep when, double long_step_s)
-      : comm_(comm), when_(when), long_step_s_(long_step_s), armed_(when == StepLayout::StopInStep::kAlways) {}
+  AgreedInterrupt(Communicator& comm, StepSpec::StopInStep when, double long_step_s)
+      : comm_(comm), when_(when), long_step_s_(long_step_s), armed_(when == StepSpec::StopInStep::kAlways) {}
   bool stop_now() override {
     if (!armed_ || !in_step) return false;
     agreed = agreed_stop(comm_);
@@ -75,14 +75,14 @@ class AgreedInterrupt final : public StepInterrupt {
   }
   // kLongSteps: the steps after one that took longer than long_step_s on some rank (TestHooks: 5 s).
   void arm(const StopRequest& at_step_end) {
-    if (when_ == StepLayout::StopInStep::kLongSteps) armed_ = at_step_end.step_s > long_step_s_;
+    if (when_ == StepSpec::StopInStep::kLongSteps) armed_ = at_step_end.step_s > long_step_s_;
   }
   StopRequest agreed;
   bool in_step = false;  // only a training step stops inside (not validation's forwards through ZeRO's units)
 
  private:
   Communicator& comm_;
-  StepLayout::StopInStep when_;
+  StepSpec::StopInStep when_;
   double long_step_s_;
   bool armed_;
 };

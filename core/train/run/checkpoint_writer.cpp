@@ -29,14 +29,18 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 class FileWriter final : public CheckpointWriter {
  public:
-  std::string save(const std::string& out_dir, int64_t steps, const RunState& st, const RunConfig& c,
-                   const std::string& run_id, ProcessGrid& grid, uint64_t* hash) override {
+  FileWriter(CheckpointRecord record, int keep) : CheckpointWriter(std::move(record)), keep_(keep) {}
+  std::string save(const std::string& out_dir, int64_t steps, const RunState& st, const std::string& run_id,
+                   ProcessGrid& grid, uint64_t* hash) override {
     const auto t0 = std::chrono::steady_clock::now();
-    std::string path = store_training_checkpoint(out_dir, steps, st, c, run_id, grid, hash);
+    std::string path = store_training_checkpoint(out_dir, steps, st, record_, keep_, run_id, grid, hash);
     last_wait_s_ = seconds_since(t0);
     return path;
   }
   bool hashes() const override { return true; }
+
+ private:
+  int keep_;
 };
 
 // What this rank writes: its part, the ranges of it it owns, and where the
@@ -53,12 +57,12 @@ RankWrite rank_write(const RunState& st, ProcessGrid& grid, bool snapshot) {
   const Gpt2& model = *st.model;
   RankWrite w;
   w.part = {model.tp().shape(), model.tp().rank, model.stage(), {}};
-  w.part.ranges = owned_ranges(model.num_params(), grid.dp(), grid.dp_comm().rank(), st.moments->replicated(),
-                                st.moments->held());
-  const bool packed = st.moments->packed();
-  w.at = {st.params->host_at(), {st.opt->m_data(), packed}, {st.opt->v_data(), packed}};
+  w.part.ranges = owned_ranges(model.num_params(), grid.dp(), grid.dp_comm().rank(), st.homes.moments->replicated(),
+                               st.homes.moments->held());
+  const bool packed = st.homes.moments->packed();
+  w.at = {st.homes.params->host_at(), {st.opt->m_data(), packed}, {st.opt->v_data(), packed}};
   if (!model.memory().is_host()) {  // a device's state: its host copies
-    w.copies[0] = st.params->gather(true);
+    w.copies[0] = st.homes.params->gather(true);
     w.copies[1] = st.opt->m_to_host();
     w.copies[2] = st.opt->v_to_host();
     w.at = {{w.copies[0].data(), false}, {w.copies[1].data(), packed}, {w.copies[2].data(), packed}};
@@ -90,14 +94,15 @@ RankWrite rank_write(const RunState& st, ProcessGrid& grid, bool snapshot) {
 
 class ShardedWriter final : public CheckpointWriter {
  public:
-  ShardedWriter(bool async, int keep, std::function<void(const std::string&)> note, double delay_s)
-      : async_(async), keep_(keep), delay_s_(delay_s), note_(std::move(note)) {}
+  ShardedWriter(CheckpointRecord record, bool async, int keep, std::function<void(const std::string&)> note,
+                double delay_s)
+      : CheckpointWriter(std::move(record)), async_(async), keep_(keep), delay_s_(delay_s), note_(std::move(note)) {}
   ~ShardedWriter() override {
     if (job_ && job_->thread.joinable()) job_->thread.join();  // a failing run: the folder stays incomplete
   }
 
-  std::string save(const std::string& out_dir, int64_t steps, const RunState& st, const RunConfig& c,
-                   const std::string& run_id, ProcessGrid& grid, uint64_t* hash) override {
+  std::string save(const std::string& out_dir, int64_t steps, const RunState& st, const std::string& run_id,
+                   ProcessGrid& grid, uint64_t* hash) override {
     const auto t0 = std::chrono::steady_clock::now();
     finish(grid, steps);
     if (hash) *hash = 0;
@@ -124,7 +129,7 @@ class ShardedWriter final : public CheckpointWriter {
     job.delay_s = delay_s_;
     job.run_id = made[1];
     if (world.rank() == 0) {
-      job.header = training_header(st, c, run_id);
+      job.header = training_header(st, record_, run_id);
       job.vocabulary = vocabulary_bytes(st.data.tok);
     }
     const auto copy0 = std::chrono::steady_clock::now();
@@ -234,13 +239,12 @@ class ShardedWriter final : public CheckpointWriter {
 
 }  // namespace
 
-std::unique_ptr<CheckpointWriter> make_checkpoint_writer(const CheckpointSink& sink,
-                                                         std::function<void(const std::string&)> note,
-                                                         double delay_s) {
+std::unique_ptr<CheckpointWriter> make_checkpoint_writer(const CheckpointSink& sink, CheckpointRecord record,
+                                                         std::function<void(const std::string&)> note, double delay_s) {
   if (sink.format == CheckpointFormat::kSharded) {
-    return std::make_unique<ShardedWriter>(sink.async, sink.keep, std::move(note), delay_s);
+    return std::make_unique<ShardedWriter>(std::move(record), sink.async, sink.keep, std::move(note), delay_s);
   }
-  return std::make_unique<FileWriter>();
+  return std::make_unique<FileWriter>(std::move(record), sink.keep);
 }
 
 }  // namespace gpt2

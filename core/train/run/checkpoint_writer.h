@@ -40,8 +40,13 @@ class CheckpointWriter {
   // checkpoint's path (on world rank 0; a sharded one's on every rank);
   // `hash`: RunSummary::state_hash's value where the format gives one
   // (the one-file format), else 0.
-  virtual std::string save(const std::string& out_dir, int64_t steps, const RunState& st, const RunConfig& c,
-                           const std::string& run_id, ProcessGrid& grid, uint64_t* hash) = 0;
+  virtual std::string save(const std::string& out_dir, int64_t steps, const RunState& st, const std::string& run_id,
+                           ProcessGrid& grid, uint64_t* hash) = 0;
+  // Collective: RunSummary::state_hash's value of the state as it is now,
+  // gathered as the one-file format would write it, written nowhere.
+  uint64_t state_hash(const RunState& st, const std::string& run_id, ProcessGrid& grid) const {
+    return save_training_checkpoint("", st, record_, run_id, grid);
+  }
   // Collective, at a step's end: completes a background save once every
   // rank's file is written (one small all-gather while one is under way).
   // `steps`: the steps done now. Returns the step of the save it completed, else -1.
@@ -57,13 +62,15 @@ class CheckpointWriter {
   double last_snapshot_s() const { return last_snapshot_s_; }
 
  protected:
+  explicit CheckpointWriter(CheckpointRecord record) : record_(std::move(record)) {}
+  CheckpointRecord record_;  // what each checkpoint records of the run (run_state.h)
   double last_wait_s_ = 0, last_snapshot_s_ = 0;
 };
 
-// The writer `sink` names (the layout's CheckpointSink); `note` says when an
-// asynchronous save completes (the run's log).
+// The writer `sink` names (the layout's CheckpointSink), recording `record`
+// in each checkpoint; `note` says when an asynchronous save completes (the run's log).
 // `delay_s`: the tests' wait before each rank's file of a sharded save is written.
-std::unique_ptr<CheckpointWriter> make_checkpoint_writer(const CheckpointSink& sink,
+std::unique_ptr<CheckpointWriter> make_checkpoint_writer(const CheckpointSink& sink, CheckpointRecord record,
                                                          std::function<void(const std::string&)> note = {},
                                                          double delay_s = 0);
 

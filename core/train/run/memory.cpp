@@ -27,19 +27,19 @@ RankMemory rank_memory(const RunState& st, const PipelineEngine* pipe, const Act
   RankMemory m;
   const Gpt2& model = *st.model;
   const uint64_t whole = model.padded_params() * sizeof(float);
-  m.params = model.residency() == Residency::kNone ? st.sharded->param_shard_bytes() : whole;
-  m.grads = model.residency() == Residency::kWhole ? whole : st.sharded->grad_shard_bytes();
+  m.params = model.residency() == Residency::kNone ? st.homes.units->param_shard_bytes() : whole;
+  m.grads = model.residency() == Residency::kWhole ? whole : st.homes.units->grad_shard_bytes();
   m.moments = st.opt->state_bytes();
   set_arena(m, pipe ? pipe->arena_kinds() : arena->kinds());  // as the arenas carved themselves
   m.arena = pipe ? pipe->arena_bytes() : arena->bytes();        // as allocated
   m.arenas = static_cast<uint64_t>(pipe ? pipe->arenas() : 1);
   if (pipe && pipe->chunks() > 1) m.chunk_arenas = pipe->activation_bytes();  // the chunks' arenas differ
-  if (st.sharded) {
-    m.gathered = st.sharded->param_slot_bytes();
-    m.comm_buffers = st.sharded->grad_slot_bytes();
+  if (st.homes.units) {
+    m.gathered = st.homes.units->param_slot_bytes();
+    m.comm_buffers = st.homes.units->grad_slot_bytes();
   }
   m.count = model.num_params();
-  m.formula = zero_formula_bytes(m.count, dp, st.zero_stage, st.zero.has_value());
+  m.formula = zero_formula_bytes(m.count, dp, st.homes.zero.zero_stage, st.homes.contiguous.has_value());
   return m;
 }
 

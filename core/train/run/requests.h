@@ -1,4 +1,4 @@
-// What a stage program asks of the engine: the stage it is (its backend
+// What a stage program asks of the engine: which program it is (its backend
 // and communicator) and each command's request, read by run_train,
 // run_generate, run_evaluate and run_init (train/run/trainer.h).
 #pragma once
@@ -13,8 +13,8 @@
 
 namespace gpt2 {
 
-struct StageContext {
-  std::string stage;             // "serial", "mpi", ...
+struct ProgramContext {
+  std::string program;           // the stage program: "serial", "mpi", ...
   BackendKind backend;           // how to make this stage's backend and measure its ceiling
   Communicator* comm = nullptr;  // nullptr: one process (a local communicator)
   TestHooks hooks;               // the tests' faults and delays (GPT2_TEST_HOOKS); none by default

@@ -176,7 +176,7 @@ void broadcast_state(Communicator& comm, HostState& st, size_t n) {
 }  // namespace
 
 std::string parallel_function(const ParallelConfig& p) {
-  const TpLayout layout{p.tp, 0, p.blocks(), nullptr};
+  const TpPlace layout{p.tp, 0, p.blocks(), nullptr};
   return layout.has_private() ? fmt::format("tp={}:{}", p.tp, layout.describe()) : "standard";
 }
 
@@ -409,37 +409,37 @@ StageLayers make_model(const RunLayout& run, const BackendKind& kind, int thread
   st.backend = kind.make(run.backend_for(threads, device_hint));
   Memory& mem = st.backend->memory();
   st.model_config.validate();
-  TpLayout layout = grid.layout(c.parallel.blocks(), c.parallel.vocab_parallel);
+  TpPlace layout = grid.layout(c.parallel.blocks(), c.parallel.vocab_parallel);
   layout.validate(st.model_config);
   // Every layout the same cut (fp32: under bf16 tensor parallelism is refused).
   layout.pieces = deterministic_pieces(st.model_config, layout.size, *st.backend);
   st.stage_split = run.stage_split;  // parallel.stage_layers and parallel.virtual_stages, split once
   const StageLayers stage = st.stage_split.held(grid.stage());
-  const ZeroLayout& zl = run.step.zero;
-  st.zero_stage = zl.stage;
+  const ZeroSharding& zl = run.step.zero;
+  st.homes.zero = zl;
   const bool contiguous = zl.contiguous;
   st.model = std::make_unique<Gpt2>(st.model_config, mem, std::move(layout), stage,
                                     contiguous ? static_cast<size_t>(dp) : 1, zl.residency);
   UpdateScope scope;
   scope.exact_norm = c.train.deterministic;  // the same norm however the gradient is split (docs/determinism.md)
   if (contiguous) {
-    st.zero = contiguous_shard(*st.model, dp, dp_rank);
-    scope.ranges = {{st.zero->begin, st.zero->end, 0}};
+    st.homes.contiguous = contiguous_shard(*st.model, dp, dp_rank);
+    scope.ranges = {{st.homes.contiguous->begin, st.homes.contiguous->end, 0}};
     scope.shards = &grid.dp_group();
-    st.moments = std::make_unique<ContiguousMoments>(*st.zero, st.model->num_params());
+    st.homes.moments = std::make_unique<ContiguousMoments>(*st.homes.contiguous, st.model->num_params());
   } else if (zl.unit_shards()) {
-    st.sharded = std::make_unique<ZeroShards>(*st.model, grid.dp_comm(), st.zero_stage);
-    scope.ranges = st.sharded->shards().ranges;
+    st.homes.units = std::make_unique<ZeroShards>(*st.model, grid.dp_comm(), st.homes.zero.zero_stage);
+    scope.ranges = st.homes.units->shards().ranges;
     scope.shards = &grid.dp_group();
-    st.moments = std::make_unique<UnitMoments>(*st.sharded);
+    st.homes.moments = std::make_unique<UnitMoments>(*st.homes.units);
   } else {
-    st.moments = std::make_unique<WholeMoments>(st.model->num_params());
+    st.homes.moments = std::make_unique<WholeMoments>(st.model->num_params());
   }
   if (zl.residency == Residency::kNone) {
-    st.params = std::make_unique<ShardHome>(*st.sharded, st.model_config, st.model->tp().shape(), st.model->tp().rank,
-                                            stage);
+    st.homes.params = std::make_unique<ShardHome>(*st.homes.units, st.model_config, st.model->tp().shape(),
+                                                  st.model->tp().rank, stage);
   } else {
-    st.params = std::make_unique<ModelHome>(*st.model);
+    st.homes.params = std::make_unique<ModelHome>(*st.model);
   }
   if (grid.pp() > 1) scope.stages = &grid.pp_group();
   st.opt = std::make_unique<Optimizer>(c.optimizer, st.model->num_params(), mem, scope);
@@ -449,16 +449,16 @@ StageLayers make_model(const RunLayout& run, const BackendKind& kind, int thread
 // A sharded checkpoint's state into where this rank's lives: each rank
 // reads only the floats it holds, straight into place (train/formats/sharded_checkpoint.h).
 void read_sharded_state(const ShardedCheckpoint& ck, RunState& st, const StageLayers& stage) {
-  const TpLayout& tp = st.model->tp();
+  const TpPlace& tp = st.model->tp();
   const RankPart whole{tp.shape(), tp.rank, stage, {}};
-  st.params->load([&](size_t begin, std::span<float> out) {
+  st.homes.params->load([&](size_t begin, std::span<float> out) {
     RankPart part = whole;
     part.ranges = {{begin, begin + out.size(), 0}};
     ck.read_part(StateArray::kParams, part, {out.data(), true});
   });
   RankPart part = whole;
-  part.ranges = st.moments->held();
-  const bool packed = st.moments->packed();
+  part.ranges = st.homes.moments->held();
+  const bool packed = st.homes.moments->packed();
   if (st.model->memory().is_host()) {
     ck.read_part(StateArray::kM, part, {st.opt->m_data(), packed});
     ck.read_part(StateArray::kV, part, {st.opt->v_data(), packed});
@@ -473,7 +473,7 @@ void read_sharded_state(const ShardedCheckpoint& ck, RunState& st, const StageLa
 // The weights (and, resuming, the moments and counters) this rank starts
 // from: the checkpoint's, broadcast from rank 0 and cut to this rank's
 // shard (a sharded one's read by every rank), or model.init's from
-// train.seed; into where they live (st.params).
+// train.seed; into where they live (st.homes.params).
 void set_initial_state(const RunConfig& c, const StateSource& source, ProcessGrid& grid, RunState& st,
                        std::optional<Checkpoint>& ckpt, const ShardedCheckpoint* sharded, const StageLayers& stage,
                        const GivenModel& given) {
@@ -498,15 +498,15 @@ void set_initial_state(const RunConfig& c, const StateSource& source, ProcessGri
     hs.params.resize(param_count(st.model_config));
     grid.world().broadcast(hs.params.data(), hs.params.size() * sizeof(float), 0);
     cut_to_rank(hs.params, st.model_config, st.model->tp().shape(), st.model->tp().rank, stage);
-    st.params->load(hs.params);
+    st.homes.params->load(hs.params);
     return;
   }
   if (source.kind == StateSource::Kind::kSeed) {
-    st.params->init(c.train.seed);
+    st.homes.params->init(c.train.seed);
     return;
   }
   Communicator& comm = grid.world();
-  const TpLayout& tp = st.model->tp();
+  const TpPlace& tp = st.model->tp();
   HostState hs;
   if (comm.rank() == 0) {
     st.unchecked = check_training_state(*ckpt, st.model_config, c, st, source.path);
@@ -525,9 +525,9 @@ void set_initial_state(const RunConfig& c, const StateSource& source, ProcessGri
     for (std::vector<float>* v : {&hs.params, &hs.m, &hs.v}) {  // this rank's shard of each
       cut_to_rank(*v, st.model_config, tp.shape(), tp.rank, stage);
     }
-    hs.m = st.moments->cut(std::move(hs.m));
-    hs.v = st.moments->cut(std::move(hs.v));
-    st.params->load(hs.params);
+    hs.m = st.homes.moments->cut(std::move(hs.m));
+    hs.v = st.homes.moments->cut(std::move(hs.v));
+    st.homes.params->load(hs.params);
     st.opt->moments_from_host(hs.m, hs.v);
   }
   st.opt->set_steps_done(hs.counters[0]);
@@ -537,7 +537,7 @@ void set_initial_state(const RunConfig& c, const StateSource& source, ProcessGri
 // Every data-parallel replica holds the same weights (checked by hash, as
 // loaded or initialised: ParamHome::start_hash).
 void check_replicas_agree(ProcessGrid& grid, RunState& st) {
-  const std::optional<uint64_t> h = st.params->start_hash();
+  const std::optional<uint64_t> h = st.homes.params->start_hash();
   if (h && !grid.dp_comm().all_equal(*h)) {
     throw std::runtime_error("the initial weights differ across ranks (checksum mismatch)");
   }
@@ -576,34 +576,38 @@ uint64_t replicated_hash(const Gpt2& model, const std::vector<float>& local) {
 
 namespace {
 // The optimizer's settings and the counters of `st` as they are now (no arrays).
-TrainingState training_counters(const RunState& st, const RunConfig& c) {
+TrainingState training_counters(const RunState& st, uint64_t seed) {
   TrainingState ts;
   ts.loader_position = st.loader->position();
   ts.loader_batches = st.loader->batches_served();
-  ts.seed = c.train.seed;
+  ts.seed = seed;
   ts.optimizer = st.opt->config();
   ts.steps_done = st.opt->steps_done();
   return ts;
 }
 }  // namespace
 
-KeyValues training_header(const RunState& st, const RunConfig& c, const std::string& run_id) {
-  const TrainingState ts = training_counters(st, c);
-  KeyValues extra = curve_entries(c, static_cast<size_t>(st.data.size()), st.corpus_hash);
+CheckpointRecord checkpoint_record(const RunConfig& c, const RunState& st) {
+  return {c.train.seed, curve_entries(c, static_cast<size_t>(st.data.size()), st.corpus_hash)};
+}
+
+KeyValues training_header(const RunState& st, const CheckpointRecord& record, const std::string& run_id) {
+  const TrainingState ts = training_counters(st, record.seed);
+  KeyValues extra = record.curve;
   extra.emplace_back("run.id", run_id);
   return checkpoint_header(st.model_config, st.data.tok, &ts, extra);
 }
 
-uint64_t save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
-                              const std::string& run_id, ProcessGrid& grid) {
+uint64_t save_training_checkpoint(const std::string& path, const RunState& st, const CheckpointRecord& record,
+                                  const std::string& run_id, ProcessGrid& grid) {
   // ZeRO: the moments' shards first, then ZeRO-3's parameters, over the
   // data-parallel group (every rank).
-  std::vector<float> m = st.moments->gather(st.opt->m_to_host(), grid.dp_comm());
-  std::vector<float> v = st.moments->gather(st.opt->v_to_host(), grid.dp_comm());
-  const std::vector<float> local = st.params->gather(grid.dp_comm().rank() == 0);
+  std::vector<float> m = st.homes.moments->gather(st.opt->m_to_host(), grid.dp_comm());
+  std::vector<float> v = st.homes.moments->gather(st.opt->v_to_host(), grid.dp_comm());
+  const std::vector<float> local = st.homes.params->gather(grid.dp_comm().rank() == 0);
   if (grid.dp_comm().rank() != 0) return 0;
-  TrainingState ts = training_counters(st, c);
-  KeyValues extra = curve_entries(c, static_cast<size_t>(st.data.size()), st.corpus_hash);
+  TrainingState ts = training_counters(st, record.seed);
+  KeyValues extra = record.curve;
   extra.emplace_back("run.id", run_id);
   if (grid.tp() > 1 && !grid.tp_comm().all_equal(replicated_hash(*st.model, local))) {
     throw std::runtime_error("the replicated parameters differ across the tensor-parallel group");
@@ -620,20 +624,20 @@ uint64_t save_training_checkpoint(const std::string& path, const RunState& st, c
 }
 
 std::string store_training_checkpoint(const std::string& out_dir, int64_t steps, const RunState& st,
-                                      const RunConfig& c, const std::string& run_id, ProcessGrid& grid,
-                                      uint64_t* hash) {
+                                      const CheckpointRecord& record, int keep, const std::string& run_id,
+                                      ProcessGrid& grid, uint64_t* hash) {
   const bool writer = grid.world().rank() == 0;
   const std::filesystem::path dir = writer ? begin_checkpoint(out_dir, steps) : std::filesystem::path();
   uint64_t h = 0;
   try {
-    h = save_training_checkpoint(writer ? (dir / kCheckpointFile).string() : "", st, c, run_id, grid);
+    h = save_training_checkpoint(writer ? (dir / kCheckpointFile).string() : "", st, record, run_id, grid);
   } catch (...) {
     if (writer) abandon_checkpoint(dir);
     throw;
   }
   if (hash) *hash = h;
   if (!writer) return "";
-  return commit_checkpoint(out_dir, dir, steps, {kCheckpointFile}, c.train.keep_checkpoints).string();
+  return commit_checkpoint(out_dir, dir, steps, {kCheckpointFile}, keep).string();
 }
 
 }  // namespace gpt2

@@ -33,7 +33,7 @@
 namespace gpt2 {
 
 // Where this rank's parameters live, decided once when the model is made
-// (make_model, from ZeroLayout::residency): in the model's own buffer (ZeRO 0
+// (make_model, from ZeroSharding::residency): in the model's own buffer (ZeRO 0
 // to 2), or only as this rank's pieces of ZeRO-3's unit shards. Resuming, the
 // replicas' start-up check, checkpoints and generation reach the parameters
 // through it; none of them asks which it is.
@@ -87,6 +87,19 @@ class MomentShard {
   virtual bool replicated() const { return false; }
 };
 
+// Where this rank's parameters and Adam moments live, made once from the
+// layout's ZeRO sharding (RunLayout::step.zero; make_model): the sharding
+// itself, the shards it cuts (contiguous: ZeRO-1, or 2 under a schedule or
+// the tree; unit-aligned: ZeRO-2 and 3, parallel/zero.h), and the homes the
+// loop, the loaders and the checkpoint writer read and write through.
+struct StateHomes {
+  ZeroSharding zero;                          // as resolved: ZeRO 0 with one data-parallel rank
+  std::optional<ContiguousShard> contiguous;  // zero.contiguous
+  std::unique_ptr<ZeroShards> units;          // zero.unit_shards()
+  std::unique_ptr<ParamHome> params;          // the model's buffers, or ZeRO-3's shards
+  std::unique_ptr<MomentShard> moments;       // which part of the Adam moments this rank holds
+};
+
 struct RunState {
   RunState() = default;
   RunState(const RunState&) = delete;  // the loader views data's tokens
@@ -100,14 +113,7 @@ struct RunState {
   std::unique_ptr<Gpt2> model;  // in the backend's memory
   StageSplit stage_split;  // the (virtual) stages' layers and ranks (train/schedule/stage_split.h), resolved in make_model
   std::unique_ptr<Optimizer> opt;
-  // parallel.zero with more than one data-parallel rank: the stage in force
-  // (0 with one rank), and its shards: contiguous (`zero`: stage 1, or 2 under
-  // a pipeline) or unit-aligned (`sharded`: stages 2 and 3, parallel/zero.h).
-  int zero_stage = 0;
-  std::optional<ContiguousShard> zero;
-  std::unique_ptr<ZeroShards> sharded;
-  std::unique_ptr<ParamHome> params;     // where the parameters live (the model, or ZeRO-3's shards)
-  std::unique_ptr<MomentShard> moments;  // which part of the Adam moments this rank holds
+  StateHomes homes;                  // where the parameters and moments live, as ZeRO's sharding lays them out
   std::optional<DataLoader> loader;  // this rank's rows of the training split
   bool eval_on = false;              // train.eval_every > 0 and a validation split
   int64_t first_step = 0;            // > 0 when resumed
@@ -161,6 +167,16 @@ std::unique_ptr<RunState> init_or_resume(const RunLayout& run, const StateSource
 // checks recorded in its header: the model and optimizer sections, the
 // tokenizer, train.seed, train.batch_size, train.seq_len, data.loader,
 // data.val_fraction, the corpus's token count and hash, and the run's id.
+// What a training checkpoint records of its run besides the state and the
+// model: the seed and the settings the curve depends on (curve_entries, with
+// the corpus read), made once when the run is built (checkpoint_record) and
+// held by its writer.
+struct CheckpointRecord {
+  uint64_t seed = 0;
+  KeyValues curve;
+};
+CheckpointRecord checkpoint_record(const RunConfig& c, const RunState& st);
+
 // Collective over every rank: with ZeRO-1 the moments' shards are first
 // gathered over each data-parallel group; then over the ranks of
 // data-parallel rank 0 (the others return) the stages' tensors and their
@@ -169,22 +185,22 @@ std::unique_ptr<RunState> init_or_resume(const RunLayout& run, const StateSource
 // written by world rank 0 as one full-model checkpoint, which any layout resumes.
 // Returns, on world rank 0, RunSummary::state_hash's value of what it wrote
 // (0 on the other ranks). An empty `path` gathers and hashes, and writes nothing.
-uint64_t save_training_checkpoint(const std::string& path, const RunState& st, const RunConfig& c,
-                              const std::string& run_id, ProcessGrid& grid);
+uint64_t save_training_checkpoint(const std::string& path, const RunState& st, const CheckpointRecord& record,
+                                  const std::string& run_id, ProcessGrid& grid);
 
 // save_training_checkpoint into the run folder `out_dir`'s store, as the
 // checkpoint after `steps` steps (train/formats/checkpoint_store.h: a step folder,
-// complete once its marker is written; train.keep_checkpoints kept). A save
+// complete once its marker is written; `keep` of them kept). A save
 // that fails leaves no step folder behind. Collective; on world rank 0,
 // returns the checkpoint file (the others: "") and sets `*hash`.
 std::string store_training_checkpoint(const std::string& out_dir, int64_t steps, const RunState& st,
-                                      const RunConfig& c, const std::string& run_id, ProcessGrid& grid,
-                                      uint64_t* hash = nullptr);
+                                      const CheckpointRecord& record, int keep, const std::string& run_id,
+                                      ProcessGrid& grid, uint64_t* hash = nullptr);
 
 // The header entries of a training checkpoint of `st` as it is now (the
 // one-file format's and a sharded manifest's): checkpoint_header's with
 // the counters, and what resume checks (the curve's entries, the run id).
-KeyValues training_header(const RunState& st, const RunConfig& c, const std::string& run_id);
+KeyValues training_header(const RunState& st, const CheckpointRecord& record, const std::string& run_id);
 
 // The function a layout computes, as checkpoints record it ("parallel.function"):
 // "standard" (every layout whose blocks are all tp, or one rank per group),

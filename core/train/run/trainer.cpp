@@ -138,7 +138,7 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
   const bool generates = c.generate.max_new_tokens > 0;
   // ZeRO-3: this replica's weights, gathered over the data-parallel group (only to generate: the whole model).
   std::vector<float> local;
-  if (generates && !st.params->in_model()) local = st.params->gather(grid.dp_comm().rank() == 0);
+  if (generates && !st.homes.params->in_model()) local = st.homes.params->gather(grid.dp_comm().rank() == 0);
   if (grid.dp_comm().rank() != 0) {
     comm.barrier();  // idle (no spinning) while replica 0 generates
     return;
@@ -187,7 +187,7 @@ void finish_run(const TrainRequest& req, RunState& st, ProcessGrid& grid, RunLog
 namespace {
 // The request checked before anything is made, and the run's layout
 // (train/resolve/layout.h: every refusal the plan gives, in its order).
-RunLayout checked_request(const TrainRequest& req, const StageContext& ctx, Communicator& comm) {
+RunLayout checked_request(const TrainRequest& req, const ProgramContext& ctx, Communicator& comm) {
   validate(req.config);  // once: resolve_validated takes it from here
   std::vector<int> counts = checked_stage_counts(req.config);
   if (!req.hostfile.empty()) check_placement(read_hostfile(req.hostfile), req.hostfile, comm);
@@ -195,7 +195,7 @@ RunLayout checked_request(const TrainRequest& req, const StageContext& ctx, Comm
     throw std::invalid_argument("--overwrite and --resume together: --resume continues the directory's run, "
                                 "--overwrite discards it; give one");
   }
-  return resolve_validated(req.config, std::move(counts), comm.size(), ctx.stage);
+  return resolve_validated(req.config, std::move(counts), comm.size(), ctx.program);
 }
 }  // namespace
 
@@ -284,13 +284,12 @@ class Checkpoints {
   // checkpoint is written, for the bits' comparison.
   std::string save(int64_t steps, bool last) {
     CheckpointWriter& writer = *r_.writer;
-    const RunConfig& c = run_.config;  // recorded in the checkpoint's header
     uint64_t hash = 0;
     if (run_.checkpoints.save && stored_.step != steps) {
       Communicator& comm = grid_.world();
       const uint64_t before = rss_bytes();
       reset_peak_rss();
-      stored_ = {steps, writer.save(out_dir_, steps, *r_.state, c, log_.run_id(), grid_, &hash)};
+      stored_ = {steps, writer.save(out_dir_, steps, *r_.state, log_.run_id(), grid_, &hash)};
       const std::string peak = per_rank_mb(comm, phase_peak_rss_bytes()), was = per_rank_mb(comm, before);
       const std::string copy =
           writer.last_snapshot_s() > 0 ? fmt::format(", {:.3f} s of it the snapshot", writer.last_snapshot_s()) : "";
@@ -299,7 +298,7 @@ class Checkpoints {
                             peak));
       if (!writer.hashes()) return std::string();  // sharded: no rank holds the whole state to hash
     } else if ((run_.checkpoints.save && writer.hashes()) || (last && run_.step.deterministic())) {
-      hash = save_training_checkpoint("", *r_.state, c, log_.run_id(), grid_);  // written already, or not at all
+      hash = writer.state_hash(*r_.state, log_.run_id(), grid_);  // written already, or not at all
     } else {
       return std::string();
     }
@@ -313,9 +312,8 @@ class Checkpoints {
   [[noreturn]] void stop(const StopRequest& stop, int64_t steps, bool abandoned) {
     const auto t0 = Clock::now();
     CheckpointWriter& writer = *r_.writer;
-    std::string path = stored_.step == steps
-                           ? stored_.file
-                           : writer.save(out_dir_, steps, *r_.state, run_.config, log_.run_id(), grid_, nullptr);
+    std::string path =
+        stored_.step == steps ? stored_.file : writer.save(out_dir_, steps, *r_.state, log_.run_id(), grid_, nullptr);
     writer.finish(grid_, steps);  // an asynchronous save (this one, or the one before) completes before the exit
     if (path.empty()) path = (fs::path(out_dir_) / kCheckpointFile).string();  // the other ranks: its name in the run folder
     const double to_exit = stop.waited_s + seconds_since(t0);
@@ -423,7 +421,7 @@ RunSummary train_loop(const RunLayout& run, Run& r, ProcessGrid& grid, RunLogger
   return sum;
 }
 
-void run_train(const TrainRequest& given, const StageContext& ctx) {
+void run_train(const TrainRequest& given, const ProgramContext& ctx) {
   std::unique_ptr<Communicator> local;
   Communicator& comm = ctx.comm ? *ctx.comm : *(local = make_local_communicator());
   const RunLayout run = checked_request(given, ctx, comm);
@@ -432,7 +430,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   req.config = run.config;
   const int threads = resolve_threads(run.config.train.threads);
   // Make: the run directory, the grid, the run from its layout.
-  RunLogger log(ctx.stage, comm.rank() == 0);
+  RunLogger log(ctx.program, comm.rank() == 0);
   if (!claim_run_dir(log, req, comm)) return;  // --resume auto of a finished run: nothing to do
   if (ctx.hooks.any()) log.note(fmt::format("test hooks installed ({}): {}", kTestHooksVariable, ctx.hooks.describe()));
   check_ranks_agree(run.config, comm);  // before the grid: its split needs every rank's parallel.tp to agree
@@ -457,7 +455,7 @@ void run_train(const TrainRequest& given, const StageContext& ctx) {
   announce(log, run, st, comm, threads, peak, r.max_loss);
   Checkpoints book(run, req.out_dir, r, grid, log);
   RunSummary sum = train_loop(run, r, grid, log, book, peak.gflops, ctx.hooks);
-  const Json memory = memory_per_rank(grid, r.step->mem, st.zero_stage);
+  const Json memory = memory_per_rank(grid, r.step->mem, st.homes.zero.zero_stage);
   const Json provenance =
       comm.rank() == 0 ? run_provenance(req, ctx, st, comm, threads, peak, log.run_id()) : Json::object();
   finish_run(req, *r.state, grid, log, sum, memory, provenance);

@@ -79,7 +79,7 @@ struct TimelineEvent {
 };
 
 // How a stage's microbatches' gradients and losses combine, chosen once
-// (StepLayout: the deterministic steps take the tree):
+// (StepSpec: the deterministic steps take the tree):
 //   kAccumulate  every backward adds into model.grads (the kernels' +=); the
 //                losses are summed as they come
 //   kTree        train.deterministic (docs/determinism.md): each microbatch's

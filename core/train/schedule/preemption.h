@@ -47,7 +47,7 @@ struct StopRequest {
 StopRequest agreed_stop(Communicator& comm, double step_s = 0);
 
 // Asked at a step's stop points (between micro-steps, or a pipeline's
-// actions, where StepLayout::stop_in_step says so): true abandons the step,
+// actions, where StepSpec::stop_in_step says so): true abandons the step,
 // so a long step need not finish before a run stops. Collective over the
 // ranks that run the step.
 class StepInterrupt {

@@ -10,7 +10,6 @@
 
 #include "model/config.h"
 #include "model/params.h"
-#include "train/config/run_config.h"
 
 namespace gpt2 {
 
@@ -32,14 +31,6 @@ StageCosts stage_costs(const Gpt2Config& model, int rows, int T);
 // the first and the head's on the last; among equals, the one nearest the
 // default rule's (the least moved layers), then the earliest.
 std::vector<int> balance_stages(int layers, int stages, const StageCosts& k);
-
-// parallel.stage_layers resolved for `c` (its parallel.pp x
-// parallel.virtual_stages stages over model.n_layer layers): one count per
-// (virtual) stage, in layer order. Throws std::invalid_argument naming
-// parallel.stage_layers for counts that are not that many positive numbers
-// summing to model.n_layer, and naming parallel.virtual_stages when the
-// default rule's equal chunks do not divide the layers.
-std::vector<int> stage_layer_counts(const RunConfig& c);
 
 // The times of a chunk's passes, relative: F, B (the input gradients), W
 // (the weight gradients); a whole backward (BW) takes B + W.
@@ -81,8 +72,6 @@ struct StageSplit {
   // The layers rank `rank` holds (StageLayers::of_stages); the whole model without counts.
   StageLayers held(int rank) const;
 };
-// From `counts`, stage_layer_counts(c)'s (checked once: train/resolve/layout.h checked_stage_counts).
-StageSplit stage_split(const RunConfig& c, std::vector<int> counts);
 
 // Each stage's counted cost under `counts` (stage_costs'), for the plan and the log.
 std::vector<double> stage_split_costs(const std::vector<int>& counts, const StageCosts& k);
