@@ -114,7 +114,8 @@ RankMemory plan_memory(const RankShape& r) {
   }
   if (sl.step == StepKind::kChunks) {  // the chunks' tree buffers
     const size_t shard_chunk = r.zero().contiguous ? contiguous_shard(n, padded, r.dp, r.dp_rank).chunk : 0;
-    m.comm_buffers += deterministic_buffer_floats(n, sl.chunks, r.dp, shard_chunk) * sizeof(float);
+    const bool root_in_model = sl.grad_sum != GradSum::kUnitShards;  // ZeRO-3's model holds no gradient
+    m.comm_buffers += deterministic_buffer_floats(n, sl.chunks, r.dp, shard_chunk, root_in_model) * sizeof(float);
   } else if (sl.step == StepKind::kChunkPipeline) {  // the microbatch tree's buffers (PipelineEngine), a partner's
     const auto buffers = static_cast<uint64_t>(PipelineEngine::tree_buffers(static_cast<int>(m.arenas),
                                                                             sl.microbatches));

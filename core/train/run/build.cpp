@@ -91,7 +91,8 @@ std::unique_ptr<StepMachine> build_step(const RunLayout& run, RunState& st, Proc
   lay->mem = rank_memory(st, lay->pipe.get(), lay->arena ? &*lay->arena : nullptr, grid.dp());
   if (sl.step == StepKind::kChunks) {
     lay->mem.comm_buffers +=
-        deterministic_buffer_floats(model.num_params(), sl.chunks, dp.size(), shards.chunk) * sizeof(float);
+        deterministic_buffer_floats(model.num_params(), sl.chunks, dp.size(), shards.chunk, shards.zero3 == nullptr) *
+        sizeof(float);
   } else if (sl.step == StepKind::kChunkPipeline) {
     lay->mem.comm_buffers += (static_cast<uint64_t>(PipelineEngine::tree_buffers(lay->pipe->arenas(),
                                                                                  sl.microbatches)) +

@@ -241,9 +241,20 @@ class DeterministicStep final : public ArenaStep {
       throw std::logic_error("DeterministicStep: a contiguous shard needs its all-gather");
     }
     const size_t n = parts.model.num_params();
-    for (int levels = 0; (1 << levels) <= local_; ++levels) tree_.emplace_back(n);  // out + one per level
+    // The root's sum is the model's own gradient, where the model holds it whole: no copy into it at the end.
+    // ZeRO-3's model holds none, and its root is a buffer of its own until its scatter.
+    const bool root_in_model = shards.zero3 == nullptr;
+    own_.reserve(static_cast<size_t>(local_) + 1);
+    for (int levels = 0; (1 << levels) <= local_; ++levels) {  // the root's sum, then one per level
+      if (levels == 0 && root_in_model) {
+        tree_.push_back(parts.model.grad_data());
+      } else {
+        own_.emplace_back(n);
+        tree_.push_back(own_.back().data());
+      }
+    }
     if (dp > 1) recv_ = Buffer(shards.chunk > 0 ? shards.chunk : n);
-    if (tree_.size() * n + recv_.size() != deterministic_buffer_floats(n, chunks, dp, shards.chunk)) {
+    if (own_.size() * n + recv_.size() != deterministic_buffer_floats(n, chunks, dp, shards.chunk, root_in_model)) {
       throw std::logic_error("DeterministicStep: its buffers disagree with deterministic_buffer_floats");
     }
   }
@@ -257,15 +268,13 @@ class DeterministicStep final : public ArenaStep {
     double total = 0;
     if (shards_.zero3 != nullptr) {  // ZeRO-3: this rank's pieces of every unit
       total = across_ranks(loss_sum, nullptr);
-      shards_.zero3->scatter_sum(tree_[0].data());
+      shards_.zero3->scatter_sum(tree_[0]);
       params = shards_.zero3->params();
       grads = shards_.zero3->grads();
     } else if (shards_.chunk > 0) {  // ZeRO-1 (and 2): this rank's contiguous shard
       total = across_ranks(loss_sum, nullptr);
-      scatter_contiguous(s.dp, tree_[0].data(), s.model.grad_data(), s.model.num_params(), shards_.chunk,
-                         recv_.data());
-    } else {
-      copy(s.model.grad_data(), tree_[0].data());
+      scatter_contiguous(s.dp, tree_[0], s.model.grad_data(), s.model.num_params(), shards_.chunk, recv_.data());
+    } else {  // the root is the model's gradient already
       total = across_ranks(loss_sum, s.model.grad_data());
     }
     r.comm_s += seconds_since(t0);
@@ -290,8 +299,8 @@ class DeterministicStep final : public ArenaStep {
       const size_t off = static_cast<size_t>(lo) * static_cast<size_t>(acts_.B) * static_cast<size_t>(acts_.T);
       const double loss = gpt2_forward(s.be, s.model, acts_, inputs + off, targets + off, 0, units_);
       if (backward) {  // the leaf's gradient straight into its tree buffer (no copy)
-        float* leaf = tree_[level].data();
-        tree_[level].zero();
+        float* leaf = tree_[level];
+        s.model.memory().zero(leaf, s.model.num_params() * sizeof(float));
         if (shards_.zero3 != nullptr) shards_.zero3->whole_grads(leaf);  // bound unit by unit as they are gathered
         else s.model.bind_grads(leaf);
         gpt2_backward(s.be, s.model, acts_, inputs + off, targets + off, loss_weight(s, acts_.T), nullptr,
@@ -303,7 +312,7 @@ class DeterministicStep final : public ArenaStep {
     }
     const double left = subtree(inputs, targets, lo, n / 2, level, backward);
     const double right = subtree(inputs, targets, lo + n / 2, n / 2, level + 1, backward);
-    if (backward) add_into(tree_[level].data(), tree_[level + 1].data());
+    if (backward) add_into(tree_[level], tree_[level + 1]);
     return left + right;
   }
   // a = a + b, and dst = src, over the flat gradient, through the backend.
@@ -311,14 +320,15 @@ class DeterministicStep final : public ArenaStep {
     return Tensor(const_cast<float*>(p), {static_cast<int64_t>(parts_.model.num_params())});
   }
   void add_into(float* a, const float* b) { parts_.be.residual_forward(flat(a), flat(a), flat(b)); }
-  void copy(float* dst, const float* src) { parts_.be.copy(flat(dst), flat(src)); }
   double across_ranks(double loss_sum, float* grads) {
     return canonical_allreduce(parts_.be, parts_.dp, loss_sum, grads, parts_.model.num_params(), recv_.data());
   }
   int local_, chunks_;
   TreeShards shards_;
-  std::vector<Buffer> tree_;  // tree_[0]: the subtree's sum; tree_[l]: a right half's at depth l
-  Buffer recv_;                // a partner's gradient (or shard)
+  std::vector<Buffer> own_;   // the tree's buffers but the model's gradient
+  std::vector<float*> tree_;  // tree_[0]: the subtree's sum (the model's gradient but under ZeRO-3); tree_[l]: a right
+                              // half's at depth l
+  Buffer recv_;               // a partner's gradient (or shard)
 };
 
 }  // namespace
@@ -328,8 +338,8 @@ std::unique_ptr<StepFunction> deterministic_step(const StepParts& parts, Activat
   return std::make_unique<DeterministicStep>(parts, acts, chunks, shards);
 }
 
-uint64_t deterministic_buffer_floats(size_t n, int chunks, int dp, size_t shard_chunk) {
-  uint64_t levels = 1;  // the subtree's sum, then one per level below the root
+uint64_t deterministic_buffer_floats(size_t n, int chunks, int dp, size_t shard_chunk, bool root_in_model) {
+  uint64_t levels = root_in_model ? 0 : 1;  // the subtree's sum unless the model's gradient, then one per level
   for (int leaves = 1; leaves < chunks / dp; leaves <<= 1) ++levels;
   return levels * n + (dp > 1 ? (shard_chunk > 0 ? shard_chunk : n) : 0);
 }

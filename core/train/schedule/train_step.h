@@ -51,7 +51,7 @@ struct StepParts {
   int batch_size;        // global rows per step (rows x data-parallel ranks)
   double max_loss = 0;   // a loss above it (or not finite) stops training: diverged; 0 = no bound
   bool layer_norms = false;  // fill StepResult::layer_grad_norms (a whole model only)
-  // Asked at the step's stop points (StepLayout::stop_in_step; null: never): a stop abandons the step
+  // Asked at the step's stop points (StepSpec::stop_in_step; null: never): a stop abandons the step
   // with StepAbandoned, nothing updated.
   StepInterrupt* interrupt = nullptr;
 };
@@ -120,10 +120,11 @@ std::unique_ptr<StepFunction> deterministic_step(const StepParts& parts, Activat
 std::unique_ptr<StepFunction> deterministic_pipelined_step(const StepParts& parts, PipelineEngine& pipe,
                                                           Communicator& pp, int chunks, const TreeShards& shards = {});
 // The floats of its working buffers: the tree's gradient-sized buffers (one
-// per level of a rank's subtree of chunks / dp leaves, and its sum) for a
+// per level of a rank's subtree of chunks / dp leaves, and its sum unless
+// `root_in_model`: the model's own gradient, as everywhere but ZeRO-3) for a
 // model of `n` parameters, and the buffer a partner's gradient (or, with a
 // contiguous ZeRO shard of `shard_chunk` floats, a block) is received into.
-uint64_t deterministic_buffer_floats(size_t n, int chunks, int dp, size_t shard_chunk);
+uint64_t deterministic_buffer_floats(size_t n, int chunks, int dp, size_t shard_chunk, bool root_in_model);
 
 // The 2-norm of the gradient per unit of a whole model: the embeddings,
 // each layer, then the final norm and head; L + 2 values.
