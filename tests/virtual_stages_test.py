@@ -12,6 +12,8 @@
     tree) differs.
   * The timeline (timeline.jsonl) names the virtual stage of each event: on pp 4 x 2 chunks, rank r serves
     stages r and r + 4 (interleaved), r and 7 - r (zb-v), each stage's forward and backward once per microbatch.
+    Each rank's Chrome trace (traces/rank-<r>.json) holds the same events in microseconds, the rank in
+    distributedInfo, passes on the compute lane inside their step's slice, waits on the communication lane.
   * A zb-v checkpoint at step 5 resumes on serial with the uninterrupted curve; a sharded interleaved one
     (each rank's file its two chunks) resumes on zb-v, whose ranks hold other chunks.
   * Bad input, one line and exit 2: chunks that do not divide the layers, more stages than layers,
@@ -27,6 +29,42 @@ import os
 import shutil
 
 from layout_checks import LayoutTest, bit_runs, common_args, compare, layouts_equal_serial
+
+
+def trace_problems(run_dir, ranks):
+    """(ok, what is wrong) for a pipelined run's Chrome traces against its timeline.jsonl."""
+    wrong = []
+    timeline = [json.loads(line) for line in open(os.path.join(run_dir, "timeline.jsonl"))]
+    for r in range(ranks):
+        path = os.path.join(run_dir, "traces", f"rank-{r}.json")
+        if not os.path.exists(path):
+            return False, f"no {path}"
+        trace = json.load(open(path))
+        info = trace.get("distributedInfo", {})
+        if info.get("rank") != r or info.get("world_size") != ranks:
+            wrong.append(f"rank {r}: distributedInfo {info}")
+        slices = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+        if any(e["pid"] != r or e["ts"] < 0 or e["dur"] < 0 for e in slices):
+            wrong.append(f"rank {r}: a slice of another pid or a negative time")
+        step_of = {e["args"]["step"]: e for e in slices if e["cat"] == "step"}
+        starts = [step_of[k]["ts"] for k in sorted(step_of)]
+        if starts != sorted(starts) or len(step_of) != len(timeline):
+            wrong.append(f"rank {r}: step slices {sorted(step_of)} starting at {starts}")
+        for line in timeline:
+            mine = next(x for x in line["ranks"] if x["rank"] == r)["events"]
+            got = [e for e in slices if e["cat"] != "step" and e["args"]["step"] == line["step"]]
+            if len(got) != len(mine):
+                wrong.append(f"rank {r} step {line['step']}: {len(got)} slices for {len(mine)} events")
+                continue
+            box = step_of.get(line["step"])
+            for want, e in zip(mine, got):
+                lane = 1 if want[0] in ("recv", "send") else 0
+                if e["name"] != want[0] or e["tid"] != lane or abs(e["dur"] - (want[3] - want[2]) * 1e3) > 0.01:
+                    wrong.append(f"rank {r} step {line['step']}: {e['name']} tid {e['tid']} {e['dur']} us for {want}")
+                if lane == 0 and box and not (box["ts"] - 0.01 <= e["ts"] and
+                                              e["ts"] + e["dur"] <= box["ts"] + box["dur"] + 0.01):
+                    wrong.append(f"rank {r} step {line['step']}: {e['name']} outside its step's slice")
+    return not wrong, "; ".join(wrong[:4])
 
 
 def main():
@@ -82,6 +120,9 @@ def main():
                             wrong.append(f"rank {rank['rank']} stage {st} {kinds[0]}: microbatches {mbs}")
         check(f"{name}: the timeline's events name their virtual stage, each stage's F and B once per microbatch",
               not wrong, "; ".join(wrong[:4]))
+        check(f"{name}: each rank's Chrome trace (traces/rank-<r>.json) holds its timeline's events, in "
+              f"microseconds, passes on the compute lane inside their step's slice, waits on the communication lane",
+              *trace_problems(out(name), 4))
     r = programs.mpi(2, [*four, "--parallel.pp", "2", "--parallel.microbatches", "4", *zbv, "--train.steps", "1",
                          "--out", out("zbv_log")])
     want = "pipeline: 2 stages of 2 chunks in the V shape (layers 0[0, 1)+[3, 4), 1[1, 2)+[2, 3)"
@@ -97,6 +138,11 @@ def main():
     check("a pipelined run overwriting another writes its own timeline.jsonl (1 step's line, then 2)",
           r.returncode == 0 and lines_before == 1 and lines_after == 2, f"exit {r.returncode}, lines "
           f"{lines_before} then {lines_after}: {r.stderr.strip()[-200:]}")
+    steps = sorted({e["args"]["step"] for e in json.load(open(os.path.join(out("zbv_log"), "traces", "rank-0.json")))
+                    ["traceEvents"] if e.get("cat") == "step"}) if os.path.exists(os.path.join(out("zbv_log"),
+                                                                                                   "traces")) else None
+    check("... and its own traces, rewritten after each recorded step (steps 0 and 1)",
+          steps == [0, 1] and trace_problems(out("zbv_log"), 2)[0], f"steps {steps}")
 
     # ---- Serial's bits under train.deterministic ----
     train, same = bit_runs(check, programs, a.serial, out)

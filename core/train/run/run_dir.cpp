@@ -25,8 +25,10 @@ namespace {
 
 // The files a run writes into its directory; each one's temporaries are
 // "<name>.tmp" followed by anything (util/files.h).
-const char* const kRunFiles[] = {"config.yaml",    "metrics.jsonl", "metrics.jsonl.partial", "metrics.jsonl.partial.new",
-                                 "checkpoint.bin", "run.json",      "timeline.jsonl", "checkpoints"};
+const char* const kRunFiles[] = {
+    "config.yaml",    "metrics.jsonl", "metrics.jsonl.partial", "metrics.jsonl.partial.new",
+    "checkpoint.bin", "run.json",      "timeline.jsonl",        "traces",
+    "checkpoints"};
 
 // Whether `name` is a run file or one of their temporaries.
 bool is_run_file(const std::string& name) {

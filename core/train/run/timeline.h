@@ -1,15 +1,20 @@
 // A pipelined run's timeline (timeline.jsonl): every rank's actions and
-// waits of a step gathered to rank 0, which writes them beside the metrics.
+// waits of a step gathered to rank 0, which writes them beside the metrics,
+// and as each rank's Chrome trace (traces/rank-<r>.json, train/run/trace.h).
 #pragma once
 
 #include <algorithm>
-#include <cstring>
-#include <iterator>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "parallel/process_grid.h"
+#include "train/run/trace.h"
 #include "train/schedule/pipeline.h"
 #include "util/files.h"
 #include "util/json.h"
@@ -24,6 +29,10 @@ namespace gpt2 {
 // an event's stage is the virtual stage (the rank's chunk) it served, the
 // rank's own without parallel.virtual_stages.
 inline constexpr size_t kEventFloats = 5;
+// A rank's record ahead of its events: its wait (ms), its arenas in use, its
+// stage, its event count, and when its step began after its first recorded
+// one (whole seconds, then the milliseconds past them: exact in floats).
+inline constexpr size_t kRankHead = 6;
 inline constexpr int64_t kTimelineSteps = 10;
 
 inline const char* const kEventKinds[] = {"F", "BW", "B", "W", "recv", "send"};
@@ -50,15 +59,24 @@ class PipelineRecorder {
         // (<= max(m, p)).
         max_events_(static_cast<size_t>(8 * pipe.microbatches() * pipe.chunks() + 8 +
                                         std::max(pipe.microbatches() * pipe.chunks(), pipe.stages()))),
-        mine_(4 + kEventFloats * max_events_),
+        mine_(kRankHead + kEventFloats * max_events_),
         all_(mine_.size() * static_cast<size_t>(aux_.size())) {}
-  // Rank 0 writes the timeline to `timeline_path` (truncated): once the run's
-  // folder is its own and cleared (RunLogger::open), never before, so that a
-  // refused or overwriting start does not touch an earlier run's file.
-  void open(const std::string& timeline_path) {
-    if (timeline_path.empty()) return;
+  // Rank 0 writes the timeline to the run folder `run_dir`'s timeline.jsonl
+  // (truncated) and the traces to its traces/ (an earlier start's removed):
+  // once the run's folder is its own and cleared (RunLogger::open), never
+  // before, so that a refused or overwriting start does not touch an earlier
+  // run's files.
+  void open(const std::string& run_dir) {
+    if (run_dir.empty()) return;
+    const std::filesystem::path dir(run_dir);
+    const std::string timeline_path = (dir / "timeline.jsonl").string();
     out_ = ::fdopen(open_output(timeline_path), "w");
     if (!out_) throw std::runtime_error(fmt::format("{}: cannot write the pipeline timeline", timeline_path));
+    traces_dir_ = dir / "traces";
+    std::error_code ec;
+    std::filesystem::remove_all(traces_dir_, ec);  // the run's own files (a link is removed, not followed)
+    if (ec) throw std::runtime_error(fmt::format("{}: cannot clear: {}", traces_dir_.string(), ec.message()));
+    traces_.emplace(std::vector<int>(static_cast<size_t>(aux_.size()), 0));
   }
   ~PipelineRecorder() {
     if (out_) std::fclose(out_);
@@ -69,7 +87,7 @@ class PipelineRecorder {
   void gather(int64_t step, StepRecord& rec) {
     const bool with_events = step < kTimelineSteps;
     const size_t max_events = with_events ? max_events_ : 0;
-    const size_t chunk = 4 + kEventFloats * max_events;
+    const size_t chunk = kRankHead + kEventFloats * max_events;
     const auto& ev = pipe_.timeline();
     const size_t n = std::min(ev.size(), max_events);
     std::fill(mine_.begin(), mine_.begin() + static_cast<std::ptrdiff_t>(chunk), 0.0f);
@@ -77,8 +95,12 @@ class PipelineRecorder {
     mine_[1] = static_cast<float>(pipe_.peak_in_flight());
     mine_[2] = static_cast<float>(pipe_.stage());
     mine_[3] = static_cast<float>(n);
+    if (first_start_ns_ < 0) first_start_ns_ = pipe_.step_start_ns();
+    const double since_ms = static_cast<double>(pipe_.step_start_ns() - first_start_ns_) * 1e-6;
+    mine_[4] = static_cast<float>(std::floor(since_ms / 1e3));
+    mine_[5] = static_cast<float>(since_ms - 1e3 * std::floor(since_ms / 1e3));
     for (size_t i = 0; i < n; ++i) {
-      float* e = mine_.data() + 4 + kEventFloats * i;
+      float* e = mine_.data() + kRankHead + kEventFloats * i;
       e[0] = event_code(ev[i].kind);
       e[1] = static_cast<float>(ev[i].mb);
       e[2] = static_cast<float>(ev[i].t0_ms);
@@ -95,10 +117,14 @@ class PipelineRecorder {
       if (!with_events) continue;
       Json events = Json::array();
       for (size_t i = 0; i < static_cast<size_t>(x[3]); ++i) {
-        const float* e = x + 4 + kEventFloats * i;
+        const float* e = x + kRankHead + kEventFloats * i;
         const int code = static_cast<int>(e[0]);
         events.push_back(Json::array({code >= 0 ? kEventKinds[code] : "?", static_cast<int>(e[1]),
                                       round_fixed(e[2], 3), round_fixed(e[3], 3), static_cast<int>(e[4])}));
+      }
+      if (traces_) {
+        traces_->set_stage(r, static_cast<int>(x[2]));
+        traces_->add_step(r, step, 1e3 * static_cast<double>(x[4]) + static_cast<double>(x[5]), events);
       }
       ranks.push_back(Json{{"rank", r}, {"stage", static_cast<int>(x[2])}, {"events", events}});
     }
@@ -108,6 +134,7 @@ class PipelineRecorder {
         throw std::runtime_error("timeline.jsonl: writing the pipeline timeline failed");
       }
     }
+    if (with_events && traces_) traces_->write(traces_dir_);  // every recorded step: whole files after each
   }
 
  private:
@@ -116,6 +143,9 @@ class PipelineRecorder {
   size_t max_events_;
   std::vector<float> mine_, all_;
   std::FILE* out_ = nullptr;
+  int64_t first_start_ns_ = -1;       // this rank's first recorded step's start
+  std::optional<RankTraces> traces_;  // rank 0's, once open
+  std::filesystem::path traces_dir_;
 };
 
 }  // namespace gpt2

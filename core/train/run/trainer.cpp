@@ -449,7 +449,7 @@ void run_train(const TrainRequest& given, const ProgramContext& ctx) {
   RunConfig resolved = run.config;
   resolved.model = st.model_config;
   log.open(to_yaml(resolved), resuming, st.first_step);  // the folder cleared and taken: now its files are written
-  if (r.step->recorder && comm.rank() == 0) r.step->recorder->open((fs::path(req.out_dir) / "timeline.jsonl").string());
+  if (r.step->recorder && comm.rank() == 0) r.step->recorder->open(req.out_dir);
   const MfuPeak peak = mfu_peak(run.config, ctx, *r.state, comm, threads);
   log.set_peak_configured(run.config.train.peak_gflops > 0);
   announce(log, run, st, comm, threads, peak, r.max_loss);

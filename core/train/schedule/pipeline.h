@@ -156,6 +156,8 @@ class PipelineEngine {
   // The last step's timeline and its seconds waiting for peers.
   const std::vector<TimelineEvent>& timeline() const { return events_; }
   double wait_s() const { return wait_s_; }
+  // When the last step began (the steady clock's nanoseconds): its timeline's zero.
+  int64_t step_start_ns() const { return t0_ns_; }
 
  private:
   struct Slot {
