@@ -11,7 +11,6 @@
 // The harness links none of the engine: it starts the stage and benchmark
 // programs as processes and reads what they write (util/records.h).
 #include <fmt/format.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,26 +27,27 @@
 #include <string>
 #include <vector>
 
+#include "records/tables.h"
 #include "reports/compare.h"
+#include "reports/kernels_report.h"
+#include "reports/report.h"
+#include "runner/calibrate.h"
 #include "runner/experiment.h"
 #include "runner/job_loop.h"
 #include "runner/kernels_experiment.h"
-#include "reports/kernels_report.h"
 #include "runner/mpi_step_experiment.h"
 #include "runner/peer_experiment.h"
 #include "runner/process.h"
 #include "runner/progress.h"
 #include "runner/slurm.h"
 #include "runner/slurm_options.h"
-#include "reports/report.h"
 #include "runner/stage_runner.h"
-#include "records/tables.h"
+#include "runner/yaml_reader.h"
 #include "util/console.h"
 #include "util/fields.h"
 #include "util/files.h"
 #include "util/provenance.h"
 #include "util/text.h"
-#include "runner/yaml_reader.h"
 
 namespace fs = std::filesystem;
 using namespace gpt2::harness;
@@ -59,7 +59,7 @@ const char* kHelp = R"(harness: run experiments over the GPT-2 stages and report
 
 usage:
   harness run EXPERIMENT.yaml [--force] [--retries N] [--quiet] [--set KEY=VALUE,...] [--results DIR] [--reports DIR]
-             [--build DIR] [--launcher local|slurm [SLURM OPTIONS]]
+             [--build DIR] [--launcher local|slurm [SLURM OPTIONS]] [--machine FILE]
       Runs every job of the experiment (reusing completed ones unless --force),
       continuing a training run that was interrupted, preempted or failed from
       its checkpoint (--resume auto), and up to N more times (--retries N),
@@ -73,6 +73,10 @@ usage:
       stages experiment (after the experiment's own settings); an experiment
       whose `needs:` names a key not set this way is skipped, and its report
       says what to pass (experiments/table2_original.yaml: data.corpus).
+      --machine FILE: every run's plan.json gains the step-time model's
+      prediction, runs.csv predicted_step_ms and prediction_error, and the
+      runs whose prediction misses by more than 15% are named at the end
+      (docs/prediction.md).
       --launcher slurm (stages experiments): each run one Slurm batch job,
       submitted and waited for to its end (its ranks and threads as tasks and CPUs
       per task, --requeue, --signal=TERM@60, --time from timeout_s); a stage
@@ -110,6 +114,14 @@ usage:
       plan.json), after a change to what a row holds; rows of folders not
       kept stay as they were. NAME: a folder of DIR (results/), or a path to
       a folder with runs.csv. Runs nothing; `report` then rebuilds the reports.
+  harness calibrate --out FILE [--overwrite] [--name TEXT] [--threads 1,2] [--shapes small,original]
+                    [--repetitions N] [--build DIR]
+      Measures this machine for the step-time model (docs/prediction.md) and
+      writes its machine file: every kernel of our CPU backend at the shapes'
+      sizes and thread counts (<build>/bench/kernel_bench, the median of N
+      repetitions), the node's link from the gradient allreduce at 2 and 4
+      ranks (<build>/bench/allreduce_bench under mpiexec), the SGEMM ceiling.
+      Read by `<stage> plan --machine FILE`. About 8 minutes on 2 cores.
   harness [COMMAND] --help
 
 Kinds of experiment (`kind:` in the file):
@@ -155,6 +167,12 @@ struct Args {
   std::string launcher;  // run: local | slurm; "": the experiment's `launcher:` (else local)
   SlurmOptions slurm;
   std::string slurm_ranks = "srun";  // --slurm-ranks
+  // calibrate
+  std::string name, shapes = "small,original";
+  std::vector<std::string> threads = {"1", "2"};
+  int repetitions = 3;
+  bool quick = false;
+  std::string machine;  // run: a machine file for the step-time model
 };
 
 Args parse(int argc, char** argv) {
@@ -181,6 +199,16 @@ Args parse(int argc, char** argv) {
         "time");
   f.add("sbatch", a.slurm.sbatch, "slurm: more sbatch options, one #SBATCH line each (e.g. --qos=low)", "list");
   f.add("slurm-ranks", a.slurm_ranks, "slurm: how a job starts its ranks: srun (--mpi=pmi2) or mpiexec", "name");
+  f.add("name", a.name, "calibrate: the machine's name in the file (default: its CPU and cores)", "text");
+  f.add("threads", a.threads, "calibrate: the thread counts to time the kernels at (default 1,2)", "list");
+  f.add("shapes", a.shapes,
+        "calibrate: kernel_bench's shapes, and allreduce_bench's gradients (default small,original)", "list");
+  f.add("repetitions", a.repetitions, "calibrate: repetitions of each benchmark, their median kept (1-100)", "N");
+  f.add("machine", a.machine,
+        "run: a machine file (docs/prediction.md): each run's plan gains its predicted "
+        "step; runs.csv predicted_step_ms and prediction_error; runs past 15% named at the end",
+        "path");
+  f.add("quick", a.quick, "calibrate: the benchmarks' --quick (tiny shape, meaningless figures): for tests");
   const gpt2::CommandLine cl = gpt2::parse_command_line({argv + 1, argv + argc}, f);
   gpt2::apply_settings(f, cl);
   a.help = cl.help;
@@ -462,6 +490,33 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (a.command == "reindex") return reindex(a);
+  if (a.command == "calibrate") {
+    if (!a.target.empty()) throw std::invalid_argument(fmt::format("calibrate: unexpected argument '{}'", a.target));
+    CalibrateRequest req;
+    req.build = at.build;
+    req.out = a.out.empty() ? fs::path() : fs::absolute(a.out);
+    req.overwrite = a.overwrite;
+    req.name = a.name;
+    req.threads.clear();
+    for (const std::string& t : a.threads) {
+      size_t used = 0;
+      int n = 0;
+      try {
+        n = std::stoi(t, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != t.size() || t.empty()) {
+        throw std::invalid_argument(fmt::format("--threads: '{}' is not a thread count", gpt2::excerpt(t)));
+      }
+      req.threads.push_back(n);
+    }
+    req.shapes = a.shapes;
+    req.repetitions = a.repetitions;
+    req.quick = a.quick;
+    calibrate(req);
+    return 0;
+  }
   if (!a.launcher.empty() && a.launcher != "local" && a.launcher != "slurm") {
     throw std::invalid_argument(
         fmt::format("--launcher: '{}' is not a launcher (local or slurm)", gpt2::excerpt(a.launcher)));
@@ -482,6 +537,12 @@ int run(int argc, char** argv) {
         fmt::format("unknown command '{}' (expected run, report, compare, list, reindex or slurm-script)", a.command));
   }
   if (a.command == "report" && !a.launcher.empty()) throw std::invalid_argument("--launcher: report runs nothing");
+  if (!a.machine.empty()) {
+    if (a.command != "run") throw std::invalid_argument("--machine: only with run (its plans carry the prediction)");
+    const fs::path machine = fs::absolute(a.machine);
+    (void)gpt2::read_input_file(machine, gpt2::kMaxTextInputBytes, "--machine", "a machine file (machines/*.yaml)");
+    resolver.set_machine(machine);  // the stage program checks its contents with the first plan
+  }
   if (a.target.empty()) throw std::invalid_argument(fmt::format("{}: which experiment? (see harness --help)", a.command));
   const fs::path file = experiment_file(a.target, fs::path(kRepoRoot) / "experiments");
   at.repo = file.parent_path().parent_path();

@@ -23,6 +23,7 @@ const std::vector<BenchShape>& bench_shapes() {
   // Gpt2Config fields: V, T, L, NH, C.
   static const std::vector<BenchShape> shapes = {
       {"tiny", Gpt2Config{37, 16, 1, 2, 32}, 2},
+      {"small", Gpt2Config{172, 64, 4, 4, 128}, 16},  // experiments/parallelism.yaml's model
       {"original", preset("original"), 16},
       {"larger", Gpt2Config{8192, 512, 12, 12, 768}, 8},
   };
@@ -33,7 +34,7 @@ const BenchShape& bench_shape(const std::string& name) {
   for (const BenchShape& s : bench_shapes()) {
     if (s.name == name) return s;
   }
-  throw std::invalid_argument(fmt::format("unknown shape '{}' (expected tiny, original or larger)", name));
+  throw std::invalid_argument(fmt::format("unknown shape '{}' (expected tiny, small, original or larger)", name));
 }
 
 ops::OpShape op_shape(const BenchShape& s) {

@@ -40,7 +40,9 @@ struct BenchShape {
 };
 
 // tiny (smoke tests; figures meaningless), original (the reproduced project's
-// configuration at batch 16), larger (GPT-2-small widths at T 512, batch 8).
+// configuration at batch 16), larger (GPT-2-small widths at T 512, batch 8);
+// small (experiments/parallelism.yaml's L4 C128 model at T 64, batch 16)
+// for harness calibrate's second point.
 const std::vector<BenchShape>& bench_shapes();
 const BenchShape& bench_shape(const std::string& name);  // throws naming the known ones
 // The op table's sizes of a benchmark shape: B, T, C, NH, V, and P, the

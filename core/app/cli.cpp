@@ -7,23 +7,25 @@
 #include <cstdio>
 #include <ctime>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "app/config_file.h"
-#include "train/schedule/preemption.h"
-#include "train/resolve/plan.h"
+#include "app/machine_file.h"
+#include "kernels/cpu/omp_wait.h"
 #include "train/data/corpus.h"
+#include "train/data/prepare.h"
 #include "train/formats/convert.h"
 #include "train/formats/sharded_checkpoint.h"
-#include "train/data/prepare.h"
+#include "train/resolve/plan.h"
 #include "train/run/trainer.h"
+#include "train/schedule/preemption.h"
 #include "util/console.h"
 #include "util/files.h"
 #include "util/hash.h"
-#include "kernels/cpu/omp_wait.h"
 
 namespace gpt2 {
 
@@ -67,7 +69,8 @@ const std::vector<Option>& options(const std::string& command) {
   static const std::vector<Option> plan = {
       {"config", "FILE", "YAML file of sections: the run to plan"},
       {"ranks", "N", "the job's ranks (mpiexec -n N) [default: 1]"},
-      {"stage", "NAME", "the stage program the run is for: serial, mpi, cuda or mpi_cuda [default: this one]"}};
+      {"stage", "NAME", "the stage program the run is for: serial, mpi, cuda or mpi_cuda [default: this one]"},
+      {"machine", "FILE", "a machine file (machines/*.yaml, docs/prediction.md): add the step's predicted time"}};
   static const std::vector<Option> init = {{"out", "FILE", "the model checkpoint to write (required; not an existing "
                                                            "file, not in a run's folder)"},
                                            {"overwrite", "", "replace an existing --out file"},
@@ -160,7 +163,7 @@ const char* summary(const std::string& command) {
     return "prints, as JSON (docs/plan.md), what each of the job's N ranks would hold and do: its grid\n"
            "coordinates, its memory by kind, its groups' communication per step, the step's FLOPs; or the\n"
            "refusal a run would give (then also on stderr, exit status 2). Reads data.corpus (the vocabulary);\n"
-           "allocates and runs nothing.";
+           "allocates and runs nothing. With --machine, also the step's predicted time (docs/prediction.md).";
   }
   return "prints the resolved configuration (every key, as YAML) after the file and the overrides,\n"
          "or the first error in it: what a run would be given, without running it.";
@@ -175,7 +178,7 @@ std::string usage(const std::string& stage) {
       "                [--details]] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} config   [--config FILE] [--KEY VALUE ...]\n"
       "       {0} init     --out FILE [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
-      "       {0} plan     [--config FILE] [--ranks N] [--stage NAME] [--KEY VALUE ...]\n"
+      "       {0} plan     [--config FILE] [--ranks N] [--stage NAME] [--machine FILE] [--KEY VALUE ...]\n"
       "       {0} prepare  --input FILES --encoder_json FILE --vocab_bpe FILE --out DIR [--shard_tokens N]\n"
       "                [--overwrite] [--config FILE] [--KEY VALUE ...]\n"
       "       {0} export   --checkpoint CKPT [--format llmc|hf] --out PATH [--overwrite]\n"
@@ -285,11 +288,14 @@ void check_command_lines_agree(const std::vector<std::string>& args, Communicato
 
 // The plan command: the plan as JSON on stdout, or the refusal as JSON on
 // stdout and thrown (stderr, exit status 2) as a run would refuse it.
-void print_plan(const RunConfig& cfg, const std::string& ranks_text, const std::string& stage, bool root) {
+void print_plan(const RunConfig& cfg, const std::string& ranks_text, const std::string& stage,
+                const std::string& machine_file, bool root) {
   int ranks = 1;
   try {
     if (!ranks_text.empty()) ranks = parse_ranks(ranks_text);
-    const Json plan = plan_json(plan_run(cfg, ranks, stage));
+    std::optional<MachineModel> machine;
+    if (!machine_file.empty()) machine = read_machine_file(machine_file);
+    const Json plan = plan_json(plan_run(cfg, ranks, stage, machine ? &*machine : nullptr));
     if (root) fmt::print("{}\n", plan.dump(1));
   } catch (const std::invalid_argument& e) {
     if (root) fmt::print("{}\n", refusal_json(stage, ranks, e.what()).dump(1));
@@ -410,7 +416,7 @@ void dispatch(const std::string& command, const Given& g, const RunConfig& cfg, 
     validate_with_split(cfg);  // as a run's first checks (train/resolve/layout.h)
     if (root) fmt::print("{}", to_yaml(cfg));
   } else if (command == "plan") {
-    print_plan(cfg, g.get("ranks"), g.get("stage").empty() ? ctx.program : g.get("stage"), root);
+    print_plan(cfg, g.get("ranks"), g.get("stage").empty() ? ctx.program : g.get("stage"), g.get("machine"), root);
   } else if (command == "prepare") {
     run_prepare(g, cfg, ctx);
   } else if (command == "export") {

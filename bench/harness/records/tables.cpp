@@ -69,7 +69,9 @@ const std::vector<CounterSpec>& run_counters() {
       {"formula_tp_calls", true, false, "tp_calls as the plan states it"},
       {"formula_tp_bytes", true, false, "tp_bytes as the plan states it"},
       {"formula_dp_calls", true, false, "dp_calls as the plan states it"},
-      {"formula_dp_bytes", true, false, "dp_bytes as the plan states it"}};
+      {"formula_dp_bytes", true, false, "dp_bytes as the plan states it"},
+      {"predicted_step_ms", false, false, "the step-time model's step (plan.json's time: harness run --machine), ms"},
+      {"prediction_error", false, false, "predicted_step_ms / step_ms - 1"}};
   return counters;
 }
 

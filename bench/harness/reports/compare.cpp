@@ -1,7 +1,6 @@
 #include "reports/compare.h"
 
 #include <fmt/format.h>
-
 #include <stdlib.h>
 
 #include <algorithm>
@@ -13,9 +12,10 @@
 #include <set>
 
 #include "records/csv.h"
-#include "runner/process.h"
 #include "render/report_format.h"
 #include "reports/report_inputs.h"
+#include "runner/process.h"
+#include "runner/scratch_folder.h"
 #include "util/files.h"
 
 namespace gpt2::harness {
@@ -44,32 +44,7 @@ const Metric& metric_of(const std::string& name) {
   throw std::invalid_argument(fmt::format("--metric: unknown metric '{}' (expected {})", name, known));
 }
 
-// A private folder for the runs.csv files the git sides are read from: made
-// by mkdtemp under TMPDIR (else /tmp), so its name is new and nobody's to
-// guess (a link planted at a predictable name redirected the writes), and
-// removed with what is in it however the compare ends (a side refused, an
-// error, success).
-class ScratchFolder {
- public:
-  ScratchFolder() {
-    std::string name = (fs::temp_directory_path() / "harness_compare_XXXXXX").string();
-    if (::mkdtemp(name.data()) == nullptr) {
-      throw std::runtime_error(fmt::format("compare: cannot make a scratch folder '{}': {}", name,
-                                           std::strerror(errno)));
-    }
-    path_ = name;
-  }
-  ~ScratchFolder() {
-    std::error_code ec;  // a destructor cannot fail: what cannot be removed stays (in TMPDIR)
-    fs::remove_all(path_, ec);
-  }
-  ScratchFolder(const ScratchFolder&) = delete;
-  ScratchFolder& operator=(const ScratchFolder&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+// The runs.csv files the git sides are read from go to a private scratch folder (runner/scratch_folder.h).
 
 // A side's runs.csv: a folder holding one, results/<name>, or REV:NAME from
 // git (written into `scratch`, made when the first git side needs it).
@@ -93,7 +68,7 @@ Side load_side(const std::string& given, const CompareRequest& req, std::optiona
       throw std::invalid_argument(fmt::format("{}: no results/{}/runs.csv at {} ({})", given, name, rev,
                                               c.err.substr(0, c.err.find('\n'))));
     }
-    if (!scratch) scratch.emplace();
+    if (!scratch) scratch.emplace("harness_compare_");
     csv = scratch->path() / fmt::format("{}.csv", given.size());
     write_file_atomically(csv, c.out);
     s.where = fmt::format("results/{}/runs.csv at {}", name, rev);

@@ -145,7 +145,7 @@ ReportCeilings best_ceilings(const std::vector<ProgramResult>& programs) {
   return c;
 }
 
-const std::vector<std::string> kShapeOrder = {"tiny", "original", "larger"};
+const std::vector<std::string> kShapeOrder = {"tiny", "small", "original", "larger"};
 
 int shape_rank(const std::string& s) {
   auto it = std::find(kShapeOrder.begin(), kShapeOrder.end(), s);

@@ -108,6 +108,7 @@ const PlanAnswer& ConfigResolver::plan(const fs::path& base, const std::vector<O
   std::vector<std::string> argv = {serial_.string(), "plan", "--stage", stage, "--ranks", std::to_string(ranks),
                                    "--config", base.string()};
   for (const Override& o : overrides) argv.insert(argv.end(), {"--" + o.key, o.value});
+  if (!machine_.empty()) argv.insert(argv.end(), {"--machine", machine_.string()});
   if (auto it = plans_.find(argv); it != plans_.end()) return it->second;
   const Captured c = capture(argv);
   PlanAnswer a;

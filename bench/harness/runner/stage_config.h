@@ -57,6 +57,8 @@ std::vector<std::pair<std::string, std::string>> config_entries(const YAML::Node
 class ConfigResolver {
  public:
   explicit ConfigResolver(std::filesystem::path serial) : serial_(std::move(serial)) {}
+  // A machine file (docs/prediction.md): every plan then carries the step's predicted time.
+  void set_machine(std::filesystem::path file) { machine_ = std::move(file); }
 
   // Resolves BASE with the overrides applied in order. Throws
   // std::invalid_argument naming `experiment` if the serial program is
@@ -71,7 +73,7 @@ class ConfigResolver {
                          const std::string& stage, int ranks);
 
  private:
-  std::filesystem::path serial_;
+  std::filesystem::path serial_, machine_;
   std::map<std::vector<std::string>, ResolvedConfig> resolved_;
   std::map<std::vector<std::string>, std::string> rejected_;
   std::map<std::vector<std::string>, PlanAnswer> plans_;

@@ -7,13 +7,15 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 
+#include "records/run_plan.h"
+#include "records/tables.h"
 #include "runner/job_loop.h"
 #include "runner/process.h"
 #include "runner/progress.h"
 #include "runner/slurm_options.h"
-#include "records/run_plan.h"
-#include "records/tables.h"
+#include "util/console.h"
 #include "util/files.h"
 #include "util/provenance.h"
 #include "util/records.h"
@@ -111,6 +113,7 @@ void set_from_plan(Counters& c, const Json& plan) {
   c.set("formula_dp_calls", number(comm["dp"]["calls"]));
   c.set("formula_dp_bytes", number(comm["dp"]["bytes"]));
   c.set("params", number(rank0["memory"]["params"]));
+  if (plan.contains("time")) c.set("predicted_step_ms", plan["time"]["step_s"].get<double>() * 1e3);
 }
 
 // The median of a per-step time over the steps after the first (the first
@@ -198,6 +201,8 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
     }
     set_from_steps(row.counters, m);
     if (const std::optional<Json> plan = read_plan(dir)) set_from_plan(row.counters, *plan);
+    const std::optional<double> predicted = row.counters.get("predicted_step_ms"), step = row.counters.get("step_ms");
+    if (predicted && step && *step > 0) row.counters.set("prediction_error", *predicted / *step - 1.0);
     if (m.summary) {
       set_from_summary(row.counters, *m.summary);
       provenance = m.summary->provenance;
@@ -207,7 +212,7 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
   return row;
 }
 
-void write_results_csv(const Experiment& ex, const fs::path& results_dir) {
+std::vector<RunRow> write_results_csv(const Experiment& ex, const fs::path& results_dir) {
   std::vector<RunRow> runs;
   std::vector<LossRow> loss;
   for (const RunSpec& r : ex.runs) {
@@ -225,6 +230,7 @@ void write_results_csv(const Experiment& ex, const fs::path& results_dir) {
   }
   write_file_atomically(results_dir / "runs.csv", runs_csv(runs));
   write_file_atomically(results_dir / "loss.csv", loss_csv(loss));
+  return runs;
 }
 
 RunSpec spec_of_row(const RunRow& row) {
@@ -318,7 +324,17 @@ int run_experiment(const Experiment& ex, const RunnerOptions& opt) {
   // runs.csv after every run: an interruption loses nothing recorded.
   const int failed = run_jobs(jobs, opt.results_dir, opt.force, programs_identity(opt.stages_dir),
                               [&] { write_results_csv(ex, opt.results_dir); }, opt.retries);
-  write_results_csv(ex, opt.results_dir);
+  // The step-time model's misses (harness run --machine): past its bound, named.
+  for (const RunRow& row : write_results_csv(ex, opt.results_dir)) {
+    const std::optional<double> e = row.counters.get("prediction_error");
+    if (e && std::fabs(*e) > kPredictionBound) {
+      console::err(
+          fmt::format("{}: predicted step {:.1f} ms against {:.1f} ms measured ({:+.1f}%): past the "
+                      "model's {:.0f}% (docs/prediction.md)\n",
+                      row.run_id, *row.counters.get("predicted_step_ms"), *row.counters.get("step_ms"), 100 * *e,
+                      100 * kPredictionBound));
+    }
+  }
   return failed;
 }
 

@@ -62,7 +62,10 @@ RunRow run_row(const std::string& experiment, const RunSpec& r, const Status& st
                std::vector<LossRow>& loss);
 
 // Rebuilds results/<experiment>/runs.csv and loss.csv from the run directories.
-void write_results_csv(const Experiment& ex, const std::filesystem::path& results_dir);
+// Returns the rows written.
+std::vector<RunRow> write_results_csv(const Experiment& ex, const std::filesystem::path& results_dir);
+// The step-time model's bound: a run whose |prediction_error| passes it is named when the experiment ends.
+inline constexpr double kPredictionBound = 0.15;
 
 // What run_row needs of a run, from its row of runs.csv (for stored results
 // whose experiment file has since changed: ids hash the build).

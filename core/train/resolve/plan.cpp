@@ -492,7 +492,7 @@ std::vector<int> planned_ranks(int ranks, int replica) {
   return shown;
 }
 
-Plan make_plan(const RunConfig& given, int ranks, const std::string& program) {
+Plan make_plan(const RunConfig& given, int ranks, const std::string& program, const MachineModel* machine) {
   if (ranks > kMaxRanks) throw std::invalid_argument(fmt::format("--ranks: at most {}, got {}", kMaxRanks, ranks));
   const RunLayout run = resolve_run(given, ranks, program);
   const RunConfig& c = run.config;
@@ -572,6 +572,9 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& program) {
     p.rank.push_back(rp);
   }
   p.ranks_omitted = ranks - static_cast<int>(p.rank.size());
+  // The machine file times the CPU backend's kernels: the CUDA stages' steps are not predicted yet.
+  const bool cpu = program == "serial" || program == "mpi";
+  if (machine != nullptr && cpu) p.time = predict_step(run, p.rank, p.flops_per_step, *machine);
   return p;
 }
 
@@ -587,13 +590,13 @@ std::string variant_label(const RunConfig& c) {
   return label;
 }
 
-Plan plan_run(const RunConfig& c, int ranks, const std::string& program) {
+Plan plan_run(const RunConfig& c, int ranks, const std::string& program, const MachineModel* machine) {
   validate_with_split(c);
   const std::unique_ptr<Communicator> local = make_local_communicator();
   const Corpus corpus = load_corpus(c.data, nullptr, *local);
   RunConfig resolved = c;
   resolved.model = resolve_vocab(c.model, corpus.tok.size());
-  Plan p = make_plan(resolved, ranks, program);
+  Plan p = make_plan(resolved, ranks, program, machine);
   p.variant = variant_label(c);
   p.corpus = c.data.corpus;
   p.tokenizer = to_string(c.data.tokenizer);
@@ -653,6 +656,7 @@ Json plan_json(const Plan& p) {
     out["peak_in_flight"] = p.peak_in_flight;
   }
   if (p.ranks_omitted > 0) out["per_rank_omitted"] = p.ranks_omitted;
+  if (p.time) out["time"] = step_time_json(*p.time);
   return out;
 }
 

@@ -25,6 +25,8 @@
 #include "train/config/run_config.h"
 #include "train/formats/model_source.h"  // CheckpointBytes: the format counts a rank's checkpoint
 #include "train/resolve/layout.h"
+#include "train/resolve/machine.h"
+#include "train/resolve/step_time.h"
 #include "util/json.h"
 
 namespace gpt2 {
@@ -89,6 +91,7 @@ struct Plan {
   int peak_in_flight = 0;      // the most microbatches a stage holds at once (activation memory in arenas); 0: none
   std::vector<RankPlan> rank;  // every rank's, or above kPlanRankRecords ranks planned_ranks()
   int ranks_omitted = 0;       // the ranks not in `rank`
+  std::optional<StepTime> time;  // with a machine, on the CPU stages: the step-time model's prediction (step_time.h)
 };
 
 // The most ranks a plan (and a run) takes, and the most per-rank records a
@@ -104,12 +107,13 @@ std::vector<int> planned_ranks(int ranks, int replica);
 // The plan of `c` (its model's vocabulary resolved: resolve_vocab) on
 // `ranks` ranks of `stage`, or the refusal a run would give (the same
 // std::invalid_argument).
-Plan make_plan(const RunConfig& c, int ranks, const std::string& program);
+// With `machine`, also the step's predicted time (Plan::time).
+Plan make_plan(const RunConfig& c, int ranks, const std::string& program, const MachineModel* machine = nullptr);
 
 // The same for a configuration as given: its vocabulary resolved first from
 // data.corpus as a run resolves it (read and tokenized; model.vocab_size 0
 // takes the tokenizer's).
-Plan plan_run(const RunConfig& c, int ranks, const std::string& program);
+Plan plan_run(const RunConfig& c, int ranks, const std::string& program, const MachineModel* machine = nullptr);
 
 // `c`'s architecture keys that differ from the default GPT-2 (Plan::variant).
 std::string variant_label(const RunConfig& c);

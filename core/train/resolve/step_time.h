@@ -1,0 +1,58 @@
+// The step-time model (docs/prediction.md): a run's step on a machine,
+// predicted from the same RunLayout the run is built from and the plan's
+// counts, with the machine's measured kernels and links (machine.h).
+//
+// Each rank's work in one step, at the shapes it runs them: the forward, the
+// backward (input and weight gradients, the forward again under full
+// recomputation) of its layers at its arena's rows, cut by tensor
+// parallelism; the embedding on the first stage and the head and loss on the
+// last; the optimizer over the parameters it updates and the gradient norm;
+// train.deterministic's tree adds. Each op's time is the machine's measured
+// time of the same op at its nearest measured shape, scaled by the op
+// table's count (FLOPs for products and attention, bytes for the rest). Each
+// group's messages (the plan's calls and bytes) cost alpha + beta over the
+// node's link with the collective's factor. Under a pipeline schedule the
+// engine's own action lists run through the schedule simulator
+// (train/schedule/virtual_schedule.h) with the slowest stage's pass times.
+// No overlap of communication with compute is modelled: the CPU stages
+// send while they wait.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "train/resolve/layout.h"
+#include "train/resolve/machine.h"
+#include "util/json.h"
+
+namespace gpt2 {
+
+struct RankPlan;
+
+struct RankTime {
+  int rank = 0, stage = 0;
+  double compute_s = 0;  // its kernels: forward, backward, optimizer
+  double comm_s = 0;     // its messages and collectives
+  double idle_s = 0;     // the rest of the step: the pipeline's bubble, waits for slower ranks
+};
+
+struct StepTime {
+  std::string machine;
+  int threads = 1;  // per rank
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;                  // of the machine's peak over every rank; 0 without a peak
+  double bubble = 0;               // the simulated schedule's idle share per stage (pipelines), else 0
+  std::vector<RankTime> ranks;     // the plan's ranks, in its order
+  std::vector<std::string> notes;  // what the model leaves out for this layout
+};
+
+// Throws std::invalid_argument naming what the machine lacks (an op it has
+// no timing of at any thread count, a link without a bandwidth).
+StepTime predict_step(const RunLayout& run, const std::vector<RankPlan>& ranks, double flops_per_step,
+                      const MachineModel& machine);
+
+// The plan's "time" object (docs/plan.md).
+Json step_time_json(const StepTime& t);
+
+}  // namespace gpt2
