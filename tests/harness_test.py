@@ -41,7 +41,8 @@ from checks import PROMPT_S, TEST_TAG, Checks, bounded_run, own_processes, tagge
 RUNS_COLUMNS = ("experiment,run_id,stage,ranks,threads,repetition,tp,block_types,pipeline,variant,config_digest,seed,status,reason,attempts,"
                 "training_s,inference_s,tokens_per_s,final_loss,steps,comm_s,peak_rss_mb,step_ms,val_loss,mfu,params,"
                 "activation_bytes,tp_calls,tp_bytes,"
-                "dp_calls,dp_bytes,formula_tp_calls,formula_tp_bytes,formula_dp_calls,formula_dp_bytes,git_commit,"
+                "dp_calls,dp_bytes,formula_tp_calls,formula_tp_bytes,formula_dp_calls,formula_dp_bytes,"
+                "predicted_step_ms,prediction_error,git_commit,"
                 "git_dirty,build_type,compiler,cpu,cores,blas_core,backend,host,date,source_hash,build_options,"
                 "openblas,mpi,cuda").split(",")
 LOSS_COLUMNS = "experiment,run_id,stage,ranks,threads,repetition,epoch,loss,val_loss".split(",")

@@ -462,6 +462,44 @@ int slurm_script(const Args& a, Places& at, ConfigResolver& resolver) {
   return 0;
 }
 
+// harness run --machine FILE: every run's plan carries the step-time model's prediction (docs/prediction.md).
+void use_machine(const Args& a, ConfigResolver& resolver) {
+  if (a.machine.empty()) return;
+  if (a.command != "run") throw std::invalid_argument("--machine: only with run (its plans carry the prediction)");
+  const fs::path machine = fs::absolute(a.machine);
+  (void)gpt2::read_input_file(machine, gpt2::kMaxTextInputBytes, "--machine", "a machine file (machines/*.yaml)");
+  resolver.set_machine(machine);  // the stage program checks its contents with the first plan
+}
+
+// harness calibrate: this machine's machine file (runner/calibrate.h).
+int calibrate_command(const Args& a, const Places& at) {
+  if (!a.target.empty()) throw std::invalid_argument(fmt::format("calibrate: unexpected argument '{}'", a.target));
+  CalibrateRequest req;
+  req.build = at.build;
+  req.out = a.out.empty() ? fs::path() : fs::absolute(a.out);
+  req.overwrite = a.overwrite;
+  req.name = a.name;
+  req.threads.clear();
+  for (const std::string& t : a.threads) {
+    size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != t.size() || t.empty()) {
+      throw std::invalid_argument(fmt::format("--threads: '{}' is not a thread count", gpt2::excerpt(t)));
+    }
+    req.threads.push_back(n);
+  }
+  req.shapes = a.shapes;
+  req.repetitions = a.repetitions;
+  req.quick = a.quick;
+  calibrate(req);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const Args a = parse(argc, argv);
   if (a.help || a.command.empty() || a.command == "help") {
@@ -490,33 +528,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (a.command == "reindex") return reindex(a);
-  if (a.command == "calibrate") {
-    if (!a.target.empty()) throw std::invalid_argument(fmt::format("calibrate: unexpected argument '{}'", a.target));
-    CalibrateRequest req;
-    req.build = at.build;
-    req.out = a.out.empty() ? fs::path() : fs::absolute(a.out);
-    req.overwrite = a.overwrite;
-    req.name = a.name;
-    req.threads.clear();
-    for (const std::string& t : a.threads) {
-      size_t used = 0;
-      int n = 0;
-      try {
-        n = std::stoi(t, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != t.size() || t.empty()) {
-        throw std::invalid_argument(fmt::format("--threads: '{}' is not a thread count", gpt2::excerpt(t)));
-      }
-      req.threads.push_back(n);
-    }
-    req.shapes = a.shapes;
-    req.repetitions = a.repetitions;
-    req.quick = a.quick;
-    calibrate(req);
-    return 0;
-  }
+  if (a.command == "calibrate") return calibrate_command(a, at);
   if (!a.launcher.empty() && a.launcher != "local" && a.launcher != "slurm") {
     throw std::invalid_argument(
         fmt::format("--launcher: '{}' is not a launcher (local or slurm)", gpt2::excerpt(a.launcher)));
@@ -537,12 +549,7 @@ int run(int argc, char** argv) {
         fmt::format("unknown command '{}' (expected run, report, compare, list, reindex or slurm-script)", a.command));
   }
   if (a.command == "report" && !a.launcher.empty()) throw std::invalid_argument("--launcher: report runs nothing");
-  if (!a.machine.empty()) {
-    if (a.command != "run") throw std::invalid_argument("--machine: only with run (its plans carry the prediction)");
-    const fs::path machine = fs::absolute(a.machine);
-    (void)gpt2::read_input_file(machine, gpt2::kMaxTextInputBytes, "--machine", "a machine file (machines/*.yaml)");
-    resolver.set_machine(machine);  // the stage program checks its contents with the first plan
-  }
+  use_machine(a, resolver);
   if (a.target.empty()) throw std::invalid_argument(fmt::format("{}: which experiment? (see harness --help)", a.command));
   const fs::path file = experiment_file(a.target, fs::path(kRepoRoot) / "experiments");
   at.repo = file.parent_path().parent_path();

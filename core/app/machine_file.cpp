@@ -127,38 +127,4 @@ MachineModel read_machine_file(const std::filesystem::path& file) {
   return m;
 }
 
-std::string machine_yaml(const MachineModel& m) {
-  YAML::Emitter out;
-  out << YAML::BeginMap;
-  out << YAML::Key << "schema" << YAML::Value << kMachineSchema;
-  out << YAML::Key << "name" << YAML::Value << m.name;
-  out << YAML::Key << "source" << YAML::Value << m.source;
-  out << YAML::Key << "cpu" << YAML::Value << m.cpu;
-  out << YAML::Key << "blas" << YAML::Value << m.blas;
-  out << YAML::Key << "cores" << YAML::Value << m.cores;
-  out << YAML::Key << "peak_gflops" << YAML::Value << fmt::format("{:.6g}", m.peak_flops / 1e9);
-  out << YAML::Key << "node" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "latency_us" << YAML::Value << fmt::format("{:.6g}", m.node.latency_s * 1e6);
-  out << YAML::Key << "gbytes_per_s" << YAML::Value << fmt::format("{:.6g}", m.node.bytes_per_s / 1e9);
-  out << YAML::Key << "source" << YAML::Value << m.node.source;
-  out << YAML::EndMap;
-  out << YAML::Key << "kernels" << YAML::Value << YAML::BeginSeq;
-  for (const KernelTiming& k : m.kernels) {
-    out << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "op" << YAML::Value << k.op;
-    out << YAML::Key << "threads" << YAML::Value << k.threads;
-    out << YAML::Key << "seconds" << YAML::Value << fmt::format("{:.6g}", k.seconds);
-    out << YAML::Key << "shape" << YAML::Value << YAML::Flow << YAML::BeginMap;
-    const std::pair<const char*, int64_t> dims[] = {{"B", k.shape.B},   {"T", k.shape.T},    {"C", k.shape.C},
-                                                    {"NH", k.shape.NH}, {"V", k.shape.V},    {"OC", k.shape.OC},
-                                                    {"P", k.shape.P},   {"KVH", k.shape.KVH}};
-    for (const auto& [key, v] : dims) {
-      if (v != 0) out << YAML::Key << key << YAML::Value << v;
-    }
-    out << YAML::EndMap << YAML::EndMap;
-  }
-  out << YAML::EndSeq << YAML::EndMap;
-  return std::string(out.c_str()) + "\n";
-}
-
 }  // namespace gpt2

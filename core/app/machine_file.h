@@ -1,7 +1,8 @@
 // Machine files (machines/*.yaml, docs/prediction.md "The machine file"):
 // what the step-time model knows of a machine, read and checked at the edge
-// into a MachineModel (train/resolve/machine.h), and written by `harness
-// calibrate`.
+// into a MachineModel (train/resolve/machine.h). `harness calibrate`
+// writes them (bench/harness/runner/calibrate.cpp); tests/prediction_test.py
+// reads its file back through `plan --machine`.
 #pragma once
 
 #include <filesystem>
@@ -18,8 +19,5 @@ inline constexpr const char* kMachineSchema = "gpt2-machine/1";
 // times and bandwidths positive, every op one the op table costs, shapes
 // within the model's limits.
 MachineModel read_machine_file(const std::filesystem::path& file);
-
-// The machine file's text for `m` (read_machine_file reads it back equal).
-std::string machine_yaml(const MachineModel& m);
 
 }  // namespace gpt2

@@ -145,42 +145,21 @@ LinkFit fit_link(const Json& j, int repetitions, int ranks) {
   return f;
 }
 
-}  // namespace
-
-int calibrate(const CalibrateRequest& req) {
-  if (req.out.empty()) throw std::invalid_argument("calibrate: --out FILE (the machine file to write) is needed");
-  check_output(req.out, OutputRules{"--out", {}, req.overwrite, false});
-  if (req.threads.empty()) throw std::invalid_argument("--threads: at least one thread count");
-  for (int t : req.threads) {
-    if (t < 1 || t > 4096) throw std::invalid_argument(fmt::format("--threads: {} is not from 1 to 4096", t));
-  }
-  if (req.repetitions < 1 || req.repetitions > 100) {
-    throw std::invalid_argument(fmt::format("--repetitions: {} is not from 1 to 100", req.repetitions));
-  }
-  const fs::path kernel_bench = req.build / "bench" / "kernel_bench";
-  const fs::path allreduce_bench = req.build / "bench" / "allreduce_bench";
-  if (access(kernel_bench.c_str(), X_OK) != 0) {
-    throw std::invalid_argument(
-        fmt::format("calibrate: {} is not built (it needs Google Benchmark)", kernel_bench.string()));
-  }
-  const bool links = access(allreduce_bench.c_str(), X_OK) == 0 && !find_on_path("mpiexec").empty();
-  ScratchFolder scratch("harness_calibrate_");
+// Every kernel of our CPU backend at the shapes and thread counts asked for: its median seconds a call.
+std::vector<Timing> time_kernels(const CalibrateRequest& req, const fs::path& kernel_bench, const fs::path& scratch_dir,
+                                 const std::vector<std::string>& common, Json& kj) {
   std::string alternation;
   for (int t : req.threads) alternation += (alternation.empty() ? "" : "|") + std::to_string(t);
   std::string shapes = req.shapes;
   std::replace(shapes.begin(), shapes.end(), ',', '|');
-  const std::vector<std::string> common = {fmt::format("--benchmark_repetitions={}", req.repetitions),
-                                           "--benchmark_report_aggregates_only=true", "--benchmark_out_format=json"};
-
-  // ---- the kernels ----
   std::vector<std::string> argv = {kernel_bench.string(), "--shapes", req.shapes};
   if (req.quick) argv.push_back("--quick");
   argv.push_back(fmt::format("--benchmark_filter=/({})/cpu/t({})/", shapes, alternation));
   argv.insert(argv.end(), common.begin(), common.end());
-  argv.push_back("--benchmark_out=" + (scratch.path() / "kernels.json").string());
+  argv.push_back("--benchmark_out=" + (scratch_dir / "kernels.json").string());
   console::err(fmt::format("calibrate: {}\n", command_text(argv)));
-  run_or_throw(argv, scratch.path() / "kernels.log", req.timeout_s);
-  const Json kj = read_benchmarks(scratch.path() / "kernels.json", "kernel_bench");
+  run_or_throw(argv, scratch_dir / "kernels.log", req.timeout_s);
+  kj = read_benchmarks(scratch_dir / "kernels.json", "kernel_bench");
   std::vector<Timing> timings;
   for (const Json& b : medians(kj, req.repetitions)) {
     std::string name = b.at("name").get<std::string>();
@@ -195,7 +174,12 @@ int calibrate(const CalibrateRequest& req) {
   }
   if (timings.empty()) throw std::runtime_error("calibrate: kernel_bench timed no kernel of the CPU backend");
 
-  // ---- the links ----
+  return timings;
+}
+
+// The node's link: latency and bandwidth fitted at 2 ranks (4 ranks' fit in the text), or assumed without MPI.
+LinkFit time_links(const CalibrateRequest& req, const fs::path& allreduce_bench, const fs::path& scratch_dir,
+                   const std::vector<std::string>& common, bool links) {
   LinkFit node;
   std::string link_source = "not measured: allreduce_bench or mpiexec missing; latency 0, 1 GB/s assumed";
   node.bytes_per_s = 1e9;
@@ -206,10 +190,10 @@ int calibrate(const CalibrateRequest& req) {
                                     "--shapes", req.shapes, "--benchmark_filter=^allreduce/"};  // the whole buffer's
       if (req.quick) a.push_back("--quick");
       a.insert(a.end(), common.begin(), common.end());
-      const fs::path out = scratch.path() / fmt::format("allreduce_r{}.json", ranks);
+      const fs::path out = scratch_dir / fmt::format("allreduce_r{}.json", ranks);
       a.push_back("--benchmark_out=" + out.string());
       console::err(fmt::format("calibrate: {}\n", command_text(a)));
-      run_or_throw(a, scratch.path() / fmt::format("allreduce_r{}.log", ranks), req.timeout_s);
+      run_or_throw(a, scratch_dir / fmt::format("allreduce_r{}.log", ranks), req.timeout_s);
       const LinkFit f = fit_link(read_benchmarks(out, "allreduce_bench"), req.repetitions, ranks);
       if (ranks == 2) node = f;
       texts.push_back(f.text);
@@ -220,7 +204,13 @@ int calibrate(const CalibrateRequest& req) {
         req.repetitions, texts[0], texts[1]);
   }
 
-  // ---- the file ----
+  node.text = link_source;
+  return node;
+}
+
+// The machine file's text (the schema core/app/machine_file.h reads).
+std::string machine_text(const CalibrateRequest& req, const Json& kj, const std::vector<Timing>& timings,
+                         const LinkFit& node) {
   const MachineInfo mi = machine_info();
   const BuildInfo bi = build_info();
   const std::string cpu = context(kj, "cpu_model");
@@ -243,7 +233,7 @@ int calibrate(const CalibrateRequest& req) {
   y << YAML::Key << "node" << YAML::Value << YAML::BeginMap;
   y << YAML::Key << "latency_us" << YAML::Value << fmt::format("{:.6g}", node.latency_s * 1e6);
   y << YAML::Key << "gbytes_per_s" << YAML::Value << fmt::format("{:.6g}", node.bytes_per_s / 1e9);
-  y << YAML::Key << "source" << YAML::Value << link_source;
+  y << YAML::Key << "source" << YAML::Value << node.text;
   y << YAML::EndMap;
   y << YAML::Key << "kernels" << YAML::Value << YAML::BeginSeq;
   for (const Timing& t : timings) {
@@ -258,8 +248,35 @@ int calibrate(const CalibrateRequest& req) {
     y << YAML::EndMap << YAML::EndMap;
   }
   y << YAML::EndSeq << YAML::EndMap;
-  write_file_atomically(req.out,
-                        std::string("# Written by harness calibrate (docs/prediction.md).\n") + y.c_str() + "\n");
+  return std::string("# Written by harness calibrate (docs/prediction.md).\n") + y.c_str() + "\n";
+}
+
+}  // namespace
+
+int calibrate(const CalibrateRequest& req) {
+  if (req.out.empty()) throw std::invalid_argument("calibrate: --out FILE (the machine file to write) is needed");
+  check_output(req.out, OutputRules{"--out", {}, req.overwrite, false});
+  if (req.threads.empty()) throw std::invalid_argument("--threads: at least one thread count");
+  for (int t : req.threads) {
+    if (t < 1 || t > 4096) throw std::invalid_argument(fmt::format("--threads: {} is not from 1 to 4096", t));
+  }
+  if (req.repetitions < 1 || req.repetitions > 100) {
+    throw std::invalid_argument(fmt::format("--repetitions: {} is not from 1 to 100", req.repetitions));
+  }
+  const fs::path kernel_bench = req.build / "bench" / "kernel_bench";
+  const fs::path allreduce_bench = req.build / "bench" / "allreduce_bench";
+  if (access(kernel_bench.c_str(), X_OK) != 0) {
+    throw std::invalid_argument(
+        fmt::format("calibrate: {} is not built (it needs Google Benchmark)", kernel_bench.string()));
+  }
+  const bool links = access(allreduce_bench.c_str(), X_OK) == 0 && !find_on_path("mpiexec").empty();
+  ScratchFolder scratch("harness_calibrate_");
+  const std::vector<std::string> common = {fmt::format("--benchmark_repetitions={}", req.repetitions),
+                                           "--benchmark_report_aggregates_only=true", "--benchmark_out_format=json"};
+  Json kj;
+  const std::vector<Timing> timings = time_kernels(req, kernel_bench, scratch.path(), common, kj);
+  const LinkFit node = time_links(req, allreduce_bench, scratch.path(), common, links);
+  write_file_atomically(req.out, machine_text(req, kj, timings, node));
   console::err(fmt::format("calibrate: {} kernels timed, the node's link {}; {}\n", timings.size(),
                            links ? "fitted" : "assumed", req.out.string()));
   return static_cast<int>(timings.size());

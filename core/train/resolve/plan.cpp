@@ -492,12 +492,26 @@ std::vector<int> planned_ranks(int ranks, int replica) {
   return shown;
 }
 
-Plan make_plan(const RunConfig& given, int ranks, const std::string& program, const MachineModel* machine) {
-  if (ranks > kMaxRanks) throw std::invalid_argument(fmt::format("--ranks: at most {}, got {}", kMaxRanks, ranks));
-  const RunLayout run = resolve_run(given, ranks, program);
+namespace {
+// The step-time model's prediction for the plan's ranks (step_time.h). The machine file times the CPU backend's
+// kernels: the CUDA stages' steps are not predicted yet.
+std::optional<StepTime> plan_time(const RunLayout& run, const Plan& p, const MachineModel& machine) {
+  if (run.program != "serial" && run.program != "mpi") return std::nullopt;
+  const auto messages = [](const GroupTraffic& g) { return Messages{g.calls.value_or(0), g.bytes}; };
+  std::vector<RankWork> work;
+  for (const RankPlan& r : p.rank) {
+    work.push_back(RankWork{r.rank, r.stage, r.mem.count, r.mem.moments / (2 * sizeof(float)), messages(r.tp),
+                            messages(r.dp), messages(r.pp), messages(r.cp)});
+  }
+  return predict_step(run, work, p.flops_per_step, machine);
+}
+}  // namespace
+
+namespace {
+// The plan's fields of the whole layout: its grid, schedule, ZeRO, sizes and bubble.
+Plan plan_header(const RunLayout& run, const std::string& program, int ranks) {
   const RunConfig& c = run.config;
   const Gpt2Config& cfg = c.model;
-  cfg.validate();
   Plan p;
   p.program = program;
   p.ranks = ranks;
@@ -523,6 +537,19 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& program, co
     p.bubble_formula = schedule_bubble_formula(c.parallel.schedule);
     p.peak_in_flight = schedule_peak_in_flight(c.parallel.schedule, p.pp, p.microbatches, v, passes);
   }
+  return p;
+}
+}  // namespace
+
+Plan make_plan(const RunConfig& given, int ranks, const std::string& program, const MachineModel* machine) {
+  if (ranks > kMaxRanks) throw std::invalid_argument(fmt::format("--ranks: at most {}, got {}", kMaxRanks, ranks));
+  const RunLayout run = resolve_run(given, ranks, program);
+  const RunConfig& c = run.config;
+  const Gpt2Config& cfg = c.model;
+  cfg.validate();
+  Plan p = plan_header(run, program, ranks);
+  const int v = c.parallel.virtual_stages;
+  const PassTimes& passes = run.stage_split.passes;
   // A rank's parameter units depend on its place in a replica only: worked out once per (tp rank, stage).
   std::map<int, std::vector<ParamUnit>> units_of;
   const StepSpec& step = run.step;
@@ -572,9 +599,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& program, co
     p.rank.push_back(rp);
   }
   p.ranks_omitted = ranks - static_cast<int>(p.rank.size());
-  // The machine file times the CPU backend's kernels: the CUDA stages' steps are not predicted yet.
-  const bool cpu = program == "serial" || program == "mpi";
-  if (machine != nullptr && cpu) p.time = predict_step(run, p.rank, p.flops_per_step, *machine);
+  if (machine != nullptr) p.time = plan_time(run, p, *machine);
   return p;
 }
 

@@ -7,7 +7,6 @@
 #include <limits>
 #include <stdexcept>
 
-#include "train/resolve/plan.h"
 #include "train/schedule/virtual_schedule.h"
 
 namespace gpt2 {
@@ -136,116 +135,128 @@ PieceTimes piece_times(const OpClock& t, const Gpt2Config& m, int rows, int T, i
 }
 
 // A group's messages: alpha per call and the bytes times the collective's factor over beta.
-double group_seconds(const GroupTraffic& g, double factor, const LinkRates& link) {
-  if (g.bytes == 0 && g.calls.value_or(0) == 0) return 0;
+double group_seconds(const Messages& g, double factor, const LinkRates& link) {
+  if (g.bytes == 0 && g.calls == 0) return 0;
   if (!(link.bytes_per_s > 0)) throw std::invalid_argument("machine: the node's link has no bandwidth");
-  return static_cast<double>(g.calls.value_or(0)) * link.latency_s +
-         static_cast<double>(g.bytes) * factor / link.bytes_per_s;
+  return static_cast<double>(g.calls) * link.latency_s + static_cast<double>(g.bytes) * factor / link.bytes_per_s;
 }
 
 double ring(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 double half_ring(int n) { return n > 1 ? static_cast<double>(n - 1) / n : 0.0; }
 
-}  // namespace
-
-StepTime predict_step(const RunLayout& run, const std::vector<RankPlan>& ranks, double flops_per_step,
-                      const MachineModel& machine) {
-  const RunConfig& c = run.config;
-  const Gpt2Config& m = c.model;
-  const StepSpec& step = run.step;
-  StepTime out;
-  out.machine = machine.name;
-  out.threads = c.train.threads > 0 ? c.train.threads : std::max(1, machine.cores / std::max(1, run.ranks));
-  const bool bf16 = c.train.precision == Precision::kBf16;
-  const OpClock clock(machine, out.threads, bf16);
-  const int T = run.shape.seq_len, rows = step.arena_rows;
-  const PieceTimes piece = piece_times(clock, m, rows, T, run.tp, c.parallel.vocab_parallel);
-  const int arenas = std::max(1, run.step_rows() / std::max(1, rows));  // a step's arenas (chunks, microbatches)
-
-  // Each pipeline stage's passes of one microbatch (the whole model on one stage without a pipeline).
-  std::vector<Passes> stage_passes(static_cast<size_t>(run.pp));
+// Each pipeline stage's passes of one microbatch (the whole model on one stage without a pipeline).
+std::vector<Passes> stage_passes(const RunLayout& run, const PieceTimes& piece) {
+  const int L = run.config.model.L;
+  std::vector<Passes> out(static_cast<size_t>(run.pp));
   for (int s = 0; s < run.pp; ++s) {
     const StageLayers held = run.stage_split.held(s);
     int layers = 0;
     for (int k = 0; k < held.chunks(); ++k) {
-      const StageLayers ch = held.chunk(k, m.L);
-      layers += ch.end(m.L) - ch.first;
+      const StageLayers ch = held.chunk(k, L);
+      layers += ch.end(L) - ch.first;
     }
     Passes p = piece.layer.times(layers);
     if (held.embed) p += piece.embed;
     if (held.head) p += piece.head;
-    if (step.recompute_full) p.input += p.forward;  // the forward again before the backward
-    stage_passes[static_cast<size_t>(s)] = p;
+    if (run.step.recompute_full) p.input += p.forward;  // the forward again before the backward
+    out[static_cast<size_t>(s)] = p;
   }
+  return out;
+}
 
-  const LinkRates& link = machine.node;
-  const bool det = step.deterministic();
-  const double dp_factor = det ? 1.0 : step.zero.zero_stage > 0 ? half_ring(run.dp) : ring(run.dp);
-  double slowest = 0;
-  std::vector<double> busy(ranks.size()), comm(ranks.size());
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const RankPlan& r = ranks[i];
-    const Passes& mine = stage_passes[static_cast<size_t>(r.stage)];
-    // The optimizer over the parameters it updates (its moments' floats), and the gradient's norm.
-    ops::OpShape flat{};
-    flat.P = static_cast<int64_t>(r.mem.moments / (2 * sizeof(float)));
-    double compute = arenas * mine.total() + clock("adam_update", flat) + clock("sum_squares", flat);
-    if (det && arenas > 1) {  // the tree's adds over the whole gradient
-      const ops::OpShape whole{1, 1, static_cast<int64_t>(r.mem.count)};
-      compute += (arenas - 1) * clock("residual_forward", whole);
-    }
-    busy[i] = compute;
-    comm[i] = group_seconds(r.tp, ring(run.tp), link) + group_seconds(r.dp, dp_factor, link) +
-              group_seconds(r.pp, 1.0, link) + group_seconds(r.cp, 1.0, link);
-    slowest = std::max(slowest, compute + comm[i]);
+// One rank's kernels in a step: its stage's passes over the step's arenas, Adam over the parameters it updates
+// and the gradient's norm, and train.deterministic's tree adds over the whole gradient.
+double rank_compute(const RunLayout& run, const RankWork& r, const Passes& mine, int arenas, const OpClock& clock) {
+  ops::OpShape flat{};
+  flat.P = static_cast<int64_t>(r.updated_params);
+  double compute = arenas * mine.total() + clock("adam_update", flat) + clock("sum_squares", flat);
+  if (run.step.deterministic() && arenas > 1) {
+    const ops::OpShape whole{1, 1, static_cast<int64_t>(r.params)};
+    compute += (arenas - 1) * clock("residual_forward", whole);
   }
-  out.step_s = slowest;
+  return compute;
+}
 
-  if (step.pipelined() && run.pp > 1) {
-    // The engine's action lists under the slowest stage's pass times, per chunk; the pipeline's messages spread
-    // over the passes that send them (one per forward and one per backward of each microbatch and chunk).
-    const int v = std::max(1, c.parallel.virtual_stages), mb = step.microbatches;
-    Passes worst;
-    double pp_msgs = 0, after = 0;
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      const Passes& p = stage_passes[static_cast<size_t>(ranks[i].stage)];
-      worst.forward = std::max(worst.forward, p.forward / v);
-      worst.input = std::max(worst.input, p.input / v);
-      worst.weight = std::max(worst.weight, p.weight / v);
-      pp_msgs = std::max(pp_msgs, group_seconds(ranks[i].pp, 1.0, link));
-      // After the schedule: the optimizer and the other groups' messages.
-      after = std::max(after, busy[i] - mb * p.total() + comm[i] - group_seconds(ranks[i].pp, 1.0, link));
-    }
-    const double per_message = pp_msgs / (2.0 * mb * v);
-    const PassTimes t{worst.forward + per_message, worst.input + per_message, worst.weight};
-    const auto lists = schedule_lists(step.schedule, run.pp, v, mb, run.stage_split.passes);
-    const ScheduleRun sim = simulate_schedule(lists, run.pp * v, stage_placement(step.schedule), run.pp, t);
-    if (!sim.complete) throw std::logic_error("predict_step: the schedule's lists do not complete: " + sim.stuck);
-    out.step_s = sim.makespan + after;
-    double b = 0;
-    for (double x : sim.bubble) b += x;
-    out.bubble = sim.bubble.empty() ? 0 : b / static_cast<double>(sim.bubble.size());
-    out.notes.push_back("pipeline: every stage runs at the slowest stage's pass times");
-  }
+// A pipeline's step: the engine's action lists under the slowest stage's pass times per chunk, each forward and
+// backward carrying its share of the pipeline's messages, then the optimizer and the other groups' messages.
+// Sets the step and the bubble.
+void pipeline_step(const RunLayout& run, const std::vector<RankWork>& ranks, const std::vector<Passes>& passes,
+                   const std::vector<double>& busy, const std::vector<double>& comm, const LinkRates& link,
+                   StepTime& out) {
+  const int v = std::max(1, run.config.parallel.virtual_stages), mb = run.step.microbatches;
+  Passes worst;
+  double pp_msgs = 0, after = 0;
   for (size_t i = 0; i < ranks.size(); ++i) {
-    RankTime rt;
-    rt.rank = ranks[i].rank;
-    rt.stage = ranks[i].stage;
-    rt.compute_s = busy[i];
-    rt.comm_s = comm[i];
-    rt.idle_s = std::max(0.0, out.step_s - busy[i] - comm[i]);
-    out.ranks.push_back(rt);
+    const Passes& p = passes[static_cast<size_t>(ranks[i].stage)];
+    worst.forward = std::max(worst.forward, p.forward / v);
+    worst.input = std::max(worst.input, p.input / v);
+    worst.weight = std::max(worst.weight, p.weight / v);
+    const double pp = group_seconds(ranks[i].pp, 1.0, link);
+    pp_msgs = std::max(pp_msgs, pp);
+    after = std::max(after, busy[i] - mb * p.total() + comm[i] - pp);
   }
-  out.tokens_per_s = out.step_s > 0 ? static_cast<double>(c.train.batch_size) * c.train.seq_len / out.step_s : 0;
-  if (machine.peak_flops > 0 && out.step_s > 0) {
-    out.mfu = flops_per_step / (out.step_s * machine.peak_flops * run.ranks);
-  }
+  const double per_message = pp_msgs / (2.0 * mb * v);
+  const PassTimes t{worst.forward + per_message, worst.input + per_message, worst.weight};
+  const auto lists = schedule_lists(run.step.schedule, run.pp, v, mb, run.stage_split.passes);
+  const ScheduleRun sim = simulate_schedule(lists, run.pp * v, stage_placement(run.step.schedule), run.pp, t);
+  if (!sim.complete) throw std::logic_error("predict_step: the schedule's lists do not complete: " + sim.stuck);
+  out.step_s = sim.makespan + after;
+  double b = 0;
+  for (double x : sim.bubble) b += x;
+  out.bubble = sim.bubble.empty() ? 0 : b / static_cast<double>(sim.bubble.size());
+  out.notes.push_back("pipeline: every stage runs at the slowest stage's pass times");
+}
+
+void add_notes(const RunLayout& run, bool bf16, StepTime& out) {
   if (bf16) out.notes.push_back("bf16: each kernel's bf16 timing where the machine has one, else its fp32 timing");
-  const std::vector<BlockType> blocks = c.parallel.blocks();
+  const std::vector<BlockType> blocks = run.config.parallel.blocks();
   if (run.tp > 1 && std::any_of(blocks.begin(), blocks.end(), [](BlockType b) { return b != BlockType::kTp; })) {
     out.notes.push_back("tensor parallelism: every block timed as a tp block");
   }
+  if (run.step.deterministic()) {
+    out.notes.push_back(
+        "train.deterministic: the default backend's kernels (not its canonical tiles), no leaf "
+        "zeroing, the norm as sum_squares");
+  }
   out.notes.push_back("communication: not overlapped with compute");
+}
+
+}  // namespace
+
+StepTime predict_step(const RunLayout& run, const std::vector<RankWork>& ranks, double flops_per_step,
+                      const MachineModel& machine) {
+  const auto& train = run.config.train;
+  StepTime out;
+  out.machine = machine.name;
+  out.threads = train.threads > 0 ? train.threads : std::max(1, machine.cores / std::max(1, run.ranks));
+  const bool bf16 = train.precision == Precision::kBf16;
+  const OpClock clock(machine, out.threads, bf16);
+  const int rows = run.step.arena_rows;
+  const PieceTimes piece =
+      piece_times(clock, run.config.model, rows, run.shape.seq_len, run.tp, run.config.parallel.vocab_parallel);
+  const std::vector<Passes> passes = stage_passes(run, piece);
+  const int arenas = std::max(1, run.step_rows() / std::max(1, rows));  // a step's arenas (chunks, microbatches)
+  const LinkRates& link = machine.node;
+  const double dp_factor = run.step.deterministic()       ? 1.0
+                           : run.step.zero.zero_stage > 0 ? half_ring(run.dp)
+                                                          : ring(run.dp);
+  std::vector<double> busy(ranks.size()), comm(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankWork& r = ranks[i];
+    busy[i] = rank_compute(run, r, passes[static_cast<size_t>(r.stage)], arenas, clock);
+    comm[i] = group_seconds(r.tp, ring(run.tp), link) + group_seconds(r.dp, dp_factor, link) +
+              group_seconds(r.pp, 1.0, link) + group_seconds(r.cp, 1.0, link);
+    out.step_s = std::max(out.step_s, busy[i] + comm[i]);
+  }
+  if (run.step.pipelined() && run.pp > 1) pipeline_step(run, ranks, passes, busy, comm, link, out);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    out.ranks.push_back(
+        RankTime{ranks[i].rank, ranks[i].stage, busy[i], comm[i], std::max(0.0, out.step_s - busy[i] - comm[i])});
+  }
+  out.tokens_per_s = out.step_s > 0 ? static_cast<double>(train.batch_size) * train.seq_len / out.step_s : 0;
+  if (machine.peak_flops > 0 && out.step_s > 0)
+    out.mfu = flops_per_step / (out.step_s * machine.peak_flops * run.ranks);
+  add_notes(run, bf16, out);
   return out;
 }
 

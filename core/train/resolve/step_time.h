@@ -18,6 +18,7 @@
 // send while they wait.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,17 @@
 
 namespace gpt2 {
 
-struct RankPlan;
+// What the plan says one rank holds and sends, as the model reads it
+// (make_plan fills it from each RankPlan).
+struct Messages {
+  uint64_t calls = 0, bytes = 0;
+};
+struct RankWork {
+  int rank = 0, stage = 0;
+  uint64_t params = 0;          // its model's parameters (its tp shard of its stage)
+  uint64_t updated_params = 0;  // the parameters its optimizer updates (its moments' floats)
+  Messages tp, dp, pp, cp;      // per group, one step's
+};
 
 struct RankTime {
   int rank = 0, stage = 0;
@@ -49,7 +60,7 @@ struct StepTime {
 
 // Throws std::invalid_argument naming what the machine lacks (an op it has
 // no timing of at any thread count, a link without a bandwidth).
-StepTime predict_step(const RunLayout& run, const std::vector<RankPlan>& ranks, double flops_per_step,
+StepTime predict_step(const RunLayout& run, const std::vector<RankWork>& ranks, double flops_per_step,
                       const MachineModel& machine);
 
 // The plan's "time" object (docs/plan.md).
