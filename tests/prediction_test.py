@@ -18,6 +18,7 @@ usage: prediction_test.py --serial PATH --harness PATH --corpus PATH --repo PATH
 Prints a line per check and "N passed, N failed"; exit 0 only if all pass.
 """
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -93,7 +94,6 @@ def main():
     rows = []
     runs_csv = os.path.join(results, "smoke", "runs.csv")
     if os.path.exists(runs_csv):
-        import csv
         with open(runs_csv) as f:
             rows = [row for row in csv.DictReader(f) if row["status"] == "ok"]
     filled = [row for row in rows if row.get("predicted_step_ms") and row.get("prediction_error")]

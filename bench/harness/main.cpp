@@ -169,7 +169,7 @@ struct Args {
   std::string slurm_ranks = "srun";  // --slurm-ranks
   // calibrate
   std::string name, shapes = "small,original";
-  std::vector<std::string> threads = {"1", "2"};
+  std::vector<int> threads = {1, 2};
   int repetitions = 3;
   bool quick = false;
   std::string machine;  // run: a machine file for the step-time model
@@ -479,20 +479,7 @@ int calibrate_command(const Args& a, const Places& at) {
   req.out = a.out.empty() ? fs::path() : fs::absolute(a.out);
   req.overwrite = a.overwrite;
   req.name = a.name;
-  req.threads.clear();
-  for (const std::string& t : a.threads) {
-    size_t used = 0;
-    int n = 0;
-    try {
-      n = std::stoi(t, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != t.size() || t.empty()) {
-      throw std::invalid_argument(fmt::format("--threads: '{}' is not a thread count", gpt2::excerpt(t)));
-    }
-    req.threads.push_back(n);
-  }
+  req.threads = a.threads;
   req.shapes = a.shapes;
   req.repetitions = a.repetitions;
   req.quick = a.quick;

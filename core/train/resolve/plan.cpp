@@ -495,7 +495,8 @@ std::vector<int> planned_ranks(int ranks, int replica) {
 namespace {
 // The step-time model's prediction for the plan's ranks (step_time.h). The machine file times the CPU backend's
 // kernels: the CUDA stages' steps are not predicted yet.
-std::optional<StepTime> plan_time(const RunLayout& run, const Plan& p, const MachineModel& machine) {
+std::optional<StepTime> plan_time(const RunLayout& run, const Plan& p,
+                                  const std::vector<std::vector<ChunkAction>>& lists, const MachineModel& machine) {
   if (run.program != "serial" && run.program != "mpi") return std::nullopt;
   const auto messages = [](const GroupTraffic& g) { return Messages{g.calls.value_or(0), g.bytes}; };
   std::vector<RankWork> work;
@@ -503,7 +504,7 @@ std::optional<StepTime> plan_time(const RunLayout& run, const Plan& p, const Mac
     work.push_back(RankWork{r.rank, r.stage, r.mem.count, r.mem.moments / (2 * sizeof(float)), messages(r.tp),
                             messages(r.dp), messages(r.pp), messages(r.cp)});
   }
-  return predict_step(run, work, p.flops_per_step, machine);
+  return predict_step(run, work, lists, p.flops_per_step, machine);
 }
 }  // namespace
 
@@ -599,7 +600,7 @@ Plan make_plan(const RunConfig& given, int ranks, const std::string& program, co
     p.rank.push_back(rp);
   }
   p.ranks_omitted = ranks - static_cast<int>(p.rank.size());
-  if (machine != nullptr) p.time = plan_time(run, p, *machine);
+  if (machine != nullptr) p.time = plan_time(run, p, lists, *machine);
   return p;
 }
 

@@ -180,7 +180,8 @@ double rank_compute(const RunLayout& run, const RankWork& r, const Passes& mine,
 // A pipeline's step: the engine's action lists under the slowest stage's pass times per chunk, each forward and
 // backward carrying its share of the pipeline's messages, then the optimizer and the other groups' messages.
 // Sets the step and the bubble.
-void pipeline_step(const RunLayout& run, const std::vector<RankWork>& ranks, const std::vector<Passes>& passes,
+void pipeline_step(const RunLayout& run, const std::vector<RankWork>& ranks,
+                   const std::vector<std::vector<ChunkAction>>& lists, const std::vector<Passes>& passes,
                    const std::vector<double>& busy, const std::vector<double>& comm, const LinkRates& link,
                    StepTime& out) {
   const int v = std::max(1, run.config.parallel.virtual_stages), mb = run.step.microbatches;
@@ -197,7 +198,6 @@ void pipeline_step(const RunLayout& run, const std::vector<RankWork>& ranks, con
   }
   const double per_message = pp_msgs / (2.0 * mb * v);
   const PassTimes t{worst.forward + per_message, worst.input + per_message, worst.weight};
-  const auto lists = schedule_lists(run.step.schedule, run.pp, v, mb, run.stage_split.passes);
   const ScheduleRun sim = simulate_schedule(lists, run.pp * v, stage_placement(run.step.schedule), run.pp, t);
   if (!sim.complete) throw std::logic_error("predict_step: the schedule's lists do not complete: " + sim.stuck);
   out.step_s = sim.makespan + after;
@@ -223,7 +223,8 @@ void add_notes(const RunLayout& run, bool bf16, StepTime& out) {
 
 }  // namespace
 
-StepTime predict_step(const RunLayout& run, const std::vector<RankWork>& ranks, double flops_per_step,
+StepTime predict_step(const RunLayout& run, const std::vector<RankWork>& ranks,
+                      const std::vector<std::vector<ChunkAction>>& lists, double flops_per_step,
                       const MachineModel& machine) {
   const auto& train = run.config.train;
   StepTime out;
@@ -248,7 +249,7 @@ StepTime predict_step(const RunLayout& run, const std::vector<RankWork>& ranks, 
               group_seconds(r.pp, 1.0, link) + group_seconds(r.cp, 1.0, link);
     out.step_s = std::max(out.step_s, busy[i] + comm[i]);
   }
-  if (run.step.pipelined() && run.pp > 1) pipeline_step(run, ranks, passes, busy, comm, link, out);
+  if (run.step.pipelined() && run.pp > 1) pipeline_step(run, ranks, lists, passes, busy, comm, link, out);
   for (size_t i = 0; i < ranks.size(); ++i) {
     out.ranks.push_back(
         RankTime{ranks[i].rank, ranks[i].stage, busy[i], comm[i], std::max(0.0, out.step_s - busy[i] - comm[i])});

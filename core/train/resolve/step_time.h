@@ -24,6 +24,7 @@
 
 #include "train/resolve/layout.h"
 #include "train/resolve/machine.h"
+#include "train/schedule/lists.h"
 #include "util/json.h"
 
 namespace gpt2 {
@@ -60,7 +61,10 @@ struct StepTime {
 
 // Throws std::invalid_argument naming what the machine lacks (an op it has
 // no timing of at any thread count, a link without a bandwidth).
-StepTime predict_step(const RunLayout& run, const std::vector<RankWork>& ranks, double flops_per_step,
+// `lists`: every pipeline rank's action list (schedule_lists, made once by
+// the plan); empty without a pipeline.
+StepTime predict_step(const RunLayout& run, const std::vector<RankWork>& ranks,
+                      const std::vector<std::vector<ChunkAction>>& lists, double flops_per_step,
                       const MachineModel& machine);
 
 // The plan's "time" object (docs/plan.md).

@@ -76,7 +76,7 @@ class PipelineRecorder {
     std::error_code ec;
     std::filesystem::remove_all(traces_dir_, ec);  // the run's own files (a link is removed, not followed)
     if (ec) throw std::runtime_error(fmt::format("{}: cannot clear: {}", traces_dir_.string(), ec.message()));
-    traces_.emplace(std::vector<int>(static_cast<size_t>(aux_.size()), 0));
+    traces_.emplace(aux_.size());
   }
   ~PipelineRecorder() {
     if (out_) std::fclose(out_);

@@ -32,8 +32,8 @@ int trace_lane(const std::string& kind);
 
 class RankTraces {
  public:
-  // `stages`: each world rank's pipeline stage, named in its process's name.
-  explicit RankTraces(std::vector<int> stages) : stages_(std::move(stages)), events_(stages_.size()) {}
+  // `ranks` world ranks; each one's pipeline stage (named in its process's name) set by set_stage.
+  explicit RankTraces(int ranks) : stages_(static_cast<size_t>(ranks), 0), events_(stages_.size()) {}
 
   // One step of rank `rank`: it started `start_ms` after its first recorded
   // step did; `events` the timeline's [kind, microbatch, t0_ms, t1_ms, stage]
